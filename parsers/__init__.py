@@ -1,0 +1,1 @@
+"""Parsers: one module per trace format, each with read(path) -> Profile."""

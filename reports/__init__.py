@@ -1,0 +1,1 @@
+"""Reports: pure analyses (DataFrame -> DataFrame) and renderers (text, csv/json, HTML)."""

@@ -1,0 +1,137 @@
+"""Canonical kernel names and op classes.
+
+`canonical(name)` gives the join key across sources and ranks: demangled, no
+`void `, no template arguments, no argument list, last namespace component.
+`op_class(kernel)` maps a canonical name to gemm, attention, communication,
+elementwise, reduction, memory or other; `add_pattern` lets users extend it.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import pandas as pd
+
+# (regex, op_class), first match wins. Communication comes first: an
+# all-reduce kernel may well contain "reduce" or "copy" in its name.
+_DEFAULT_PATTERNS: list[tuple[str, str]] = [
+    (r"nccl|rccl", "communication"),
+    (r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast", "communication"),
+    (r"one_?shot|two_?shot|multimem|intra_node_comm|symm_?mem|cross_device|p2p|barrier_kernel", "communication"),
+    (r"flash|fmha|attention|attn|sdpa|mha_", "attention"),
+    (r"gemm|gemv|cublas|cutlass|xmma|wgmma|nvjet|matmul|(^|_)(b|add)?mm(_|$)|splitk|dot_?kernel", "gemm"),
+    (r"^memcpy|^memset|copy_kernel|copy_device|catarray|batchedcopy|d2d|h2d|d2h", "memory"),
+    (r"reduce|reduction|softmax|norm|triton_red_|triton_per_|argmax|argmin|cumsum|scan|sum_kernel|mean", "reduction"),
+    (r"elementwise|vectorized|unrolled|triton_poi_|pointwise|fill|activation|gelu|silu|relu|sigmoid|tanh|add|mul|rope|rotary|embedding|index|gather|scatter|cat|copy|where|dropout", "elementwise"),
+]
+
+_user_patterns: list[tuple[str, str]] = []
+
+
+def add_pattern(regex: str, op_class: str) -> None:
+    """Classify kernels matching `regex` (case-insensitive) as `op_class`, before the defaults."""
+    from .schema import OP_CLASSES
+
+    if op_class not in OP_CLASSES:
+        raise ValueError(f"op class {op_class!r} is not one of {OP_CLASSES}")
+    re.compile(regex)
+    _user_patterns.insert(0, (regex, op_class))
+    _compiled.cache_clear()
+    classify_one.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> list[tuple[re.Pattern[str], str]]:
+    return [(re.compile(rx, re.IGNORECASE), cls) for rx, cls in _user_patterns + _DEFAULT_PATTERNS]
+
+
+@lru_cache(maxsize=65536)
+def classify_one(kernel: str) -> str:
+    for rx, cls in _compiled():
+        if rx.search(kernel):
+            return cls
+    return "other"
+
+
+def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categorical:
+    """op_class per row; memcpy/memset rows are `memory` whatever their name."""
+    from .schema import OP_CLASSES
+
+    kernels = kernels.astype("category")
+    mapping = {k: classify_one(str(k)) for k in kernels.cat.categories}
+    out = kernels.map(mapping).astype(object)
+    if kinds is not None:
+        out = out.where(~kinds.isin(["memcpy", "memset"]), "memory")
+    return pd.Categorical(out, categories=list(OP_CLASSES))
+
+
+# ---- canonical names -------------------------------------------------------
+
+_GENERIC = {"kernel", "kernel2", "device_kernel", "cutlass_kernel", "global_kernel"}
+
+
+@lru_cache(maxsize=65536)
+def canonical(name: str) -> str:
+    """Short join key for a kernel name, mangled (`_ZN...`) or demangled."""
+    name = name.strip()
+    if name.startswith("_Z"):
+        return _demangle_short(name) or name
+    text = name.replace("(anonymous namespace)", "anonymous_namespace")
+    text = re.sub(r"^(void|static|__global__)\s+", "", text)
+    outer, first_arg = _strip_templates(text)
+    outer = outer.split("(", 1)[0].strip()  # argument list
+    short = outer.rsplit("::", 1)[-1].strip() or outer
+    if short.lower() in _GENERIC and first_arg:
+        return canonical(first_arg)
+    return short or name
+
+
+def _strip_templates(text: str) -> tuple[str, str]:
+    """Drop <...> at any depth; also return the first top-level template argument."""
+    out, first, depth, current = [], "", 0, []
+    for ch in text:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                current = []
+                continue
+        elif ch == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                first = first or "".join(current).split(",")[0].strip()
+                continue
+        if depth == 0:
+            out.append(ch)
+        else:
+            current.append(ch)
+    return "".join(out), first
+
+
+_ITANIUM_ID = re.compile(r"(\d+)")
+
+
+def _demangle_short(mangled: str) -> str | None:
+    """The last identifier of an Itanium-mangled name: `_ZN4c10d...22oneShotAllReduceKernelI...` ->
+    `oneShotAllReduceKernel`. Enough for a join key; not a full demangler."""
+    pos = 2
+    if mangled.startswith("_ZN", 0):
+        pos = 3
+        while pos < len(mangled) and mangled[pos] in "rVKL":  # cv-qualifiers
+            pos += 1
+    last = None
+    while pos < len(mangled):
+        if mangled.startswith("St", pos):
+            pos += 2
+            continue
+        m = _ITANIUM_ID.match(mangled, pos)
+        if not m:
+            break
+        length = int(m.group(1))
+        start = m.end()
+        ident = mangled[start:start + length]
+        if len(ident) < length:
+            return None
+        last, pos = ident, start + length
+        if mangled.startswith("I", pos) or mangled.startswith("E", pos) or not mangled[2] == "N":
+            break
+    return last

@@ -1,0 +1,38 @@
+"""Errors the library raises. Each names the file (or input) and the reason;
+only cli.py turns them into one line on stderr and a non-zero exit."""
+from __future__ import annotations
+
+import os
+
+
+class TracelabError(Exception):
+    """Base: `where` is the file, folder or option at fault, `reason` what is wrong with it."""
+
+    def __init__(self, where: str | os.PathLike | None, reason: str):
+        self.where = None if where is None else str(where)
+        self.reason = reason
+        super().__init__(f"{self.where}: {reason}" if self.where else reason)
+
+
+class TraceFormatError(TracelabError):
+    """The file is not a trace tracelab can read, or it is damaged."""
+
+
+class RankError(TracelabError):
+    """Ranks cannot be told apart, or two inputs claim the same rank."""
+
+
+class NoTracesError(TracelabError):
+    """A folder or list held no trace files."""
+
+
+class UsageError(TracelabError):
+    """An option or argument the user gave cannot work (unknown name, bad number)."""
+
+
+class ToolMissingError(TracelabError):
+    """An external tool (nsys, torchrun, triton) is not installed or not found."""
+
+
+class RunError(TracelabError):
+    """A launched workload failed; `where` is the run folder or rank."""

@@ -1,0 +1,211 @@
+"""Format detection, rank resolution and loading of one or many trace files.
+
+The format comes from the file's first bytes, not its name: gzip is opened
+and peeked, SQLite has its magic header, a JSON list is a hatchet tree and a
+JSON object a Chrome/Kineto trace.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib
+import os
+import re
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import pandas as pd
+
+from .errors import NoTracesError, RankError, TraceFormatError
+from .schema import Profile, empty, validate
+
+# format -> parser module (each has read(path) -> Profile)
+PARSERS: dict[str, str] = {
+    "hatchet": "tracelab.parsers.hatchet",
+    "chrome": "tracelab.parsers.chrome",
+    "nsys": "tracelab.parsers.nsys",
+}
+
+# file names a folder is searched for (run.json and friends are not traces)
+TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3")
+NOT_TRACES = {"run.json"}
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_GZIP_MAGIC = b"\x1f\x8b"
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def _peek(path: Path, n_bytes: int = 4096) -> bytes:
+    with open(path, "rb") as f:
+        head = f.read(n_bytes)
+    if head.startswith(_GZIP_MAGIC):
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, n_bytes)
+        except zlib.error as e:
+            raise TraceFormatError(path, f"damaged gzip header ({e})") from None
+    return head
+
+
+def detect(path: str | os.PathLike) -> str:
+    """The format name of a trace file (a key of PARSERS), from its content."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "no such file")
+    if path.is_dir():
+        raise TraceFormatError(path, "is a folder, not a trace file")
+    if path.stat().st_size == 0:
+        raise TraceFormatError(path, "empty file")
+    head = _peek(path)
+    if head.startswith(_SQLITE_MAGIC):
+        return "nsys"
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"["):
+        return "hatchet"
+    if text.startswith(b"{"):
+        return "chrome"
+    if not text:
+        raise TraceFormatError(path, "holds only whitespace")
+    raise TraceFormatError(path, "not a trace: expected proton hatchet JSON, Chrome/Kineto JSON or nsys SQLite")
+
+
+def rank_from_name(path: str | os.PathLike) -> int | None:
+    match = _RANK_IN_NAME.search(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def _parse(path: Path) -> list[Profile]:
+    """Parse one file; nsys files with several processes give one Profile per process."""
+    module = importlib.import_module(PARSERS[detect(path)])
+    result = module.read(path)
+    return result if isinstance(result, list) else [result]
+
+
+def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> Profile:
+    """Resolve the rank: the caller's, else the file's own, else its name, else 0 for a lone file."""
+    meta = profile.meta
+    if rank is not None:
+        meta["rank"], meta["rank_from"] = int(rank), "caller"
+    elif meta.get("rank") is not None:
+        meta["rank_from"] = meta.get("rank_from", "file")
+    elif (named := rank_from_name(path)) is not None:
+        meta["rank"], meta["rank_from"] = named, "file name"
+    elif single:
+        meta["rank"], meta["rank_from"] = 0, "default (one file)"
+    else:
+        raise RankError(path, "the file does not say its rank and its name holds none "
+                              "(name it rank<N>..., or pass the rank)")
+    profile.events["rank"] = profile.events["rank"].where(profile.events["rank"] >= 0, meta["rank"]) \
+        if meta["rank_from"] != "caller" else meta["rank"]
+    profile.events["rank"] = profile.events["rank"].astype("int32")
+    validate(profile.events)
+    return profile
+
+
+def load(path: str | os.PathLike, rank: int | None = None) -> Profile:
+    """Read one trace file into a Profile; `rank` overrides what the file says."""
+    path = Path(path)
+    profiles = _parse(path)
+    if len(profiles) > 1:
+        if rank is not None:
+            raise RankError(path, f"holds {len(profiles)} processes; one rank cannot be given to all of them")
+        return _merge(profiles, path)
+    return _with_rank(profiles[0], rank, path, single=True)
+
+
+def _merge(profiles: list[Profile], path: Path) -> Profile:
+    meta = dict(profiles[0].meta)
+    meta["ranks"] = [p.meta["rank"] for p in profiles]
+    return Profile(pd.concat([p.events for p in profiles], ignore_index=True), meta)
+
+
+def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
+    """Files given, with folders replaced by the trace files inside them (sorted)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and _looks_like_trace(f))
+            if not found:
+                raise NoTracesError(p, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this folder")
+            files.extend(found)
+        elif not p.exists():
+            raise TraceFormatError(p, "no such file or folder")
+        else:
+            files.append(p)
+    if not files:
+        raise NoTracesError(None, "no trace files given")
+    return files
+
+
+def _looks_like_trace(path: Path) -> bool:
+    name = path.name.lower()
+    return name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES)
+
+
+def _parse_job(path: Path) -> list[Profile]:
+    return _parse(path)
+
+
+def load_many(
+    paths: Iterable[str | os.PathLike] | str | os.PathLike,
+    ranks: Mapping[str, int] | None = None,
+    workers: int | None = None,
+    on_loaded: Callable[[Path], None] | None = None,
+) -> list[Profile]:
+    """Read many trace files (folders are searched) in parallel processes, one Profile per rank.
+
+    `ranks` maps a file path to its rank. Two profiles that resolve to the same
+    rank raise RankError, never overwrite each other.
+    """
+    files = expand(paths)
+    ranks = {str(Path(k)): v for k, v in (ranks or {}).items()}
+    parsed = _parse_all(files, workers, on_loaded)
+    profiles = []
+    for path, found in zip(files, parsed):
+        for p in found:
+            rank = ranks.get(str(path)) if len(found) == 1 else None
+            profiles.append(_with_rank(p, rank, path, single=len(files) == 1 and len(found) == 1))
+    return _check_unique(profiles)
+
+
+def _parse_all(files: list[Path], workers: int | None, on_loaded) -> list[list[Profile]]:
+    workers = min(workers or os.cpu_count() or 1, len(files))
+    if workers <= 1:
+        out = []
+        for f in files:
+            out.append(_parse(f))
+            if on_loaded:
+                on_loaded(f)
+        return out
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_parse_job, f) for f in files]
+        out = []
+        for f, fut in zip(files, futures):
+            out.append(fut.result())
+            if on_loaded:
+                on_loaded(f)
+        return out
+
+
+def _check_unique(profiles: list[Profile]) -> list[Profile]:
+    seen: dict[int, str] = {}
+    for p in profiles:
+        r, path = p.meta["rank"], str(p.meta.get("path"))
+        if r in seen:
+            raise RankError(path, f"resolves to rank {r}, as does {seen[r]}; pass ranks explicitly")
+        seen[r] = path
+    return sorted(profiles, key=lambda p: p.meta["rank"])
+
+
+def events(profiles: Iterable[Profile]) -> pd.DataFrame:
+    """All profiles' events in one frame (categories unified)."""
+    frames = [p.events for p in profiles]
+    if not frames:
+        return empty()
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("source", "kind", "op_class"):
+        df[col] = df[col].astype(frames[0][col].dtype)
+    df["kernel"] = df["kernel"].astype("category")
+    return validate(df)

@@ -1,0 +1,1 @@
+"""Workloads: programs that run under a profiler, one process per rank (python -m tracelab.workloads.NAME --help)."""
