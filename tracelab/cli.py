@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .errors import TracelabError
+from .errors import TracelabError, UsageError
 from .schema import SchemaError
 
 app = typer.Typer(
@@ -33,3 +33,69 @@ def main() -> None:
     except (TracelabError, SchemaError) as e:
         typer.echo(f"tracelab: error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+
+
+Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "
+                                                  "or folders holding them (a run folder, say).")]
+RankOpt = Annotated[Optional[int], typer.Option("--rank", help="Rank of the single file given "
+                                                                "(overrides what the file and its name say).")]
+
+
+def _load(paths: list[str], rank: int | None = None):
+    """Load with a progress bar on stderr when there are several files."""
+    from rich.progress import Progress
+
+    from .load import expand, load, load_many
+
+    files = expand(paths)
+    if rank is not None:
+        if len(files) != 1:
+            raise UsageError("--rank", f"applies to one file; {len(files)} were given")
+        return [load(files[0], rank=rank)]
+    if len(files) == 1:
+        return [load(files[0])]
+    with Progress(transient=True, console=_err_console()) as bar:
+        task = bar.add_task(f"loading {len(files)} traces", total=len(files))
+        return load_many(files, on_loaded=lambda _: bar.advance(task))
+
+
+def _err_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _emit(rendered) -> None:
+    if isinstance(rendered, str):
+        typer.echo(rendered, nl=not rendered.endswith("\n"))
+    else:
+        from rich.console import Console
+
+        Console().print(rendered)
+
+
+@app.command()
+def breakdown(
+    paths: Paths,
+    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class or scope.")] = "kernel",
+    top: Annotated[Optional[int], typer.Option(help="Show the N largest groups per rank; the rest as one row.")] = 15,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    rank: RankOpt = None,
+) -> None:
+    """Per rank: GPU time, share, count and mean per kernel / op class / scope,
+    headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
+    from .load import events
+    from .reports.breakdown import BY_CHOICES, breakdown as analyse, summary
+    from .reports.text import BREAKDOWN_RENDERERS
+
+    _check_choice("--by", by, BY_CHOICES)
+    _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
+    if top is not None and top < 1:
+        raise UsageError("--top", f"must be at least 1, not {top}")
+    df = events(_load(paths, rank))
+    _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+
+
+def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")

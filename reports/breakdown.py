@@ -1,0 +1,67 @@
+"""Per-rank breakdown of GPU time: pure DataFrame -> DataFrame analyses."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+BY_CHOICES = ("kernel", "op_class", "scope")
+REST = "(rest)"
+
+
+def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> pd.DataFrame:
+    """GPU time per group and rank, largest first.
+
+    Columns: rank, <by>, total_ns, share (of the rank's total), count, mean_ns.
+    With `top`, each rank keeps its `top` largest groups and the rest is one `(rest)` row.
+    """
+    if by not in BY_CHOICES:
+        raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
+    keys = ["rank", by]
+    grouped = (df.groupby(keys, observed=True, sort=False)
+                 .agg(total_ns=("dur_ns", "sum"), count=("count", "sum"))
+                 .reset_index())
+    grouped[by] = grouped[by].astype(str)
+    grouped = grouped.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
+    if top is not None:
+        grouped = pd.concat([_keep_top(g, by, top) for _, g in grouped.groupby("rank", sort=True)],
+                            ignore_index=True)
+    rank_total = grouped.groupby("rank")["total_ns"].transform("sum")
+    grouped["share"] = np.where(rank_total > 0, grouped["total_ns"] / rank_total.where(rank_total > 0, 1), 0.0)
+    grouped["mean_ns"] = grouped["total_ns"] / grouped["count"].where(grouped["count"] > 0)
+    return grouped[["rank", by, "total_ns", "share", "count", "mean_ns"]].reset_index(drop=True)
+
+
+def _keep_top(group: pd.DataFrame, by: str, top: int) -> pd.DataFrame:
+    if len(group) <= top:
+        return group
+    head, tail = group.iloc[:top], group.iloc[top:]
+    rest = {"rank": group["rank"].iloc[0], by: REST,
+            "total_ns": tail["total_ns"].sum(), "count": tail["count"].sum()}
+    return pd.concat([head, pd.DataFrame([rest])], ignore_index=True)
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank: kernel, memcpy, memset and CPU-op time, events, and where
+    timestamps exist the busy span (first start to last end), busy time and idle share."""
+    from .timeline import busy_ns
+
+    by_kind = df.pivot_table(index="rank", columns="kind", values="dur_ns", aggfunc="sum",
+                             observed=False, fill_value=0)
+    out = pd.DataFrame(index=pd.Index(sorted(df["rank"].unique()), name="rank"))
+    for kind in ("kernel", "memcpy", "memset", "cpu_op"):
+        out[f"{kind}_ns"] = by_kind[kind] if kind in by_kind else 0
+    out["events"] = df.groupby("rank").size()
+    out["source"] = df.groupby("rank", observed=True)["source"].first().astype(str)
+    out = out.join(_spans(df)).join(busy_ns(df).rename("busy_ns"))
+    out["idle_share"] = 1 - out["busy_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    return out.reset_index()
+
+
+def _spans(df: pd.DataFrame) -> pd.DataFrame:
+    timed = df[df["start_ns"].notna() & (df["kind"] != "cpu_op")]
+    if timed.empty:
+        return pd.DataFrame({"span_ns": pd.Series(dtype="Float64")})
+    start = timed["start_ns"].astype("int64")
+    end = start + timed["dur_ns"]
+    span = (end.groupby(timed["rank"]).max() - start.groupby(timed["rank"]).min())
+    return pd.DataFrame({"span_ns": span})
