@@ -44,20 +44,26 @@ def _span_ns(rows: pd.DataFrame) -> int:
     return int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max() - start.min())
 
 
-def busy_ns(df: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: busy_ns (union of GPU activity intervals over all streams and devices),
-    span_ns (first start to last end), idle_ns = span - busy, idle_share = idle / span.
-
-    Summing durations would count concurrent streams twice; the union does not.
-    Ranks with no timed rows (proton) are absent.
+def busy_ns(df: pd.DataFrame) -> pd.Series:
+    """GPU busy time per rank (Series indexed by rank): the union of GPU activity
+    intervals over all streams and devices. Summing durations would count
+    concurrent streams twice; the union does not. Ranks with no timed rows
+    (proton) are absent.
     """
     rows = timed(df)
-    out = [{"rank": int(rank), "busy_ns": _union_ns(g), "span_ns": _span_ns(g)}
-           for rank, g in rows.groupby("rank", sort=True)]
-    out = pd.DataFrame(out, columns=["rank", "busy_ns", "span_ns"]).astype("int64")
+    busy = {int(rank): _union_ns(g) for rank, g in rows.groupby("rank", sort=True)}
+    return pd.Series(busy, dtype="int64", name="busy_ns").rename_axis("rank")
+
+
+def idle(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: busy_ns, span_ns (first start to last end), idle_ns = span - busy,
+    idle_share = idle / span."""
+    rows = timed(df)
+    out = busy_ns(df).to_frame()
+    out["span_ns"] = pd.Series({int(r): _span_ns(g) for r, g in rows.groupby("rank", sort=True)}, dtype="int64")
     out["idle_ns"] = out["span_ns"] - out["busy_ns"]
     out["idle_share"] = (out["idle_ns"] / out["span_ns"].where(out["span_ns"] > 0)).astype("float64")
-    return out.astype({"rank": "int32"})
+    return out.reset_index().astype({"rank": "int32"})
 
 
 def overlap_ns(df: pd.DataFrame) -> pd.DataFrame:
