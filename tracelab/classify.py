@@ -40,6 +40,13 @@ def add_pattern(regex: str, op_class: str) -> None:
     classify_one.cache_clear()
 
 
+def reset_patterns() -> None:
+    """Forget the patterns added with add_pattern."""
+    _user_patterns.clear()
+    _compiled.cache_clear()
+    classify_one.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def _compiled() -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(rx, re.IGNORECASE), cls) for rx, cls in _user_patterns + _DEFAULT_PATTERNS]

@@ -1,0 +1,119 @@
+"""Bad input gives one line on stderr naming the file and the reason, exit 2, no traceback,
+and the input is never modified."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOOD_KINETO = "hta/trace_filter/sampled_rank-0.json.gz"
+
+
+def _tracelab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _empty(tmp: Path, traces: Path) -> Path:
+    (p := tmp / "empty.json").write_bytes(b"")
+    return p
+
+
+def _truncated_json(tmp: Path, traces: Path) -> Path:
+    raw = gzip.decompress((traces / GOOD_KINETO).read_bytes())
+    (p := tmp / "truncated.json").write_bytes(raw[: len(raw) // 2])
+    return p
+
+
+def _truncated_gzip(tmp: Path, traces: Path) -> Path:
+    raw = (traces / GOOD_KINETO).read_bytes()
+    (p := tmp / "truncated.json.gz").write_bytes(raw[: len(raw) // 2])
+    return p
+
+
+def _random_bytes(tmp: Path, traces: Path) -> Path:
+    (p := tmp / "random.json").write_bytes(os.urandom(4096))
+    return p
+
+
+def _not_a_trace(tmp: Path, traces: Path) -> Path:
+    (p := tmp / "config.json").write_text('{"model": "llama", "layers": 32}')
+    return p
+
+
+def _sqlite_without_cupti(tmp: Path, traces: Path) -> Path:
+    p = tmp / "other.sqlite"
+    with sqlite3.connect(p) as db:
+        db.execute("CREATE TABLE people (name TEXT)")
+    return p
+
+
+def _empty_folder(tmp: Path, traces: Path) -> Path:
+    (p := tmp / "nothing_here").mkdir()
+    (p / "notes.txt").write_text("no traces")
+    return p
+
+
+CASES = {
+    "empty file": (_empty, "empty"),
+    "truncated JSON": (_truncated_json, ""),
+    "truncated gzip": (_truncated_gzip, "gzip"),
+    "random bytes": (_random_bytes, "not a trace"),
+    "JSON that is not a trace": (_not_a_trace, ""),
+    "SQLite without CUPTI tables": (_sqlite_without_cupti, "CUPTI"),
+    "folder with no traces": (_empty_folder, "no trace files"),
+}
+
+
+def _digest(path: Path) -> str:
+    if path.is_dir():
+        return "dir"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _assert_one_clear_line(result: subprocess.CompletedProcess, path: Path, reason: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert path.name in lines[0]
+    assert reason.lower() in lines[0].lower()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, shared_traces):
+    make, reason = CASES[case]
+    path = make(tmp_path, shared_traces)
+    before = _digest(path)
+    result = _tracelab("breakdown", str(path))
+    _assert_one_clear_line(result, path, reason)
+    assert _digest(path) == before
+
+
+def test_two_files_claiming_one_rank(tmp_path, shared_traces):
+    src = shared_traces / GOOD_KINETO  # distributedInfo says rank 0
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    shutil.copy(src, a)
+    shutil.copy(src, b)
+    result = _tracelab("breakdown", str(a), str(b))
+    assert result.returncode == 2
+    assert "rank 0" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--by", "flavour"], "--by"),
+    (["--format", "xml"], "--format"),
+    (["--top", "0"], "--top"),
+])
+def test_bad_options(args, fragment, shared_traces):
+    result = _tracelab("breakdown", str(shared_traces / GOOD_KINETO), *args)
+    assert result.returncode == 2
+    assert fragment in result.stderr and "Traceback" not in result.stderr

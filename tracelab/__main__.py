@@ -1,0 +1,3 @@
+from tracelab.cli import main
+
+main()
