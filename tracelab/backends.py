@@ -1,0 +1,250 @@
+"""Profiling backends: the one interface between a workload and the profiler it runs under.
+
+A workload (a program started by the runner, one process per rank) imports
+only this module of tracelab's profiling side, and reads like this:
+
+    from tracelab import backends
+
+    parser = argparse.ArgumentParser()
+    backends.add_arguments(parser)                 # --backend proton|torch|nsys|none, --out DIR
+    args = parser.parse_args()
+    with backends.session(args.backend, args.out, rank) as prof:
+        warm_up()                                  # compiles, graph captures: outside the window
+        with prof.window():                        # or prof.start() ... prof.stop(), once
+            for _ in range(steps):
+                with backends.region("decode_one_token"):
+                    step()
+    backends.write_figures(args.out, rank, {"tokens_per_s": ...})   # -> rank{r}.figures.json
+
+`region(name)` is backend-neutral: it opens a proton scope (while a proton
+session is active), a torch.profiler.record_function (while any torch profiler
+records) and an NVTX range (when CUDA is available), so the same scope names
+appear whichever profiler ran. With nothing profiling it costs a few flag
+checks (plus an NVTX push/pop on a GPU, which is nanoseconds without a tool).
+
+What each backend leaves in `out` per rank r (BACKENDS[name].trace_name(r)):
+  proton -> rank{r}.hatchet            triton.profiler, hook="triton", finalized on session exit
+  torch  -> rank{r}.pt.trace.json.gz   torch.profiler, CPU (+CUDA) activities, exported on exit
+  nsys   -> rank{r}.sqlite             the workload only marks the capture range
+                                       (cudaProfilerStart/Stop); the runner starts each rank
+                                       under `nsys profile` and exports the report to SQLite
+  none   -> nothing                    throughput figures only
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import RunError, ToolMissingError, UsageError
+
+FIGURES_FILE = "rank{rank}.figures.json"
+NSYS_FALLBACK = Path("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys")
+NSYS_HOST_LIBS = NSYS_FALLBACK.parent.parent / "linux-desktop-glibc_2_11_3-x64"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A profiler tracelab can run a workload under."""
+
+    name: str
+    trace_pattern: str | None  # file name per rank, "{rank}" filled in; None: no trace
+    needs_gpu: bool
+    help: str
+
+    def trace_name(self, rank: int) -> str | None:
+        return None if self.trace_pattern is None else self.trace_pattern.format(rank=rank)
+
+
+BACKENDS: dict[str, Backend] = {
+    "proton": Backend("proton", "rank{rank}.hatchet", True, "triton.profiler (proton): one .hatchet tree per rank"),
+    "torch": Backend("torch", "rank{rank}.pt.trace.json.gz", False, "torch.profiler: one Kineto trace per rank"),
+    "nsys": Backend("nsys", "rank{rank}.sqlite", True, "Nsight Systems: each rank under nsys, exported to SQLite"),
+    "none": Backend("none", None, False, "no profiler: throughput figures only"),
+}
+
+# which profilers are recording now, in this process (set by the sessions below)
+_active = {"proton": False}
+
+
+def _torch():
+    import torch  # workloads have torch; the trace-reading side of tracelab does not need it
+    return torch
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_available() -> bool:
+    return _torch().cuda.is_available()
+
+
+@contextlib.contextmanager
+def region(name: str) -> Iterator[None]:
+    """Mark a phase of a workload for every profiler at once (see the module docstring).
+    Use it around compiled code, not inside it: a proton scope would break the graph."""
+    torch = _torch()
+    with contextlib.ExitStack() as stack:
+        if _active["proton"]:
+            import triton.profiler as proton
+            stack.enter_context(proton.scope(name))
+        if torch._C._autograd._profiler_enabled():
+            stack.enter_context(torch.profiler.record_function(name))
+        if _cuda_available():
+            stack.enter_context(torch.cuda.nvtx.range(name))
+        yield
+
+
+class Session:
+    """One rank's profiling session: one window, opened by start() and closed by stop()."""
+
+    def __init__(self, backend: str, out_dir: Path, rank: int):
+        self.backend, self.out_dir, self.rank = backend, out_dir, rank
+        self.started = self.stopped = False
+
+    @property
+    def trace_path(self) -> Path | None:
+        name = BACKENDS[self.backend].trace_name(self.rank)
+        return None if name is None else self.out_dir / name
+
+    def start(self) -> None:
+        if self.started:
+            raise RunError(self.backend, "a session has one profiled window; start() was called twice")
+        self.started = True
+        self._start()
+
+    def stop(self) -> None:
+        if self.started and not self.stopped:
+            if _cuda_available():
+                _torch().cuda.synchronize()  # the window's kernels finish inside it
+            self.stopped = True
+            self._stop()
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        self.start()
+        try:
+            yield
+        finally:
+            self.stop()
+
+    def close(self) -> None:
+        """Stop if still recording, then write the trace file."""
+        self.stop()
+        if self.started:
+            self._write()
+
+    def _start(self) -> None: ...
+    def _stop(self) -> None: ...
+    def _write(self) -> None: ...
+
+
+class ProtonSession(Session):
+    def _start(self) -> None:
+        import triton.profiler as proton
+        self._id = proton.start(str(self.out_dir / f"rank{self.rank}"), hook="triton")
+        _active["proton"] = True
+
+    def _stop(self) -> None:
+        import triton.profiler as proton
+        proton.deactivate(self._id)
+        _active["proton"] = False
+
+    def _write(self) -> None:
+        import triton.profiler as proton
+        proton.finalize()  # writes rank{r}.hatchet
+
+
+class TorchSession(Session):
+    def _start(self) -> None:
+        torch = _torch()
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._prof = torch.profiler.profile(activities=activities)
+        self._prof.start()
+
+    def _stop(self) -> None:
+        self._prof.stop()
+
+    def _write(self) -> None:
+        self._prof.export_chrome_trace(str(self.trace_path))  # .gz: torch writes gzip
+
+
+class NsysSession(Session):
+    """The capture range of `nsys profile --capture-range=cudaProfilerApi` (the runner's)."""
+
+    def _start(self) -> None:
+        _torch().cuda.profiler.start()
+
+    def _stop(self) -> None:
+        _torch().cuda.profiler.stop()
+
+
+_SESSIONS: dict[str, type[Session]] = {
+    "proton": ProtonSession, "torch": TorchSession, "nsys": NsysSession, "none": Session,
+}
+
+
+def check(backend: str, gpu: bool) -> Backend:
+    """The Backend named, or UsageError when unknown or when it needs a GPU that is not there."""
+    if backend not in BACKENDS:
+        raise UsageError("--backend", f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    chosen = BACKENDS[backend]
+    if chosen.needs_gpu and not gpu:
+        raise UsageError("--backend", f"{backend} needs a CUDA GPU and none is visible; "
+                                      "use --backend torch or none on the CPU")
+    return chosen
+
+
+@contextlib.contextmanager
+def session(backend: str, out_dir: str | os.PathLike, rank: int) -> Iterator[Session]:
+    """This rank's profiling session; the trace is written to out_dir when the block ends."""
+    check(backend, _cuda_available())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prof = _SESSIONS[backend](backend, out, rank)
+    try:
+        yield prof
+    finally:
+        prof.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every workload takes: --backend and --out."""
+    parser.add_argument("--backend", choices=list(BACKENDS), default="none",
+                        help="profiler to run under (default: none)")
+    parser.add_argument("--out", type=Path, default=Path("."),
+                        help="folder for this rank's trace and figures (default: .)")
+
+
+def write_figures(out_dir: str | os.PathLike, rank: int, figures: dict[str, Any]) -> Path:
+    """The workload's own figures for this rank (JSON), which the runner gathers into run.json."""
+    path = Path(out_dir) / FIGURES_FILE.format(rank=rank)
+    path.write_text(json.dumps(figures, indent=1, sort_keys=True))
+    return path
+
+
+def find_nsys() -> Path:
+    """nsys on the PATH, else the copy that ships inside Nsight Compute; ToolMissingError if neither."""
+    on_path = shutil.which("nsys")
+    if on_path:
+        return Path(on_path)
+    if NSYS_FALLBACK.is_file():
+        return NSYS_FALLBACK
+    raise ToolMissingError("nsys", f"Nsight Systems (nsys) is not on the PATH and not at {NSYS_FALLBACK}; "
+                                   "install it or put it on the PATH")
+
+
+def nsys_env(nsys: Path, env: dict[str, str]) -> dict[str, str]:
+    """Environment for nsys: the Nsight Compute copy needs its host libraries (and libdw/libelf
+    from ./.device-lib where the machine lacks them) on LD_LIBRARY_PATH."""
+    if nsys != NSYS_FALLBACK:
+        return env
+    extra = [str(Path.cwd() / ".device-lib"), str(NSYS_HOST_LIBS)]
+    old = env.get("LD_LIBRARY_PATH")
+    return {**env, "LD_LIBRARY_PATH": ":".join(extra + ([old] if old else []))}
