@@ -85,3 +85,90 @@ def overlap_ns(df: pd.DataFrame) -> pd.DataFrame:
     out["exposed_ns"] = out["comm_ns"] - out["overlap_ns"]
     out["exposed_share"] = (out["exposed_ns"] / out["comm_ns"].where(out["comm_ns"] > 0)).astype("float64")
     return out.astype({"rank": "int32"})
+
+
+def clock_offsets(metas: list[dict]) -> dict[int, int] | None:
+    """rank -> ns to add to start_ns to put every rank on one clock (the traces' epoch
+    starts, less the earliest); None unless every rank's trace says its epoch start."""
+    epochs = {int(m["rank"]): m.get("trace_start_epoch_ns") for m in metas}
+    if not epochs or any(e is None for e in epochs.values()):
+        return None
+    first = min(int(e) for e in epochs.values())
+    return {rank: int(e) - first for rank, e in epochs.items()}
+
+
+def _on_one_clock(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> np.ndarray:
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    if offsets_ns is None:
+        return start
+    return start + rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
+
+
+def collective_skew(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:
+    """One row per collective: the i-th launch of each communication kernel on every rank,
+    aligned. Columns: kernel, instance, ranks, first_rank, last_rank (the last to arrive),
+    first_start_ns, skew_ns (last start - first start).
+
+    Starts are per-trace relative; `offsets_ns` (clock_offsets) puts ranks on one clock.
+    Without it the skew assumes the traces started together.
+    """
+    rows = timed(df)
+    rows = rows[(rows["kind"] == "kernel") & (rows["op_class"] == "communication")]
+    cols = ["kernel", "instance", "ranks", "first_rank", "last_rank", "first_start_ns", "skew_ns"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    rows = pd.DataFrame({"rank": rows["rank"].to_numpy(), "kernel": rows["kernel"].astype(str).to_numpy(),
+                         "start_ns": _on_one_clock(rows, offsets_ns)})
+    rows = rows.sort_values(["rank", "start_ns"], kind="stable")
+    rows["instance"] = rows.groupby(["rank", "kernel"]).cumcount()
+    rows = rows.sort_values(["kernel", "instance", "start_ns", "rank"], kind="stable")
+    groups = rows.groupby(["kernel", "instance"], sort=False)
+    out = groups.agg(ranks=("rank", "size"), first_rank=("rank", "first"), last_rank=("rank", "last"),
+                     first_start_ns=("start_ns", "first"), last_start_ns=("start_ns", "last")).reset_index()
+    out["skew_ns"] = out.pop("last_start_ns") - out["first_start_ns"]
+    return out[cols].sort_values(["first_start_ns", "kernel"], kind="stable").reset_index(drop=True)
+
+
+def skew_summary(skew: pd.DataFrame) -> pd.DataFrame:
+    """Per collective kernel: instances, mean and max start skew, and the rank most often last."""
+    cols = ["kernel", "instances", "mean_skew_ns", "max_skew_ns", "last_rank", "last_share"]
+    skew = skew[skew["ranks"] > 1]
+    if skew.empty:
+        return pd.DataFrame(columns=cols)
+    groups = skew.groupby("kernel", sort=False)
+    out = groups.agg(instances=("instance", "size"), mean_skew_ns=("skew_ns", "mean"),
+                     max_skew_ns=("skew_ns", "max")).reset_index()
+    last = groups["last_rank"].agg(lambda s: s.value_counts().idxmax())
+    out["last_rank"] = out["kernel"].map(last)
+    out["last_share"] = [(g["last_rank"] == last[k]).mean() for k, g in groups]
+    return out[cols].sort_values("max_skew_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def activity_bins(df: pd.DataFrame, n_bins: int = 400,
+                  offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:
+    """Downsampled timeline: per rank, op_class and time bin, the busy ns of that class
+    in the bin (union of its intervals, clipped exactly to the bin). Bins are shared by
+    all ranks. Columns: rank, op_class, bin_start_ns, bin_ns, busy_ns."""
+    rows = timed(df)
+    cols = ["rank", "op_class", "bin_start_ns", "bin_ns", "busy_ns"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    start = _on_one_clock(rows, offsets_ns)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    edges = np.linspace(start.min(), max(end.max(), start.min() + n_bins), n_bins + 1).round().astype(np.int64)
+    keys = pd.DataFrame({"rank": rows["rank"].to_numpy(), "op_class": rows["op_class"].astype(str).to_numpy()})
+    parts = []
+    for (rank, op_class), idx in keys.groupby(["rank", "op_class"], sort=True).indices.items():
+        covered = _coverage(*merge_intervals(start[idx], end[idx]), edges)
+        parts.append(pd.DataFrame({"rank": rank, "op_class": op_class, "bin_start_ns": edges[:-1],
+                                   "bin_ns": np.diff(edges), "busy_ns": np.diff(covered)}))
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
+def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> np.ndarray:
+    """Busy ns before each time in at_ns, for sorted disjoint segments."""
+    before = np.r_[0, np.cumsum(seg_end - seg_start)]
+    k = np.searchsorted(seg_start, at_ns, side="right")  # segments starting at or before t
+    last = np.maximum(k - 1, 0)
+    partial = np.clip(at_ns - seg_start[last], 0, (seg_end - seg_start)[last])
+    return np.where(k > 0, before[last] + partial, 0)
