@@ -1,0 +1,216 @@
+"""Proton hatchet JSON -> the events schema.
+
+Proton writes `[root, device_info]` (device_info may be missing): a tree of
+frames `{frame: {name, type?}, metrics, children}`. Kernel nodes are the ones
+whose metrics carry a device id; each becomes one row, aggregated over its
+invocations (`count`), with `start_ns`/`stream` NA. A kernel that appears
+under several scopes gives one row per scope.
+
+Metric names of both generations are read:
+
+    Triton 3.2+   time (ns)   count   device_id   device_type
+    Triton 3.0/1  Time (ns)   Count   DeviceId    DeviceType
+
+Metrics in the file are the node's own (exclusive) values, so summing kernel
+rows never counts a kernel twice; interior nodes are scopes, not rows. A
+metric name may carry a suffix: ` (inc)` is read when the bare name is
+absent; ` (exc)` and ` (pty)` variants are ignored for our columns. Flops and
+bytes recorded on a scope node rather than on its kernels (a user's
+`proton.scope(name, {"flops16": n})`) are kept in `meta["scope_metrics"]`,
+keyed by scope path, since they cannot be split among the scope's kernels.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import pandas as pd
+
+from tracelab import classify, schema
+from tracelab.errors import TraceFormatError
+from tracelab.schema import Profile
+
+TIME_KEYS = ("time (ns)", "Time (ns)")
+COUNT_KEYS = ("count", "Count")
+DEVICE_ID_KEYS = ("device_id", "DeviceId")
+FLOPS_KEYS = ("flops", "flops8", "flops16", "flops32", "flops64")
+BYTES_KEY = "bytes"
+LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, not a user scope
+
+
+def read(path: str | os.PathLike) -> Profile:
+    """Read one proton hatchet file: one row per kernel node of the tree."""
+    path = Path(path)
+    root, device_info = _split(_decode(path), path)
+    rows: list[dict[str, Any]] = []
+    scope_metrics: dict[str, dict[str, float]] = {}
+    for node, scope in _walk(root, path):
+        metrics = _metrics(node, path)
+        if _first(metrics, DEVICE_ID_KEYS) is not None:
+            rows.append(_kernel_row(node, metrics, scope, path))
+        elif extra := {k: v for k, v in _work_metrics(metrics).items() if v}:
+            scope_metrics["/".join(scope + (_name(node, path),))] = extra
+    if not rows:
+        raise TraceFormatError(path, "no kernels recorded (no node carries device_id/DeviceId metrics)")
+    meta = {"path": str(path), "source": "proton", "rank": None, "world_size": None,
+            "devices": _devices(device_info, path), "trace_start_epoch_ns": None,
+            "profiler_version": None, "metric_names": _generation(rows),
+            "scope_metrics": scope_metrics}
+    return Profile(_events(rows), meta)
+
+
+def _decode(path: Path) -> Any:
+    try:
+        data = path.read_bytes()
+        if data.startswith(b"\x1f\x8b"):
+            data = gzip.decompress(data)
+        return msgspec.json.decode(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceFormatError(path, f"cannot read the file ({e})") from None
+    except msgspec.DecodeError as e:
+        raise TraceFormatError(path, f"not valid JSON ({e})") from None
+
+
+def _split(doc: Any, path: Path) -> tuple[dict, dict]:
+    """The tree root and the device-info element (empty when the file has none)."""
+    if not isinstance(doc, list) or not doc:
+        raise TraceFormatError(path, "not a proton hatchet profile: expected a JSON list [root, device_info]")
+    root = doc[0]
+    if not isinstance(root, dict) or not isinstance(root.get("frame"), dict):
+        raise TraceFormatError(path, "not a proton hatchet profile: the first element has no 'frame'")
+    device_info = doc[1] if len(doc) > 1 else {}
+    if not isinstance(device_info, dict):
+        raise TraceFormatError(path, "the second element (device info) is not a JSON object")
+    return root, device_info
+
+
+def _walk(root: dict, path: Path) -> Iterator[tuple[dict, tuple[str, ...]]]:
+    """Every node below the root with its scope: the enclosing frame names, outermost
+    first, without the root and without launch-metadata frames."""
+    stack = [(child, ()) for child in reversed(_children(root, path))]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        name = _name(node, path)
+        inner = scope if name == LAUNCH_METADATA else scope + (name,)
+        stack.extend((child, inner) for child in reversed(_children(node, path)))
+
+
+def _name(node: Any, path: Path) -> str:
+    frame = node.get("frame") if isinstance(node, dict) else None
+    name = frame.get("name") if isinstance(frame, dict) else None
+    if not isinstance(name, str):
+        raise TraceFormatError(path, f"a tree node without frame.name: {str(node)[:80]}")
+    return name
+
+
+def _children(node: dict, path: Path) -> list:
+    children = node.get("children", [])
+    if not isinstance(children, list):
+        raise TraceFormatError(path, f"frame {_name(node, path)!r}: 'children' is not a list")
+    return children
+
+
+def _metrics(node: dict, path: Path) -> dict:
+    metrics = node.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise TraceFormatError(path, f"frame {_name(node, path)!r}: 'metrics' is not an object")
+    return metrics
+
+
+def _first(metrics: dict, keys: tuple[str, ...]) -> Any:
+    """The value of the first key present, bare name before its ` (inc)` variant."""
+    for key in keys:
+        for variant in (key, f"{key} (inc)"):
+            if variant in metrics:
+                return metrics[variant]
+    return None
+
+
+def _kernel_row(node: dict, metrics: dict, scope: tuple[str, ...], path: Path) -> dict[str, Any]:
+    name = _name(node, path)
+    time_ns, count = _first(metrics, TIME_KEYS), _first(metrics, COUNT_KEYS)
+    if not _is_number(time_ns) or time_ns < 0 or not _is_number(count) or count < 0:
+        raise TraceFormatError(path, f"kernel {name!r}: missing or bad time (ns)={time_ns!r} / count={count!r}")
+    device = _first(metrics, DEVICE_ID_KEYS)
+    try:
+        device = int(device)
+    except (TypeError, ValueError):
+        raise TraceFormatError(path, f"kernel {name!r}: device id {device!r} is not an integer") from None
+    work = _work_metrics(metrics)
+    return {"name": name, "scope": "/".join(scope), "device": device,
+            "dur_ns": int(round(time_ns)), "count": int(count),
+            "flops": work.get("flops", math.nan), "bytes": work.get("bytes", math.nan),
+            "legacy": "Time (ns)" in metrics}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _work_metrics(metrics: dict) -> dict[str, float]:
+    """flops (summed over the widths present) and bytes, for those the node has."""
+    flops = [_first(metrics, (key,)) for key in FLOPS_KEYS]
+    flops = [float(v) for v in flops if _is_number(v)]
+    out = {}
+    if flops:
+        out["flops"] = sum(flops)
+    moved = _first(metrics, (BYTES_KEY,))
+    if _is_number(moved):
+        out["bytes"] = float(moved)
+    return out
+
+
+def _generation(rows: list[dict[str, Any]]) -> str:
+    legacy = {row["legacy"] for row in rows}
+    return "mixed" if len(legacy) > 1 else ("triton-3.0/3.1" if legacy.pop() else "triton-3.2+")
+
+
+def _events(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    kernels = table["name"].map(classify.canonical)
+    kinds = pd.Series("kernel", index=table.index)
+    df = schema.coerce({
+        "rank": -1, "source": "proton", "kind": "kernel", "name": table["name"],
+        "kernel": kernels, "op_class": classify.op_classes(kernels, kinds),
+        "scope": table["scope"], "device": table["device"], "stream": pd.NA, "start_ns": pd.NA,
+        "dur_ns": table["dur_ns"], "count": table["count"],
+        "flops": table["flops"], "bytes": table["bytes"],
+    }, n_rows=len(table))
+    return schema.validate(df)
+
+
+# ---- device info -------------------------------------------------------------
+
+
+def _devices(device_info: dict, path: Path) -> dict[int, dict[str, Any]]:
+    """device index -> properties, units in the key names.
+
+    Peak memory bandwidth follows proton-viewer's `get_min_time_bytes`:
+    2 (double data rate) x memory clock (kHz) x 1e3 x bus width (bits) / 8, here in GB/s
+    (H200: 2 x 3.201e9 x 6016 / 8 = 4814 GB/s).
+    """
+    devices: dict[int, dict[str, Any]] = {}
+    for device_type, by_index in device_info.items():
+        if not isinstance(by_index, dict):
+            raise TraceFormatError(path, f"device info for {device_type!r} is not an object")
+        for index, props in by_index.items():
+            if not isinstance(props, dict) or not str(index).isdigit():
+                raise TraceFormatError(path, f"device info {device_type}/{index!r} is malformed")
+            devices[int(index)] = _device(device_type, props)
+    return devices
+
+
+def _device(device_type: str, props: dict) -> dict[str, Any]:
+    memory_clock_khz, bus_width_bits = props.get("memory_clock_rate"), props.get("bus_width")
+    bandwidth_gbs = None
+    if _is_number(memory_clock_khz) and _is_number(bus_width_bits):
+        bandwidth_gbs = 2 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
+    return {"type": device_type, "arch": props.get("arch"), "num_sms": props.get("num_sms"),
+            "clock_khz": props.get("clock_rate"), "memory_clock_khz": memory_clock_khz,
+            "bus_width_bits": bus_width_bits, "memory_bandwidth_gbs": bandwidth_gbs}
