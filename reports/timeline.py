@@ -172,3 +172,8 @@ def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> 
     last = np.maximum(k - 1, 0)
     partial = np.clip(at_ns - seg_start[last], 0, (seg_end - seg_start)[last])
     return np.where(k > 0, before[last] + partial, 0)
+
+
+def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
+    """idle() and overlap_ns() side by side, one row per timed rank."""
+    return idle(df).merge(overlap_ns(df), on="rank", how="left")

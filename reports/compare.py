@@ -1,0 +1,197 @@
+"""Compare ranks, runs and profilers: align, then subtract.
+
+Inputs are labelled events frames. Rows are aligned on keys (default scope and
+kernel) by an outer merge; then per input time and count, delta and ratio
+against the first input, spread across inputs, and the slowest input per row.
+The same function compares ranks of one run, runs, or profilers (labelled by
+source, joined on canonical kernel names).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..schema import Profile
+from . import timeline
+
+# --by choice -> alignment keys
+BY: dict[str, list[str]] = {
+    "scope,kernel": ["scope", "kernel"],
+    "kernel": ["kernel"],
+    "op_class": ["op_class"],
+    "scope": ["scope"],
+}
+
+_TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".hatchet",
+                   ".sqlite3", ".sqlite")
+
+
+@dataclass
+class Input:
+    """One compared column: `label` names it; `group` is its run (or "" for ranks of one run)."""
+
+    label: str
+    group: str
+    rank: int
+    source: str
+    events: pd.DataFrame
+    epoch_ns: int | None = None  # the trace's start on the epoch clock, when it says
+
+
+def _input(label: str, group: str, p: Profile) -> Input:
+    return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"))
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in _TRACE_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _group_names(paths: list[Path], groups: list[list[Profile]]) -> list[str]:
+    """A short unique name per input path: the source when each input is one distinct
+    profiler, else the file stem or folder name, widened by parent folders on collision."""
+    sources = [{p.meta.get("source") for p in g} for g in groups]
+    if all(len(s) == 1 for s in sources) and len({next(iter(s)) for s in sources}) == len(groups):
+        return [str(next(iter(s))) for s in sources]
+    names = [p.name if p.is_dir() else _stem(p) for p in paths]
+    for depth in range(1, 4):
+        if len(set(names)) == len(names):
+            return names
+        names = ["/".join([*p.resolve().parent.parts[-depth:], n]) for p, n in zip(paths, names)]
+    return [f"{n}#{i}" for i, n in enumerate(names)]
+
+
+def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
+    """Label the profiles loaded from each path: `rank3` when all are ranks of one run
+    (distinct ranks, one source, at most one folder), else `<run>/rank3` (or `<run>` for
+    a lone profile) since ranks collide across runs."""
+    paths = [Path(p) for p in paths]
+    profiles = [p for g in groups for p in g]
+    ranks = [p.rank for p in profiles]
+    one_run = (len(set(ranks)) == len(ranks) and len({p.meta.get("source") for p in profiles}) == 1
+               and sum(p.is_dir() for p in paths) <= 1)
+    if one_run:
+        return [_input(f"rank{p.rank}", "", p) for p in sorted(profiles, key=lambda p: p.rank)]
+    out = []
+    for name, group in zip(_group_names(paths, groups), groups):
+        for p in sorted(group, key=lambda p: p.rank):
+            label = name if len(group) == 1 else f"{name}/rank{p.rank}"
+            out.append(_input(label, name, p))
+    return out
+
+
+def _per_input(events: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    cols = {k: events[k].astype(str) for k in keys}
+    frame = pd.DataFrame({**cols, "time_ns": events["dur_ns"].to_numpy(), "count": events["count"].to_numpy()})
+    return frame.groupby(keys, sort=False).sum()
+
+
+def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
+    """One row per key present in any input. Columns: the keys; time_ns[L] and count[L]
+    per input label L; delta_ns[L] and ratio[L] against the first input (ratio NaN where
+    the first has no time); inputs (how many have the row); max_ns, min_ns, spread
+    (max / min, NaN where an input lacks the row); slowest (label of the largest time).
+    Sorted by max_ns, largest first."""
+    keys = BY[by]
+    labels = [i.label for i in inputs]
+    per = [_per_input(i.events, keys) for i in inputs]
+    wide = pd.concat(per, axis=1, keys=labels, join="outer").fillna(0)
+    time = pd.DataFrame({L: wide[(L, "time_ns")].astype("int64") for L in labels})
+    count = pd.DataFrame({L: wide[(L, "count")].astype("int64") for L in labels})
+    out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
+                     count.add_prefix("count[").add_suffix("]")], axis=1)
+    first = time[labels[0]]
+    for L in labels[1:]:
+        out[f"delta_ns[{L}]"] = time[L] - first
+        out[f"ratio[{L}]"] = time[L] / first.where(first > 0)
+    present = (time > 0) | (count > 0)
+    out["inputs"] = present.sum(axis=1)
+    out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
+    out["spread"] = out["max_ns"] / out["min_ns"].where(out["min_ns"] > 0)
+    out["slowest"] = time.idxmax(axis=1)
+    out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
+                                        kind="stable")
+    return out.reset_index(drop=True)
+
+
+def totals(inputs: list[Input]) -> pd.DataFrame:
+    """Per input: label, group, rank, source, total_ns (GPU time), comm_ns (communication
+    kernels), compute_ns (the rest), ratio (total against the first input)."""
+    rows = []
+    for i in inputs:
+        is_comm = i.events["op_class"] == "communication"
+        total = int(i.events["dur_ns"].sum())
+        comm = int(i.events.loc[is_comm, "dur_ns"].sum())
+        rows.append({"label": i.label, "group": i.group, "rank": i.rank, "source": i.source,
+                     "total_ns": total, "comm_ns": comm, "compute_ns": total - comm})
+    out = pd.DataFrame(rows, columns=["label", "group", "rank", "source", "total_ns", "comm_ns", "compute_ns"])
+    first = out["total_ns"].iloc[0] if len(out) else 0
+    out["ratio"] = out["total_ns"] / first if first > 0 else np.nan
+    return out
+
+
+def stragglers(totals_df: pd.DataFrame) -> pd.DataFrame:
+    """Per group of several ranks, the straggler: the rank with the most non-communication
+    GPU time. The other ranks wait for it inside collectives, so it tends to show the
+    least communication time (comm_rank_min says whether it does).
+    Columns: group, label, rank, compute_ns, next_compute_ns (the runner-up), comm_ns,
+    comm_max_ns (most communication time of any rank), comm_rank_min."""
+    rows = []
+    for group, g in totals_df.groupby("group", sort=False):
+        if len(g) < 2:
+            continue
+        ordered = g.sort_values("compute_ns", ascending=False, kind="stable")
+        slow = ordered.iloc[0]
+        rows.append({"group": group, "label": slow["label"], "rank": int(slow["rank"]),
+                     "compute_ns": int(slow["compute_ns"]), "next_compute_ns": int(ordered["compute_ns"].iloc[1]),
+                     "comm_ns": int(slow["comm_ns"]), "comm_max_ns": int(g["comm_ns"].max()),
+                     "comm_rank_min": bool(slow["comm_ns"] == g["comm_ns"].min())})
+    cols = ["group", "label", "rank", "compute_ns", "next_compute_ns", "comm_ns", "comm_max_ns", "comm_rank_min"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+@dataclass
+class Comparison:
+    """Everything `tracelab compare` shows: the aligned table, per-input totals, the
+    straggler per run, and for timed inputs busy/idle/overlap per input and collective
+    skew per run."""
+
+    by: str
+    labels: list[str]
+    table: pd.DataFrame
+    totals: pd.DataFrame
+    stragglers: pd.DataFrame
+    timeline: pd.DataFrame
+    skew: pd.DataFrame
+
+
+def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
+    totals_df = totals(inputs)
+    return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
+                      stragglers(totals_df), _timelines(inputs), _skews(inputs))
+
+
+def _timelines(inputs: list[Input]) -> pd.DataFrame:
+    parts = [timeline.rank_timeline(i.events).drop(columns="rank").assign(label=i.label) for i in inputs]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return out[["label", *[c for c in out.columns if c != "label"]]] if len(out) else out
+
+
+def _skews(inputs: list[Input]) -> pd.DataFrame:
+    parts = []
+    for group in dict.fromkeys(i.group for i in inputs):
+        members = [i for i in inputs if i.group == group]
+        if len(members) < 2:
+            continue
+        events = pd.concat([i.events for i in members], ignore_index=True)
+        offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in members])
+        summary = timeline.skew_summary(timeline.collective_skew(events, offsets))
+        parts.append(summary.assign(group=group, clock="epoch" if offsets else "trace start"))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
