@@ -45,7 +45,7 @@ def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gro
         t.add_column("share", justify="right")
         t.add_column("count", justify="right")
         t.add_column("mean (us)", justify="right")
-        t.add_column(by, overflow="fold")
+        t.add_column(by, overflow="ellipsis", no_wrap=True, max_width=100)
         for _, r in rows.iterrows():
             t.add_row(_ms(r["total_ns"]), _pct(r["share"]), f"{int(r['count']):,}", _us(r["mean_ns"]),
                       Text(str(r[by]) or "(no scope)"))

@@ -20,6 +20,11 @@ app = typer.Typer(
 EXIT_BAD_INPUT = 2
 
 
+@app.callback()
+def _group() -> None:
+    """tracelab: where did the GPU time go, on each rank?"""
+
+
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
     """One line on stderr, then exit non-zero."""
     typer.echo(f"tracelab: error: {message}", err=True)
@@ -71,7 +76,7 @@ def _emit(rendered) -> None:
     else:
         from rich.console import Console
 
-        Console().print(rendered)
+        Console(width=None if sys.stdout.isatty() else 160).print(rendered)
 
 
 @app.command()
