@@ -23,10 +23,10 @@ def _pct(x: float) -> str:
 
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
-    parts = [f"kernels {_ms(row['kernel_ns'])} ms"]
-    if row.get("cpu_op_ns", 0):
-        parts.append(f"CPU ops {_ms(row['cpu_op_ns'])} ms (no GPU activity)")
-    parts.append(f"memcpy {_ms(row['memcpy_ns'])} ms")
+    if row.get("cpu_op_ns", 0) and not row["kernel_ns"]:
+        parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
+    else:
+        parts = [f"kernels {_ms(row['kernel_ns'])} ms", f"memcpy {_ms(row['memcpy_ns'])} ms"]
     if row.get("memset_ns", 0):
         parts.append(f"memset {_ms(row['memset_ns'])} ms")
     if not pd.isna(row.get("span_ns")):
