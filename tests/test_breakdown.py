@@ -1,0 +1,74 @@
+"""Breakdown figures against sums taken straight from the trace files."""
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+import tracelab
+from tracelab.classify import canonical
+from tracelab.reports.breakdown import REST, breakdown, summary
+
+KINETO = "hta/trace_filter/sampled_rank-1.json.gz"
+NSYS = "nsys-ai/mfu_2gpu_before.sqlite"
+
+
+def _kineto_kernel_sums(path):
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    total, count = defaultdict(int), Counter()
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            key = canonical(e["name"])
+            total[key] += round(e["dur"] * 1000)
+            count[key] += 1
+    return total, count
+
+
+def test_kernel_breakdown_matches_json(shared_traces):
+    path = shared_traces / KINETO
+    expected_ns, expected_count = _kineto_kernel_sums(path)
+    df = tracelab.load(path).events
+    table = breakdown(df[df["kind"] == "kernel"], by="kernel")
+    got = dict(zip(table["kernel"], table["total_ns"]))
+    assert got == dict(expected_ns)
+    assert dict(zip(table["kernel"], table["count"])) == dict(expected_count)
+    assert table["share"].sum() == pytest.approx(1.0)
+    assert table["total_ns"].is_monotonic_decreasing
+
+
+def test_top_keeps_the_total(shared_traces):
+    df = tracelab.load(shared_traces / KINETO).events
+    full = breakdown(df, by="kernel")
+    top = breakdown(df, by="kernel", top=5)
+    assert len(top) == 6 and top["kernel"].iloc[-1] == REST
+    assert top["total_ns"].sum() == full["total_ns"].sum() == df["dur_ns"].sum()
+    assert top["count"].sum() == full["count"].sum()
+
+
+def test_nsys_summary_per_rank_matches_sql(shared_traces):
+    path = shared_traces / NSYS
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT globalPid, sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                          "GROUP BY globalPid ORDER BY globalPid").fetchall()
+    df = tracelab.load(path).events
+    got = summary(df)
+    assert sorted(got["kernel_ns"].tolist()) == sorted(ns for _, ns in rows)
+    assert (got["busy_ns"] <= got["span_ns"]).all()
+    assert ((got["idle_share"] >= 0) & (got["idle_share"] <= 1)).all()
+
+
+@pytest.mark.parametrize("by", ["kernel", "op_class", "scope"])
+def test_cli_json_totals(by, shared_traces):
+    path = shared_traces / KINETO
+    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(path), "--by", by,
+                          "--format", "json", "--top", "3"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    df = tracelab.load(path).events
+    assert sum(r["total_ns"] for r in doc["breakdown"]) == int(df["dur_ns"].sum())
+    assert doc["summary"][0]["rank"] == 1
+    assert doc["summary"][0]["kernel_ns"] == int(df.loc[df["kind"] == "kernel", "dur_ns"].sum())
