@@ -1,0 +1,327 @@
+"""Nsight Systems SQLite export -> the events schema, one Profile per process.
+
+The file is opened read-only. Tables exist only when the run used them:
+kernels come from CUPTI_ACTIVITY_KIND_KERNEL (names through StringIds,
+demangled where nsys has it, else its short name), copies from ..._MEMCPY
+(named like Kineto's "Memcpy HtoD (Pinned -> Device)"), fills from ..._MEMSET;
+copies and fills carry their size in `bytes`.
+
+Scope: a GPU activity's scope is the NVTX ranges (push/pop and start/end)
+open on the thread that launched it, at the start of the launching CUDA API
+call, outermost first, joined by "/". The launch is found through
+CUPTI_ACTIVITY_KIND_RUNTIME by correlation id *within the process*
+(globalPid = globalTid & ~0xFFFFFF): correlation ids repeat across processes.
+A start/end range belongs to the thread that started it. An activity whose
+launch call is not in the file (a capture window cut before it) and unnamed
+ranges give no scope.
+
+Ranks: nsys records no rank. A file with several processes gives one Profile
+per process, ranked in the order of their pids (meta["rank_from"] = "process
+order") unless the caller maps pid -> rank. A file with one process leaves
+the rank to the caller or the file name (rank 0 for a lone file).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from tracelab import classify, schema
+from tracelab.errors import RankError, TraceFormatError
+from tracelab.schema import Profile
+
+NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
+PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFFFF
+
+# CUpti_ActivityMemcpyKind, for exports without ENUM_CUDA_MEMCPY_OPER
+MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+                7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+
+_KERNELS = """
+    SELECT k.start, k.end, k.deviceId AS device, k.streamId AS stream, k.correlationId, k.globalPid,
+           COALESCE(NULLIF(d.value, ''), s.value) AS name
+    FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    LEFT JOIN StringIds d ON d.id = k.demangledName
+    LEFT JOIN StringIds s ON s.id = k.shortName"""
+_MEMCPY = """
+    SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid,
+           bytes, copyKind, srcKind, dstKind
+    FROM CUPTI_ACTIVITY_KIND_MEMCPY"""
+_MEMSET = """
+    SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid, bytes, memKind
+    FROM CUPTI_ACTIVITY_KIND_MEMSET"""
+_NVTX = f"""
+    SELECT n.globalTid AS tid, n.start, COALESCE(n.end, 9223372036854775807) AS end,  -- never closed: open to the end
+           COALESCE(n.text, s.value) AS text
+    FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+    WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
+
+
+def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None) -> Profile | list[Profile]:
+    """Read one nsys export; several processes give a list, one Profile per process.
+
+    `ranks` maps a process id (pid) to its rank, overriding the pid order.
+    """
+    path = Path(path)
+    if path.is_file() and path.stat().st_size == 0:
+        raise TraceFormatError(path, "empty file")
+    try:
+        with closing(_connect(path)) as con:
+            activity, file_meta, devices = _read_tables(con, path)
+    except sqlite3.Error as e:
+        raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
+    return _profiles(activity, file_meta, devices, path, ranks)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _read_tables(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, dict[str, Any], dict]:
+    tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables):
+        raise TraceFormatError(path, "SQLite file without CUPTI_ACTIVITY_KIND_* tables: not an nsys export "
+                                     "(or one made without CUDA trace)")
+    activity = _activity(con, tables)
+    if activity.empty:
+        raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
+    activity["scope"] = _scopes(con, tables, activity)
+    return activity, _file_meta(con, tables), _devices(con, tables)
+
+
+def _query(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
+    cursor = con.execute(sql)
+    return pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
+
+
+def _enum(con: sqlite3.Connection, tables: set[str], table: str, column: str = "label") -> dict[int, str]:
+    if table not in tables:
+        return {}
+    return dict(con.execute(f"SELECT id, {column} FROM {table}").fetchall())
+
+
+# ---- GPU activity --------------------------------------------------------------
+
+
+def _activity(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    """Kernels, copies and fills in one frame: kind, name, start, end, device, stream,
+    correlationId, globalPid, bytes."""
+    parts = []
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        parts.append(_query(con, _KERNELS).assign(kind="kernel", bytes=np.nan))
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+        parts.append(_memcpy(con, tables))
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        parts.append(_memset(con, tables))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame()
+    cols = ["kind", "name", "start", "end", "device", "stream", "correlationId", "globalPid", "bytes"]
+    df = pd.concat([p[cols] for p in parts], ignore_index=True)
+    return df.sort_values("start", kind="stable", ignore_index=True)
+
+
+def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    df = _query(con, _MEMCPY)
+    names = _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER", "name")
+    kinds = {k: _copy_kind(v) for k, v in names.items()} or MEMCPY_KINDS
+    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND")
+    name = "Memcpy " + df["copyKind"].map(lambda k: kinds.get(k, f"kind {k}"))
+    if memory:
+        name += (" (" + df["srcKind"].map(memory).fillna("?") + " -> "
+                 + df["dstKind"].map(memory).fillna("?") + ")")
+    return df.assign(kind="memcpy", name=name, bytes=df["bytes"].astype("float64"))
+
+
+def _copy_kind(enum_name: str) -> str:
+    """CUDA_MEMCPY_KIND_HTOD -> HtoD, CUDA_MEMCPY_KIND_UVM_DTOH -> UVM DtoH."""
+    short = enum_name.removeprefix("CUDA_MEMCPY_KIND_")
+    short = re.sub(r"([A-Z])TO([A-Z])$", r"\1to\2", short).replace("_", " ")
+    return short.capitalize() if short == "UNKNOWN" else short
+
+
+def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    df = _query(con, _MEMSET)
+    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND")
+    name = ("Memset (" + df["memKind"].map(memory).fillna("?") + ")") if memory else "Memset"
+    return df.assign(kind="memset", name=name, bytes=df["bytes"].astype("float64"))
+
+
+# ---- NVTX scopes ----------------------------------------------------------------
+
+
+def _scopes(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame) -> np.ndarray:
+    """Per activity row, the NVTX ranges open on its launching thread at launch ("" if none)."""
+    scopes = np.full(len(activity), "", dtype=object)
+    if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return scopes
+    launches = _launches(con, activity)
+    ranges = _query(con, _NVTX)
+    ranges = ranges[ranges["text"].notna() & (ranges["end"] > ranges["start"])]  # an open range: end = max
+    by_thread = dict(tuple(ranges.groupby("tid", sort=False)))
+    for tid, group in launches.groupby("tid", sort=False):
+        if tid in by_thread:
+            scopes[group["row"].to_numpy()] = _sweep(by_thread[tid], group["launch_ns"].to_numpy())
+    return scopes
+
+
+def _launches(con: sqlite3.Connection, activity: pd.DataFrame) -> pd.DataFrame:
+    """Activity rows with the thread and start time of their launching API call."""
+    calls = _query(con, "SELECT globalTid AS tid, correlationId, start AS launch_ns "
+                        "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL")
+    calls["globalPid"] = calls["tid"] & PID_MASK
+    calls = calls.drop_duplicates(["globalPid", "correlationId"])
+    rows = activity[["globalPid", "correlationId"]].dropna().astype("int64").reset_index(names="row")
+    return rows.merge(calls, on=["globalPid", "correlationId"], how="inner")
+
+
+def _sweep(ranges: pd.DataFrame, launch_ns: np.ndarray) -> list[str]:
+    """One pass in time over range opens, closes and launches of one thread.
+
+    At equal times a close comes before an open before a launch (ranges are
+    [start, end)), and of two ranges opened together the longer (outer) first.
+    """
+    n = len(ranges)
+    times = np.concatenate([ranges["end"].to_numpy(), ranges["start"].to_numpy(), launch_ns])
+    what = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8), np.full(len(launch_ns), 2, np.int8)])
+    ids = np.concatenate([np.arange(n), np.arange(n), np.arange(len(launch_ns))])
+    outer_first = np.concatenate([np.zeros(n), -ranges["end"].to_numpy(np.float64), np.zeros(len(launch_ns))])
+    texts = ranges["text"].tolist()
+    open_ranges: dict[int, str] = {}  # insertion order = opening order = outermost first
+    out, current = [""] * len(launch_ns), None
+    for k in np.lexsort((outer_first, what, times)):
+        event, i = what[k], ids[k]
+        if event == 0:
+            del open_ranges[i]
+            current = None
+        elif event == 1:
+            open_ranges[i] = texts[i]
+            current = None
+        else:
+            current = "/".join(open_ranges.values()) if current is None else current
+            out[i] = current
+    return out
+
+
+# ---- meta -----------------------------------------------------------------------------
+
+
+def _file_meta(con: sqlite3.Connection, tables: set[str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"profiler_version": None, "export_schema_version": None}
+    if "META_DATA_EXPORT" in tables:
+        export = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+        meta["profiler_version"] = export.get("EXPORT_PRODUCT_VERSION")
+        meta["export_schema_version"] = export.get("EXPORT_SCHEMA_VERSION")
+    meta["session_utc_epoch_ns"] = meta["session_start_ns"] = None
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        meta["session_utc_epoch_ns"] = row[0] if row else None
+    if "ANALYSIS_DETAILS" in tables:
+        row = con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
+        meta["session_start_ns"], meta["session_stop_ns"] = row if row else (None, None)
+    if "PROCESSES" in tables:
+        meta["process_names"] = dict(con.execute("SELECT pid, name FROM PROCESSES").fetchall())
+    return meta
+
+
+def _epoch_ns(file_meta: dict[str, Any], trace_start_ns: int) -> int | None:
+    """UTC epoch ns of the first event. utcEpochNs is the session start; events are on the
+    session clock (from ANALYSIS_DETAILS.startTime) in some exports and already counted
+    from the session start in others (the mock export), told apart by where they fall."""
+    utc, start = file_meta.get("session_utc_epoch_ns"), file_meta.get("session_start_ns")
+    if utc is None:
+        return None
+    stop = file_meta.get("session_stop_ns")
+    on_session_clock = start is not None and stop is not None and start <= trace_start_ns <= stop
+    return int(utc + trace_start_ns - (start if on_session_clock else 0))
+
+
+def _rows(con: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
+    cursor = con.execute(sql)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor]
+
+
+def _devices(con: sqlite3.Connection, tables: set[str]) -> dict[tuple[int | None, int], dict[str, Any]]:
+    """(pid, CUDA device id) -> name, SMs, clock, bandwidth; pid None where the file does
+    not tie a GPU to a process. Columns are read with SELECT * since they vary by version."""
+    gpus = {}
+    if "TARGET_INFO_GPU" in tables:
+        gpus = {row["id"]: _gpu_props(row) for row in _rows(con, "SELECT * FROM TARGET_INFO_GPU")}
+    out: dict[tuple[int | None, int], dict[str, Any]] = {(None, i): props for i, props in gpus.items()}
+    if "TARGET_INFO_CUDA_DEVICE" in tables:
+        for row in _rows(con, "SELECT * FROM TARGET_INFO_CUDA_DEVICE"):
+            props = dict(gpus.get(row.get("gpuId"), {"type": "CUDA"}))
+            props["num_sms"] = props.get("num_sms") or row.get("numMultiprocessors")
+            out[(row.get("pid"), row.get("cudaId"))] = props
+    return out
+
+
+def _gpu_props(row: dict[str, Any]) -> dict[str, Any]:
+    major, minor = row.get("computeMajor"), row.get("computeMinor")
+    clock_hz, bandwidth = row.get("clockRate"), row.get("memoryBandwidth")  # Hz, B/s
+    return {"type": "CUDA", "name": row.get("name"),
+            "arch": f"{major}{minor}" if major is not None and minor is not None else None,
+            "num_sms": row.get("smCount"), "clock_khz": clock_hz / 1e3 if clock_hz else None,
+            "memory_bandwidth_gbs": bandwidth / 1e9 if bandwidth else None,
+            "total_memory_bytes": row.get("totalMemory"), "uuid": row.get("uuid")}
+
+
+def _device(devices: dict, pid: int | None, device: int) -> dict[str, Any]:
+    return devices.get((pid, device)) or devices.get((None, device)) or {"type": "CUDA"}
+
+
+# ---- profiles ---------------------------------------------------------------------------
+
+
+def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, path: Path,
+              ranks: Mapping[int, int] | None) -> Profile | list[Profile]:
+    trace_start_ns = int(activity["start"].min())
+    global_pids = activity["globalPid"].fillna(-1).astype("int64")  # -1: an export without globalPid
+    pid_of = {g: int((g >> 24) & 0xFFFFFF) if g >= 0 else None for g in global_pids.unique()}
+    order = sorted(pid_of, key=lambda g: (pid_of[g] is None, pid_of[g] or 0))
+    rank_of = _ranks([pid_of[g] for g in order], ranks, path)
+    file_meta = {**file_meta, "path": str(path), "source": "nsys", "trace_start_ns": trace_start_ns,
+                 "trace_start_epoch_ns": _epoch_ns(file_meta, trace_start_ns),
+                 "world_size": len(order) if len(order) > 1 else None}
+    names = file_meta.pop("process_names", {})
+    profiles = []
+    for g in order:
+        rows, pid = activity[global_pids == g], pid_of[g]
+        rank = rank_of.get(pid)
+        meta = {**file_meta, "pid": pid, "process_name": names.get(pid), "rank": rank,
+                "devices": {int(d): _device(devices, pid, int(d)) for d in sorted(rows["device"].unique())}}
+        if rank is not None:
+            meta["rank_from"] = "caller" if ranks else "process order"
+        profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), meta))
+    return profiles[0] if len(profiles) == 1 else profiles
+
+
+def _ranks(pids: list[int | None], ranks: Mapping[int, int] | None, path: Path) -> dict[int | None, int]:
+    if ranks:
+        missing = [p for p in pids if p not in ranks]
+        if missing:
+            raise RankError(path, f"no rank given for process(es) {missing}; the file holds pids {pids}")
+        return {p: int(ranks[p]) for p in pids}
+    if len(pids) == 1:
+        return {}
+    return {p: r for r, p in enumerate(pids)}
+
+
+def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
+    kernels = rows["name"].map(classify.canonical)
+    df = schema.coerce({
+        "rank": rank, "source": "nsys", "kind": rows["kind"].to_numpy(), "name": rows["name"].to_numpy(),
+        "kernel": kernels.to_numpy(), "op_class": classify.op_classes(kernels, rows["kind"]),
+        "scope": rows["scope"].to_numpy(), "device": rows["device"].to_numpy(),
+        "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
+        "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
+        "bytes": rows["bytes"].to_numpy(),
+    }, n_rows=len(rows))
+    return schema.validate(df)

@@ -1,0 +1,242 @@
+"""nsys SQLite parser: every real export, counts and sums straight from SQL (per
+process), names against nsys's own short names, NVTX scopes from an independent
+query per chosen kernel, rank rules, broken inputs."""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import tracelab
+from tracelab.errors import RankError, TraceFormatError
+from tracelab.parsers import nsys
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+FILES = sorted((TRACES / "nsys-ai").glob("*.sqlite"))
+PID = "((globalPid >> 24) & 16777215)"
+TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+          "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sql(path: Path, query: str, *args) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query, args).fetchall()
+    finally:
+        con.close()
+
+
+def _has(path: Path, table: str) -> bool:
+    return bool(_sql(path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", table))
+
+
+def _profiles(path: Path) -> list:
+    result = nsys.read(path)
+    return result if isinstance(result, list) else [result]
+
+
+@pytest.fixture(scope="module")
+def parsed() -> dict[Path, list]:
+    return {path: _profiles(path) for path in FILES}
+
+
+def test_every_export_is_found() -> None:
+    assert len(FILES) == 4
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("kind", sorted(TABLES))
+def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
+    got = {p.meta["pid"]: p.events[p.events["kind"] == kind] for p in parsed[path]}
+    want = {}
+    if _has(path, TABLES[kind]):
+        want = {pid: (n, total) for pid, n, total in
+                _sql(path, f"SELECT {PID}, count(*), sum(end - start) FROM {TABLES[kind]} GROUP BY 1")}
+    assert {pid: (len(df), int(df["dur_ns"].sum())) for pid, df in got.items() if len(df)} == want
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_totals_and_shape(parsed, path: Path) -> None:
+    profiles = parsed[path]
+    n, total = _sql(path, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    kernels = [p.events[p.events["kind"] == "kernel"] for p in profiles]
+    assert sum(len(k) for k in kernels) == n and sum(int(k["dur_ns"].sum()) for k in kernels) == total
+    assert min(int(p.events["start_ns"].min()) for p in profiles) == 0
+    assert all((p.events["source"] == "nsys").all() and (p.events["count"] == 1).all() for p in profiles)
+    pids = sorted(pid for (pid,) in _sql(path, f"SELECT DISTINCT {PID} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert [p.meta["pid"] for p in profiles] == pids
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_kernel_names_agree_with_nsys_short_names(parsed, path: Path) -> None:
+    want = sorted(_sql(path, f"SELECT {PID}, s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                             "JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"))
+    got = []
+    for p in parsed[path]:
+        kernels = p.events[p.events["kind"] == "kernel"]["kernel"].astype(str).value_counts()
+        got += [(p.meta["pid"], name, int(n)) for name, n in kernels.items()]
+    assert sorted(got) == want
+
+
+# The NVTX ranges open on the launching thread when the launch call began, by a
+# query that shares nothing with the parser's sweep.
+_EXPECTED_SCOPE = """
+    SELECT COALESCE(n.text, s.value) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+    JOIN NVTX_EVENTS n ON n.globalTid = r.globalTid
+    LEFT JOIN StringIds s ON s.id = n.textId
+    WHERE r.correlationId = ? AND (r.globalTid >> 24) = (? >> 24) AND n.eventType IN (59, 60)
+      AND n.start <= r.start AND (n.end IS NULL OR n.end > r.start)
+      AND COALESCE(n.text, s.value) IS NOT NULL
+    ORDER BY n.start, n.end DESC"""
+_CHOSEN = """
+    SELECT k.start, k.deviceId, k.streamId, k.correlationId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
+                  AND (r.globalTid >> 24) = (k.globalPid >> 24))
+    ORDER BY k.start"""
+NVTX_FILES = [p for p in FILES if _has(p, "NVTX_EVENTS")]
+
+
+@pytest.mark.parametrize("path", NVTX_FILES, ids=lambda p: p.name)
+def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
+    by_pid = {p.meta["pid"]: p for p in parsed[path]}
+    launched = _sql(path, _CHOSEN)
+    chosen = launched[:: max(1, len(launched) // 25)]
+    scoped = 0
+    for start, device, stream, correlation, global_pid in chosen:
+        want = "/".join(t for (t,) in _sql(path, _EXPECTED_SCOPE, correlation, global_pid))
+        profile = by_pid[(global_pid >> 24) & 0xFFFFFF]
+        df = profile.events
+        row = df[(df["start_ns"] == start - profile.meta["trace_start_ns"]) & (df["device"] == device)
+                 & (df["stream"] == stream) & (df["kind"] == "kernel")]
+        assert row["scope"].tolist() == [want]
+        scoped += bool(want)
+    assert scoped >= len(chosen) // 2  # most launches here sit inside NVTX ranges
+
+
+@pytest.mark.parametrize("path", NVTX_FILES, ids=lambda p: p.name)
+def test_no_scope_without_a_launch_call(parsed, path: Path) -> None:
+    launched = len(_sql(path, _CHOSEN))
+    with_scope = sum(int((p.events.query("kind == 'kernel'")["scope"] != "").sum()) for p in parsed[path])
+    assert 0 < with_scope <= launched
+
+
+_ONLY_ELSEWHERE = """
+    SELECT k.start, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
+                  AND (r.globalTid >> 24) != (k.globalPid >> 24))
+      AND NOT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
+                      AND (r.globalTid >> 24) = (k.globalPid >> 24))"""
+
+
+def test_correlation_ids_are_joined_per_process(parsed) -> None:
+    # In h100_2gpu_1s, 11 kernels have their launch cut from the capture but share a
+    # correlation id with the other process's launch calls, inside NVTX ranges: a join
+    # that ignores the process would hand them the other rank's scope.
+    path = TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite"
+    kernels = _sql(path, _ONLY_ELSEWHERE)
+    assert len(kernels) == 11
+    by_pid = {p.meta["pid"]: p for p in parsed[path]}
+    for start, global_pid in kernels:
+        profile = by_pid[(global_pid >> 24) & 0xFFFFFF]
+        df = profile.events
+        row = df[(df["start_ns"] == start - profile.meta["trace_start_ns"]) & (df["kind"] == "kernel")]
+        assert row["scope"].tolist() == [""]
+
+
+def test_ranks_by_process_order_and_override() -> None:
+    path = TRACES / "nsys-ai" / "mfu_2gpu_before.sqlite"
+    profiles = nsys.read(path)
+    pids = [p.meta["pid"] for p in profiles]
+    assert pids == sorted(pids) and [p.meta["rank"] for p in profiles] == [0, 1]
+    assert all(p.meta["rank_from"] == "process order" and p.meta["world_size"] == 2 for p in profiles)
+    assert [p.events["rank"].unique().tolist() for p in profiles] == [[0], [1]]
+    swapped = nsys.read(path, ranks={pids[0]: 1, pids[1]: 0})
+    assert [p.meta["rank"] for p in swapped] == [1, 0] and swapped[0].meta["rank_from"] == "caller"
+    assert (swapped[0].events["rank"] == 1).all()
+    with pytest.raises(RankError):
+        nsys.read(path, ranks={pids[0]: 0})
+
+
+def test_load_merges_processes() -> None:
+    profile = tracelab.load(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")
+    assert profile.meta["ranks"] == [0, 1]
+    assert sorted(profile.events["rank"].unique()) == [0, 1]
+    assert profile.events.groupby("rank")["device"].unique().map(list).to_dict() == {0: [0], 1: [1]}
+
+
+def test_single_process_leaves_rank_to_the_caller() -> None:
+    path = TRACES / "nsys-ai" / "mock.sqlite"
+    profile = nsys.read(path)
+    assert profile.meta["rank"] is None and (profile.events["rank"] == -1).all()
+    assert tracelab.load(path).meta["rank"] == 0
+    assert tracelab.load(path, rank=4).events["rank"].unique().tolist() == [4]
+
+
+def test_meta() -> None:
+    mock = nsys.read(TRACES / "nsys-ai" / "mock.sqlite").meta
+    gpu = mock["devices"][0]
+    assert gpu["name"] == "NVIDIA GeForce RTX 3080" and gpu["num_sms"] == 68 and gpu["arch"] == "86"
+    assert gpu["memory_bandwidth_gbs"] == pytest.approx(760.08)
+    assert mock["profiler_version"] == "2026.1.1.204" and mock["pid"] == 91186
+    h100 = nsys.read(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")[0].meta
+    assert h100["profiler_version"] == "2026.2.1.210"
+    # the first event falls inside the capture: after the session start, before the export
+    utc_start, = _sql(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite",
+                      "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
+    assert utc_start < h100["trace_start_epoch_ns"] < utc_start + 295_659 * 10**6
+
+
+def test_memcpy_names() -> None:
+    profile = nsys.read(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")[0]
+    copies = profile.events[profile.events["kind"] == "memcpy"]
+    assert set(copies["kernel"].astype(str)) == {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"}
+    assert (copies["op_class"] == "memory").all() and copies["bytes"].notna().all()
+
+
+def test_inputs_unchanged(parsed) -> None:
+    before = {p: _sha(p) for p in FILES}
+    for path in FILES:
+        nsys.read(path)
+    assert {p: _sha(p) for p in FILES} == before
+
+
+def _sqlite_without_cupti(path: Path) -> None:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE foo (x INTEGER)")
+    con.commit()
+    con.close()
+
+
+def _cupti_without_rows(path: Path) -> None:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER)")
+    con.commit()
+    con.close()
+
+
+BROKEN = {
+    "empty": (lambda p: p.write_bytes(b""), "empty file"),
+    "no CUPTI tables": (_sqlite_without_cupti, "without CUPTI_ACTIVITY_KIND_"),
+    "random bytes": (lambda p: p.write_bytes(bytes(range(256)) * 20), "file is not a database"),
+    "truncated": (lambda p: p.write_bytes((TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite").read_bytes()[:4096]),
+                  "malformed"),
+    "no GPU activity": (_cupti_without_rows, "without GPU activity"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_input(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "broken.sqlite"
+    make, reason = BROKEN[case]
+    make(path)
+    before = _sha(path)
+    with pytest.raises(TraceFormatError) as err:
+        nsys.read(path)
+    assert err.value.where == str(path) and reason in err.value.reason
+    assert _sha(path) == before
