@@ -6,7 +6,6 @@ JSON object a Chrome/Kineto trace.
 """
 from __future__ import annotations
 
-import gzip
 import importlib
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
+from . import cache
 from .errors import NoTracesError, RankError, TraceFormatError
 from .schema import Profile, empty, validate
 
@@ -75,10 +75,17 @@ def rank_from_name(path: str | os.PathLike) -> int | None:
 
 
 def _parse(path: Path) -> list[Profile]:
-    """Parse one file; nsys files with several processes give one Profile per process."""
+    """Parse one file (or take it from the Parquet cache); nsys files with several
+    processes give one Profile per process."""
     module = importlib.import_module(PARSERS[detect(path)])
+    use_cache = cache.enabled(path)
+    if use_cache and (cached := cache.get(path)) is not None:
+        return cached
     result = module.read(path)
-    return result if isinstance(result, list) else [result]
+    profiles = result if isinstance(result, list) else [result]
+    if use_cache:
+        cache.put(path, profiles)
+    return profiles
 
 
 def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> Profile:

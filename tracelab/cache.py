@@ -1,0 +1,69 @@
+"""A Parquet cache of parsed traces, so a big trace is parsed once.
+
+Keyed by the file's absolute path, size, modification time and the tracelab
+version; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
+files of at least MIN_BYTES are cached (small ones parse faster than a cache
+read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
+cache is simply not used. The trace file itself is only ever read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .schema import Profile, validate
+
+MIN_BYTES = 8 * 1024 * 1024
+VERSION = "1"  # bump when the schema or a parser's output changes
+
+
+def enabled(path: Path) -> bool:
+    if os.environ.get("TRACELAB_CACHE", "1") == "0":
+        return False
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return path.stat().st_size >= MIN_BYTES
+
+
+def _dir() -> Path:
+    return Path(os.environ.get("TRACELAB_CACHE_DIR", Path.home() / ".cache" / "tracelab"))
+
+
+def _key(path: Path) -> str:
+    from . import __version__
+
+    st = path.stat()
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+def get(path: Path) -> list[Profile] | None:
+    """The cached profiles of `path`, or None when absent, stale or unreadable."""
+    entry = _dir() / _key(path)
+    try:
+        metas = json.loads((entry / "meta.json").read_text())
+        return [Profile(validate(pd.read_parquet(entry / f"{i}.parquet")), meta)
+                for i, meta in enumerate(metas)]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def put(path: Path, profiles: list[Profile]) -> None:
+    """Store profiles; a failure to write the cache never fails the load."""
+    final = _dir() / _key(path)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+        for i, p in enumerate(profiles):
+            p.events.to_parquet(tmp / f"{i}.parquet", index=False)
+        (tmp / "meta.json").write_text(json.dumps([p.meta for p in profiles], default=str))
+        os.replace(tmp, final)
+    except OSError:
+        pass
