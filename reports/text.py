@@ -66,3 +66,142 @@ def breakdown_json(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
 
 # format name -> renderer(summary, table, by); the CLI's --format choices come from here
 BREAKDOWN_RENDERERS = {"table": breakdown_tables, "csv": breakdown_csv, "json": breakdown_json}
+
+
+# ---- compare (tracelab compare) ----------------------------------------------
+
+_MAX_RATIO_COLUMNS = 4  # beyond this many inputs the terminal table shows times only
+
+
+def _ratio(x: float) -> str:
+    return "-" if pd.isna(x) else f"x{x:.2f}"
+
+
+def _key_text(row: pd.Series, keys: list[str]) -> Text:
+    parts = [str(row[k]) or "(no scope)" for k in keys]
+    return Text(" | ".join(parts))
+
+
+def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
+    """Share of the largest per-row time that sits on rows every input has."""
+    total = table["max_ns"].sum()
+    return float(table.loc[table["inputs"] == n_inputs, "max_ns"].sum() / total) if total else float("nan")
+
+
+def straggler_line(row: pd.Series) -> str:
+    where = f" in {row['group']}" if row["group"] else ""
+    line = (f"straggler{where}: {row['label']}: the most non-communication GPU time "
+            f"({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms next)")
+    if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:
+        return line + (f" and the least in communication kernels ({_ms(row['comm_ns'])} ms against up to "
+                       f"{_ms(row['comm_max_ns'])} ms): the other ranks wait for it in collectives")
+    return line + f"; its communication time ({_ms(row['comm_ns'])} ms) is not the lowest"
+
+
+def _compare_table(c, keys: list[str], top: int | None) -> Table:
+    shown = c.table if not top else c.table.head(top)
+    title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
+             f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
+    t = Table(title=Text(title), title_justify="left", show_edge=False)
+    ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
+    for i, label in enumerate(c.labels):
+        t.add_column(Text(f"{label} (ms)"), justify="right")
+        if ratios and i:
+            t.add_column(Text(f"{label} / first"), justify="right")
+    t.add_column("spread", justify="right")
+    t.add_column("slowest")
+    t.add_column(" | ".join(keys), overflow="fold")
+    for _, r in shown.iterrows():
+        cells = []
+        for i, label in enumerate(c.labels):
+            cells.append(_ms(r[f"time_ns[{label}]"]))
+            if ratios and i:
+                cells.append(_ratio(r[f"ratio[{label}]"]))
+        t.add_row(*cells, _ratio(r["spread"]), Text(str(r["slowest"])), _key_text(r, keys))
+    return t
+
+
+def _totals_table(totals: pd.DataFrame) -> Table:
+    t = Table(title="GPU time per input", title_justify="left", show_edge=False)
+    for name in ("input", "source", "total (ms)", "compute (ms)", "communication (ms)", "/ first"):
+        t.add_column(name, justify="left" if name in ("input", "source") else "right")
+    for _, r in totals.iterrows():
+        t.add_row(Text(r["label"]), r["source"], _ms(r["total_ns"]), _ms(r["compute_ns"]), _ms(r["comm_ns"]),
+                  _ratio(r["ratio"]))
+    return t
+
+
+def _timeline_table(tl: pd.DataFrame) -> Table:
+    t = Table(title="GPU timeline per input (union of intervals over streams)", title_justify="left",
+              show_edge=False)
+    heads = ("input", "busy (ms)", "span (ms)", "idle", "comm (ms)", "overlapped (ms)", "exposed (ms)", "exposed")
+    for name in heads:
+        t.add_column(name, justify="left" if name == "input" else "right")
+    for _, r in tl.iterrows():
+        t.add_row(Text(r["label"]), _ms(r["busy_ns"]), _ms(r["span_ns"]), _pct(r["idle_share"]), _ms(r["comm_ns"]),
+                  _ms(r["overlap_ns"]), _ms(r["exposed_ns"]), _pct(r["exposed_share"]))
+    return t
+
+
+def _skew_table(skew: pd.DataFrame) -> Table:
+    t = Table(title="collective skew across ranks (i-th launch of each kernel aligned)", title_justify="left",
+              show_edge=False)
+    for name in ("run", "collectives", "mean start skew (us)", "max (us)", "last rank (share)", "clock", "kernel"):
+        t.add_column(name, justify="right" if "(" in name or name == "collectives" else "left", overflow="fold")
+    for _, r in skew.iterrows():
+        t.add_row(Text(r["group"] or "-"), f"{int(r['instances']):,}", _us(r["mean_skew_ns"]), _us(r["max_skew_ns"]),
+                  f"{int(r['last_rank'])} ({_pct(r['last_share'])})", r["clock"], Text(r["kernel"]))
+    return t
+
+
+def compare_tables(c, keys: list[str], top: int | None = None) -> Group:
+    """The aligned table, totals, straggler lines, and timeline and skew tables when timed."""
+    parts = [_compare_table(c, keys, top), _totals_table(c.totals)]
+    parts += [Text(straggler_line(r)) for _, r in c.stragglers.iterrows()]
+    if len(c.timeline):
+        parts.append(_timeline_table(c.timeline))
+    if len(c.skew):
+        parts.append(_skew_table(c.skew))
+    return Group(*parts)
+
+
+def compare_csv(c, keys: list[str], top: int | None = None) -> str:
+    return (c.table if not top else c.table.head(top)).to_csv(index=False)
+
+
+def compare_json(c, keys: list[str], top: int | None = None) -> str:
+    def records(df: pd.DataFrame) -> list:
+        return json.loads(df.to_json(orient="records")) if len(df) else []
+
+    doc = {"by": c.by, "inputs": records(c.totals), "stragglers": records(c.stragglers),
+           "timeline": records(c.timeline), "collective_skew": records(c.skew),
+           "rows": records(c.table if not top else c.table.head(top))}
+    return json.dumps(doc, indent=1)
+
+
+# format name -> renderer(comparison, keys, top); the CLI's --format choices come from here
+COMPARE_RENDERERS = {"table": compare_tables, "csv": compare_csv, "json": compare_json}
+
+
+def tree_diff_text(rows: pd.DataFrame, first: str, second: str):
+    """A rich tree of a proton tree diff: delta, then first -> second (ms), then the name;
+    red where the second is slower, green where faster, a mark where a node is in one tree only."""
+    from rich.tree import Tree
+
+    from ..classify import canonical
+
+    def label(r: pd.Series) -> Text:
+        name = canonical(r["name"]) if r["is_kernel"] else r["name"]
+        style = "red" if r["delta_ns"] > 0 else "green" if r["delta_ns"] < 0 else ""
+        only = {"first": f"  (only in {first})", "second": f"  (only in {second})"}.get(r["only_in"], "")
+        text = Text(f"{r['delta_ns'] / 1e6:+,.3f} ms", style=style)
+        text.append(f"  {_ms(r['first_ns'])} -> {_ms(r['second_ns'])}  ")
+        text.append(name + only)
+        return text
+
+    nodes: dict[int, Tree] = {}
+    root = Tree(Text(f"time difference, {second} - {first} (inclusive, ms)"))
+    for _, r in rows.iterrows():
+        parent = nodes.get(int(r["parent"]), root)
+        nodes[int(r["node"])] = parent.add(label(r))
+    return root

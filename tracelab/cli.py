@@ -104,3 +104,63 @@ def breakdown(
 def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
+
+
+def _load_groups(paths: list[str]) -> list[list]:
+    """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
+    one progress bar on stderr over all their files."""
+    from rich.progress import Progress
+
+    from .load import expand, load_many
+
+    files = [expand(p) for p in paths]
+    total = sum(len(f) for f in files)
+    with Progress(transient=True, console=_err_console(), disable=total < 2) as bar:
+        task = bar.add_task(f"loading {total} traces", total=total)
+        return [load_many(p, on_loaded=lambda _: bar.advance(task)) for p in paths]
+
+
+@app.command()
+def compare(
+    paths: Annotated[list[str], typer.Argument(help="Two or more trace files, run folders or folders of traces; "
+                                                    "the first is the reference.")],
+    by: Annotated[str, typer.Option(help="Align rows on scope,kernel, kernel, op_class or scope.")] = "scope,kernel",
+    top: Annotated[int, typer.Option(help="Show the N largest rows (0: all).")] = 25,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    tree: Annotated[bool, typer.Option("--tree", help="For two proton files: the tree of differences "
+                                                       "(like proton-viewer --diff-profile).")] = False,
+) -> None:
+    """Ranks, runs or profilers side by side: time and count per input, delta and ratio
+    against the first, spread and slowest input per row, and the straggler rank."""
+    from .reports.compare import BY, comparison, label_inputs
+    from .reports.text import COMPARE_RENDERERS
+
+    _check_choice("--by", by, tuple(BY))
+    _check_choice("--format", fmt, tuple(COMPARE_RENDERERS))
+    if top < 0:
+        raise UsageError("--top", f"must be 0 (all) or more, not {top}")
+    if tree:
+        return _tree_diff(paths)
+    if len(paths) < 2 and len(_expand_all(paths)) < 2:
+        raise UsageError("compare", "needs two or more traces (files or folders holding them)")
+    inputs = label_inputs(paths, _load_groups(paths))
+    _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top or None))
+
+
+def _expand_all(paths: list[str]) -> list:
+    from .load import expand
+
+    return expand(paths)
+
+
+def _tree_diff(paths: list[str]) -> None:
+    from pathlib import Path
+
+    from .load import detect
+    from .reports.text import tree_diff_text
+    from .reports.treediff import tree_diff
+
+    if len(paths) != 2 or any(Path(p).is_dir() or detect(p) != "hatchet" for p in paths):
+        raise UsageError("--tree", "needs exactly two proton .hatchet files")
+    first, second = (Path(p).name for p in paths)
+    _emit(tree_diff_text(tree_diff(*paths), first, second))
