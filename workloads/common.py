@@ -1,0 +1,59 @@
+"""What every workload program does the same way: find its rank, join the process
+group, pick its device. Workloads run under torchrun (RANK, WORLD_SIZE, LOCAL_RANK in
+the environment) or alone (one rank, no process group)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    group: dist.ProcessGroup | None  # None when running alone
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value is None else int(value)
+
+
+def init_distributed() -> Dist:
+    """Join the job torchrun started: NCCL and this rank's GPU when there are GPUs, else gloo on the CPU."""
+    rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    group = None
+    if "MASTER_ADDR" in os.environ:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+        group = dist.group.WORLD
+    return Dist(rank, world_size, local_rank, device, group)
+
+
+def close_distributed(d: Dist) -> None:
+    if d.group is not None:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"

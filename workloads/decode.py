@@ -1,0 +1,216 @@
+"""Llama-style token-by-token decode, gpt-fast style, on one or many ranks (tensor parallel).
+
+    python -m tracelab.workloads.decode --model tiny --new-tokens 8          # alone, one rank
+    tracelab run decode --ranks 4 --backend proton -- --model llama-2-7b --compile
+
+Per rank it prints and writes (rank{r}.figures.json) what gpt-fast prints: seconds
+per sample, tokens/s, and achieved bandwidth = bytes of weights this rank reads per
+step x steps per second. Phases are marked `prefill` and `decode_one_token`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from tracelab import backends
+from tracelab.errors import TracelabError, UsageError
+
+from . import checkpoint
+from .common import Dist, close_distributed, device_name, init_distributed
+from .model import CONFIGS, ModelArgs, Transformer, weight_bytes
+from .tp import ALLREDUCE, install_all_reduce, unshardable
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SEED = 1234  # the same on every rank: replicated weights and sampled tokens must agree
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.decode", description=__doc__.splitlines()[0])
+    backends.add_arguments(p)
+    p.add_argument("--model", choices=list(CONFIGS), default=None,
+                   help="shapes by name (default: llama-2-7b on a GPU, tiny on the CPU)")
+    p.add_argument("--checkpoint", type=Path, help="gpt-fast model.pth (default: random weights)")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: bf16 on a GPU, fp32 on the CPU")
+    p.add_argument("--compile", action="store_true",
+                   help="compile the decode step (mode=reduce-overhead: CUDA graphs, fullgraph)")
+    p.add_argument("--compile-prefill", action="store_true", help="compile the prefill as well")
+    p.add_argument("--allreduce", choices=ALLREDUCE, default="nccl",
+                   help="sum over ranks after attention and MLP (nccl means the process group's backend)")
+    p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
+    p.add_argument("--new-tokens", type=int, default=200, help="tokens to generate per sample")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--samples", type=int, default=5, help="measured samples, inside the profiled window")
+    p.add_argument("--warmup", type=int, default=1, help="samples before the window (compilation happens here)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=200)
+    return p
+
+
+def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
+    """Fill the defaults that depend on the machine."""
+    args.model = args.model or ("llama-2-7b" if gpu else "tiny")
+    args.dtype = args.dtype or ("bf16" if gpu else "fp32")
+    return args
+
+
+def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
+    """UsageError for options that cannot work on this machine and world size; else the
+    resolved configuration (what run.json records)."""
+    resolve(args, gpu)
+    config = CONFIGS[args.model]
+    for name in ("prompt_len", "new_tokens", "batch_size", "samples"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}", f"must be at least 1, not {getattr(args, name)}")
+    if args.warmup < 0:
+        raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
+    if args.prompt_len + args.new_tokens > config.block_size:
+        raise UsageError("--new-tokens", f"prompt + new tokens ({args.prompt_len + args.new_tokens}) exceed "
+                                         f"{args.model}'s context of {config.block_size}")
+    if (reason := unshardable(config, world_size)) is not None:
+        raise UsageError("--ranks", f"{args.model}: {reason}")
+    if args.allreduce.startswith("symm") and not gpu:
+        raise UsageError("--allreduce", f"{args.allreduce} needs CUDA GPUs; use nccl (gloo on the CPU)")
+    if args.checkpoint is not None:
+        checkpoint.check(args.checkpoint, config, args.model)
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def build_model(args: argparse.Namespace, d: Dist) -> Transformer:
+    """This rank's shard: from the checkpoint, or random weights made on the device."""
+    dtype = DTYPES[args.dtype]
+    with torch.device("meta"):
+        model = Transformer(CONFIGS[args.model], d.world_size)
+    if args.checkpoint is not None:
+        checkpoint.load_shard(model, args.checkpoint, args.model, d.rank, d.world_size, dtype, d.device)
+    else:
+        model = model.to_empty(device=d.device).to(dtype)
+        randomize(model)
+    if d.group is not None and d.world_size > 1:
+        install_all_reduce(model, args.allreduce, d.group, args.batch_size * args.prompt_len, d.device)
+    return model.eval()
+
+
+@torch.no_grad()
+def randomize(model: Transformer) -> None:
+    # never zeros: they hide wrong indexing and can run faster than real weights
+    torch.manual_seed(SEED)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, 0.02)
+
+
+def sample(logits: Tensor, temperature: float, top_k: int) -> Tensor:
+    # logits: [B, S, V] -> next token ids [B, 1] (top-k, then an exponential race: no host sync)
+    logits = logits[:, -1].float() / max(temperature, 1e-5)  # [B, V]
+    pivot = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # [B, 1]
+    probs = torch.softmax(torch.where(logits < pivot, -float("inf"), logits), dim=-1)
+    race = torch.empty_like(probs).exponential_(1)
+    return torch.argmax(probs / race, dim=-1, keepdim=True).to(torch.int)
+
+
+def prefill(model: Transformer, x: Tensor, input_pos: Tensor, temperature: float, top_k: int) -> Tensor:
+    # x: [B, T]; input_pos: [T] -> [B, 1]
+    return sample(model(x, input_pos), temperature, top_k)
+
+
+def decode_one_token(model: Transformer, x: Tensor, input_pos: Tensor, temperature: float, top_k: int) -> Tensor:
+    # x: [B, 1]; input_pos: [1] -> [B, 1]
+    return sample(model(x, input_pos), temperature, top_k)
+
+
+def compiled_steps(args: argparse.Namespace):
+    """(prefill, decode step): compiled as gpt-fast compiles them when asked."""
+    if not args.compile:
+        return prefill, decode_one_token
+    import torch._inductor.config as inductor
+    inductor.coordinate_descent_tuning = True
+    inductor.triton.unique_kernel_names = True
+    inductor.fx_graph_cache = True
+    step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True)
+    first = torch.compile(prefill, fullgraph=True, dynamic=True) if args.compile_prefill else prefill
+    return first, step
+
+
+def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: argparse.Namespace) -> Tensor:
+    # prompt: [B, T] -> [B, T + new_tokens]
+    first, step = steps
+    bsz, t = prompt.shape
+    seq = torch.empty(bsz, t + new_tokens, dtype=torch.int, device=prompt.device)
+    seq[:, :t] = prompt
+    with backends.region("prefill"):
+        token = first(model, prompt, torch.arange(t, device=prompt.device), args.temperature, args.top_k)
+    seq[:, t:t + 1] = token
+    input_pos = torch.tensor([t], device=prompt.device, dtype=torch.int)
+    for i in range(1, new_tokens):
+        with backends.region("decode_one_token"), torch.nn.attention.sdpa_kernel(
+                torch.nn.attention.SDPBackend.MATH):
+            token = step(model, token, input_pos, args.temperature, args.top_k).clone()
+        seq[:, t + i:t + i + 1] = token
+        input_pos += 1
+    return seq
+
+
+def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace) -> float:
+    """Seconds for one sample (prefill + all new tokens), device work included."""
+    sync = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    generate(model, prompt, args.new_tokens, steps, args)
+    sync()
+    return time.perf_counter() - t0
+
+
+def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int) -> dict:
+    s_per_sample = sum(seconds) / len(seconds)
+    tokens_per_s = args.new_tokens / s_per_sample
+    return {"rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
+            "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
+            "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+            "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
+            "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
+            "bandwidth_gb_s": model_bytes * tokens_per_s / 1e9}
+
+
+def run(args: argparse.Namespace, d: Dist, say=print) -> dict:
+    model = build_model(args, d)
+    model.setup_caches(args.batch_size, args.prompt_len + args.new_tokens)
+    steps = compiled_steps(args)
+    prompt = torch.randint(0, model.args.vocab_size, (args.batch_size, args.prompt_len),
+                           generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
+    with torch.no_grad(), backends.session(args.backend, args.out, d.rank) as prof:
+        for i in range(args.warmup):
+            say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {timed_sample(model, prompt, steps, args):.2f} s")
+        with prof.window():
+            seconds = [timed_sample(model, prompt, steps, args) for _ in range(args.samples)]
+    return figures(args, d, seconds, weight_bytes(model))
+
+
+def summary(f: dict) -> str:
+    return (f"rank {f['rank']}: {f['s_per_sample']:.3f} s per sample, {f['tokens_per_s']:.2f} tokens/s, "
+            f"bandwidth achieved {f['bandwidth_gb_s']:.2f} GB/s ({f['weight_bytes'] / 1e9:.3f} GB of weights)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check(args, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
+    except TracelabError as e:
+        parser.exit(2, f"decode: error: {e}\n")
+    d = init_distributed()
+    result = run(args, d)
+    print(summary(result), flush=True)
+    backends.write_figures(args.out, d.rank, result)
+    close_distributed(d)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

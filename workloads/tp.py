@@ -1,0 +1,109 @@
+"""Tensor parallelism for the decoder of model.py, as gpt-fast's tp.py does it:
+wqkv, w1 and w3 split by output rows (each rank keeps its heads and its slice of
+the hidden layer), wo and w2 by input columns, and a sum over ranks after the
+attention and the feed-forward.
+
+The sum is one of ALLREDUCE: "nccl" (a functional all-reduce through the process
+group: NCCL on GPUs, gloo on the CPU), or a symmetric-memory kernel
+(torch.ops.symm_mem one-shot or two-shot) over a buffer every rank maps.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch import Tensor
+
+from .model import ModelArgs, Transformer
+
+ALLREDUCE = ("nccl", "symm-one-shot", "symm-two-shot")
+
+
+def unshardable(args: ModelArgs, world_size: int) -> str | None:
+    """Why `args` cannot be split over `world_size` ranks, or None when it can."""
+    sizes = {"heads": args.n_head, "key/value heads": args.kv_heads, "hidden size": args.hidden_dim}
+    for what, n in sizes.items():
+        if n % world_size:
+            return f"{what} ({n}) do not divide over {world_size} ranks"
+    return None
+
+
+def shard_rows(w: Tensor, rank: int, world_size: int) -> Tensor:
+    # w: [out, in] -> [out / ws, in]
+    return w.chunk(world_size, dim=0)[rank]
+
+
+def shard_cols(w: Tensor, rank: int, world_size: int) -> Tensor:
+    # w: [out, in] -> [out, in / ws]
+    return w.chunk(world_size, dim=1)[rank]
+
+
+def shard_wqkv(w: Tensor, args: ModelArgs, rank: int, world_size: int) -> Tensor:
+    # w: [(H + 2 Hkv) Dh, D] -> [(H + 2 Hkv) Dh / ws, D]: q, k and v each split by heads
+    q_size, kv_size = args.n_head * args.head_dim, args.kv_heads * args.head_dim
+    q, k, v = w.split([q_size, kv_size, kv_size], dim=0)
+    return torch.cat([shard_rows(t, rank, world_size) for t in (q, k, v)])
+
+
+def shard_state(state: dict[str, Tensor], args: ModelArgs, rank: int, world_size: int) -> dict[str, Tensor]:
+    """This rank's slice of a full (unsharded) state dict."""
+    out = {}
+    for name, w in state.items():
+        if name.endswith("attention.wqkv.weight"):
+            w = shard_wqkv(w, args, rank, world_size)
+        elif name.endswith(("feed_forward.w1.weight", "feed_forward.w3.weight")):
+            w = shard_rows(w, rank, world_size)
+        elif name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+            w = shard_cols(w, rank, world_size)
+        out[name] = w
+    return out
+
+
+class FunctionalAllReduce(nn.Module):
+    """Sum over the group through the process group's backend (traceable by torch.compile)."""
+
+    def __init__(self, group: dist.ProcessGroup):
+        super().__init__()
+        self.group = group
+
+    def forward(self, x: Tensor) -> Tensor:
+        import torch.distributed._functional_collectives as funcol
+        return funcol.all_reduce(x, "sum", self.group)
+
+
+class SymmAllReduce(nn.Module):
+    """Sum over the group with a symmetric-memory kernel; x is copied into a buffer
+    that every rank maps (one-shot: each rank reads all peers; two-shot: reduce-scatter
+    then all-gather, in place)."""
+
+    def __init__(self, mode: str, group: dist.ProcessGroup, max_tokens: int, dim: int,
+                 dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        import torch.distributed._symmetric_memory as symm_mem
+        self.mode, self.group_name = mode, group.group_name
+        buf = symm_mem.empty(max_tokens * dim, dtype=dtype, device=device)  # [max_tokens * D]
+        symm_mem.rendezvous(buf, self.group_name)
+        self.register_buffer("buf", buf, persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        # x: [B, S, D] -> [B, S, D], summed over ranks
+        if self.mode == "symm-one-shot":
+            return torch.ops.symm_mem.one_shot_all_reduce_copy(self.buf, x.reshape(-1), "sum",
+                                                               self.group_name).view_as(x)
+        flat = self.buf[: x.numel()]
+        flat.copy_(x.reshape(-1))
+        torch.ops.symm_mem.two_shot_all_reduce_(flat, "sum", self.group_name)
+        return flat.view_as(x).clone()
+
+
+def install_all_reduce(model: Transformer, mode: str, group: dist.ProcessGroup,
+                       max_tokens: int, device: torch.device) -> None:
+    """Make every block sum its attention and feed-forward outputs over the group."""
+    if mode == "nccl":
+        reduce = FunctionalAllReduce(group)
+    else:
+        dtype = model.output.weight.dtype
+        reduce = SymmAllReduce(mode, group, max_tokens, model.args.dim, dtype, device)
+    for block in model.layers:
+        block.attention.all_reduce = reduce
+        block.feed_forward.all_reduce = reduce
