@@ -164,3 +164,25 @@ def _tree_diff(paths: list[str]) -> None:
         raise UsageError("--tree", "needs exactly two proton .hatchet files")
     first, second = (Path(p).name for p in paths)
     _emit(tree_diff_text(tree_diff(*paths), first, second))
+
+
+@app.command()
+def report(
+    paths: Paths,
+    out: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write.")] = "report.html",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
+    title: Annotated[Optional[str], typer.Option(help="Report title (default: the inputs' names).")] = None,
+) -> None:
+    """One self-contained HTML file that works offline: run info, GPU time by op class per rank,
+    top kernels (heatmap, sortable table), timeline, overlap and idle, and the comparison of runs."""
+    from pathlib import Path
+
+    from .reports import html
+    from .reports.compare import label_inputs
+
+    if Path(out).exists() and not force:
+        raise UsageError(out, "exists; pass --force to overwrite it")
+    inputs = label_inputs(paths, _load_groups(paths))
+    text = html.render(inputs, paths, html.run_info(paths), title or "tracelab: " + ", ".join(Path(p).name for p in paths))
+    written = html.write(out, text, force=force)
+    typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
