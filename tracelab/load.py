@@ -30,6 +30,7 @@ PARSERS: dict[str, str] = {
 # file names a folder is searched for (run.json and friends are not traces)
 TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3")
 NOT_TRACES = {"run.json"}
+NOT_TRACE_SUFFIXES = (".figures.json",)  # a workload's per-rank figures (tracelab run)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -148,7 +149,7 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
 
 def _looks_like_trace(path: Path) -> bool:
     name = path.name.lower()
-    return name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES)
+    return name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES) and not name.endswith(NOT_TRACE_SUFFIXES)
 
 
 def _parse_job(path: Path) -> list[Profile]:
