@@ -42,7 +42,8 @@ var data=JSON.parse(document.getElementById('tracelab-figures').textContent);
 var cfg={displaylogo:false,responsive:true};
 var made=Object.keys(data).map(function(id){
   var f=data[id];return Plotly.newPlot(document.getElementById(id),f.data,f.layout,cfg);});
-Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));});
+Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));
+  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));});
 document.querySelectorAll('table.sortable').forEach(function(t){
   t.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
     var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);
