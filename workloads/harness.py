@@ -1,0 +1,184 @@
+"""What the train, allreduce and overlap programs share: arguments checked before the
+process group exists (so every rank fails the same way, and none waits for a rank that
+already left), joining the job with a timeout, one line on failure, timing and byte sizes.
+
+A workload's __main__ reads:
+
+    def main(argv=None) -> int:
+        return harness.main("allreduce", parse, run, argv)
+
+where parse(argv) -> args (raising UsageError on bad input) and run(args, d) does the work."""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from tracelab.errors import RunError, TracelabError, UsageError
+
+from .common import Dist
+
+EXIT_FAILED = 2
+DEFAULT_TIMEOUT_S = 180.0
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) as torchrun set them; (0, 1, 0) when run alone."""
+    get = os.environ.get
+    return int(get("RANK", 0)), int(get("WORLD_SIZE", 1)), int(get("LOCAL_RANK", 0))
+
+
+def gpu_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def join(timeout_s: float = DEFAULT_TIMEOUT_S) -> Dist:
+    """This rank's device, and the process group when torchrun started several ranks:
+    gloo for CPU tensors and NCCL for CUDA tensors on a GPU machine, gloo alone on the CPU.
+    Collectives that wait longer than timeout_s fail instead of hanging."""
+    rank, world_size, local_rank = env_rank()
+    device = torch.device("cpu")
+    if gpu_available():
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError("--ranks", f"rank {rank} needs GPU {local_rank} but "
+                                        f"{torch.cuda.device_count()} are visible")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    group = None
+    if "MASTER_ADDR" in os.environ:
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        group = dist.group.WORLD
+    return Dist(rank, world_size, local_rank, device, group)
+
+
+def leave(d: Dist) -> None:
+    if d.group is not None and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any, Dist], None],
+         argv: list[str] | None = None) -> int:
+    """Parse (before any process group), run, and turn failures into one line on stderr.
+    Bad input is the same on every rank, so only rank 0 says it; a failure at run time
+    (out of memory, a wrong sum) is this rank's own and says which rank."""
+    rank = env_rank()[0]
+    try:
+        args = parse(argv)
+    except UsageError as e:
+        if rank == 0:
+            print(f"tracelab {name}: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    d = None
+    try:
+        d = join(getattr(args, "timeout_s", DEFAULT_TIMEOUT_S))
+        run(args, d)
+        leave(d)  # only on success: a failed rank just exits, and torchrun stops the others
+    except torch.OutOfMemoryError as e:
+        print(f"tracelab {name}: error: rank {rank}: out of memory on {d.device if d else 'the device'}: "
+              f"{_first_line(e)}; try smaller sizes", file=sys.stderr)
+        return EXIT_FAILED
+    except TracelabError as e:
+        print(f"tracelab {name}: error: rank {rank}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def parse_bytes(text: str) -> int:
+    """'4K', '64KB', '1M', '1G', '4096' -> bytes (powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?B?)\s*", text.upper())
+    if not m or int(m.group(1)) <= 0:
+        raise UsageError("--sizes", f"{text!r} is not a size (say 4096, 4K, 64KB, 1M or 1G)")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list of sizes, each a size or a range LO-HI (powers of 2 from LO to HI)."""
+    sizes: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = (parse_bytes(p) for p in part.split("-", 1))
+            if hi < lo:
+                raise UsageError("--sizes", f"range {part!r} runs backwards")
+            while lo <= hi:
+                sizes.append(lo)
+                lo *= 2
+        else:
+            sizes.append(parse_bytes(part))
+    return sorted(set(sizes))
+
+
+def parse_choices(option: str, text: str, choices: tuple[str, ...] | list[str]) -> list[str]:
+    """A comma list, each item one of choices."""
+    picked = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in picked if t not in choices]
+    if unknown or not picked:
+        raise UsageError(option, f"unknown {', '.join(unknown) or 'empty list'}; "
+                                 f"choose from {', '.join(choices)}")
+    return picked
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_each_us(fn: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
+    """Per-call times in microseconds: CUDA events around each call on a GPU (launches
+    queue back to back, one sync at the end), perf_counter with a sync each call on the CPU."""
+    if device.type != "cuda":
+        out = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
+        return out
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) * 1e3 for start, end in events]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def max_over_ranks(value: float, d: Dist) -> float:
+    """The largest of every rank's value (the slowest rank sets a collective's time)."""
+    if d.group is None:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def check_close(what: str, got: torch.Tensor, want: torch.Tensor, rel_tol: float) -> float:
+    """Relative error ||got - want|| / ||want|| (in float64); RunError past rel_tol or on NaN."""
+    got64, want64 = got.detach().double(), want.detach().double()
+    err = float((got64 - want64).norm() / want64.norm().clamp_min(1e-30))
+    if not err <= rel_tol:  # NaN fails too
+        raise RunError(what, f"result differs from the expected one: relative error {err:.3g} > {rel_tol:g}")
+    return err

@@ -1,0 +1,217 @@
+"""Training steps of a transformer LM, as the course benchmarks them (reference 001/002):
+sizes small..2.7B, forward / forward+backward / full step with AdamW, warm-up steps
+(0 shows the cold start), fp32 or bf16 autocast, and data parallel over ranks
+(naive, flat, overlap, bucketed: see ddp.py). Per step: mean and std of the time
+(synchronised around each step on a GPU), peak memory, model FLOPs utilisation.
+
+    python -m tracelab.workloads.train --size small --phase forward-backward --dtype bf16
+    tracelab run train --ranks 2 -- --size small --ddp naive,flat,overlap,bucketed
+
+--size, --phase, --dtype and --ddp take comma lists (a sweep, one model at a time);
+a profiled run (--backend other than none) takes one of each.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import os
+import statistics
+import time
+
+import torch
+
+from tracelab import backends
+from tracelab.errors import UsageError
+
+from . import harness
+from .common import Dist, device_name
+from .ddp import VARIANTS, broadcast_parameters, make_sync
+from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
+
+PHASES = ("forward", "forward-backward", "step")
+DTYPES = ("fp32", "bf16")
+DDP = ("none",) + VARIANTS
+# Dense peak TFLOP/s of an H100/H200 SXM by its datasheet: an assumption, not a measurement.
+HOPPER_PEAK_TFLOPS = {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}
+MFU_FORMULA = ("PaLM model FLOPs: (6*N + 12*L*d*S) per token for forward+backward, a third of that "
+               "for forward; N = matrix-product parameters (output projection in, embedding out)")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    gpu = harness.gpu_available()
+    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.train", description=__doc__.split("\n\n")[0])
+    backends.add_arguments(p)
+    p.add_argument("--size", default="small" if gpu else "tiny",
+                   help=f"model size(s), comma list of {', '.join(SIZES)} (default: small on a GPU, tiny on the CPU)")
+    p.add_argument("--context-length", type=int, default=256, help="tokens per sequence (default: 256)")
+    p.add_argument("--batch-size", type=int, default=4,
+                   help="sequences per step over all ranks; each rank takes batch/ranks (default: 4)")
+    p.add_argument("--vocab-size", type=int, default=10000, help="vocabulary (default: 10000, as the course)")
+    p.add_argument("--phase", default="forward-backward", help=f"comma list of {', '.join(PHASES)} "
+                   "(step = forward, backward, AdamW; default: forward-backward)")
+    p.add_argument("--dtype", default="fp32", help="fp32 or bf16 (autocast), comma list (default: fp32)")
+    p.add_argument("--ddp", default="none", help=f"gradient sync over ranks, comma list of {', '.join(DDP)} "
+                   "(none: each rank steps alone; default: none)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for --ddp bucketed (default: 25)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-s", type=float, default=harness.DEFAULT_TIMEOUT_S,
+                   help="a collective waiting longer fails (default: %(default)s)")
+    args = p.parse_args(argv)
+    return _validate(args)
+
+
+def _validate(args: argparse.Namespace) -> argparse.Namespace:
+    args.sizes = harness.parse_choices("--size", args.size, list(SIZES))
+    args.phases = harness.parse_choices("--phase", args.phase, PHASES)
+    args.dtypes = harness.parse_choices("--dtype", args.dtype, DTYPES)
+    args.ddps = harness.parse_choices("--ddp", args.ddp, DDP)
+    world_size = harness.env_rank()[1]
+    for option, value in (("--context-length", args.context_length), ("--batch-size", args.batch_size),
+                          ("--vocab-size", args.vocab_size), ("--steps", args.steps), ("--bucket-mb", args.bucket_mb)):
+        if value <= 0:
+            raise UsageError(option, f"must be positive, not {value}")
+    if args.warmup < 0:
+        raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
+    if args.batch_size % world_size:
+        raise UsageError("--batch-size", f"{args.batch_size} sequences do not divide over {world_size} ranks")
+    if args.ddps != ["none"] and "MASTER_ADDR" not in os.environ:
+        raise UsageError("--ddp", "data parallel needs ranks: run through torchrun or `tracelab run train --ranks N`")
+    configs = len(args.sizes) * len(args.phases) * len(args.dtypes) * len(args.ddps)
+    if args.backend != "none" and configs > 1:
+        raise UsageError("--backend", f"a profiled run takes one size, phase, dtype and ddp ({configs} given); "
+                                      "sweep with --backend none")
+    backends.check(args.backend, harness.gpu_available())
+    return args
+
+
+def peak_tflops(args: argparse.Namespace, dtype: str, d: Dist) -> tuple[float | None, str]:
+    if args.peak_tflops is not None:
+        return args.peak_tflops, "given (--peak-tflops)"
+    name = device_name(d.device)
+    if not any(chip in name for chip in ("H100", "H200")):
+        return None, f"unknown for {name}: give --peak-tflops"
+    tf32 = dtype == "fp32" and torch.get_float32_matmul_precision() != "highest"
+    key = "tf32" if tf32 else dtype
+    return HOPPER_PEAK_TFLOPS[key], f"assumed: H100/H200 SXM datasheet dense {key} peak"
+
+
+def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device):
+    """One training step of `phase`, its phases marked as regions."""
+    x, y = batch  # [B, S] token ids and next-token targets
+    cast = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+
+    def step() -> None:
+        with backends.region("forward"), cast:
+            loss = loss_fn(model(x), y)
+        if phase == "forward":
+            return
+        if sync is not None:
+            sync.before_backward()
+        with backends.region("backward"):
+            loss.backward()
+        if sync is not None:
+            with backends.region("grad_sync"):
+                sync.finish()
+        if optimizer is not None:
+            with backends.region("optimizer"):
+                optimizer.step()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed_steps(step, n: int, device: torch.device) -> list[float]:
+    """Milliseconds of each of n steps, the device synchronised before and after each."""
+    out = []
+    for _ in range(n):
+        harness.synchronize(device)
+        t0 = time.perf_counter()
+        step()
+        harness.synchronize(device)
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def build(args, size: str, phase: str, ddp: str, d: Dist):
+    torch.manual_seed(args.seed)
+    model = TrainLM(model_args(SIZES[size], args.vocab_size, args.context_length)).to(d.device)
+    sync = None
+    if ddp != "none":
+        broadcast_parameters(model)
+        sync = make_sync(ddp, model, args.bucket_mb)
+    optimizer = torch.optim.AdamW(model.parameters()) if phase == "step" else None
+    g = torch.Generator().manual_seed(args.seed + 1 + d.rank)  # each rank its own share of the batch
+    local = args.batch_size // d.world_size
+    tokens = torch.randint(args.vocab_size, (local, args.context_length + 1), generator=g).to(d.device)
+    return model, (tokens[:, :-1], tokens[:, 1:]), sync, optimizer
+
+
+def run_config(args, cfg: dict, d: Dist, prof) -> dict:
+    model, batch, sync, optimizer = build(args, cfg["size"], cfg["phase"], cfg["ddp"], d)
+    step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device)
+    if d.gpu:
+        torch.cuda.reset_peak_memory_stats(d.device)
+    timed_steps(step, args.warmup, d.device)
+    with prof.window() if prof is not None else contextlib.nullcontext():
+        step_ms = timed_steps(step, args.steps, d.device)
+    row = figures_row(args, cfg, model, step_ms, d)
+    del model, batch, sync, optimizer, step
+    gc.collect()
+    if d.gpu:
+        torch.cuda.empty_cache()
+    return row
+
+
+def figures_row(args, cfg: dict, model: TrainLM, step_ms: list[float], d: Dist) -> dict:
+    mean_ms = statistics.mean(step_ms)
+    tokens = args.batch_size // d.world_size * args.context_length
+    flops = model_flops(model, tokens, args.context_length, backward=cfg["phase"] != "forward")
+    peak, peak_source = peak_tflops(args, cfg["dtype"], d)
+    achieved_tflops = flops / (mean_ms * 1e-3) / 1e12
+    return {**cfg, "params": sum(p.numel() for p in model.parameters()),
+            "batch_size": args.batch_size, "context_length": args.context_length,
+            "warmup": args.warmup, "steps": args.steps, "step_ms": step_ms,
+            "step_ms_mean": mean_ms, "step_ms_std": statistics.stdev(step_ms) if len(step_ms) > 1 else 0.0,
+            "first_step_ms": step_ms[0], "tokens_per_s": tokens / (mean_ms * 1e-3),
+            "model_tflop_per_step": flops / 1e12, "achieved_tflops": achieved_tflops,
+            "peak_tflops": peak, "peak_source": peak_source,
+            "mfu": None if peak is None else achieved_tflops / peak,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated(d.device) if d.gpu else None}
+
+
+def configs(args) -> list[dict]:
+    return [{"size": s, "phase": ph, "dtype": dt, "ddp": dp}
+            for s in args.sizes for dt in args.dtypes for ph in args.phases for dp in args.ddps]
+
+
+def run(args: argparse.Namespace, d: Dist) -> None:
+    rows = []
+    with backends.session(args.backend, args.out, d.rank) as prof:
+        for cfg in configs(args):
+            rows.append(run_config(args, cfg, d, prof if args.backend != "none" else None))
+            if d.rank == 0:
+                print(_line(rows[-1]), flush=True)
+    backends.write_figures(args.out, d.rank, {
+        "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
+        "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb, "rows": rows})
+
+
+def _line(r: dict) -> str:
+    mfu = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+    mem = "-" if r["peak_mem_bytes"] is None else f"{r['peak_mem_bytes'] / 2**30:.1f} GiB"
+    return (f"{r['size']:>6} {r['dtype']:>4} {r['phase']:>16} ddp={r['ddp']:<8} "
+            f"{r['step_ms_mean']:9.2f} ms +- {r['step_ms_std']:6.2f} (first {r['first_step_ms']:.1f})  "
+            f"MFU {mfu}  peak mem {mem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main("train", parse, run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
