@@ -1,0 +1,256 @@
+"""tracelab compare: aligned rows checked against sums read straight from the trace files
+(Kineto JSON, nsys SQLite, proton hatchet JSON), the straggler, the tree diff, bad input."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import tracelab
+from tracelab.classify import canonical
+from tracelab.cli import app
+from tracelab.reports.compare import comparison, label_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+HTA = TRACES / "hta" / "trace_filter"
+NSYS = TRACES / "nsys-ai"
+PROTON = TRACES / "proton"
+
+
+def _compare(paths: list[Path], by: str = "kernel"):
+    paths = [str(p) for p in paths]
+    return comparison(label_inputs(paths, [tracelab.load_many([p]) for p in paths]), by)
+
+
+def _row(table: pd.DataFrame, kernel: str) -> pd.Series:
+    match = table[table["kernel"] == kernel]
+    assert len(match) == 1, kernel
+    return match.iloc[0]
+
+
+# ---- independent sums ---------------------------------------------------------
+
+
+def kineto_sums(path: Path) -> tuple[Counter, Counter, int]:
+    """Kernel ns and launches per canonical name, and all GPU activity ns, from the JSON."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    time_ns, count, gpu_ns = Counter(), Counter(), 0
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            gpu_ns += round(e["dur"] * 1000)
+        if e.get("cat") == "kernel":
+            time_ns[canonical(e["name"])] += round(e["dur"] * 1000)
+            count[canonical(e["name"])] += 1
+    return time_ns, count, gpu_ns
+
+
+def nsys_sums(path: Path) -> list[Counter]:
+    """Kernel ns per canonical name for each process, in pid order (how ranks are given)."""
+    sql = """SELECT k.globalPid, COALESCE(d.value, s.value), k."end" - k.start
+             FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName
+             LEFT JOIN StringIds s ON s.id = k.shortName"""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(sql).fetchall()
+    by_pid: dict[int, Counter] = {}
+    for global_pid, name, dur_ns in rows:
+        by_pid.setdefault((global_pid >> 24) & 0xFFFFFF, Counter())[canonical(name)] += dur_ns
+    return [by_pid[pid] for pid in sorted(by_pid)]
+
+
+def hatchet_sums(path: Path) -> Counter:
+    """Kernel ns per canonical name: nodes with a device id, exclusive metrics."""
+    out: Counter = Counter()
+    stack = [json.loads(path.read_text())[0]]
+    while stack:
+        node = stack.pop()
+        if "device_id" in node["metrics"]:
+            out[canonical(node["frame"]["name"])] += node["metrics"]["time (ns)"]
+        stack.extend(node["children"])
+    return out
+
+
+# ---- ranks of one run: HTA's two sampled ranks ------------------------------------
+
+
+def test_hta_ranks_aligned_rows_match_json():
+    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    c = _compare(files)
+    assert c.labels == ["rank0", "rank1"]
+    sums = [kineto_sums(f) for f in files]
+    kernels = set(sums[0][0]) | set(sums[1][0])
+    assert len(kernels) >= 100
+    for kernel in kernels:
+        row = _row(c.table, kernel)
+        for label, (time_ns, count, _) in zip(c.labels, sums):
+            assert row[f"time_ns[{label}]"] == time_ns[kernel], (kernel, label)
+            assert row[f"count[{label}]"] == count[kernel], (kernel, label)
+        assert row["delta_ns[rank1]"] == sums[1][0][kernel] - sums[0][0][kernel]
+        assert row["slowest"] == ("rank1" if sums[1][0][kernel] > sums[0][0][kernel] else "rank0")
+    assert c.totals["total_ns"].tolist() == [s[2] for s in sums]
+
+
+def test_hta_straggler_is_the_rank_with_most_compute():
+    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    c = _compare(files)
+    compute = []
+    for f in files:
+        time_ns, _, gpu_ns = kineto_sums(f)
+        compute.append(gpu_ns - sum(v for k, v in time_ns.items() if k.startswith("nccl")))
+    expected = f"rank{compute.index(max(compute))}"
+    assert c.stragglers["label"].tolist() == [expected]
+    assert c.stragglers["compute_ns"].iloc[0] == max(compute)
+    assert set(c.timeline["label"]) == {"rank0", "rank1"}
+    assert (c.timeline["busy_ns"] <= c.timeline["span_ns"]).all()
+    assert len(c.skew) == 1 and c.skew["instances"].iloc[0] == 10  # ten SendRecv launches on each rank
+
+
+# ---- runs: the nsys-ai before/after pair --------------------------------------------
+
+
+def test_nsys_before_after_aligned_rows_match_sqlite():
+    files = [NSYS / "mfu_2gpu_before.sqlite", NSYS / "mfu_2gpu_after.sqlite"]
+    c = _compare(files)
+    assert c.labels == ["mfu_2gpu_before/rank0", "mfu_2gpu_before/rank1",
+                        "mfu_2gpu_after/rank0", "mfu_2gpu_after/rank1"]
+    expected = dict(zip(c.labels, nsys_sums(files[0]) + nsys_sums(files[1])))
+    for label, sums in expected.items():
+        for kernel, time_ns in sums.items():
+            assert _row(c.table, kernel)[f"time_ns[{label}]"] == time_ns, (label, kernel)
+        assert c.table[f"time_ns[{label}]"].sum() >= sum(sums.values())  # plus copies
+    first = expected["mfu_2gpu_before/rank0"]
+    flash = _row(c.table, "flash_fwd_kernel")
+    assert flash["ratio[mfu_2gpu_after/rank0]"] == pytest.approx(
+        expected["mfu_2gpu_after/rank0"]["flash_fwd_kernel"] / first["flash_fwd_kernel"])
+    assert set(c.stragglers["group"]) == {"mfu_2gpu_before", "mfu_2gpu_after"}
+
+
+# ---- proton: two ranks, and the tree diff ------------------------------------------------
+
+
+def _proton_ranks(tmp_path: Path) -> list[Path]:
+    """rank0.hatchet: Triton's cuda.json example; rank1.hatchet: the same tree with foo0
+    3x slower and a kernel only rank 1 has (the user's `compare rank0.hatchet rank1.hatchet`)."""
+    doc = json.loads((PROTON / "cuda.json").read_text())
+    slower = copy.deepcopy(doc)
+    slower[0]["children"][0]["metrics"]["time (ns)"] *= 3
+    slower[0]["children"].append({"frame": {"name": "only_rank1_kernel", "type": "function"}, "children": [],
+                                  "metrics": {"count": 2, "device_id": "0", "device_type": "CUDA", "time (ns)": 777}})
+    paths = [tmp_path / "rank0.hatchet", tmp_path / "rank1.hatchet"]
+    for path, tree in zip(paths, (doc, slower)):
+        path.write_text(json.dumps(tree))
+    return paths
+
+
+def _captured_proton_pairs() -> list[list[Path]]:
+    return [[d / "rank0.hatchet", d / "rank1.hatchet"] for d in sorted((ROOT / "tests" / "data").glob("proton-*"))
+            if (d / "rank0.hatchet").is_file() and (d / "rank1.hatchet").is_file()]
+
+
+def _check_proton(files: list[Path]) -> None:
+    c = _compare(files)
+    assert c.labels == ["rank0", "rank1"]
+    sums = [hatchet_sums(f) for f in files]
+    for kernel in set(sums[0]) | set(sums[1]):
+        row = _row(c.table, kernel)
+        assert [row["time_ns[rank0]"], row["time_ns[rank1]"]] == [sums[0][kernel], sums[1][kernel]]
+
+
+def test_proton_two_ranks(tmp_path):
+    files = _proton_ranks(tmp_path)
+    _check_proton(files)
+    c = _compare(files)
+    assert _row(c.table, "foo0")["ratio[rank1]"] == 3.0
+    only = _row(c.table, "only_rank1_kernel")
+    assert (only["inputs"], only["time_ns[rank0]"], pd.isna(only["spread"])) == (1, 0, True)
+
+
+@pytest.mark.parametrize("files", _captured_proton_pairs() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no tests/data/proton-*/rank{0,1}.hatchet capture yet"))])
+def test_proton_captured_ranks(files):
+    _check_proton(files)
+
+
+def test_tree_diff_against_the_files(tmp_path):
+    from tracelab.reports.treediff import tree_diff
+
+    pytest.importorskip("hatchet")
+    files = _proton_ranks(tmp_path)
+    rows = tree_diff(*files).set_index("name")
+    assert rows.loc["foo0", "delta_ns"] == 2 * 204800
+    assert rows.loc["only_rank1_kernel", "only_in"] == "second"
+    assert rows.loc["ROOT", "first_ns"] == sum(hatchet_sums(files[0]).values())
+    assert rows.loc["ROOT", "delta_ns"] == sum(hatchet_sums(files[1]).values()) - sum(hatchet_sums(files[0]).values())
+
+
+# ---- the reference case: four ranks, rank 1 the straggler ------------------------------------
+
+AR = "_ZN4c10d15intra_node_comm22oneShotAllReduceKernelILj4ELb1EEEvPN3c108BFloat16EmmPPNS0_8P2pStateEPS4_mb"
+FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIiEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_"
+# seconds under decode_one_token, copied from the four proton-viewer trees in
+# ../shared/reference/000_759ba384f104f0a8.txt (a constructed tree, not a capture)
+REFERENCE = {0: {AR: 2.866, FILL: 0.698, "triton_red_fused_div_mm_20": 0.462},
+             1: {AR: 0.457, FILL: 1.181, "triton_red_fused_div_mm_20": 0.461, "triton_red_fused_mm_14": 0.128},
+             2: {AR: 1.095, FILL: 1.014, "triton_red_fused_div_mm_20": 0.460, "triton_red_fused_mm_14": 0.139},
+             3: {AR: 2.767, FILL: 0.660, "triton_red_fused_div_mm_20": 0.457}}
+
+
+def _tree(kernels: dict[str, float]) -> list:
+    leaves = [{"frame": {"name": k, "type": "function"}, "children": [],
+               "metrics": {"count": 100, "device_id": "0", "device_type": "CUDA", "time (ns)": round(s * 1e9)}}
+              for k, s in kernels.items()]
+    scope = {"frame": {"name": "decode_one_token", "type": "function"}, "metrics": {}, "children": leaves}
+    return [{"frame": {"name": "ROOT", "type": "function"}, "metrics": {}, "children": [scope]}, {}]
+
+
+def test_cli_reference_four_ranks_names_rank1(tmp_path):
+    for rank, kernels in REFERENCE.items():
+        (tmp_path / f"rank{rank}.hatchet").write_text(json.dumps(_tree(kernels)))
+    result = CliRunner().invoke(app, ["compare", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [s["label"] for s in doc["stragglers"]] == ["rank1"]
+    row = next(r for r in doc["rows"] if r["kernel"] == "oneShotAllReduceKernel")
+    assert row["scope"] == "decode_one_token" and row["slowest"] == "rank0"
+    assert [row[f"time_ns[rank{r}]"] for r in range(4)] == [2_866_000_000, 457_000_000, 1_095_000_000, 2_767_000_000]
+    assert row["spread"] == pytest.approx(2.866 / 0.457)
+    table = CliRunner().invoke(app, ["compare", str(tmp_path)])
+    assert "straggler: rank1" in table.output
+
+
+# ---- bad input: one clear line, exit 2 ---------------------------------------------------------
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    (tmp / "garbage.json").write_text("not a trace")
+    (tmp / "empty").mkdir()
+    hatchet = str(PROTON / "cuda.json")
+    return {
+        "one input": ([hatchet], "needs two or more traces"),
+        "missing file": ([hatchet, str(tmp / "nope.json")], "no such file"),
+        "not a trace": ([hatchet, str(tmp / "garbage.json")], "not a trace"),
+        "empty folder": ([hatchet, str(tmp / "empty")], "no trace files"),
+        "bad --by": ([hatchet, hatchet, "--by", "stream"], "--by"),
+        "bad --format": ([hatchet, hatchet, "--format", "xml"], "--format"),
+        "--tree on nsys": ([hatchet, str(NSYS / "mock.sqlite"), "--tree"], "two proton"),
+    }
+
+
+@pytest.mark.parametrize("case", ["one input", "missing file", "not a trace", "empty folder", "bad --by",
+                                  "bad --format", "--tree on nsys"])
+def test_bad_input_one_line_exit_2(tmp_path, case):
+    import subprocess
+    import sys
+
+    args, words = _bad_inputs(tmp_path)[case]
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "compare", *args], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracelab: error:") and words in lines[0], proc.stderr
