@@ -1,0 +1,123 @@
+"""Vectorised pieces of the Kineto parser (parsers/chrome.py): integer ids from pid/tid
+labels, annotation scopes, top-level CPU operators, collective payloads, device table."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def to_ints(labels: list, fallback: list | None = None) -> np.ndarray:
+    """Integer ids for pid/tid labels: the integer itself; else the integer `fallback`
+    (args "device"/"stream"); else the number in a label such as "stream 7"; else a
+    stable negative id, -1 - the label's place among such labels sorted."""
+    try:
+        return np.array(labels, dtype=np.int64)
+    except (TypeError, ValueError):
+        pass
+    if fallback is not None:
+        labels = [lab if isinstance(lab, int) or not isinstance(fb, int) else fb
+                  for lab, fb in zip(labels, fallback)]
+    found = {lab: _number_in(lab) for lab in set(labels)}
+    unnumbered = sorted((lab for lab, n in found.items() if n is None), key=str)
+    found.update({lab: -1 - i for i, lab in enumerate(unnumbered)})
+    return np.array([found[lab] for lab in labels], dtype=np.int64)
+
+
+def _number_in(label: Any) -> int | None:
+    if isinstance(label, int):
+        return label
+    digits = "".join(ch if ch.isdigit() else " " for ch in str(label or "")).split()
+    return int(digits[0]) if digits else None
+
+
+def scopes(device: np.ndarray, stream: np.ndarray, start_ns: np.ndarray, ranges: dict) -> np.ndarray:
+    """Per row, the names of the annotation ranges on its device and stream that hold its
+    start (range start <= row start < range end), outermost first, joined by "/".
+
+    Ranges of one depth on one stream never overlap, so each depth is one searchsorted."""
+    depth = _depths(ranges)
+    hit = np.full((len(start_ns), int(depth.max()) + 1), -1, dtype=np.int64)
+    pairs = set(zip(ranges["device"].tolist(), ranges["stream"].tolist()))
+    for dev, st in pairs:
+        rows = np.flatnonzero((device == dev) & (stream == st))
+        same = (ranges["device"] == dev) & (ranges["stream"] == st)
+        for d in range(hit.shape[1]):
+            idx = np.flatnonzero(same & (depth == d))
+            idx = idx[np.argsort(ranges["start_ns"][idx], kind="stable")]
+            pos = np.searchsorted(ranges["start_ns"][idx], start_ns[rows], side="right") - 1
+            inside = pos >= 0
+            inside[inside] = start_ns[rows[inside]] < ranges["end_ns"][idx[pos[inside]]]
+            hit[rows[inside], d] = idx[pos[inside]]
+    combos, inverse = np.unique(hit, axis=0, return_inverse=True)
+    paths = ["/".join(ranges["name"][i] for i in combo if i >= 0) for combo in combos]
+    return np.array(paths, dtype=object)[inverse.reshape(-1)]
+
+
+def _depths(ranges: dict) -> np.ndarray:
+    """Nesting depth of each range among the ranges on its device and stream (0 = outermost)."""
+    order = np.lexsort((-ranges["end_ns"], ranges["start_ns"], ranges["stream"], ranges["device"]))
+    depth = np.zeros(len(order), dtype=np.int64)
+    open_ranges: list[tuple[int, int, int]] = []  # (device, stream, end_ns) of enclosing ranges
+    for i in order.tolist():
+        key = (int(ranges["device"][i]), int(ranges["stream"][i]))
+        start, end = int(ranges["start_ns"][i]), int(ranges["end_ns"][i])
+        while open_ranges and (open_ranges[-1][:2] != key or open_ranges[-1][2] <= start):
+            open_ranges.pop()
+        depth[i] = len(open_ranges)
+        open_ranges.append((*key, end))
+    return depth
+
+
+def cpu_top_level(pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray, dur_ns: np.ndarray) -> np.ndarray:
+    """Mask of CPU operators not inside an earlier one on the same thread (start >= the
+    latest end so far on that thread; an operator that starts inside another is nested)."""
+    order = np.lexsort((-dur_ns, start_ns, tid, pid))
+    first = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
+    start, end = start_ns[order] - start_ns.min(), start_ns[order] - start_ns.min() + dur_ns[order]
+    shift = (np.cumsum(first) - 1) * (int(end.max()) + 1)  # keeps threads apart in one running max
+    latest_end = np.maximum.accumulate(end + shift)
+    top = first | (start + shift >= np.r_[0, latest_end[:-1]])
+    mask = np.empty(len(order), dtype=bool)
+    mask[order] = top
+    return mask
+
+
+# c10 ScalarType names as Kineto writes them in "dtype"
+DTYPE_BYTES = {"Byte": 1, "Char": 1, "Bool": 1, "Short": 2, "Int": 4, "Long": 8, "Half": 2,
+               "Float": 4, "Double": 8, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8,
+               "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8, "QInt8": 1,
+               "QUInt8": 1, "QInt32": 4, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+               "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "Float8_e8m0fnu": 1}
+
+
+def collective_bytes(args: list) -> np.ndarray:
+    """Payload of each collective kernel: the larger of "In msg nelems" and "Out msg nelems"
+    times the dtype's size (nccl-tests' "size": all-gather's output, reduce-scatter's
+    input); NaN where the args or the dtype are missing."""
+    out = np.full(len(args), np.nan)
+    for i, a in enumerate(args):
+        if a is None or a.dtype not in DTYPE_BYTES:
+            continue
+        nelems = [v for v in (a.in_nelems, a.out_nelems) if isinstance(v, (int, float))]
+        if nelems:
+            out[i] = max(nelems) * DTYPE_BYTES[a.dtype]
+    return out
+
+
+def device_table(properties: Any) -> dict[int, dict[str, Any]]:
+    """device index -> properties from Kineto's deviceProperties, units in the key names."""
+    devices: dict[int, dict[str, Any]] = {}
+    for i, props in enumerate(properties if isinstance(properties, list) else []):
+        if not isinstance(props, dict):
+            continue
+        name = props.get("name")
+        major, minor = props.get("computeMajor"), props.get("computeMinor")
+        devices[int(props.get("id", i))] = {
+            "type": "HIP" if "AMD" in str(name) or props.get("warpSize") == 64 else "CUDA",
+            "name": name, "arch": None if major is None else f"{major}{minor or 0}",
+            "num_sms": props.get("numSms"), "memory_bytes": props.get("totalGlobalMem"),
+            "warp_size": props.get("warpSize"),
+            "shared_memory_per_sm_bytes": props.get("sharedMemPerMultiprocessor"),
+        }
+    return devices

@@ -1,0 +1,266 @@
+"""Kineto / Chrome trace JSON (torch.profiler, plain or .gz) -> Profile.
+
+One row per GPU activity: `cat` kernel, gpu_memcpy, gpu_memset. A trace with
+no GPU activity at all gives its top-level CPU operators instead (kind
+`cpu_op`, device -1, stream = thread id).
+
+Speed and memory: msgspec first splits `traceEvents` into raw JSON values,
+then decodes them CHUNK_EVENTS at a time into a small typed Struct whose
+name, timestamp and args stay raw JSON text; only the rows kept have those
+decoded, in one call per chunk. So a 375 MB trace loads in a few seconds and
+never holds more than a chunk of event objects (benchmarks/RESULTS.md).
+
+Times: `ts`/`dur` are microseconds with a 3-digit ns fraction. `dur_ns` is each
+event's own `round(dur * 1000)`; `ts` is read exactly from its text (a float
+cannot hold epoch microseconds to the ns). `start_ns` counts from the first
+kept row (the earliest GPU activity, or CPU operator in a CPU-only trace);
+`meta["trace_start_epoch_ns"]` is that origin in ns since the Unix epoch: new
+traces give `baseTimeNanoseconds` and `ts` relative to it, old ones absolute
+epoch microseconds.
+
+Scope: the `gpu_user_annotation` ranges (Kineto emits one per device and
+stream) that hold a row's start on its device and stream, outermost first,
+joined by "/". msg_bytes: see `_kineto.collective_bytes`.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from tracelab import classify, schema
+from tracelab.errors import TraceFormatError
+from tracelab.schema import Profile
+
+from ._kineto import collective_bytes, cpu_top_level, device_table, scopes, to_ints
+
+GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+ANNOTATION = "gpu_user_annotation"
+CPU_OP = "cpu_op"
+CHUNK_EVENTS = 16384  # events decoded into Structs at a time: bounds the memory per event
+_MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
+_NULL = msgspec.Raw(b"null")
+
+
+class _Event(msgspec.Struct, gc=False):
+    """One trace event; raw fields are decoded later, for the rows kept only."""
+
+    cat: str = ""
+    name: msgspec.Raw = _NULL
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = _NULL
+    dur: float = 0.0
+    args: msgspec.Raw = _NULL
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: int | None = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+
+
+class _Args(msgspec.Struct):
+    """The args a row needs; the trace's other args are skipped unread."""
+
+    device: Any = None
+    stream: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+
+
+_TRACE_DECODER = msgspec.json.Decoder(_Trace)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+@dataclass
+class _Picked:
+    """Events of some categories, their fields decoded a chunk at a time (exact `ts` in ns,
+    repeated names shared, only the args a row needs)."""
+
+    cat: list[str] = field(default_factory=list)
+    pid: list = field(default_factory=list)
+    tid: list = field(default_factory=list)
+    dur_us: list[float] = field(default_factory=list)
+    ts_ns: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    args: list[_Args | None] = field(default_factory=list)
+    _names: dict[str, str] = field(default_factory=dict)
+
+    def add(self, events: list[_Event]) -> None:
+        """Raises msgspec.ValidationError on a name, ts or args of an unexpected type."""
+        if not events:
+            return
+        self.cat += [e.cat for e in events]
+        self.pid += [e.pid for e in events]
+        self.tid += [e.tid for e in events]
+        self.dur_us += [e.dur for e in events]
+        ts_us = _decode_all([e.ts for e in events], Decimal)  # exact: a float cannot hold epoch us to the ns
+        self.ts_ns += [int(t.scaleb(3).to_integral_value()) for t in ts_us]
+        self.name += [self._names.setdefault(n, n) for n in _decode_all([e.name for e in events], str)]
+        self.args += _decode_all([e.args for e in events], _Args | None)
+
+
+def _decode_all(raws: list[msgspec.Raw], kind: Any) -> list:
+    """Many raw JSON values decoded in one call, as list[kind]."""
+    return msgspec.json.decode(b"[" + b",".join(raws) + b"]", type=list[kind])
+
+
+def read(path: str | os.PathLike) -> Profile:
+    """Read one Kineto trace; rows as described in the module docstring."""
+    path = Path(path)
+    trace = _decode(path, _read_bytes(path))
+    gpu, annotations = _pick(path, trace.traceEvents, [set(GPU_KINDS), {ANNOTATION}])
+    if gpu.cat:
+        columns = _gpu_columns(gpu, annotations)
+    else:
+        columns = _cpu_columns(path, _pick(path, trace.traceEvents, [{CPU_OP}])[0])
+    _check_durations(path, columns)
+    origin_ns = int(columns["start_ns"].min())
+    columns["start_ns"] = columns["start_ns"] - origin_ns
+    meta = _meta(path, trace, origin_ns)
+    return Profile(_frame(columns, meta["rank"]), meta)
+
+
+def _check_durations(path: Path, columns: dict[str, Any]) -> None:
+    negative = np.flatnonzero(columns["dur_ns"] < 0)
+    if len(negative):
+        raise TraceFormatError(path, f"{len(negative)} events with a negative dur, the first "
+                                     f"{columns['name'][negative[0]]!r}: a damaged trace")
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
+    if not data.strip():
+        raise TraceFormatError(path, "empty file")
+    if not data.startswith(b"\x1f\x8b"):
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise TraceFormatError(path, "truncated gzip: the compressed stream ends early") from None
+    except (OSError, zlib.error) as e:
+        raise TraceFormatError(path, f"damaged gzip: {e}") from None
+
+
+def _decode(path: Path, data: bytes) -> _Trace:
+    try:
+        return _TRACE_DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        _check_json(path, data)
+        raise TraceFormatError(path, f"not a Kineto trace: {e}") from None
+    except msgspec.DecodeError as e:
+        raise TraceFormatError(path, f"not valid JSON (truncated or damaged?): {e}") from None
+
+
+def _check_json(path: Path, data: bytes) -> None:
+    """Raise if `data` is not JSON at all (the typed decode stops at the first wrong type)."""
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise TraceFormatError(path, f"not valid JSON: {e}") from None
+
+
+def _pick(path: Path, raws: list[msgspec.Raw], groups: list[set[str]]) -> list[_Picked]:
+    """The events whose `cat` is in each group, decoded CHUNK_EVENTS at a time."""
+    picked = [_Picked() for _ in groups]
+    wanted = set().union(*groups)
+    for first in range(0, len(raws), CHUNK_EVENTS):
+        chunk = b"[" + b",".join(raws[first:first + CHUNK_EVENTS]) + b"]"
+        try:
+            kept = [e for e in _EVENTS_DECODER.decode(chunk) if e.cat in wanted]
+            for group, out in zip(groups, picked):
+                out.add([e for e in kept if e.cat in group])
+        except msgspec.ValidationError as e:
+            raise TraceFormatError(path, f"unexpected event in traceEvents[{first}:]: {e}") from None
+    return picked
+
+
+def _dur_ns(picked: _Picked) -> np.ndarray:
+    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)
+
+
+def _gpu_columns(gpu: _Picked, annotations: _Picked) -> dict[str, Any]:
+    args = gpu.args
+    cols: dict[str, Any] = {
+        "kind": np.array([GPU_KINDS[c] for c in gpu.cat], dtype=object),
+        "name": gpu.name,
+        "device": to_ints(gpu.pid, [a.device if a else None for a in args]),
+        "stream": to_ints(gpu.tid, [a.stream if a else None for a in args]),
+        "start_ns": np.array(gpu.ts_ns, dtype=np.int64),
+        "dur_ns": _dur_ns(gpu),
+    }
+    cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
+    cols["scope"] = _annotation_scopes(cols, annotations)
+    return cols
+
+
+def _annotation_scopes(cols: dict[str, Any], annotations: _Picked) -> np.ndarray:
+    if not annotations.cat:
+        return np.full(len(cols["name"]), "", dtype=object)
+    start_ns = np.array(annotations.ts_ns, dtype=np.int64)
+    ranges = {"device": to_ints(annotations.pid), "stream": to_ints(annotations.tid),
+              "start_ns": start_ns, "end_ns": start_ns + _dur_ns(annotations),
+              "name": annotations.name}
+    return scopes(cols["device"], cols["stream"], cols["start_ns"], ranges)
+
+
+def _cpu_columns(path: Path, ops: _Picked) -> dict[str, Any]:
+    if not ops.cat:
+        raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
+                                     "and no CPU operators (cpu_op): nothing to report")
+    thread = to_ints(ops.tid)
+    start_ns, dur_ns = np.array(ops.ts_ns, dtype=np.int64), _dur_ns(ops)
+    keep = cpu_top_level(to_ints(ops.pid), thread, start_ns, dur_ns)
+    names = np.array(ops.name, dtype=object)[keep]
+    return {"kind": "cpu_op", "name": names, "device": -1, "stream": thread[keep],
+            "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "", "msg_bytes": np.nan}
+
+
+def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
+    names = pd.Series(pd.Categorical(cols["name"]))
+    kernel = names.map({n: classify.canonical(n) for n in names.cat.categories}).astype("category")
+    kinds = pd.Series(np.broadcast_to(cols["kind"], len(names)))
+    df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch",
+                        "kernel": kernel, "op_class": classify.op_classes(kernel, kinds),
+                        "count": 1}, n_rows=len(names))
+    df = df.sort_values(["start_ns", "device", "stream"], kind="stable", ignore_index=True)
+    return schema.validate(df)
+
+
+def _meta(path: Path, trace: _Trace, origin_ns: int) -> dict[str, Any]:
+    dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
+    rank, world_size = dist.get("rank"), dist.get("world_size")
+    base_ns = trace.baseTimeNanoseconds
+    epoch_ns = base_ns + origin_ns if base_ns is not None else origin_ns
+    versions = {"cupti": trace.cupti_version, "cuda_runtime": trace.cuda_runtime_version,
+                "cuda_driver": trace.cuda_driver_version, "nccl": dist.get("nccl_version")}
+    return {
+        "path": str(path), "source": "torch",
+        "rank": rank if isinstance(rank, int) else None,
+        "world_size": world_size if isinstance(world_size, int) else None,
+        "distributed_backend": dist.get("backend"),
+        "devices": device_table(trace.deviceProperties),
+        "trace_start_epoch_ns": epoch_ns if epoch_ns >= _MIN_EPOCH_NS else None,
+        "start_origin": "first kept row (earliest GPU activity, or CPU operator when there is none)",
+        "profiler_version": None if trace.schemaVersion is None else f"kineto schema {trace.schemaVersion}",
+        "versions": {k: v for k, v in versions.items() if v is not None},
+    }
