@@ -186,3 +186,67 @@ def report(
     text = html.render(inputs, paths, html.run_info(paths), title or "tracelab: " + ", ".join(Path(p).name for p in paths))
     written = html.write(out, text, force=force)
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
+
+
+def _backend_names() -> str:
+    from .backends import BACKENDS
+
+    return "|".join(BACKENDS)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Argument(help="decode, train, allreduce or overlap.")],
+    ranks: Annotated[int, typer.Option(help="Processes per node (one per GPU).")] = 1,
+    backend: Annotated[Optional[str], typer.Option(help=f"Profiler: {_backend_names()} "
+                                                        "(default: proton on a GPU, torch on the CPU).")] = None,
+    out: Annotated[str, typer.Option(help="Folder that gets one new run folder.")] = "runs",
+    nnodes: Annotated[Optional[str], typer.Option(help="torchrun --nnodes, for several nodes.")] = None,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-endpoint HOST:PORT.")] = None,
+    top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown.")] = 10,
+) -> None:
+    """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
+    Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16."""
+    from pathlib import Path
+
+    from .runner import RunSpec, run as launch
+
+    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv)
+    result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
+    for figures in result.record["figures"].values():
+        typer.echo(_figures_line(figures))
+    if result.traces:
+        _run_report(result.run_dir, top)
+    typer.echo(f"run folder: {result.run_dir}")
+
+
+def _figures_line(f: dict) -> str:
+    """A rank's own figures: gpt-fast's line for decode, else key=value pairs."""
+    if "tokens_per_s" in f:
+        return (f"rank {f['rank']}: {f['s_per_sample']:.3f} s per sample, {f['tokens_per_s']:.2f} tokens/s, "
+                f"bandwidth achieved {f['bandwidth_gb_s']:.2f} GB/s")
+    plain = {k: v for k, v in f.items() if isinstance(v, (int, float, str)) and k != "rank"}
+    return f"rank {f.get('rank', '?')}: " + ", ".join(f"{k}={v}" for k, v in plain.items())
+
+
+def _run_report(run_dir, top: int) -> None:
+    """Each rank's breakdown on the terminal, and report.html in the run folder."""
+    from .load import events
+    from .reports.breakdown import breakdown as analyse, summary
+    from .reports.text import BREAKDOWN_RENDERERS
+
+    profiles = _load([str(run_dir)])
+    df = events(profiles)
+    _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
+    try:
+        from .reports import html
+    except ModuleNotFoundError as e:  # the HTML report is optional until it exists
+        if e.name != "tracelab.reports.html":
+            raise
+        return
+    from .reports.compare import label_inputs
+
+    inputs = label_inputs([str(run_dir)], [profiles])
+    text = html.render(inputs, [str(run_dir)], html.run_info([run_dir]), f"tracelab run {run_dir.name}")
+    typer.echo(f"wrote {html.write(run_dir / 'report.html', text)}", err=True)

@@ -157,17 +157,18 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
     return seq
 
 
-def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace) -> float:
-    """Seconds for one sample (prefill + all new tokens), device work included."""
+def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace) -> tuple[float, Tensor]:
+    """Seconds for one sample (prefill + all new tokens), device work included, and the tokens."""
     sync = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
     sync()
     t0 = time.perf_counter()
-    generate(model, prompt, args.new_tokens, steps, args)
+    seq = generate(model, prompt, args.new_tokens, steps, args)
     sync()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, seq
 
 
-def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int) -> dict:
+def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int, seq: Tensor) -> dict:
+    # seq: [B, T + new]; its first new tokens let ranks and runs be checked against each other
     s_per_sample = sum(seconds) / len(seconds)
     tokens_per_s = args.new_tokens / s_per_sample
     return {"rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
@@ -175,7 +176,8 @@ def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
-            "bandwidth_gb_s": model_bytes * tokens_per_s / 1e9}
+            "bandwidth_gb_s": model_bytes * tokens_per_s / 1e9,
+            "first_tokens": seq[0, args.prompt_len:args.prompt_len + 16].tolist()}
 
 
 def run(args: argparse.Namespace, d: Dist, say=print) -> dict:
@@ -186,10 +188,11 @@ def run(args: argparse.Namespace, d: Dist, say=print) -> dict:
                            generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
     with torch.no_grad(), backends.session(args.backend, args.out, d.rank) as prof:
         for i in range(args.warmup):
-            say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {timed_sample(model, prompt, steps, args):.2f} s")
+            seconds, _ = timed_sample(model, prompt, steps, args)
+            say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
         with prof.window():
-            seconds = [timed_sample(model, prompt, steps, args) for _ in range(args.samples)]
-    return figures(args, d, seconds, weight_bytes(model))
+            timed = [timed_sample(model, prompt, steps, args) for _ in range(args.samples)]
+    return figures(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
 
 
 def summary(f: dict) -> str:

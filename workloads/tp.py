@@ -59,16 +59,21 @@ def shard_state(state: dict[str, Tensor], args: ModelArgs, rank: int, world_size
     return out
 
 
-class FunctionalAllReduce(nn.Module):
-    """Sum over the group through the process group's backend (traceable by torch.compile)."""
+class GroupAllReduce(nn.Module):
+    """Sum over the group through the process group's backend (NCCL, or gloo on the CPU):
+    a functional all-reduce inside torch.compile, a plain in-place one in eager mode (so
+    a profile shows the wait inside all_reduce, not in whatever op first uses the result)."""
 
     def __init__(self, group: dist.ProcessGroup):
         super().__init__()
         self.group = group
 
     def forward(self, x: Tensor) -> Tensor:
-        import torch.distributed._functional_collectives as funcol
-        return funcol.all_reduce(x, "sum", self.group)
+        if torch.compiler.is_compiling():
+            import torch.distributed._functional_collectives as funcol
+            return funcol.all_reduce(x, "sum", self.group)
+        dist.all_reduce(x, group=self.group)  # x is a fresh projection output: safe to overwrite
+        return x
 
 
 class SymmAllReduce(nn.Module):
@@ -100,7 +105,7 @@ def install_all_reduce(model: Transformer, mode: str, group: dist.ProcessGroup,
                        max_tokens: int, device: torch.device) -> None:
     """Make every block sum its attention and feed-forward outputs over the group."""
     if mode == "nccl":
-        reduce = FunctionalAllReduce(group)
+        reduce = GroupAllReduce(group)
     else:
         dtype = model.output.weight.dtype
         reduce = SymmAllReduce(mode, group, max_tokens, model.args.dim, dtype, device)
