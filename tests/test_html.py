@@ -1,0 +1,230 @@
+"""The HTML report opened in a real headless Chromium: no console messages, every plot
+rendered, no network request from the page, trace strings escaped (no script from a
+trace runs), atomic writes and --force; and the 8-rank 1M-event size and open time.
+
+The screenshot is kept under $TRACELAB_TEST_ARTIFACTS (default: test-artifacts/ in the
+checkout); the test prints its path.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tracelab.errors import UsageError
+from tracelab.reports import html
+from tracelab.reports.compare import Input
+from tracelab.schema import coerce
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "traces"
+HTA = TRACES / "hta" / "trace_filter"
+NSYS = TRACES / "nsys-ai"
+ARTIFACTS = Path(os.environ.get("TRACELAB_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+XSS = "<img src=x onerror=alert(1)>"
+XSS_MARK = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
+XSS_SCOPE = "</script><script>document.body.setAttribute('data-pwned','2')</script><!--"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    return found
+
+
+def open_page(chromium: str, page: Path, screenshot: Path | None = None) -> dict:
+    """Load the page headless; return its DOM after scripts ran, the console messages and
+    the URLs the page (not the browser's own background services) asked the network for."""
+    with tempfile.TemporaryDirectory() as tmp:
+        net_log = Path(tmp) / "net.json"
+        args = [chromium, *FLAGS, f"--user-data-dir={tmp}/profile", "--enable-logging=stderr", "--v=0",
+                "--virtual-time-budget=20000", f"--log-net-log={net_log}"]
+        args += [f"--screenshot={screenshot}", "--window-size=1400,3000"] if screenshot else ["--dump-dom"]
+        proc = subprocess.run([*args, page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+        requests = _page_requests(net_log)
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return {"dom": proc.stdout, "console": console, "requests": requests, "rc": proc.returncode}
+
+
+def _page_requests(net_log: Path) -> list[str]:
+    """URL requests started for a page: Chromium's own (update checks, ...) have no origin."""
+    log = json.loads(net_log.read_text())
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    return [e["params"]["url"] for e in log["events"]
+            if e["type"] == start and e.get("params", {}).get("initiator", "not an origin") != "not an origin"]
+
+
+def plots_in(dom: str) -> tuple[int, int]:
+    """(plots the report says it rendered, plot divs that hold a plotly SVG)."""
+    said = re.search(r'data-plots="(\d+)"', dom)
+    drawn = len(re.findall(r'<div class="plot js-plotly-plot" id="fig\d+"', dom))
+    return (int(said.group(1)) if said else -1), drawn
+
+
+def check_rendered(chromium: str, page: Path) -> dict:
+    got = open_page(chromium, page)
+    expected = page.read_text().count('<div class="plot" id="fig')
+    assert got["rc"] == 0
+    assert got["console"] == [], got["console"]
+    assert got["requests"] == [], got["requests"]
+    assert expected > 0 and plots_in(got["dom"]) == (expected, expected)
+    assert got["dom"].count('class="main-svg"') >= expected
+    return got
+
+
+def test_detectors_catch_a_script_and_a_request(chromium, tmp_path):
+    """Control: the checks below would see an injected handler run and a page request."""
+    page = tmp_path / "naive.html"
+    page.write_text(f"<html><body>{XSS_MARK}<img src='http://127.0.0.1:9/x.png'>"
+                    "<script>console.log('hello')</script></body></html>")
+    got = open_page(chromium, page)
+    assert 'data-pwned="1"' in got["dom"]
+    assert "http://127.0.0.1:9/x.png" in got["requests"]
+    assert any("hello" in line for line in got["console"])
+
+
+def _run_folder(tmp_path: Path) -> Path:
+    run = tmp_path / "decode-torch-20261121-221530"
+    run.mkdir()
+    for rank in (0, 1):
+        (run / f"rank{rank}.pt.trace.json.gz").symlink_to(HTA / f"sampled_rank-{rank}.json.gz")
+    (run / "run.json").write_text(json.dumps({"command": "tracelab run decode --ranks 2", "note": XSS,
+                                              "config": {"model": "tiny", "tokens": 8}}))
+    return run
+
+
+def test_run_report_in_chromium(chromium, tmp_path):
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", str(_run_folder(tmp_path)), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.count("<script>") == 2 and "cdn.plot.ly/plotly" not in text  # plotly.js once, inline
+    assert "tracelab run decode --ranks 2" in text and XSS not in text and html._e(XSS) in text
+    for section in ("Timeline", "Busy, idle and communication overlap", "Collective skew", "straggler: rank1"):
+        assert section in text
+    check_rendered(chromium, out)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report-hta-2-ranks.png"
+    shot.unlink(missing_ok=True)
+    open_page(chromium, out, screenshot=shot)
+    assert shot.stat().st_size > 10_000
+    print(f"\nscreenshot of the report: {shot}")
+
+
+def test_runs_comparison_report_in_chromium(chromium, tmp_path):
+    out = tmp_path / "runs.html"
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(NSYS / "mfu_2gpu_before.sqlite"),
+                           str(NSYS / "mfu_2gpu_after.sqlite"), "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "Comparison (aligned on kernel" in text and "mfu_2gpu_after/rank1" in text
+    check_rendered(chromium, out)
+
+
+# ---- untrusted strings -----------------------------------------------------------------
+
+
+def _evil_inputs() -> list[Input]:
+    """Two runs whose kernels and scopes are named by an attacker; timed, so every section shows."""
+    names = [XSS, XSS_MARK, "ncclDevKernel_AllReduce", "</b><i>" + XSS_SCOPE]
+    out = []
+    for run, shift in (("before<script>", 0), (XSS, 7)):
+        df = coerce({"rank": [0, 0, 0, 0, 1, 1, 1, 1], "source": "torch", "kind": "kernel",
+                     "name": names * 2, "kernel": names * 2,
+                     "op_class": ["gemm", "other", "communication", "elementwise"] * 2, "scope": XSS_SCOPE,
+                     "device": 0, "stream": 7, "start_ns": [0, 100, 200, 300, 5, 110, 230, 300],
+                     "dur_ns": [90 + shift, 80, 50, 20, 95, 70, 40, 25]})
+        for rank in (0, 1):
+            out.append(Input(f"{run}/rank{rank}", run, rank, "torch", df[df["rank"] == rank], None))
+    return out
+
+
+def test_trace_strings_are_escaped_and_no_script_runs(chromium, tmp_path):
+    page = tmp_path / "evil.html"
+    html.write(page, html.render(_evil_inputs(), [str(tmp_path / XSS)], {"note": XSS_SCOPE}, title=XSS))
+    text = page.read_text()
+    for payload in (XSS, XSS_MARK, XSS_SCOPE, "before<script>"):
+        assert payload not in text
+    data = text.split('id="tracelab-figures">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in data and json.loads(data)  # escaped as \u003c, still valid JSON
+    got = check_rendered(chromium, page)
+    assert 'data-pwned="' not in got["dom"]  # the attribute; the escaped payload text names it
+    assert not re.search(r"<img[^>]*src=\"?x", got["dom"])
+    assert "&lt;img src=x onerror=alert(1)&gt;" in got["dom"]
+
+
+def test_script_json_escapes():
+    value = {"k": "</script><!--<b>&\u2028\u2029"}
+    text = html.script_json(value)
+    assert not set("<>&\u2028\u2029") & set(text)
+    assert json.loads(text) == value
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+
+def test_existing_output_needs_force(tmp_path):
+    out = tmp_path / "report.html"
+    out.write_text("old")
+    with pytest.raises(UsageError, match="--force"):
+        html.write(out, "new")
+    assert out.read_text() == "old"
+    html.write(out, "new", force=True)
+    assert out.read_text() == "new"
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(TRACES / "proton" / "cuda.json"),
+                           "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--force" in proc.stderr
+    assert out.read_text() == "new"
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    out = tmp_path / "report.html"
+    out.write_text("old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        html.write(out, "new", force=True)
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_bad_output_path(tmp_path, where):
+    target = tmp_path / "nope" / "r.html" if where == "missing folder" else tmp_path
+    with pytest.raises(UsageError):
+        html.write(target, "x", force=True)
+
+
+# ---- size and open time: 8 ranks, 1M events ------------------------------------------------
+
+
+def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
+    spec = importlib.util.spec_from_file_location("report_bench", ROOT / "benchmarks" / "report_html.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    inputs = bench.synthetic_inputs(ranks=8, events=1_000_000)
+    assert sum(len(i.events) for i in inputs) == 1_000_000
+    out = html.write(tmp_path / "big.html", html.render(inputs, ["synthetic"]))
+    assert out.stat().st_size < 10e6
+    _, render_ms, plots = bench.open_in_chromium(out, chromium)
+    assert plots == 4 and 0 < render_ms < 5000
+    print(f"\n8 ranks x 125k events: {out.stat().st_size / 1e6:.2f} MB, plots rendered at {render_ms} ms")
