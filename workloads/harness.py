@@ -40,10 +40,11 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
-def join(timeout_s: float = DEFAULT_TIMEOUT_S) -> Dist:
-    """This rank's device, and the process group when torchrun started several ranks:
-    gloo for CPU tensors and NCCL for CUDA tensors on a GPU machine, gloo alone on the CPU.
-    Collectives that wait longer than timeout_s fail instead of hanging."""
+def join(timeout_s: float = DEFAULT_TIMEOUT_S, needs_group: bool = False) -> Dist:
+    """This rank's device, and the process group when torchrun started the ranks (or a
+    group of one when run alone and needs_group): gloo for CPU tensors and NCCL for CUDA
+    tensors on a GPU machine, gloo alone on the CPU. Collectives that wait longer than
+    timeout_s fail instead of hanging."""
     rank, world_size, local_rank = env_rank()
     device = torch.device("cpu")
     if gpu_available():
@@ -53,9 +54,13 @@ def join(timeout_s: float = DEFAULT_TIMEOUT_S) -> Dist:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     group = None
+    backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
     if "MASTER_ADDR" in os.environ:
-        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        group = dist.group.WORLD
+    elif needs_group:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timedelta(seconds=timeout_s))
         group = dist.group.WORLD
     return Dist(rank, world_size, local_rank, device, group)
 
@@ -66,7 +71,7 @@ def leave(d: Dist) -> None:
 
 
 def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any, Dist], None],
-         argv: list[str] | None = None) -> int:
+         argv: list[str] | None = None, needs_group: bool = False) -> int:
     """Parse (before any process group), run, and turn failures into one line on stderr.
     Bad input is the same on every rank, so only rank 0 says it; a failure at run time
     (out of memory, a wrong sum) is this rank's own and says which rank."""
@@ -79,7 +84,7 @@ def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any
         return EXIT_FAILED
     d = None
     try:
-        d = join(getattr(args, "timeout_s", DEFAULT_TIMEOUT_S))
+        d = join(getattr(args, "timeout_s", DEFAULT_TIMEOUT_S), needs_group)
         run(args, d)
         leave(d)  # only on success: a failed rank just exits, and torchrun stops the others
     except torch.OutOfMemoryError as e:
