@@ -86,6 +86,12 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     return out
 
 
+def default_by(inputs: list[Input]) -> str:
+    """scope,kernel for one profiler; kernel across profilers, whose scopes need not match
+    (NVTX ranges, record_function names and proton scopes differ in detail)."""
+    return "kernel" if len({i.source for i in inputs}) > 1 else "scope,kernel"
+
+
 def _per_input(events: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     cols = {k: events[k].astype(str) for k in keys}
     frame = pd.DataFrame({**cols, "time_ns": events["dur_ns"].to_numpy(), "count": events["count"].to_numpy()})

@@ -203,3 +203,19 @@ def write(path: str | Path, text: str, force: bool = False) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
+                 groups: list[list] | None = None) -> Path:
+    """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
+    loaded per path) are given, render the report and write it atomically. `tracelab run`
+    calls this on its run folder."""
+    from ..load import load_many
+    from .compare import label_inputs
+
+    paths = [str(p) for p in paths]
+    if Path(out).exists() and not force:
+        raise UsageError(out, "exists; pass --force to overwrite it")
+    groups = groups if groups is not None else [load_many([p]) for p in paths]
+    title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
+    return write(out, render(label_inputs(paths, groups), paths, run_info(paths), title), force=force)

@@ -70,7 +70,7 @@ BREAKDOWN_RENDERERS = {"table": breakdown_tables, "csv": breakdown_csv, "json": 
 
 # ---- compare (tracelab compare) ----------------------------------------------
 
-_MAX_RATIO_COLUMNS = 4  # beyond this many inputs the terminal table shows times only
+_MAX_RATIO_COLUMNS = 3  # beyond this many inputs the terminal table shows times only
 
 
 def _ratio(x: float) -> str:
@@ -102,12 +102,14 @@ def _compare_table(c, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
+    if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
+        title += " (scopes differ between inputs: try --by kernel)"
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
     for i, label in enumerate(c.labels):
-        t.add_column(Text(f"{label} (ms)"), justify="right")
+        t.add_column(Text(f"{label} (ms)"), justify="right", overflow="fold")
         if ratios and i:
-            t.add_column(Text(f"{label} / first"), justify="right")
+            t.add_column(Text(f"{label} / first"), justify="right", overflow="fold")
     t.add_column("spread", justify="right")
     t.add_column("slowest")
     t.add_column(" | ".join(keys), overflow="fold")

@@ -254,3 +254,37 @@ def test_bad_input_one_line_exit_2(tmp_path, case):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracelab: error:") and words in lines[0], proc.stderr
+
+
+# ---- across profilers: one workload under proton, torch and nsys ---------------------------
+
+
+def _profile(source: str, names: list[str], dur_ns: list[int], scope: str):
+    from tracelab.classify import op_classes
+    from tracelab.schema import Profile, coerce
+
+    kernels = [canonical(n) for n in names]
+    df = coerce({"rank": 0, "source": source, "kind": "kernel", "name": names, "kernel": kernels,
+                 "op_class": op_classes(pd.Series(kernels)), "scope": scope, "device": 0, "dur_ns": dur_ns})
+    return Profile(df, {"rank": 0, "source": source})
+
+
+def test_across_profilers_join_on_canonical_names():
+    """The same two kernels as each profiler spells them (mangled in proton, demangled in
+    Kineto, with `void` and arguments in nsys) and with different scope spellings."""
+    from tracelab.reports.compare import default_by
+
+    groups = [[_profile("proton", [AR, "triton_red_fused_mm_10"], [1000, 400], "decode_one_token")],
+              [_profile("torch", ["void c10d::intra_node_comm::oneShotAllReduceKernel<4u, true>(c10::BFloat16*)",
+                                  "triton_red_fused_mm_10"], [1100, 380], "## decode_one_token ##")],
+              [_profile("nsys", ["void c10d::intra_node_comm::oneShotAllReduceKernel<4u, true>(c10::BFloat16*, "
+                                 "unsigned long)", "triton_red_fused_mm_10"], [1050, 390], "decode_one_token")]]
+    inputs = label_inputs(["rank0.hatchet", "rank0.pt.trace.json", "rank0.sqlite"], groups)
+    assert [i.label for i in inputs] == ["proton", "torch", "nsys"]
+    assert default_by(inputs) == "kernel"
+    table = comparison(inputs, default_by(inputs)).table.set_index("kernel")
+    assert table.loc["oneShotAllReduceKernel", ["time_ns[proton]", "time_ns[torch]", "time_ns[nsys]"]].tolist() \
+        == [1000, 1100, 1050]
+    assert table.loc["oneShotAllReduceKernel", "ratio[torch]"] == pytest.approx(1.1)
+    assert table.loc["triton_red_fused_mm_10", "slowest"] == "proton"
+    assert (table["inputs"] == 3).all()

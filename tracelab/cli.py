@@ -124,7 +124,8 @@ def _load_groups(paths: list[str]) -> list[list]:
 def compare(
     paths: Annotated[list[str], typer.Argument(help="Two or more trace files, run folders or folders of traces; "
                                                     "the first is the reference.")],
-    by: Annotated[str, typer.Option(help="Align rows on scope,kernel, kernel, op_class or scope.")] = "scope,kernel",
+    by: Annotated[Optional[str], typer.Option(help="Align rows on scope,kernel (default for one profiler), "
+                                                   "kernel (default across profilers), op_class or scope.")] = None,
     top: Annotated[int, typer.Option(help="Show the N largest rows (0: all).")] = 25,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     tree: Annotated[bool, typer.Option("--tree", help="For two proton files: the tree of differences "
@@ -132,10 +133,11 @@ def compare(
 ) -> None:
     """Ranks, runs or profilers side by side: time and count per input, delta and ratio
     against the first, spread and slowest input per row, and the straggler rank."""
-    from .reports.compare import BY, comparison, label_inputs
+    from .reports.compare import BY, comparison, default_by, label_inputs
     from .reports.text import COMPARE_RENDERERS
 
-    _check_choice("--by", by, tuple(BY))
+    if by is not None:
+        _check_choice("--by", by, tuple(BY))
     _check_choice("--format", fmt, tuple(COMPARE_RENDERERS))
     if top < 0:
         raise UsageError("--top", f"must be 0 (all) or more, not {top}")
@@ -144,6 +146,7 @@ def compare(
     if len(paths) < 2 and len(_expand_all(paths)) < 2:
         raise UsageError("compare", "needs two or more traces (files or folders holding them)")
     inputs = label_inputs(paths, _load_groups(paths))
+    by = by or default_by(inputs)
     _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top or None))
 
 
@@ -178,13 +181,10 @@ def report(
     from pathlib import Path
 
     from .reports import html
-    from .reports.compare import label_inputs
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    inputs = label_inputs(paths, _load_groups(paths))
-    text = html.render(inputs, paths, html.run_info(paths), title or "tracelab: " + ", ".join(Path(p).name for p in paths))
-    written = html.write(out, text, force=force)
+    written = html.write_report(paths, out, force=force, title=title, groups=_load_groups(paths))
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
