@@ -181,6 +181,8 @@ def figures_row(case: Case, times_us: list[float], rel_err: float, d: Dist) -> d
 
 def run(args: argparse.Namespace, d: Dist) -> None:
     dtype = DTYPES[args.dtype]
+    if GPU_IMPLS - {"nccl"} & set(args.impls):
+        harness.enable_symm_mem(d)
     cases = [make_case(impl, n, dtype, d) for impl in args.impls for n in args.msg_bytes]
     errors = [check(c, d, dtype) for c in cases]
     with backends.session(args.backend, args.out, d.rank) as prof:

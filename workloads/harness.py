@@ -65,6 +65,19 @@ def join(timeout_s: float = DEFAULT_TIMEOUT_S, needs_group: bool = False) -> Dis
     return Dist(rank, world_size, local_rank, device, group)
 
 
+def enable_symm_mem(d: Dist) -> None:
+    """Older torch (< 2.8) wants symmetric memory switched on per group; newer warns that
+    it need not be, so the call is made quietly where it exists."""
+    import warnings
+
+    import torch.distributed._symmetric_memory as symm_mem
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None and d.group is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            enable(d.group.group_name)
+
+
 def leave(d: Dist) -> None:
     if d.group is not None and dist.is_initialized():
         dist.destroy_process_group()

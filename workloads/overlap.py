@@ -1,0 +1,204 @@
+"""Communication and matrix products, overlapped or not (references 003 and 004): the two
+collectives of tensor parallelism around a GEMM, fused against unfused.
+
+  ag-matmul   all-gather A's row shards, then A @ B:   A_shard [M/W, K], B [K, N] -> C [M, N]
+  matmul-rs   A @ B, then reduce-scatter over rows:    A [M, N], B [N, K] -> C [M/W, K]
+
+  unfused     the collective through the process group (NCCL), then cuBLAS (torch.matmul)
+  fused       torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter:
+              the collective over symmetric memory in chunks, each chunk's product
+              overlapping the next chunk's transfer
+
+Shapes are reference 004's Llama 3 tables: M the gathered rows (tokens), K the model
+width, N a rank's shard of the MLP (8B: N=1792 K=4096; 70B: 3584, 8192; 105B: 6656,
+16384; M 4096, 8192, 16384), the same per-rank shapes whatever the world size. The
+matmul-rs case is the matching row-parallel product (back from N to K). Time per
+variant is the slowest rank's median over --iters calls (CUDA events); speedup =
+unfused / fused; the fused result is checked against the unfused one.
+
+    tracelab run overlap --ranks 2 -- --models 8B,70B,105B --rows 4096,8192,16384
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from tracelab import backends
+from tracelab.errors import UsageError
+
+from . import harness
+from .allreduce import keep_multicast_off
+from .common import Dist, device_name
+
+# model -> (N, K) of reference 004
+MODELS = {"8B": (1792, 4096), "70B": (3584, 8192), "105B": (6656, 16384), "tiny": (64, 128)}
+OPS = ("ag-matmul", "matmul-rs")
+VARIANTS = ("unfused", "fused")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+REL_TOL = {"bf16": 2e-2, "fp32": 1e-4}
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    keep_multicast_off()
+    gpu = harness.gpu_available()
+    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.overlap", description=__doc__.split("\n\n")[0])
+    backends.add_arguments(p)
+    p.add_argument("--op", default=",".join(OPS), help=f"comma list of {', '.join(OPS)} (default: both)")
+    p.add_argument("--variant", default="unfused,fused" if gpu else "unfused",
+                   help="comma list of unfused, fused (default: both on a GPU, unfused on the CPU)")
+    p.add_argument("--models", default="8B,70B,105B" if gpu else "tiny",
+                   help=f"shapes (N, K) by model, comma list of {', '.join(MODELS)} "
+                        "(default: 8B,70B,105B on a GPU, tiny on the CPU)")
+    p.add_argument("--rows", default="4096,8192,16384" if gpu else "64",
+                   help="rows M (gathered), comma list (default: 4096,8192,16384 on a GPU, 64 on the CPU)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16" if gpu else "fp32",
+                   help="element type (default: bf16 on a GPU, fp32 on the CPU, where bf16 products are slow)")
+    p.add_argument("--iters", type=int, default=20, help="timed calls per variant and shape (default: 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default: 3)")
+    p.add_argument("--timeout-s", type=float, default=harness.DEFAULT_TIMEOUT_S,
+                   help="a collective waiting longer fails (default: %(default)s)")
+    return _validate(p.parse_args(argv), gpu)
+
+
+def _validate(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
+    args.ops = harness.parse_choices("--op", args.op, OPS)
+    args.variants = harness.parse_choices("--variant", args.variant, VARIANTS)
+    args.model_names = harness.parse_choices("--models", args.models, list(MODELS))
+    try:
+        args.ms = [int(m) for m in args.rows.split(",")]
+    except ValueError:
+        raise UsageError("--rows", f"{args.rows!r} is not a comma list of row counts") from None
+    world_size = harness.env_rank()[1]
+    bad = [m for m in args.ms if m <= 0 or m % world_size]
+    if bad:
+        raise UsageError("--rows", f"{', '.join(map(str, bad))} rows do not divide over {world_size} rank(s)")
+    if "fused" in args.variants and not gpu:
+        raise UsageError("--variant", "fused needs CUDA GPUs with symmetric memory (torch.ops.symm_mem); "
+                                      "on the CPU use --variant unfused")
+    if args.iters <= 0 or args.warmup < 0:
+        raise UsageError("--iters", f"need --iters > 0 and --warmup >= 0, not {args.iters} and {args.warmup}")
+    backends.check(args.backend, gpu)
+    return args
+
+
+@dataclass
+class Shape:
+    op: str
+    model: str
+    M: int
+    N: int
+    K: int
+
+    @property
+    def label(self) -> str:
+        return f"M{self.M}_N{self.N}_K{self.K}"
+
+
+@dataclass
+class Case:
+    """One shape, its inputs made: a callable per variant (and the product alone)."""
+
+    shape: Shape
+    calls: dict[str, Callable[[], torch.Tensor]]
+
+
+def ag_matmul(shape: Shape, dtype: torch.dtype, d: Dist) -> Case:
+    M, N, K, W = shape.M, shape.N, shape.K, d.world_size
+    a_shard = torch.randn(M // W, K, dtype=dtype, device=d.device)  # [M/W, K]
+    b = torch.randn(K, N, dtype=dtype, device=d.device) / K**0.5  # [K, N]
+    a = torch.empty(M, K, dtype=dtype, device=d.device)  # [M, K] gathered
+
+    def unfused() -> torch.Tensor:
+        _all_gather(a, a_shard)
+        return a @ b  # [M, N]
+
+    def fused() -> torch.Tensor:
+        return torch.ops.symm_mem.fused_all_gather_matmul(a_shard, [b], 0, d.group.group_name)[1][0]
+
+    return Case(shape, {"matmul": lambda: a @ b, "unfused": unfused, "fused": fused})
+
+
+def matmul_rs(shape: Shape, dtype: torch.dtype, d: Dist) -> Case:
+    M, N, K, W = shape.M, shape.N, shape.K, d.world_size
+    a = torch.randn(M, N, dtype=dtype, device=d.device)  # [M, N]: this rank's slice of the hidden layer
+    b = torch.randn(N, K, dtype=dtype, device=d.device) / N**0.5  # [N, K]
+    out = torch.empty(M // W, K, dtype=dtype, device=d.device)  # [M/W, K]
+
+    def unfused() -> torch.Tensor:
+        _reduce_scatter(out, a @ b)
+        return out
+
+    def fused() -> torch.Tensor:
+        return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, d.group.group_name)
+
+    return Case(shape, {"matmul": lambda: a @ b, "unfused": unfused, "fused": fused})
+
+
+def make_cases(args, d: Dist) -> list[Case]:
+    make = {"ag-matmul": ag_matmul, "matmul-rs": matmul_rs}
+    if "fused" in args.variants:
+        harness.enable_symm_mem(d)
+    torch.manual_seed(1000 + d.rank)  # each rank its own shard
+    return [make[op](Shape(op, model, M, *MODELS[model]), DTYPES[args.dtype], d)
+            for op in args.ops for model in args.model_names for M in args.ms]
+
+
+def check(case: Case, args, d: Dist) -> float | None:
+    """Fused against unfused (relative error by norm); None when only one variant runs."""
+    if set(args.variants) != set(VARIANTS):
+        return None
+    want = case.calls["unfused"]().clone()
+    got = case.calls["fused"]()
+    return harness.check_close(f"{case.shape.op} {case.shape.label}", got, want, REL_TOL[args.dtype])
+
+
+def measure(case: Case, variant: str, args, d: Dist) -> float:
+    """The slowest rank's median time (us) of one variant."""
+    harness.time_each_us(case.calls[variant], args.warmup, d.device)
+    dist.barrier()
+    with backends.region(f"{case.shape.op}_{variant}_{case.shape.label}"):
+        times_us = harness.time_each_us(case.calls[variant], args.iters, d.device)
+    return harness.median(times_us)
+
+
+def run(args: argparse.Namespace, d: Dist) -> None:
+    cases = make_cases(args, d)
+    errors = [check(c, args, d) for c in cases]
+    variants = ["matmul", *args.variants]
+    with backends.session(args.backend, args.out, d.rank) as prof:
+        with prof.window():
+            medians = [{v: measure(c, v, args, d) for v in variants} for c in cases]
+    rows = [figures_row(c, m, e, d) for c, m, e in zip(cases, medians, errors)]
+    if d.rank == 0:
+        print("\n".join(_line(r) for r in rows), flush=True)
+    backends.write_figures(args.out, d.rank, {
+        "workload": "overlap", "rank": d.rank, "world_size": d.world_size, "dtype": args.dtype,
+        "device": device_name(d.device), "torch": torch.__version__, "rows": rows})
+
+
+def figures_row(case: Case, medians: dict[str, float], rel_err: float | None, d: Dist) -> dict:
+    s = case.shape
+    us = {f"{v}_us": harness.max_over_ranks(t, d) for v, t in medians.items()}
+    speedup = us["unfused_us"] / us["fused_us"] if "fused_us" in us and "unfused_us" in us else None
+    return {"op": s.op, "model": s.model, "M": s.M, "N": s.N, "K": s.K, **us,
+            "speedup": speedup, "rel_err": rel_err, "checked": rel_err is not None}
+
+
+def _line(r: dict) -> str:
+    times = "  ".join(f"{k[:-3]} {v:9.1f} us" for k, v in r.items() if k.endswith("_us"))
+    speedup = "" if r["speedup"] is None else f"  speedup {r['speedup']:.2f}x"
+    return f"{r['op']:>9} {r['model']:>5} M={r['M']:<6} N={r['N']:<5} K={r['K']:<6} {times}{speedup}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main("overlap", parse, run, argv, needs_group=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
