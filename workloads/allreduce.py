@@ -134,7 +134,7 @@ def rank_input(numel: int, rank: int, dtype: torch.dtype, device: torch.device) 
     return ((torch.arange(numel, dtype=torch.int32, device=device) % 7 + 1) * (rank + 1)).to(dtype)
 
 
-def check(case: Case, d: Dist, dtype: torch.dtype) -> float:
+def check_sum(case: Case, d: Dist, dtype: torch.dtype) -> float:
     """Run once on fresh input; max |got - expected| / max |expected| (RunError when past
     the dtype's tolerance, or NaN). Computed on the device: a 1 GB message stays there."""
     numel = case.buf.numel()
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     if GPU_IMPLS - {"nccl"} & set(args.impls):
         harness.enable_symm_mem(d)
     cases = [make_case(impl, n, dtype, d) for impl in args.impls for n in args.msg_bytes]
-    errors = [check(c, d, dtype) for c in cases]
+    errors = [check_sum(c, d, dtype) for c in cases]
     with backends.session(args.backend, args.out, d.rank) as prof:
         iters = [pick_iters(c, args, d) for c in cases]
         with prof.window():

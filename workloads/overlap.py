@@ -149,7 +149,7 @@ def make_cases(args, d: Dist) -> list[Case]:
             for op in args.ops for model in args.model_names for M in args.ms]
 
 
-def check(case: Case, args, d: Dist) -> float | None:
+def check_fused(case: Case, args, d: Dist) -> float | None:
     """Fused against unfused (relative error by norm); None when only one variant runs."""
     if set(args.variants) != set(VARIANTS):
         return None
@@ -169,7 +169,7 @@ def measure(case: Case, variant: str, args, d: Dist) -> float:
 
 def run(args: argparse.Namespace, d: Dist) -> None:
     cases = make_cases(args, d)
-    errors = [check(c, args, d) for c in cases]
+    errors = [check_fused(c, args, d) for c in cases]
     variants = ["matmul", *args.variants]
     with backends.session(args.backend, args.out, d.rank) as prof:
         with prof.window():
