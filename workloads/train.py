@@ -139,7 +139,8 @@ def timed_steps(step, n: int, device: torch.device) -> list[float]:
 
 def build(args, size: str, phase: str, ddp: str, d: Dist):
     torch.manual_seed(args.seed)
-    model = TrainLM(model_args(SIZES[size], args.vocab_size, args.context_length)).to(d.device)
+    with d.device:  # weights made where they live: an xl model inits in seconds on a GPU, not minutes
+        model = TrainLM(model_args(SIZES[size], args.vocab_size, args.context_length))
     sync = None
     if ddp != "none":
         broadcast_parameters(model)

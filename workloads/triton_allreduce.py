@@ -94,6 +94,9 @@ def one_shot_all_reduce_kernel(buffers, signal_pads, out_ptr, numel, RANK: tl.co
     _barrier(signal_pads, block, RANK, WORLD_SIZE)
 
 
+SIGNAL_PAD_BYTES_OLD = 2048  # torch releases without get_signal_pad_size() had this fixed size
+
+
 class TritonOneShot:
     """A symmetric buffer of `numel` elements on every rank; call() sums the buffers of all
     ranks into `out`. Write this rank's input into `buf` first."""
@@ -101,14 +104,22 @@ class TritonOneShot:
     def __init__(self, numel: int, dtype: torch.dtype, device: torch.device, group: dist.ProcessGroup):
         self.buf = symm_mem.empty(numel, dtype=dtype, device=device)  # [numel]
         self.handle = symm_mem.rendezvous(self.buf, group.group_name)
-        world_size = self.handle.world_size
-        self.peers = tuple(self.handle.get_buffer(r, (numel,), dtype) for r in range(world_size))
+        self.peers = self._peer_buffers(numel, dtype)
         self.out = torch.empty_like(self.buf)
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self.grid = (min(triton.cdiv(numel, BLOCK_SIZE), sms),)
-        pad_slots = symm_mem.get_signal_pad_size() // 4
-        if self.grid[0] * world_size > pad_slots:
-            raise ValueError(f"{self.grid[0]} blocks x {world_size} ranks exceed the signal pad ({pad_slots} flags)")
+        pad_bytes = getattr(symm_mem, "get_signal_pad_size", lambda: SIGNAL_PAD_BYTES_OLD)()
+        flags_per_rank = pad_bytes // 4 // self.handle.world_size  # uint32 flags: [block][rank]
+        self.grid = (min(triton.cdiv(numel, BLOCK_SIZE), sms, flags_per_rank),)
+
+    def _peer_buffers(self, numel: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """Every rank's copy of `buf` as mapped here. The allocator may place `buf` inside a
+        larger symmetric segment; the offset is the same on every rank (same allocations)."""
+        elem = self.buf.element_size()
+        offset_bytes = self.buf.data_ptr() - self.handle.buffer_ptrs[self.handle.rank]
+        if offset_bytes < 0 or offset_bytes % elem:
+            raise ValueError(f"buffer lies at byte {offset_bytes} of its symmetric segment")
+        return tuple(self.handle.get_buffer(r, (numel,), dtype, offset_bytes // elem)
+                     for r in range(self.handle.world_size))
 
     def __call__(self) -> torch.Tensor:
         one_shot_all_reduce_kernel[self.grid](
