@@ -7,6 +7,7 @@
 #                                               # step times + MFU on 1 GPU, the 4 DP variants
 #                                               # on 2, a 2-rank out-of-memory, allreduce captures
 #   bash benchmarks/gpu_workloads.sh captures   # train and overlap under proton, torch, nsys
+#   bash benchmarks/gpu_workloads.sh pack       # pack what a part cut short left
 #
 # Run from the repository root with .device-lib carried (../shared/device/fetch-nsys-libs.sh).
 # Writes $OUT/runs.tar.gz (every run folder: run.json, figures, logs) and
@@ -103,15 +104,16 @@ capture_rest() {
   captures overlap --models 8B --rows 4096 --iters 2 --warmup 1
 }
 
-setup
+pack() {
+  tar czf "$OUT/runs.tar.gz" -C "$W" runs
+  tar czf "$OUT/captures.tar.gz" -C "$W" --exclude='*.nsys-rep' --exclude='*.qdstrm' captures
+  ls -la "$OUT"
+}
+
 case $PART in
-  figures) figures ;;
-  captures) capture_rest ;;
+  figures) setup; figures; pack ;;
+  captures) setup; capture_rest; pack ;;
+  pack) pack ;;  # after a part cut short by its time limit
   *) echo "unknown part $PART"; exit 2 ;;
 esac
-
-step "packing"
-tar czf "$OUT/runs.tar.gz" -C "$W" runs
-tar czf "$OUT/captures.tar.gz" -C "$W" --exclude='*.nsys-rep' --exclude='*.qdstrm' captures
-ls -la "$OUT"
 step "done"
