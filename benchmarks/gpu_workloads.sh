@@ -7,6 +7,7 @@
 #                                               # step times + MFU on 1 GPU, the 4 DP variants
 #                                               # on 2, a 2-rank out-of-memory, allreduce captures
 #   bash benchmarks/gpu_workloads.sh captures   # train and overlap under proton, torch, nsys
+#   bash benchmarks/gpu_workloads.sh all        # both, new steps started while BUDGET_S lasts
 #   bash benchmarks/gpu_workloads.sh pack       # pack what a part cut short left
 #
 # Run from the repository root with .device-lib carried (../shared/device/fetch-nsys-libs.sh).
@@ -54,6 +55,10 @@ setup() {
   nvidia-smi nvlink -s -i 0 | head -4
   env | grep -E 'NVLS|MULTICAST' | sort
   python3 -m pip install -q --no-deps --no-build-isolation --no-index . 2>&1 | tail -2
+  # run from elsewhere: in the repository root, ./tracelab (without its workloads) would
+  # shadow the installed package; nsys's libraries are found through LD_LIBRARY_PATH
+  export LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  cd "$W" || exit 2
   python3 -c "import torch, triton, tracelab.workloads.train as t; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'gpus', torch.cuda.device_count())"
 }
 
@@ -63,39 +68,43 @@ captures() {  # captures WORKLOAD ARGS...: 2 ranks under proton, torch and nsys
   for backend in proton torch nsys; do
     time_left "$workload $backend capture" || return 0
     step "capture $workload under $backend"
-    timeout 150 bash -c "$(declare -f tl_run); tl_run $W/captures $workload 2 $backend $*"
+    timeout 80 bash -c "$(declare -f tl_run); tl_run $W/captures $workload 2 $backend $*"
   done
 }
 
 figures() {
-  step "allreduce sweep, 2 GPUs, bf16, every implementation"
-  timeout 200 bash -c "$(declare -f tl_run); tl_run $W/runs allreduce 2 none \
-      --impl nccl,symm-one-shot,symm-two-shot,triton-one-shot --sizes 4K-1G"
-
   step "multimem (NVLink multicast is off here): expect one line and exit 2"
   python3 -m tracelab.workloads.allreduce --impl multimem --out "$W/multimem"
   echo "exit status $?"
 
+  step "allreduce sweep, 2 GPUs, bf16, every implementation"
+  timeout 150 bash -c "$(declare -f tl_run); tl_run $W/runs allreduce 2 none \
+      --impl nccl,symm-one-shot,symm-two-shot,triton-one-shot --sizes 4K-1G"
+
   time_left overlap && step "overlap: fused vs unfused on reference 004's shapes, 2 GPUs" &&
-  timeout 150 bash -c "$(declare -f tl_run); tl_run $W/runs overlap 2 none"
+  timeout 120 bash -c "$(declare -f tl_run); tl_run $W/runs overlap 2 none"
 
   time_left train-1gpu && step "train, 1 GPU: small..xl, fp32 and bf16, forward+backward, batch 4 x 256" &&
-  timeout 200 bash -c "$(declare -f tl_run); tl_run $W/runs train 1 none --size small,medium,large,xl \
+  timeout 150 bash -c "$(declare -f tl_run); tl_run $W/runs train 1 none --size small,medium,large,xl \
       --dtype fp32,bf16 --phase forward-backward --warmup 3 --steps 5"
 
-  time_left cold && step "train, 1 GPU: no warm-up (the cold start), large fp32" &&
-  timeout 100 bash -c "$(declare -f tl_run); tl_run $W/runs train 1 none --size large --dtype fp32 \
-      --phase forward,forward-backward --warmup 0 --steps 5"
-
   time_left ddp && step "train, 2 GPUs: the four DP variants (and none), small, full step with AdamW" &&
-  timeout 150 bash -c "$(declare -f tl_run); tl_run $W/runs train 2 none --size small --dtype fp32,bf16 \
+  timeout 120 bash -c "$(declare -f tl_run); tl_run $W/runs train 2 none --size small --dtype fp32,bf16 \
       --phase step --ddp none,naive,flat,overlap,bucketed --bucket-mb 25 --batch-size 8 --warmup 3 --steps 10"
+}
 
+checks() {
   time_left oom && step "out of memory on both ranks: expect one line per rank, no hang" &&
-  timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tracelab.workloads.train \
+  timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tracelab.workloads.train \
       --size 2.7B --batch-size 256 --context-length 2048 --ddp flat --out "$W/oom" 2>&1 | grep -E "tracelab|exitcode"
   echo "exit status ${PIPESTATUS[0]}"
 
+  time_left cold && step "train, 1 GPU: no warm-up (the cold start), large fp32" &&
+  timeout 80 bash -c "$(declare -f tl_run); tl_run $W/runs train 1 none --size large --dtype fp32 \
+      --phase forward,forward-backward --warmup 0 --steps 5"
+}
+
+capture_allreduce() {
   captures allreduce --impl nccl,symm-one-shot,triton-one-shot --sizes 4K,1M --iters 5
 }
 
@@ -111,8 +120,9 @@ pack() {
 }
 
 case $PART in
-  figures) setup; figures; pack ;;
+  figures) setup; figures; checks; capture_allreduce; pack ;;
   captures) setup; capture_rest; pack ;;
+  all) setup; figures; capture_allreduce; checks; capture_rest; pack ;;  # as far as BUDGET_S allows
   pack) pack ;;  # after a part cut short by its time limit
   *) echo "unknown part $PART"; exit 2 ;;
 esac
