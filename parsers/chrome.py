@@ -44,9 +44,11 @@ from tracelab.schema import Profile
 
 from ._kineto import collective_bytes, cpu_top_level, device_table, scopes, to_ints
 
-GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+# cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
+GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+             "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
 ANNOTATION = "gpu_user_annotation"
-CPU_OP = "cpu_op"
+CPU_OPS = {"cpu_op", "Operator"}
 CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
@@ -132,7 +134,7 @@ def read(path: str | os.PathLike) -> Profile:
     if gpu.cat:
         columns = _gpu_columns(gpu, annotations)
     else:
-        columns = _cpu_columns(path, _pick(path, trace.traceEvents, [{CPU_OP}])[0])
+        columns = _cpu_columns(path, _pick(path, trace.traceEvents, [CPU_OPS])[0])
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns

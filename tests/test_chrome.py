@@ -219,16 +219,25 @@ def test_plain_json_reads_like_gzip(tmp_path: Path) -> None:
     assert df.equals(expected)
 
 
-# ---- broken inputs ----------------------------------------------------------
-
-GOOD = HTA / "trace_filter/sampled_rank-0.json.gz"
-
-
 def _trace_json(events: list[dict], **top) -> bytes:
     return json.dumps({"schemaVersion": 1, **top, "traceEvents": events}).encode()
 
 
 KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2.0}
+
+
+def test_pytorch_1_8_category_names(tmp_path: Path) -> None:
+    events = [{**KERNEL, "cat": "Kernel", "ts": 10.0, "dur": 2.5}, {**KERNEL, "cat": "Memcpy", "ts": 20.001},
+              {**KERNEL, "cat": "Runtime", "ts": 9.0}]
+    (path := tmp_path / "old.json").write_bytes(_trace_json(events))
+    df = chrome.read(path).events
+    assert df["kind"].astype(str).tolist() == ["kernel", "memcpy"]
+    assert df["start_ns"].tolist() == [0, 10_001] and df["dur_ns"].tolist() == [2500, 2000]
+
+
+# ---- broken inputs ----------------------------------------------------------
+
+GOOD = HTA / "trace_filter/sampled_rank-0.json.gz"
 BROKEN = {
     "empty.json": (lambda: b"", "empty file"),
     "blank.json": (lambda: b" \n\t\n", "empty file"),
