@@ -1,7 +1,7 @@
 """A Parquet cache of parsed traces, so a big trace is parsed once.
 
-Keyed by the file's absolute path, size, modification time and the tracelab
-version; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
+Keyed by the file's absolute path, size and modification time, the tracelab
+version and the parser module's own size and modification time; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
 files of at least MIN_BYTES are cached (small ones parse faster than a cache
 read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
 cache is simply not used. The trace file itself is only ever read.
@@ -36,17 +36,19 @@ def _dir() -> Path:
     return Path(os.environ.get("TRACELAB_CACHE_DIR", Path.home() / ".cache" / "tracelab"))
 
 
-def _key(path: Path) -> str:
+def _key(path: Path, parser_file: str) -> str:
+    """The trace's identity and the parser's: an edited parser never reads a stale entry."""
     from . import __version__
 
-    st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}"
+    st, code = path.stat(), Path(parser_file).stat()
+    ident = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}|"
+             f"{parser_file}|{code.st_size}|{code.st_mtime_ns}")
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
-def get(path: Path) -> list[Profile] | None:
+def get(path: Path, parser_file: str) -> list[Profile] | None:
     """The cached profiles of `path`, or None when absent, stale or unreadable."""
-    entry = _dir() / _key(path)
+    entry = _dir() / _key(path, parser_file)
     try:
         metas = json.loads((entry / "meta.json").read_text())
         return [Profile(validate(pd.read_parquet(entry / f"{i}.parquet")), meta)
@@ -55,9 +57,9 @@ def get(path: Path) -> list[Profile] | None:
         return None
 
 
-def put(path: Path, profiles: list[Profile]) -> None:
+def put(path: Path, parser_file: str, profiles: list[Profile]) -> None:
     """Store profiles; a failure to write the cache never fails the load."""
-    final = _dir() / _key(path)
+    final = _dir() / _key(path, parser_file)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))

@@ -80,12 +80,12 @@ def _parse(path: Path) -> list[Profile]:
     processes give one Profile per process."""
     module = importlib.import_module(PARSERS[detect(path)])
     use_cache = cache.enabled(path)
-    if use_cache and (cached := cache.get(path)) is not None:
+    if use_cache and (cached := cache.get(path, module.__file__)) is not None:
         return cached
     result = module.read(path)
     profiles = result if isinstance(result, list) else [result]
     if use_cache:
-        cache.put(path, profiles)
+        cache.put(path, module.__file__, profiles)
     return profiles
 
 
