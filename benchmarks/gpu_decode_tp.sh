@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 5 on a 2-GPU H200 machine (device kind nvidia-h200-x2): tensor-parallel llama-2-7b decode
+# (random bf16 weights, batch 1, compiled) on 2 ranks with NCCL and with symmetric-memory one-shot
+# all-reduce, under none, proton, torch and nsys, through the real `tracelab run` CLI (breakdown
+# printed, report written). Carry .whl (msgspec, rich, plotly wheels) and .device-lib (nsys libs).
+#   bash benchmarks/gpu_decode_tp.sh         # writes $OUT/tp-runs.tar.gz and $OUT/tp-summary.txt
+set -uo pipefail
+OUT=${OUT:-/tmp/tp-out}
+W=/tmp/tp
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-500}
+mkdir -p "$OUT" "$W/runs"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
+python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . 2>&1 | tail -2
+export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cp -r .device-lib "$W/" 2>/dev/null
+cd "$W" || exit 2   # away from the checkout, whose ./tracelab would shadow the installed package
+nvidia-smi -L
+python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+
+TOKENS=${TOKENS:-100}
+for allreduce in nccl symm-one-shot; do
+  for backend in none torch proton nsys; do
+    if (( $(date +%s) - START > BUDGET_S )); then echo "SKIPPED (budget): $allreduce $backend"; continue; fi
+    echo; echo "=== +$(( $(date +%s) - START ))s decode 2 ranks allreduce=$allreduce backend=$backend"
+    timeout 200 python3 -m tracelab run decode --ranks 2 --backend $backend --out "$W/runs" --top 6 -- \
+        --model llama-2-7b --compile --allreduce $allreduce --new-tokens $TOKENS --samples 2 --warmup 1 \
+        2>&1 | grep -vE "USDT|^\[default[0-9]\]:(Collecting|Generating|Processing|Saving|W[0-9])" | tail -40
+  done
+done
+python3 - "$W/runs" > "$OUT/tp-summary.txt" <<'PY'
+import json, sys, pathlib
+for run in sorted(pathlib.Path(sys.argv[1]).iterdir()):
+    doc = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
+    print(run.name, json.dumps(doc.get("figures", doc.get("ranks", {})))[:600])
+PY
+cat "$OUT/tp-summary.txt"
+tar czf "$OUT/tp-runs.tar.gz" -C "$W" --exclude='*.nsys-rep' --exclude='*.qdstrm' runs
+ls -la "$OUT"
