@@ -13,6 +13,8 @@ sets a flag [b][rank] on every peer's signal pad from 0 to 1 and takes the flags
 [b][peer] on its own pad from 1 back to 0, so the pads are zero again afterwards.
 
 Needs a CUDA GPU, Triton, and a world size that is a power of 2 (tl.arange over ranks).
+The kernel's name differs from torch's CUDA one_shot_all_reduce_kernel so that the two
+stay apart in a breakdown (the captures in tests/data/allreduce-2gpu-* predate the rename).
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def _barrier(signal_pads, block, RANK: tl.constexpr, WORLD_SIZE: tl.constexpr):
 
 
 @triton.jit
-def one_shot_all_reduce_kernel(buffers, signal_pads, out_ptr, numel, RANK: tl.constexpr,
+def triton_one_shot_all_reduce_kernel(buffers, signal_pads, out_ptr, numel, RANK: tl.constexpr,
                                WORLD_SIZE: tl.constexpr, BLOCK: tl.constexpr):
     # buffers: W tensors [numel], rank r's symmetric buffer as mapped here; out_ptr: [numel]
     block = tl.program_id(0)
@@ -122,7 +124,7 @@ class TritonOneShot:
                      for r in range(self.handle.world_size))
 
     def __call__(self) -> torch.Tensor:
-        one_shot_all_reduce_kernel[self.grid](
+        triton_one_shot_all_reduce_kernel[self.grid](
             self.peers, self.handle.signal_pad_ptrs_dev, self.out, self.buf.numel(),
             RANK=self.handle.rank, WORLD_SIZE=self.handle.world_size, BLOCK=BLOCK_SIZE, num_warps=NUM_WARPS)
         return self.out
