@@ -21,7 +21,7 @@ from tracelab import backends
 from tracelab.errors import TracelabError, UsageError
 
 from . import checkpoint
-from .common import Dist, close_distributed, device_name, init_distributed
+from .common import Dist, close_distributed, device_name, exit_now, init_distributed
 from .model import CONFIGS, ModelArgs, Transformer, weight_bytes
 from .tp import ALLREDUCE, install_all_reduce, unshardable
 
@@ -216,4 +216,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -1,0 +1,196 @@
+"""tracelab run: checks before launch (no process started), and end-to-end runs of the
+tiny decode on 2 CPU ranks (gloo) under torch.profiler and under no profiler."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tracelab  # noqa: E402
+from tracelab import backends, machine, runner  # noqa: E402
+from tracelab.errors import RunError, ToolMissingError, UsageError  # noqa: E402
+from tracelab.runner import RunSpec  # noqa: E402
+from tracelab.workloads import decode  # noqa: E402
+from tracelab.workloads.model import CONFIGS, Transformer  # noqa: E402
+
+FAST = ["--new-tokens", "4", "--samples", "2", "--top-k", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory) -> dict[str, Path]:
+    """A good tiny checkpoint and broken neighbours."""
+    root = tmp_path_factory.mktemp("ckpt")
+    torch.manual_seed(0)
+    state = Transformer(CONFIGS["tiny"]).state_dict()
+    paths = {"good": root / "good.pth", "shape": root / "shape.pth", "keys": root / "keys.pth",
+             "int8": root / "int8.pth", "junk": root / "junk.pth"}
+    torch.save(state, paths["good"])
+    torch.save({**state, "layers.1.feed_forward.w2.weight": torch.zeros(128, 10)}, paths["shape"])
+    torch.save({k: v for k, v in state.items() if k != "norm.weight"}, paths["keys"])
+    torch.save({**state, "layers.0.attention.wqkv.scales": torch.ones(256)}, paths["int8"])
+    paths["junk"].write_text("not a checkpoint")
+    return paths
+
+
+BAD = [
+    # (spec fields, workload args, error type, words in the message)
+    ({"workload": "nope"}, [], UsageError, "unknown workload 'nope'"),
+    ({"backend": "bogus"}, [], UsageError, "unknown backend 'bogus'"),
+    ({"ranks": 0}, [], UsageError, "at least 1, not 0"),
+    ({"backend": "proton"}, [], UsageError, "proton needs a CUDA GPU"),
+    ({"backend": "nsys"}, [], UsageError, "nsys needs a CUDA GPU"),
+    ({"nnodes": "2"}, [], UsageError, "--rdzv-endpoint"),
+    ({}, ["--model", "llama-9"], UsageError, "invalid choice: 'llama-9'"),
+    ({}, ["--new-tokens", "x"], UsageError, "invalid int value: 'x'"),
+    ({}, ["--new-tokens", "0"], UsageError, "at least 1, not 0"),
+    ({}, ["--frobnicate"], UsageError, "unrecognized arguments: --frobnicate"),
+    ({}, ["--out", "elsewhere"], UsageError, "give --out to tracelab run"),
+    ({}, ["--backend", "none"], UsageError, "give --backend to tracelab run"),
+    ({"ranks": 3}, ["--model", "tiny"], UsageError, "heads (4) do not divide over 3 ranks"),
+    ({}, ["--allreduce", "symm-one-shot"], UsageError, "needs CUDA GPUs"),
+    ({}, ["--prompt-len", "200", "--new-tokens", "100"], UsageError, "exceed tiny's context of 256"),
+]
+
+
+@pytest.mark.parametrize("fields, args, error, words", BAD)
+def test_bad_input_is_refused_before_launch(tmp_path, monkeypatch, fields, args, error, words):
+    monkeypatch.setattr(machine, "gpu_count", lambda: 0)
+    spec = RunSpec(**{"workload": "decode", "ranks": 2, "backend": "torch", "out_root": tmp_path / "runs",
+                      "workload_args": args, **fields})
+    with pytest.raises(error, match=re.escape(words)):
+        runner.plan(spec)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("shape", "layers.1.feed_forward.w2.weight is [128, 10], the config needs [128, 256]"),
+    ("keys", "lacks norm.weight (1 missing, 0 unexpected keys)"),
+    ("int8", "quantized"),
+    ("junk", "not a readable torch checkpoint"),
+    ("missing", "no such checkpoint file"),
+])
+def test_bad_checkpoint_is_refused(tmp_path, monkeypatch, tiny_ckpt, kind, words):
+    monkeypatch.setattr(machine, "gpu_count", lambda: 0)
+    path = tiny_ckpt.get(kind, tmp_path / "absent.pth")
+    spec = RunSpec("decode", 2, "none", tmp_path / "runs", ["--checkpoint", str(path)])
+    with pytest.raises(UsageError, match=re.escape(words)) as e:
+        runner.plan(spec)
+    assert str(path) in str(e.value)
+
+
+def test_more_ranks_than_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "gpu_count", lambda: 1)
+    with pytest.raises(UsageError, match="2 ranks per node but only 1 GPU"):
+        runner.plan(RunSpec("decode", 2, "torch", tmp_path))
+
+
+def test_nsys_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "gpu_count", lambda: 1)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(backends, "NSYS_FALLBACK", tmp_path / "no-nsys")
+    with pytest.raises(ToolMissingError, match="not on the PATH"):
+        runner.plan(RunSpec("decode", 1, "nsys", tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_nsys_command_wraps_each_rank(tmp_path, monkeypatch):
+    nsys = tmp_path / "nsys"
+    plan = runner.Plan(RunSpec("decode", 2, "nsys", tmp_path), "nsys", "tracelab.workloads.decode", {}, 2, nsys)
+    cmd = runner.torchrun_command(plan, tmp_path / "run")
+    at = cmd.index(str(nsys))
+    assert cmd[at - 1] == "--no-python" and cmd[at + 1] == "profile"
+    assert "--capture-range=cudaProfilerApi" in cmd and str(tmp_path / "run" / "rank%q{RANK}") in cmd
+    assert cmd[-4:] == ["--backend", "nsys", "--out", str(tmp_path / "run")]
+    assert runner.rank_env(plan)["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+def test_run_folders_are_never_reused(tmp_path):
+    first = runner.new_run_dir(tmp_path, "decode", "torch")
+    second = runner.new_run_dir(tmp_path, "decode", "torch")
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name.startswith(first.name[: len("decode-torch-20261121-221530")])
+
+
+def test_failed_rank_from_torchrun_output():
+    output = ["[default1]:ValueError: boom", "Root Cause (first observed failure):", "[0]:",
+              "  time      : 2026-11-21_23:01:02", "  rank      : 3 (local_rank: 1)", "  exitcode  : 1 (pid: 7)"]
+    assert runner.failed_rank(output) == (3, 1)
+    assert runner.failed_rank(["rank      : 3 (local_rank: 1)"]) == (None, None)  # not under Root Cause
+
+
+def _annotations(trace: Path, name: str) -> int:
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    return sum(1 for e in events if e.get("name") == name and e.get("cat") == "user_annotation")
+
+
+def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
+    args = ["--checkpoint", str(tiny_ckpt["good"]), *FAST]
+    lines: list[str] = []
+    result = runner.run(RunSpec("decode", 2, "torch", tmp_path / "runs", args), on_line=lines.append)
+    run_dir = result.run_dir
+    assert run_dir.parent == tmp_path / "runs" and run_dir.name.startswith("decode-torch-")
+    assert [t.name for t in result.traces] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "ok" and record["config"]["model"] == "tiny" and record["versions"]["torch"]
+    figures = record["figures"]
+    assert sorted(figures) == ["0", "1"]
+    # tensor parallel ranks sample the same tokens, and the same as one rank alone
+    alone = tmp_path / "alone"
+    assert decode.main([*args, "--out", str(alone)]) == 0
+    one_rank = json.loads((alone / "rank0.figures.json").read_text())["first_tokens"]
+    assert figures["0"]["first_tokens"] == figures["1"]["first_tokens"] == one_rank
+    assert any("rank 1: " in line and "tokens/s" in line for line in lines)
+    # the profiled window holds the measured samples only: 2 samples x 3 decode steps, 2 prefills
+    for trace in result.traces:
+        assert _annotations(trace, "decode_one_token") == 2 * 3
+        assert _annotations(trace, "prefill") == 2
+    profiles = tracelab.load_many(run_dir)
+    assert [p.rank for p in profiles] == [0, 1]
+
+
+def test_decode_backend_none_writes_figures_only(tmp_path):
+    result = runner.run(RunSpec("decode", 2, "none", tmp_path, FAST))
+    names = sorted(p.name for p in result.run_dir.iterdir())
+    assert names == ["logs", "rank0.figures.json", "rank1.figures.json", "run.json"]
+    for rank, f in result.record["figures"].items():
+        assert f["rank"] == int(rank) and f["world_size"] == 2
+        assert f["tokens_per_s"] == pytest.approx(4 / (sum(f["sample_s"]) / 2))
+
+
+CRASHY = textwrap.dedent('''
+    import argparse, os, sys
+    from tracelab import backends
+
+    def build_parser():
+        p = argparse.ArgumentParser()
+        backends.add_arguments(p)
+        return p
+
+    def check(args, world_size, gpu):
+        return {}
+
+    if __name__ == "__main__":
+        build_parser().parse_args()
+        if os.environ["RANK"] == "1":
+            print("about to fail", file=sys.stderr)
+            raise ValueError("rank one gives up")
+''')
+
+
+def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
+    (tmp_path / "crashy_workload.py").write_text(CRASHY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setitem(runner.WORKLOADS, "crashy", "crashy_workload")
+    with pytest.raises(RunError) as e:
+        runner.run(RunSpec("crashy", 2, "none", tmp_path / "runs"))
+    message = str(e.value)
+    assert "rank 1 failed" in message and "ValueError: rank one gives up" in message
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
