@@ -1,0 +1,98 @@
+"""The decoder and its tensor-parallel shards, checked against the unsharded model in one process."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tracelab.workloads import checkpoint, decode  # noqa: E402
+from tracelab.workloads.model import CONFIGS, ModelArgs, Transformer, weight_bytes  # noqa: E402
+from tracelab.workloads.tp import shard_state, unshardable  # noqa: E402
+
+TINY = CONFIGS["tiny"]
+
+
+def _full_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(TINY).eval()
+    model.setup_caches(2, 16)
+    return model
+
+
+def _shards(full: Transformer, world_size: int) -> list[Transformer]:
+    shards = []
+    for rank in range(world_size):
+        shard = Transformer(TINY, world_size).eval()
+        shard.load_state_dict(shard_state(full.state_dict(), TINY, rank, world_size))
+        shard.setup_caches(2, 16)
+        shards.append(shard)
+    return shards
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_shards_sum_to_the_full_layers(world_size):
+    full = _full_model()
+    shards = _shards(full, world_size)
+    x = torch.randn(2, 5, TINY.dim, dtype=torch.float64).float()  # [B, S, D]
+    pos = torch.arange(5)
+    fc, mask = full.freqs_cis[pos], full.causal_mask[None, None, pos]
+    with torch.no_grad():
+        want_attn = full.layers[0].attention(x, fc, mask, pos)
+        got_attn = sum(s.layers[0].attention(x, fc, mask, pos) for s in shards)
+        want_ff = full.layers[1].feed_forward(x)
+        got_ff = sum(s.layers[1].feed_forward(x) for s in shards)
+    for want, got in ((want_attn, got_attn), (want_ff, got_ff)):
+        assert torch.linalg.norm(got - want) / torch.linalg.norm(want) < 1e-5
+
+
+def test_shard_parameter_bytes_split_evenly():
+    full = _full_model()
+    shards = _shards(full, 2)
+    # every projection is split in two; norms and the output layer stay whole on every rank
+    projections = sum(p.numel() for n, p in full.named_parameters() if ".attention.w" in n or ".feed_forward." in n)
+    whole = sum(p.numel() for n, p in full.named_parameters() if n.endswith("norm.weight") or n == "output.weight")
+    assert weight_bytes(shards[0]) == weight_bytes(shards[1]) == 4 * (projections // 2 + whole)
+    assert weight_bytes(full) == 4 * (projections + whole)  # the embedding table is not counted
+
+
+@pytest.mark.parametrize("args, world_size, reason", [
+    (TINY, 2, None),
+    (TINY, 3, "heads (4) do not divide over 3 ranks"),
+    (TINY, 4, "key/value heads (2) do not divide over 4 ranks"),
+    (CONFIGS["llama-3-8b"], 8, None),
+    (ModelArgs(n_head=8, dim=64, intermediate_size=100), 8, "hidden size (100) do not divide over 8 ranks"),
+])
+def test_unshardable(args, world_size, reason):
+    assert unshardable(args, world_size) == reason
+
+
+def test_separate_wq_wk_wv_checkpoints_load(tmp_path):
+    full = _full_model()
+    state = full.state_dict()
+    wqkv = state.pop("layers.0.attention.wqkv.weight")
+    q, k, v = wqkv.split([TINY.n_head * TINY.head_dim, TINY.kv_heads * TINY.head_dim,
+                          TINY.kv_heads * TINY.head_dim])
+    state.update({"layers.0.attention.wq.weight": q, "layers.0.attention.wk.weight": k,
+                  "layers.0.attention.wv.weight": v})
+    torch.save(state, tmp_path / "split.pth")
+    merged = checkpoint.check(tmp_path / "split.pth", TINY, "tiny")
+    assert torch.equal(merged["layers.0.attention.wqkv.weight"], wqkv)
+
+
+def test_top1_sampling_is_argmax():
+    logits = torch.randn(3, 4, 50)  # [B, S, V]
+    got = decode.sample(logits, temperature=0.8, top_k=1)
+    assert got.shape == (3, 1) and torch.equal(got[:, 0].long(), logits[:, -1].argmax(-1))
+
+
+def test_generate_is_deterministic_per_seed_and_fills_every_position():
+    full = _full_model()
+    args = decode.build_parser().parse_args(["--top-k", "1", "--new-tokens", "6"])
+    prompt = torch.randint(0, TINY.vocab_size, (2, 4), dtype=torch.int)
+    steps = (decode.prefill, decode.decode_one_token)
+    with torch.no_grad():
+        first = decode.generate(full, prompt, 6, steps, args)
+        again = decode.generate(full, prompt, 6, steps, args)
+    assert first.shape == (2, 10) and torch.equal(first, again)
+    assert torch.equal(first[:, :4], prompt)
+    assert ((first >= 0) & (first < TINY.vocab_size)).all()
