@@ -67,7 +67,8 @@ def versions(nsys: Path | None = None, env: dict[str, str] | None = None) -> dic
     found = {"tracelab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
              "cuda": torch.version.cuda, "triton": _version("triton")}
     if torch.cuda.is_available() and torch.distributed.is_nccl_available():
-        found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()
+        found["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     if nsys is not None:
         found["nsys"] = nsys_version(nsys, env or dict(os.environ))
     return found

@@ -88,7 +88,7 @@ def build_model(args: argparse.Namespace, d: Dist) -> Transformer:
     if args.checkpoint is not None:
         checkpoint.load_shard(model, args.checkpoint, args.model, d.rank, d.world_size, dtype, d.device)
     else:
-        model = model.to_empty(device=d.device).to(dtype)
+        model = model.to(dtype).to_empty(device=d.device)  # made in dtype: no float32 copy of 7B
         randomize(model)
     if d.group is not None and d.world_size > 1:
         install_all_reduce(model, args.allreduce, d.group, args.batch_size * args.prompt_len, d.device)

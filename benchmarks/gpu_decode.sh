@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 5 on one H100 (device kind nvidia-h100-x1), through the real `tracelab run` CLI:
+#  1. llama-2-7b shapes, random bf16 weights, batch 1, 200 new tokens, compiled, no profiler
+#     (gpt-fast's own figure on an H100: 172.5 tokens/s, 2283 GB/s);
+#  2. tiny compiled decode captured under proton, torch and nsys (small files for tests/data);
+#  3. while the budget lasts: the same 7b decode under proton and torch, for where the time goes
+#     and what each profiler costs.
+# Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
+#   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
+set -uo pipefail
+OUT=${OUT:-/tmp/decode-out}
+W=/tmp/dec
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-420}
+mkdir -p "$OUT" "$W/runs" "$W/caps"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
+python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . 2>&1 | tail -2
+export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cp -r .device-lib "$W/" 2>/dev/null
+cd "$W" || exit 2   # away from the checkout, whose ./tracelab would shadow the installed package
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+
+elapsed() { echo $(( $(date +%s) - START )); }
+quiet() { grep -vE "USDT|^\[default[0-9]\]:(Collecting|Generating|Processing|Saving|W[0-9])"; }
+run() {  # run LABEL TIMEOUT_S tracelab-run-args...
+  local label=$1 limit=$2; shift 2
+  echo; echo "=== +$(elapsed)s $label: tracelab run $*"
+  timeout "$limit" python3 -m tracelab run "$@" 2>&1 | quiet | tail -45
+  echo "=== +$(elapsed)s $label: exit ${PIPESTATUS[0]}"
+}
+
+SEVEN_B=(--model llama-2-7b --compile --batch-size 1 --prompt-len 8 --new-tokens 200)
+run "7b-none" 300 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" --samples 5 --warmup 1
+
+TINY=(--model tiny --compile --prompt-len 4 --new-tokens 6 --samples 1 --warmup 1)
+for backend in proton torch nsys; do
+  run "tiny-$backend" 120 decode --ranks 1 --backend $backend --out "$W/caps" --top 8 -- "${TINY[@]}"
+done
+
+for backend in proton torch; do
+  if (( $(elapsed) > BUDGET_S - 100 )); then echo "SKIPPED (budget): 7b-$backend"; continue; fi
+  run "7b-$backend" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend $backend --out "$W/runs" --top 12 -- \
+      "${SEVEN_B[@]}" --samples 2 --warmup 1
+done
+
+python3 - "$W" > "$OUT/summary.txt" <<'PY'
+import json, sys, pathlib
+for run in sorted(pathlib.Path(sys.argv[1]).glob("*/*/run.json")):
+    doc = json.loads(run.read_text())
+    for rank, f in doc.get("figures", {}).items():
+        print(f"{run.parent.name} rank {rank} status={doc.get('status')} s/sample={f.get('s_per_sample'):.4f} "
+              f"tokens/s={f.get('tokens_per_s'):.2f} GB/s={f.get('bandwidth_gb_s'):.1f} samples={f.get('sample_s')}")
+    print("  versions", json.dumps(doc.get("versions")), "devices", json.dumps(doc.get("devices")))
+PY
+cat "$OUT/summary.txt"
+tar czf "$OUT/decode-runs.tar.gz" -C "$W" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='report.html' --exclude='runs/decode-torch-*/rank*.pt.trace.json.gz' runs caps
+ls -la "$OUT"
