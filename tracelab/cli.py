@@ -245,8 +245,6 @@ def _run_report(run_dir, top: int) -> None:
         if e.name != "tracelab.reports.html":
             raise
         return
-    from .reports.compare import label_inputs
-
-    inputs = label_inputs([str(run_dir)], [profiles])
-    text = html.render(inputs, [str(run_dir)], html.run_info([run_dir]), f"tracelab run {run_dir.name}")
-    typer.echo(f"wrote {html.write(run_dir / 'report.html', text)}", err=True)
+    written = html.write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
+                                groups=[profiles])
+    typer.echo(f"wrote {written}", err=True)
