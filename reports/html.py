@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import TraceFormatError, UsageError
-from . import figures
+from . import figures, workload_plots
 from .compare import Input, comparison
 
 TOP_KERNELS_TABLE = 200
@@ -110,7 +110,7 @@ def run_info(paths: list[str | Path]) -> dict | None:
 def _run_info_html(info: dict | None, inputs: list[Input], paths: list[str]) -> str:
     parts = []
     if info:
-        rows = "".join(f'<tr><th class="t">{_e(k)}</th><td class="t"><pre>{_e(_plain(v))}</pre></td></tr>'
+        rows = "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
                        for k, v in info.items())
         parts.append(f"<table>{rows}</table>")
     files = pd.DataFrame({"input": [i.label for i in inputs], "source": [i.source for i in inputs],
@@ -118,6 +118,16 @@ def _run_info_html(info: dict | None, inputs: list[Input], paths: list[str]) -> 
     parts.append(f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>')
     parts.append(table(files, {"input": "input", "source": "source", "rank": "rank", "rows": "rows"}))
     return "".join(parts)
+
+
+def _info_value(value: Any) -> str:
+    """Scalars inline; a list or mapping as one line, folded away when long."""
+    if isinstance(value, (dict, list)):
+        line = json.dumps(value, default=str)
+        if len(line) <= 160:
+            return f"<code>{_e(line)}</code>"
+        return f"<details><summary>{_e(line[:120])}…</summary><pre>{_e(_plain(value))}</pre></details>"
+    return _e(_plain(value))
 
 
 def _plain(value: Any) -> str:
@@ -128,12 +138,15 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
     """The whole report as one HTML string."""
     from plotly.offline import get_plotlyjs
 
-    if not inputs:
-        raise UsageError("report", "no inputs to report on")
-    c = comparison(inputs, by="kernel")
     figs: dict[str, dict] = {}
+    plots = workload_plots.workload_figures(info) if info else []
+    if not inputs and not plots:
+        raise UsageError("report", "no traces and no workload figures to report on")
     body = [f"<h1>{_e(title)}</h1>", "<h2>Run</h2>", _run_info_html(info, inputs, paths)]
-    body += _sections(inputs, c, figs)
+    if plots:
+        body += ["<h2>Workload figures</h2>"] + [_figure(figs, fig, note) for note, fig in plots]
+    if inputs:
+        body += _sections(inputs, comparison(inputs, by="kernel"), figs)
     scripts = [get_plotlyjs(), _SCRIPT]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_policy(scripts)}">'

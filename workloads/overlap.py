@@ -201,4 +201,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from .common import exit_now
+
+    exit_now(main())  # no interpreter finalization: see common.exit_now
