@@ -18,7 +18,7 @@ only this module of tracelab's profiling side, and reads like this:
 
 `region(name)` is backend-neutral: it opens a proton scope (while a proton
 session is active), a torch.profiler.record_function (while any torch profiler
-records) and an NVTX range (when CUDA is available), so the same scope names
+records) and an NVTX range (when CUDA is available and proton is not running: proton makes scopes of NVTX ranges itself), so the same scope names
 appear whichever profiler ran. With nothing profiling it costs a few flag
 checks (plus an NVTX push/pop on a GPU, which is nanoseconds without a tool).
 
@@ -94,7 +94,9 @@ def region(name: str) -> Iterator[None]:
             stack.enter_context(proton.scope(name))
         if torch._C._autograd._profiler_enabled():
             stack.enter_context(torch.profiler.record_function(name))
-        if _cuda_available():
+        if _cuda_available() and not _active["proton"]:
+            # proton (Triton 3.6) turns NVTX ranges into scopes itself: with both, every
+            # scope came out doubled ("a/a"), seen on 2 H200s, 2026-11-21
             stack.enter_context(torch.cuda.nvtx.range(name))
         yield
 
