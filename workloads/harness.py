@@ -27,6 +27,7 @@ from .common import Dist
 
 EXIT_FAILED = 2
 DEFAULT_TIMEOUT_S = 180.0
+RANK0_GRACE_S = 2.0  # other ranks wait this long before failing on bad input
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
 
 
@@ -94,6 +95,8 @@ def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any
     except UsageError as e:
         if rank == 0:
             print(f"tracelab {name}: error: {e}", file=sys.stderr)
+        else:  # let rank 0 say why before torchrun, seeing this rank fail, stops the group
+            time.sleep(RANK0_GRACE_S)
         return EXIT_FAILED
     d = None
     try:
