@@ -5,6 +5,8 @@
 #  2. tiny compiled decode captured under proton, torch and nsys (small files for tests/data);
 #  3. while the budget lasts: the same 7b decode under proton and torch, for where the time goes
 #     and what each profiler costs.
+# PARTS picks and orders them (default "7b tiny profile"); also gemv (benchmarks/gemv_bench.py),
+# 7b-triton / 7b-cublas (--matvec), tiny-proton, profile-triton.
 # Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
 #   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
 set -uo pipefail
@@ -18,6 +20,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . 2>&1 | tail -2
 export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cp -r .device-lib "$W/" 2>/dev/null
+REPO=$PWD
 cd "$W" || exit 2   # away from the checkout, whose ./tracelab would shadow the installed package
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -32,17 +35,25 @@ run() {  # run LABEL TIMEOUT_S tracelab-run-args...
 }
 
 SEVEN_B=(--model llama-2-7b --compile --batch-size 1 --prompt-len 8 --new-tokens 200)
-run "7b-none" 300 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" --samples 5 --warmup 1
-
 TINY=(--model tiny --compile --prompt-len 4 --new-tokens 6 --samples 1 --warmup 1)
-for backend in proton torch nsys; do
-  run "tiny-$backend" 120 decode --ranks 1 --backend $backend --out "$W/caps" --top 8 -- "${TINY[@]}"
-done
+budget_ok() { if (( $(elapsed) > BUDGET_S - ${1:-60} )); then echo "SKIPPED (budget): $2"; return 1; fi; }
 
-for backend in proton torch; do
-  if (( $(elapsed) > BUDGET_S - 100 )); then echo "SKIPPED (budget): 7b-$backend"; continue; fi
-  run "7b-$backend" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend $backend --out "$W/runs" --top 12 -- \
-      "${SEVEN_B[@]}" --samples 2 --warmup 1
+for part in ${PARTS:-7b tiny profile}; do
+  case $part in
+    7b) run "7b-none" 300 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" --samples 5 --warmup 1 ;;
+    tiny) for backend in proton torch nsys; do
+            run "tiny-$backend" 120 decode --ranks 1 --backend $backend --out "$W/caps" --top 8 -- "${TINY[@]}"
+          done ;;
+    tiny-proton) run "tiny-proton" 120 decode --ranks 1 --backend proton --out "$W/caps" --top 8 -- "${TINY[@]}" ;;
+    gemv) echo; echo "=== +$(elapsed)s gemv bench"; timeout 150 python3 "$REPO/benchmarks/gemv_bench.py" --model llama-2-7b ;;
+    7b-triton|7b-cublas) budget_ok 90 "$part" && run "$part" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
+            --backend none --out "$W/runs" -- "${SEVEN_B[@]}" --matvec ${part#7b-} --samples 5 --warmup 1 ;;
+    profile|profile-triton) for backend in proton $([ $part = profile ] && echo torch); do
+          budget_ok 100 "7b-$backend" && run "7b-$backend" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
+            --backend $backend --out "$W/runs" --top 12 -- "${SEVEN_B[@]}" --samples 2 --warmup 1 \
+            $([ $part = profile-triton ] && echo --matvec triton)
+        done ;;
+  esac
 done
 
 python3 - "$W" > "$OUT/summary.txt" <<'PY'
@@ -50,8 +61,11 @@ import json, sys, pathlib
 for run in sorted(pathlib.Path(sys.argv[1]).glob("*/*/run.json")):
     doc = json.loads(run.read_text())
     for rank, f in doc.get("figures", {}).items():
+        if "s_per_sample" not in f:
+            continue
         print(f"{run.parent.name} rank {rank} status={doc.get('status')} s/sample={f.get('s_per_sample'):.4f} "
-              f"tokens/s={f.get('tokens_per_s'):.2f} GB/s={f.get('bandwidth_gb_s'):.1f} samples={f.get('sample_s')}")
+              f"tokens/s={f.get('tokens_per_s'):.2f} GB/s={f.get('bandwidth_gb_s'):.1f} matvec={f.get('matvec')} "
+              f"samples={f.get('sample_s')}")
     print("  versions", json.dumps(doc.get("versions")), "devices", json.dumps(doc.get("devices")))
 PY
 cat "$OUT/summary.txt"

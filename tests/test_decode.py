@@ -96,3 +96,24 @@ def test_generate_is_deterministic_per_seed_and_fills_every_position():
     assert first.shape == (2, 10) and torch.equal(first, again)
     assert torch.equal(first[:, :4], prompt)
     assert ((first >= 0) & (first < TINY.vocab_size)).all()
+
+
+def test_use_matvec_routes_every_projection():
+    from tracelab.workloads.model import use_matvec
+
+    full = _full_model()
+    calls: list[tuple[int, int]] = []
+
+    def matvec(x, w):  # x: [M, K], w: [N, K]
+        calls.append((x.shape[0], w.shape[0]))
+        return (x.double() @ w.double().T).to(x.dtype)
+
+    idx, pos = torch.randint(0, TINY.vocab_size, (2, 3)), torch.arange(3)
+    with torch.no_grad():
+        want = full(idx, pos)
+        use_matvec(full, matvec)
+        got = full(idx, pos)
+    assert torch.linalg.norm(got - want) / torch.linalg.norm(want) < 1e-5
+    # per layer wqkv, wo, w1, w3, w2, then the output projection; every call sees 2 x 3 rows
+    assert len(calls) == 5 * TINY.n_layer + 1 and {m for m, _ in calls} == {6}
+    assert calls[-1] == (6, TINY.vocab_size)

@@ -23,7 +23,9 @@ appear whichever profiler ran. With nothing profiling it costs a few flag
 checks (plus an NVTX push/pop on a GPU, which is nanoseconds without a tool).
 
 What each backend leaves in `out` per rank r (BACKENDS[name].trace_name(r)):
-  proton -> rank{r}.hatchet            triton.profiler, hook="triton", finalized on session exit
+  proton -> rank{r}.hatchet            triton.profiler, hook="triton"; started inactive when the
+                                       session opens (so it sees CUDA graphs captured in warm-up),
+                                       active in the window, finalized on session exit
   torch  -> rank{r}.pt.trace.json.gz   torch.profiler, CPU (+CUDA) activities, exported on exit
   nsys   -> rank{r}.sqlite             the workload only marks the capture range
                                        (cudaProfilerStart/Stop); the runner starts each rank
@@ -140,15 +142,24 @@ class Session:
         if self.started:
             self._write()
 
+    def _open(self) -> None: ...
     def _start(self) -> None: ...
     def _stop(self) -> None: ...
     def _write(self) -> None: ...
 
 
 class ProtonSession(Session):
-    def _start(self) -> None:
+    """Started (inactive) when the session opens: proton must see CUDA graphs being created
+    to attribute their kernels later, and warm-up is where torch.compile captures them."""
+
+    def _open(self) -> None:
         import triton.profiler as proton
         self._id = proton.start(str(self.out_dir / f"rank{self.rank}"), hook="triton")
+        proton.deactivate(self._id)
+
+    def _start(self) -> None:
+        import triton.profiler as proton
+        proton.activate(self._id)
         _active["proton"] = True
 
     def _stop(self) -> None:
@@ -210,6 +221,7 @@ def session(backend: str, out_dir: str | os.PathLike, rank: int) -> Iterator[Ses
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prof = _SESSIONS[backend](backend, out, rank)
+    prof._open()
     try:
         yield prof
     finally:

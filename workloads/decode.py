@@ -10,6 +10,7 @@ step x steps per second. Phases are marked `prefill` and `decode_one_token`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -22,9 +23,10 @@ from tracelab.errors import TracelabError, UsageError
 
 from . import checkpoint
 from .common import Dist, close_distributed, device_name, exit_now, init_distributed
-from .model import CONFIGS, ModelArgs, Transformer, weight_bytes
+from .model import CONFIGS, Transformer, use_matvec, weight_bytes
 from .tp import ALLREDUCE, install_all_reduce, unshardable
 
+MATVECS = ("inductor", "cublas", "triton")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SEED = 1234  # the same on every rank: replicated weights and sampled tokens must agree
 
@@ -39,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="compile the decode step (mode=reduce-overhead: CUDA graphs, fullgraph)")
     p.add_argument("--compile-prefill", action="store_true", help="compile the prefill as well")
+    p.add_argument("--matvec", choices=MATVECS, default="inductor",
+                   help="the weight products of a decode step: inductor (compiled into Triton reductions, "
+                        "coordinate-descent tuned, as gpt-fast), cublas (torch's matmul), triton (tracelab's "
+                        "kernel, workloads/gemv.py)")
     p.add_argument("--allreduce", choices=ALLREDUCE, default="nccl",
                    help="sum over ranks after attention and MLP (nccl means the process group's backend)")
     p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
@@ -75,6 +81,10 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
         raise UsageError("--ranks", f"{args.model}: {reason}")
     if args.allreduce.startswith("symm") and not gpu:
         raise UsageError("--allreduce", f"{args.allreduce} needs CUDA GPUs; use nccl (gloo on the CPU)")
+    if args.matvec == "triton" and importlib.util.find_spec("triton") is None:
+        raise UsageError("--matvec", "triton is not installed")
+    if args.matvec == "triton" and not gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UsageError("--matvec", "the triton kernel needs a CUDA GPU (or TRITON_INTERPRET=1)")
     if args.checkpoint is not None:
         checkpoint.check(args.checkpoint, config, args.model)
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
@@ -90,6 +100,9 @@ def build_model(args: argparse.Namespace, d: Dist) -> Transformer:
     else:
         model = model.to(dtype).to_empty(device=d.device)  # made in dtype: no float32 copy of 7B
         randomize(model)
+    if args.matvec == "triton":
+        from .gemv import matvec
+        use_matvec(model, matvec)
     if d.group is not None and d.world_size > 1:
         install_all_reduce(model, args.allreduce, d.group, args.batch_size * args.prompt_len, d.device)
     return model.eval()
@@ -130,7 +143,7 @@ def compiled_steps(args: argparse.Namespace):
     if not args.compile:
         return prefill, decode_one_token
     import torch._inductor.config as inductor
-    inductor.coordinate_descent_tuning = True
+    inductor.coordinate_descent_tuning = args.matvec != "cublas"  # also what turns 1-row mm into reductions
     inductor.triton.unique_kernel_names = True
     inductor.fx_graph_cache = True
     step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True)
@@ -173,6 +186,7 @@ def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes
     tokens_per_s = args.new_tokens / s_per_sample
     return {"rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
             "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
+            "matvec": args.matvec,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,

@@ -65,6 +65,25 @@ def identity(x: Tensor) -> Tensor:
     return x
 
 
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same checkpoint keys) whose product can go to another
+    kernel: `matvec(x2d, weight)`, set per module by use_matvec (decode --matvec)."""
+
+    matvec: Callable[[Tensor, Tensor], Tensor] | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        # x: [..., in] -> [..., out]
+        if self.matvec is None:
+            return F.linear(x, self.weight)
+        return self.matvec(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+def use_matvec(model: nn.Module, matvec: Callable[[Tensor, Tensor], Tensor] | None) -> None:
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.matvec = matvec
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
@@ -116,8 +135,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.kv_heads = args.n_head // world_size, args.kv_heads // world_size
         self.head_dim = args.head_dim
-        self.wqkv = nn.Linear(args.dim, (self.n_head + 2 * self.kv_heads) * self.head_dim, bias=False)
-        self.wo = nn.Linear(self.n_head * self.head_dim, args.dim, bias=False)
+        self.wqkv = Linear(args.dim, (self.n_head + 2 * self.kv_heads) * self.head_dim, bias=False)
+        self.wo = Linear(self.n_head * self.head_dim, args.dim, bias=False)
         self.kv_cache: KVCache | None = None
         self.all_reduce: Callable[[Tensor], Tensor] = identity  # set by tp.py
         self._register_load_state_dict_pre_hook(self._merge_qkv)
@@ -152,9 +171,9 @@ class FeedForward(nn.Module):
     def __init__(self, args: ModelArgs, world_size: int = 1):
         super().__init__()
         hidden = args.hidden_dim // world_size
-        self.w1 = nn.Linear(args.dim, hidden, bias=False)
-        self.w3 = nn.Linear(args.dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, args.dim, bias=False)
+        self.w1 = Linear(args.dim, hidden, bias=False)
+        self.w3 = Linear(args.dim, hidden, bias=False)
+        self.w2 = Linear(hidden, args.dim, bias=False)
         self.all_reduce: Callable[[Tensor], Tensor] = identity  # set by tp.py
 
     def forward(self, x: Tensor) -> Tensor:
@@ -185,7 +204,7 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args, world_size) for _ in range(args.n_layer))
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.output = Linear(args.dim, args.vocab_size, bias=False)
         self.max_seq_length = -1
 
     def setup_caches(self, max_batch_size: int, max_seq_length: int) -> None:
