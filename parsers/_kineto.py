@@ -1,5 +1,6 @@
 """Vectorised pieces of the Kineto parser (parsers/chrome.py): integer ids from pid/tid
-labels, annotation scopes, top-level CPU operators, collective payloads, device table."""
+labels, launches by correlation id, annotation scopes, top-level CPU operators,
+collective payloads, device table."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,36 +32,65 @@ def _number_in(label: Any) -> int | None:
     return int(digits[0]) if digits else None
 
 
-def scopes(device: np.ndarray, stream: np.ndarray, start_ns: np.ndarray, ranges: dict) -> np.ndarray:
-    """Per row, the names of the annotation ranges on its device and stream that hold its
-    start (range start <= row start < range end), outermost first, joined by "/".
+def correlations(args: list) -> np.ndarray:
+    """args "correlation" per event, -1 where it is missing or not an integer."""
+    return np.array([a.correlation if a is not None and type(a.correlation) is int else -1
+                     for a in args], dtype=np.int64)
 
-    Ranges of one depth on one stream never overlap, so each depth is one searchsorted."""
+
+def launch_index(row_correlation: np.ndarray, launch_correlation: np.ndarray) -> np.ndarray:
+    """Per row, the index of the launch event with the row's correlation id, -1 where
+    there is none (ids < 0 mean "no id"); of launches sharing an id, the first."""
+    known = np.flatnonzero(launch_correlation >= 0)
+    ids, first = np.unique(launch_correlation[known], return_index=True)
+    if not len(ids):
+        return np.full(len(row_correlation), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, row_correlation), len(ids) - 1)
+    found = (ids[pos] == row_correlation) & (row_correlation >= 0)
+    return np.where(found, known[first[pos]], -1)
+
+
+def scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict) -> np.ndarray:
+    """Per row, the names of the ranges on its pid and tid (GPU: device and stream; CPU:
+    process and thread) that hold its time (range start <= at_ns < range end), outermost
+    first, joined by "/"; "" where none does.
+
+    Ranges of one depth on one pid and tid never overlap, so each depth is one searchsorted."""
+    if not len(ranges["name"]) or not len(at_ns):
+        return np.full(len(at_ns), "", dtype=object)
     depth = _depths(ranges)
-    hit = np.full((len(start_ns), int(depth.max()) + 1), -1, dtype=np.int64)
-    pairs = set(zip(ranges["device"].tolist(), ranges["stream"].tolist()))
-    for dev, st in pairs:
-        rows = np.flatnonzero((device == dev) & (stream == st))
-        same = (ranges["device"] == dev) & (ranges["stream"] == st)
+    hit = np.full((len(at_ns), int(depth.max()) + 1), -1, dtype=np.int64)
+    for p, t in set(zip(ranges["pid"].tolist(), ranges["tid"].tolist())):
+        rows = np.flatnonzero((pid == p) & (tid == t))
+        same = (ranges["pid"] == p) & (ranges["tid"] == t)
         for d in range(hit.shape[1]):
             idx = np.flatnonzero(same & (depth == d))
             idx = idx[np.argsort(ranges["start_ns"][idx], kind="stable")]
-            pos = np.searchsorted(ranges["start_ns"][idx], start_ns[rows], side="right") - 1
+            pos = np.searchsorted(ranges["start_ns"][idx], at_ns[rows], side="right") - 1
             inside = pos >= 0
-            inside[inside] = start_ns[rows[inside]] < ranges["end_ns"][idx[pos[inside]]]
+            inside[inside] = at_ns[rows[inside]] < ranges["end_ns"][idx[pos[inside]]]
             hit[rows[inside], d] = idx[pos[inside]]
-    combos, inverse = np.unique(hit, axis=0, return_inverse=True)
-    paths = ["/".join(ranges["name"][i] for i in combo if i >= 0) for combo in combos]
-    return np.array(paths, dtype=object)[inverse.reshape(-1)]
+    return _paths(hit, ranges["name"])
+
+
+def _paths(hit: np.ndarray, names: list[str]) -> np.ndarray:
+    """Per row of `hit` (range indices by depth, -1 = none), the names joined by "/";
+    each distinct row is joined once (ids of distinct rows built column by column)."""
+    key = np.zeros(len(hit), dtype=np.int64)
+    for column in hit.T:  # key < len(hit) before each step: no overflow
+        key = np.unique(key * (len(names) + 1) + column + 1, return_inverse=True)[1].reshape(-1)
+    _, first = np.unique(key, return_index=True)
+    paths = ["/".join(names[i] for i in hit[row] if i >= 0) for row in first]
+    return np.array(paths, dtype=object)[key]
 
 
 def _depths(ranges: dict) -> np.ndarray:
-    """Nesting depth of each range among the ranges on its device and stream (0 = outermost)."""
-    order = np.lexsort((-ranges["end_ns"], ranges["start_ns"], ranges["stream"], ranges["device"]))
+    """Nesting depth of each range among the ranges on its pid and tid (0 = outermost)."""
+    order = np.lexsort((-ranges["end_ns"], ranges["start_ns"], ranges["tid"], ranges["pid"]))
     depth = np.zeros(len(order), dtype=np.int64)
-    open_ranges: list[tuple[int, int, int]] = []  # (device, stream, end_ns) of enclosing ranges
+    open_ranges: list[tuple[int, int, int]] = []  # (pid, tid, end_ns) of enclosing ranges
     for i in order.tolist():
-        key = (int(ranges["device"][i]), int(ranges["stream"][i]))
+        key = (int(ranges["pid"][i]), int(ranges["tid"][i]))
         start, end = int(ranges["start_ns"][i]), int(ranges["end_ns"][i])
         while open_ranges and (open_ranges[-1][:2] != key or open_ranges[-1][2] <= start):
             open_ranges.pop()

@@ -1,11 +1,13 @@
-"""parsers/chrome.py on every Kineto trace in ../shared/traces/hta, checked against the
-JSON read independently here (plain json, exact Decimal timestamps), plus broken inputs."""
+"""parsers/chrome.py on every Kineto trace in ../shared/traces/hta and our own 2-H200
+captures in tests/data, checked against the JSON read independently here (plain json,
+exact Decimal timestamps), plus broken inputs."""
 from __future__ import annotations
 
 import gzip
 import hashlib
 import json
 import random
+import re
 import shutil
 from collections import Counter
 from decimal import Decimal
@@ -19,7 +21,8 @@ import tracelab
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import chrome
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "hta"
+REPO = Path(__file__).resolve().parents[1]
+HTA = REPO.parent / "shared" / "traces" / "hta"
 pytestmark = pytest.mark.skipif(not HTA.is_dir(), reason=f"{HTA} is not there")
 
 GPU_TRACES = [
@@ -36,18 +39,25 @@ CPU_TRACES = ["cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
               "rank_unavailable/rank_not_found.json.gz"]
 KIND_OF_CAT = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 NCCL = "nccl_parser_config/nccl_data.json.gz"
+ALLREDUCE = "tests/data/allreduce-2gpu-torch/rank0.pt.trace.json.gz"  # ours: 2 H200s, see its README
+TRAIN = "tests/data/train-2gpu-torch/rank0.pt.trace.json.gz"
+
+
+def _path(rel: str) -> Path:
+    """Our captures are named from the repository root, the public ones from HTA's folder."""
+    return REPO / rel if rel.startswith("tests/") else HTA / rel
 
 
 @lru_cache(maxsize=None)
 def _json(rel: str) -> dict:
     """The trace as plain json, floats as Decimal so that timestamps stay exact."""
-    with gzip.open(HTA / rel, "rt") as f:
+    with gzip.open(_path(rel), "rt") as f:
         return json.load(f, parse_float=Decimal)
 
 
 @lru_cache(maxsize=None)
 def _profile(rel: str) -> tracelab.Profile:
-    return chrome.read(HTA / rel)
+    return chrome.read(_path(rel))
 
 
 def _ns(us: Decimal | int) -> int:
@@ -99,40 +109,175 @@ def test_start_times_old_and_new_format(rel: str, epoch_from: str) -> None:
     assert df["start_ns"].max() + df["dur_ns"].max() < 60e9  # a profile of seconds, not days
 
 
-def _brute_force_scope(kernel: dict, annotations: list[dict]) -> str:
-    start = _ns(kernel["ts"])
-    holding = [a for a in annotations if (a["pid"], a["tid"]) == (kernel["pid"], kernel["tid"])
-               and _ns(a["ts"]) <= start < _ns(a["ts"]) + _ns(a["dur"])]
-    holding.sort(key=lambda a: (_ns(a["ts"]), -_ns(a["dur"])))
-    return "/".join(a["name"] for a in holding)
+# ---- scope: the user regions around the launch ---------------------------------------
+
+STEP = re.compile(r"ProfilerStep#\d+")
 
 
-@pytest.mark.parametrize("rel", [NCCL, "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-                                 "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"])
-def test_scope_is_the_enclosing_annotations_on_the_same_stream(rel: str) -> None:
-    annotations = _events(rel, "gpu_user_annotation")
-    assert annotations
-    expected = Counter((_ns(e["ts"]), e["tid"], _brute_force_scope(e, annotations))
-                       for e in _json(rel)["traceEvents"] if e.get("cat") in KIND_OF_CAT)
-    prof = _profile(rel)
-    origin = prof.meta["trace_start_epoch_ns"] - _json(rel).get("baseTimeNanoseconds", 0)
+def _ranges_by_thread(events: list[dict], cat: str) -> dict[tuple, list[tuple[int, int, str]]]:
+    """(pid, tid) -> (start ns, end ns, name) of the annotations of `cat`, ProfilerStep#N left out."""
+    out: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") == cat and not STEP.fullmatch(e["name"]):
+            out.setdefault((e["pid"], e["tid"]), []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["name"]))
+    return out
+
+
+def _enclosing(ranges: list[tuple[int, int, str]], at_ns: int) -> str:
+    holding = sorted((start, -end, name) for start, end, name in ranges if start <= at_ns < end)
+    return "/".join(name for _, _, name in holding)
+
+
+def _brute_force_scopes(events: list[dict]) -> Counter:
+    """(absolute start ns, stream, scope) of every GPU row: the CPU user_annotations around
+    its launch (the first non-GPU "X" event with its correlation) on the launch's thread;
+    without a launch, or without any CPU user_annotation, the gpu_user_annotations around
+    its own start on its device and stream."""
+    cpu, gpu = _ranges_by_thread(events, "user_annotation"), _ranges_by_thread(events, "gpu_user_annotation")
+    launches: dict[int, dict] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") not in KIND_OF_CAT and "correlation" in e.get("args", {}):
+            launches.setdefault(e["args"]["correlation"], e)
+    scopes = Counter()
+    for e in events:
+        if e.get("cat") not in KIND_OF_CAT:
+            continue
+        launch = launches.get(e["args"].get("correlation"))
+        if cpu and launch:
+            scope = _enclosing(cpu.get((launch["pid"], launch["tid"]), []), _ns(launch["ts"]))
+        else:
+            scope = _enclosing(gpu.get((e["pid"], e["tid"]), []), _ns(e["ts"]))
+        scopes[(_ns(e["ts"]), e["tid"], scope)] += 1
+    return scopes
+
+
+def _got_scopes(prof: tracelab.Profile, trace: dict) -> Counter:
+    origin = prof.meta["trace_start_epoch_ns"] - trace.get("baseTimeNanoseconds", 0)
     df = prof.events
-    assert Counter(zip((df["start_ns"] + origin).tolist(), df["stream"].tolist(), df["scope"])) == expected
-    assert (df["scope"] != "").any() and (df["scope"] == "").any()
+    return Counter(zip((df["start_ns"] + origin).tolist(), df["stream"].tolist(), df["scope"]))
+
+
+SCOPE_TRACES = [NCCL, "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+                "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "trace_filter/sampled_rank-0.json.gz",
+                "trace_diff/test/test.json.gz",  # 614 rows whose launch is not in the trace
+                "triton_example/triton_example.json.gz",  # launched by cuLaunchKernel (cuda_driver)
+                ALLREDUCE, TRAIN]
+
+
+@pytest.mark.parametrize("rel", SCOPE_TRACES)
+def test_scope_is_the_user_regions_around_the_launch(rel: str) -> None:
+    events = _json(rel)["traceEvents"]
+    assert any(e.get("cat") == "user_annotation" for e in events)
+    expected = _brute_force_scopes(events)
+    assert _got_scopes(_profile(rel), _json(rel)) == expected
+    if rel != "triton_example/triton_example.json.gz":  # its one kernel is in no region
+        assert {scope for _, _, scope in expected} - {""}
+
+
+def test_nccl_kernels_are_inside_the_workload_region() -> None:
+    """Kineto's GPU copies of the ranges stop at the innermost one (`nccl:all_reduce`); at launch
+    the workload region holds the call too. Per size 3 warm-up calls run outside the region,
+    5 timed ones inside (README)."""
+    df = _profile(ALLREDUCE).events
+    nccl = df[df["kernel"].astype(str).str.startswith("ncclDevKernel")]
+    assert nccl["scope"].str.endswith("nccl:all_reduce").all()
+    timed = nccl[nccl["scope"].str.startswith("allreduce_nccl_")]
+    assert Counter(timed["scope"]) == {"allreduce_nccl_4096/nccl:all_reduce": 5,
+                                       "allreduce_nccl_1048576/nccl:all_reduce": 5}
+    assert Counter(nccl["scope"])["nccl:all_reduce"] == 2 * 3
+    gpu_annotation_scopes = {e["name"] for e in _events(ALLREDUCE, "gpu_user_annotation")}
+    assert not any(name.startswith("allreduce_nccl_") for name in gpu_annotation_scopes)
+
+
+def test_optimizer_kernels_carry_the_optimizer_region() -> None:
+    df = _profile(TRAIN).events
+    steps = sum(e["name"] == "optimizer" for e in _events(TRAIN, "user_annotation"))
+    in_optimizer = df[df["scope"].str.split("/").str[0] == "optimizer"]
+    assert steps == 2 and len(in_optimizer) > 0
+    assert set(in_optimizer["scope"]) == {"optimizer/Optimizer.step#AdamW.step"}
+    assert not any(e["name"] == "optimizer" for e in _events(TRAIN, "gpu_user_annotation"))
+
+
+WORKLOAD_REGION = re.compile(r"(allreduce_|ag-matmul_|matmul-rs_).*|forward|backward|grad_sync|optimizer")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("workload", ["allreduce", "train", "overlap"])
+def test_workload_regions_hold_the_same_rows_as_under_nsys(workload: str, rank: int) -> None:
+    """Scope by launch, as nsys does with NVTX: the outermost workload region of every GPU row
+    counts the same in the torch and the nsys capture of one run of the same command."""
+    def regions(path: Path) -> Counter:
+        df = tracelab.load(path).events
+        outer = df["scope"].str.split("/").str[0]
+        return Counter(outer[outer.map(lambda s: WORKLOAD_REGION.fullmatch(s) is not None)])
+
+    data = REPO / "tests" / "data"
+    torch_regions = regions(data / f"{workload}-2gpu-torch" / f"rank{rank}.pt.trace.json.gz")
+    assert torch_regions and torch_regions == regions(data / f"{workload}-2gpu-nsys" / f"rank{rank}.sqlite")
+
+
+def test_profiler_steps_are_left_out() -> None:
+    """ProfilerStep#N holds nearly every launch; kept, it would split each scope step by step."""
+    rel = "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    steps = [e for e in _events(rel, "user_annotation") if STEP.fullmatch(e["name"])]
+    assert len(steps) == 5
+    scopes = set(_profile(rel).events["scope"])
+    assert not any("ProfilerStep" in s for s in scopes)
+    assert "## optimizer ##/Optimizer.step#SGD.step" in scopes  # nested, outermost first
+
+
+def _write_without(rel: str, drop, path: Path) -> dict:
+    """Write the trace less the events `drop` picks; return it as read back (Decimal times)."""
+    trace = json.loads(gzip.decompress(_path(rel).read_bytes()))  # floats: json writes them back as read
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not drop(e)]
+    path.write_text(json.dumps(trace))
+    return json.loads(path.read_text(), parse_float=Decimal)
+
+
+@lru_cache(maxsize=None)
+def _nccl_correlations(rel: str) -> frozenset[int]:
+    return frozenset(e["args"]["correlation"] for e in _events(rel, "kernel") if e["name"].startswith("ncclDevKernel"))
+
+
+FALLBACKS = {  # a changed capture -> the scope expected of its NCCL kernels
+    "no launch for the NCCL kernels": (
+        lambda e: e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and e.get("args", {}).get("correlation") in _nccl_correlations(ALLREDUCE), {"nccl:all_reduce"}),
+    "no CPU annotations": (lambda e: e.get("cat") == "user_annotation", {"nccl:all_reduce"}),
+    "no annotations at all": (lambda e: "user_annotation" in str(e.get("cat")), {""}),
+}
+
+
+@pytest.mark.parametrize("case", list(FALLBACKS))
+def test_rows_without_a_launch_or_cpu_annotation_fall_back_to_gpu_annotations(tmp_path: Path, case: str) -> None:
+    drop, nccl_scopes = FALLBACKS[case]
+    trace = _write_without(ALLREDUCE, drop, path := tmp_path / "rank0.pt.trace.json")
+    prof = chrome.read(path)
+    assert _got_scopes(prof, trace) == _brute_force_scopes(trace["traceEvents"])
+    df = prof.events
+    assert set(df.loc[df["kernel"].astype(str).str.startswith("ncclDevKernel"), "scope"]) == nccl_scopes
 
 
 def test_nested_annotations_join_outermost_first() -> None:
-    df = _profile("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz").events
-    # ProfilerStep#1 [0, 1031.368 us) holds the first kernels; the optimizer step comes later
-    assert df.iloc[0]["scope"] == "ProfilerStep#1"
-    ranges = {"device": np.array([0, 0, 0]), "stream": np.array([7, 7, 7]),
+    ranges = {"pid": np.array([0, 0, 0]), "tid": np.array([7, 7, 7]),
               "start_ns": np.array([0, 10, 50]), "end_ns": np.array([100, 40, 60]),
               "name": ["step", "fwd", "bwd"]}
     rows = np.array([5, 10, 39, 40, 55, 100])
     got = chrome.scopes(np.zeros(6, int), np.full(6, 7), rows, ranges)
     assert got.tolist() == ["step", "step/fwd", "step/fwd", "step", "step/bwd", ""]
-    other_stream = chrome.scopes(np.zeros(1, int), np.full(1, 8), np.array([20]), ranges)
-    assert other_stream.tolist() == [""]
+    other_thread = chrome.scopes(np.zeros(1, int), np.full(1, 8), np.array([20]), ranges)
+    assert other_thread.tolist() == [""]
+
+
+@pytest.mark.parametrize("rows, launches, expected", [
+    ([5, 7, 9], [9, 5], [1, -1, 0]),
+    ([5, 5], [3, 5, 5], [1, 1]),  # an id twice: the first
+    ([-1, 4], [-1, 4], [-1, 1]),  # -1 = no id: never a match
+    ([1, 2], [], [-1, -1]),
+])
+def test_launch_by_correlation(rows: list[int], launches: list[int], expected: list[int]) -> None:
+    got = chrome.launch_index(np.array(rows, dtype=np.int64), np.array(launches, dtype=np.int64))
+    assert got.tolist() == expected
 
 
 def test_nccl_kernels_carry_msg_bytes() -> None:
@@ -159,8 +304,11 @@ def test_integer_ids_from_labels(labels: list, fallback: list | None, expected: 
 
 
 def test_amd_trace_with_string_streams(tmp_path: Path) -> None:
+    """String streams, and GPU annotations as the scope (the CPU ones taken out)."""
     rel = "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     trace = json.loads(gzip.decompress((HTA / rel).read_bytes()))
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("cat") != "user_annotation"]
+    expected = _brute_force_scopes([e for e in _json(rel)["traceEvents"] if e.get("cat") != "user_annotation"])
     for e in trace["traceEvents"]:
         if e.get("cat") in (*KIND_OF_CAT, "gpu_user_annotation"):
             e["tid"] = f"stream {e['tid']} "
@@ -168,9 +316,9 @@ def test_amd_trace_with_string_streams(tmp_path: Path) -> None:
     (path := tmp_path / "amd_string_streams.json").write_text(json.dumps(trace))
     df = chrome.read(path).events
     assert str(df["stream"].dtype) == "Int64" and set(df["stream"]) == {0}
-    assert set(df["device"]) == {2} and (df["scope"] != "").sum() == 9
-    original = _profile(rel).events
-    assert df["scope"].tolist() == original["scope"].tolist()
+    assert set(df["device"]) == {2}
+    assert Counter(df["scope"]) == Counter(s for (_, _, s), n in expected.items() for _ in range(n))
+    assert Counter(df["scope"])["Optimizer.step#SGD.step"] == 1
 
 
 def _top_level_brute_force(ops: list[dict]) -> list[dict]:
@@ -252,6 +400,8 @@ BROKEN = {
     "negative_dur.json": (lambda: _trace_json([{**KERNEL, "dur": -1.0}]), "negative dur"),
     "annotations_only.json": (lambda: _trace_json([{**KERNEL, "cat": "user_annotation"}]),
                               "no GPU activity .* and no CPU operators"),
+    "launch_without_ts.json": (lambda: _trace_json([KERNEL, {**KERNEL, "cat": "cuda_runtime", "ts": None}]),
+                               "unexpected event"),
 }
 
 
