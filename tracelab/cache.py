@@ -1,7 +1,7 @@
 """A Parquet cache of parsed traces, so a big trace is parsed once.
 
 Keyed by the file's absolute path, size and modification time, the tracelab
-version and the parser module's own size and modification time; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
+version and the size and modification time of every module in the parsers' folder; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
 files of at least MIN_BYTES are cached (small ones parse faster than a cache
 read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
 cache is simply not used. The trace file itself is only ever read.
@@ -40,9 +40,10 @@ def _key(path: Path, parser_file: str) -> str:
     """The trace's identity and the parser's: an edited parser never reads a stale entry."""
     from . import __version__
 
-    st, code = path.stat(), Path(parser_file).stat()
-    ident = (f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}|"
-             f"{parser_file}|{code.st_size}|{code.st_mtime_ns}")
+    st = path.stat()
+    code = "|".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
+                    for f in sorted(Path(parser_file).parent.glob("*.py")))  # the parser and its helpers
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}|{code}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
