@@ -1,6 +1,11 @@
 """The decoder and its tensor-parallel shards, checked against the unsharded model in one process."""
 from __future__ import annotations
 
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -117,3 +122,58 @@ def test_use_matvec_routes_every_projection():
     # per layer wqkv, wo, w1, w3, w2, then the output projection; every call sees 2 x 3 rows
     assert len(calls) == 5 * TINY.n_layer + 1 and {m for m, _ in calls} == {6}
     assert calls[-1] == (6, TINY.vocab_size)
+
+
+# --- real captures of this decode on one H100 (tests/data/decode-1gpu-*, see their README.md) ---
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _raw_torch(folder: Path) -> tuple[int, int, int]:
+    events = json.loads(gzip.decompress((folder / "rank0.pt.trace.json.gz").read_bytes()))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    steps = sum(1 for e in events if e.get("cat") == "user_annotation" and e.get("name") == "decode_one_token")
+    return len(kernels), sum(round(e["dur"] * 1000) for e in kernels), steps
+
+
+def _raw_nsys(folder: Path) -> tuple[int, int, int]:
+    with sqlite3.connect(f"file:{folder / 'rank0.sqlite'}?mode=ro", uri=True) as db:
+        n, ns = db.execute("SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        steps = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'decode_one_token'").fetchone()[0]
+    return n, ns, steps
+
+
+def _raw_proton(folder: Path) -> tuple[int, int, None]:
+    root = json.loads((folder / "rank0.hatchet").read_text())[0]
+    stack, n, ns = [root], 0, 0
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("children", []))
+        if node["frame"].get("type") == "function" and not node.get("children"):
+            n += node["metrics"].get("count", 0)
+            ns += node["metrics"].get("time (ns)", 0)
+    return n, ns, None  # proton aggregates: a scope is one node, not one per step
+
+
+@pytest.mark.parametrize("backend, raw", [("torch", _raw_torch), ("nsys", _raw_nsys), ("proton", _raw_proton)])
+def test_decode_captures_load_with_their_kernels_and_regions(backend, raw):
+    import tracelab
+
+    folder = DATA / f"decode-1gpu-{backend}"
+    (profile,) = tracelab.load_many(folder)  # run.json and README.md are not traces
+    kernels = profile.events[profile.events["kind"] == "kernel"]
+    n, ns, steps = raw(folder)
+    assert (int(kernels["count"].sum()), int(kernels["dur_ns"].sum())) == (n, ns)
+    assert n == 301  # 1 prefill + 5 compiled steps: the same kernels under each profiler
+    assert steps in (5, None)
+    assert kernels["scope"].str.startswith("decode_one_token").any()
+    assert kernels["scope"].str.startswith("prefill").any()
+
+
+def test_decode_captures_agree_across_profilers():
+    runs = {b: json.loads((DATA / f"decode-1gpu-{b}" / "run.json").read_text()) for b in ("proton", "torch", "nsys")}
+    tokens = {b: r["figures"]["0"]["first_tokens"] for b, r in runs.items()}
+    assert tokens["proton"] == tokens["torch"] == tokens["nsys"]
+    totals = [_raw_torch(DATA / "decode-1gpu-torch")[1], _raw_nsys(DATA / "decode-1gpu-nsys")[1],
+              _raw_proton(DATA / "decode-1gpu-proton")[1]]
+    assert max(totals) / min(totals) < 1.03  # 0.601 to 0.608 ms of kernels
