@@ -150,7 +150,7 @@ def _proton_ranks(tmp_path: Path) -> list[Path]:
 
 
 def _captured_proton_pairs() -> list[list[Path]]:
-    return [[d / "rank0.hatchet", d / "rank1.hatchet"] for d in sorted((ROOT / "tests" / "data").glob("proton-*"))
+    return [[d / "rank0.hatchet", d / "rank1.hatchet"] for d in sorted((ROOT / "tests" / "data").glob("*-proton"))
             if (d / "rank0.hatchet").is_file() and (d / "rank1.hatchet").is_file()]
 
 
@@ -173,7 +173,7 @@ def test_proton_two_ranks(tmp_path):
 
 
 @pytest.mark.parametrize("files", _captured_proton_pairs() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no tests/data/proton-*/rank{0,1}.hatchet capture yet"))])
+    reason="no tests/data/*-proton/rank{0,1}.hatchet capture"))])
 def test_proton_captured_ranks(files):
     _check_proton(files)
 
