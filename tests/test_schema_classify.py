@@ -67,6 +67,12 @@ def test_empty_is_valid():
      "softmax_warp_forward", "reduction"),
     ("aten::addmm", "addmm", "gemm"),
     ("some_unknown_thing", "some_unknown_thing", "other"),
+    # proton's mangled cutlass::Kernel2<...>: the template argument is the join key, as in torch's name
+    ("_ZN7cutlass7Kernel2I41cutlass_80_simt_sgemm_64x64_8x5_nn_align1EEvNT_6ParamsE",
+     "cutlass_80_simt_sgemm_64x64_8x5_nn_align1", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nn_align1>(cutlass_80_simt_sgemm_64x64_8x5_nn_align1::Params)",
+     "cutlass_80_simt_sgemm_64x64_8x5_nn_align1", "gemm"),
+    ("_ZN7cutlass7Kernel2IN4cute10GemmKernelEEEvNT_6ParamsE", "GemmKernel", "gemm"),
 ])
 def test_canonical_and_op_class(name, kernel, op_class):
     assert classify.canonical(name) == kernel

@@ -1,7 +1,8 @@
 """A Parquet cache of parsed traces, so a big trace is parsed once.
 
 Keyed by the file's absolute path, size and modification time, the tracelab
-version and the size and modification time of every module in the parsers' folder; stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
+version and the size and modification time of every module in the parsers' folder and in tracelab/
+(classify.py and schema.py shape the rows too); stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
 files of at least MIN_BYTES are cached (small ones parse faster than a cache
 read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
 cache is simply not used. The trace file itself is only ever read.
@@ -42,7 +43,8 @@ def _key(path: Path, parser_file: str) -> str:
 
     st = path.stat()
     code = "|".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
-                    for f in sorted(Path(parser_file).parent.glob("*.py")))  # the parser and its helpers
+                    for folder in (Path(parser_file).parent, Path(__file__).parent)  # parsers, classify, schema
+                    for f in sorted(folder.glob("*.py")))
     ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}|{code}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 

@@ -82,7 +82,10 @@ def canonical(name: str) -> str:
     """Short join key for a kernel name, mangled (`_ZN...`) or demangled."""
     name = name.strip()
     if name.startswith("_Z"):
-        return _demangle_short(name) or name
+        short = _demangle_short(name) or name
+        if short.lower() in _GENERIC:  # cutlass::Kernel2<cutlass_80_..._gemm...>: the argument says more
+            return _first_template_id(name, short) or short
+        return short
     text = name.replace("(anonymous namespace)", "anonymous_namespace")
     text = re.sub(r"^(void|static|__global__)\s+", "", text)
     outer, first_arg = _strip_templates(text)
@@ -115,6 +118,13 @@ def _strip_templates(text: str) -> tuple[str, str]:
 
 
 _ITANIUM_ID = re.compile(r"(\d+)")
+
+
+def _first_template_id(mangled: str, short: str) -> str | None:
+    """The name of the first template argument after `short` (`...7Kernel2I53cutlass_80_...`)."""
+    marker = f"{len(short)}{short}I"
+    at = mangled.find(marker)
+    return _demangle_short("_Z" + mangled[at + len(marker):]) if at >= 0 else None
 
 
 def _demangle_short(mangled: str) -> str | None:
