@@ -13,7 +13,8 @@ CUPTI_ACTIVITY_KIND_RUNTIME by correlation id *within the process*
 (globalPid = globalTid & ~0xFFFFFF): correlation ids repeat across processes.
 A start/end range belongs to the thread that started it. An activity whose
 launch call is not in the file (a capture window cut before it) and unnamed
-ranges give no scope.
+ranges give no scope. emit_nvtx's per-call counters (", op_id = N", ", seq = N",
+", sizes = [...]") are dropped from range names so scopes align across calls and runs.
 
 Ranks: nsys records no rank. A file with several processes gives one Profile
 per process, ranked in the order of their pids (meta["rank_from"] = "process
@@ -156,6 +157,12 @@ def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
 # ---- NVTX scopes ----------------------------------------------------------------
 
 
+# torch.autograd.profiler.emit_nvtx appends per-call counters to every range ("aten::view,
+# op_id = 314290", ", seq = 12", ", sizes = [[4, 8]]"): dropped, so that scopes align across
+# calls, ranks and runs (the operator name stays).
+_EMIT_NVTX_COUNTERS = r", (?:seq|op_id) = \d+|, sizes = \[.*\]$"
+
+
 def _scopes(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame) -> np.ndarray:
     """Per activity row, the NVTX ranges open on its launching thread at launch ("" if none)."""
     scopes = np.full(len(activity), "", dtype=object)
@@ -164,6 +171,7 @@ def _scopes(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame) -
     launches = _launches(con, activity)
     ranges = _query(con, _NVTX)
     ranges = ranges[ranges["text"].notna() & (ranges["end"] > ranges["start"])]  # an open range: end = max
+    ranges = ranges.assign(text=ranges["text"].str.replace(_EMIT_NVTX_COUNTERS, "", regex=True))
     by_thread = dict(tuple(ranges.groupby("tid", sort=False)))
     for tid, group in launches.groupby("tid", sort=False):
         if tid in by_thread:
