@@ -66,6 +66,9 @@ def test_empty_is_valid():
     ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false>(float*, int)",
      "softmax_warp_forward", "reduction"),
     ("aten::addmm", "addmm", "gemm"),
+    ("aten::linear", "linear", "gemm"),  # a CPU-only trace's operators stand in for kernels
+    ("aten::baddbmm", "baddbmm", "gemm"),
+    ("aten::linalg_vector_norm", "linalg_vector_norm", "reduction"),
     ("some_unknown_thing", "some_unknown_thing", "other"),
     # proton's mangled cutlass::Kernel2<...>: the template argument is the join key, as in torch's name
     ("_ZN7cutlass7Kernel2I41cutlass_80_simt_sgemm_64x64_8x5_nn_align1EEvNT_6ParamsE",

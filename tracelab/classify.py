@@ -19,7 +19,7 @@ _DEFAULT_PATTERNS: list[tuple[str, str]] = [
     (r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast", "communication"),
     (r"one_?shot|two_?shot|multimem|intra_node_comm|symm_?mem|cross_device|p2p|barrier_kernel", "communication"),
     (r"flash|fmha|attention|attn|sdpa|mha_", "attention"),
-    (r"gemm|gemv|cublas|cutlass|xmma|wgmma|nvjet|matmul|(^|_)(b|add)?mm(_|$)|splitk|dot_?kernel", "gemm"),
+    (r"gemm|gemv|cublas|cutlass|xmma|wgmma|nvjet|matmul|(^|_)(b|add|baddb)?mm(_|$)|^linear$|splitk|dot_?kernel", "gemm"),
     (r"^memcpy|^memset|copy_kernel|copy_device|catarray|batchedcopy|d2d|h2d|d2h", "memory"),
     (r"reduce|reduction|softmax|norm|triton_red_|triton_per_|argmax|argmin|cumsum|scan|sum_kernel|mean", "reduction"),
     (r"elementwise|vectorized|unrolled|triton_poi_|pointwise|fill|activation|gelu|silu|relu|sigmoid|tanh|add|mul|rope|rotary|embedding|index|gather|scatter|cat|copy|where|dropout", "elementwise"),
