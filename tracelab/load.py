@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from . import cache
@@ -103,9 +104,7 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     else:
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
-    profile.events["rank"] = profile.events["rank"].where(profile.events["rank"] >= 0, meta["rank"]) \
-        if meta["rank_from"] != "caller" else meta["rank"]
-    profile.events["rank"] = profile.events["rank"].astype("int32")
+    profile.events["rank"] = np.int32(meta["rank"])  # one Profile is one rank
     validate(profile.events)
     return profile
 
@@ -152,10 +151,6 @@ def _looks_like_trace(path: Path) -> bool:
     return name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES) and not name.endswith(NOT_TRACE_SUFFIXES)
 
 
-def _parse_job(path: Path) -> list[Profile]:
-    return _parse(path)
-
-
 def load_many(
     paths: Iterable[str | os.PathLike] | str | os.PathLike,
     ranks: Mapping[str, int] | None = None,
@@ -188,7 +183,7 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded) -> list[list[P
                 on_loaded(f)
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_parse_job, f) for f in files]
+        futures = [pool.submit(_parse, f) for f in files]
         out = []
         for f, fut in zip(files, futures):
             out.append(fut.result())
