@@ -53,13 +53,18 @@ def _layout(title: str, **extra) -> dict:
             "font": {"size": 12}, **extra}
 
 
+def measured(events: pd.DataFrame) -> str:
+    """What the rows time: "GPU time", or "CPU operator time" for traces with no GPU activity."""
+    return "CPU operator time" if len(events) and (events["kind"] == "cpu_op").all() else "GPU time"
+
+
 def op_class_bars(events: pd.DataFrame) -> dict:
     """Stacked bars: GPU time (ms) per input, one colour per op class."""
     ms = events.pivot_table(index="label", columns="op_class", values="dur_ns", aggfunc="sum",
                             observed=False, fill_value=0) / 1e6
     data = [{"type": "bar", "name": cls, "x": [label(x) for x in ms.index], "y": ms[cls].round(4).tolist(),
              "marker": {"color": COLORS[cls]}} for cls in OP_CLASSES if cls in ms and ms[cls].any()]
-    return {"data": data, "layout": _layout("GPU time by op class (ms)", barmode="stack",
+    return {"data": data, "layout": _layout(f"{measured(events)} by op class (ms)", barmode="stack",
                                             xaxis={"type": "category"}, height=420)}
 
 
@@ -86,7 +91,7 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
           .reindex(top[::-1]) / 1e6)
     data = [{"type": "heatmap", "z": ms.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
              "y": [label(k) for k in ms.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}}}]
-    return {"data": data, "layout": _layout("Top kernels: GPU time per input (ms)", height=160 + 22 * len(top),
+    return {"data": data, "layout": _layout(f"Top kernels: {measured(events)} per input (ms)", height=160 + 22 * len(top),
                                             xaxis={"type": "category"}, yaxis={"type": "category", "automargin": True})}
 
 
