@@ -12,6 +12,8 @@ from .schema import SchemaError
 app = typer.Typer(
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
          "torch.profiler (Kineto JSON) and nsys (SQLite) traces into one schema.",
+    epilog="Examples:  tracelab run decode --ranks 2  |  tracelab breakdown rank0.hatchet --by scope  |  "
+           "tracelab compare rank0.hatchet rank1.hatchet  |  tracelab report runs/decode-torch-*/ -o report.html",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
