@@ -43,7 +43,7 @@ def _keep_top(group: pd.DataFrame, by: str, top: int) -> pd.DataFrame:
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: kernel, memcpy, memset and CPU-op time, events, and where
     timestamps exist the busy span (first start to last end), busy time and idle share."""
-    from .timeline import busy_ns
+    from .timeline import idle
 
     by_kind = df.pivot_table(index="rank", columns="kind", values="dur_ns", aggfunc="sum",
                              observed=False, fill_value=0)
@@ -52,16 +52,6 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         out[f"{kind}_ns"] = by_kind[kind] if kind in by_kind else 0
     out["events"] = df.groupby("rank").size()
     out["source"] = df.groupby("rank", observed=True)["source"].first().astype(str)
-    out = out.join(_spans(df)).join(busy_ns(df).rename("busy_ns"))
-    out["idle_share"] = 1 - out["busy_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    out = out.join(idle(df).set_index("rank")[["span_ns", "busy_ns", "idle_share"]])
     return out.reset_index()
 
-
-def _spans(df: pd.DataFrame) -> pd.DataFrame:
-    timed = df[df["start_ns"].notna() & (df["kind"] != "cpu_op")]
-    if timed.empty:
-        return pd.DataFrame({"span_ns": pd.Series(dtype="Float64")})
-    start = timed["start_ns"].astype("int64")
-    end = start + timed["dur_ns"]
-    span = (end.groupby(timed["rank"]).max() - start.groupby(timed["rank"]).min())
-    return pd.DataFrame({"span_ns": span})
