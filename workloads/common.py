@@ -26,15 +26,15 @@ class Dist:
         return self.device.type == "cuda"
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value is None else int(value)
+def env_rank() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) as torchrun set them; (0, 1, 0) when run alone."""
+    get = os.environ.get
+    return int(get("RANK", 0)), int(get("WORLD_SIZE", 1)), int(get("LOCAL_RANK", 0))
 
 
 def init_distributed() -> Dist:
     """Join the job torchrun started: NCCL and this rank's GPU when there are GPUs, else gloo on the CPU."""
-    rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", 0)
+    rank, world_size, local_rank = env_rank()
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

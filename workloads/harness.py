@@ -23,18 +23,12 @@ import torch.distributed as dist
 
 from tracelab.errors import RunError, TracelabError, UsageError
 
-from .common import Dist
+from .common import Dist, env_rank
 
 EXIT_FAILED = 2
 DEFAULT_TIMEOUT_S = 180.0
 RANK0_GRACE_S = 2.0  # other ranks wait this long before failing on bad input
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
-
-
-def env_rank() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) as torchrun set them; (0, 1, 0) when run alone."""
-    get = os.environ.get
-    return int(get("RANK", 0)), int(get("WORLD_SIZE", 1)), int(get("LOCAL_RANK", 0))
 
 
 def gpu_available() -> bool:
