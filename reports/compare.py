@@ -126,6 +126,11 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def measured(events: pd.DataFrame) -> str:
+    """What the rows time: "GPU time", or "CPU operator time" for traces with no GPU activity."""
+    return "CPU operator time" if len(events) and (events["kind"] == "cpu_op").all() else "GPU time"
+
+
 def totals(inputs: list[Input]) -> pd.DataFrame:
     """Per input: label, group, rank, source, total_ns (GPU time), comm_ns (communication
     kernels), compute_ns (the rest), ratio (total against the first input)."""
@@ -166,7 +171,7 @@ def stragglers(totals_df: pd.DataFrame) -> pd.DataFrame:
 class Comparison:
     """Everything `tracelab compare` shows: the aligned table, per-input totals, the
     straggler per run, and for timed inputs busy/idle/overlap per input and collective
-    skew per run."""
+    skew per run. `measured` says what the times are (see measured())."""
 
     by: str
     labels: list[str]
@@ -175,12 +180,14 @@ class Comparison:
     stragglers: pd.DataFrame
     timeline: pd.DataFrame
     skew: pd.DataFrame
+    measured: str
 
 
 def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
     totals_df = totals(inputs)
     return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
-                      stragglers(totals_df), _timelines(inputs), _skews(inputs))
+                      stragglers(totals_df), _timelines(inputs), _skews(inputs),
+                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)))
 
 
 def _timelines(inputs: list[Input]) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..schema import OP_CLASSES
 from . import timeline
-from .compare import Input
+from .compare import Input, measured
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}
@@ -51,11 +51,6 @@ def labelled_events(inputs: list[Input]) -> pd.DataFrame:
 def _layout(title: str, **extra) -> dict:
     return {"title": {"text": title}, "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
             "font": {"size": 12}, **extra}
-
-
-def measured(events: pd.DataFrame) -> str:
-    """What the rows time: "GPU time", or "CPU operator time" for traces with no GPU activity."""
-    return "CPU operator time" if len(events) and (events["kind"] == "cpu_op").all() else "GPU time"
 
 
 def op_class_bars(events: pd.DataFrame) -> dict:

@@ -172,11 +172,11 @@ def _figure(figs: dict[str, dict], fig: dict, note: str = "") -> str:
 
 def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     events = figures.labelled_events(inputs)
-    what = figures.measured(events)
+    what = c.measured
     out = [f"<h2>{what} per input, by op class</h2>", _figure(figs, figures.op_class_bars(events))]
     out += [table(c.totals, {"label": "input", "source": "source", "total_ns": "total (ms)",
                              "compute_ns": "compute (ms)", "comm_ns": "communication (ms)", "ratio": "/ first"})]
-    out += [f"<p>{_e(_straggler(r))}</p>" for _, r in c.stragglers.iterrows()]
+    out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
     out += ["<h2>Top kernels</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what} (ms), input x kernel"),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), figures.TOP_KERNEL_COLUMNS, sortable=True)]
     if len(c.timeline):
@@ -192,10 +192,10 @@ def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     return out
 
 
-def _straggler(row: pd.Series) -> str:
+def _straggler(row: pd.Series, measured: str) -> str:
     from .text import straggler_line
 
-    return straggler_line(row)
+    return straggler_line(row, measured)
 
 
 def write(path: str | Path, text: str, force: bool = False) -> Path:

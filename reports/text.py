@@ -88,9 +88,10 @@ def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
     return float(table.loc[table["inputs"] == n_inputs, "max_ns"].sum() / total) if total else float("nan")
 
 
-def straggler_line(row: pd.Series) -> str:
+def straggler_line(row: pd.Series, measured: str) -> str:
+    """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time")."""
     where = f" in {row['group']}" if row["group"] else ""
-    line = (f"straggler{where}: {row['label']}: the most non-communication GPU time "
+    line = (f"straggler{where}: {row['label']}: the most non-communication {measured} "
             f"({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms next)")
     if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:
         return line + (f" and the least in communication kernels ({_ms(row['comm_ns'])} ms against up to "
@@ -123,8 +124,8 @@ def _compare_table(c, keys: list[str], top: int | None) -> Table:
     return t
 
 
-def _totals_table(totals: pd.DataFrame) -> Table:
-    t = Table(title="GPU time per input", title_justify="left", show_edge=False)
+def _totals_table(totals: pd.DataFrame, measured: str) -> Table:
+    t = Table(title=f"{measured} per input", title_justify="left", show_edge=False)
     for name in ("input", "source", "total (ms)", "compute (ms)", "communication (ms)", "/ first"):
         t.add_column(name, justify="left" if name in ("input", "source") else "right")
     for _, r in totals.iterrows():
@@ -158,8 +159,8 @@ def _skew_table(skew: pd.DataFrame) -> Table:
 
 def compare_tables(c, keys: list[str], top: int | None = None) -> Group:
     """The aligned table, totals, straggler lines, and timeline and skew tables when timed."""
-    parts = [_compare_table(c, keys, top), _totals_table(c.totals)]
-    parts += [Text(straggler_line(r)) for _, r in c.stragglers.iterrows()]
+    parts = [_compare_table(c, keys, top), _totals_table(c.totals, c.measured)]
+    parts += [Text(straggler_line(r, c.measured)) for _, r in c.stragglers.iterrows()]
     if len(c.timeline):
         parts.append(_timeline_table(c.timeline))
     if len(c.skew):

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import copy
 import gzip
+import io
 import json
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 import tracelab
 from tracelab.classify import canonical
 from tracelab.cli import app
 from tracelab.reports.compare import comparison, label_inputs
+from tracelab.reports.text import compare_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -110,6 +114,31 @@ def test_hta_straggler_is_the_rank_with_most_compute():
     assert set(c.timeline["label"]) == {"rank0", "rank1"}
     assert (c.timeline["busy_ns"] <= c.timeline["span_ns"]).all()
     assert len(c.skew) == 1 and c.skew["instances"].iloc[0] == 10  # ten SendRecv launches on each rank
+
+
+# ---- wording: what the times are (GPU kernels, or CPU operators in a trace with none) ----------
+
+CPU_ONLY = TRACES / "hta" / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+
+
+def _rendered(paths: list[Path]) -> str:
+    """The terminal compare output for the files, loaded as ranks 0, 1, ... of one run."""
+    groups = [[tracelab.load(p, rank=r)] for r, p in enumerate(paths)]
+    c = comparison(label_inputs(paths, groups), "kernel")
+    console = Console(file=io.StringIO(), width=200)
+    console.print(compare_tables(c, ["kernel"]))
+    return console.file.getvalue()
+
+
+@pytest.mark.parametrize("paths, said, not_said", [
+    ([CPU_ONLY, CPU_ONLY], "CPU operator time", "GPU time"),
+    ([HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"], "GPU time", "CPU operator"),
+])
+def test_compare_text_says_what_was_timed(paths, said, not_said):
+    text = _rendered(paths)
+    assert f"{said} per input" in text
+    assert re.search(rf"straggler: rank[01]: the most non-communication {said} ", text), text
+    assert not_said not in text
 
 
 # ---- runs: the nsys-ai before/after pair --------------------------------------------
