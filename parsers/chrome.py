@@ -4,12 +4,7 @@ One row per GPU activity: `cat` kernel, gpu_memcpy, gpu_memset. A trace with
 no GPU activity at all gives its top-level CPU operators instead (kind
 `cpu_op`, device -1, stream = thread id).
 
-Speed and memory: msgspec first splits `traceEvents` into raw JSON values;
-then, CHUNK_EVENTS at a time, decodes only each event's `cat`, and decodes
-again, into a typed Struct with the few fields and args a row needs, only the
-events of the categories used (GPU rows, annotations, launch calls). So a
-375 MB trace loads in seconds, >10x faster than HTA, and never holds a Python
-object per event of the other categories (benchmarks/RESULTS.md).
+Decoding (speed and memory): see `_kineto_json`.
 
 Times: `ts`/`dur` are microseconds with a 3-digit ns fraction. `dur_ns` is each
 event's own `round(dur * 1000)`; `ts` is read exactly from its text (a float
@@ -38,18 +33,12 @@ msg_bytes: see `_kineto.collective_bytes`.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
-from dataclasses import dataclass, field
-from decimal import Decimal
 from itertools import compress
-from operator import attrgetter
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 
@@ -59,6 +48,7 @@ from tracelab.schema import Profile
 
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index, scopes,
                       to_ints)
+from ._kineto_json import Launches, Picked, Trace, decode, pick, read_bytes
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -71,129 +61,20 @@ LAUNCHES = {"cuda_runtime", "cuda_driver", "Runtime", "xpu_runtime", "xpu_driver
             "privateuse1_runtime", "privateuse1_driver"}
 PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
 CPU_OPS = {"cpu_op", "Operator"}
-CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
-
-
-class _Args(msgspec.Struct, gc=False):
-    """The args a row needs; the trace's other args are skipped unread."""
-
-    device: Any = None
-    stream: Any = None
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    correlation: Any = None
-
-
-class _Category(msgspec.Struct, gc=False):
-    """Every event is decoded this far, to choose the few decoded in full."""
-
-    cat: str = ""
-
-
-class _Event(msgspec.Struct, gc=False):
-    """A chosen event in full; `ts` exact (a float cannot hold epoch microseconds to the ns)."""
-
-    cat: str
-    ts: Decimal
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    dur: float = 0.0
-    args: _Args | None = None
-
-
-class _LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-
-
-class _Launch(msgspec.Struct, gc=False):
-    """A launch call: only what finds it (correlation) and places it (thread, start)."""
-
-    ts: Decimal
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: _LaunchArgs | None = None
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[msgspec.Raw]
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: int | None = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-
-
-_TRACE_DECODER = msgspec.json.Decoder(_Trace)
-_CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT, _PID, _TID, _TS, _ARGS = map(attrgetter, ("cat", "pid", "tid", "ts", "args"))
-
-
-def _ts_ns(events: list[_Event] | list[_Launch]) -> list[int]:
-    return [int(t.scaleb(3).to_integral_value()) for t in map(_TS, events)]
-
-
-@dataclass
-class _Picked:
-    """Events of some categories as columns (lists); repeated names shared."""
-
-    DECODER: ClassVar = msgspec.json.Decoder(list[_Event])
-    cat: list[str] = field(default_factory=list)
-    pid: list = field(default_factory=list)
-    tid: list = field(default_factory=list)
-    dur_us: list[float] = field(default_factory=list)
-    ts_ns: list[int] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    args: list[_Args | None] = field(default_factory=list)
-    _names: dict[str, str] = field(default_factory=dict)
-
-    def add(self, events: list[_Event]) -> None:
-        self.cat += map(_CAT, events)
-        self.pid += map(_PID, events)
-        self.tid += map(_TID, events)
-        self.dur_us += [e.dur for e in events]
-        self.ts_ns += _ts_ns(events)
-        self.name += [self._names.setdefault(e.name, e.name) for e in events]
-        self.args += map(_ARGS, events)
-
-
-@dataclass
-class _Launches:
-    """Launch calls as columns."""
-
-    DECODER: ClassVar = msgspec.json.Decoder(list[_Launch])
-    pid: list = field(default_factory=list)
-    tid: list = field(default_factory=list)
-    ts_ns: list[int] = field(default_factory=list)
-    args: list[_LaunchArgs | None] = field(default_factory=list)
-
-    def add(self, events: list[_Launch]) -> None:
-        self.pid += map(_PID, events)
-        self.tid += map(_TID, events)
-        self.ts_ns += _ts_ns(events)
-        self.args += map(_ARGS, events)
-
-
-def _array(raws: Iterable[msgspec.Raw]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
 
 
 def read(path: str | os.PathLike) -> Profile:
     """Read one Kineto trace; rows as described in the module docstring."""
     path = Path(path)
-    trace = _decode(path, _read_bytes(path))
-    gpu, gpu_ranges, launches, cpu_ranges = _pick(path, trace.traceEvents, [
-        (set(GPU_KINDS), _Picked), ({ANNOTATION}, _Picked), (LAUNCHES, _Launches), ({USER_ANNOTATION}, _Picked)])
+    trace = decode(path, read_bytes(path))
+    gpu, gpu_ranges, launches, cpu_ranges = pick(path, trace.traceEvents, [
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked)])
     if gpu.cat:
         columns = _gpu_columns(gpu)
         columns["scope"] = _scopes(columns, gpu, launches, cpu_ranges, gpu_ranges)
     else:
-        columns = _cpu_columns(path, _pick(path, trace.traceEvents, [(CPU_OPS, _Picked)])[0])
+        columns = _cpu_columns(path, pick(path, trace.traceEvents, [(CPU_OPS, Picked)])[0])
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns
@@ -208,63 +89,11 @@ def _check_durations(path: Path, columns: dict[str, Any]) -> None:
                                      f"{columns['name'][negative[0]]!r}: a damaged trace")
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
-    if not data.strip():
-        raise TraceFormatError(path, "empty file")
-    if not data.startswith(b"\x1f\x8b"):
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise TraceFormatError(path, "truncated gzip: the compressed stream ends early") from None
-    except (OSError, zlib.error) as e:
-        raise TraceFormatError(path, f"damaged gzip: {e}") from None
-
-
-def _decode(path: Path, data: bytes) -> _Trace:
-    try:
-        return _TRACE_DECODER.decode(data)
-    except msgspec.ValidationError as e:
-        _check_json(path, data)
-        raise TraceFormatError(path, f"not a Kineto trace: {e}") from None
-    except msgspec.DecodeError as e:
-        raise TraceFormatError(path, f"not valid JSON (truncated or damaged?): {e}") from None
-
-
-def _check_json(path: Path, data: bytes) -> None:
-    """Raise if `data` is not JSON at all (the typed decode stops at the first wrong type)."""
-    try:
-        msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise TraceFormatError(path, f"not valid JSON: {e}") from None
-
-
-def _pick(path: Path, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]]) -> list:
-    """Per (categories, collector) group, the events whose `cat` is among the categories,
-    in a new collector. CHUNK_EVENTS at a time, every event's `cat` is decoded, and the
-    events of each group are decoded again, into the collector's own Struct."""
-    picked = [collector() for _, collector in groups]
-    for first in range(0, len(raws), CHUNK_EVENTS):
-        part = raws[first:first + CHUNK_EVENTS]
-        try:
-            cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
-            for (group, _), out in zip(groups, picked):
-                if chosen := list(compress(part, map(group.__contains__, cats))):
-                    out.add(out.DECODER.decode(_array(chosen)))
-        except msgspec.ValidationError as e:
-            raise TraceFormatError(path, f"unexpected event in traceEvents[{first}:]: {e}") from None
-    return picked
-
-
-def _dur_ns(picked: _Picked) -> np.ndarray:
+def _dur_ns(picked: Picked) -> np.ndarray:
     return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)
 
 
-def _gpu_columns(gpu: _Picked) -> dict[str, Any]:
+def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     args = gpu.args
     cols: dict[str, Any] = {
         "kind": np.array([GPU_KINDS[c] for c in gpu.cat], dtype=object),
@@ -278,8 +107,8 @@ def _gpu_columns(gpu: _Picked) -> dict[str, Any]:
     return cols
 
 
-def _scopes(cols: dict[str, Any], gpu: _Picked, launches: _Launches, cpu_annotations: _Picked,
-            gpu_annotations: _Picked) -> np.ndarray:
+def _scopes(cols: dict[str, Any], gpu: Picked, launches: Launches, cpu_annotations: Picked,
+            gpu_annotations: Picked) -> np.ndarray:
     """Per GPU row, the CPU annotations around its launch; else the GPU ones around its start."""
     pid = to_ints(launches.pid + cpu_annotations.pid)  # one id space for launches and ranges
     tid = to_ints(launches.tid + cpu_annotations.tid)
@@ -298,7 +127,7 @@ def _scopes(cols: dict[str, Any], gpu: _Picked, launches: _Launches, cpu_annotat
     return scope
 
 
-def _ranges(annotations: _Picked, pid: np.ndarray, tid: np.ndarray) -> dict[str, Any]:
+def _ranges(annotations: Picked, pid: np.ndarray, tid: np.ndarray) -> dict[str, Any]:
     """Annotation ranges as arrays, ProfilerStep#N left out (module docstring)."""
     keep = np.array([not PROFILER_STEP.fullmatch(n) for n in annotations.name], dtype=bool)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)
@@ -306,7 +135,7 @@ def _ranges(annotations: _Picked, pid: np.ndarray, tid: np.ndarray) -> dict[str,
             "end_ns": (start_ns + _dur_ns(annotations))[keep], "name": list(compress(annotations.name, keep))}
 
 
-def _cpu_columns(path: Path, ops: _Picked) -> dict[str, Any]:
+def _cpu_columns(path: Path, ops: Picked) -> dict[str, Any]:
     if not ops.cat:
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
@@ -329,7 +158,7 @@ def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
     return schema.validate(df)
 
 
-def _meta(path: Path, trace: _Trace, origin_ns: int) -> dict[str, Any]:
+def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
     dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     rank, world_size = dist.get("rank"), dist.get("world_size")
     base_ns = trace.baseTimeNanoseconds
