@@ -1,0 +1,60 @@
+"""A workload's own options, parsed and checked before anything launches.
+
+A workload is a program that torchrun starts once per rank; its options are
+checked here, in the launching process, by the workload's own code (its
+build_parser() and check(), or parse()) as rank 0 of the world would see them,
+so a bad option is one clear UsageError instead of N crashed ranks.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+from .errors import UsageError
+
+
+def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu: bool) -> dict:
+    """The workload's options, parsed and checked by the workload itself, as rank 0 of
+    `world_size` would (without exiting). A workload offers build_parser() and
+    check(args, world_size, gpu) -> config, or parse(argv) -> args (reading the world
+    from the environment, as under torchrun)."""
+    for own in ("--backend", "--out"):
+        if sum(a == own or a.startswith(own + "=") for a in argv) > (own == "--backend"):
+            raise UsageError(own, f"give {own} to tracelab run, not in the workload's options")
+    with _argparse_errors(name, module), _as_rank_zero(world_size):
+        if hasattr(module, "check"):
+            config = module.check(module.build_parser().parse_args(argv), world_size, gpu)
+        else:
+            config = vars(module.parse(argv))
+    return json.loads(json.dumps(config, default=str))
+
+
+@contextlib.contextmanager
+def _argparse_errors(name: str, module):
+    """argparse prints and exits; here its message becomes a UsageError."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            yield
+    except SystemExit:
+        lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
+        reason = lines[-1].split(" error: ", 1)[-1] if lines else f"see python -m {module.__name__} --help"
+        raise UsageError(f"{name} options", reason) from None
+
+
+@contextlib.contextmanager
+def _as_rank_zero(world_size: int):
+    """The variables torchrun gives rank 0, for as long as the workload checks its options."""
+    ranks = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1"}
+    saved = {k: os.environ.get(k) for k in ranks}
+    os.environ.update(ranks)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
