@@ -6,7 +6,12 @@
 #  3. while the budget lasts: the same 7b decode under proton and torch, for where the time goes
 #     and what each profiler costs.
 # PARTS picks and orders them (default "7b tiny profile"); also gemv (benchmarks/gemv_bench.py),
-# 7b-triton / 7b-cublas (--matvec), tiny-proton, profile-triton.
+# 7b-triton / 7b-cublas (--matvec), tiny-proton, profile-triton, and
+#   tune: 7b with --fuse-mlp --pdl, the plain 7b, a torch profile of the first (its per-kernel
+#         breakdown as CSV under $OUT), then --pdl alone while the budget lasts;
+#   tune2: 7b with --fuse-mlp and inductor's split reductions off, the same with --pdl, a torch
+#         profile of the first (CSV under $OUT), then the first with mix-order reductions off;
+#         the chosen kernel configs (*.best_config and their sources) go to $OUT too.
 # Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
 #   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
 set -uo pipefail
@@ -44,6 +49,34 @@ for part in ${PARTS:-7b tiny profile}; do
     tiny) for backend in proton torch nsys; do
             run "tiny-$backend" 120 decode --ranks 1 --backend $backend --out "$W/caps" --top 8 -- "${TINY[@]}"
           done ;;
+    tune) run "7b-fuse-pdl" 230 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" \
+            --fuse-mlp --pdl --samples 5 --warmup 1
+          budget_ok 150 "7b-none" && run "7b-none" 230 decode --ranks 1 --backend none --out "$W/runs" -- \
+            "${SEVEN_B[@]}" --samples 5 --warmup 1
+          budget_ok 70 "7b-fuse-pdl-torch" && run "7b-fuse-pdl-torch" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
+            --backend torch --out "$W/runs" --top 15 -- "${SEVEN_B[@]}" --fuse-mlp --pdl --samples 2 --warmup 1
+          for trace in "$W"/runs/decode-torch-*/rank0.pt.trace.json.gz; do
+            [ -f "$trace" ] || continue
+            python3 -m tracelab breakdown "$trace" --by kernel --format csv > "$OUT/profile-by-kernel.csv"
+            python3 -m tracelab breakdown "$trace" --by op_class --top 10
+          done
+          budget_ok 150 "7b-pdl" && run "7b-pdl" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend none \
+            --out "$W/runs" -- "${SEVEN_B[@]}" --pdl --samples 5 --warmup 1 ;;
+    tune2) NOSPLIT=(--fuse-mlp --inductor split_reductions=False)
+          run "7b-fuse-nosplit" 230 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" \
+            "${NOSPLIT[@]}" --samples 5 --warmup 1
+          budget_ok 150 "7b-fuse-nosplit-pdl" && run "7b-fuse-nosplit-pdl" 230 decode --ranks 1 --backend none \
+            --out "$W/runs" -- "${SEVEN_B[@]}" "${NOSPLIT[@]}" --pdl --samples 5 --warmup 1
+          budget_ok 70 "7b-fuse-nosplit-torch" && run "7b-fuse-nosplit-torch" $(( BUDGET_S - $(elapsed) )) decode \
+            --ranks 1 --backend torch --out "$W/runs" --top 20 -- "${SEVEN_B[@]}" "${NOSPLIT[@]}" --samples 2 --warmup 1
+          for trace in "$W"/runs/decode-torch-*/rank0.pt.trace.json.gz; do
+            [ -f "$trace" ] && python3 -m tracelab breakdown "$trace" --by kernel --format csv > "$OUT/profile-by-kernel.csv"
+          done
+          ( cd /tmp/torchinductor_$(whoami) 2>/dev/null && find . -name '*.best_config' | while read -r f; do
+              echo "$f"; ls "${f%.best_config}".py 2>/dev/null; done | tar czf "$OUT/best-configs.tar.gz" -T - )
+          budget_ok 150 "7b-fuse-nosplit-nomix" && TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 run "7b-fuse-nosplit-nomix" \
+            $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" \
+            "${NOSPLIT[@]}" --samples 5 --warmup 1 ;;
     tiny-proton) run "tiny-proton" 120 decode --ranks 1 --backend proton --out "$W/caps" --top 8 -- "${TINY[@]}" ;;
     gemv) echo; echo "=== +$(elapsed)s gemv bench"; timeout 150 python3 "$REPO/benchmarks/gemv_bench.py" --model llama-2-7b ;;
     7b-triton|7b-cublas) budget_ok 90 "$part" && run "$part" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
@@ -65,6 +98,7 @@ for run in sorted(pathlib.Path(sys.argv[1]).glob("*/*/run.json")):
             continue
         print(f"{run.parent.name} rank {rank} status={doc.get('status')} s/sample={f.get('s_per_sample'):.4f} "
               f"tokens/s={f.get('tokens_per_s'):.2f} GB/s={f.get('bandwidth_gb_s'):.1f} matvec={f.get('matvec')} "
+              f"fuse_mlp={f.get('fuse_mlp')} pdl={f.get('pdl')} inductor={f.get('inductor')} "
               f"samples={f.get('sample_s')}")
     print("  versions", json.dumps(doc.get("versions")), "devices", json.dumps(doc.get("devices")))
 PY

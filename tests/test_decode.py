@@ -124,6 +124,54 @@ def test_use_matvec_routes_every_projection():
     assert calls[-1] == (6, TINY.vocab_size)
 
 
+def test_fuse_mlp_keeps_the_logits_and_the_bytes_and_makes_one_product():
+    from tracelab.workloads.model import fuse_mlp, use_matvec
+
+    full = _full_model()
+    idx, pos = torch.randint(0, TINY.vocab_size, (2, 3)), torch.arange(3)
+    with torch.no_grad():
+        want, bytes_before = full(idx, pos), weight_bytes(full)
+        w1 = full.layers[0].feed_forward.w1.weight.clone()
+        fuse_mlp(full)
+        got = full(idx, pos)
+    ff = full.layers[0].feed_forward
+    assert not hasattr(ff, "w1") and not hasattr(ff, "w3")
+    assert ff.w13.weight.shape == (2 * TINY.hidden_dim, TINY.dim) and torch.equal(ff.w13.weight[:TINY.hidden_dim], w1)
+    assert weight_bytes(full) == bytes_before
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    calls = []
+    use_matvec(full, lambda x, w: calls.append(w.shape[0]) or x @ w.T)
+    with torch.no_grad():
+        full(idx, pos)
+    # per layer wqkv, wo, w13, w2, then the output projection
+    assert calls[1::4][:TINY.n_layer] == [TINY.dim] * TINY.n_layer and calls[2::4] == [2 * TINY.hidden_dim] * TINY.n_layer
+    assert len(calls) == 4 * TINY.n_layer + 1
+
+
+def test_pdl_needs_compile_and_a_gpu():
+    args = decode.build_parser().parse_args(["--pdl"])
+    with pytest.raises(decode.UsageError, match="--pdl"):
+        decode.check(args, 1, gpu=False)
+
+
+@pytest.mark.parametrize("pairs, compile, want", [
+    (["split_reductions=False"], True, {"split_reductions": False}),
+    (["triton.enable_pdl=True", "coordinate_descent_search_radius=2"], True,
+     {"triton.enable_pdl": True, "coordinate_descent_search_radius": 2}),
+    (["split_reductions=False"], False, "only applies with --compile"),
+    (["no_such_option=1"], True, "not NAME=VALUE"),
+    (["split_reductions"], True, "not NAME=VALUE"),
+    (["split_reductions=maybe"], True, "not a Python literal"),
+    (["coordinate_descent_search_radius='2'"], True, "takes a int"),
+])
+def test_inductor_settings(pairs, compile, want):
+    if isinstance(want, dict):
+        assert decode.inductor_settings(pairs, compile) == want
+    else:
+        with pytest.raises(decode.UsageError, match=want):
+            decode.inductor_settings(pairs, compile)
+
+
 # --- real captures of this decode on one H100 (tests/data/decode-1gpu-*, see their README.md) ---
 
 DATA = Path(__file__).resolve().parent / "data"

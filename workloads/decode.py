@@ -10,6 +10,7 @@ step x steps per second. Phases are marked `prefill` and `decode_one_token`.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import time
@@ -23,7 +24,7 @@ from tracelab.errors import TracelabError, UsageError
 
 from . import checkpoint
 from .common import Dist, close_distributed, device_name, exit_now, init_distributed
-from .model import CONFIGS, Transformer, use_matvec, weight_bytes
+from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
 from .tp import ALLREDUCE, install_all_reduce, unshardable
 
 MATVECS = ("inductor", "cublas", "triton")
@@ -45,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the weight products of a decode step: inductor (compiled into Triton reductions, "
                         "coordinate-descent tuned, as gpt-fast), cublas (torch's matmul), triton (tracelab's "
                         "kernel, workloads/gemv.py)")
+    p.add_argument("--fuse-mlp", action="store_true",
+                   help="one product for the feed-forward's gate and up projections (w1 and w3 stacked)")
+    p.add_argument("--pdl", action="store_true",
+                   help="with --compile on Hopper or newer: Triton kernels launched with programmatic "
+                        "dependent launch, so each one starts while the previous one drains")
+    p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --compile: set a torch._inductor.config option, e.g. split_reductions=False "
+                        "(repeatable; recorded in run.json)")
     p.add_argument("--allreduce", choices=ALLREDUCE, default="nccl",
                    help="sum over ranks after attention and MLP (nccl means the process group's backend)")
     p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
@@ -85,9 +94,35 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
         raise UsageError("--matvec", "triton is not installed")
     if args.matvec == "triton" and not gpu and os.environ.get("TRITON_INTERPRET") != "1":
         raise UsageError("--matvec", "the triton kernel needs a CUDA GPU (or TRITON_INTERPRET=1)")
+    if args.pdl and not (args.compile and gpu):
+        raise UsageError("--pdl", "needs --compile and a CUDA GPU")
+    if args.pdl and not hasattr(importlib.import_module("torch._inductor.config").triton, "enable_pdl"):
+        raise UsageError("--pdl", f"torch {torch.__version__}'s inductor has no PDL option")
+    inductor_settings(args.inductor, args.compile)
     if args.checkpoint is not None:
         checkpoint.check(args.checkpoint, config, args.model)
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def inductor_settings(pairs: list[str], compile: bool) -> dict[str, object]:
+    """`--inductor NAME=VALUE` options as {name: value}; UsageError for an unknown name, a value
+    that is no Python literal or of another type than the option's."""
+    if pairs and not compile:
+        raise UsageError("--inductor", "only applies with --compile")
+    known = importlib.import_module("torch._inductor.config").get_config_copy()
+    settings = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in known:
+            raise UsageError("--inductor", f"{pair!r} is not NAME=VALUE with NAME a torch._inductor.config option")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise UsageError("--inductor", f"{pair!r}: {text!r} is not a Python literal (True, 8, 'x', ...)") from None
+        if known[name] is not None and not isinstance(value, type(known[name])):
+            raise UsageError("--inductor", f"{pair!r}: {name} takes a {type(known[name]).__name__}")
+        settings[name] = value
+    return settings
 
 
 def build_model(args: argparse.Namespace, d: Dist) -> Transformer:
@@ -100,6 +135,8 @@ def build_model(args: argparse.Namespace, d: Dist) -> Transformer:
     else:
         model = model.to(dtype).to_empty(device=d.device)  # made in dtype: no float32 copy of 7B
         randomize(model)
+    if args.fuse_mlp:
+        fuse_mlp(model)
     if args.matvec == "triton":
         from .gemv import matvec
         use_matvec(model, matvec)
@@ -146,6 +183,10 @@ def compiled_steps(args: argparse.Namespace):
     inductor.coordinate_descent_tuning = args.matvec != "cublas"  # also what turns 1-row mm into reductions
     inductor.triton.unique_kernel_names = True
     inductor.fx_graph_cache = True
+    if args.pdl:
+        inductor.triton.enable_pdl = True  # check() made sure this torch has it
+    for name, value in inductor_settings(args.inductor, args.compile).items():
+        setattr(inductor, name, value)  # dotted names (triton.x) too
     step = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True)
     first = torch.compile(prefill, fullgraph=True, dynamic=True) if args.compile_prefill else prefill
     return first, step
@@ -187,6 +228,7 @@ def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes
     return {"rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
             "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
             "matvec": args.matvec,
+            "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,

@@ -78,6 +78,14 @@ class Linear(nn.Linear):
         return self.matvec(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
 
 
+def fuse_mlp(model: nn.Module) -> None:
+    """Every feed-forward's w1 and w3 as one product, after the weights are loaded and sharded
+    (checkpoints and tensor parallelism keep gpt-fast's separate w1 and w3)."""
+    for module in model.modules():
+        if isinstance(module, FeedForward) and module.w13 is None:
+            module.fuse()
+
+
 def use_matvec(model: nn.Module, matvec: Callable[[Tensor, Tensor], Tensor] | None) -> None:
     for module in model.modules():
         if isinstance(module, Linear):
@@ -166,7 +174,8 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """This rank's slice of the hidden layer: hidden_dim / world_size."""
+    """This rank's slice of the hidden layer: hidden_dim / world_size. After fuse_mlp the
+    gate and up projections (w1, w3) are one product, w13."""
 
     def __init__(self, args: ModelArgs, world_size: int = 1):
         super().__init__()
@@ -174,11 +183,25 @@ class FeedForward(nn.Module):
         self.w1 = Linear(args.dim, hidden, bias=False)
         self.w3 = Linear(args.dim, hidden, bias=False)
         self.w2 = Linear(hidden, args.dim, bias=False)
+        self.w13: Linear | None = None
         self.all_reduce: Callable[[Tensor], Tensor] = identity  # set by tp.py
 
     def forward(self, x: Tensor) -> Tensor:
         # x: [B, S, D] -> [B, S, D] through [B, S, hidden]
-        return self.all_reduce(self.w2(F.silu(self.w1(x)) * self.w3(x)))
+        if self.w13 is None:
+            gate, up = self.w1(x), self.w3(x)
+        else:
+            gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.all_reduce(self.w2(F.silu(gate) * up))
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """Stack w1 over w3 into one [2 hidden, dim] product (one weight read, one kernel)."""
+        w1, w3 = self.w1.weight, self.w3.weight
+        self.w13 = Linear(w1.shape[1], 2 * w1.shape[0], bias=False, device="meta")
+        self.w13.weight = nn.Parameter(torch.cat([w1, w3]), requires_grad=False)
+        self.w13.matvec = self.w1.matvec
+        del self.w1, self.w3
 
 
 class TransformerBlock(nn.Module):
