@@ -3,6 +3,7 @@ tiny decode on 2 CPU ranks (gloo) under torch.profiler and under no profiler."""
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import re
 import textwrap
@@ -194,3 +195,15 @@ def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
     assert "rank 1 failed" in message and "ValueError: rank one gives up" in message
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+
+def test_launch_ends_with_torchrun_even_when_a_child_keeps_the_pipe(monkeypatch):
+    import time
+
+    monkeypatch.setattr(runner, "DRAIN_S", 1)
+    seen = []
+    t0 = time.monotonic()
+    status, output = runner._launch(["bash", "-c", "echo one; sleep 30 & echo two; exit 3"], dict(os.environ),
+                                    seen.append)
+    assert status == 3 and output == ["one", "two"] == seen
+    assert time.monotonic() - t0 < 10

@@ -188,16 +188,28 @@ def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
     return RunResult(run_dir, record, traces)
 
 
+DRAIN_S = 10  # after torchrun exits, how long to keep reading what its leftover children print
+
+
 def _launch(cmd: list[str], env: dict[str, str], on_line: OnLine) -> tuple[int, list[str]]:
+    """Run torchrun, passing its output on line by line. The run ends when torchrun does: a
+    worker's own children (inductor's compile pool, say) can outlive it holding the pipe open."""
     import subprocess
+    import threading
 
     output: list[str] = []
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1) as proc:
-        for line in proc.stdout:
+
+    def pump(stream) -> None:
+        for line in stream:
             output.append(line.rstrip("\n"))
             on_line(output[-1])
-    return proc.returncode, output
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    status = proc.wait()
+    reader.join(DRAIN_S)
+    return status, list(output)
 
 
 def _write_record(run_dir: Path, record: dict) -> None:

@@ -49,8 +49,15 @@ def init_distributed() -> Dist:
 
 
 def close_distributed(d: Dist) -> None:
-    if d.group is not None:
-        dist.barrier()
+    """Wait for every rank, then leave. On GPUs the NCCL communicators are left to the process's
+    end (exit_now follows): destroying one that CUDA graphs captured hung both ranks of a
+    compiled 2-GPU decode after their figures were written (H200 x2, torch 2.11, 2026-11-22)."""
+    if d.group is None:
+        return
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+    dist.barrier()
+    if d.device.type != "cuda":
         dist.destroy_process_group()
 
 
