@@ -225,3 +225,39 @@ def test_decode_captures_agree_across_profilers():
     totals = [_raw_torch(DATA / "decode-1gpu-torch")[1], _raw_nsys(DATA / "decode-1gpu-nsys")[1],
               _raw_proton(DATA / "decode-1gpu-proton")[1]]
     assert max(totals) / min(totals) < 1.03  # 0.601 to 0.608 ms of kernels
+
+
+class _FakeSymmOps:
+    """torch.ops.symm_mem's contract as a 2-GPU run showed it (H200 x2, torch 2.11): the symmetric
+    buffer passed must have the message's size ('input/output size mismatch' otherwise)."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def one_shot_all_reduce_copy(self, symm, local, op, group):
+        if symm.shape != local.shape:
+            raise RuntimeError(f"one_shot_all_reduce: input/output size mismatch, {symm.shape} vs {local.shape}")
+        symm.copy_(local)
+        self.sizes.append(symm.numel())
+        return symm * 2  # two ranks holding the same values
+
+    def two_shot_all_reduce_(self, symm, op, group):
+        self.sizes.append(symm.numel())
+        symm.mul_(2)
+        return symm
+
+
+@pytest.mark.parametrize("mode", ["symm-one-shot", "symm-two-shot"])
+def test_symm_all_reduce_passes_the_buffer_at_the_message_size(monkeypatch, mode):
+    from tracelab.workloads.tp import SymmAllReduce
+
+    fake = _FakeSymmOps()
+    monkeypatch.setattr(torch.ops, "symm_mem", fake)
+    reduce = SymmAllReduce.__new__(SymmAllReduce)
+    torch.nn.Module.__init__(reduce)
+    reduce.mode, reduce.group_name = mode, "0"
+    reduce.register_buffer("buf", torch.zeros(8 * 16))  # room for 8 tokens of dim 16
+    for tokens in (8, 1):  # prefill, then one decode step
+        x = torch.randn(1, tokens, 16)
+        assert torch.equal(reduce(x), 2 * x)
+    assert fake.sizes == [8 * 16, 16]

@@ -91,11 +91,12 @@ class SymmAllReduce(nn.Module):
         self.register_buffer("buf", buf, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        # x: [B, S, D] -> [B, S, D], summed over ranks
-        if self.mode == "symm-one-shot":
-            return torch.ops.symm_mem.one_shot_all_reduce_copy(self.buf, x.reshape(-1), "sum",
-                                                               self.group_name).view_as(x)
+        # x: [B, S, D] -> [B, S, D], summed over ranks. The ops take the symmetric buffer at the
+        # message's size: a view of its first x.numel() elements (prefill S tokens, decode 1)
         flat = self.buf[: x.numel()]
+        if self.mode == "symm-one-shot":
+            return torch.ops.symm_mem.one_shot_all_reduce_copy(flat, x.reshape(-1), "sum",
+                                                               self.group_name).view_as(x)
         flat.copy_(x.reshape(-1))
         torch.ops.symm_mem.two_shot_all_reduce_(flat, "sum", self.group_name)
         return flat.view_as(x).clone()
