@@ -50,8 +50,10 @@ def init_distributed() -> Dist:
 
 def close_distributed(d: Dist) -> None:
     """Wait for every rank, then leave. On GPUs the NCCL communicators are left to the process's
-    end (exit_now follows): destroying one that CUDA graphs captured hung both ranks of a
-    compiled 2-GPU decode after their figures were written (H200 x2, torch 2.11, 2026-11-22)."""
+    end (exit_now follows): a compiled 2-GPU decode (CUDA graphs holding NCCL calls) never ended
+    after both ranks had written their figures (H200 x2, torch 2.11, 2026-11-22). Either
+    destroy_process_group or the runner's wait on a pipe that inductor's compile workers held
+    open was stuck; both were changed, and the next 2-GPU rows ended normally."""
     if d.group is None:
         return
     if d.device.type == "cuda":
