@@ -103,6 +103,18 @@ def test_generate_is_deterministic_per_seed_and_fills_every_position():
     assert ((first >= 0) & (first < TINY.vocab_size)).all()
 
 
+def test_fused_attention_generates_what_the_math_path_does():
+    full = _full_model()
+    prompt = torch.randint(0, TINY.vocab_size, (2, 4), dtype=torch.int)
+    steps = (decode.prefill, decode.decode_one_token)
+    seqs = {}
+    for choice in ("math", "auto"):
+        args = decode.build_parser().parse_args(["--top-k", "1", "--new-tokens", "6", "--attention", choice])
+        with torch.no_grad():
+            seqs[choice] = decode.generate(full, prompt, 6, steps, args)
+    assert torch.equal(seqs["math"], seqs["auto"])
+
+
 def test_use_matvec_routes_every_projection():
     from tracelab.workloads.model import use_matvec
 

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pdl", action="store_true",
                    help="with --compile on Hopper or newer: Triton kernels launched with programmatic "
                         "dependent launch, so each one starts while the previous one drains")
+    p.add_argument("--attention", choices=("math", "auto"), default="math",
+                   help="the decode step's attention: math (gpt-fast's: plain ops, which inductor "
+                        "compiles into its own kernels) or auto (torch's fused SDPA kernel, one per layer)")
     p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
                    help="with --compile: set a torch._inductor.config option, e.g. split_reductions=False "
                         "(repeatable; recorded in run.json)")
@@ -192,6 +195,13 @@ def compiled_steps(args: argparse.Namespace):
     return first, step
 
 
+def attention_backend(choice: str):
+    """The context a decode step runs in: SDPA restricted to its math backend, or left to torch."""
+    from contextlib import nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(SDPBackend.MATH) if choice == "math" else nullcontext()
+
+
 def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: argparse.Namespace) -> Tensor:
     # prompt: [B, T] -> [B, T + new_tokens]
     first, step = steps
@@ -203,8 +213,7 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
     seq[:, t:t + 1] = token
     input_pos = torch.tensor([t], device=prompt.device, dtype=torch.int)
     for i in range(1, new_tokens):
-        with backends.region("decode_one_token"), torch.nn.attention.sdpa_kernel(
-                torch.nn.attention.SDPBackend.MATH):
+        with backends.region("decode_one_token"), attention_backend(args.attention):
             token = step(model, token, input_pos, args.temperature, args.top_k).clone()
         seq[:, t + i:t + i + 1] = token
         input_pos += 1
@@ -229,6 +238,7 @@ def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes
             "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
             "matvec": args.matvec,
             "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
+            "attention": args.attention,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
