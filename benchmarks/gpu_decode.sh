@@ -11,7 +11,9 @@
 #         breakdown as CSV under $OUT), then --pdl alone while the budget lasts;
 #   tune2: 7b with --fuse-mlp and inductor's split reductions off, the same with --pdl, a torch
 #         profile of the first (CSV under $OUT), then the first with mix-order reductions off;
-#         the chosen kernel configs (*.best_config and their sources) go to $OUT too.
+#         the chosen kernel configs (*.best_config and their sources) go to $OUT too;
+#   tune3: the next candidates (RESULTS.md's list): mix-order reductions off with split reductions
+#         on, then that with --attention auto, then with split reductions off too.
 # Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
 #   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
 set -uo pipefail
@@ -77,6 +79,11 @@ for part in ${PARTS:-7b tiny profile}; do
           budget_ok 150 "7b-fuse-nosplit-nomix" && TORCHINDUCTOR_MIX_ORDER_REDUCTION=0 run "7b-fuse-nosplit-nomix" \
             $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" \
             "${NOSPLIT[@]}" --samples 5 --warmup 1 ;;
+    tune3) NOMIX=(--fuse-mlp --inductor triton.mix_order_reduction=False)
+          for extra in "" "--attention auto" "--attention auto --inductor split_reductions=False"; do
+            budget_ok 150 "7b-nomix $extra" && run "7b-nomix $extra" 230 decode --ranks 1 --backend none \
+              --out "$W/runs" -- "${SEVEN_B[@]}" "${NOMIX[@]}" $extra --samples 5 --warmup 1
+          done ;;
     tiny-proton) run "tiny-proton" 120 decode --ranks 1 --backend proton --out "$W/caps" --top 8 -- "${TINY[@]}" ;;
     gemv) echo; echo "=== +$(elapsed)s gemv bench"; timeout 150 python3 "$REPO/benchmarks/gemv_bench.py" --model llama-2-7b ;;
     7b-triton|7b-cublas) budget_ok 90 "$part" && run "$part" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
