@@ -93,6 +93,14 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
         raise UsageError("--ranks", f"{args.model}: {reason}")
     if args.allreduce.startswith("symm") and not gpu:
         raise UsageError("--allreduce", f"{args.allreduce} needs CUDA GPUs; use nccl (gloo on the CPU)")
+    check_kernel_options(args, gpu)
+    if args.checkpoint is not None:
+        checkpoint.check(args.checkpoint, config, args.model)
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def check_kernel_options(args: argparse.Namespace, gpu: bool) -> None:
+    """UsageError for --matvec, --pdl and --inductor settings this machine or torch cannot honour."""
     if args.matvec == "triton" and importlib.util.find_spec("triton") is None:
         raise UsageError("--matvec", "triton is not installed")
     if args.matvec == "triton" and not gpu and os.environ.get("TRITON_INTERPRET") != "1":
@@ -102,15 +110,12 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
     if args.pdl and not hasattr(importlib.import_module("torch._inductor.config").triton, "enable_pdl"):
         raise UsageError("--pdl", f"torch {torch.__version__}'s inductor has no PDL option")
     inductor_settings(args.inductor, args.compile)
-    if args.checkpoint is not None:
-        checkpoint.check(args.checkpoint, config, args.model)
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
 
 
-def inductor_settings(pairs: list[str], compile: bool) -> dict[str, object]:
+def inductor_settings(pairs: list[str], compiled: bool) -> dict[str, object]:
     """`--inductor NAME=VALUE` options as {name: value}; UsageError for an unknown name, a value
     that is no Python literal or of another type than the option's."""
-    if pairs and not compile:
+    if pairs and not compiled:
         raise UsageError("--inductor", "only applies with --compile")
     known = importlib.import_module("torch._inductor.config").get_config_copy()
     settings = {}
