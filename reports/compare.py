@@ -205,6 +205,7 @@ def _skews(inputs: list[Input]) -> pd.DataFrame:
         events = pd.concat([i.events for i in members], ignore_index=True)
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in members])
         summary = timeline.skew_summary(timeline.collective_skew(events, offsets))
-        parts.append(summary.assign(group=group, clock="epoch" if offsets else "trace start"))
+        if len(summary):  # a run with no timed collectives (proton) adds no rows
+            parts.append(summary.assign(group=group, clock="epoch" if offsets else "trace start"))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 

@@ -317,3 +317,19 @@ def test_across_profilers_join_on_canonical_names():
     assert table.loc["oneShotAllReduceKernel", "ratio[torch]"] == pytest.approx(1.1)
     assert table.loc["triton_red_fused_mm_10", "slowest"] == "proton"
     assert (table["inputs"] == 3).all()
+
+
+def test_compare_across_profilers_warns_nothing():
+    """The proton run has no timestamps, so no collective skew: it adds no rows (and,
+    before, an empty frame that pandas warned about concatenating)."""
+    import warnings
+
+    runs = [ROOT / "tests" / "data" / f"train-2gpu-{source}" for source in ("proton", "torch", "nsys")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = comparison(label_inputs(runs, [tracelab.load_many(r) for r in runs]), "kernel")
+    launches = [kineto_sums(runs[1] / f"rank{r}.pt.trace.json.gz")[1] for r in (0, 1)]
+    allreduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    assert c.skew["group"].tolist() == ["torch", "nsys"]
+    assert c.skew["kernel"].tolist() == [allreduce, allreduce]
+    assert c.skew["instances"].iloc[0] == min(n[allreduce] for n in launches)
