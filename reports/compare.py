@@ -8,6 +8,8 @@ source, joined on canonical kernel names).
 """
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,18 +55,47 @@ def _stem(path: Path) -> str:
     return path.stem
 
 
+def _leaf(path: Path) -> str:
+    return path.name if path.is_dir() else _stem(path)
+
+
+def _parts(paths: list[Path]) -> list[tuple[str, ...]]:
+    """Folders, then the stem (or folder name); the whole file name where two files
+    of one folder share a stem (rank0.json beside rank0.json.gz)."""
+    parts = [(*p.parent.parts, _leaf(p)) for p in paths]
+    seen = Counter(parts)
+    return [(*p.parent.parts, p.name) if seen[t] > 1 else t for p, t in zip(paths, parts)]
+
+
+def _shortest_suffix(parts: list[tuple[str, ...]], i: int) -> str:
+    mine, others = parts[i], parts[:i] + parts[i + 1:]
+    depth = next((d for d in range(1, len(mine)) if all(o[-d:] != mine[-d:] for o in others)), len(mine))
+    return Path(*mine[-depth:]).as_posix()
+
+
+def path_labels(paths: list[Path]) -> list[str]:
+    """Each path's shortest tail (stem, then as many parent folders as it takes) that no
+    other input path shares: `a/rank0` and `b/rank0`, but `rank1` beside them. The very
+    same path given more than once is numbered in the order given: `rank0#1`, `rank0#2`."""
+    full = [Path(os.path.abspath(p)) for p in paths]
+    distinct = list(dict.fromkeys(full))
+    parts = _parts(distinct)
+    label = {p: _shortest_suffix(parts, i) for i, p in enumerate(distinct)}
+    times, nth = Counter(full), Counter()
+    out = []
+    for p in full:
+        nth[p] += 1
+        out.append(label[p] if times[p] == 1 else f"{label[p]}#{nth[p]}")
+    return out
+
+
 def _group_names(paths: list[Path], groups: list[list[Profile]]) -> list[str]:
     """A short unique name per input path: the source when each input is one distinct
-    profiler, else the file stem or folder name, widened by parent folders on collision."""
+    profiler, else its path label (see path_labels)."""
     sources = [{p.meta.get("source") for p in g} for g in groups]
     if all(len(s) == 1 for s in sources) and len({next(iter(s)) for s in sources}) == len(groups):
         return [str(next(iter(s))) for s in sources]
-    names = [p.name if p.is_dir() else _stem(p) for p in paths]
-    for depth in range(1, 4):
-        if len(set(names)) == len(names):
-            return names
-        names = ["/".join([*p.resolve().parent.parts[-depth:], n]) for p, n in zip(paths, names)]
-    return [f"{n}#{i}" for i, n in enumerate(names)]
+    return path_labels(paths)
 
 
 def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:

@@ -319,6 +319,48 @@ def test_across_profilers_join_on_canonical_names():
     assert (table["inputs"] == 3).all()
 
 
+# ---- input labels: the shortest path tail that tells inputs apart --------------------------
+
+
+@pytest.mark.parametrize("paths, labels", [
+    (["/r/a/rank0.json", "/r/a/rank1.json"], ["rank0", "rank1"]),
+    (["/r/a/rank0.json", "/r/b/rank0.json"], ["a/rank0", "b/rank0"]),
+    (["/r/a/x/rank0.json", "/r/b/x/rank0.json"], ["a/x/rank0", "b/x/rank0"]),
+    (["/r/a/rank0.json", "/r/b/rank0.json", "/r/a/rank1.json"], ["a/rank0", "b/rank0", "rank1"]),
+    (["/r/a/rank0.json", "/r/a/rank0.json"], ["rank0#1", "rank0#2"]),
+    (["/r/a/rank0.json", "/r/b/rank0.json", "/r/a/rank0.json"], ["a/rank0#1", "b/rank0", "a/rank0#2"]),
+    (["/r/a/rank0.json", "/r/a/rank0.json.gz"], ["rank0.json", "rank0.json.gz"]),
+    (["/r/a/rank0.json", "/r/b/../a/rank0.json"], ["rank0#1", "rank0#2"]),
+    (["/a/rank0.json", "/x/a/rank0.json"], ["/a/rank0", "x/a/rank0"]),
+])
+def test_path_labels(paths, labels):
+    from tracelab.reports.compare import path_labels
+
+    assert path_labels([Path(p) for p in paths]) == labels
+
+
+def test_path_labels_relative_and_folders(monkeypatch):
+    from tracelab.reports.compare import path_labels
+
+    monkeypatch.chdir(ROOT / "tests")
+    run = ROOT / "tests" / "data" / "train-2gpu-torch"
+    assert path_labels([Path("data/train-2gpu-torch"), run]) == ["train-2gpu-torch#1", "train-2gpu-torch#2"]
+    assert path_labels([Path("data/train-2gpu-torch/rank0.pt.trace.json.gz"), Path(".")]) == ["rank0", "tests"]
+
+
+@pytest.mark.parametrize("args, labels", [
+    ([CPU_ONLY, CPU_ONLY], ["rank-34.Jul_15_10_52_41.1074#1", "rank-34.Jul_15_10_52_41.1074#2"]),
+    ([ROOT / "tests/data/train-2gpu-torch"] * 2,
+     ["train-2gpu-torch#1/rank0", "train-2gpu-torch#1/rank1", "train-2gpu-torch#2/rank0", "train-2gpu-torch#2/rank1"]),
+    ([ROOT / "tests/data/train-2gpu-torch/rank0.pt.trace.json.gz", ROOT / "tests/data/overlap-2gpu-torch/rank0.pt.trace.json.gz"],
+     ["train-2gpu-torch/rank0", "overlap-2gpu-torch/rank0"]),
+])
+def test_cli_compare_labels(args, labels):
+    result = CliRunner().invoke(app, ["compare", *map(str, args), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [i["label"] for i in json.loads(result.output)["inputs"]] == labels
+
+
 def test_compare_across_profilers_warns_nothing():
     """The proton run has no timestamps, so no collective skew: it adds no rows (and,
     before, an empty frame that pandas warned about concatenating)."""
