@@ -107,8 +107,8 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     ranks = [p.rank for p in profiles]
     one_run = (len(set(ranks)) == len(ranks) and len({p.meta.get("source") for p in profiles}) == 1
                and sum(p.is_dir() for p in paths) <= 1)
-    if one_run:
-        return [_input(f"rank{p.rank}", "", p) for p in sorted(profiles, key=lambda p: p.rank)]
+    if one_run:  # in the order given (the first is the reference); a folder's ranks by rank
+        return [_input(f"rank{p.rank}", "", p) for g in groups for p in sorted(g, key=lambda p: p.rank)]
     out = []
     for name, group in zip(_group_names(paths, groups), groups):
         for p in sorted(group, key=lambda p: p.rank):

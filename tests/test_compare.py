@@ -375,3 +375,26 @@ def test_compare_across_profilers_warns_nothing():
     assert c.skew["group"].tolist() == ["torch", "nsys"]
     assert c.skew["kernel"].tolist() == [allreduce, allreduce]
     assert c.skew["instances"].iloc[0] == min(n[allreduce] for n in launches)
+
+
+def _ranked(rank: int):
+    from tracelab.schema import Profile, coerce
+
+    df = coerce({"rank": rank, "source": "torch", "kind": "kernel", "name": ["k"], "kernel": ["k"],
+                 "op_class": "gemm", "scope": "", "device": 0, "dur_ns": [1000 * (rank + 1)]})
+    return Profile(df, {"rank": rank, "source": "torch"})
+
+
+@pytest.mark.parametrize("paths, ranks, labels", [
+    (["control.json.gz", "test.json.gz"], [[3], [1]], ["rank3", "rank1"]),  # files: the order given
+    (["b.json.gz", "a.json.gz"], [[2], [0]], ["rank2", "rank0"]),
+    (["run/"], [[1, 0, 2]], ["rank0", "rank1", "rank2"]),  # one folder: its ranks in order
+])
+def test_one_run_keeps_the_first_input_as_reference(paths, ranks, labels, tmp_path):
+    (tmp_path / "run").mkdir()
+    groups = [[_ranked(r) for r in g] for g in ranks]
+    inputs = label_inputs([tmp_path / p for p in paths], groups)
+    assert [i.label for i in inputs] == labels
+    result = comparison(inputs, "kernel")
+    assert result.labels == labels
+    assert result.totals["ratio"].iloc[0] == 1.0
