@@ -115,6 +115,31 @@ def test_fused_attention_generates_what_the_math_path_does():
     assert torch.equal(seqs["math"], seqs["auto"])
 
 
+def test_compiled_step_with_the_tuning_options_generates_what_eager_does():
+    # the path GPU runs take (--compile --fuse-mlp --attention auto --inductor ...), on the CPU
+    import torch._dynamo
+    import torch._inductor.config as inductor
+
+    from tracelab.workloads.model import fuse_mlp
+
+    full = _full_model()
+    prompt = torch.randint(0, TINY.vocab_size, (2, 4), dtype=torch.int)
+    flags = ["--top-k", "1", "--new-tokens", "6", "--fuse-mlp", "--attention", "auto"]
+    eager_args = decode.build_parser().parse_args(flags)
+    compiled_args = decode.build_parser().parse_args(flags + ["--compile", "--inductor", "split_reductions=False"])
+    saved = inductor.get_config_copy()
+    try:
+        with torch.no_grad():
+            want = decode.generate(full, prompt, 6, decode.compiled_steps(eager_args), eager_args)
+            fuse_mlp(full)
+            got = decode.generate(full, prompt, 6, decode.compiled_steps(compiled_args), compiled_args)
+            assert inductor.split_reductions is False and inductor.coordinate_descent_tuning is True
+    finally:
+        inductor.load_config(saved)
+        torch._dynamo.reset()
+    assert torch.equal(got, want)
+
+
 def test_use_matvec_routes_every_projection():
     from tracelab.workloads.model import use_matvec
 
