@@ -166,8 +166,9 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, Dh]
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # [B, Hkv, L, Dh]
-        k = k.repeat_interleave(self.n_head // self.kv_heads, dim=1)
-        v = v.repeat_interleave(self.n_head // self.kv_heads, dim=1)
+        if self.n_head != self.kv_heads:  # grouped-query: each key/value head serves several query heads
+            k = k.repeat_interleave(self.n_head // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.n_head // self.kv_heads, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)  # [B, H, S, Dh]
         y = y.transpose(1, 2).contiguous().view(bsz, seqlen, q_size)
         return self.all_reduce(self.wo(y))
