@@ -62,8 +62,8 @@ def test_shard_parameter_bytes_split_evenly():
 
 @pytest.mark.parametrize("args, world_size, reason", [
     (TINY, 2, None),
-    (TINY, 3, "heads (4) do not divide over 3 ranks"),
-    (TINY, 4, "key/value heads (2) do not divide over 4 ranks"),
+    (TINY, 3, "heads (16) do not divide over 3 ranks"),
+    (TINY, 16, "key/value heads (8) do not divide over 16 ranks"),
     (CONFIGS["llama-3-8b"], 8, None),
     (ModelArgs(n_head=8, dim=64, intermediate_size=100), 8, "hidden size (100) do not divide over 8 ranks"),
 ])

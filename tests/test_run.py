@@ -53,7 +53,7 @@ BAD = [
     ({}, ["--frobnicate"], UsageError, "unrecognized arguments: --frobnicate"),
     ({}, ["--out", "elsewhere"], UsageError, "give --out to tracelab run"),
     ({}, ["--backend", "none"], UsageError, "give --backend to tracelab run"),
-    ({"ranks": 3}, ["--model", "tiny"], UsageError, "heads (4) do not divide over 3 ranks"),
+    ({"ranks": 3}, ["--model", "tiny"], UsageError, "heads (16) do not divide over 3 ranks"),
     ({}, ["--allreduce", "symm-one-shot"], UsageError, "needs CUDA GPUs"),
     ({}, ["--prompt-len", "200", "--new-tokens", "100"], UsageError, "exceed tiny's context of 256"),
 ]

@@ -50,7 +50,7 @@ class ModelArgs:
 
 # name -> shapes; the names users pass as --model
 CONFIGS: dict[str, ModelArgs] = {
-    "tiny": ModelArgs(block_size=256, vocab_size=512, n_layer=2, n_head=4, n_local_heads=2, dim=128,
+    "tiny": ModelArgs(block_size=256, vocab_size=512, n_layer=2, n_head=16, n_local_heads=8, dim=128,
                       intermediate_size=256),
     "llama-2-7b": ModelArgs(n_layer=32, n_head=32, dim=4096),
     "llama-2-13b": ModelArgs(n_layer=40, n_head=40, dim=5120),
