@@ -22,15 +22,8 @@ W=/tmp/dec
 START=$(date +%s)
 BUDGET_S=${BUDGET_S:-420}
 mkdir -p "$OUT" "$W/runs" "$W/caps"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . 2>&1 | tail -2
-export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cp -r .device-lib "$W/" 2>/dev/null
-REPO=$PWD
-cd "$W" || exit 2   # away from the checkout, whose ./tracelab would shadow the installed package
+source benchmarks/device_prelude.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 
 elapsed() { echo $(( $(date +%s) - START )); }
 quiet() { grep -vE "USDT|^\[default[0-9]\]:(Collecting|Generating|Processing|Saving|W[0-9])"; }

@@ -12,14 +12,8 @@ W=/tmp/tp
 START=$(date +%s)
 BUDGET_S=${BUDGET_S:-500}
 mkdir -p "$OUT" "$W/runs"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 2
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . 2>&1 | tail -2
-export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cp -r .device-lib "$W/" 2>/dev/null
-cd "$W" || exit 2   # away from the checkout, whose ./tracelab would shadow the installed package
+source benchmarks/device_prelude.sh
 nvidia-smi -L
-python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 
 TOKENS=${TOKENS:-100}
 read -r -a EXTRA <<< "${FLAGS:-}"
