@@ -12,8 +12,9 @@
 #   tune2: 7b with --fuse-mlp and inductor's split reductions off, the same with --pdl, a torch
 #         profile of the first (CSV under $OUT), then the first with mix-order reductions off;
 #         the chosen kernel configs (*.best_config and their sources) go to $OUT too;
-#   tune3: the next candidates (RESULTS.md's list): mix-order reductions off with split reductions
-#         on, then that with --attention auto, then with split reductions off too.
+#   tune3: the next candidates (RESULTS.md's list): the best so far (mix-order and split reductions
+#         off) with --attention auto, then mix-order off with split reductions on, with and without
+#         --attention auto.
 # Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
 #   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
 set -uo pipefail
@@ -73,7 +74,7 @@ for part in ${PARTS:-7b tiny profile}; do
             $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" \
             "${NOSPLIT[@]}" --samples 5 --warmup 1 ;;
     tune3) NOMIX=(--fuse-mlp --inductor triton.mix_order_reduction=False)
-          for extra in "" "--attention auto" "--attention auto --inductor split_reductions=False"; do
+          for extra in "--attention auto --inductor split_reductions=False" "" "--attention auto"; do
             budget_ok 150 "7b-nomix $extra" && run "7b-nomix $extra" 230 decode --ranks 1 --backend none \
               --out "$W/runs" -- "${SEVEN_B[@]}" "${NOMIX[@]}" $extra --samples 5 --warmup 1
           done ;;
