@@ -15,6 +15,9 @@
 #   tune3: the next candidates (RESULTS.md's list): the best so far (mix-order and split reductions
 #         off) with --attention auto, then mix-order off with split reductions on, with and without
 #         --attention auto.
+#   tune4: the best so far (fused w1/w3, mix-order and split reductions off) with --pdl, then with
+#         inductor's combo kernels (independent small kernels launched as one), then with a wider
+#         coordinate-descent search of each kernel's launch configuration.
 # Carry .whl (msgspec, rich, plotly ... wheels) and .device-lib (libdw/libelf for nsys).
 #   bash benchmarks/gpu_decode.sh        # writes $OUT/log.txt, $OUT/decode-runs.tar.gz, $OUT/summary.txt
 set -uo pipefail
@@ -77,6 +80,12 @@ for part in ${PARTS:-7b tiny profile}; do
           for extra in "--attention auto --inductor split_reductions=False" "" "--attention auto"; do
             budget_ok 150 "7b-nomix $extra" && run "7b-nomix $extra" 230 decode --ranks 1 --backend none \
               --out "$W/runs" -- "${SEVEN_B[@]}" "${NOMIX[@]}" $extra --samples 5 --warmup 1
+          done ;;
+    tune4) BEST=(--fuse-mlp --pdl --inductor triton.mix_order_reduction=False --inductor split_reductions=False)
+          for extra in "" "--inductor combo_kernels=True" \
+              "--inductor coordinate_descent_check_all_directions=True --inductor coordinate_descent_search_radius=2"; do
+            budget_ok 150 "7b-best-pdl $extra" && run "7b-best-pdl $extra" 230 decode --ranks 1 --backend none \
+              --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" $extra --samples 5 --warmup 1
           done ;;
     tiny-proton) run "tiny-proton" 120 decode --ranks 1 --backend proton --out "$W/caps" --top 8 -- "${TINY[@]}" ;;
     gemv) echo; echo "=== +$(elapsed)s gemv bench"; timeout 150 python3 "$REPO/benchmarks/gemv_bench.py" --model llama-2-7b ;;
