@@ -284,17 +284,49 @@ class _FakeSymmOps:
         return symm
 
 
-@pytest.mark.parametrize("mode", ["symm-one-shot", "symm-two-shot"])
-def test_symm_all_reduce_passes_the_buffer_at_the_message_size(monkeypatch, mode):
+def _symm_all_reduce(mode: str):
+    """SymmAllReduce without a process group: a plain buffer with room for 8 tokens of dim 16."""
     from tracelab.workloads.tp import SymmAllReduce
 
-    fake = _FakeSymmOps()
-    monkeypatch.setattr(torch.ops, "symm_mem", fake)
     reduce = SymmAllReduce.__new__(SymmAllReduce)
     torch.nn.Module.__init__(reduce)
     reduce.mode, reduce.group_name = mode, "0"
-    reduce.register_buffer("buf", torch.zeros(8 * 16))  # room for 8 tokens of dim 16
+    reduce.register_buffer("buf", torch.zeros(8 * 16))
+    return reduce
+
+
+@pytest.mark.parametrize("mode", ["symm-one-shot", "symm-two-shot"])
+def test_symm_all_reduce_passes_the_buffer_at_the_message_size(monkeypatch, mode):
+    fake = _FakeSymmOps()
+    monkeypatch.setattr(torch.ops, "symm_mem", fake)
+    reduce = _symm_all_reduce(mode)
     for tokens in (8, 1):  # prefill, then one decode step
         x = torch.randn(1, tokens, 16)
         assert torch.equal(reduce(x), 2 * x)
+    assert fake.sizes == [8 * 16, 16]
+
+
+def test_symm_two_shot_traces_with_fake_tensors():
+    # torch.ops.symm_mem.two_shot_all_reduce_ has no fake kernel, so tracing it failed (dynamo
+    # under torch.compile, 2 x H200, torch 2.11); the tracelab op wrapping it has one, and takes
+    # the whole registered buffer. export traces with fake tensors and runs nothing.
+    exported = torch.export.export(_symm_all_reduce("symm-two-shot"), (torch.randn(1, 8, 16),))
+    target = torch.ops.tracelab.symm_two_shot_all_reduce.default
+    calls = [n for n in exported.graph.nodes if n.target is target]
+    assert len(calls) == 1
+    buffer = calls[0].args[0]
+    assert exported.graph_signature.inputs_to_buffers.get(buffer.name) == "buf"
+    assert buffer.meta["val"].shape == (8 * 16,)
+
+
+def test_symm_two_shot_compiled_by_inductor_sums_in_the_registered_buffer(monkeypatch):
+    fake = _FakeSymmOps()
+    monkeypatch.setattr(torch.ops, "symm_mem", fake)
+    torch._dynamo.reset()
+    reduce = _symm_all_reduce("symm-two-shot")
+    compiled = torch.compile(reduce, fullgraph=True, dynamic=False)
+    for tokens in (8, 1):  # prefill, then one decode step
+        x = torch.randn(1, tokens, 16)
+        assert torch.equal(compiled(x), 2 * x)
+        assert torch.equal(reduce.buf[: x.numel()], 2 * x.reshape(-1))  # not a copy of it
     assert fake.sizes == [8 * 16, 16]

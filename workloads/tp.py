@@ -19,6 +19,26 @@ from .model import ModelArgs, Transformer
 ALLREDUCE = ("nccl", "symm-one-shot", "symm-two-shot")
 
 
+# symm_mem.two_shot_all_reduce_ has no fake (Meta) kernel, so torch.compile cannot trace it
+# ("Operator does not support running with fake tensors", 2 x H200, torch 2.11); this op
+# wraps it with one. Like symm_mem.one_shot_all_reduce_copy, it writes a scratch buffer
+# its schema does not declare: declared, functionalisation would hand the op a copy of the
+# buffer, which is not symmetric memory. It takes the whole buffer and slices inside, so
+# inductor passes the registered buffer itself.
+@torch.library.custom_op("tracelab::symm_two_shot_all_reduce", mutates_args=())
+def symm_two_shot_all_reduce(symm_buffer: Tensor, x: Tensor, group_name: str) -> Tensor:
+    # symm_buffer: [max_tokens * D], x: [B, S, D] -> [B, S, D] summed over ranks
+    flat = symm_buffer[: x.numel()]  # the kernel takes the buffer at the message's size
+    flat.copy_(x.reshape(-1))
+    torch.ops.symm_mem.two_shot_all_reduce_(flat, "sum", group_name)
+    return flat.view_as(x).clone()
+
+
+@symm_two_shot_all_reduce.register_fake
+def _(symm_buffer: Tensor, x: Tensor, group_name: str) -> Tensor:
+    return torch.empty_like(x)
+
+
 def unshardable(args: ModelArgs, world_size: int) -> str | None:
     """Why `args` cannot be split over `world_size` ranks, or None when it can."""
     sizes = {"heads": args.n_head, "key/value heads": args.kv_heads, "hidden size": args.hidden_dim}
@@ -93,13 +113,11 @@ class SymmAllReduce(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         # x: [B, S, D] -> [B, S, D], summed over ranks. The ops take the symmetric buffer at the
         # message's size: a view of its first x.numel() elements (prefill S tokens, decode 1)
-        flat = self.buf[: x.numel()]
         if self.mode == "symm-one-shot":
+            flat = self.buf[: x.numel()]
             return torch.ops.symm_mem.one_shot_all_reduce_copy(flat, x.reshape(-1), "sum",
                                                                self.group_name).view_as(x)
-        flat.copy_(x.reshape(-1))
-        torch.ops.symm_mem.two_shot_all_reduce_(flat, "sum", self.group_name)
-        return flat.view_as(x).clone()
+        return symm_two_shot_all_reduce(self.buf, x, self.group_name)
 
 
 def install_all_reduce(model: Transformer, mode: str, group: dist.ProcessGroup,
