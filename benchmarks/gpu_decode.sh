@@ -15,6 +15,8 @@
 #   tune3: the next candidates (RESULTS.md's list): the best so far (mix-order and split reductions
 #         off) with --attention auto, then mix-order off with split reductions on, with and without
 #         --attention auto.
+#   best: the winner of tune4 again (backend none), then a torch profile of it without --pdl (whose
+#         early launches make kernel durations overlap) -> $OUT/profile-by-kernel.csv
 #   tune4: the best so far (fused w1/w3, mix-order and split reductions off) with --pdl, then with
 #         inductor's combo kernels (independent small kernels launched as one), then with a wider
 #         coordinate-descent search of each kernel's launch configuration.
@@ -40,6 +42,13 @@ run() {  # run LABEL TIMEOUT_S tracelab-run-args...
 
 SEVEN_B=(--model llama-2-7b --compile --batch-size 1 --prompt-len 8 --new-tokens 200)
 TINY=(--model tiny --compile --prompt-len 4 --new-tokens 6 --samples 1 --warmup 1)
+kernel_csv() {  # the newest torch trace's per-kernel table -> $OUT/profile-by-kernel.csv
+  local trace
+  trace=$(ls -t "$W"/runs/decode-torch-*/rank0.pt.trace.json.gz 2>/dev/null | head -1)
+  [ -n "$trace" ] || return 0
+  python3 -m tracelab breakdown "$trace" --by kernel --format csv > "$OUT/profile-by-kernel.csv"
+  python3 -m tracelab breakdown "$trace" --by op_class --top 10
+}
 budget_ok() { if (( $(elapsed) > BUDGET_S - ${1:-60} )); then echo "SKIPPED (budget): $2"; return 1; fi; }
 
 for part in ${PARTS:-7b tiny profile}; do
@@ -54,11 +63,7 @@ for part in ${PARTS:-7b tiny profile}; do
             "${SEVEN_B[@]}" --samples 5 --warmup 1
           budget_ok 70 "7b-fuse-pdl-torch" && run "7b-fuse-pdl-torch" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
             --backend torch --out "$W/runs" --top 15 -- "${SEVEN_B[@]}" --fuse-mlp --pdl --samples 2 --warmup 1
-          for trace in "$W"/runs/decode-torch-*/rank0.pt.trace.json.gz; do
-            [ -f "$trace" ] || continue
-            python3 -m tracelab breakdown "$trace" --by kernel --format csv > "$OUT/profile-by-kernel.csv"
-            python3 -m tracelab breakdown "$trace" --by op_class --top 10
-          done
+          kernel_csv
           budget_ok 150 "7b-pdl" && run "7b-pdl" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 --backend none \
             --out "$W/runs" -- "${SEVEN_B[@]}" --pdl --samples 5 --warmup 1 ;;
     tune2) NOSPLIT=(--fuse-mlp --inductor split_reductions=False)
@@ -87,6 +92,12 @@ for part in ${PARTS:-7b tiny profile}; do
             budget_ok 150 "7b-best-pdl $extra" && run "7b-best-pdl $extra" 230 decode --ranks 1 --backend none \
               --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" $extra --samples 5 --warmup 1
           done ;;
+    best) BEST=(--fuse-mlp --inductor triton.mix_order_reduction=False --inductor split_reductions=False)
+          run "7b-best-pdl" 230 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" \
+            --pdl --samples 5 --warmup 1
+          budget_ok 70 "7b-best-torch" && run "7b-best-torch" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
+            --backend torch --out "$W/runs" --top 15 -- "${SEVEN_B[@]}" "${BEST[@]}" --samples 2 --warmup 1
+          kernel_csv ;;
     tiny-proton) run "tiny-proton" 120 decode --ranks 1 --backend proton --out "$W/caps" --top 8 -- "${TINY[@]}" ;;
     gemv) echo; echo "=== +$(elapsed)s gemv bench"; timeout 150 python3 "$REPO/benchmarks/gemv_bench.py" --model llama-2-7b ;;
     7b-triton|7b-cublas) budget_ok 90 "$part" && run "$part" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
