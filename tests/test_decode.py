@@ -191,6 +191,24 @@ def test_pdl_needs_compile_and_a_gpu():
         decode.check(args, 1, gpu=False)
 
 
+@pytest.mark.parametrize("gpu, pdl", [(False, False), (True, True)])
+def test_tuned_spells_out_the_measured_set(gpu, pdl):
+    args = decode.build_parser().parse_args(["--tuned", "--compile", "--inductor", "split_reductions=False",
+                                             "--inductor", "combo_kernels=True"])
+    decode.resolve(args, gpu)
+    assert args.fuse_mlp and args.pdl is (pdl and decode.inductor_has_pdl())
+    # each setting once, the user's own ones kept, in an order that lets a later one win
+    assert args.inductor == ["triton.mix_order_reduction=False", "split_reductions=False", "combo_kernels=True"]
+    assert decode.inductor_settings(args.inductor, True) == {
+        "triton.mix_order_reduction": False, "split_reductions": False, "combo_kernels": True}
+
+
+def test_tuned_needs_compile():
+    args = decode.build_parser().parse_args(["--tuned"])
+    with pytest.raises(decode.UsageError, match="--tuned.*only applies with --compile"):
+        decode.check(args, 1, gpu=False)
+
+
 @pytest.mark.parametrize("pairs, compile, want", [
     (["split_reductions=False"], True, {"split_reductions": False}),
     (["triton.enable_pdl=True", "coordinate_descent_search_radius=2"], True,

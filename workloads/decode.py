@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", choices=("math", "auto"), default="math",
                    help="the decode step's attention: math (gpt-fast's: plain ops, which inductor "
                         "compiles into its own kernels) or auto (torch's fused SDPA kernel, one per layer)")
+    p.add_argument("--tuned", action="store_true",
+                   help="with --compile: the fastest set measured on an H100 (benchmarks/RESULTS.md; 179 "
+                        "tokens/s for llama-2-7b against gpt-fast's 172.5): --fuse-mlp, --pdl on a GPU, and "
+                        "inductor's mix-order and split reductions off")
     p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
                    help="with --compile: set a torch._inductor.config option, e.g. split_reductions=False "
                         "(repeatable; recorded in run.json)")
@@ -69,10 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+TUNED_INDUCTOR = ("triton.mix_order_reduction=False", "split_reductions=False")
+
+
 def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
-    """Fill the defaults that depend on the machine."""
+    """Fill the defaults that depend on the machine, and spell out --tuned."""
     args.model = args.model or ("llama-2-7b" if gpu else "tiny")
     args.dtype = args.dtype or ("bf16" if gpu else "fp32")
+    if args.tuned:
+        args.fuse_mlp = True
+        args.pdl = args.pdl or (gpu and args.compile and inductor_has_pdl())
+        args.inductor = [*(s for s in TUNED_INDUCTOR if s not in args.inductor), *args.inductor]
     return args
 
 
@@ -105,11 +116,17 @@ def check_kernel_options(args: argparse.Namespace, gpu: bool) -> None:
         raise UsageError("--matvec", "triton is not installed")
     if args.matvec == "triton" and not gpu and os.environ.get("TRITON_INTERPRET") != "1":
         raise UsageError("--matvec", "the triton kernel needs a CUDA GPU (or TRITON_INTERPRET=1)")
+    if args.tuned and not args.compile:
+        raise UsageError("--tuned", "only applies with --compile")
     if args.pdl and not (args.compile and gpu):
         raise UsageError("--pdl", "needs --compile and a CUDA GPU")
-    if args.pdl and not hasattr(importlib.import_module("torch._inductor.config").triton, "enable_pdl"):
+    if args.pdl and not inductor_has_pdl():
         raise UsageError("--pdl", f"torch {torch.__version__}'s inductor has no PDL option")
     inductor_settings(args.inductor, args.compile)
+
+
+def inductor_has_pdl() -> bool:
+    return hasattr(importlib.import_module("torch._inductor.config").triton, "enable_pdl")
 
 
 def inductor_settings(pairs: list[str], compiled: bool) -> dict[str, object]:
