@@ -69,6 +69,22 @@ def test_bad_input_is_refused_before_launch(tmp_path, monkeypatch, fields, args,
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("workload, option", [("decode", "--tuned"), ("train", "--steps"),
+                                              ("allreduce", "--sizes"), ("overlap", "--variant")])
+def test_workload_help_lists_its_own_options(tmp_path, monkeypatch, workload, option):
+    # `tracelab run W -- --help` printed "error: W options:   --top-k TOP_K" (argparse's help
+    # taken for a failure); now it prints the workload's help and exits 0, launching nothing
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+    monkeypatch.setattr(machine, "gpu_count", lambda: 0)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", workload, "--", "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"{workload}'s own options" in result.output and option in result.output
+    assert "error" not in result.output.lower() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("kind, words", [
     ("shape", "layers.1.feed_forward.w2.weight is [128, 10], the config needs [128, 256]"),
     ("keys", "lacks norm.weight (1 missing, 0 unexpected keys)"),

@@ -209,13 +209,21 @@ def run(
     top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown.")] = 10,
 ) -> None:
     """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
-    Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16."""
+    Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16;
+    `tracelab run decode -- --help` lists them."""
     from pathlib import Path
 
     from .runner import RunSpec, run as launch
+    from .workload_options import WorkloadHelp
 
     spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv)
-    result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
+    try:
+        result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
+    except WorkloadHelp as h:
+        typer.echo(f"{workload}'s own options, given after `--` (tracelab run {workload} [OPTIONS] -- ...); "
+                   "tracelab run sets --backend and --out:\n")
+        typer.echo(h.text.rstrip())
+        raise typer.Exit(0) from None
     for figures in result.record["figures"].values():
         typer.echo(_figures_line(figures))
     if result.traces:

@@ -15,6 +15,14 @@ import os
 from .errors import UsageError
 
 
+class WorkloadHelp(Exception):
+    """The workload's options were `--help`: its help text, for the CLI to print (exit 0)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
 def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu: bool) -> dict:
     """The workload's options, parsed and checked by the workload itself, as rank 0 of
     `world_size` would (without exiting). A workload offers build_parser() and
@@ -33,12 +41,14 @@ def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu
 
 @contextlib.contextmanager
 def _argparse_errors(name: str, module):
-    """argparse prints and exits; here its message becomes a UsageError."""
+    """argparse prints and exits; here its message becomes a UsageError, or its help a WorkloadHelp."""
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             yield
-    except SystemExit:
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise WorkloadHelp(captured.getvalue()) from None
         lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
         reason = lines[-1].split(" error: ", 1)[-1] if lines else f"see python -m {module.__name__} --help"
         raise UsageError(f"{name} options", reason) from None
