@@ -4,7 +4,9 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -232,30 +234,53 @@ def test_inductor_settings(pairs, compile, want):
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def _raw_torch(folder: Path) -> tuple[int, int, int]:
-    events = json.loads(gzip.decompress((folder / "rank0.pt.trace.json.gz").read_bytes()))["traceEvents"]
+SYMM_KERNEL = "one_shot_all_reduce_kernel"  # torch.ops.symm_mem's one-shot kernel, in every file's spelling
+
+
+class Raw(NamedTuple):
+    """One rank's kernels, read straight from its file."""
+
+    kernels: int
+    kernel_ns: int
+    steps: int | None  # decode_one_token regions; None for proton, which merges a scope's calls into one node
+    symm_kernels: int  # the kernels whose name holds SYMM_KERNEL
+    symm_ns: int
+
+
+def _raw_torch(folder: Path, rank: int = 0) -> Raw:
+    events = json.loads(gzip.decompress((folder / f"rank{rank}.pt.trace.json.gz").read_bytes()))["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
+    symm = [e for e in kernels if SYMM_KERNEL in e["name"]]
     steps = sum(1 for e in events if e.get("cat") == "user_annotation" and e.get("name") == "decode_one_token")
-    return len(kernels), sum(round(e["dur"] * 1000) for e in kernels), steps
+    return Raw(len(kernels), sum(round(e["dur"] * 1000) for e in kernels), steps,
+               len(symm), sum(round(e["dur"] * 1000) for e in symm))
 
 
-def _raw_nsys(folder: Path) -> tuple[int, int, int]:
-    with sqlite3.connect(f"file:{folder / 'rank0.sqlite'}?mode=ro", uri=True) as db:
-        n, ns = db.execute("SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+def _raw_nsys(folder: Path, rank: int = 0) -> Raw:
+    with sqlite3.connect(f"file:{folder / f'rank{rank}.sqlite'}?mode=ro", uri=True) as db:
+        n, ns, symm_n, symm_ns = db.execute(
+            "SELECT count(*), sum(k.end - k.start), sum(instr(s.value, ?1) > 0),"
+            " sum(iif(instr(s.value, ?1) > 0, k.end - k.start, 0))"
+            " FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s ON s.id = k.shortName",
+            (SYMM_KERNEL,)).fetchone()
         steps = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'decode_one_token'").fetchone()[0]
-    return n, ns, steps
+    return Raw(n, ns, steps, symm_n, symm_ns)
 
 
-def _raw_proton(folder: Path) -> tuple[int, int, None]:
-    root = json.loads((folder / "rank0.hatchet").read_text())[0]
-    stack, n, ns = [root], 0, 0
+def _raw_proton(folder: Path, rank: int = 0) -> Raw:
+    root = json.loads((folder / f"rank{rank}.hatchet").read_text())[0]
+    stack, leaves = [root], []  # (name, count, time_ns) per kernel leaf
     while stack:
         node = stack.pop()
         stack.extend(node.get("children", []))
         if node["frame"].get("type") == "function" and not node.get("children"):
-            n += node["metrics"].get("count", 0)
-            ns += node["metrics"].get("time (ns)", 0)
-    return n, ns, None  # proton aggregates: a scope is one node, not one per step
+            leaves.append((node["frame"]["name"], node["metrics"].get("count", 0), node["metrics"].get("time (ns)", 0)))
+    symm = [leaf for leaf in leaves if SYMM_KERNEL in leaf[0]]
+    return Raw(sum(n for _, n, _ in leaves), sum(ns for _, _, ns in leaves), None,
+               sum(n for _, n, _ in symm), sum(ns for _, _, ns in symm))
+
+
+RAW = {"torch": _raw_torch, "nsys": _raw_nsys, "proton": _raw_proton}
 
 
 @pytest.mark.parametrize("backend, raw", [("torch", _raw_torch), ("nsys", _raw_nsys), ("proton", _raw_proton)])
@@ -265,10 +290,11 @@ def test_decode_captures_load_with_their_kernels_and_regions(backend, raw):
     folder = DATA / f"decode-1gpu-{backend}"
     (profile,) = tracelab.load_many(folder)  # run.json and README.md are not traces
     kernels = profile.events[profile.events["kind"] == "kernel"]
-    n, ns, steps = raw(folder)
-    assert (int(kernels["count"].sum()), int(kernels["dur_ns"].sum())) == (n, ns)
-    assert n == 301  # 1 prefill + 5 compiled steps: the same kernels under each profiler
-    assert steps in (5, None)
+    got = raw(folder)
+    assert (int(kernels["count"].sum()), int(kernels["dur_ns"].sum())) == (got.kernels, got.kernel_ns)
+    assert got.kernels == 301  # 1 prefill + 5 compiled steps: the same kernels under each profiler
+    assert got.steps in (5, None)
+    assert got.symm_kernels == 0  # one rank: no all-reduce
     assert kernels["scope"].str.startswith("decode_one_token").any()
     assert kernels["scope"].str.startswith("prefill").any()
 
@@ -277,9 +303,53 @@ def test_decode_captures_agree_across_profilers():
     runs = {b: json.loads((DATA / f"decode-1gpu-{b}" / "run.json").read_text()) for b in ("proton", "torch", "nsys")}
     tokens = {b: r["figures"]["0"]["first_tokens"] for b, r in runs.items()}
     assert tokens["proton"] == tokens["torch"] == tokens["nsys"]
-    totals = [_raw_torch(DATA / "decode-1gpu-torch")[1], _raw_nsys(DATA / "decode-1gpu-nsys")[1],
-              _raw_proton(DATA / "decode-1gpu-proton")[1]]
+    totals = [RAW[b](DATA / f"decode-1gpu-{b}").kernel_ns for b in RAW]
     assert max(totals) / min(totals) < 1.03  # 0.601 to 0.608 ms of kernels
+
+
+# --- real captures of the tensor-parallel decode on two H200s (tests/data/decode-2gpu-*, see their README.md) ---
+
+
+@lru_cache(maxsize=None)
+def _tp_profiles(backend: str) -> dict:
+    import tracelab
+
+    return {p.rank: p for p in tracelab.load_many(DATA / f"decode-2gpu-{backend}")}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("backend", sorted(RAW))
+def test_tp_decode_captures_load_with_their_kernels_and_all_reduces(backend, rank):
+    folder = DATA / f"decode-2gpu-{backend}"
+    config = json.loads((folder / "run.json").read_text())["config"]
+    assert sorted(_tp_profiles(backend)) == [0, 1]
+    events = _tp_profiles(backend)[rank].events
+    kernels = events[events["kind"] == "kernel"]
+    got = RAW[backend](folder, rank)
+    assert (int(kernels["count"].sum()), int(kernels["dur_ns"].sum())) == (got.kernels, got.kernel_ns)
+    assert got.kernels == 325 and got.steps in (config["new_tokens"] - 1, None)
+    comm = kernels[kernels["op_class"] == "communication"]
+    assert set(comm["kernel"].astype(str)) == {SYMM_KERNEL}
+    assert (int(comm["count"].sum()), int(comm["dur_ns"].sum())) == (got.symm_kernels, got.symm_ns)
+    # two all-reduces per layer (after the attention, after the MLP) per forward pass: the prefill,
+    # then new_tokens - 1 compiled steps
+    per_region = comm.groupby(comm["scope"].str.split("/").str[0])["count"].sum().to_dict()
+    assert per_region == {"prefill": 2 * TINY.n_layer, "decode_one_token": 2 * TINY.n_layer * (config["new_tokens"] - 1)}
+    assert got.symm_kernels == 2 * TINY.n_layer * config["new_tokens"] == 24
+
+
+def test_tp_decode_captures_agree_across_profilers_and_ranks():
+    figures = {(b, r): json.loads((DATA / f"decode-2gpu-{b}" / f"rank{r}.figures.json").read_text())
+               for b in RAW for r in (0, 1)}
+    for (b, r), f in figures.items():
+        assert f == json.loads((DATA / f"decode-2gpu-{b}" / "run.json").read_text())["figures"][str(r)]
+    assert {tuple(f["first_tokens"]) for f in figures.values()} == {(53, 445, 121, 109, 191, 248)}
+    shard = Transformer(TINY, world_size=2).to(torch.bfloat16)
+    assert {f["weight_bytes"] for f in figures.values()} == {weight_bytes(shard)}  # made with today's tiny
+    # the one-shot kernel spins until the other rank arrives, so its time is how far apart the ranks
+    # ran (0.27 to 60.6 ms a rank), not work: compare the rest
+    compute_ns = [got.kernel_ns - got.symm_ns for got in (RAW[b](DATA / f"decode-2gpu-{b}", r) for b, r in figures)]
+    assert max(compute_ns) / min(compute_ns) < 1.03  # 0.531 to 0.542 ms
 
 
 class _FakeSymmOps:
