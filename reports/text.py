@@ -21,9 +21,14 @@ def _pct(x: float) -> str:
     return "-" if pd.isna(x) else f"{100 * x:.1f}%"
 
 
+def _cpu_only(row: pd.Series) -> bool:
+    """A rank whose trace holds CPU operators and no kernel (a CPU run under torch.profiler)."""
+    return bool(row.get("cpu_op_ns", 0)) and not row["kernel_ns"]
+
+
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
-    if row.get("cpu_op_ns", 0) and not row["kernel_ns"]:
+    if _cpu_only(row):
         parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
     else:
         parts = [f"kernels {_ms(row['kernel_ns'])} ms", f"memcpy {_ms(row['memcpy_ns'])} ms"]
@@ -45,7 +50,8 @@ def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gro
         t.add_column("share", justify="right")
         t.add_column("count", justify="right")
         t.add_column("mean (us)", justify="right")
-        t.add_column(by, overflow="ellipsis", no_wrap=True, max_width=100)
+        name = "CPU operator" if by == "kernel" and _cpu_only(head) else by  # what the rows are
+        t.add_column(name, overflow="ellipsis", no_wrap=True, max_width=100)
         for _, r in rows.iterrows():
             t.add_row(_ms(r["total_ns"]), _pct(r["share"]), f"{int(r['count']):,}", _us(r["mean_ns"]),
                       Text(str(r[by]) or "(no scope)"))

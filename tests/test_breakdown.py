@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -72,3 +73,13 @@ def test_cli_json_totals(by, shared_traces):
     assert sum(r["total_ns"] for r in doc["breakdown"]) == int(df["dur_ns"].sum())
     assert doc["summary"][0]["rank"] == 1
     assert doc["summary"][0]["kernel_ns"] == int(df.loc[df["kind"] == "kernel", "dur_ns"].sum())
+
+
+@pytest.mark.parametrize("rel, header", [("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator"),
+                                         (KINETO, "kernel")])
+def test_breakdown_table_names_what_its_rows_are(rel, header, shared_traces):
+    # a CPU-only trace's rows are CPU operators: the table said "kernel" over them
+    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(shared_traces / rel), "--top", "3"],
+                         capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"})
+    head = next(line for line in out.stdout.splitlines() if "time (ms)" in line)
+    assert head.split("┃")[-1].strip() == header
