@@ -177,7 +177,8 @@ def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     out += [table(c.totals, {"label": "input", "source": "source", "total_ns": "total (ms)",
                              "compute_ns": "compute (ms)", "comm_ns": "communication (ms)", "ratio": "/ first"})]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
-    out += ["<h2>Top kernels</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what} (ms), input x kernel"),
+    rows = "CPU operators" if what == "CPU operator time" else "kernels"  # compare.measured's two answers
+    out += [f"<h2>Top {rows}</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what} (ms), input x {rows[:-1]}"),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), figures.TOP_KERNEL_COLUMNS, sortable=True)]
     if len(c.timeline):
         out += ["<h2>Timeline</h2>"]

@@ -230,13 +230,13 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     print(f"\n8 ranks x 125k events: {out.stat().st_size / 1e6:.2f} MB, plots rendered at {render_ms} ms")
 
 
-@pytest.mark.parametrize("trace, heading", [
-    ("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator time per input"),
-    ("hta/trace_filter/sampled_rank-0.json.gz", "GPU time per input"),
+@pytest.mark.parametrize("trace, heading, rows", [
+    ("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator time per input", "CPU operators"),
+    ("hta/trace_filter/sampled_rank-0.json.gz", "GPU time per input", "kernels"),
 ])
-def test_headings_say_what_was_timed(trace, heading, shared_traces, tmp_path):
+def test_headings_say_what_was_timed(trace, heading, rows, shared_traces, tmp_path):
     out = html.write_report([shared_traces / trace], tmp_path / "r.html")
     text = out.read_text()
-    assert f"<h2>{heading}, by op class</h2>" in text
+    assert f"<h2>{heading}, by op class</h2>" in text and f"<h2>Top {rows}</h2>" in text
     other = "GPU time per input" if heading.startswith("CPU") else "CPU operator time"
-    assert other not in text
+    assert other not in text and text.count("<h2>Top ") == 1
