@@ -159,7 +159,16 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
 
 def measured(events: pd.DataFrame) -> str:
     """What the rows time: "GPU time", or "CPU operator time" for traces with no GPU activity."""
-    return "CPU operator time" if len(events) and (events["kind"] == "cpu_op").all() else "GPU time"
+    return "CPU operator time" if _cpu_only(events) else "GPU time"
+
+
+def rows_are(events: pd.DataFrame) -> str:
+    """What the rows are, in the plural: "kernels", or "CPU operators" for traces with no GPU activity."""
+    return "CPU operators" if _cpu_only(events) else "kernels"
+
+
+def _cpu_only(events: pd.DataFrame) -> bool:
+    return bool(len(events)) and bool((events["kind"] == "cpu_op").all())
 
 
 def totals(inputs: list[Input]) -> pd.DataFrame:

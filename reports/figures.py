@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..schema import OP_CLASSES
 from . import timeline
-from .compare import Input, measured
+from .compare import Input, measured, rows_are
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}
@@ -86,7 +86,7 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
           .reindex(top[::-1]) / 1e6)
     data = [{"type": "heatmap", "z": ms.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
              "y": [label(k) for k in ms.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}}}]
-    return {"data": data, "layout": _layout(f"Top kernels: {measured(events)} per input (ms)", height=160 + 22 * len(top),
+    return {"data": data, "layout": _layout(f"Top {rows_are(events)}: {measured(events)} per input (ms)", height=160 + 22 * len(top),
                                             xaxis={"type": "category"}, yaxis={"type": "category", "automargin": True})}
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import TraceFormatError, UsageError
 from . import figures, workload_plots
-from .compare import Input, comparison
+from .compare import Input, comparison, rows_are
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -177,9 +177,10 @@ def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     out += [table(c.totals, {"label": "input", "source": "source", "total_ns": "total (ms)",
                              "compute_ns": "compute (ms)", "comm_ns": "communication (ms)", "ratio": "/ first"})]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
-    rows = "CPU operators" if what == "CPU operator time" else "kernels"  # compare.measured's two answers
+    rows = rows_are(events)
+    columns = {**figures.TOP_KERNEL_COLUMNS, "kernel": rows[:-1]}
     out += [f"<h2>Top {rows}</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what} (ms), input x {rows[:-1]}"),
-            table(figures.top_kernels(events, TOP_KERNELS_TABLE), figures.TOP_KERNEL_COLUMNS, sortable=True)]
+            table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     if len(c.timeline):
         out += ["<h2>Timeline</h2>"]
         out += [_figure(figs, fig, note) for note, fig in figures.timelines(inputs)]
