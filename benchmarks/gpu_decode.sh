@@ -42,6 +42,7 @@ run() {  # run LABEL TIMEOUT_S tracelab-run-args...
 
 SEVEN_B=(--model llama-2-7b --compile --batch-size 1 --prompt-len 8 --new-tokens 200)
 TINY=(--model tiny --compile --prompt-len 4 --new-tokens 6 --samples 1 --warmup 1)
+BEST=(--fuse-mlp --inductor triton.mix_order_reduction=False --inductor split_reductions=False)  # + --pdl: the winner
 kernel_csv() {  # the newest torch trace's per-kernel table -> $OUT/profile-by-kernel.csv
   local trace
   trace=$(ls -t "$W"/runs/decode-torch-*/rank0.pt.trace.json.gz 2>/dev/null | head -1)
@@ -86,14 +87,12 @@ for part in ${PARTS:-7b tiny profile}; do
             budget_ok 150 "7b-nomix $extra" && run "7b-nomix $extra" 230 decode --ranks 1 --backend none \
               --out "$W/runs" -- "${SEVEN_B[@]}" "${NOMIX[@]}" $extra --samples 5 --warmup 1
           done ;;
-    tune4) BEST=(--fuse-mlp --pdl --inductor triton.mix_order_reduction=False --inductor split_reductions=False)
-          for extra in "" "--inductor combo_kernels=True" \
+    tune4) for extra in "" "--inductor combo_kernels=True" \
               "--inductor coordinate_descent_check_all_directions=True --inductor coordinate_descent_search_radius=2"; do
             budget_ok 150 "7b-best-pdl $extra" && run "7b-best-pdl $extra" 230 decode --ranks 1 --backend none \
-              --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" $extra --samples 5 --warmup 1
+              --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" --pdl $extra --samples 5 --warmup 1
           done ;;
-    best) BEST=(--fuse-mlp --inductor triton.mix_order_reduction=False --inductor split_reductions=False)
-          run "7b-best-pdl" 230 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" \
+    best) run "7b-best-pdl" 230 decode --ranks 1 --backend none --out "$W/runs" -- "${SEVEN_B[@]}" "${BEST[@]}" \
             --pdl --samples 5 --warmup 1
           budget_ok 70 "7b-best-torch" && run "7b-best-torch" $(( BUDGET_S - $(elapsed) )) decode --ranks 1 \
             --backend torch --out "$W/runs" --top 15 -- "${SEVEN_B[@]}" "${BEST[@]}" --samples 2 --warmup 1
