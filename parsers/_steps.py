@@ -1,0 +1,104 @@
+"""Steps for every parser: which training step (or decode token) each row belongs to.
+
+A step is a user range whose name matches the step pattern: by default
+`ProfilerStep#N` (torch.profiler's schedule), `stepN`, `step N`, `step_N`,
+`iteration N`, `iter N`, `token N` (case-insensitive). The step number is the
+first number the pattern captures; a pattern with no group numbers the
+matching ranges 0, 1, 2... in start order within their process.
+
+A row belongs to the step whose range, on ANY thread of the row's process,
+holds the start of the call that launched it (the autograd thread and NCCL's
+hooks launch kernels inside the main thread's step). Of nested matching
+ranges the innermost holding the call wins. Rows outside every step get NA.
+Step ranges are left out of scopes: the step column carries them, and a
+scope per step would keep scopes from aligning across steps and runs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracelab.errors import UsageError
+
+DEFAULT_STEP_PATTERN = r"ProfilerStep#(\d+)|(?:step|iteration|iter|token)[ _#]?(\d+)"
+
+
+def compile_pattern(pattern: str | None) -> re.Pattern:
+    """The step pattern (default DEFAULT_STEP_PATTERN), matched against whole range names."""
+    try:
+        return re.compile(pattern or DEFAULT_STEP_PATTERN, re.IGNORECASE)
+    except re.error as e:
+        raise UsageError("--step", f"{pattern!r} is not a regular expression: {e}") from None
+
+
+def is_step(names: list[str], pattern: re.Pattern) -> np.ndarray:
+    """Mask of range names that are steps (whole-name matches)."""
+    return np.array([pattern.fullmatch(n) is not None for n in names], dtype=bool)
+
+
+def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
+    """Step number of each step range: the first number captured by the pattern; else
+    (no capturing group matched) its place in start order among its group's step ranges."""
+    captured = [next((g for g in pattern.fullmatch(n).groups() if g is not None), None) for n in names]
+    out = np.array([-1 if c is None else int(c) for c in captured], dtype=np.int64)
+    missing = out < 0
+    if missing.any():
+        order = np.lexsort((start_ns, group))
+        rank_in_group = np.empty(len(order), dtype=np.int64)
+        first = np.r_[True, group[order][1:] != group[order][:-1]]
+        run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        rank_in_group[order] = np.arange(len(order)) - run_start
+        out[missing] = rank_in_group[missing]
+    return out
+
+
+def assign(row_group: np.ndarray, at_ns: np.ndarray, ranges: dict[str, np.ndarray]) -> pd.arrays.IntegerArray:
+    """Per row, the step of the range of its group (process, or device) holding at_ns:
+    the latest-starting one that holds it, else the one reaching furthest that started
+    before it (an enclosing range); NA where none holds it. `ranges` has arrays group,
+    start_ns, end_ns, step."""
+    out = np.full(len(at_ns), -1, dtype=np.int64)
+    for g in np.unique(ranges["group"]) if len(at_ns) else []:
+        rows = np.flatnonzero(row_group == g)
+        idx = np.flatnonzero(ranges["group"] == g)
+        idx = idx[np.argsort(ranges["start_ns"][idx], kind="stable")]
+        starts, ends = ranges["start_ns"][idx], ranges["end_ns"][idx]
+        pos = np.searchsorted(starts, at_ns[rows], side="right") - 1
+        ok = pos >= 0
+        latest = np.where(ok, pos, 0)
+        reach = _prefix_argmax(ends)[latest]  # of ranges started by then, the one ending last
+        at = at_ns[rows]
+        pick = np.where(at < ends[latest], latest, np.where(at < ends[reach], reach, -1))
+        hit = ok & (pick >= 0)
+        out[rows[hit]] = ranges["step"][idx[pick[hit]]]
+    return pd.array(np.where(out >= 0, out, None), dtype="Int64") if (out < 0).any() else pd.array(out, dtype="Int64")
+
+
+def _prefix_argmax(values: np.ndarray) -> np.ndarray:
+    """Index of the largest value among values[0..i], for each i (the first of equals)."""
+    if not len(values):
+        return np.empty(0, dtype=np.int64)
+    running = np.maximum.accumulate(values)
+    is_new = np.r_[True, running[1:] > running[:-1]]
+    return np.maximum.accumulate(np.where(is_new, np.arange(len(values)), 0))
+
+
+def main_threads(pid: np.ndarray, tid: np.ndarray, dur_ns: np.ndarray) -> dict[int, int]:
+    """pid -> its main thread: the one whose user ranges add up to the most time (the
+    loop that opens the step and phase ranges; the first of equals). Kernels launched by
+    the process's other threads take its open ranges as their outer scope."""
+    if not len(pid):
+        return {}
+    total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(["pid", "tid"])["dur_ns"].sum()
+    return {int(p): int(key[1]) for p, key in total.groupby(level=0).idxmax().items()}
+
+
+def step_of_scope(scope: tuple[str, ...], pattern: re.Pattern) -> tuple[int | None, tuple[str, ...]]:
+    """(step, scope without its step ranges) for an aggregated tree's scope path (proton):
+    the innermost step-named part with a captured number; None where there is none."""
+    found = [pattern.fullmatch(part) for part in scope]
+    numbered = [next((g for g in m.groups() if g is not None), None) for m in found if m]
+    step = next((int(n) for n in reversed(numbered) if n is not None), None)
+    return step, tuple(part for part, m in zip(scope, found) if not m)
