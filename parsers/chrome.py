@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import classify, schema
+from tracelab import schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
@@ -148,14 +148,10 @@ def _cpu_columns(path: Path, ops: Picked) -> dict[str, Any]:
 
 
 def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
-    names = pd.Series(pd.Categorical(cols["name"]))
-    kernel = names.map({n: classify.canonical(n) for n in names.cat.categories}).astype("category")
-    kinds = pd.Series(np.broadcast_to(cols["kind"], len(names)))
-    df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch",
-                        "kernel": kernel, "op_class": classify.op_classes(kernel, kinds),
-                        "count": 1}, n_rows=len(names))
+    df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch", "count": 1},
+                       n_rows=len(cols["name"]), spec=schema.PARSED)
     df = df.sort_values(["start_ns", "device", "stream"], kind="stable", ignore_index=True)
-    return schema.validate(df)
+    return schema.validate(df, schema.PARSED)
 
 
 def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import msgspec
 import pandas as pd
 
-from tracelab import classify, schema
+from tracelab import schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
@@ -173,16 +173,13 @@ def _generation(rows: list[dict[str, Any]]) -> str:
 
 def _events(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
-    kernels = table["name"].map(classify.canonical)
-    kinds = pd.Series("kernel", index=table.index)
     df = schema.coerce({
         "rank": -1, "source": "proton", "kind": "kernel", "name": table["name"],
-        "kernel": kernels, "op_class": classify.op_classes(kernels, kinds),
         "scope": table["scope"], "device": table["device"], "stream": pd.NA, "start_ns": pd.NA,
         "dur_ns": table["dur_ns"], "count": table["count"],
         "flops": table["flops"], "bytes": table["bytes"],
-    }, n_rows=len(table))
-    return schema.validate(df)
+    }, n_rows=len(table), spec=schema.PARSED)
+    return schema.validate(df, schema.PARSED)
 
 
 # ---- device info -------------------------------------------------------------

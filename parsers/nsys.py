@@ -16,8 +16,8 @@ launch call is not in the file (a capture window cut before it) and unnamed
 ranges give no scope. emit_nvtx's per-call counters (", op_id = N", ", seq = N",
 ", sizes = [...]") are dropped from range names so scopes align across calls and runs.
 
-Ranks: nsys records no rank. A file with several processes gives one Profile
-per process, ranked in the order of their pids (meta["rank_from"] = "process
+Ranks: nsys records no rank. `read` returns one Profile per process (a list
+even for one), ranked in the order of their pids (meta["rank_from"] = "process
 order") unless the caller maps pid -> rank. A file with one process leaves
 the rank to the caller or the file name (rank 0 for a lone file).
 """
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab import classify, schema
+from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.schema import Profile
 
@@ -66,8 +66,8 @@ _NVTX = f"""
     WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
 
 
-def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None) -> Profile | list[Profile]:
-    """Read one nsys export; several processes give a list, one Profile per process.
+def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None) -> list[Profile]:
+    """Read one nsys export: one Profile per process, in pid order.
 
     `ranks` maps a process id (pid) to its rank, overriding the pid order.
     """
@@ -223,7 +223,7 @@ def _sweep(ranges: pd.DataFrame, launch_ns: np.ndarray) -> list[str]:
 
 
 def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, path: Path,
-              ranks: Mapping[int, int] | None) -> Profile | list[Profile]:
+              ranks: Mapping[int, int] | None) -> list[Profile]:
     trace_start_ns = int(activity["start"].min())
     global_pids = activity["globalPid"].fillna(-1).astype("int64")  # -1: an export without globalPid
     pid_of = {g: int((g >> 24) & 0xFFFFFF) if g >= 0 else None for g in global_pids.unique()}
@@ -242,7 +242,7 @@ def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, 
         if rank is not None:
             meta["rank_from"] = "caller" if ranks else "process order"
         profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), meta))
-    return profiles[0] if len(profiles) == 1 else profiles
+    return profiles
 
 
 def _ranks(pids: list[int | None], ranks: Mapping[int, int] | None, path: Path) -> dict[int | None, int]:
@@ -257,13 +257,11 @@ def _ranks(pids: list[int | None], ranks: Mapping[int, int] | None, path: Path) 
 
 
 def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
-    kernels = rows["name"].map(classify.canonical)
     df = schema.coerce({
         "rank": rank, "source": "nsys", "kind": rows["kind"].to_numpy(), "name": rows["name"].to_numpy(),
-        "kernel": kernels.to_numpy(), "op_class": classify.op_classes(kernels, rows["kind"]),
         "scope": rows["scope"].to_numpy(), "device": rows["device"].to_numpy(),
         "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
         "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
         "bytes": rows["bytes"].to_numpy(),
-    }, n_rows=len(rows))
-    return schema.validate(df)
+    }, n_rows=len(rows), spec=schema.PARSED)
+    return schema.validate(df, schema.PARSED)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import tracelab
+from tracelab import classify
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import chrome
 
@@ -179,7 +180,7 @@ def test_nccl_kernels_are_inside_the_workload_region() -> None:
     the workload region holds the call too. Per size 3 warm-up calls run outside the region,
     5 timed ones inside (README)."""
     df = _profile(ALLREDUCE).events
-    nccl = df[df["kernel"].astype(str).str.startswith("ncclDevKernel")]
+    nccl = df[df["name"].str.startswith("ncclDevKernel")]
     assert nccl["scope"].str.endswith("nccl:all_reduce").all()
     timed = nccl[nccl["scope"].str.startswith("allreduce_nccl_")]
     assert Counter(timed["scope"]) == {"allreduce_nccl_4096/nccl:all_reduce": 5,
@@ -255,7 +256,7 @@ def test_rows_without_a_launch_or_cpu_annotation_fall_back_to_gpu_annotations(tm
     prof = chrome.read(path)
     assert _got_scopes(prof, trace) == _brute_force_scopes(trace["traceEvents"])
     df = prof.events
-    assert set(df.loc[df["kernel"].astype(str).str.startswith("ncclDevKernel"), "scope"]) == nccl_scopes
+    assert set(df.loc[df["name"].str.startswith("ncclDevKernel"), "scope"]) == nccl_scopes
 
 
 def test_nested_annotations_join_outermost_first() -> None:
@@ -290,7 +291,7 @@ def test_nccl_kernels_carry_msg_bytes() -> None:
     df = prof.events[prof.events["msg_bytes"].notna()]
     origin = prof.meta["trace_start_epoch_ns"] - _json(NCCL)["baseTimeNanoseconds"]
     assert Counter(zip((df["start_ns"] + origin).tolist(), df["msg_bytes"].astype(int).tolist())) == expected
-    assert (df["op_class"] == "communication").all()
+    assert (classify.classified(df)["op_class"] == "communication").all()
 
 
 @pytest.mark.parametrize("labels, fallback, expected", [

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tracelab
+from tracelab import classify
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import nsys
 
@@ -36,14 +37,9 @@ def _has(path: Path, table: str) -> bool:
     return bool(_sql(path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", table))
 
 
-def _profiles(path: Path) -> list:
-    result = nsys.read(path)
-    return result if isinstance(result, list) else [result]
-
-
 @pytest.fixture(scope="module")
 def parsed() -> dict[Path, list]:
-    return {path: _profiles(path) for path in FILES}
+    return {path: nsys.read(path) for path in FILES}
 
 
 def test_every_export_is_found() -> None:
@@ -79,7 +75,8 @@ def test_kernel_names_agree_with_nsys_short_names(parsed, path: Path) -> None:
                              "JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"))
     got = []
     for p in parsed[path]:
-        kernels = p.events[p.events["kind"] == "kernel"]["kernel"].astype(str).value_counts()
+        events = classify.classified(p.events)
+        kernels = events[events["kind"] == "kernel"]["kernel"].astype(str).value_counts()
         got += [(p.meta["pid"], name, int(n)) for name, n in kernels.items()]
     assert sorted(got) == want
 
@@ -165,23 +162,35 @@ def test_ranks_by_process_order_and_override() -> None:
         nsys.read(path, ranks={pids[0]: 0})
 
 
-def test_load_merges_processes() -> None:
-    profile = tracelab.load(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")
-    assert profile.meta["ranks"] == [0, 1]
-    assert sorted(profile.events["rank"].unique()) == [0, 1]
-    assert profile.events.groupby("rank")["device"].unique().map(list).to_dict() == {0: [0], 1: [1]}
+def test_a_file_of_two_processes_is_two_ranks() -> None:
+    """load() is one rank: it refuses a two-process file and names load_many, which gives one
+    Profile per process whose .rank, rows and devices agree with the SQLite's pids."""
+    path = TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite"
+    with pytest.raises(RankError, match=r"2 processes \(ranks 0, 1\).*load_many"):
+        tracelab.load(path)
+    profiles = tracelab.load_many(path)
+    pids = sorted(pid for (pid,) in _sql(path, f"SELECT DISTINCT {PID} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    devices = dict(_sql(path, f"SELECT {PID}, min(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
+    assert [p.rank for p in profiles] == [0, 1]
+    assert [p.meta["pid"] for p in profiles] == pids
+    for p in profiles:
+        assert p.events["rank"].unique().tolist() == [p.rank]
+        kernels = p.events[p.events["kind"] == "kernel"]
+        assert kernels["device"].unique().tolist() == [devices[p.meta["pid"]]]
 
 
-def test_single_process_leaves_rank_to_the_caller() -> None:
+def test_read_returns_a_list_for_one_process_too() -> None:
     path = TRACES / "nsys-ai" / "mock.sqlite"
-    profile = nsys.read(path)
+    profiles = nsys.read(path)
+    assert isinstance(profiles, list) and len(profiles) == 1
+    profile = profiles[0]
     assert profile.meta["rank"] is None and (profile.events["rank"] == -1).all()
     assert tracelab.load(path).meta["rank"] == 0
     assert tracelab.load(path, rank=4).events["rank"].unique().tolist() == [4]
 
 
 def test_meta() -> None:
-    mock = nsys.read(TRACES / "nsys-ai" / "mock.sqlite").meta
+    mock = nsys.read(TRACES / "nsys-ai" / "mock.sqlite")[0].meta
     gpu = mock["devices"][0]
     assert gpu["name"] == "NVIDIA GeForce RTX 3080" and gpu["num_sms"] == 68 and gpu["arch"] == "86"
     assert gpu["memory_bandwidth_gbs"] == pytest.approx(760.08)
@@ -196,7 +205,8 @@ def test_meta() -> None:
 
 def test_memcpy_names() -> None:
     profile = nsys.read(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")[0]
-    copies = profile.events[profile.events["kind"] == "memcpy"]
+    events = classify.classified(profile.events)
+    copies = events[events["kind"] == "memcpy"]
     assert set(copies["kernel"].astype(str)) == {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"}
     assert (copies["op_class"] == "memory").all() and copies["bytes"].notna().all()
 

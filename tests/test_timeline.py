@@ -156,4 +156,4 @@ def test_nsys_busy_against_sql():
                 for gpid, start, end in db.execute(f'SELECT globalPid, start, "end" FROM {table}'):
                     by_pid.setdefault((gpid >> 24) & 0xFFFFFF, []).append((start, end))
     expected = {rank: union_ns(by_pid[pid]) for rank, pid in enumerate(sorted(by_pid))}
-    assert timeline.busy_ns(tracelab.load(path).events).to_dict() == expected
+    assert timeline.busy_ns(tracelab.events(tracelab.load_many(path))).to_dict() == expected

@@ -2,7 +2,8 @@
 
 Keyed by the file's absolute path, size and modification time, the tracelab
 version and the size and modification time of every module in the parsers' folder and in tracelab/
-(classify.py and schema.py shape the rows too); stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
+(schema.py shapes the rows too); it holds the parsers' output, before classification
+(tracelab.load classifies after the cache, so user patterns apply); stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
 files of at least MIN_BYTES are cached (small ones parse faster than a cache
 read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
 cache is simply not used. The trace file itself is only ever read.
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .schema import Profile, validate
+from .schema import PARSED, Profile, validate
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "1"  # bump when the schema or a parser's output changes
+VERSION = "2"  # bump when the schema or a parser's output changes
 
 
 def enabled(path: Path) -> bool:
@@ -54,7 +55,7 @@ def get(path: Path, parser_file: str) -> list[Profile] | None:
     entry = _dir() / _key(path, parser_file)
     try:
         metas = json.loads((entry / "meta.json").read_text())
-        return [Profile(validate(pd.read_parquet(entry / f"{i}.parquet")), meta)
+        return [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta)
                 for i, meta in enumerate(metas)]
     except (OSError, ValueError, KeyError):
         return None

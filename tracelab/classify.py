@@ -4,6 +4,9 @@
 `void `, no template arguments, no argument list, last namespace component.
 `op_class(kernel)` maps a canonical name to gemm, attention, communication,
 elementwise, reduction, memory or other; `add_pattern` lets users extend it.
+`classified(df)` adds both columns to a parser's frame; `tracelab.load` calls it
+once per profile in the caller's process, after the cache, so user patterns
+apply to cached traces and to files parsed in worker processes alike.
 """
 from __future__ import annotations
 
@@ -70,6 +73,16 @@ def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categor
     if kinds is not None:
         out = out.where(~kinds.isin(["memcpy", "memset"]), "memory")
     return pd.Categorical(out, categories=list(OP_CLASSES))
+
+
+def classified(parsed: pd.DataFrame) -> pd.DataFrame:
+    """A parser's frame (schema.PARSED) with `kernel` and `op_class` added, in schema order."""
+    from .schema import COLUMNS, validate
+
+    names = parsed["name"].astype("category")
+    kernels = names.map({n: canonical(str(n)) for n in names.cat.categories}).astype("category")
+    out = parsed.assign(kernel=kernels, op_class=op_classes(kernels, parsed["kind"].astype(object)))
+    return validate(out[list(COLUMNS)])
 
 
 # ---- canonical names -------------------------------------------------------

@@ -60,7 +60,7 @@ def _load(paths: list[str], rank: int | None = None):
             raise UsageError("--rank", f"applies to one file; {len(files)} were given")
         return [load(files[0], rank=rank)]
     if len(files) == 1:
-        return [load(files[0])]
+        return load_many(files)  # a file of several processes gives one Profile per rank
     with Progress(transient=True, console=_err_console()) as bar:
         task = bar.add_task(f"loading {len(files)} traces", total=len(files))
         return load_many(files, on_loaded=lambda _: bar.advance(task))

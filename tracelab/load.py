@@ -3,6 +3,11 @@
 The format comes from the file's first bytes, not its name: gzip is opened
 and peeked, SQLite has its magic header, a JSON list is a hatchet tree and a
 JSON object a Chrome/Kineto trace.
+
+Parsers return names and raw facts (schema.PARSED); the Parquet cache holds
+those. `kernel` and `op_class` are added here, in the caller's process, after
+the cache: patterns added with `classify.add_pattern` apply to every load,
+cached or not, and to files parsed in load_many's worker processes.
 """
 from __future__ import annotations
 
@@ -17,11 +22,11 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache
+from . import cache, classify
 from .errors import NoTracesError, RankError, TraceFormatError
 from .schema import Profile, empty, validate
 
-# format -> parser module (each has read(path) -> Profile)
+# format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
 PARSERS: dict[str, str] = {
     "hatchet": "tracelab.parsers.hatchet",
     "chrome": "tracelab.parsers.chrome",
@@ -77,8 +82,8 @@ def rank_from_name(path: str | os.PathLike) -> int | None:
 
 
 def _parse(path: Path) -> list[Profile]:
-    """Parse one file (or take it from the Parquet cache); nsys files with several
-    processes give one Profile per process."""
+    """Parse one file (or take it from the Parquet cache), unclassified; one Profile
+    per process of the file."""
     module = importlib.import_module(PARSERS[detect(path)])
     use_cache = cache.enabled(path)
     if use_cache and (cached := cache.get(path, module.__file__)) is not None:
@@ -104,26 +109,23 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     else:
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
-    profile.events["rank"] = np.int32(meta["rank"])  # one Profile is one rank
-    validate(profile.events)
-    return profile
+    events = profile.events.assign(rank=np.int32(meta["rank"]))  # one Profile is one rank
+    return Profile(classify.classified(events), meta)
 
 
 def load(path: str | os.PathLike, rank: int | None = None) -> Profile:
-    """Read one trace file into a Profile; `rank` overrides what the file says."""
+    """Read one trace file of one rank into a Profile; `rank` overrides what the file says.
+
+    A file holding several processes (an nsys capture of a multi-process run) is several
+    ranks: `load` refuses it, naming them, and `load_many(path)` gives one Profile per rank.
+    """
     path = Path(path)
     profiles = _parse(path)
     if len(profiles) > 1:
-        if rank is not None:
-            raise RankError(path, f"holds {len(profiles)} processes; one rank cannot be given to all of them")
-        return _merge(profiles, path)
+        ranks = ", ".join(str(p.meta.get("rank")) for p in profiles)
+        raise RankError(path, f"holds {len(profiles)} processes (ranks {ranks}); "
+                              "tracelab.load_many(path) gives one Profile per rank")
     return _with_rank(profiles[0], rank, path, single=True)
-
-
-def _merge(profiles: list[Profile], path: Path) -> Profile:
-    meta = dict(profiles[0].meta)
-    meta["ranks"] = [p.meta["rank"] for p in profiles]
-    return Profile(pd.concat([p.events for p in profiles], ignore_index=True), meta)
 
 
 def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:

@@ -37,6 +37,12 @@ COLUMNS: dict[str, str] = {
 
 _CATEGORIES = {"source": SOURCES, "kind": KINDS, "op_class": OP_CLASSES}
 
+# Columns `tracelab.load` adds from name and kind (tracelab.classify), after the cache and in
+# the caller's process, so patterns added with classify.add_pattern always apply.
+CLASSIFIED = ("kernel", "op_class")
+# What a parser returns: every column but the classified ones.
+PARSED: dict[str, str] = {name: dtype for name, dtype in COLUMNS.items() if name not in CLASSIFIED}
+
 
 class SchemaError(ValueError):
     """An events frame that does not match COLUMNS (a bug in a parser, not in a trace)."""
@@ -77,8 +83,10 @@ def _categorical(values: Any, categories: tuple[str, ...] | None) -> pd.Categori
     return pd.Categorical(values, categories=list(categories))
 
 
-def coerce(columns: dict[str, Any], n_rows: int | None = None) -> pd.DataFrame:
-    """Build a schema frame from column arrays; missing optional columns get their empty value.
+def coerce(columns: dict[str, Any], n_rows: int | None = None,
+           spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
+    """Build a frame of `spec`'s columns (COLUMNS, or PARSED in a parser) from column arrays;
+    missing optional columns get their empty value.
 
     Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns to NA,
     scope to "", count to 1.
@@ -87,7 +95,7 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None) -> pd.DataFrame:
     defaults = {"scope": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
                 "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan}
     out = {}
-    for name, dtype in COLUMNS.items():
+    for name, dtype in spec.items():
         values = columns.get(name, defaults.get(name))
         if values is None:
             raise SchemaError(f"column {name!r} has no values and no default")
@@ -112,18 +120,21 @@ def empty() -> pd.DataFrame:
     return coerce({name: [] for name in COLUMNS}, n_rows=0)
 
 
-def validate(df: pd.DataFrame) -> pd.DataFrame:
-    """Raise SchemaError on a missing, extra or mistyped column, or impossible values; return df."""
-    missing = [c for c in COLUMNS if c not in df.columns]
+def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
+    """Raise SchemaError on a missing, extra or mistyped column of `spec` (COLUMNS, or PARSED
+    for a parser's frame), or impossible values; return df."""
+    missing = [c for c in spec if c not in df.columns]
     if missing:
         raise SchemaError(f"missing columns {missing}")
-    extra = [c for c in df.columns if c not in COLUMNS]
+    extra = [c for c in df.columns if c not in spec]
     if extra:
         raise SchemaError(f"unexpected columns {extra}")
-    wrong = {c: str(df[c].dtype) for c, t in COLUMNS.items() if not _dtype_ok(df[c], t)}
+    wrong = {c: str(df[c].dtype) for c, t in spec.items() if not _dtype_ok(df[c], t)}
     if wrong:
-        raise SchemaError(f"mistyped columns {wrong}; expected {[COLUMNS[c] for c in wrong]}")
+        raise SchemaError(f"mistyped columns {wrong}; expected {[spec[c] for c in wrong]}")
     for name, allowed in _CATEGORIES.items():
+        if name not in spec:
+            continue
         unknown = set(df[name].cat.categories) - set(allowed)
         if unknown:
             raise SchemaError(f"column {name!r} has values outside {allowed}: {sorted(unknown)}")
