@@ -1,0 +1,340 @@
+"""One Chrome/Perfetto trace (JSON object format) of every rank of one or several runs.
+
+    doc = perfetto.trace(inputs, ranks={0, 1}, window_ns=(0, 5_000_000))   # a plain dict
+
+A process per (run, rank), a track per stream, kernels, copies and sets as complete
+("X") events; scopes as slices over the kernels they hold on their stream, and steps
+(where the events carry a `step` column) on a track of their own; the i-th launch of
+each communication kernel on every rank of a run linked by flow events. Pure: no file
+is read or written here (the CLI writes the dict).
+
+Clocks: each trace's start_ns counts from its own first event. A run's ranks are put on
+one clock by the end of their first common collective (an all-reduce ends on every rank
+at about the same moment), else by the traces' epoch starts, else left as they are;
+otherData.tracelab.clocks says which, per run, with each rank's offset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UsageError
+from .compare import Input
+
+GPU_KINDS = ("kernel", "memcpy", "memset")
+MATCHING = ("the i-th launch of a communication kernel on one rank is the i-th launch of that kernel "
+            "on every other rank of its run (launch order; streams need not have the same id)")
+SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
+
+
+def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """Rows with a start time, sorted by it; start_ns as int64 and end_ns added."""
+    rows = events[events["start_ns"].notna()].copy()
+    rows["start_ns"] = rows["start_ns"].astype("int64")
+    rows["end_ns"] = rows["start_ns"] + rows["dur_ns"]
+    return rows.sort_values(["start_ns", "end_ns"], kind="stable")
+
+
+def collective_instances(rows: pd.DataFrame) -> pd.Series:
+    """Per communication kernel row, its launch ordinal among that kernel's launches on its
+    rank (see MATCHING); NaN for other rows."""
+    comm = rows[(rows["op_class"] == "communication") & (rows["kind"] == "kernel")]
+    ordinal = comm.groupby([comm["rank"], comm["kernel"].astype(str)], sort=False).cumcount()
+    return ordinal.reindex(rows.index)
+
+
+def align(members: dict[int, pd.DataFrame], epochs: dict[int, int | None]) -> tuple[dict[int, int], str]:
+    """rank -> ns to add to its start_ns, and how they were found: the end of the first
+    collective every rank has, else epoch starts, else 0 ("each trace from its first event")."""
+    ends = _first_common_collective_ends(members)
+    if ends is not None:
+        ref = ends[min(ends)]
+        return {r: ref - e for r, e in ends.items()}, "end of the first collective common to all ranks"
+    if all(epochs.get(r) is not None for r in members):
+        first = min(int(epochs[r]) for r in members)
+        return {r: int(epochs[r]) - first for r in members}, "trace start on the epoch clock"
+    return {r: 0 for r in members}, "each trace from its own first event (no common collective, no epoch)"
+
+
+def _first_common_collective_ends(members: dict[int, pd.DataFrame]) -> dict[int, int] | None:
+    if len(members) < 2:
+        return None
+    parts = []
+    for rank, rows in members.items():
+        inst = collective_instances(rows).dropna()
+        comm = rows.loc[inst.index]
+        parts.append(pd.DataFrame({"rank": rank, "kernel": comm["kernel"].astype(str).to_numpy(),
+                                   "instance": inst.to_numpy(), "start_ns": comm["start_ns"].to_numpy(),
+                                   "end_ns": comm["end_ns"].to_numpy()}))
+    every = pd.concat(parts, ignore_index=True)
+    if every.empty:
+        return None
+    by = every.groupby(["kernel", "instance"])
+    common = by.filter(lambda g: g["rank"].nunique() == len(members))
+    if common.empty:
+        return None
+    first_key = common.groupby(["kernel", "instance"])["start_ns"].min().idxmin()
+    pick = common[(common["kernel"] == first_key[0]) & (common["instance"] == first_key[1])]
+    return {int(r): int(e) for r, e in zip(pick["rank"], pick["end_ns"])}
+
+
+def parse_window_ms(text: str) -> tuple[int, int]:
+    """'START_MS:END_MS' (either side may be empty) -> (start_ns, end_ns)."""
+    start, sep, end = text.partition(":")
+    try:
+        lo = float(start) if start.strip() else 0.0
+        hi = float(end) if end.strip() else float("inf")
+    except ValueError:
+        raise UsageError("--window", f"{text!r} is not START_MS:END_MS") from None
+    if not sep or lo < 0 or hi <= lo:
+        raise UsageError("--window", f"{text!r} is not START_MS:END_MS with 0 <= START < END")
+    return int(lo * 1e6), (int(hi * 1e6) if np.isfinite(hi) else np.iinfo(np.int64).max)
+
+
+def parse_ints(option: str, text: str) -> set[int]:
+    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}."""
+    out: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UsageError(option, f"{text!r} is not a list such as 0,2,4-7") from None
+    if not out:
+        raise UsageError(option, f"{text!r} names none")
+    return out
+
+
+def _select(rows: pd.DataFrame, steps: set[int] | None, window_ns: tuple[int, int] | None) -> pd.DataFrame:
+    """Rows of the chosen steps that overlap the window (start_ns already on the run's clock)."""
+    if steps is not None:
+        rows = rows[rows["step"].isin(steps)]
+    if window_ns is not None:
+        rows = rows[(rows["end_ns"] > window_ns[0]) & (rows["start_ns"] < window_ns[1])]
+    return rows
+
+
+def lanes(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per interval (sorted by start), the first lane free at its start, so that the
+    intervals of one lane never overlap (kernels of one stream overlap under PDL)."""
+    out = np.zeros(len(start_ns), dtype=np.int64)
+    if len(start_ns) < 2 or (start_ns[1:] >= np.maximum.accumulate(end_ns)[:-1]).all():
+        return out
+    free_at: list[int] = []
+    for i, (s, e) in enumerate(zip(start_ns.tolist(), end_ns.tolist())):
+        lane = next((k for k, t in enumerate(free_at) if t <= s), len(free_at))
+        if lane < len(free_at):
+            free_at[lane] = e
+        else:
+            free_at.append(e)
+        out[i] = lane
+    return out
+
+
+def scope_slices(scope: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
+    """Nested slices over intervals that never overlap and are sorted by start (one lane of
+    one stream), each under a scope path ("a/b", "" for none): at each depth, a run of
+    consecutive intervals under one path is one slice.
+    Columns: name (the innermost part), path, depth, start_ns, end_ns."""
+    cols = ["name", "path", "depth", "start_ns", "end_ns"]
+    codes, scopes = pd.factorize(scope, sort=False)
+    parts = [str(s).split("/") if s else [] for s in scopes]
+    out = []
+    for depth in range(1, max(map(len, parts), default=0) + 1):
+        prefixes = np.array(["/".join(p[:depth]) if len(p) >= depth else "" for p in parts], dtype=object)
+        path = prefixes[codes]
+        first = np.flatnonzero(np.r_[True, path[1:] != path[:-1]])
+        keep = path[first] != ""
+        out.append(pd.DataFrame({"path": path[first][keep], "depth": depth, "start_ns": start_ns[first][keep],
+                                 "end_ns": np.maximum.reduceat(end_ns, first)[keep]}))
+    if not out:
+        return pd.DataFrame(columns=cols)
+    df = pd.concat(out, ignore_index=True)
+    df["name"] = [p.rsplit("/", 1)[-1] for p in df["path"]]
+    return df[cols]
+
+
+def step_slices(rows: pd.DataFrame) -> pd.DataFrame:
+    """One slice per step of a rank: first start to last end of its rows, cut at the next
+    step's start so that the slices of the steps track never overlap."""
+    if "step" not in rows.columns or not rows["step"].notna().any():
+        return pd.DataFrame(columns=["step", "start_ns", "end_ns"])
+    out = (rows[rows["step"].notna()].groupby("step").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+           .sort_values("start_ns").reset_index())
+    out["end_ns"] = np.minimum(out["end_ns"], out["start_ns"].shift(-1).fillna(np.iinfo(np.int64).max)).astype("int64")
+    return out
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000, 3)
+
+
+@dataclass
+class Pick:
+    """What to keep: ranks, steps, and a window in ns on the run's merged clock (None: all)."""
+
+    ranks: set[int] | None = None
+    steps: set[int] | None = None
+    window_ns: tuple[int, int] | None = None
+
+
+class _Builder:
+    """Collects trace events; pids and tids are small integers named by metadata events."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.flow_id = 0
+
+    def process(self, pid: int, name: str) -> None:
+        self.events += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
+                        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self.events += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}},
+                        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+
+    def slice(self, pid: int, tid: int, name: str, cat: str, start_ns: int, end_ns: int, args: dict) -> None:
+        self.events.append({"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid,
+                            "ts": _us(start_ns), "dur": _us(end_ns - start_ns), "args": args})
+
+    def flow(self, name: str, ends: list[tuple[int, int, int]]) -> None:
+        """Link (pid, tid, ns) points, each inside a slice, one flow per consecutive pair."""
+        for (p0, t0, ns0), (p1, t1, ns1) in zip(ends, ends[1:]):
+            self.flow_id += 1
+            common = {"name": name, "cat": "collective", "id": self.flow_id}
+            self.events += [{**common, "ph": "s", "pid": p0, "tid": t0, "ts": _us(ns0)},
+                            {**common, "ph": "f", "bp": "e", "pid": p1, "tid": t1, "ts": _us(ns1)}]
+
+
+ARG_COLUMNS = ("kernel", "op_class", "scope", "stream", "step", "bytes", "msg_bytes", "flops", "count")
+
+
+def _plain_column(values: pd.Series, key: str) -> list:
+    """JSON values of one column, None where it says nothing (NA, "", a count of 1)."""
+    if key in ("kernel", "op_class", "scope"):
+        return [v or None for v in values.astype(str).tolist()]
+    if key in ("stream", "step"):
+        return values.astype("Int64").astype(object).where(values.notna(), None).tolist()
+    if key == "count":
+        return values.astype(object).where(values != 1, None).tolist()
+    return values.astype(object).where(values.notna(), None).tolist()
+
+
+def args_of(rows: pd.DataFrame) -> list[dict]:
+    """Per row, the schema fields that say something, as plain JSON values."""
+    cols = {k: _plain_column(rows[k], k) for k in ARG_COLUMNS if k in rows.columns}
+    return [{k: v for k, v in zip(cols, values) if v is not None} for values in zip(*cols.values())]
+
+
+def _stream_tracks(b: _Builder, pid: int, rows: pd.DataFrame, first_tid: int) -> dict:
+    """The rank's rows, one track per stream (and lane), with its scopes over lane 0; CPU
+    operators (no stream) on a track of their own. Returns index -> (tid, mid-point ns) for
+    flow ends. Columns are turned into Python lists once per rank: per-stream pandas calls
+    cost more than the events at 64 ranks."""
+    start, end = rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64)
+    names, kinds, args = rows["name"].astype(str).tolist(), rows["kind"].astype(str).tolist(), args_of(rows)
+    scope, index = rows["scope"].fillna("").astype(str).to_numpy(object), rows.index.tolist()
+    mid, start_list, end_list = ((start + end) // 2).tolist(), start.tolist(), end.tolist()
+    codes, streams = pd.factorize(rows["stream"], sort=True)
+    tid, where = first_tid, {}
+    for code in sorted(set(codes.tolist())):
+        on = np.flatnonzero(codes == code)
+        lane = lanes(start[on], end[on])
+        label = "CPU operators" if code < 0 else f"stream {streams[code]}"
+        for k in range(int(lane.max()) + 1):
+            mine = on[lane == k]
+            b.thread(pid, tid, label + (f" (overlapping, lane {k})" if k else ""))
+            if k == 0:
+                for s in scope_slices(scope[mine], start[mine], end[mine]).itertuples(index=False):
+                    b.slice(pid, tid, s.name, "scope", s.start_ns, s.end_ns, {"scope": s.path})
+            for j in mine.tolist():
+                b.slice(pid, tid, names[j], kinds[j], start_list[j], end_list[j], args[j])
+                where[index[j]] = (tid, mid[j])
+            tid += 1
+    return where
+
+
+def _rank_process(b: _Builder, pid: int, name: str, rows: pd.DataFrame) -> dict:
+    b.process(pid, name)
+    tid = 1
+    steps = step_slices(rows)
+    if len(steps):
+        b.thread(pid, tid, "steps")
+        for s in steps.itertuples(index=False):
+            b.slice(pid, tid, f"step {int(s.step)}", "step", s.start_ns, s.end_ns, {"step": int(s.step)})
+        tid += 1
+    return _stream_tracks(b, pid, rows, tid)
+
+
+def _link_collectives(b: _Builder, kept: dict[int, pd.DataFrame], where: dict[int, dict], pids: dict[int, int]):
+    parts = []
+    for rank, rows in kept.items():
+        inst = collective_instances(rows).dropna()
+        parts.append(pd.DataFrame({"rank": rank, "index": inst.index, "instance": inst.to_numpy(),
+                                   "kernel": rows.loc[inst.index, "kernel"].astype(str).to_numpy()}))
+    every = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if every.empty:
+        return
+    for (kernel, _), g in every.sort_values("rank").groupby(["kernel", "instance"], sort=False):
+        if len(g) > 1:
+            b.flow(kernel, [(pids[r], *where[r][i]) for r, i in zip(g["rank"], g["index"])])
+
+
+def _run(b: _Builder, group: str, members: list[Input], first_pid: int, pick: Pick, many_runs: bool) -> dict:
+    """Put the run's ranks on one clock (all of them, so a --ranks subset keeps the run's
+    times), then add the picked ranks' processes from first_pid on."""
+    rows = {i.rank: timed_rows(i.events) for i in members}
+    offsets, how = align(rows, {i.rank: i.epoch_ns for i in members})
+    origin = min(int(r["start_ns"].min()) + offsets[k] for k, r in rows.items() if len(r))
+    kept, where, pids = {}, {}, {}
+    for i in (i for i in members if pick.ranks is None or i.rank in pick.ranks):
+        shift = offsets[i.rank] - origin
+        shifted = rows[i.rank].assign(start_ns=rows[i.rank]["start_ns"] + shift, end_ns=rows[i.rank]["end_ns"] + shift)
+        kept[i.rank] = _select(shifted, pick.steps, pick.window_ns)
+        pids[i.rank] = first_pid + len(pids)
+        name = f"{group} rank {i.rank}" if many_runs and group else f"rank {i.rank}"
+        where[i.rank] = _rank_process(b, pids[i.rank], f"{name} ({i.source})", kept[i.rank])
+    _link_collectives(b, kept, where, pids)
+    return {"run": group, "clock": how, "offsets_ns": {str(r): int(o - origin) for r, o in offsets.items()},
+            "pids": {str(r): p for r, p in pids.items()}}
+
+
+def _check_steps(inputs: list[Input], steps: set[int]) -> None:
+    known = set()
+    for i in inputs:
+        if "step" in i.events.columns:
+            known.update(int(s) for s in i.events["step"].dropna().unique())
+    if not known:
+        raise UsageError("--steps", "the inputs mark no steps (no step ranges in the traces)")
+    if not known & steps:
+        raise UsageError("--steps", f"none of {sorted(steps)} is in the inputs (steps {min(known)}-{max(known)})")
+
+
+def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int] | None = None,
+          window_ns: tuple[int, int] | None = None) -> dict:
+    """The Chrome trace (JSON object format) of the timed inputs, as a dict; inputs without
+    timestamps (proton aggregates) are listed in otherData.tracelab.skipped."""
+    inputs = list(inputs)
+    timed = [i for i in inputs if i.events["start_ns"].notna().any()]
+    if not timed:
+        raise UsageError("export perfetto", "no input has timestamps (proton profiles are aggregates: "
+                                            "export torch.profiler or nsys traces)")
+    if ranks is not None and not any(i.rank in ranks for i in timed):
+        raise UsageError("--ranks", f"none of {sorted(ranks)} is in the timed inputs")
+    if steps is not None:
+        _check_steps(timed, steps)
+    b, pick = _Builder(), Pick(ranks, steps, window_ns)
+    groups = list(dict.fromkeys(i.group for i in timed))
+    clocks = []
+    for group in groups:
+        members = [i for i in timed if i.group == group]
+        clocks.append(_run(b, group, members, 1 + sum(len(c["pids"]) for c in clocks), pick, len(groups) > 1))
+    exported = {id(i) for i in timed}
+    meta = {"clocks": clocks, "collectives": MATCHING, "scopes": SCOPE_NOTE,
+            "skipped": [f"{i.label}: no timestamps ({i.source})" for i in inputs if id(i) not in exported]}
+    if window_ns is not None:
+        meta["window_ns"] = [int(window_ns[0]), int(window_ns[1])]
+    return {"traceEvents": b.events, "displayTimeUnit": "ns", "otherData": {"tracelab": meta}}

@@ -1,0 +1,342 @@
+"""`tracelab export perfetto`: the merged trace of all ranks checked against the Chrome trace
+event format (a checker below, with broken traces beside good ones), its event counts per
+rank and kind against the raw Kineto JSON and nsys SQLite, and its clock alignment against
+the traces' own epoch starts. No Perfetto trace processor runs here: the `perfetto` wheel
+downloads its binary on first use, which this offline machine cannot."""
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracelab.errors import UsageError
+from tracelab.inputs import label_inputs
+from tracelab.load import load_many
+from tracelab.reports import perfetto
+from tracelab.reports.compare import Input
+from tracelab.schema import coerce
+
+DATA = Path(__file__).resolve().parent / "data"
+NSYS_2GPU = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys-ai" / "h100_2gpu_1s.sqlite"
+KINETO_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+NSYS_TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+               "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
+PHASES = {"X", "M", "s", "f"}
+
+
+# ---- the Chrome trace event format, checked -------------------------------------------------
+
+
+def format_errors(doc: dict) -> list[str]:
+    """What breaks the Chrome trace event format (JSON object form) as Perfetto reads it:
+    required fields per phase, named processes and threads, complete events nested on each
+    track, every flow id one start and one finish, each inside a slice of its track."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["no traceEvents list"]
+    errors, named, tracks, flows = [], set(), defaultdict(list), defaultdict(list)
+    for n, e in enumerate(doc["traceEvents"]):
+        found = _event_errors(e)
+        errors += [f"event {n}: {m}" for m in found]
+        if found:
+            continue
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            named.add((e["name"], e["pid"]) if e["name"] == "process_name" else (e["name"], e["pid"], e["tid"]))
+        elif e.get("ph") == "X":
+            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        elif e.get("ph") in ("s", "f"):
+            flows[e.get("id")].append(e)
+    for (pid, tid), spans in tracks.items():
+        if ("process_name", pid) not in named or ("thread_name", pid, tid) not in named:
+            errors.append(f"track {pid}/{tid} has no process or thread name")
+        errors += [f"track {pid}/{tid}: {m}" for m in _nesting_errors(spans)]
+    for fid, ends in flows.items():
+        if sorted(e["ph"] for e in ends) != ["f", "s"]:
+            errors.append(f"flow {fid}: {[e['ph'] for e in ends]}, not one s and one f")
+        errors += [f"flow {fid} at {e['ts']} binds to no slice" for e in ends
+                   if not any(a <= e["ts"] <= b for a, b in tracks.get((e["pid"], e["tid"]), []))]
+    return errors
+
+
+def _event_errors(e: dict) -> list[str]:
+    ph = e.get("ph")
+    if ph not in PHASES:
+        return [f"phase {ph!r}"]
+    need = {"X": ("name", "pid", "tid", "ts", "dur"), "M": ("name", "pid", "args"),
+            "s": ("name", "pid", "tid", "ts", "id"), "f": ("name", "pid", "tid", "ts", "id")}[ph]
+    out = [f"{ph} without {k}" for k in need if k not in e]
+    if out:
+        return out
+    if not isinstance(e["name"], str) or not all(isinstance(e[k], int) for k in ("pid", "tid") if k in e):
+        out.append("name not a string or pid/tid not integers")
+    out += [f"{k}={e[k]!r}" for k in ("ts", "dur") if k in e and not (isinstance(e[k], (int, float)) and e[k] >= 0)]
+    if ph == "f" and e.get("bp") != "e":
+        out.append("a flow finish that does not bind to its enclosing slice")
+    return out
+
+
+def _nesting_errors(spans: list[tuple[float, float]]) -> list[str]:
+    """Complete events of one track must nest: each ends before its parent ends."""
+    open_ends: list[float] = []
+    for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+        while open_ends and open_ends[-1] <= start:
+            open_ends.pop()
+        if open_ends and end > open_ends[-1] + 1e-9:
+            return [f"slice {start}-{end} overlaps its parent ending at {open_ends[-1]}"]
+        open_ends.append(end)
+    return []
+
+
+GOOD = {"traceEvents": [
+    {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "rank 0"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "stream 7"}},
+    {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+    {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
+    {"ph": "s", "name": "c", "cat": "collective", "id": 1, "pid": 1, "tid": 1, "ts": 3},
+    {"ph": "f", "name": "c", "cat": "collective", "id": 1, "bp": "e", "pid": 1, "tid": 1, "ts": 8}]}
+
+
+@pytest.mark.parametrize("breakage, found", [
+    (lambda ev: ev.pop(), "not one s and one f"),
+    (lambda ev: ev[3].update(dur=20), "overlaps its parent"),
+    (lambda ev: ev[2].pop("dur"), "X without dur"),
+    (lambda ev: ev[5].update(ts=50), "binds to no slice"),
+    (lambda ev: ev.pop(1), "no process or thread name"),
+    (lambda ev: ev[2].update(ph="Q"), "phase 'Q'"),
+    (lambda ev: ev[2].update(ts=-1), "ts=-1"),
+])
+def test_the_format_check_catches_broken_traces(breakage, found):
+    assert format_errors(GOOD) == []
+    broken = json.loads(json.dumps(GOOD))
+    breakage(broken["traceEvents"])
+    assert any(found in m for m in format_errors(broken)), format_errors(broken)
+
+
+# ---- counts per rank and kind against the raw files -----------------------------------------
+
+
+def _raw_kineto(path: Path) -> Counter:
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return Counter(KINETO_KINDS[e["cat"]] for e in events if e.get("cat") in KINETO_KINDS)
+
+
+def _raw_nsys(path: Path) -> dict[int, Counter]:
+    """pid -> kind -> rows, straight from the CUPTI tables."""
+    out: dict[int, Counter] = defaultdict(Counter)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for kind, table in NSYS_TABLES.items():
+            if table in tables:
+                for pid, n in db.execute(f"SELECT (globalPid >> 24) & 16777215, count(*) FROM {table} GROUP BY 1"):
+                    out[pid][kind] = n
+    return out
+
+
+def _export(paths: list[Path], **pick) -> dict:
+    paths = [str(p) for p in paths]
+    doc = perfetto.trace(label_inputs(paths, [load_many([p]) for p in paths]), **pick)
+    assert format_errors(doc) == []
+    return json.loads(json.dumps(doc, allow_nan=False))  # what a file holds
+
+
+def _counts(doc: dict) -> dict[int, Counter]:
+    """rank -> kind -> complete events (one run)."""
+    rank_of = {p: int(r) for r, p in doc["otherData"]["tracelab"]["clocks"][0]["pids"].items()}
+    out: dict[int, Counter] = defaultdict(Counter)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] in ("kernel", "memcpy", "memset", "cpu_op"):
+            out[rank_of[e["pid"]]][e["cat"]] += 1
+    return out
+
+
+@pytest.mark.parametrize("folder", ["decode-2gpu-torch", "train-2gpu-torch"])
+def test_kineto_pair_counts_per_rank_and_kind(folder):
+    doc = _export([DATA / folder])
+    want = {r: _raw_kineto(DATA / folder / f"rank{r}.pt.trace.json.gz") for r in (0, 1)}
+    assert _counts(doc) == want and sum(want[0].values()) > 300
+
+
+@pytest.mark.parametrize("folder", ["decode-2gpu-nsys", "train-2gpu-nsys"])
+def test_nsys_pair_counts_per_rank_and_kind(folder):
+    doc = _export([DATA / folder])
+    want = {r: sum(_raw_nsys(DATA / folder / f"rank{r}.sqlite").values(), Counter()) for r in (0, 1)}
+    assert _counts(doc) == want
+
+
+def test_two_process_nsys_file_counts_per_rank_and_kind():
+    if not NSYS_2GPU.exists():
+        pytest.skip(f"{NSYS_2GPU} is not there (../shared beside the checkout)")
+    doc = _export([NSYS_2GPU])
+    raw = _raw_nsys(NSYS_2GPU)
+    rank_of_pid = {p.meta["pid"]: p.rank for p in load_many([NSYS_2GPU])}
+    assert len(raw) == 2 and _counts(doc) == {rank_of_pid[pid]: c for pid, c in raw.items()}
+    assert doc["otherData"]["tracelab"]["clocks"][0]["clock"].startswith("trace start on the epoch")
+
+
+# ---- clocks ---------------------------------------------------------------------------------
+
+
+def _kernel_at(doc: dict, point: dict) -> dict:
+    return next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel" and e["pid"] == point["pid"]
+                and e["tid"] == point["tid"] and e["ts"] <= point["ts"] <= e["ts"] + e["dur"])
+
+
+def _epoch_offset_ns(folder: Path) -> int:
+    """Rank 1's trace start less rank 0's on the epoch clock, from the raw files."""
+    if folder.name.endswith("torch"):
+        base = [json.loads(gzip.decompress((folder / f"rank{r}.pt.trace.json.gz").read_bytes()))["baseTimeNanoseconds"]
+                for r in (0, 1)]
+        first = [min(e["ts"] for e in json.loads(gzip.decompress((folder / f"rank{r}.pt.trace.json.gz").read_bytes()))
+                     ["traceEvents"] if e.get("cat") in KINETO_KINDS) for r in (0, 1)]
+        return round((base[1] + first[1] * 1000) - (base[0] + first[0] * 1000))
+    starts = []
+    for r in (0, 1):
+        with sqlite3.connect(f"file:{folder / f'rank{r}.sqlite'}?mode=ro", uri=True) as db:
+            epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+            first = min(db.execute(f"SELECT min(start) FROM {t}").fetchone()[0] or 1 << 62
+                        for t in NSYS_TABLES.values())
+            starts.append(epoch + first)
+    return starts[1] - starts[0]
+
+
+@pytest.mark.parametrize("folder", ["decode-2gpu-torch", "decode-2gpu-nsys"])
+def test_ranks_aligned_by_collectives_agree_with_the_epoch_clock(folder):
+    """The one-shot all-reduce ends on both ranks together; aligning on the first one's end
+    must give the offset the traces' epoch starts give (same host), and every linked pair
+    of all-reduces then ends within a few us."""
+    doc = _export([DATA / folder])
+    clock = doc["otherData"]["tracelab"]["clocks"][0]
+    assert clock["clock"].startswith("end of the first collective")
+    offset = clock["offsets_ns"]["1"] - clock["offsets_ns"]["0"]
+    assert abs(offset - _epoch_offset_ns(DATA / folder)) < 20_000, (offset, _epoch_offset_ns(DATA / folder))
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert len(starts) == 24 == len(finishes)  # 2 all-reduces per layer x 2 layers x 6 forward passes
+    gaps_us = [abs(sum(_kernel_at(doc, p[i]).get(k) for k in ("ts", "dur")) -
+                   sum(_kernel_at(doc, p2[i]).get(k) for k in ("ts", "dur")))
+               for i in starts for p, p2 in [(starts, finishes)]]
+    assert max(gaps_us) < 5, gaps_us
+    kernels = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert min(e["ts"] for e in kernels) == 0
+
+
+def test_timestamps_grow_along_each_stream():
+    doc = _export([DATA / "train-2gpu-torch"])
+    last: dict[tuple, float] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "kernel":
+            key = (e["pid"], e["tid"])
+            assert e["ts"] >= last.get(key, 0)
+            last[key] = e["ts"] + e["dur"]
+
+
+# ---- several runs, ranks, window, steps, proton, overlapping kernels ------------------------
+
+
+def test_several_runs_get_their_own_processes_and_clocks():
+    doc = _export([DATA / "train-2gpu-torch", DATA / "train-2gpu-nsys", DATA / "train-2gpu-proton"])
+    meta = doc["otherData"]["tracelab"]
+    assert [c["run"] for c in meta["clocks"]] == ["torch", "nsys"]
+    assert meta["skipped"] == ["proton/rank0: no timestamps (proton)", "proton/rank1: no timestamps (proton)"]
+    names = sorted(e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name")
+    assert names == ["nsys rank 0 (nsys)", "nsys rank 1 (nsys)", "torch rank 0 (torch)", "torch rank 1 (torch)"]
+
+
+def test_ranks_and_window_keep_what_overlaps():
+    full = _export([DATA / "decode-2gpu-torch"])
+    lo_ms, hi_ms = 1.0, 2.5
+    doc = _export([DATA / "decode-2gpu-torch"], ranks={1}, window_ns=(int(lo_ms * 1e6), int(hi_ms * 1e6)))
+    pid1 = full["otherData"]["tracelab"]["clocks"][0]["pids"]["1"]
+    want = [e for e in full["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel" and e["pid"] == pid1
+            and e["ts"] < hi_ms * 1000 and e["ts"] + e["dur"] > lo_ms * 1000]
+    got = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
+    assert 0 < len(got) == len(want) < 325
+    assert {e["pid"] for e in doc["traceEvents"]} == {1} and not any(e["ph"] == "s" for e in doc["traceEvents"])
+
+
+def _synthetic(rank: int, start_ns: list[int], dur_ns: list[int], **columns) -> Input:
+    n = len(start_ns)
+    df = coerce({"rank": rank, "source": "torch", "kind": "kernel", "name": columns.pop("name", "k"),
+                 "kernel": "k", "op_class": "gemm", "device": 0, "stream": 7, "start_ns": start_ns,
+                 "dur_ns": dur_ns, **{k: v for k, v in columns.items() if k != "step"}}, n_rows=n)
+    if "step" in columns:
+        df["step"] = pd.array(columns["step"], dtype="Int64")
+    return Input(f"rank{rank}", "", rank, "torch", df, None)
+
+
+def test_overlapping_kernels_of_one_stream_get_a_second_lane():
+    """PDL lets a kernel start before the one before it on its stream ends."""
+    doc = perfetto.trace([_synthetic(0, [0, 50, 100, 300], [100, 100, 20, 10], scope="a/b")])
+    assert format_errors(doc) == []
+    tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == {"stream 7", "stream 7 (overlapping, lane 1)"}
+    assert perfetto.lanes(np.array([0, 50, 100, 300]), np.array([100, 150, 120, 310])).tolist() == [0, 1, 0, 0]
+
+
+def test_scopes_nest_over_their_kernels():
+    doc = perfetto.trace([_synthetic(0, [0, 10, 20, 30], [5, 5, 5, 5], scope=["a/b", "a/b", "a/c", ""])])
+    assert format_errors(doc) == []
+    scopes = sorted((e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "scope")
+    assert scopes == [("a", 0, 0.025), ("b", 0, 0.015), ("c", 0.02, 0.005)]
+
+
+def test_steps_become_slices_and_select():
+    step = [0, 0, 1, 1, 2]
+    one = _synthetic(0, [0, 10, 20, 30, 40], [5, 15, 5, 5, 5], step=step)
+    doc = perfetto.trace([one])
+    assert format_errors(doc) == []
+    slices = [(e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "step"]
+    assert slices == [("step 0", 0, 0.02), ("step 1", 0.02, 0.015), ("step 2", 0.04, 0.005)]  # step 0 cut at 1's start
+    kept = perfetto.trace([one], steps={1})
+    assert sum(e.get("cat") == "kernel" for e in kept["traceEvents"]) == 2
+    with pytest.raises(UsageError, match="none of"):
+        perfetto.trace([one], steps={9})
+    with pytest.raises(UsageError, match="mark no steps"):
+        perfetto.trace([_synthetic(0, [0], [5])], steps={1})
+
+
+def test_proton_alone_is_refused():
+    paths = [str(DATA / "decode-2gpu-proton")]
+    with pytest.raises(UsageError, match="no input has timestamps"):
+        perfetto.trace(label_inputs(paths, [load_many(paths)]))
+
+
+@pytest.mark.parametrize("text, want", [("1:2.5", (1_000_000, 2_500_000)), (":3", (0, 3_000_000)),
+                                        ("2:", (2_000_000, np.iinfo(np.int64).max))])
+def test_window_parsing(text, want):
+    assert perfetto.parse_window_ms(text) == want
+
+
+@pytest.mark.parametrize("text", ["5", "3:1", "a:b", "-1:2"])
+def test_bad_windows_are_refused(text):
+    with pytest.raises(UsageError, match="--window"):
+        perfetto.parse_window_ms(text)
+
+
+def test_rank_lists():
+    assert perfetto.parse_ints("--ranks", "0,2,4-6") == {0, 2, 4, 5, 6}
+    with pytest.raises(UsageError):
+        perfetto.parse_ints("--ranks", "x")
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+
+def test_cli_writes_gzip_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "merged.json.gz"
+    cmd = [sys.executable, "-m", "tracelab", "export", "perfetto", str(DATA / "decode-2gpu-torch"), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    assert format_errors(doc) == [] and _counts(doc)[1]["kernel"] == 325
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 2 and "--force" in again.stderr and again.stderr.count("\n") == 1
+    bad = subprocess.run(cmd + ["--force", "--window", "9"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--window" in bad.stderr and bad.stderr.count("\n") == 1
