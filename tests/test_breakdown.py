@@ -10,6 +10,7 @@ import sys
 from collections import Counter, defaultdict
 
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab.classify import canonical
@@ -30,8 +31,8 @@ def _kineto_kernel_sums(path):
     return total, count
 
 
-def test_kernel_breakdown_matches_json(shared_traces):
-    path = shared_traces / KINETO
+def test_kernel_breakdown_matches_json():
+    path = shared_trace(KINETO)
     expected_ns, expected_count = _kineto_kernel_sums(path)
     df = tracelab.load(path).events
     table = breakdown(df[df["kind"] == "kernel"], by="kernel")
@@ -42,8 +43,8 @@ def test_kernel_breakdown_matches_json(shared_traces):
     assert table["total_ns"].is_monotonic_decreasing
 
 
-def test_top_keeps_the_total(shared_traces):
-    df = tracelab.load(shared_traces / KINETO).events
+def test_top_keeps_the_total():
+    df = tracelab.load(shared_trace(KINETO)).events
     full = breakdown(df, by="kernel")
     top = breakdown(df, by="kernel", top=5)
     assert len(top) == 6 and top["kernel"].iloc[-1] == REST
@@ -51,8 +52,8 @@ def test_top_keeps_the_total(shared_traces):
     assert top["count"].sum() == full["count"].sum()
 
 
-def test_nsys_summary_per_rank_matches_sql(shared_traces):
-    path = shared_traces / NSYS
+def test_nsys_summary_per_rank_matches_sql():
+    path = shared_trace(NSYS)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT globalPid, sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL "
                           "GROUP BY globalPid ORDER BY globalPid").fetchall()
@@ -64,8 +65,8 @@ def test_nsys_summary_per_rank_matches_sql(shared_traces):
 
 
 @pytest.mark.parametrize("by", ["kernel", "op_class", "scope"])
-def test_cli_json_totals(by, shared_traces):
-    path = shared_traces / KINETO
+def test_cli_json_totals(by):
+    path = shared_trace(KINETO)
     out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(path), "--by", by,
                           "--format", "json", "--top", "3"], capture_output=True, text=True, check=True)
     doc = json.loads(out.stdout)
@@ -77,9 +78,9 @@ def test_cli_json_totals(by, shared_traces):
 
 @pytest.mark.parametrize("rel, header", [("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator"),
                                          (KINETO, "kernel")])
-def test_breakdown_table_names_what_its_rows_are(rel, header, shared_traces):
+def test_breakdown_table_names_what_its_rows_are(rel, header):
     # a CPU-only trace's rows are CPU operators: the table said "kernel" over them
-    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(shared_traces / rel), "--top", "3"],
+    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(shared_trace(rel)), "--top", "3"],
                          capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"})
     head = next(line for line in out.stdout.splitlines() if "time (ms)" in line)
     assert head.split("┃")[-1].strip() == header

@@ -5,6 +5,7 @@ import shutil
 
 import pandas as pd
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab import cache
@@ -20,8 +21,8 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_cached_load_equals_parsed_load(name, cache_dir, shared_traces, monkeypatch):
-    path = shared_traces / name
+def test_cached_load_equals_parsed_load(name, cache_dir, monkeypatch):
+    path = shared_trace(name)
     first = tracelab.load_many(path)  # the nsys file holds two processes: two ranks
     assert len(list(cache_dir.iterdir())) == 1
     # a second load must come from the cache: make the parsers unusable
@@ -34,16 +35,16 @@ def test_cached_load_equals_parsed_load(name, cache_dir, shared_traces, monkeypa
         pd.testing.assert_frame_equal(a.events, b.events)
 
 
-def test_changed_file_is_parsed_again(cache_dir, shared_traces, tmp_path):
+def test_changed_file_is_parsed_again(cache_dir, tmp_path):
     path = tmp_path / "rank0.json.gz"
-    shutil.copy(shared_traces / FILES[0], path)
+    shutil.copy(shared_trace(FILES[0]), path)
     tracelab.load(path)
     os.utime(path, ns=(1, 1))
     tracelab.load(path)
     assert len(list(cache_dir.iterdir())) == 2
 
 
-def test_cache_off(cache_dir, shared_traces, monkeypatch):
+def test_cache_off(cache_dir, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE", "0")
-    tracelab.load(shared_traces / FILES[2])
+    tracelab.load(shared_trace(FILES[2]))
     assert not cache_dir.exists()

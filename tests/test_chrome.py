@@ -1,4 +1,5 @@
-"""parsers/chrome.py on every Kineto trace in ../shared/traces/hta and our own 2-H200
+"""parsers/chrome.py on every Kineto trace of HTA's test data (shared_trace: tests/data/public or
+../shared/traces) and our own 2-H200
 captures in tests/data, checked against the JSON read independently here (plain json,
 exact Decimal timestamps), plus broken inputs."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab import classify
@@ -23,8 +25,6 @@ from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import chrome
 
 REPO = Path(__file__).resolve().parents[1]
-HTA = REPO.parent / "shared" / "traces" / "hta"
-pytestmark = pytest.mark.skipif(not HTA.is_dir(), reason=f"{HTA} is not there")
 
 GPU_TRACES = [
     "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
@@ -46,7 +46,7 @@ TRAIN = "tests/data/train-2gpu-torch/rank0.pt.trace.json.gz"
 
 def _path(rel: str) -> Path:
     """Our captures are named from the repository root, the public ones from HTA's folder."""
-    return REPO / rel if rel.startswith("tests/") else HTA / rel
+    return REPO / rel if rel.startswith("tests/") else shared_trace(f"hta/{rel}")
 
 
 @lru_cache(maxsize=None)
@@ -307,7 +307,7 @@ def test_integer_ids_from_labels(labels: list, fallback: list | None, expected: 
 def test_amd_trace_with_string_streams(tmp_path: Path) -> None:
     """String streams, and GPU annotations as the scope (the CPU ones taken out)."""
     rel = "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-    trace = json.loads(gzip.decompress((HTA / rel).read_bytes()))
+    trace = json.loads(gzip.decompress(_path(rel).read_bytes()))
     trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("cat") != "user_annotation"]
     expected = _brute_force_scopes([e for e in _json(rel)["traceEvents"] if e.get("cat") != "user_annotation"])
     for e in trace["traceEvents"]:
@@ -348,7 +348,7 @@ def test_cpu_only_trace_gives_top_level_cpu_ops(rel: str) -> None:
 
 def test_rank_comes_from_the_file_or_from_elsewhere(tmp_path: Path) -> None:
     assert _profile(NCCL).meta["rank"] == 0 and _profile(NCCL).meta["world_size"] == 2
-    path = HTA / "rank_unavailable/rank_not_found.json.gz"
+    path = _path("rank_unavailable/rank_not_found.json.gz")
     alone = chrome.read(path)
     assert alone.meta["rank"] is None and set(alone.events["rank"]) == {-1}
     given = tracelab.load(path, rank=5)
@@ -362,7 +362,7 @@ def test_rank_comes_from_the_file_or_from_elsewhere(tmp_path: Path) -> None:
 
 
 def test_plain_json_reads_like_gzip(tmp_path: Path) -> None:
-    (plain := tmp_path / "rank0.pt.trace.json").write_bytes(gzip.decompress((HTA / NCCL).read_bytes()))
+    (plain := tmp_path / "rank0.pt.trace.json").write_bytes(gzip.decompress(_path(NCCL).read_bytes()))
     assert tracelab.detect(plain) == "chrome"
     df, expected = chrome.read(plain).events, _profile(NCCL).events
     assert df.equals(expected)
@@ -386,12 +386,12 @@ def test_pytorch_1_8_category_names(tmp_path: Path) -> None:
 
 # ---- broken inputs ----------------------------------------------------------
 
-GOOD = HTA / "trace_filter/sampled_rank-0.json.gz"
+GOOD = "trace_filter/sampled_rank-0.json.gz"
 BROKEN = {
     "empty.json": (lambda: b"", "empty file"),
     "blank.json": (lambda: b" \n\t\n", "empty file"),
-    "truncated.json": (lambda: gzip.decompress(GOOD.read_bytes())[:300_000], "not valid JSON"),
-    "truncated.json.gz": (lambda: GOOD.read_bytes()[:40_000], "truncated gzip"),
+    "truncated.json": (lambda: gzip.decompress(_path(GOOD).read_bytes())[:300_000], "not valid JSON"),
+    "truncated.json.gz": (lambda: _path(GOOD).read_bytes()[:40_000], "truncated gzip"),
     "random.json": (lambda: random.Random(7).randbytes(4096), "not valid JSON"),
     "config.json": (lambda: b'{"model": "llama", "layers": 32}', "not a Kineto trace"),
     "events_not_a_list.json": (lambda: b'{"traceEvents": {"ph": "X"}}', "not a Kineto trace"),
@@ -418,6 +418,6 @@ def test_broken_input_raises_naming_the_file_and_is_left_unchanged(tmp_path: Pat
 
 
 def test_good_input_is_left_unchanged() -> None:
-    before = hashlib.sha256(GOOD.read_bytes()).hexdigest(), GOOD.stat().st_mtime_ns
-    assert len(chrome.read(GOOD).events) == 1204
-    assert (hashlib.sha256(GOOD.read_bytes()).hexdigest(), GOOD.stat().st_mtime_ns) == before
+    before = hashlib.sha256(_path(GOOD).read_bytes()).hexdigest(), _path(GOOD).stat().st_mtime_ns
+    assert len(chrome.read(_path(GOOD)).events) == 1204
+    assert (hashlib.sha256(_path(GOOD).read_bytes()).hexdigest(), _path(GOOD).stat().st_mtime_ns) == before

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import shared_trace
 
 GOOD_KINETO = "hta/trace_filter/sampled_rank-0.json.gz"
 
@@ -21,41 +22,41 @@ def _tracelab(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def _empty(tmp: Path, traces: Path) -> Path:
+def _empty(tmp: Path) -> Path:
     (p := tmp / "empty.json").write_bytes(b"")
     return p
 
 
-def _truncated_json(tmp: Path, traces: Path) -> Path:
-    raw = gzip.decompress((traces / GOOD_KINETO).read_bytes())
+def _truncated_json(tmp: Path) -> Path:
+    raw = gzip.decompress(shared_trace(GOOD_KINETO).read_bytes())
     (p := tmp / "truncated.json").write_bytes(raw[: len(raw) // 2])
     return p
 
 
-def _truncated_gzip(tmp: Path, traces: Path) -> Path:
-    raw = (traces / GOOD_KINETO).read_bytes()
+def _truncated_gzip(tmp: Path) -> Path:
+    raw = shared_trace(GOOD_KINETO).read_bytes()
     (p := tmp / "truncated.json.gz").write_bytes(raw[: len(raw) // 2])
     return p
 
 
-def _random_bytes(tmp: Path, traces: Path) -> Path:
+def _random_bytes(tmp: Path) -> Path:
     (p := tmp / "random.json").write_bytes(os.urandom(4096))
     return p
 
 
-def _not_a_trace(tmp: Path, traces: Path) -> Path:
+def _not_a_trace(tmp: Path) -> Path:
     (p := tmp / "config.json").write_text('{"model": "llama", "layers": 32}')
     return p
 
 
-def _sqlite_without_cupti(tmp: Path, traces: Path) -> Path:
+def _sqlite_without_cupti(tmp: Path) -> Path:
     p = tmp / "other.sqlite"
     with sqlite3.connect(p) as db:
         db.execute("CREATE TABLE people (name TEXT)")
     return p
 
 
-def _empty_folder(tmp: Path, traces: Path) -> Path:
+def _empty_folder(tmp: Path) -> Path:
     (p := tmp / "nothing_here").mkdir()
     (p / "notes.txt").write_text("no traces")
     return p
@@ -88,17 +89,17 @@ def _assert_one_clear_line(result: subprocess.CompletedProcess, path: Path, reas
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, shared_traces):
+def test_bad_input_gives_one_line_and_exit_2(case, tmp_path):
     make, reason = CASES[case]
-    path = make(tmp_path, shared_traces)
+    path = make(tmp_path)
     before = _digest(path)
     result = _tracelab("breakdown", str(path))
     _assert_one_clear_line(result, path, reason)
     assert _digest(path) == before
 
 
-def test_two_files_claiming_one_rank(tmp_path, shared_traces):
-    src = shared_traces / GOOD_KINETO  # distributedInfo says rank 0
+def test_two_files_claiming_one_rank(tmp_path):
+    src = shared_trace(GOOD_KINETO)  # distributedInfo says rank 0
     a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
     shutil.copy(src, a)
     shutil.copy(src, b)
@@ -113,7 +114,7 @@ def test_two_files_claiming_one_rank(tmp_path, shared_traces):
     (["--format", "xml"], "--format"),
     (["--top", "0"], "--top"),
 ])
-def test_bad_options(args, fragment, shared_traces):
-    result = _tracelab("breakdown", str(shared_traces / GOOD_KINETO), *args)
+def test_bad_options(args, fragment):
+    result = _tracelab("breakdown", str(shared_trace(GOOD_KINETO)), *args)
     assert result.returncode == 2
     assert fragment in result.stderr and "Traceback" not in result.stderr

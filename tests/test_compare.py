@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import shared_trace
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -23,10 +24,10 @@ from tracelab.reports.compare import comparison, label_inputs
 from tracelab.reports.text import compare_tables
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
-HTA = TRACES / "hta" / "trace_filter"
-NSYS = TRACES / "nsys-ai"
-PROTON = TRACES / "proton"
+# public traces, by their path under shared/traces (conftest.shared_trace finds them)
+SAMPLED = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"]
+NSYS_BEFORE_AFTER = ["nsys-ai/mfu_2gpu_before.sqlite", "nsys-ai/mfu_2gpu_after.sqlite"]
+PROTON_CUDA = "proton/cuda.json"
 
 
 def _compare(paths: list[Path], by: str = "kernel"):
@@ -85,7 +86,7 @@ def hatchet_sums(path: Path) -> Counter:
 
 
 def test_hta_ranks_aligned_rows_match_json():
-    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    files = [shared_trace(rel) for rel in SAMPLED]
     c = _compare(files)
     assert c.labels == ["rank0", "rank1"]
     sums = [kineto_sums(f) for f in files]
@@ -102,7 +103,7 @@ def test_hta_ranks_aligned_rows_match_json():
 
 
 def test_hta_straggler_is_the_rank_with_most_compute():
-    files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    files = [shared_trace(rel) for rel in SAMPLED]
     c = _compare(files)
     compute = []
     for f in files:
@@ -118,7 +119,7 @@ def test_hta_straggler_is_the_rank_with_most_compute():
 
 # ---- wording: what the times are (GPU kernels, or CPU operators in a trace with none) ----------
 
-CPU_ONLY = TRACES / "hta" / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+CPU_ONLY = "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 
 
 def _rendered(paths: list[Path]) -> str:
@@ -132,10 +133,10 @@ def _rendered(paths: list[Path]) -> str:
 
 @pytest.mark.parametrize("paths, said, not_said", [
     ([CPU_ONLY, CPU_ONLY], "CPU operator time", "GPU time"),
-    ([HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"], "GPU time", "CPU operator"),
+    (SAMPLED, "GPU time", "CPU operator"),
 ])
 def test_compare_text_says_what_was_timed(paths, said, not_said):
-    text = _rendered(paths)
+    text = _rendered([shared_trace(rel) for rel in paths])
     assert f"{said} per input" in text
     assert re.search(rf"straggler: rank[01]: the most non-communication {said} ", text), text
     assert not_said not in text
@@ -145,7 +146,7 @@ def test_compare_text_says_what_was_timed(paths, said, not_said):
 
 
 def test_nsys_before_after_aligned_rows_match_sqlite():
-    files = [NSYS / "mfu_2gpu_before.sqlite", NSYS / "mfu_2gpu_after.sqlite"]
+    files = [shared_trace(rel) for rel in NSYS_BEFORE_AFTER]
     c = _compare(files)
     assert c.labels == ["mfu_2gpu_before/rank0", "mfu_2gpu_before/rank1",
                         "mfu_2gpu_after/rank0", "mfu_2gpu_after/rank1"]
@@ -167,7 +168,7 @@ def test_nsys_before_after_aligned_rows_match_sqlite():
 def _proton_ranks(tmp_path: Path) -> list[Path]:
     """rank0.hatchet: Triton's cuda.json example; rank1.hatchet: the same tree with foo0
     3x slower and a kernel only rank 1 has (the user's `compare rank0.hatchet rank1.hatchet`)."""
-    doc = json.loads((PROTON / "cuda.json").read_text())
+    doc = json.loads(shared_trace(PROTON_CUDA).read_text())
     slower = copy.deepcopy(doc)
     slower[0]["children"][0]["metrics"]["time (ns)"] *= 3
     slower[0]["children"].append({"frame": {"name": "only_rank1_kernel", "type": "function"}, "children": [],
@@ -260,7 +261,7 @@ def test_cli_reference_four_ranks_names_rank1(tmp_path):
 def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "garbage.json").write_text("not a trace")
     (tmp / "empty").mkdir()
-    hatchet = str(PROTON / "cuda.json")
+    hatchet = str(shared_trace(PROTON_CUDA))
     return {
         "one input": ([hatchet], "needs two or more traces"),
         "missing file": ([hatchet, str(tmp / "nope.json")], "no such file"),
@@ -268,7 +269,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "empty folder": ([hatchet, str(tmp / "empty")], "no trace files"),
         "bad --by": ([hatchet, hatchet, "--by", "stream"], "--by"),
         "bad --format": ([hatchet, hatchet, "--format", "xml"], "--format"),
-        "--tree on nsys": ([hatchet, str(NSYS / "mock.sqlite"), "--tree"], "two proton"),
+        "--tree on nsys": ([hatchet, str(ROOT / "tests/data/decode-1gpu-nsys/rank0.sqlite"), "--tree"], "two proton"),
     }
 
 
@@ -356,6 +357,7 @@ def test_path_labels_relative_and_folders(monkeypatch):
      ["train-2gpu-torch/rank0", "overlap-2gpu-torch/rank0"]),
 ])
 def test_cli_compare_labels(args, labels):
+    args = [shared_trace(a) if isinstance(a, str) else a for a in args]  # str: a public trace
     result = CliRunner().invoke(app, ["compare", *map(str, args), "--format", "json"])
     assert result.exit_code == 0, result.output
     assert [i["label"] for i in json.loads(result.output)["inputs"]] == labels

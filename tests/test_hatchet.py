@@ -8,14 +8,16 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab.errors import TraceFormatError
 from tracelab.parsers import hatchet
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"
-FILES = sorted((TRACES / "proton").glob("*.json")) + sorted((DATA / "proton-legacy").glob("*.hatchet"))
+# Triton's proton-viewer examples (public, found by conftest.shared_trace) and our legacy conversion
+FILES = [f"proton/{name}" for name in ("cuda.json", "frame.json", "hip.json", "triton.json")] + \
+    sorted((DATA / "proton-legacy").glob("*.hatchet"))
 
 # file name -> the (name, scope) of each kernel row, read by eye from the file
 SCOPES = {
@@ -53,8 +55,9 @@ def _expected(path: Path) -> dict:
     return out
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_totals_match_the_json(path: Path) -> None:
+@pytest.mark.parametrize("path", FILES, ids=lambda p: Path(p).name)
+def test_totals_match_the_json(path: Path | str) -> None:
+    path = shared_trace(path) if isinstance(path, str) else path
     before = _sha(path)
     profile = hatchet.read(path)
     df, want = profile.events, _expected(path)
@@ -73,7 +76,7 @@ def test_totals_match_the_json(path: Path) -> None:
 
 def test_metric_generations() -> None:
     legacy = hatchet.read(DATA / "proton-legacy" / "triton-legacy.hatchet")
-    current = hatchet.read(TRACES / "proton" / "triton.json")
+    current = hatchet.read(shared_trace("proton/triton.json"))
     assert legacy.meta["metric_names"] == "triton-3.0/3.1"
     assert current.meta["metric_names"] == "triton-3.2+"
     columns = ["name", "scope", "device", "dur_ns", "count", "bytes"]
@@ -81,19 +84,19 @@ def test_metric_generations() -> None:
 
 
 def test_device_info() -> None:
-    devices = hatchet.read(TRACES / "proton" / "cuda.json").meta["devices"]
+    devices = hatchet.read(shared_trace("proton/cuda.json")).meta["devices"]
     assert set(devices) == {0, 1}
     # arch 89, 10501 MHz GDDR6X on a 384-bit bus: the RTX 4090's published 1008 GB/s
     assert devices[0]["memory_bandwidth_gbs"] == pytest.approx(1008.096)
     assert devices[1] == {"type": "CUDA", "arch": "90", "num_sms": 132, "clock_khz": 1980000,
                           "memory_clock_khz": 2619000, "bus_width_bits": 6144,
                           "memory_bandwidth_gbs": pytest.approx(2 * 2619e6 * 6144 / 8 / 1e9)}
-    assert hatchet.read(TRACES / "proton" / "hip.json").meta["devices"][1]["type"] == "HIP"
+    assert hatchet.read(shared_trace("proton/hip.json")).meta["devices"][1]["type"] == "HIP"
 
 
 def test_load_detects_and_ranks_by_name(tmp_path: Path) -> None:
     target = tmp_path / "rank3.hatchet"
-    target.write_bytes((TRACES / "proton" / "cuda.json").read_bytes())
+    target.write_bytes((shared_trace("proton/cuda.json")).read_bytes())
     profile = tracelab.load(target)
     assert profile.meta["rank"] == 3 and (profile.events["rank"] == 3).all()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import shared_trace
 
 from tracelab.errors import UsageError
 from tracelab.reports import html
@@ -26,9 +27,6 @@ from tracelab.reports.compare import Input
 from tracelab.schema import coerce
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
-HTA = TRACES / "hta" / "trace_filter"
-NSYS = TRACES / "nsys-ai"
 ARTIFACTS = Path(os.environ.get("TRACELAB_TEST_ARTIFACTS", ROOT / "test-artifacts"))
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -100,7 +98,7 @@ def _run_folder(tmp_path: Path) -> Path:
     run = tmp_path / "decode-torch-20261121-221530"
     run.mkdir()
     for rank in (0, 1):
-        (run / f"rank{rank}.pt.trace.json.gz").symlink_to(HTA / f"sampled_rank-{rank}.json.gz")
+        (run / f"rank{rank}.pt.trace.json.gz").symlink_to(shared_trace(f"hta/trace_filter/sampled_rank-{rank}.json.gz"))
     (run / "run.json").write_text(json.dumps({"command": "tracelab run decode --ranks 2", "note": XSS,
                                               "config": {"model": "tiny", "tokens": 8}}))
     return run
@@ -130,8 +128,8 @@ def test_run_report_in_chromium(chromium, tmp_path):
 
 def test_runs_comparison_report_in_chromium(chromium, tmp_path):
     out = tmp_path / "runs.html"
-    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(NSYS / "mfu_2gpu_before.sqlite"),
-                           str(NSYS / "mfu_2gpu_after.sqlite"), "-o", str(out)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(shared_trace("nsys-ai/mfu_2gpu_before.sqlite")),
+                           str(shared_trace("nsys-ai/mfu_2gpu_after.sqlite")), "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "Comparison (aligned on kernel" in text and "mfu_2gpu_after/rank1" in text
@@ -188,7 +186,7 @@ def test_existing_output_needs_force(tmp_path):
     assert out.read_text() == "old"
     html.write(out, "new", force=True)
     assert out.read_text() == "new"
-    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(TRACES / "proton" / "cuda.json"),
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(shared_trace("proton/cuda.json")),
                            "-o", str(out)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--force" in proc.stderr
     assert out.read_text() == "new"
@@ -234,8 +232,8 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     ("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator time per input", "CPU operators"),
     ("hta/trace_filter/sampled_rank-0.json.gz", "GPU time per input", "kernels"),
 ])
-def test_headings_say_what_was_timed(trace, heading, rows, shared_traces, tmp_path):
-    out = html.write_report([shared_traces / trace], tmp_path / "r.html")
+def test_headings_say_what_was_timed(trace, heading, rows, tmp_path):
+    out = html.write_report([shared_trace(trace)], tmp_path / "r.html")
     text = out.read_text()
     assert f"<h2>{heading}, by op class</h2>" in text and f"<h2>Top {rows}</h2>" in text
     other = "GPU time per input" if heading.startswith("CPU") else "CPU operator time"

@@ -8,14 +8,17 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab import classify
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import nsys
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-FILES = sorted((TRACES / "nsys-ai").glob("*.sqlite"))
+DATA = Path(__file__).resolve().parent / "data"
+# nsys-ai's public exports by name (conftest.shared_trace: CI has them) and our own captures
+PUBLIC = [f"nsys-ai/{name}.sqlite" for name in ("h100_2gpu_1s", "mfu_2gpu_after", "mfu_2gpu_before", "mock")]
+FILES = PUBLIC + sorted(DATA.glob("*-nsys/*.sqlite"))
 PID = "((globalPid >> 24) & 16777215)"
 TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
           "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
@@ -37,16 +40,39 @@ def _has(path: Path, table: str) -> bool:
     return bool(_sql(path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", table))
 
 
+def _need_nvtx(path: Path) -> None:
+    if not _has(path, "NVTX_EVENTS"):
+        pytest.skip(f"{path.name} has no NVTX_EVENTS table")
+
+
+class _Reads(dict):
+    """path -> nsys.read(path), read once on first use."""
+
+    def __missing__(self, path: Path) -> list:
+        self[path] = nsys.read(path)
+        return self[path]
+
+
 @pytest.fixture(scope="module")
 def parsed() -> dict[Path, list]:
-    return {path: nsys.read(path) for path in FILES}
+    return _Reads()
 
 
-def test_every_export_is_found() -> None:
-    assert len(FILES) == 4
+@pytest.fixture
+def path(request) -> Path:
+    """A FILES entry as a path: a public export (skips when absent) or one of ours."""
+    return shared_trace(request.param) if isinstance(request.param, str) else request.param
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def _name(entry: str | Path) -> str:
+    return "/".join(Path(entry).parts[-2:])
+
+
+def test_our_captures_are_found() -> None:
+    assert len([f for f in FILES if isinstance(f, Path)]) >= 4
+
+
+@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
 @pytest.mark.parametrize("kind", sorted(TABLES))
 def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
     got = {p.meta["pid"]: p.events[p.events["kind"] == kind] for p in parsed[path]}
@@ -57,7 +83,7 @@ def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
     assert {pid: (len(df), int(df["dur_ns"].sum())) for pid, df in got.items() if len(df)} == want
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
 def test_file_totals_and_shape(parsed, path: Path) -> None:
     profiles = parsed[path]
     n, total = _sql(path, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
@@ -69,7 +95,7 @@ def test_file_totals_and_shape(parsed, path: Path) -> None:
     assert [p.meta["pid"] for p in profiles] == pids
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
 def test_kernel_names_agree_with_nsys_short_names(parsed, path: Path) -> None:
     want = sorted(_sql(path, f"SELECT {PID}, s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                              "JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"))
@@ -96,11 +122,11 @@ _CHOSEN = """
     WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
                   AND (r.globalTid >> 24) = (k.globalPid >> 24))
     ORDER BY k.start"""
-NVTX_FILES = [p for p in FILES if _has(p, "NVTX_EVENTS")]
 
 
-@pytest.mark.parametrize("path", NVTX_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
 def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
+    _need_nvtx(path)
     by_pid = {p.meta["pid"]: p for p in parsed[path]}
     launched = _sql(path, _CHOSEN)
     chosen = launched[:: max(1, len(launched) // 25)]
@@ -118,8 +144,9 @@ def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
     assert scoped >= len(chosen) // 2  # most launches here sit inside NVTX ranges
 
 
-@pytest.mark.parametrize("path", NVTX_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
 def test_no_scope_without_a_launch_call(parsed, path: Path) -> None:
+    _need_nvtx(path)
     launched = len(_sql(path, _CHOSEN))
     with_scope = sum(int((p.events.query("kind == 'kernel'")["scope"] != "").sum()) for p in parsed[path])
     assert 0 < with_scope <= launched
@@ -137,7 +164,7 @@ def test_correlation_ids_are_joined_per_process(parsed) -> None:
     # In h100_2gpu_1s, 11 kernels have their launch cut from the capture but share a
     # correlation id with the other process's launch calls, inside NVTX ranges: a join
     # that ignores the process would hand them the other rank's scope.
-    path = TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite"
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     kernels = _sql(path, _ONLY_ELSEWHERE)
     assert len(kernels) == 11
     by_pid = {p.meta["pid"]: p for p in parsed[path]}
@@ -149,7 +176,7 @@ def test_correlation_ids_are_joined_per_process(parsed) -> None:
 
 
 def test_ranks_by_process_order_and_override() -> None:
-    path = TRACES / "nsys-ai" / "mfu_2gpu_before.sqlite"
+    path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
     profiles = nsys.read(path)
     pids = [p.meta["pid"] for p in profiles]
     assert pids == sorted(pids) and [p.meta["rank"] for p in profiles] == [0, 1]
@@ -165,7 +192,7 @@ def test_ranks_by_process_order_and_override() -> None:
 def test_a_file_of_two_processes_is_two_ranks() -> None:
     """load() is one rank: it refuses a two-process file and names load_many, which gives one
     Profile per process whose .rank, rows and devices agree with the SQLite's pids."""
-    path = TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite"
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     with pytest.raises(RankError, match=r"2 processes \(ranks 0, 1\).*load_many"):
         tracelab.load(path)
     profiles = tracelab.load_many(path)
@@ -180,7 +207,7 @@ def test_a_file_of_two_processes_is_two_ranks() -> None:
 
 
 def test_read_returns_a_list_for_one_process_too() -> None:
-    path = TRACES / "nsys-ai" / "mock.sqlite"
+    path = shared_trace("nsys-ai/mock.sqlite")
     profiles = nsys.read(path)
     assert isinstance(profiles, list) and len(profiles) == 1
     profile = profiles[0]
@@ -190,32 +217,32 @@ def test_read_returns_a_list_for_one_process_too() -> None:
 
 
 def test_meta() -> None:
-    mock = nsys.read(TRACES / "nsys-ai" / "mock.sqlite")[0].meta
+    mock = nsys.read(shared_trace("nsys-ai/mock.sqlite"))[0].meta
     gpu = mock["devices"][0]
     assert gpu["name"] == "NVIDIA GeForce RTX 3080" and gpu["num_sms"] == 68 and gpu["arch"] == "86"
     assert gpu["memory_bandwidth_gbs"] == pytest.approx(760.08)
     assert mock["profiler_version"] == "2026.1.1.204" and mock["pid"] == 91186
-    h100 = nsys.read(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")[0].meta
+    h100 = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0].meta
     assert h100["profiler_version"] == "2026.2.1.210"
     # the first event falls inside the capture: after the session start, before the export
-    utc_start, = _sql(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite",
+    utc_start, = _sql(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"),
                       "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
     assert utc_start < h100["trace_start_epoch_ns"] < utc_start + 295_659 * 10**6
 
 
 def test_memcpy_names() -> None:
-    profile = nsys.read(TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite")[0]
+    profile = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0]
     events = classify.classified(profile.events)
     copies = events[events["kind"] == "memcpy"]
     assert set(copies["kernel"].astype(str)) == {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"}
     assert (copies["op_class"] == "memory").all() and copies["bytes"].notna().all()
 
 
-def test_inputs_unchanged(parsed) -> None:
-    before = {p: _sha(p) for p in FILES}
-    for path in FILES:
-        nsys.read(path)
-    assert {p: _sha(p) for p in FILES} == before
+@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
+def test_input_unchanged(path: Path) -> None:
+    before = _sha(path)
+    nsys.read(path)
+    assert _sha(path) == before
 
 
 def _sqlite_without_cupti(path: Path) -> None:
@@ -236,7 +263,7 @@ BROKEN = {
     "empty": (lambda p: p.write_bytes(b""), "empty file"),
     "no CUPTI tables": (_sqlite_without_cupti, "without CUPTI_ACTIVITY_KIND_"),
     "random bytes": (lambda p: p.write_bytes(bytes(range(256)) * 20), "file is not a database"),
-    "truncated": (lambda p: p.write_bytes((TRACES / "nsys-ai" / "h100_2gpu_1s.sqlite").read_bytes()[:4096]),
+    "truncated": (lambda p: p.write_bytes((DATA / "decode-1gpu-nsys" / "rank0.sqlite").read_bytes()[:4096]),
                   "malformed"),
     "no GPU activity": (_cupti_without_rows, "without GPU activity"),
 }

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import shared_trace
 
 import tracelab
 from tracelab.schema import coerce
 from tracelab.reports import timeline
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-HTA = TRACES / "hta" / "trace_filter"
+SAMPLED = "hta/trace_filter/sampled_rank-{rank}.json.gz"  # a public trace, found by conftest.shared_trace
 
 
 def frame(rows: list[tuple]) -> pd.DataFrame:
@@ -117,7 +117,7 @@ def _kineto_gpu(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_hta_busy_and_overlap_against_sweep(rank):
-    path = HTA / f"sampled_rank-{rank}.json.gz"
+    path = shared_trace(SAMPLED.format(rank=rank))
     gpu = _kineto_gpu(path)
     iv = [(round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in gpu]
     comm = [i for i, e in zip(iv, gpu) if e["cat"] == "kernel" and "nccl" in e["name"].lower()]
@@ -134,12 +134,12 @@ def test_hta_busy_and_overlap_against_sweep(rank):
 def test_hta_collective_skew_against_json():
     starts = []
     for rank in (0, 1):
-        nccl = [e for e in _kineto_gpu(HTA / f"sampled_rank-{rank}.json.gz")
+        nccl = [e for e in _kineto_gpu(shared_trace(SAMPLED.format(rank=rank)))
                 if e["cat"] == "kernel" and "nccl" in e["name"]]
         starts.append(sorted(round(e["ts"] * 1000) for e in nccl))
     expected = [abs(a - b) for a, b in zip(*starts)]
     last = [0 if a > b else 1 for a, b in zip(*starts)]
-    profiles = tracelab.load_many([HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"])
+    profiles = tracelab.load_many([shared_trace(SAMPLED.format(rank=r)) for r in (0, 1)])
     offsets = timeline.clock_offsets([p.meta for p in profiles])
     skew = timeline.collective_skew(tracelab.events(profiles), offsets)
     assert skew["skew_ns"].tolist() == expected
@@ -147,7 +147,7 @@ def test_hta_collective_skew_against_json():
 
 
 def test_nsys_busy_against_sql():
-    path = TRACES / "nsys-ai" / "mfu_2gpu_before.sqlite"
+    path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         by_pid: dict[int, list] = {}
