@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab import classify, schema
+from tracelab.inputs import write
 from tracelab.reports import html
 from tracelab.reports.compare import Input
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     t1 = time.perf_counter()
     text = html.render(inputs, ["synthetic"], {"workload": "synthetic", "ranks": args.ranks})
     t2 = time.perf_counter()
-    out = html.write(args.out, text, force=True)
+    out = write(args.out, text, force=True)
     print(f"{args.ranks} ranks, {sum(len(i.events) for i in inputs):,} events: generate {t1 - t0:.1f} s, "
           f"render {t2 - t1:.1f} s, file {out.stat().st_size / 1e6:.2f} MB ({out})")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

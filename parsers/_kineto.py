@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ._steps import main_threads
+
 
 def to_ints(labels: list, fallback: list | None = None) -> np.ndarray:
     """Integer ids for pid/tid labels: the integer itself; else the integer `fallback`
@@ -71,6 +73,21 @@ def scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict) ->
             inside[inside] = at_ns[rows[inside]] < ranges["end_ns"][idx[pos[inside]]]
             hit[rows[inside], d] = idx[pos[inside]]
     return _paths(hit, ranges["name"])
+
+
+def thread_scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict) -> np.ndarray:
+    """scopes(), where a row launched by another thread than its process's main thread
+    (the autograd thread, NCCL's hooks) gets the main thread's ranges open at that moment,
+    with its own thread's ranges nested inside: `backward/...`, not "". The main thread of
+    a process is the one whose ranges cover the most time (the loop that opens them)."""
+    own = scopes(pid, tid, at_ns, ranges)
+    main = main_threads(ranges["pid"], ranges["tid"], ranges["end_ns"] - ranges["start_ns"])
+    main_tid = np.array([main.get(p, t) for p, t in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
+    other = np.flatnonzero(main_tid != tid)
+    if len(other):
+        outer = scopes(pid[other], main_tid[other], at_ns[other], ranges)
+        own[other] = [f"{o}/{s}" if o and s else o or s for o, s in zip(outer, own[other])]
+    return own
 
 
 def _paths(hit: np.ndarray, names: list[str]) -> np.ndarray:

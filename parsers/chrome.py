@@ -25,9 +25,11 @@ only for the innermost range around a launch, so they miss the enclosing
 workload region (`nccl:all_reduce` where the launch gives
 `allreduce_nccl_4096/nccl:all_reduce`); they give the scope only of rows whose
 launch is not in the trace, and of all rows of a trace with no CPU annotation.
-As under nsys, a kernel launched by the autograd thread gets that thread's
-regions. `ProfilerStep#N` is left out: it would split every scope step by step
-(trace_diff/control: 147 distinct scopes with it, 26 without).
+As under nsys, a kernel launched by another thread than the process's main one
+(the autograd thread) gets the main thread's open regions, its own nested inside
+(`_kineto.thread_scopes`). Step ranges (`ProfilerStep#N`, parsers/_steps.py) are
+left out of scopes: they would split every scope step by step (trace_diff/control:
+147 distinct scopes with them, 26 without); the `step` column carries them.
 
 msg_bytes: see `_kineto.collective_bytes`.
 """
@@ -47,8 +49,9 @@ from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index, scopes,
-                      to_ints)
+                      thread_scopes, to_ints)
 from ._kineto_json import Launches, Picked, Trace, decode, pick, read_bytes
+from ._steps import assign, compile_pattern, is_step, numbers
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -59,22 +62,26 @@ USER_ANNOTATION = "user_annotation"  # record_function ranges on the CPU thread
 # as cuda_runtime too), PyTorch 1.8/1.9's "Runtime", Intel XPU, PrivateUse1 backends
 LAUNCHES = {"cuda_runtime", "cuda_driver", "Runtime", "xpu_runtime", "xpu_driver",
             "privateuse1_runtime", "privateuse1_driver"}
-PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
 CPU_OPS = {"cpu_op", "Operator"}
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
-def read(path: str | os.PathLike) -> Profile:
-    """Read one Kineto trace; rows as described in the module docstring."""
+def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
+    """Read one Kineto trace; rows as described in the module docstring. `step_pattern`
+    names the step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...)."""
     path = Path(path)
+    step_re = compile_pattern(step_pattern)
     trace = decode(path, read_bytes(path))
     gpu, gpu_ranges, launches, cpu_ranges = pick(path, trace.traceEvents, [
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked)])
     if gpu.cat:
         columns = _gpu_columns(gpu)
-        columns["scope"] = _scopes(columns, gpu, launches, cpu_ranges, gpu_ranges)
+        launch = launch_index(correlations(gpu.args), correlations(launches.args))
+        columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
+        columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
-        columns = _cpu_columns(path, pick(path, trace.traceEvents, [(CPU_OPS, Picked)])[0])
+        ops = pick(path, trace.traceEvents, [(CPU_OPS, Picked)])[0]
+        columns = _cpu_columns(path, ops, cpu_ranges, step_re)
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns
@@ -107,35 +114,57 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     return cols
 
 
-def _scopes(cols: dict[str, Any], gpu: Picked, launches: Launches, cpu_annotations: Picked,
-            gpu_annotations: Picked) -> np.ndarray:
-    """Per GPU row, the CPU annotations around its launch; else the GPU ones around its start."""
+def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,
+            gpu_annotations: Picked, step_re: re.Pattern) -> np.ndarray:
+    """Per GPU row, the CPU annotations around its launch (other threads: nested in the
+    main thread's, see _kineto.thread_scopes); else the GPU ones around its start."""
     pid = to_ints(launches.pid + cpu_annotations.pid)  # one id space for launches and ranges
     tid = to_ints(launches.tid + cpu_annotations.tid)
     n_launches = len(launches.pid)
-    cpu = _ranges(cpu_annotations, pid[n_launches:], tid[n_launches:])
-    launch = np.full(len(gpu.cat), -1, dtype=np.int64)
-    if len(cpu["name"]):
-        launch = launch_index(correlations(gpu.args), correlations(launches.args))
-    found = launch >= 0
+    cpu = _ranges(cpu_annotations, pid[n_launches:], tid[n_launches:], step_re)
+    found = (launch >= 0) & (len(cpu["name"]) > 0)  # no CPU ranges at all: the GPU copies
     at = launch[found]
     scope = np.empty(len(launch), dtype=object)
-    scope[found] = scopes(pid[at], tid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
+    scope[found] = thread_scopes(pid[at], tid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
     rest = ~found
-    own = _ranges(gpu_annotations, to_ints(gpu_annotations.pid), to_ints(gpu_annotations.tid))
+    own = _ranges(gpu_annotations, to_ints(gpu_annotations.pid), to_ints(gpu_annotations.tid), step_re)
     scope[rest] = scopes(cols["device"][rest], cols["stream"][rest], cols["start_ns"][rest], own)
     return scope
 
 
-def _ranges(annotations: Picked, pid: np.ndarray, tid: np.ndarray) -> dict[str, Any]:
-    """Annotation ranges as arrays, ProfilerStep#N left out (module docstring)."""
-    keep = np.array([not PROFILER_STEP.fullmatch(n) for n in annotations.name], dtype=bool)
+def _ranges(annotations: Picked, pid: np.ndarray, tid: np.ndarray, step_re: re.Pattern) -> dict[str, Any]:
+    """Annotation ranges as arrays, step ranges left out (module docstring)."""
+    keep = ~is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)
     return {"pid": pid[keep], "tid": tid[keep], "start_ns": start_ns[keep],
             "end_ns": (start_ns + _dur_ns(annotations))[keep], "name": list(compress(annotations.name, keep))}
 
 
-def _cpu_columns(path: Path, ops: Picked) -> dict[str, Any]:
+def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) -> dict[str, np.ndarray]:
+    """The step ranges among the annotations: group (process or device), start, end, step number."""
+    mask = is_step(annotations.name, step_re)
+    start_ns = np.array(annotations.ts_ns, dtype=np.int64)[mask]
+    return {"group": group[mask], "start_ns": start_ns, "end_ns": start_ns + _dur_ns(annotations)[mask],
+            "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, step_re)}
+
+
+def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,
+               gpu_annotations: Picked, step_re: re.Pattern) -> pd.arrays.IntegerArray:
+    """Per GPU row, the step range around its launch call on any thread of its process;
+    rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
+    pid = to_ints(launches.pid + cpu_annotations.pid)
+    n_launches = len(launches.pid)
+    step = pd.array([None] * len(launch), dtype="Int64")
+    found = launch >= 0
+    at = launch[found]
+    cpu = _step_ranges(cpu_annotations, pid[n_launches:], step_re)
+    step[found] = assign(pid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
+    own = _step_ranges(gpu_annotations, to_ints(gpu_annotations.pid), step_re)
+    step[~found] = assign(cols["device"][~found], cols["start_ns"][~found], own)
+    return step
+
+
+def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Pattern) -> dict[str, Any]:
     if not ops.cat:
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
@@ -143,8 +172,11 @@ def _cpu_columns(path: Path, ops: Picked) -> dict[str, Any]:
     start_ns, dur_ns = np.array(ops.ts_ns, dtype=np.int64), _dur_ns(ops)
     keep = cpu_top_level(to_ints(ops.pid), thread, start_ns, dur_ns)
     names = np.array(ops.name, dtype=object)[keep]
+    pid = to_ints(ops.pid + annotations.pid)  # one id space for operators and ranges
+    steps = _step_ranges(annotations, pid[len(ops.pid):], step_re)
     return {"kind": "cpu_op", "name": names, "device": -1, "stream": thread[keep],
-            "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "", "msg_bytes": np.nan}
+            "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "", "msg_bytes": np.nan,
+            "step": assign(pid[:len(ops.pid)][keep], start_ns[keep], steps)}
 
 
 def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:

@@ -35,6 +35,8 @@ from tracelab import schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
+from ._steps import compile_pattern, step_of_scope
+
 TIME_KEYS = ("time (ns)", "Time (ns)")
 COUNT_KEYS = ("count", "Count")
 DEVICE_ID_KEYS = ("device_id", "DeviceId")
@@ -43,16 +45,20 @@ BYTES_KEY = "bytes"
 LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, not a user scope
 
 
-def read(path: str | os.PathLike) -> Profile:
-    """Read one proton hatchet file: one row per kernel node of the tree."""
+def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
+    """Read one proton hatchet file: one row per kernel node of the tree. A scope named
+    like a step (`step 3`; `step_pattern`, parsers/_steps.py) is the rows' step, not part
+    of their scope; without one proton's aggregates have no step (NA)."""
     path = Path(path)
+    step_re = compile_pattern(step_pattern)
     root, device_info = _split(_decode(path), path)
     rows: list[dict[str, Any]] = []
     scope_metrics: dict[str, dict[str, float]] = {}
     for node, scope in _walk(root, path):
         metrics = _metrics(node, path)
         if _first(metrics, DEVICE_ID_KEYS) is not None:
-            rows.append(_kernel_row(node, metrics, scope, path))
+            step, scope = step_of_scope(scope, step_re)
+            rows.append({**_kernel_row(node, metrics, scope, path), "step": step})
         elif extra := {k: v for k, v in _work_metrics(metrics).items() if v}:
             scope_metrics["/".join(scope + (_name(node, path),))] = extra
     if not rows:
@@ -177,7 +183,7 @@ def _events(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "rank": -1, "source": "proton", "kind": "kernel", "name": table["name"],
         "scope": table["scope"], "device": table["device"], "stream": pd.NA, "start_ns": pd.NA,
         "dur_ns": table["dur_ns"], "count": table["count"],
-        "flops": table["flops"], "bytes": table["bytes"],
+        "flops": table["flops"], "bytes": table["bytes"], "step": table["step"].to_numpy(dtype=object),
     }, n_rows=len(table), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)
 

@@ -8,7 +8,10 @@ copies and fills carry their size in `bytes`.
 
 Scope: a GPU activity's scope is the NVTX ranges (push/pop and start/end)
 open on the thread that launched it, at the start of the launching CUDA API
-call, outermost first, joined by "/". The launch is found through
+call, outermost first, joined by "/"; launched from another thread than the
+process's main one (autograd, NCCL hooks), the main thread's open ranges come
+first. Step: the step range (parsers/_steps.py) open then on any thread of the
+process; step ranges stay out of scopes. The launch is found through
 CUPTI_ACTIVITY_KIND_RUNTIME by correlation id *within the process*
 (globalPid = globalTid & ~0xFFFFFF): correlation ids repeat across processes.
 A start/end range belongs to the thread that started it. An activity whose
@@ -38,6 +41,7 @@ from tracelab.errors import RankError, TraceFormatError
 from tracelab.schema import Profile
 
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
+from ._steps import assign, compile_pattern, is_step, main_threads, numbers
 
 NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
 PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFFFF
@@ -66,17 +70,19 @@ _NVTX = f"""
     WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
 
 
-def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None) -> list[Profile]:
+def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
+         step_pattern: str | None = None) -> list[Profile]:
     """Read one nsys export: one Profile per process, in pid order.
 
-    `ranks` maps a process id (pid) to its rank, overriding the pid order.
+    `ranks` maps a process id (pid) to its rank, overriding the pid order; `step_pattern`
+    names the NVTX step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...).
     """
     path = Path(path)
     if path.is_file() and path.stat().st_size == 0:
         raise TraceFormatError(path, "empty file")
     try:
         with closing(_connect(path)) as con:
-            activity, file_meta, devices = _read_tables(con, path)
+            activity, file_meta, devices = _read_tables(con, path, compile_pattern(step_pattern))
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
     return _profiles(activity, file_meta, devices, path, ranks)
@@ -86,7 +92,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
 
-def _read_tables(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, dict[str, Any], dict]:
+def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tuple[pd.DataFrame, dict[str, Any], dict]:
     tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables):
         raise TraceFormatError(path, "SQLite file without CUPTI_ACTIVITY_KIND_* tables: not an nsys export "
@@ -94,7 +100,7 @@ def _read_tables(con: sqlite3.Connection, path: Path) -> tuple[pd.DataFrame, dic
     activity = _activity(con, tables)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
-    activity["scope"] = _scopes(con, tables, activity)
+    activity["scope"], activity["step"] = _regions(con, tables, activity, step_re)
     return activity, session_meta(con, tables), device_table(con, tables)
 
 
@@ -165,20 +171,50 @@ def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
 _EMIT_NVTX_COUNTERS = r", (?:seq|op_id) = \d+|, sizes = \[.*\]$"
 
 
-def _scopes(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame) -> np.ndarray:
-    """Per activity row, the NVTX ranges open on its launching thread at launch ("" if none)."""
+def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
+             step_re: re.Pattern) -> tuple[np.ndarray, pd.arrays.IntegerArray]:
+    """Per activity row, its scope and step: the NVTX ranges open at its launch (_scopes),
+    and the step range open then on any thread of its process (parsers/_steps.py)."""
     scopes = np.full(len(activity), "", dtype=object)
+    steps = pd.array([None] * len(activity), dtype="Int64")
     if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return scopes
+        return scopes, steps
     launches = _launches(con, activity)
     ranges = _query(con, _NVTX)
     ranges = ranges[ranges["text"].notna() & (ranges["end"] > ranges["start"])]  # an open range: end = max
     ranges = ranges.assign(text=ranges["text"].str.replace(_EMIT_NVTX_COUNTERS, "", regex=True))
+    step = is_step(ranges["text"].tolist(), step_re)
+    rows = launches["row"].to_numpy()
+    steps[rows] = assign(launches["globalPid"].to_numpy(), launches["launch_ns"].to_numpy(),
+                         _step_ranges(ranges[step], step_re))
+    scopes[rows] = _scopes(ranges[~step], launches)
+    return scopes, steps
+
+
+def _step_ranges(ranges: pd.DataFrame, step_re: re.Pattern) -> dict[str, np.ndarray]:
+    group = ranges["tid"].to_numpy() & PID_MASK
+    start_ns = ranges["start"].to_numpy()
+    return {"group": group, "start_ns": start_ns, "end_ns": ranges["end"].to_numpy(),
+            "step": numbers(ranges["text"].tolist(), group, start_ns, step_re)}
+
+
+def _scopes(ranges: pd.DataFrame, launches: pd.DataFrame) -> list[str]:
+    """Per launch, the NVTX ranges open on its thread at launch ("" if none). A launch from
+    another thread than its process's main one (autograd, NCCL hooks) gets the main
+    thread's open ranges first, its own nested inside (`backward/ncclAllReduce`)."""
     by_thread = dict(tuple(ranges.groupby("tid", sort=False)))
-    for tid, group in launches.groupby("tid", sort=False):
-        if tid in by_thread:
-            scopes[group["row"].to_numpy()] = _sweep(by_thread[tid], group["launch_ns"].to_numpy())
-    return scopes
+    tid = ranges["tid"].to_numpy()
+    main = main_threads(tid & PID_MASK, tid, (ranges["end"] - ranges["start"]).to_numpy())
+    out = pd.Series("", index=launches.index, dtype=object)
+    for t, group in launches.groupby("tid", sort=False):
+        at = group["launch_ns"].to_numpy()
+        own = _sweep(by_thread[t], at) if t in by_thread else [""] * len(at)
+        main_tid = main.get(int(t) & PID_MASK, t)
+        if main_tid != t:
+            outer = _sweep(by_thread[main_tid], at)
+            own = [f"{o}/{s}" if o and s else o or s for o, s in zip(outer, own)]
+        out[group.index] = own
+    return out.tolist()
 
 
 def _launches(con: sqlite3.Connection, activity: pd.DataFrame) -> pd.DataFrame:
@@ -262,6 +298,6 @@ def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
         "scope": rows["scope"].to_numpy(), "device": rows["device"].to_numpy(),
         "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
         "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
-        "bytes": rows["bytes"].to_numpy(),
+        "bytes": rows["bytes"].to_numpy(), "step": rows["step"].array,
     }, n_rows=len(rows), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)

@@ -55,14 +55,10 @@ def _stem(path: Path) -> str:
     return path.stem
 
 
-def _leaf(path: Path) -> str:
-    return path.name if path.is_dir() else _stem(path)
-
-
-def _parts(paths: list[Path]) -> list[tuple[str, ...]]:
+def _parts(paths: list[Path], folders: list[bool]) -> list[tuple[str, ...]]:
     """Folders, then the stem (or folder name); the whole file name where two files
     of one folder share a stem (rank0.json beside rank0.json.gz)."""
-    parts = [(*p.parent.parts, _leaf(p)) for p in paths]
+    parts = [(*p.parent.parts, p.name if folder else _stem(p)) for p, folder in zip(paths, folders)]
     seen = Counter(parts)
     return [(*p.parent.parts, p.name) if seen[t] > 1 else t for p, t in zip(paths, parts)]
 
@@ -73,13 +69,15 @@ def _shortest_suffix(parts: list[tuple[str, ...]], i: int) -> str:
     return Path(*mine[-depth:]).as_posix()
 
 
-def path_labels(paths: list[Path]) -> list[str]:
-    """Each path's shortest tail (stem, then as many parent folders as it takes) that no
-    other input path shares: `a/rank0` and `b/rank0`, but `rank1` beside them. The very
-    same path given more than once is numbered in the order given: `rank0#1`, `rank0#2`."""
+def path_labels(paths: list[Path], folders: list[bool]) -> list[str]:
+    """Each path's shortest tail (stem, or a folder's name, then as many parent folders as it
+    takes) that no other input path shares: `a/rank0` and `b/rank0`, but `rank1` beside them.
+    The very same path given more than once is numbered in the order given: `rank0#1`, `rank0#2`.
+    `folders` says which paths are folders (the caller looked)."""
     full = [Path(os.path.abspath(p)) for p in paths]
+    is_folder = dict(zip(full, folders))
     distinct = list(dict.fromkeys(full))
-    parts = _parts(distinct)
+    parts = _parts(distinct, [is_folder[p] for p in distinct])
     label = {p: _shortest_suffix(parts, i) for i, p in enumerate(distinct)}
     times, nth = Counter(full), Counter()
     out = []
@@ -89,28 +87,29 @@ def path_labels(paths: list[Path]) -> list[str]:
     return out
 
 
-def _group_names(paths: list[Path], groups: list[list[Profile]]) -> list[str]:
+def _group_names(paths: list[Path], folders: list[bool], groups: list[list[Profile]]) -> list[str]:
     """A short unique name per input path: the source when each input is one distinct
     profiler, else its path label (see path_labels)."""
     sources = [{p.meta.get("source") for p in g} for g in groups]
     if all(len(s) == 1 for s in sources) and len({next(iter(s)) for s in sources}) == len(groups):
         return [str(next(iter(s))) for s in sources]
-    return path_labels(paths)
+    return path_labels(paths, folders)
 
 
-def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
-    """Label the profiles loaded from each path: `rank3` when all are ranks of one run
-    (distinct ranks, one source, at most one folder), else `<run>/rank3` (or `<run>` for
-    a lone profile) since ranks collide across runs."""
+def label(paths: list[str | Path], folders: list[bool], groups: list[list[Profile]]) -> list[Input]:
+    """Label the profiles loaded from each path (`folders`: which paths are folders):
+    `rank3` when all are ranks of one run (distinct ranks, one source, at most one folder),
+    else `<run>/rank3` (or `<run>` for a lone profile) since ranks collide across runs.
+    tracelab.inputs.label_inputs looks at the paths and calls this."""
     paths = [Path(p) for p in paths]
     profiles = [p for g in groups for p in g]
     ranks = [p.rank for p in profiles]
     one_run = (len(set(ranks)) == len(ranks) and len({p.meta.get("source") for p in profiles}) == 1
-               and sum(p.is_dir() for p in paths) <= 1)
+               and sum(folders) <= 1)
     if one_run:  # in the order given (the first is the reference); a folder's ranks by rank
         return [_input(f"rank{p.rank}", "", p) for g in groups for p in sorted(g, key=lambda p: p.rank)]
     out = []
-    for name, group in zip(_group_names(paths, groups), groups):
+    for name, group in zip(_group_names(paths, folders, groups), groups):
         for p in sorted(group, key=lambda p: p.rank):
             label = name if len(group) == 1 else f"{name}/rank{p.rank}"
             out.append(_input(label, name, p))

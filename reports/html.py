@@ -1,4 +1,6 @@
 """One self-contained, offline HTML report (plotly.js inlined once, no network requests).
+`render(...) -> str` only: loading the traces, reading run.json and writing the file are
+tracelab.inputs' (write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
 it is HTML-escaped in markup, entity-escaped inside plotly labels (plotly decodes
@@ -11,14 +13,11 @@ import base64
 import hashlib
 import html
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..errors import TraceFormatError, UsageError
+from ..errors import UsageError
 from . import figures, workload_plots
 from .compare import Input, comparison, rows_are
 
@@ -93,18 +92,6 @@ def _cell(value: Any, header: str, text: bool) -> str:
     scale, fmt = (1e6, "{:,.3f}") if header.endswith("(ms)") else (1e3, "{:,.2f}") if header.endswith("(us)") \
         else (0.01, "{:.1f}%") if header.endswith("%") else (1, "{:,.3g}" if isinstance(value, float) else "{:,}")
     return f'<td data-v="{float(value)!r}">{fmt.format(value / scale if scale != 1 else value)}</td>'
-
-
-def run_info(paths: list[str | Path]) -> dict | None:
-    """run.json of the first input that is a run folder (holds one), else None."""
-    for p in map(Path, paths):
-        candidate = p / "run.json" if p.is_dir() else None
-        if candidate and candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError) as e:
-                raise TraceFormatError(candidate, f"cannot read the run description ({e})") from None
-    return None
 
 
 def _run_info_html(info: dict | None, inputs: list[Input], paths: list[str]) -> str:
@@ -198,40 +185,3 @@ def _straggler(row: pd.Series, measured: str) -> str:
     from .text import straggler_line
 
     return straggler_line(row, measured)
-
-
-def write(path: str | Path, text: str, force: bool = False) -> Path:
-    """Write atomically (a temporary file beside it, then os.replace); an existing
-    file is replaced only with force."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise UsageError(path, "exists; pass --force to overwrite it")
-    if path.is_dir():
-        raise UsageError(path, "is a folder")
-    if not path.parent.is_dir():
-        raise UsageError(path, f"folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 groups: list[list] | None = None) -> Path:
-    """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
-    loaded per path) are given, render the report and write it atomically. `tracelab run`
-    calls this on its run folder."""
-    from ..load import load_many
-    from .compare import label_inputs
-
-    paths = [str(p) for p in paths]
-    if Path(out).exists() and not force:
-        raise UsageError(out, "exists; pass --force to overwrite it")
-    groups = groups if groups is not None else [load_many([p]) for p in paths]
-    title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
-    return write(out, render(label_inputs(paths, groups), paths, run_info(paths), title), force=force)

@@ -25,6 +25,7 @@ from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import chrome
 
 REPO = Path(__file__).resolve().parents[1]
+from tracelab.parsers._steps import DEFAULT_STEP_PATTERN
 
 GPU_TRACES = [
     "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
@@ -112,7 +113,7 @@ def test_start_times_old_and_new_format(rel: str, epoch_from: str) -> None:
 
 # ---- scope: the user regions around the launch ---------------------------------------
 
-STEP = re.compile(r"ProfilerStep#\d+")
+STEP = re.compile(DEFAULT_STEP_PATTERN, re.IGNORECASE)
 
 
 def _ranges_by_thread(events: list[dict], cat: str) -> dict[tuple, list[tuple[int, int, str]]]:
@@ -129,9 +130,16 @@ def _enclosing(ranges: list[tuple[int, int, str]], at_ns: int) -> str:
     return "/".join(name for _, _, name in holding)
 
 
+def _main_thread(cpu: dict[tuple, list], pid) -> object:
+    """The thread of pid whose ranges add up to the most time (the first of equals)."""
+    totals = {tid: sum(end - start for start, end, _ in r) for (p, tid), r in cpu.items() if p == pid}
+    return max(totals, key=totals.get) if totals else None
+
+
 def _brute_force_scopes(events: list[dict]) -> Counter:
     """(absolute start ns, stream, scope) of every GPU row: the CPU user_annotations around
-    its launch (the first non-GPU "X" event with its correlation) on the launch's thread;
+    its launch (the first non-GPU "X" event with its correlation) on the launch's thread,
+    nested inside those of its process's main thread when launched from another thread;
     without a launch, or without any CPU user_annotation, the gpu_user_annotations around
     its own start on its device and stream."""
     cpu, gpu = _ranges_by_thread(events, "user_annotation"), _ranges_by_thread(events, "gpu_user_annotation")
@@ -146,6 +154,10 @@ def _brute_force_scopes(events: list[dict]) -> Counter:
         launch = launches.get(e["args"].get("correlation"))
         if cpu and launch:
             scope = _enclosing(cpu.get((launch["pid"], launch["tid"]), []), _ns(launch["ts"]))
+            main = _main_thread(cpu, launch["pid"])
+            if main is not None and main != launch["tid"]:
+                outer = _enclosing(cpu[(launch["pid"], main)], _ns(launch["ts"]))
+                scope = "/".join(s for s in (outer, scope) if s)
         else:
             scope = _enclosing(gpu.get((e["pid"], e["tid"]), []), _ns(e["ts"]))
         scopes[(_ns(e["ts"]), e["tid"], scope)] += 1

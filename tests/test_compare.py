@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 import tracelab
 from tracelab.classify import canonical
 from tracelab.cli import app
-from tracelab.reports.compare import comparison, label_inputs
+from tracelab.inputs import label_inputs
+from tracelab.reports.compare import comparison
 from tracelab.reports.text import compare_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,7 +338,7 @@ def test_across_profilers_join_on_canonical_names():
 def test_path_labels(paths, labels):
     from tracelab.reports.compare import path_labels
 
-    assert path_labels([Path(p) for p in paths]) == labels
+    assert path_labels([Path(p) for p in paths], [False] * len(paths)) == labels
 
 
 def test_path_labels_relative_and_folders(monkeypatch):
@@ -345,8 +346,8 @@ def test_path_labels_relative_and_folders(monkeypatch):
 
     monkeypatch.chdir(ROOT / "tests")
     run = ROOT / "tests" / "data" / "train-2gpu-torch"
-    assert path_labels([Path("data/train-2gpu-torch"), run]) == ["train-2gpu-torch#1", "train-2gpu-torch#2"]
-    assert path_labels([Path("data/train-2gpu-torch/rank0.pt.trace.json.gz"), Path(".")]) == ["rank0", "tests"]
+    assert path_labels([Path("data/train-2gpu-torch"), run], [True, True]) == ["train-2gpu-torch#1", "train-2gpu-torch#2"]
+    assert path_labels([Path("data/train-2gpu-torch/rank0.pt.trace.json.gz"), Path(".")], [False, True]) == ["rank0", "tests"]
 
 
 @pytest.mark.parametrize("args, labels", [

@@ -22,6 +22,7 @@ import pytest
 from conftest import shared_trace
 
 from tracelab.errors import UsageError
+from tracelab.inputs import write, write_report
 from tracelab.reports import html
 from tracelab.reports.compare import Input
 from tracelab.schema import coerce
@@ -156,7 +157,7 @@ def _evil_inputs() -> list[Input]:
 
 def test_trace_strings_are_escaped_and_no_script_runs(chromium, tmp_path):
     page = tmp_path / "evil.html"
-    html.write(page, html.render(_evil_inputs(), [str(tmp_path / XSS)], {"note": XSS_SCOPE}, title=XSS))
+    write(page, html.render(_evil_inputs(), [str(tmp_path / XSS)], {"note": XSS_SCOPE}, title=XSS))
     text = page.read_text()
     for payload in (XSS, XSS_MARK, XSS_SCOPE, "before<script>"):
         assert payload not in text
@@ -182,9 +183,9 @@ def test_existing_output_needs_force(tmp_path):
     out = tmp_path / "report.html"
     out.write_text("old")
     with pytest.raises(UsageError, match="--force"):
-        html.write(out, "new")
+        write(out, "new")
     assert out.read_text() == "old"
-    html.write(out, "new", force=True)
+    write(out, "new", force=True)
     assert out.read_text() == "new"
     proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(shared_trace("proton/cuda.json")),
                            "-o", str(out)], capture_output=True, text=True)
@@ -201,7 +202,7 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
-        html.write(out, "new", force=True)
+        write(out, "new", force=True)
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
 
 
@@ -209,7 +210,7 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch
 def test_bad_output_path(tmp_path, where):
     target = tmp_path / "nope" / "r.html" if where == "missing folder" else tmp_path
     with pytest.raises(UsageError):
-        html.write(target, "x", force=True)
+        write(target, "x", force=True)
 
 
 # ---- size and open time: 8 ranks, 1M events ------------------------------------------------
@@ -221,7 +222,7 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     spec.loader.exec_module(bench)
     inputs = bench.synthetic_inputs(ranks=8, events=1_000_000)
     assert sum(len(i.events) for i in inputs) == 1_000_000
-    out = html.write(tmp_path / "big.html", html.render(inputs, ["synthetic"]))
+    out = write(tmp_path / "big.html", html.render(inputs, ["synthetic"]))
     assert out.stat().st_size < 10e6
     _, render_ms, plots = bench.open_in_chromium(out, chromium)
     assert plots == 4 and 0 < render_ms < 5000
@@ -233,7 +234,7 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     ("hta/trace_filter/sampled_rank-0.json.gz", "GPU time per input", "kernels"),
 ])
 def test_headings_say_what_was_timed(trace, heading, rows, tmp_path):
-    out = html.write_report([shared_trace(trace)], tmp_path / "r.html")
+    out = write_report([shared_trace(trace)], tmp_path / "r.html")
     text = out.read_text()
     assert f"<h2>{heading}, by op class</h2>" in text and f"<h2>Top {rows}</h2>" in text
     other = "GPU time per input" if heading.startswith("CPU") else "CPU operator time"

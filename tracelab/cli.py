@@ -113,13 +113,14 @@ def _load_groups(paths: list[str]) -> list[list]:
     one progress bar on stderr over all their files."""
     from rich.progress import Progress
 
-    from .load import expand, load_many
+    from .inputs import load_groups
+    from .load import expand
 
     files = [expand(p) for p in paths]
     total = sum(len(f) for f in files)
     with Progress(transient=True, console=_err_console(), disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        return [load_many(p, on_loaded=lambda _: bar.advance(task)) for p in paths]
+        return load_groups(paths, on_loaded=lambda _: bar.advance(task))
 
 
 @app.command()
@@ -135,7 +136,8 @@ def compare(
 ) -> None:
     """Ranks, runs or profilers side by side: time and count per input, delta and ratio
     against the first, spread and slowest input per row, and the straggler rank."""
-    from .reports.compare import BY, comparison, default_by, label_inputs
+    from .inputs import label_inputs
+    from .reports.compare import BY, comparison, default_by
     from .reports.text import COMPARE_RENDERERS
 
     if by is not None:
@@ -182,11 +184,11 @@ def report(
     top kernels (heatmap, sortable table), timeline, overlap and idle, and the comparison of runs."""
     from pathlib import Path
 
-    from .reports import html
+    from .inputs import write_report
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    written = html.write_report(paths, out, force=force, title=title, groups=_load_groups(paths))
+    written = write_report(paths, out, force=force, title=title, groups=_load_groups(paths))
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
@@ -249,12 +251,8 @@ def _run_report(run_dir, top: int) -> None:
     profiles = _load([str(run_dir)])
     df = events(profiles)
     _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
-    try:
-        from .reports import html
-    except ModuleNotFoundError as e:  # the HTML report is optional until it exists
-        if e.name != "tracelab.reports.html":
-            raise
-        return
-    written = html.write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
-                                groups=[profiles])
+    from .inputs import write_report
+
+    written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
+                           groups=[profiles])
     typer.echo(f"wrote {written}", err=True)

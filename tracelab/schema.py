@@ -33,6 +33,7 @@ COLUMNS: dict[str, str] = {
     "flops": "float64",
     "bytes": "float64",
     "msg_bytes": "float64",
+    "step": "Int64",
 }
 
 _CATEGORIES = {"source": SOURCES, "kind": KINDS, "op_class": OP_CLASSES}
@@ -88,12 +89,12 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
     """Build a frame of `spec`'s columns (COLUMNS, or PARSED in a parser) from column arrays;
     missing optional columns get their empty value.
 
-    Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns to NA,
+    Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step to NA,
     scope to "", count to 1.
     """
     n = n_rows if n_rows is not None else _length(columns)
     defaults = {"scope": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
-                "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan}
+                "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA}
     out = {}
     for name, dtype in spec.items():
         values = columns.get(name, defaults.get(name))
