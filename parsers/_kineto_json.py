@@ -10,32 +10,39 @@ object per event of the other categories (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
-import gzip
-import zlib
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Annotated, Any, ClassVar, Iterable
 
 import msgspec
 
+from tracelab import limits
 from tracelab.errors import TraceFormatError
 
 CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
+
+# Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
+Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
+Id = Int64 | str | None
+Number = Int64 | float | str | None  # args values Kineto writes as integers; others are ignored
+DurUs = Annotated[float, msgspec.Meta(ge=-limits.MAX_DUR_NS / 1000, le=limits.MAX_DUR_NS / 1000)]
+Nelems = Annotated[float, msgspec.Meta(ge=0, le=2.0**62)] | str | None
 
 
 class _Args(msgspec.Struct, gc=False):
     """The args a row needs; the trace's other args are skipped unread."""
 
-    device: Any = None
-    stream: Any = None
+    device: Number = None
+    stream: Number = None
     collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    in_nelems: Nelems = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Nelems = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
-    correlation: Any = None
+    correlation: Number = None
 
 
 class _Category(msgspec.Struct, gc=False):
@@ -50,22 +57,22 @@ class _Event(msgspec.Struct, gc=False):
     cat: str
     ts: Decimal
     name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    dur: float = 0.0
+    pid: Id = None
+    tid: Id = None
+    dur: DurUs = 0.0
     args: _Args | None = None
 
 
 class _LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
+    correlation: Number = None
 
 
 class _Launch(msgspec.Struct, gc=False):
     """A launch call: only what finds it (correlation) and places it (thread, start)."""
 
     ts: Decimal
-    pid: int | str | None = None
-    tid: int | str | None = None
+    pid: Id = None
+    tid: Id = None
     args: _LaunchArgs | None = None
 
 
@@ -82,11 +89,20 @@ class Trace(msgspec.Struct):
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT, _PID, _TID, _TS, _ARGS = map(attrgetter, ("cat", "pid", "tid", "ts", "args"))
+_CAT, _PID, _TID, _TS, _ARGS, _NAME = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name"))
 
 
 def _ts_ns(events: list[_Event] | list[_Launch]) -> list[int]:
-    return [int(t.scaleb(3).to_integral_value()) for t in map(_TS, events)]
+    """`ts` in integer ns; ValueError past +-limits.MAX_TIME_NS (damage, not a time)."""
+    try:
+        ns = [int(t.scaleb(3).to_integral_value()) for t in map(_TS, events)]
+    except (ArithmeticError, ValueError):  # Infinity, or an exponent past Decimal's range
+        ns = [limits.MAX_TIME_NS + 1] * len(events)
+    bound = limits.MAX_TIME_NS
+    if ns and (max(ns) > bound or min(ns) < -bound):
+        bad = next(t for t, n in zip(map(_TS, events), ns) if not -bound <= n <= bound)
+        raise ValueError(f"ts {bad} us is beyond +-2**62 ns")
+    return ns
 
 
 @dataclass
@@ -111,6 +127,8 @@ class Picked:
         self.ts_ns += _ts_ns(events)
         self.name += [self._names.setdefault(e.name, e.name) for e in events]
         self.args += map(_ARGS, events)
+        if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
+            raise ValueError(f"name: {complaint}")
 
 
 @dataclass
@@ -134,22 +152,13 @@ def _array(raws: Iterable[msgspec.Raw]) -> bytes:
     return b"[" + b",".join(raws) + b"]"
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when gzip; a TraceFormatError for unreadable, empty or damaged files."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
-    if not data.strip():
+def read_bytes(path: Path) -> bytes | bytearray:
+    """The file's bytes, gunzipped when gzip (limits.read_trace_bytes); a TraceFormatError
+    for unreadable, empty, oversized or damaged files."""
+    data = limits.read_trace_bytes(path)
+    if not data or data.isspace():
         raise TraceFormatError(path, "empty file")
-    if not data.startswith(b"\x1f\x8b"):
-        return data
-    try:
-        return gzip.decompress(data)
-    except EOFError:
-        raise TraceFormatError(path, "truncated gzip: the compressed stream ends early") from None
-    except (OSError, zlib.error) as e:
-        raise TraceFormatError(path, f"damaged gzip: {e}") from None
+    return data
 
 
 def decode(path: Path, data: bytes) -> Trace:
@@ -161,6 +170,8 @@ def decode(path: Path, data: bytes) -> Trace:
         raise TraceFormatError(path, f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON (truncated or damaged?): {e}") from None
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise limits.json_error(path, e) from None
 
 
 def _check_json(path: Path, data: bytes) -> None:
@@ -169,6 +180,8 @@ def _check_json(path: Path, data: bytes) -> None:
         msgspec.json.decode(data)
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON: {e}") from None
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise limits.json_error(path, e) from None
 
 
 def pick(path: Path, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]]) -> list:
@@ -178,11 +191,48 @@ def pick(path: Path, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]
     picked = [collector() for _, collector in groups]
     for first in range(0, len(raws), CHUNK_EVENTS):
         part = raws[first:first + CHUNK_EVENTS]
+        cats: list[str] = []
         try:
             cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
             for (group, _), out in zip(groups, picked):
                 if chosen := list(compress(part, map(group.__contains__, cats))):
                     out.add(out.DECODER.decode(_array(chosen)))
-        except msgspec.ValidationError as e:
-            raise TraceFormatError(path, f"unexpected event in traceEvents[{first}:]: {e}") from None
+        except RecursionError as e:
+            raise limits.json_error(path, e) from None
+        except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
+            raise _located(path, part, first, cats, groups) or TraceFormatError(
+                path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
     return picked
+
+
+def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
+             groups: list[tuple[set[str], type]]) -> TraceFormatError | None:
+    """The first bad event of a chunk that failed, decoded one by one (the error path only):
+    its index in traceEvents, category, name and the field at fault."""
+    for i, (raw, cat) in enumerate(zip(part, cats)):
+        for group, collector in groups:
+            if cat in group:
+                try:
+                    collector().add(collector.DECODER.decode(_array([raw])))
+                except ValueError as e:
+                    return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
+                                                  f"({cat}{_name_of(raw)}): {_plain(e)}")
+    return None
+
+
+def _name_of(raw: msgspec.Raw) -> str:
+    try:
+        return f" {msgspec.json.decode(raw, type=_Named).name[:60]!r}"
+    except ValueError:
+        return ""
+
+
+class _Named(msgspec.Struct):
+    name: str = ""
+
+
+def _plain(e: ValueError) -> str:
+    """The error in words, the field first: 'dur: Expected `float` <= ...', 'invalid UTF-8 (...)'."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"invalid UTF-8 ({e.reason})"
+    return re.sub(r"^(.*) - at `\$\[\d+\]\.(.*)`$", r"\2: \1", str(e))

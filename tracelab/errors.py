@@ -13,6 +13,11 @@ class TracelabError(Exception):
         self.reason = reason
         super().__init__(f"{self.where}: {reason}" if self.where else reason)
 
+    def __reduce__(self):
+        """Rebuild from (where, reason): an error raised in a worker process of load_many
+        crosses back to the parent intact (Exception's default pickles only the message)."""
+        return type(self), (self.where, self.reason)
+
 
 class TraceFormatError(TracelabError):
     """The file is not a trace tracelab can read, or it is damaged."""

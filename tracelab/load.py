@@ -16,6 +16,7 @@ import os
 import re
 import zlib
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -24,7 +25,8 @@ import pandas as pd
 
 from . import cache, classify
 from .errors import NoTracesError, RankError, TraceFormatError
-from .schema import Profile, empty, validate
+from .limits import INT32
+from .schema import Profile, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
 PARSERS: dict[str, str] = {
@@ -61,9 +63,12 @@ def detect(path: str | os.PathLike) -> str:
         raise TraceFormatError(path, "no such file")
     if path.is_dir():
         raise TraceFormatError(path, "is a folder, not a trace file")
-    if path.stat().st_size == 0:
-        raise TraceFormatError(path, "empty file")
-    head = _peek(path)
+    try:
+        if path.stat().st_size == 0:
+            raise TraceFormatError(path, "empty file")
+        head = _peek(path)
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
     if head.startswith(_SQLITE_MAGIC):
         return "nsys"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -88,11 +93,24 @@ def _parse(path: Path) -> list[Profile]:
     use_cache = cache.enabled(path)
     if use_cache and (cached := cache.get(path, module.__file__)) is not None:
         return cached
-    result = module.read(path)
+    result = _read(module, path)
     profiles = result if isinstance(result, list) else [result]
     if use_cache:
         cache.put(path, module.__file__, profiles)
     return profiles
+
+
+def _read(module, path: Path):
+    """module.read(path); what a parser lets through despite its checks (a parser's bug on
+    an input nobody foresaw) still names the file, and memory running out says so."""
+    try:
+        return module.read(path)
+    except MemoryError:
+        raise TraceFormatError(path, "out of memory while reading it") from None
+    except RecursionError:
+        raise TraceFormatError(path, "nested too deeply to read") from None
+    except (SchemaError, ArithmeticError, UnicodeError) as e:
+        raise TraceFormatError(path, f"a value tracelab cannot hold ({type(e).__name__}: {e})") from None
 
 
 def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> Profile:
@@ -109,6 +127,8 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     else:
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
+    if not INT32[0] <= meta["rank"] <= INT32[1]:  # the int32 rank column
+        raise RankError(path, f"rank {meta['rank']} (from the {meta['rank_from']}) is outside int32")
     events = profile.events.assign(rank=np.int32(meta["rank"]))  # one Profile is one rank
     return Profile(classify.classified(events), meta)
 
@@ -135,7 +155,7 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and _looks_like_trace(f))
+            found = _traces_in(p)
             if not found:
                 raise NoTracesError(p, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this folder")
             files.extend(found)
@@ -146,6 +166,18 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
     if not files:
         raise NoTracesError(None, "no trace files given")
     return files
+
+
+def _traces_in(folder: Path) -> list[Path]:
+    """Trace files under `folder` (symlinked folders not followed), sorted. A subfolder that
+    cannot be read is an error, not skipped: its traces would be missing without a word."""
+    def refuse(e: OSError) -> None:
+        raise TraceFormatError(e.filename or folder, f"cannot read this folder: {e.strerror or e}")
+
+    found = []
+    for root, _, names in os.walk(folder, onerror=refuse):
+        found += [f for f in map(Path(root).joinpath, names) if _looks_like_trace(f) and f.is_file()]
+    return sorted(found)
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -187,11 +219,24 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded) -> list[list[P
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(_parse, f) for f in files]
         out = []
-        for f, fut in zip(files, futures):
-            out.append(fut.result())
-            if on_loaded:
-                on_loaded(f)
+        try:
+            for f, fut in zip(files, futures):
+                out.append(_result(fut, f))
+                if on_loaded:
+                    on_loaded(f)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # the first error is the answer
+            raise
         return out
+
+
+def _result(future, path: Path) -> list[Profile]:
+    """A worker's profiles; its error comes back as raised there (errors.py pickles them);
+    a worker that died (killed, out of memory) is named by the file it was parsing."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise TraceFormatError(path, "the process reading it died (out of memory, or killed)") from None
 
 
 def _check_unique(profiles: list[Profile]) -> list[Profile]:

@@ -1,0 +1,99 @@
+"""The nsys parser's edge (parsers/nsys.py): every column it reads is checked in SQL before
+it is read, so a text, blob, real or NULL where an integer belongs, a time past +-2**62 ns,
+an end before its start or a device id beyond int16 names the table, row and column
+instead of failing later inside pandas. One scan per table finds whether any row is bad;
+only then is the bad row looked at column by column."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tracelab import limits
+from tracelab.errors import TraceFormatError
+
+_T = limits.MAX_TIME_NS
+_INT = "typeof({c}) = 'integer'"
+_TIME = f"typeof({{c}}) = 'integer' AND {{c}} BETWEEN {-_T} AND {_T}"
+# column -> (SQL condition a good value meets, what it must be), {c} = the column
+RULES: dict[str, tuple[str, str]] = {
+    "start": (_TIME, "an integer time within +-2**62 ns"),
+    "end": (_TIME + " AND {c} >= start", "an integer time within +-2**62 ns, at or after start"),
+    "deviceId": (_INT + f" AND {{c}} BETWEEN {limits.INT16[0]} AND {limits.INT16[1]}", "an int16 device id"),
+    "streamId": (_INT, "an integer"),
+    "globalPid": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
+    "globalTid": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
+    "correlationId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
+    "bytes": ("{c} IS NULL OR " + _INT + " AND {c} >= 0", "a whole number of bytes or NULL"),
+}
+_ACTIVITY = ("start", "end", "deviceId", "streamId", "globalPid", "correlationId", "bytes")
+# table -> (columns checked, which rows the parser reads, the columns that choice needs)
+TABLES: dict[str, tuple[tuple[str, ...], str, set[str]]] = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": (_ACTIVITY, "1", set()),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (_ACTIVITY, "1", set()),
+    "CUPTI_ACTIVITY_KIND_MEMSET": (_ACTIVITY, "1", set()),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": (("start", "globalTid", "correlationId"),
+                                    "correlationId IS NOT NULL AND globalTid IS NOT NULL",
+                                    {"correlationId", "globalTid"}),
+    "NVTX_EVENTS": (("start", "globalTid"), "eventType IN (59, 60)", {"eventType"}),
+}
+_NVTX_END = ("end IS NULL OR " + _TIME.format(c="end") + " AND end >= start",
+             "NULL or an integer time within +-2**62 ns, at or after start")
+
+
+def check(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
+    """Raise TraceFormatError naming table, row, column and value for the first bad value."""
+    for table, (columns, rows, needs) in TABLES.items():
+        present = {r[1] for r in con.execute(f"PRAGMA table_info({table})")} if table in tables else set()
+        if present and needs <= present:  # else the parser does not read it (or says what is missing)
+            rules = {c: RULES[c] for c in columns if c in present}
+            if table == "NVTX_EVENTS" and "end" in present:
+                rules["end"] = _NVTX_END
+            _check_table(con, table, rows, rules, path)
+    _check_names(con, tables, path)
+
+
+def _good(rule: str, column: str) -> str:
+    return f"COALESCE(({rule.format(c=column)}), 0)"
+
+
+def _check_table(con: sqlite3.Connection, table: str, rows: str, rules: dict[str, tuple[str, str]],
+                 path: Path) -> None:
+    if not rules:
+        return
+    all_good = " AND ".join(_good(rule, c) for c, (rule, _) in rules.items())
+    bad = con.execute(f"SELECT rowid FROM {table} WHERE ({rows}) AND NOT ({all_good}) LIMIT 1").fetchone()
+    if bad is None:
+        return
+    for column, (rule, wanted) in rules.items():
+        value, kind, good = con.execute(f"SELECT {column}, typeof({column}), {_good(rule, column)} "
+                                        f"FROM {table} WHERE rowid = ?", bad).fetchone()
+        if not good:
+            raise TraceFormatError(path, f"{table} row {bad[0]}: {column} {_shown(value)} ({kind}) "
+                                         f"is not {wanted}")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_NAMES = """
+    SELECT k.rowid, k.demangledName, k.shortName, typeof(COALESCE(NULLIF(d.value, ''), s.value))
+    FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    LEFT JOIN StringIds d ON d.id = k.demangledName
+    LEFT JOIN StringIds s ON s.id = k.shortName
+    WHERE typeof(COALESCE(NULLIF(d.value, ''), s.value)) != 'text' LIMIT 1"""
+
+
+def _check_names(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
+    """Every kernel has a text name in StringIds; no string is longer than the limit."""
+    if "StringIds" not in tables:
+        return
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        bad = con.execute(_NAMES).fetchone()
+        if bad:
+            raise TraceFormatError(path, f"CUPTI_ACTIVITY_KIND_KERNEL row {bad[0]}: name: demangledName "
+                                         f"{bad[1]!r} and shortName {bad[2]!r} give no text in StringIds ({bad[3]})")
+    longest = con.execute("SELECT MAX(LENGTH(value)) FROM StringIds").fetchone()[0] or 0
+    if complaint := limits.long_name(longest):
+        raise TraceFormatError(path, f"StringIds: {complaint}")

@@ -1,0 +1,115 @@
+"""Bounds on what one trace file may hold, checked by the parsers where data enters, so
+that a damaged or hostile file gives one TraceFormatError instead of a traceback, an
+exhausted memory or an hour of work.
+
+- Decompressed size: TRACELAB_MAX_TRACE_BYTES (default 2 GiB). Gzip is inflated as a
+  stream and stops at the bound: a 4 MB gzip that inflates to 4 GiB costs at most the
+  bound in memory. Raise it for bigger traces.
+- Name length: TRACELAB_MAX_NAME_CHARS (default 1 Mi characters) per kernel, operator
+  or range name; real demangled kernel names stay under ~20 k.
+- Nesting: JSON deeper than the interpreter's recursion limit (about 1000 levels; Kineto
+  and proton files nest under 10) is refused as damaged.
+- Times: timestamps within +-2**62 ns (146 years) and durations within 2**61 ns, so
+  that start + dur and differences of starts stay inside int64.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+from .errors import TraceFormatError
+
+DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
+DEFAULT_MAX_NAME_CHARS = 1024**2
+MAX_TIME_NS = 2**62
+MAX_DUR_NS = 2**61
+INT16 = (-(2**15), 2**15 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK_BYTES = 1024**2
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(float(value)) if value.strip() else default
+    except ValueError:
+        from .errors import UsageError
+
+        raise UsageError(name, f"{value!r} is not a number") from None
+
+
+def max_trace_bytes() -> int:
+    return _env_int("TRACELAB_MAX_TRACE_BYTES", DEFAULT_MAX_TRACE_BYTES)
+
+
+def max_name_chars() -> int:
+    return _env_int("TRACELAB_MAX_NAME_CHARS", DEFAULT_MAX_NAME_CHARS)
+
+
+def too_large(path: Path, what: str) -> TraceFormatError:
+    return TraceFormatError(path, f"{what} more than {max_trace_bytes():,} bytes, the limit "
+                                  "(set TRACELAB_MAX_TRACE_BYTES to raise it)")
+
+
+def read_trace_bytes(path: Path) -> bytes | bytearray:
+    """The file's bytes, gunzipped as a stream when gzip, at most max_trace_bytes();
+    TraceFormatError for unreadable, oversized or damaged files."""
+    limit = max_trace_bytes()
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                f.seek(0)
+                return _gunzip(path, f, limit)
+            if os.fstat(f.fileno()).st_size > limit:
+                raise too_large(path, "holds")
+            f.seek(0)
+            return f.read()
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _gunzip(path: Path, f, limit: int) -> bytearray:
+    """Inflate every gzip member of `f` into one buffer, never past `limit` bytes."""
+    out = bytearray()
+    inflate, fresh, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), True, b""
+    while True:
+        if not pending and not (pending := f.read(_CHUNK_BYTES)):
+            break
+        try:
+            out += inflate.decompress(pending, limit + 1 - len(out))
+        except zlib.error as e:
+            raise TraceFormatError(path, f"damaged gzip: {e}") from None
+        fresh = False
+        if len(out) > limit:
+            raise too_large(path, "inflates to")
+        pending = inflate.unconsumed_tail
+        if inflate.eof:  # a member ended: what follows is the next member
+            pending = inflate.unused_data + pending
+            inflate, fresh = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+    if not fresh:
+        raise TraceFormatError(path, "truncated gzip: the compressed stream ends early")
+    return out
+
+
+def long_name(n_chars: int) -> str | None:
+    """What is wrong with a name of `n_chars` characters; None when it is within the limit."""
+    limit = max_name_chars()
+    if n_chars <= limit:
+        return None
+    return f"a name of {n_chars:,} characters, over the limit of {limit:,} (set TRACELAB_MAX_NAME_CHARS to raise it)"
+
+
+def json_error(path: Path, error: UnicodeDecodeError | RecursionError) -> TraceFormatError:
+    """What a JSON decoder's UTF-8 or recursion failure means, naming the file."""
+    if isinstance(error, UnicodeDecodeError):
+        return TraceFormatError(path, f"invalid UTF-8 in a string ({error.reason})")
+    return TraceFormatError(path, "JSON nested deeper than the parser's limit (~1000 levels): damaged or hostile")
+
+
+def out_of_range(path: Path, where: str, field: str, value, bounds: tuple[int, int]) -> TraceFormatError:
+    return TraceFormatError(path, f"{where}: {field} {value!r} is outside {bounds[0]}..{bounds[1]}")

@@ -1,0 +1,71 @@
+"""What the CLI prints, made safe and short: every error, OS failure and warning as one
+line, and names from traces or file names with their control characters escaped, so a
+kernel or file named with `ESC[2J` cannot clear the screen and a newline in a name cannot
+make two lines. Used only by cli.py, the one place that prints."""
+from __future__ import annotations
+
+import re
+import warnings
+
+from .errors import TracelabError
+from .schema import SchemaError
+
+# C0 and C1 controls, DEL, lone surrogates (undecodable bytes), line/paragraph separators and
+# the bidirectional overrides that reorder what a terminal shows
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return {9: "\\t", 10: "\\n", 13: "\\r"}.get(code) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with control characters written as escapes (\\x1b, \\n, \\u202e); those in `keep` stay."""
+    if not keep:
+        return _UNSAFE.sub(_escaped, text)
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
+
+
+def error_line(error: BaseException) -> str | None:
+    """The one line for an error the user can act on; None for anything else (a bug in
+    tracelab, which keeps its traceback)."""
+    if isinstance(error, (TracelabError, SchemaError)):
+        text = str(error)
+    elif isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.filename}: {error.strerror or error}"
+    elif isinstance(error, OSError):
+        text = error.strerror or str(error)
+    elif isinstance(error, MemoryError):
+        text = "out of memory"
+    else:
+        return None
+    return "tracelab: error: " + printable(text)
+
+
+def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Each distinct warning once, as one line."""
+    lines = [f"tracelab: warning: {printable(str(w.message))}" for w in caught]
+    return list(dict.fromkeys(lines))
+
+
+class Escaped:
+    """A rich renderable shown with the control characters of its text escaped (table cells,
+    titles); rich's own styling is added after, so colours still work."""
+
+    def __init__(self, renderable) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        for segment in console.render(self.renderable, options):
+            if segment.control or segment.text == "\n":
+                yield segment
+            else:
+                yield Segment(printable(segment.text), segment.style)
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.renderable)
