@@ -192,6 +192,46 @@ def report(
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
+export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("perfetto")
+def export_perfetto(
+    paths: Annotated[list[str], typer.Argument(help="Trace files, run folders or folders of traces; "
+                                                    "each run gets its own processes.")],
+    out: Annotated[str, typer.Option("-o", "--output", help="merged.json, or merged.json.gz to compress.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
+    ranks: Annotated[Optional[str], typer.Option(help="Only these ranks, e.g. 0,2,4-7.")] = None,
+    steps: Annotated[Optional[str], typer.Option(help="Only these steps, e.g. 3-5.")] = None,
+    window: Annotated[Optional[str], typer.Option(help="Only events overlapping START_MS:END_MS "
+                                                       "(on the merged clock, from the run's first event).")] = None,
+) -> None:
+    """One Chrome/Perfetto JSON trace of every rank (and run): a process per rank, a track per
+    stream, scopes and steps as slices, collectives linked across ranks by flow arrows, ranks
+    on one clock (otherData.tracelab says how). Opens in Perfetto's UI and chrome://tracing."""
+    import gzip
+    import json
+    import time
+    from pathlib import Path
+
+    from .inputs import label_inputs, write
+    from .reports import perfetto
+
+    if Path(out).exists() and not force:
+        raise UsageError(out, "exists; pass --force to overwrite it")
+    pick = {"ranks": ranks and perfetto.parse_ints("--ranks", ranks),
+            "steps": steps and perfetto.parse_ints("--steps", steps),
+            "window_ns": window and perfetto.parse_window_ms(window)}
+    inputs = label_inputs(paths, _load_groups(paths))
+    began = time.perf_counter()
+    doc = perfetto.trace(inputs, **{k: v or None for k, v in pick.items()})
+    data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    written = write(out, gzip.compress(data, mtime=0) if out.endswith(".gz") else data, force=force)
+    typer.echo(f"wrote {written} ({len(doc['traceEvents']):,} events, {written.stat().st_size / 1e6:.2f} MB, "
+               f"{time.perf_counter() - began:.2f} s)", err=True)
+
+
 def _backend_names() -> str:
     from .backends import BACKENDS
 
