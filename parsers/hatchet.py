@@ -70,6 +70,34 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     return Profile(_events(rows), meta)
 
 
+def tree(path: str | os.PathLike) -> dict:
+    """The file's call tree for tree-level tools (llnl-hatchet's GraphFrame.from_literal, as
+    reports/treediff.py uses it), decoded and checked as by read(): `{frame: {name, type},
+    metrics, children}` from the root, metric names as Triton 3.2+ spells them, only scalar
+    metrics without the ` (exc)`/` (pty)` variants, launch-metadata frames replaced by their
+    children (proton's bookkeeping, not scopes)."""
+    path = Path(path)
+    root, _ = _split(_decode(path), path)
+    try:
+        return _plain(root, path)
+    except RecursionError:
+        raise TraceFormatError(path, "the tree is too deep to walk") from None
+
+
+_METRIC_NAMES = {"Time (ns)": "time (ns)", "Count": "count", "DeviceId": "device_id", "DeviceType": "device_type"}
+
+
+def _plain(node: dict, path: Path) -> dict:
+    metrics = {_METRIC_NAMES.get(k, k): v for k, v in _metrics(node, path).items()
+               if isinstance(v, (int, float, str)) and not k.endswith(("(exc)", "(pty)"))}
+    children = []
+    for child in _children(node, path):
+        plain = _plain(child, path)
+        children.extend(plain["children"] if plain["frame"]["name"] == LAUNCH_METADATA else [plain])
+    frame = {"name": _name(node, path), "type": str(node["frame"].get("type", "function"))}
+    return {"frame": frame, "metrics": metrics, "children": children}
+
+
 def _decode(path: Path) -> Any:
     try:
         data = path.read_bytes()

@@ -210,11 +210,12 @@ def test_proton_captured_ranks(files):
 
 
 def test_tree_diff_against_the_files(tmp_path):
+    from tracelab.parsers.hatchet import tree
     from tracelab.reports.treediff import tree_diff
 
     pytest.importorskip("hatchet")
     files = _proton_ranks(tmp_path)
-    rows = tree_diff(*files).set_index("name")
+    rows = tree_diff(tree(files[0]), tree(files[1])).set_index("name")
     assert rows.loc["foo0", "delta_ns"] == 2 * 204800
     assert rows.loc["only_rank1_kernel", "only_in"] == "second"
     assert rows.loc["ROOT", "first_ns"] == sum(hatchet_sums(files[0]).values())

@@ -164,13 +164,14 @@ def _tree_diff(paths: list[str]) -> None:
     from pathlib import Path
 
     from .load import detect
+    from .parsers.hatchet import tree
     from .reports.text import tree_diff_text
     from .reports.treediff import tree_diff
 
     if len(paths) != 2 or any(Path(p).is_dir() or detect(p) != "hatchet" for p in paths):
         raise UsageError("--tree", "needs exactly two proton .hatchet files")
     first, second = (Path(p).name for p in paths)
-    _emit(tree_diff_text(tree_diff(*paths), first, second))
+    _emit(tree_diff_text(tree_diff(tree(paths[0]), tree(paths[1]), names=(paths[0], paths[1])), first, second))
 
 
 @app.command()
