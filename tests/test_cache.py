@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 
 import pandas as pd
 import pytest
 from conftest import shared_trace
 
+import malformed as m
 import tracelab
+import tracelab.parsers.hatchet
 from tracelab import cache
 
 FILES = ["hta/trace_filter/sampled_rank-0.json.gz", "nsys-ai/mfu_2gpu_before.sqlite", "proton/cuda.json"]
@@ -17,7 +21,16 @@ FILES = ["hta/trace_filter/sampled_rank-0.json.gz", "nsys-ai/mfu_2gpu_before.sql
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    monkeypatch.setattr(cache, "RACY_S", RACY_S)
     return tmp_path / "cache"
+
+
+RACY_S = 0.05  # files written by a test are cached once this old (cache.RACY_S)
+
+
+def _settle() -> None:
+    """Past the racy window, and past the coarse clock tick file timestamps are taken from."""
+    time.sleep(3 * RACY_S)
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -38,8 +51,10 @@ def test_cached_load_equals_parsed_load(name, cache_dir, monkeypatch):
 def test_changed_file_is_parsed_again(cache_dir, tmp_path):
     path = tmp_path / "rank0.json.gz"
     shutil.copy(shared_trace(FILES[0]), path)
+    _settle()
     tracelab.load(path)
     os.utime(path, ns=(1, 1))
+    _settle()
     tracelab.load(path)
     assert len(list(cache_dir.iterdir())) == 2
 
@@ -48,3 +63,111 @@ def test_cache_off(cache_dir, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     tracelab.load(shared_trace(FILES[2]))
     assert not cache_dir.exists()
+
+
+# ---- never stale, bounded (issue 11) ---------------------------------------------------
+
+PROTON = m.HATCHET  # a small real proton profile; its kernel times are easy to edit in place
+
+
+def _kernel_time_ns(path) -> int:
+    """The first kernel node's time, straight from the JSON."""
+    return m.kernel_nodes(json.loads(path.read_bytes())[0])[0]["metrics"]["time (ns)"]
+
+
+def _edit_first_time_in_place(path) -> None:
+    """Add 1 to the first kernel's time without changing the file's size or mtime
+    (what `cp -p` or `touch -r` over an edited file leaves)."""
+    st, data = path.stat(), path.read_bytes()
+    old = f'"time (ns)": {_kernel_time_ns(path)}'.encode()
+    new = f'"time (ns)": {_kernel_time_ns(path) + 1}'.encode()
+    assert len(old) == len(new) and old in data
+    with open(path, "r+b") as f:
+        f.write(data.replace(old, new, 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def _time_of_first_kernel(profile, path) -> int:
+    name = m.kernel_nodes(json.loads(path.read_bytes())[0])[0]["frame"]["name"]
+    return int(profile.events.loc[profile.events["name"] == name, "dur_ns"].iloc[0])
+
+
+def test_edited_in_place_with_size_and_mtime_restored_is_not_served_stale(cache_dir, tmp_path):
+    path = tmp_path / "rank0.hatchet"
+    shutil.copy(PROTON, path)
+    _settle()
+    before = tracelab.load(path)
+    assert len(list(cache_dir.iterdir())) == 1  # cached
+    _settle()
+    _edit_first_time_in_place(path)
+    _settle()
+    after = tracelab.load(path)
+    assert _time_of_first_kernel(after, path) == _kernel_time_ns(path)
+    assert _time_of_first_kernel(after, path) == _time_of_first_kernel(before, path) + 1
+
+
+def test_file_replaced_during_its_first_parse_is_not_cached(cache_dir, tmp_path, monkeypatch):
+    path, other = tmp_path / "rank0.hatchet", tmp_path / "other.hatchet"
+    shutil.copy(PROTON, path)
+    shutil.copy(PROTON, other)
+    _edit_first_time_in_place(other)
+    _settle()
+    read = tracelab.parsers.hatchet.read
+
+    def read_then_replace(p, *args, **kwargs):
+        parsed = read(p, *args, **kwargs)
+        os.replace(other, path)  # the file changes while it is parsed
+        return parsed
+
+    monkeypatch.setattr(tracelab.parsers.hatchet, "read", read_then_replace)
+    tracelab.load(path)
+    monkeypatch.setattr(tracelab.parsers.hatchet, "read", read)
+    _settle()
+    again = tracelab.load(path)
+    assert _time_of_first_kernel(again, path) == _kernel_time_ns(path)
+
+
+def test_a_write_that_finds_its_entry_written_leaves_no_temporary_folder(cache_dir, tmp_path):
+    path = tmp_path / "rank0.hatchet"
+    shutil.copy(PROTON, path)
+    _settle()
+    profile = tracelab.parsers.hatchet.read(path)
+    key = cache.key(path, tracelab.parsers.hatchet.__file__)
+    for _ in range(2):  # two parallel loads of one file both write
+        cache.put(key, path, tracelab.parsers.hatchet.__file__, [profile])
+    assert [p.name for p in cache_dir.iterdir()] == [key]
+
+
+def test_old_temporary_folders_are_removed(cache_dir, tmp_path):
+    cache_dir.mkdir()
+    killed, writing = cache_dir / ".tmp-killed", cache_dir / ".tmp-writing"
+    for folder in (killed, writing):
+        folder.mkdir()
+        (folder / "0.parquet").write_bytes(b"partial")
+    hour_ago = time.time() - 3600
+    os.utime(killed, (hour_ago, hour_ago))
+    path = tmp_path / "rank0.hatchet"
+    shutil.copy(PROTON, path)
+    _settle()
+    tracelab.load(path)
+    assert not killed.exists() and writing.exists()  # a write in progress is left alone
+
+
+def test_size_bound_evicts_the_least_recently_used(cache_dir, tmp_path, monkeypatch):
+    paths = [tmp_path / f"rank{i}.hatchet" for i in range(3)]
+    for p in paths:
+        shutil.copy(PROTON, p)
+    _settle()
+    tracelab.load(paths[0])
+    (entry,) = cache_dir.iterdir()
+    entry_bytes = sum(f.stat().st_size for f in entry.iterdir())
+    monkeypatch.setenv("TRACELAB_CACHE_MAX_BYTES", str(int(2.5 * entry_bytes)))  # room for two
+    time.sleep(0.05)
+    tracelab.load(paths[1])
+    time.sleep(0.05)
+    tracelab.load(paths[0])  # a hit: rank0 is now the most recently used
+    time.sleep(0.05)
+    tracelab.load(paths[2])  # a third entry: the least recently used (rank1) goes
+    metas = [json.loads((e / "meta.json").read_text())[0]["path"] for e in cache_dir.iterdir()]
+    assert sorted(metas) == sorted([str(paths[0]), str(paths[2])])

@@ -1,19 +1,35 @@
 """A Parquet cache of parsed traces, so a big trace is parsed once.
 
-Keyed by the file's absolute path, size and modification time, the tracelab
-version and the size and modification time of every module in the parsers' folder and in tracelab/
-(schema.py shapes the rows too); it holds the parsers' output, before classification
-(tracelab.load classifies after the cache, so user patterns apply); stored under $TRACELAB_CACHE_DIR (default ~/.cache/tracelab). Only
-files of at least MIN_BYTES are cached (small ones parse faster than a cache
-read). Set TRACELAB_CACHE=0 to switch it off. Needs pyarrow; without it the
-cache is simply not used. The trace file itself is only ever read.
+It holds the parsers' output, before classification (tracelab.load classifies after
+the cache, so user patterns apply), under $TRACELAB_CACHE_DIR (default
+~/.cache/tracelab). Only files of at least MIN_BYTES are cached (small ones parse
+faster than a cache read). TRACELAB_CACHE=0 switches it off; without pyarrow it is
+not used. The trace file itself is only ever read.
+
+Never stale. An entry is keyed by the file's identity as git's index keys a file:
+absolute path, device, inode, size, mtime_ns and ctime_ns. A file edited in place
+with its size and mtime put back (`cp -p`, `rsync -a`, `touch -r`) still has a new
+ctime, which no user call can set back; a file replaced by another has a new inode
+and ctime. Stat costs microseconds where hashing the content costs about as much as
+reading the file (benchmarks/RESULTS.md, "cache key"). The key also holds the tracelab
+version, VERSION and the size and mtime of every module of tracelab/ and the parsers,
+so an edited parser never reads an entry of the old one. The identity is taken before
+parsing and again after: a file that changed meanwhile, or changed within RACY_S
+before the entry would be written (timestamps are coarser than writes, git's "racy"
+case), is not cached.
+
+Bounded. After each write, least recently used entries (a hit touches its entry)
+are removed until the cache holds at most TRACELAB_CACHE_MAX_BYTES (default 4 GiB);
+`.tmp-*` folders of writes killed more than STALE_TMP_S ago are removed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,54 +38,119 @@ from .schema import PARSED, Profile, validate
 
 MIN_BYTES = 8 * 1024 * 1024
 VERSION = "3"  # bump when the schema or a parser's output changes
-
-
-def enabled(path: Path) -> bool:
-    if os.environ.get("TRACELAB_CACHE", "1") == "0":
-        return False
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return False
-    return path.stat().st_size >= MIN_BYTES
+DEFAULT_MAX_BYTES = 4 * 1024**3
+RACY_S = 2.0
+STALE_TMP_S = 15 * 60
 
 
 def _dir() -> Path:
     return Path(os.environ.get("TRACELAB_CACHE_DIR", Path.home() / ".cache" / "tracelab"))
 
 
-def _key(path: Path, parser_file: str) -> str:
-    """The trace's identity and the parser's: an edited parser never reads a stale entry."""
+def max_bytes() -> int:
+    from .limits import _env_int
+
+    return _env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
+
+
+def key(path: Path, parser_file: str) -> str | None:
+    """The cache key of `path` as it is now, or None when the cache is not used for it.
+    Take it before parsing and give it to put(), which checks the file did not change."""
+    if os.environ.get("TRACELAB_CACHE", "1") == "0":
+        return None
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return None
+    st = path.stat()
+    if st.st_size < MIN_BYTES:
+        return None
+    steps = os.environ.get("TRACELAB_STEP_PATTERN", "")  # --step changes the parsers' output
+    return _digest(f"{_identity(path, st)}|{_code(parser_file)}|{steps}")
+
+
+def _identity(path: Path, st: os.stat_result) -> str:
+    return f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
+def _code(parser_file: str) -> str:
+    """tracelab's version and its modules' sizes and mtimes: an edited parser never reads a stale entry."""
     from . import __version__
 
-    st = path.stat()
-    code = "|".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
-                    for folder in (Path(parser_file).parent, Path(__file__).parent)  # parsers, classify, schema
-                    for f in sorted(folder.glob("*.py")))
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{VERSION}|{code}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:32]
+    stamps = "|".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}"
+                      for folder in (Path(parser_file).parent, Path(__file__).parent)  # parsers, schema
+                      for f in sorted(folder.glob("*.py")))
+    return f"{__version__}|{VERSION}|{stamps}"
 
 
-def get(path: Path, parser_file: str) -> list[Profile] | None:
-    """The cached profiles of `path`, or None when absent, stale or unreadable."""
-    entry = _dir() / _key(path, parser_file)
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def get(entry_key: str) -> list[Profile] | None:
+    """The cached profiles under `entry_key`, or None when absent or unreadable."""
+    entry = _dir() / entry_key
     try:
         metas = json.loads((entry / "meta.json").read_text())
-        return [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta)
-                for i, meta in enumerate(metas)]
+        profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta)
+                    for i, meta in enumerate(metas)]
     except (OSError, ValueError, KeyError):
         return None
-
-
-def put(path: Path, parser_file: str, profiles: list[Profile]) -> None:
-    """Store profiles; a failure to write the cache never fails the load."""
-    final = _dir() / _key(path, parser_file)
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+        os.utime(entry)  # recently used: evicted last
+    except OSError:
+        pass
+    return profiles
+
+
+def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -> None:
+    """Store profiles under `entry_key` (taken before parsing) if the file is still what was
+    parsed and settled; then bound the cache. A failure to write never fails the load."""
+    try:
+        st = path.stat()
+        settled = time.time() - max(st.st_mtime, st.st_ctime) > RACY_S
+        if not settled or key(path, parser_file) != entry_key:
+            return
+        _write(_dir() / entry_key, profiles)
+        evict(_dir(), max_bytes(), keep=entry_key)
+    except OSError:
+        pass
+
+
+def _write(final: Path, profiles: list[Profile]) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+    try:
         for i, p in enumerate(profiles):
             p.events.to_parquet(tmp / f"{i}.parquet", index=False)
         (tmp / "meta.json").write_text(json.dumps([p.meta for p in profiles], default=str))
-        os.replace(tmp, final)
-    except OSError:
-        pass
+        os.replace(tmp, final)  # fails when a parallel load wrote it first: theirs is as good
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def evict(folder: Path, limit_bytes: int, keep: str | None = None) -> list[str]:
+    """Remove `.tmp-*` folders older than STALE_TMP_S, then the least recently used entries
+    until the entries hold at most `limit_bytes` (never `keep`); the names removed."""
+    now, removed, entries = time.time(), [], []
+    for child in folder.iterdir():
+        age_s = now - child.stat().st_mtime
+        if child.name.startswith(".tmp-"):
+            if age_s > STALE_TMP_S:
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child.name)
+        elif child.is_dir():
+            entries.append((child.stat().st_mtime, _size(child), child))
+    total = sum(size for _, size, _ in entries)
+    for _, size, child in sorted(entries, key=lambda e: e[0]):
+        if total <= limit_bytes:
+            break
+        if child.name != keep:
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child.name)
+            total -= size
+    return removed
+
+
+def _size(entry: Path) -> int:
+    return sum(f.stat().st_size for f in entry.iterdir())

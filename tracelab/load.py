@@ -90,13 +90,13 @@ def _parse(path: Path) -> list[Profile]:
     """Parse one file (or take it from the Parquet cache), unclassified; one Profile
     per process of the file."""
     module = importlib.import_module(PARSERS[detect(path)])
-    use_cache = cache.enabled(path)
-    if use_cache and (cached := cache.get(path, module.__file__)) is not None:
+    entry = cache.key(path, module.__file__)  # the file's identity before parsing; None: not cached
+    if entry and (cached := cache.get(entry)) is not None:
         return cached
     result = _read(module, path)
     profiles = result if isinstance(result, list) else [result]
-    if use_cache:
-        cache.put(path, module.__file__, profiles)
+    if entry:
+        cache.put(entry, path, module.__file__, profiles)
     return profiles
 
 
