@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import schema
+from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
@@ -94,6 +94,11 @@ def _check_durations(path: Path, columns: dict[str, Any]) -> None:
     if len(negative):
         raise TraceFormatError(path, f"{len(negative)} events with a negative dur, the first "
                                      f"{columns['name'][negative[0]]!r}: a damaged trace")
+    device = np.asarray(columns["device"])
+    outside = np.flatnonzero((device < limits.INT16[0]) | (device > limits.INT16[1]))
+    if len(outside):  # pid or args "device" of a GPU row: schema.COLUMNS has int16
+        raise limits.out_of_range(path, f"event {columns['name'][outside[0]][:60]!r}", "device (pid / args.device)",
+                                  int(device[outside[0]]), limits.INT16)
 
 
 def _dur_ns(picked: Picked) -> np.ndarray:
@@ -189,6 +194,8 @@ def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
 def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
     dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     rank, world_size = dist.get("rank"), dist.get("world_size")
+    if isinstance(rank, int) and not limits.INT32[0] <= rank <= limits.INT32[1]:  # the int32 rank column
+        raise limits.out_of_range(path, "distributedInfo", "rank", rank, limits.INT32)
     base_ns = trace.baseTimeNanoseconds
     epoch_ns = base_ns + origin_ns if base_ns is not None else origin_ns
     versions = {"cupti": trace.cupti_version, "cuda_runtime": trace.cuda_runtime_version,

@@ -21,17 +21,15 @@ keyed by scope path, since they cannot be split among the scope's kernels.
 """
 from __future__ import annotations
 
-import gzip
 import math
 import os
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
 import msgspec
 import pandas as pd
 
-from tracelab import schema
+from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
@@ -99,15 +97,13 @@ def _plain(node: dict, path: Path) -> dict:
 
 
 def _decode(path: Path) -> Any:
+    data = limits.read_trace_bytes(path)  # gunzipped as a stream, bounded
     try:
-        data = path.read_bytes()
-        if data.startswith(b"\x1f\x8b"):
-            data = gzip.decompress(data)
         return msgspec.json.decode(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(path, f"cannot read the file ({e})") from None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON ({e})") from None
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise limits.json_error(path, e) from None
 
 
 def _split(doc: Any, path: Path) -> tuple[dict, dict]:
@@ -140,6 +136,8 @@ def _name(node: Any, path: Path) -> str:
     name = frame.get("name") if isinstance(frame, dict) else None
     if not isinstance(name, str):
         raise TraceFormatError(path, f"a tree node without frame.name: {str(node)[:80]}")
+    if complaint := limits.long_name(len(name)):
+        raise TraceFormatError(path, f"frame name: {complaint}")
     return name
 
 
@@ -147,6 +145,10 @@ def _children(node: dict, path: Path) -> list:
     children = node.get("children", [])
     if not isinstance(children, list):
         raise TraceFormatError(path, f"frame {_name(node, path)!r}: 'children' is not a list")
+    for child in children:
+        if not isinstance(child, dict):
+            raise TraceFormatError(path, f"frame {_name(node, path)[:60]!r}: children holds "
+                                         f"{type(child).__name__} {str(child)[:40]!r}, not a node")
     return children
 
 
@@ -154,6 +156,10 @@ def _metrics(node: dict, path: Path) -> dict:
     metrics = node.get("metrics", {})
     if not isinstance(metrics, dict):
         raise TraceFormatError(path, f"frame {_name(node, path)!r}: 'metrics' is not an object")
+    for key, value in metrics.items():
+        if isinstance(value, int) and not -2**1023 < value < 2**1023:  # beyond a float
+            raise TraceFormatError(path, f"frame {_name(node, path)[:60]!r}: metric {key!r} is an integer "
+                                         f"of {len(str(abs(value)))} digits, beyond any float")
     return metrics
 
 
@@ -169,13 +175,19 @@ def _first(metrics: dict, keys: tuple[str, ...]) -> Any:
 def _kernel_row(node: dict, metrics: dict, scope: tuple[str, ...], path: Path) -> dict[str, Any]:
     name = _name(node, path)
     time_ns, count = _first(metrics, TIME_KEYS), _first(metrics, COUNT_KEYS)
-    if not _is_number(time_ns) or time_ns < 0 or not _is_number(count) or count < 0:
-        raise TraceFormatError(path, f"kernel {name!r}: missing or bad time (ns)={time_ns!r} / count={count!r}")
+    if not _is_number(time_ns) or not 0 <= time_ns <= limits.MAX_DUR_NS:
+        raise TraceFormatError(path, f"kernel {name[:60]!r}: time (ns) {time_ns!r} is missing or outside "
+                                     "0..2**61")
+    if not _is_number(count) or count != int(count) or not 0 <= count <= limits.MAX_DUR_NS:
+        raise TraceFormatError(path, f"kernel {name[:60]!r}: count {count!r} is missing or not a whole "
+                                     "number in 0..2**61")
     device = _first(metrics, DEVICE_ID_KEYS)
     try:
         device = int(device)
-    except (TypeError, ValueError):
-        raise TraceFormatError(path, f"kernel {name!r}: device id {device!r} is not an integer") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TraceFormatError(path, f"kernel {name[:60]!r}: device_id {device!r} is not an integer") from None
+    if not limits.INT16[0] <= device <= limits.INT16[1]:
+        raise limits.out_of_range(path, f"kernel {name[:60]!r}", "device_id", device, limits.INT16)
     work = _work_metrics(metrics)
     return {"name": name, "scope": "/".join(scope), "device": device,
             "dur_ns": int(round(time_ns)), "count": int(count),

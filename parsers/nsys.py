@@ -40,6 +40,7 @@ from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.schema import Profile
 
+from . import _nsys_check
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers
 
@@ -85,6 +86,8 @@ def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
             activity, file_meta, devices = _read_tables(con, path, compile_pattern(step_pattern))
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
+    except UnicodeDecodeError as e:  # a text_factory decode; sqlite3's own is an OperationalError
+        raise TraceFormatError(path, f"invalid UTF-8 in a string ({e.reason})") from None
     return _profiles(activity, file_meta, devices, path, ranks)
 
 
@@ -97,6 +100,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     if not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables):
         raise TraceFormatError(path, "SQLite file without CUPTI_ACTIVITY_KIND_* tables: not an nsys export "
                                      "(or one made without CUDA trace)")
+    _nsys_check.check(con, tables, path)  # every column read below, typed and in range
     activity = _activity(con, tables)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
