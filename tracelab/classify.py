@@ -7,24 +7,43 @@ elementwise, reduction, memory or other; `add_pattern` lets users extend it.
 `classified(df)` adds both columns to a parser's frame; `tracelab.load` calls it
 once per profile in the caller's process, after the cache, so user patterns
 apply to cached traces and to files parsed in worker processes alike.
+
+CPU operators (rows of kind cpu_op, from a trace without GPU activity) are classed
+like the kernels they stand for: the autograd wrapper and the `Backward0` suffix
+are dropped and CamelCase spelt snake_case before the patterns are tried
+(`evaluate_function: MmBackward0` -> `mm` -> gemm, `NllLossBackward0` -> `nll_loss`
+-> reduction). Layout operators (views, reshapes, cat/stack, dtype copies) are memory.
 """
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 
+import numpy as np
 import pandas as pd
 
 # (regex, op_class), first match wins. Communication comes first: an
 # all-reduce kernel may well contain "reduce" or "copy" in its name.
+# CPU operators that only move or re-describe memory (exact aten names, snake_case)
+_CPU_LAYOUT = (r"^(view|_?unsafe_view|reshape|reshape_alias|_reshape_alias|select|slice|transpose|t|permute|expand"
+               r"|flatten|unflatten|alias|squeeze|unsqueeze|narrow|chunk|split|split_with_sizes|unbind|as_strided"
+               r"|cat|stack|to|_to_copy|type_as|clone|contiguous|copy|empty(_like|_strided)?|detach|index_select"
+               r"|(un)?flatten_dense_tensors|item|_local_scalar_dense)$")
+
 _DEFAULT_PATTERNS: list[tuple[str, str]] = [
     (r"nccl|rccl", "communication"),
     (r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast", "communication"),
     (r"one_?shot|two_?shot|multimem|intra_node_comm|symm_?mem|cross_device|p2p|barrier_kernel", "communication"),
     (r"flash|fmha|attention|attn|sdpa|mha_", "attention"),
     (r"gemm|gemv|cublas|cutlass|xmma|wgmma|nvjet|matmul|(^|_)(b|add|baddb)?mm(_|$)|^linear$|splitk|dot_?kernel", "gemm"),
+    (r"(^|_)conv(olution)?(\d?d)?(_|$)|^cudnn_convolution", "gemm"),
     (r"^memcpy|^memset|copy_kernel|copy_device|catarray|batchedcopy|d2d|h2d|d2h", "memory"),
-    (r"reduce|reduction|softmax|norm|triton_red_|triton_per_|argmax|argmin|cumsum|scan|sum_kernel|mean", "reduction"),
+    (_CPU_LAYOUT, "memory"),
+    (r"reduce|reduction|softmax|norm|triton_red_|triton_per_|argmax|argmin|cumsum|scan|sum_kernel|mean"
+     r"|(^|_)(nll|cross_entropy|mse|l1|smooth_l1|binary_cross_entropy)(_loss)?(_|$)|_loss$"
+     r"|^(sum|prod|amax|amin|max|min|var|std|logsumexp|all|any)$", "reduction"),
+    (r"^(r?sqrt|sub|rsub|div|exp|log|pow|neg|abs|clamp|sign|sin|cos|maximum|minimum|lerp|(ones|zeros|full)(_like)?)$",
+     "elementwise"),
     (r"elementwise|vectorized|unrolled|triton_poi_|pointwise|fill|activation|gelu|silu|relu|sigmoid|tanh|add|mul|rope|rotary|embedding|index|gather|scatter|cat|copy|where|dropout", "elementwise"),
 ]
 
@@ -39,15 +58,19 @@ def add_pattern(regex: str, op_class: str) -> None:
         raise ValueError(f"op class {op_class!r} is not one of {OP_CLASSES}")
     re.compile(regex)
     _user_patterns.insert(0, (regex, op_class))
-    _compiled.cache_clear()
-    classify_one.cache_clear()
+    _forget()
 
 
 def reset_patterns() -> None:
     """Forget the patterns added with add_pattern."""
     _user_patterns.clear()
+    _forget()
+
+
+def _forget() -> None:
     _compiled.cache_clear()
     classify_one.cache_clear()
+    classify_cpu_op.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -64,15 +87,40 @@ def classify_one(kernel: str) -> str:
 
 
 def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categorical:
-    """op_class per row; memcpy/memset rows are `memory` whatever their name."""
+    """op_class per row; memcpy/memset rows are `memory` whatever their name; cpu_op rows
+    are classed by classify_cpu_op."""
     from .schema import OP_CLASSES
 
     kernels = kernels.astype("category")
     mapping = {k: classify_one(str(k)) for k in kernels.cat.categories}
     out = kernels.map(mapping).astype(object)
     if kinds is not None:
+        kinds = pd.Series(np.asarray(kinds, dtype=object), index=kernels.index)
+        cpu = (kinds == "cpu_op").to_numpy()
+        if cpu.any():
+            out[cpu] = [classify_cpu_op(str(k)) for k in kernels[cpu]]
         out = out.where(~kinds.isin(["memcpy", "memset"]), "memory")
     return pd.Categorical(out, categories=list(OP_CLASSES))
+
+
+@lru_cache(maxsize=65536)
+def classify_cpu_op(name: str) -> str:
+    """A CPU operator's class: the user's patterns on its name as shown, then every pattern
+    on its base operator (module docstring)."""
+    for rx, cls in _compiled()[:len(_user_patterns)]:
+        if rx.search(name):
+            return cls
+    return classify_one(cpu_base(name))
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def cpu_base(name: str) -> str:
+    """`evaluate_function: LogSoftmaxBackward0` -> `log_softmax`; `div_` (in place) -> `div`."""
+    base = name.rsplit(": ", 1)[-1].rsplit("::", 1)[-1].strip()
+    base = re.sub(r"Backward\d*$|(?<=[a-z0-9])_$", "", base)
+    return _CAMEL.sub("_", base).lower()
 
 
 def classified(parsed: pd.DataFrame) -> pd.DataFrame:
