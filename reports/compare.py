@@ -41,10 +41,18 @@ class Input:
     source: str
     events: pd.DataFrame
     epoch_ns: int | None = None  # the trace's start on the epoch clock, when it says
+    device: str = ""  # the GPU model(s) the trace names, "" when it names none (proton)
 
 
 def _input(label: str, group: str, p: Profile) -> Input:
-    return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"))
+    return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
+                 device_names(p.meta))
+
+
+def device_names(meta: dict) -> str:
+    """The GPU model(s) a trace's meta names ("NVIDIA H200"), "" when none is named."""
+    names = {str(d.get("name")) for d in (meta.get("devices") or {}).values() if isinstance(d, dict) and d.get("name")}
+    return ", ".join(sorted(names))
 
 
 def _stem(path: Path) -> str:
@@ -143,9 +151,11 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
                      count.add_prefix("count[").add_suffix("]")], axis=1)
     first = time[labels[0]]
+    against = {}  # one concat, not a column at a time: 128 ranks would fragment the frame
     for L in labels[1:]:
-        out[f"delta_ns[{L}]"] = time[L] - first
-        out[f"ratio[{L}]"] = time[L] / first.where(first > 0)
+        against[f"delta_ns[{L}]"] = time[L] - first
+        against[f"ratio[{L}]"] = time[L] / first.where(first > 0)
+    out = pd.concat([out, pd.DataFrame(against, index=out.index)], axis=1)
     present = (time > 0) | (count > 0)
     out["inputs"] = present.sum(axis=1)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)

@@ -20,9 +20,6 @@ TIMELINE_BINS = 400
 TIMELINE_RANKS = 16  # ranks drawn per timeline figure
 LABEL_CHARS = 80
 
-TOP_KERNEL_COLUMNS = {"kernel": "kernel", "op_class": "op class", "total_ns": "total (ms)", "share": "share %",
-                      "count": "count", "mean_ns": "mean (us)", "inputs": "inputs", "max_ns": "max input (ms)",
-                      "min_ns": "min input (ms)", "slowest": "slowest"}
 TIMELINE_COLUMNS = {"label": "input", "busy_ns": "busy (ms)", "span_ns": "span (ms)", "idle_share": "idle %",
                     "comm_ns": "communication (ms)", "overlap_ns": "overlapped (ms)", "exposed_ns": "exposed (ms)",
                     "exposed_share": "exposed %"}
@@ -63,31 +60,69 @@ def op_class_bars(events: pd.DataFrame) -> dict:
                                             xaxis={"type": "category"}, height=420)}
 
 
+PER_INPUT_COLUMNS = 4  # up to this many inputs, the top table has time, calls and mean per input
+
+
 def top_kernels(events: pd.DataFrame, n: int) -> pd.DataFrame:
-    """Kernels by total time over all inputs: op class, count, mean, in how many inputs,
-    the largest and smallest input's time and which input is slowest."""
-    per = events.groupby(["kernel", "label"], observed=True)["dur_ns"].sum().unstack("label", fill_value=0)
-    out = events.groupby("kernel", observed=True).agg(op_class=("op_class", "first"), total_ns=("dur_ns", "sum"),
-                                                      count=("count", "sum"))
-    out["share"] = out["total_ns"] / out["total_ns"].sum() if out["total_ns"].sum() else 0.0
-    out["mean_ns"] = out["total_ns"] / out["count"].where(out["count"] > 0)
-    out["inputs"] = (per > 0).sum(axis=1)
-    out["max_ns"], out["min_ns"] = per.max(axis=1), per.min(axis=1)
-    out["slowest"] = per.idxmax(axis=1).astype(str)
+    """Kernels by their largest input's time. Times of different inputs (ranks, runs,
+    profilers) are never added together: up to PER_INPUT_COLUMNS inputs, per input
+    time_ns[L], count[L] and mean_ns[L] (per call); over inputs the mean per input, the largest and smallest, which input is
+    slowest, and the mean per call over every call."""
+    per = events.groupby(["kernel", "label"], observed=True)[["dur_ns", "count"]].sum().unstack("label", fill_value=0)
+    time, calls = per["dur_ns"], per["count"]
+    out = events.groupby("kernel", observed=True).agg(op_class=("op_class", "first"))
     out["op_class"] = out["op_class"].astype(str)
-    return out.sort_values("total_ns", ascending=False).head(n).reset_index()
+    if len(time.columns) <= PER_INPUT_COLUMNS:
+        per_label = {}
+        for label in time.columns:
+            per_label |= {f"time_ns[{label}]": time[label], f"count[{label}]": calls[label],
+                          f"mean_ns[{label}]": time[label] / calls[label].where(calls[label] > 0)}
+        out = pd.concat([out, pd.DataFrame(per_label)], axis=1)
+    out["inputs"] = (time > 0).sum(axis=1)
+    out["per_input_ns"] = time.sum(axis=1) / len(time.columns)
+    out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
+    out["mean_ns"] = time.sum(axis=1) / calls.sum(axis=1).where(calls.sum(axis=1) > 0)
+    out["slowest"] = time.idxmax(axis=1).astype(str)
+    return out.sort_values("max_ns", ascending=False).head(n).reset_index()
+
+
+def top_kernel_columns(labels: list[str]) -> dict[str, str]:
+    """The top table's columns: per input when there are few inputs, else over inputs."""
+    cols = {"kernel": "kernel", "op_class": "op class"}
+    if len(labels) <= PER_INPUT_COLUMNS:
+        for label in labels:
+            cols |= {f"time_ns[{label}]": f"{label} (ms)", f"count[{label}]": f"{label} calls",
+                     f"mean_ns[{label}]": f"{label} per call (us)"}
+        return cols | {"slowest": "slowest"}
+    return cols | {"per_input_ns": "mean per input (ms)", "max_ns": "max input (ms)", "min_ns": "min input (ms)",
+                   "slowest": "slowest", "inputs": "inputs", "mean_ns": "per call (us)"}
 
 
 def kernel_heatmap(events: pd.DataFrame) -> dict:
-    """Input x kernel heatmap of the top kernels' time (ms)."""
-    top = events.groupby("kernel")["dur_ns"].sum().nlargest(HEATMAP_KERNELS).index
-    ms = (events[events["kernel"].isin(top)]
-          .pivot_table(index="kernel", columns="label", values="dur_ns", aggfunc="sum", observed=False, fill_value=0)
-          .reindex(top[::-1]) / 1e6)
-    data = [{"type": "heatmap", "z": ms.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
-             "y": [label(k) for k in ms.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}}}]
-    return {"data": data, "layout": _layout(f"Top {rows_are(events)}: {measured(events)} per input (ms)", height=160 + 22 * len(top),
-                                            xaxis={"type": "category"}, yaxis={"type": "category", "automargin": True})}
+    """Input x kernel heatmap of the top kernels, coloured per row (each kernel's time as a
+    share of its largest input's), so a small kernel's differences show beside NCCL's; the
+    time (ms), calls and time per call are in the cells' hover text (and printed in the
+    cells when there are few inputs)."""
+    top = events.groupby("kernel")["dur_ns"].max().nlargest(HEATMAP_KERNELS).index
+    mine = events[events["kernel"].isin(top)]
+    pivot = lambda col: (mine.pivot_table(index="kernel", columns="label", values=col, aggfunc="sum",  # noqa: E731
+                                          observed=False, fill_value=0).reindex(top[::-1]))
+    ms, calls = pivot("dur_ns") / 1e6, pivot("count")
+    share = ms.div(ms.max(axis=1).where(ms.max(axis=1) > 0), axis=0).fillna(0)
+    per_call_us = (ms * 1e3 / calls.where(calls > 0)).fillna(0)
+    text = [[f"{t:.3g} ms" for t in row] for row in ms.values]
+    data = [{"type": "heatmap", "z": share.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
+             "y": [label(k) for k in ms.index], "colorscale": "Viridis", "zmin": 0, "zmax": 1,
+             "colorbar": {"title": {"text": "of row max"}},
+             "customdata": [[[t, int(c), u] for t, c, u in zip(*r)] for r in
+                            zip(ms.round(4).values.tolist(), calls.values.tolist(), per_call_us.round(2).values.tolist())],
+             "hovertemplate": "%{y}<br>%{x}: %{customdata[0]} ms, %{customdata[1]} calls, "
+                              "%{customdata[2]} us per call<extra></extra>"}]
+    if len(ms.columns) <= 8:
+        data[0] |= {"text": text, "texttemplate": "%{text}", "textfont": {"size": 10}}
+    title = f"Top {rows_are(events)}: {measured(events)} per input, colour per row (share of the row's largest)"
+    return {"data": data, "layout": _layout(title, height=160 + 22 * len(top), xaxis={"type": "category"},
+                                            yaxis={"type": "category", "automargin": True})}
 
 
 def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:
@@ -148,3 +183,31 @@ def compare_columns(c) -> dict[str, str]:
         if i:
             cols[f"ratio[{name}]"] = f"{name} / first"
     return {**cols, "spread": "spread", "slowest": "slowest"}
+
+
+MANY_RANKS = 16  # above this many inputs, tables per input become distributions
+
+
+def distribution(per_input: pd.DataFrame, measures: dict[str, str]) -> pd.DataFrame:
+    """Per run (group) and measure, over its inputs: count, min, median, max, the input with
+    the most, and the outliers (beyond 3 scaled median absolute deviations of the median,
+    and at least 15% off it),
+    so that 128 ranks read as one row per measure. per_input has label, group and the
+    measure columns."""
+    rows = []
+    for group, g in per_input.groupby("group", sort=False):
+        for col, name in measures.items():
+            v = g[col].astype("float64")
+            if v.isna().all():
+                continue
+            med = v.median()
+            mad = 1.4826 * (v - med).abs().median()
+            far = g.loc[(v - med).abs() > 3 * max(mad, 0.05 * abs(med)), "label"]  # 5% off alone is no outlier
+            rows.append({"group": group or "-", "measure": name, "inputs": int(v.notna().sum()), "min": v.min(),
+                         "median": med, "max": v.max(), "largest": str(g.loc[v.idxmax(), "label"]),
+                         "outliers": ", ".join(map(str, far.head(8))) + (" ..." if len(far) > 8 else "")})
+    return pd.DataFrame(rows, columns=["group", "measure", "inputs", "min", "median", "max", "largest", "outliers"])
+
+
+DISTRIBUTION_COLUMNS = {"group": "run", "measure": "measure", "inputs": "inputs", "min": "min", "median": "median",
+                        "max": "max", "largest": "largest", "outliers": "outliers"}

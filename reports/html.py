@@ -18,7 +18,8 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
-from . import figures, workload_plots
+from . import figures, scopetree, workload_plots
+from .runs import run_table
 from .compare import Input, comparison, rows_are
 
 TOP_KERNELS_TABLE = 200
@@ -30,9 +31,10 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
 td.t,th.t{text-align:left;overflow-wrap:anywhere;min-width:120px;max-width:640px}
-th{background:#f4f4f4;position:sticky;top:0}table.sortable th{cursor:pointer}
+th{background:#f4f4f4;position:sticky;top:0;overflow-wrap:normal;word-break:normal;min-width:64px}
+table.sortable th{cursor:pointer}table.runs td{text-align:left;max-width:420px}table.runs th.f{text-align:left}
 pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:100%}
-"""
+""" + scopetree.TREE_STYLE
 
 # sorts a table.sortable by the clicked column: numbers by data-v, text otherwise
 _SCRIPT = """
@@ -73,11 +75,20 @@ def _e(value: Any) -> str:
 def table(df: pd.DataFrame, columns: dict[str, str], sortable: bool = False) -> str:
     """An HTML table of df; columns maps a column to its header. Numbers carry data-v for
     sorting; a header ending in (ms)/(us) shows ns converted, one ending in % a share."""
-    head = "".join(f'<th class="{"t" if _is_text(df[c]) else ""}">{_e(h)}</th>' for c, h in columns.items())
+    head = "".join(f'<th class="{"t" if _is_text(df[c]) else ""}">{wrap(h)}</th>' for c, h in columns.items())
     cells = [[_cell(v, h, _is_text(df[c])) for v in df[c].tolist()] for c, h in columns.items()]
     rows = "".join("<tr>" + "".join(row) + "</tr>" for row in zip(*cells))
     cls = ' class="sortable"' if sortable else ""
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def wrap(text: Any) -> str:
+    """Escaped, with line breaks allowed only after - _ / . and spaces, so a long run name
+    in a header wraps at its parts instead of mid-word."""
+    out = _e(text)
+    for sep in ("-", "_", "/", "."):
+        out = out.replace(sep, sep + "<wbr>")
+    return out
 
 
 def _is_text(column: pd.Series) -> bool:
@@ -94,17 +105,55 @@ def _cell(value: Any, header: str, text: bool) -> str:
     return f'<td data-v="{float(value)!r}">{fmt.format(value / scale if scale != 1 else value)}</td>'
 
 
-def _run_info_html(info: dict | None, inputs: list[Input], paths: list[str]) -> str:
-    parts = []
-    if info:
-        rows = "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
-                       for k, v in info.items())
-        parts.append(f"<table>{rows}</table>")
-    files = pd.DataFrame({"input": [i.label for i in inputs], "source": [i.source for i in inputs],
-                          "rank": [i.rank for i in inputs], "rows": [len(i.events) for i in inputs]})
-    parts.append(f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>')
-    parts.append(table(files, {"input": "input", "source": "source", "rank": "rank", "rows": "rows"}))
-    return "".join(parts)
+def _runs_html(runs: list[tuple[str, dict]]) -> str:
+    """The run table (one column per run) and each run.json folded away below it."""
+    df = run_table(runs)
+    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
+    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
+                   for field, row in zip(df.index, df.values.tolist()))
+    raw = "".join(f'<details><summary>run.json of {_e(name)}</summary><table>'
+                  + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
+                            for k, v in info.items()) + "</table></details>" for name, info in runs)
+    return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{raw}'
+
+
+def _run_value(value: Any) -> str:
+    if isinstance(value, float):
+        return _e(f"{value:,.4g}")
+    return _e("-" if value is None else _plain(value))
+
+
+def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) -> str:
+    """One row per input (its GPU model and, when exported, a link to the merged timeline);
+    above MANY_RANKS inputs one row per run."""
+    note = f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>'
+    if perfetto:
+        note += (f'<p>Every timed rank on one clock, collectives linked: <a href="{_e(perfetto)}">{_e(perfetto)}</a> '
+                 "(open it in Perfetto's UI or chrome://tracing; one process per rank, one track per stream)</p>")
+    df = pd.DataFrame({"input": [i.label for i in inputs], "group": [i.group or "-" for i in inputs],
+                       "source": [i.source for i in inputs], "rank": [i.rank for i in inputs],
+                       "device": [i.device or "-" for i in inputs],
+                       "timed": [bool(i.events["start_ns"].notna().any()) for i in inputs]})
+    if len(inputs) > figures.MANY_RANKS:
+        runs = df.groupby("group", sort=False).agg(inputs=("input", "size"), first=("rank", "min"), last=("rank", "max"),
+                                                   source=("source", lambda s: ", ".join(sorted(set(s)))),
+                                                   device=("device", lambda s: ", ".join(sorted(set(s))))).reset_index()
+        runs["ranks"] = runs["first"].astype(str) + "-" + runs["last"].astype(str)
+        return note + table(runs, {"group": "run", "inputs": "ranks", "ranks": "rank range", "source": "source",
+                                   "device": "GPU"})
+    rows = "".join(f'<tr><td class="t">{_e(r.input)}</td><td class="t">{_e(r.source)}</td><td>{r.rank}</td>'
+                   f'<td class="t">{_e(r.device)}</td><td class="t">{_timeline_link(r, perfetto)}</td></tr>'
+                   for r in df.itertuples())
+    return (note + '<table><thead><tr><th class="t">input</th><th class="t">source</th><th>rank</th>'
+            f'<th class="t">GPU</th><th class="t">timeline</th></tr></thead><tbody>{rows}</tbody></table>')
+
+
+def _timeline_link(row, perfetto: str | None) -> str:
+    if not row.timed:
+        return "no timestamps (aggregated profile)"
+    if not perfetto:
+        return "timed (tracelab report --perfetto links a merged trace)"
+    return f'<a href="{_e(perfetto)}">rank {row.rank} in the merged trace</a>'
 
 
 def _info_value(value: Any) -> str:
@@ -121,15 +170,21 @@ def _plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
 
 
-def render(inputs: list[Input], paths: list[str], info: dict | None = None, title: str = "tracelab report") -> str:
-    """The whole report as one HTML string."""
+def render(inputs: list[Input], paths: list[str], info: dict | None = None, title: str = "tracelab report",
+           runs: list[tuple[str, dict]] | None = None, perfetto: str | None = None) -> str:
+    """The whole report as one HTML string. `runs` are (folder name, run.json) of the run
+    folders given (else `info`, one run.json); `perfetto` names a merged trace to link."""
     from plotly.offline import get_plotlyjs
 
+    runs = runs if runs is not None else ([("run", info)] if info else [])
     figs: dict[str, dict] = {}
-    plots = workload_plots.workload_figures(info) if info else []
+    plots = [(f"{name}: {note}" if len(runs) > 1 else note, fig)
+             for name, run in runs for note, fig in workload_plots.workload_figures(run)]
     if not inputs and not plots:
         raise UsageError("report", "no traces and no workload figures to report on")
-    body = [f"<h1>{_e(title)}</h1>", "<h2>Run</h2>", _run_info_html(info, inputs, paths)]
+    body = [f"<h1>{_e(title)}</h1>", "<h2>Runs</h2>" if len(runs) > 1 else "<h2>Run</h2>"]
+    body += [_runs_html(runs)] if runs else []
+    body += [_inputs_html(inputs, paths, perfetto)]
     if plots:
         body += ["<h2>Workload figures</h2>"] + [_figure(figs, fig, note) for note, fig in plots]
     if inputs:
@@ -157,27 +212,76 @@ def _figure(figs: dict[str, dict], fig: dict, note: str = "") -> str:
     return (f'<p class="note">{_e(note)}</p>' if note else "") + f'<div class="plot" id="{key}"></div>'
 
 
+TOTALS_COLUMNS = {"label": "input", "source": "source", "total_ns": "total (ms)", "compute_ns": "compute (ms)",
+                  "comm_ns": "communication (ms)", "ratio": "/ first"}
+TREES_SHOWN = 4  # inputs that get a scope tree of their own
+
+
+def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -> str:
+    """A row per input, or above MANY_RANKS inputs the distribution per run and measure
+    (`ms` columns, in ns, shown in ms)."""
+    if len(df) <= figures.MANY_RANKS:
+        return table(df, columns)
+    scaled = df.assign(**{c: df[c] / 1e6 for c in ms})
+    dist = figures.distribution(scaled, {c: columns[c] for c in columns if c not in ("label", "source", "group")})
+    return (f'<p class="note">{len(df)} inputs: per run and measure, the spread over its ranks and the ranks '
+            "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
+
+
 def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     events = figures.labelled_events(inputs)
     what = c.measured
-    out = [f"<h2>{what} per input, by op class</h2>", _figure(figs, figures.op_class_bars(events))]
-    out += [table(c.totals, {"label": "input", "source": "source", "total_ns": "total (ms)",
-                             "compute_ns": "compute (ms)", "comm_ns": "communication (ms)", "ratio": "/ first"})]
+    out = [f"<h2>{what} per input, by op class</h2>", _figure(figs, figures.op_class_bars(events)),
+           _per_input_table(c.totals, TOTALS_COLUMNS, ["total_ns", "compute_ns", "comm_ns"])]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
     rows = rows_are(events)
-    columns = {**figures.TOP_KERNEL_COLUMNS, "kernel": rows[:-1]}
-    out += [f"<h2>Top {rows}</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what} (ms), input x {rows[:-1]}"),
+    columns = {**figures.top_kernel_columns([i.label for i in inputs]), "kernel": rows[:-1]}
+    out += [f"<h2>Top {rows}</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what}, input x {rows[:-1]}; "
+            "times of different inputs are never added together"),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
-    if len(c.timeline):
-        out += ["<h2>Timeline</h2>"]
-        out += [_figure(figs, fig, note) for note, fig in figures.timelines(inputs)]
-        out += ["<h2>Busy, idle and communication overlap</h2>", _figure(figs, figures.overlap_bars(c.timeline)),
-                table(c.timeline, figures.TIMELINE_COLUMNS)]
+    out += _timeline_sections(inputs, c, figs) + _tree_sections(inputs)
     if len(c.skew):
         out += ["<h2>Collective skew across ranks</h2>", table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:
         out += ["<h2>Comparison (aligned on kernel, against the first input)</h2>",
                 table(c.table.head(COMPARE_ROWS), figures.compare_columns(c), sortable=True)]
+    return out
+
+
+def _timeline_sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
+    """Timeline and overlap, with a note naming the inputs left out for want of timestamps."""
+    untimed = [i for i in inputs if not i.events["start_ns"].notna().any()]
+    note = (f'<p class="note">The timeline, busy/idle and overlap need start times, which '
+            f'{", ".join(sorted({i.source for i in untimed}))} input(s) do not have (a proton profile holds each '
+            f'kernel once per scope, summed): left out here: {_e(", ".join(i.label for i in untimed))}. '
+            "Capture with --backend torch or nsys for them.</p>") if untimed else ""
+    out = ["<h2>Timeline</h2>", note] if note or len(c.timeline) else []
+    if len(c.timeline):
+        out += [_figure(figs, fig, label) for label, fig in figures.timelines(inputs)]
+        tl = c.timeline.merge(c.totals[["label", "group"]], on="label", how="left")
+        out += ["<h2>Busy, idle and communication overlap</h2>", _figure(figs, figures.overlap_bars(c.timeline)),
+                _per_input_table(tl, figures.TIMELINE_COLUMNS,
+                                 ["busy_ns", "span_ns", "comm_ns", "overlap_ns", "exposed_ns"])]
+    return out
+
+
+def _tree_sections(inputs: list[Input]) -> list[str]:
+    """Scope trees of the first inputs that have scopes, and the diff tree of two inputs."""
+    scoped = [i for i in inputs if i.events["scope"].fillna("").astype(str).str.len().any()]
+    if not scoped:
+        return []
+    out = ["<h2>Scope tree</h2>", '<p class="note">Inclusive time of every scope and of the kernels under it, '
+           "share of the input's total and calls (like proton-viewer); click to open or close.</p>"]
+    for i in scoped[:TREES_SHOWN]:
+        out.append(f"<details open><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"
+                   f"{scopetree.tree_html(scopetree.scope_tree(i.events))}</details>")
+    if len(scoped) > TREES_SHOWN:
+        out.append(f'<p class="note">{len(scoped) - TREES_SHOWN} more inputs with scopes are not shown.</p>')
+    if len(inputs) == 2 and len(scoped) == 2:
+        first, second = inputs
+        out += [f"<h2>Scope tree diff: {_e(second.label)} against {_e(first.label)}</h2>",
+                '<p class="note">Aligned on the scope path and kernel; red: slower in the second, green: faster.</p>',
+                scopetree.tree_html(scopetree.tree_diff(first.events, second.events), diff=True)]
     return out
 
 

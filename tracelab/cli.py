@@ -111,13 +111,14 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
 def _load_groups(paths: list[str]) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files."""
+    from pathlib import Path
+
     from rich.progress import Progress
 
-    from .inputs import load_groups
+    from .inputs import load_groups, traceless_run
     from .load import expand
 
-    files = [expand(p) for p in paths]
-    total = sum(len(f) for f in files)
+    total = sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
     with Progress(transient=True, console=_err_console(), disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
         return load_groups(paths, on_loaded=lambda _: bar.advance(task))
@@ -180,16 +181,20 @@ def report(
     out: Annotated[str, typer.Option("-o", "--output", help="The HTML file to write.")] = "report.html",
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
     title: Annotated[Optional[str], typer.Option(help="Report title (default: the inputs' names).")] = None,
+    perfetto: Annotated[bool, typer.Option("--perfetto", help="Also write the merged Perfetto trace of the timed "
+                                                              "ranks beside the report (OUT.perfetto.json.gz) "
+                                                              "and link each rank to it.")] = False,
 ) -> None:
-    """One self-contained HTML file that works offline: run info, GPU time by op class per rank,
-    top kernels (heatmap, sortable table), timeline, overlap and idle, and the comparison of runs."""
+    """One self-contained HTML file that works offline: the runs side by side (results, profiler
+    cost against a run under backend none), GPU time by op class per rank, top kernels (heatmap,
+    sortable table), timeline, overlap and idle, scope trees, and the comparison of runs."""
     from pathlib import Path
 
     from .inputs import write_report
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    written = write_report(paths, out, force=force, title=title, groups=_load_groups(paths))
+    written = write_report(paths, out, force=force, title=title, groups=_load_groups(paths), perfetto=perfetto)
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import TraceFormatError, UsageError
+from .errors import NoTracesError, TraceFormatError, UsageError
 from .schema import Profile
 
 if TYPE_CHECKING:
@@ -30,7 +30,20 @@ def load_groups(paths: list[str | Path], on_loaded=None) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs."""
     from .load import load_many
 
-    return [load_many(p, on_loaded=on_loaded) for p in paths]
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded) for p in paths]
+
+
+def traceless_run(path: Path) -> bool:
+    """A run folder with no trace in it (a run under backend none): its run.json still counts."""
+    from .load import expand
+
+    if not (path.is_dir() and (path / "run.json").is_file()):
+        return False
+    try:
+        expand(path)
+    except NoTracesError:
+        return True
+    return False
 
 
 def run_info(paths: list[str | Path]) -> dict | None:
@@ -43,6 +56,11 @@ def run_info(paths: list[str | Path]) -> dict | None:
             except (OSError, ValueError) as e:
                 raise TraceFormatError(candidate, f"cannot read the run description ({e})") from None
     return None
+
+
+def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
+    """(folder name, run.json) of every input that is a run folder, in the order given."""
+    return [(Path(p).name, info) for p in paths if Path(p).is_dir() and (info := run_info([p])) is not None]
 
 
 def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
@@ -67,10 +85,12 @@ def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
 
 
 def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 groups: list[list[Profile]] | None = None) -> Path:
+                 groups: list[list[Profile]] | None = None, perfetto: bool = False) -> Path:
     """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
     loaded per path) are given, read the run folder's run.json, render the HTML report and
-    write it atomically. `tracelab report` and `tracelab run` call this."""
+    write it atomically. `tracelab report` and `tracelab run` call this. With `perfetto`, the
+    merged Perfetto trace of the timed ranks is written beside it (<out>.perfetto.json.gz)
+    and the report links each rank to it."""
     from .reports import html
 
     paths = [str(p) for p in paths]
@@ -78,4 +98,21 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
         raise UsageError(out, "exists; pass --force to overwrite it")
     groups = groups if groups is not None else load_groups(paths)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
-    return write(out, html.render(label_inputs(paths, groups), paths, run_info(paths), title), force=force)
+    kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
+    inputs = label_inputs([p for p, _ in kept], [g for _, g in kept]) if kept else []
+    merged = _write_perfetto(inputs, Path(out), force) if perfetto else None
+    return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
+                 force=force)
+
+
+def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
+    """The merged trace beside the report; its file name, or None when no input is timed."""
+    import gzip
+
+    from .reports import perfetto
+
+    if not any(i.events["start_ns"].notna().any() for i in inputs):
+        return None
+    target = out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
+    data = json.dumps(perfetto.trace(inputs), separators=(",", ":"), allow_nan=False).encode()
+    return write(target, gzip.compress(data, mtime=0), force=force).name

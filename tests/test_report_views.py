@@ -1,0 +1,229 @@
+"""What the HTML report shows a performance engineer (issue 15): the runs side by side with
+their own results and the profiler's cost, kernel views that never add inputs together,
+distributions instead of a row per rank at many ranks, proton scope trees and their diff,
+a note where timestamps are missing, readable long labels, and the merged Perfetto link.
+Every figure is checked against numbers computed here from the raw files or events."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
+from tracelab.reports import figures, html, scopetree
+from tracelab.reports.compare import Input
+from tracelab.reports.runs import run_table
+from tracelab.schema import coerce
+
+DATA = Path(__file__).resolve().parent / "data"
+DECODE_3 = [DATA / f"decode-1gpu-{s}" for s in ("proton", "torch", "nsys")]
+
+
+def _report(paths: list[Path], tmp_path: Path, **kw) -> str:
+    out = write_report([str(p) for p in paths], tmp_path / "r.html", **kw)
+    return out.read_text()
+
+
+def _run_json(folder: Path) -> dict:
+    return json.loads((folder / "run.json").read_text())
+
+
+# ---- the run table -----------------------------------------------------------------------
+
+
+def test_each_run_is_a_column_with_its_own_results(tmp_path):
+    text = _report(DECODE_3, tmp_path)
+    table = text.split('<table class="runs">', 1)[1].split("</table>", 1)[0]
+    heads = re.findall(r'<th class="t">(.*?)</th>', table.split("</thead>")[0])
+    assert [h.replace("<wbr>", "") for h in heads] == [p.name for p in DECODE_3]
+    row = re.search(r"tokens/s \(mean of ranks\)</th>(.*?)</tr>", table).group(1)
+    want = [f"{np.mean([f['tokens_per_s'] for f in _run_json(p)['figures'].values()]):,.4g}" for p in DECODE_3]
+    assert re.findall(r"<td>(.*?)</td>", row) == want
+    assert re.search(r"GPUs</th>(<td>1 x NVIDIA H100 80GB HBM3</td>){3}", table)
+    assert "nsys</th><td>-</td><td>-</td><td>NVIDIA Nsight Systems" in table
+
+
+def test_inputs_table_names_the_gpu_not_rows(tmp_path):
+    text = _report([DATA / "decode-2gpu-torch"], tmp_path)
+    assert '<th class="t">GPU</th>' in text and ">rows</th>" not in text
+    assert text.count('<td class="t">NVIDIA H200</td>') == 2
+
+
+def test_profiler_cost_against_a_run_under_none(tmp_path):
+    runs = tmp_path / "runs"
+    torch_run = runs / "decode-torch-20261121-235636"
+    shutil.copytree(DATA / "decode-1gpu-torch", torch_run)
+    none = _run_json(torch_run)
+    none["backend"] = none["config"]["backend"] = "none"
+    none["figures"]["0"]["tokens_per_s"] = 560.0
+    (runs / "decode-none-20261121-235000").mkdir()
+    (runs / "decode-none-20261121-235000" / "run.json").write_text(json.dumps(none))
+    text = _report([torch_run, runs / "decode-none-20261121-235000"], tmp_path)
+    measured = _run_json(torch_run)["figures"]["0"]["tokens_per_s"]
+    assert f"{100 * (measured / 560.0 - 1):+.1f}% tokens/s (560 under none" in text
+    assert "(no profiler)" in text
+
+
+def test_run_table_results_per_workload():
+    rows = {name: run_table([(name, _run_json(DATA / name))])[name] for name in
+            ("train-2gpu-torch", "allreduce-2gpu-nsys", "overlap-2gpu-proton")}
+    train = _run_json(DATA / "train-2gpu-torch")["figures"]["0"]["rows"][0]
+    assert rows["train-2gpu-torch"]["step time (ms)"] == pytest.approx(train["step_ms_mean"])
+    assert rows["train-2gpu-torch"]["MFU %"] == pytest.approx(100 * train["mfu"])
+    sweep = _run_json(DATA / "allreduce-2gpu-nsys")["figures"]["0"]["rows"]
+    assert rows["allreduce-2gpu-nsys"]["peak bus bandwidth (GB/s)"] == pytest.approx(max(r["busbw_gbps"] for r in sweep))
+    overlap = _run_json(DATA / "overlap-2gpu-proton")["figures"]["0"]["rows"]
+    assert rows["overlap-2gpu-proton"]["best fused speedup"] == pytest.approx(max(r["speedup"] for r in overlap))
+
+
+# ---- many ranks ----------------------------------------------------------------------------
+
+
+def _ranks(n: int, slow_rank: int) -> list[Input]:
+    out = []
+    for rank in range(n):
+        dur = [1000 * (3 if rank == slow_rank else 1) + rank % 3, 500]
+        df = coerce({"rank": rank, "source": "torch", "kind": "kernel", "name": ["gemm_a", "nccl_allreduce"],
+                     "kernel": ["gemm_a", "ncclDevKernel_AllReduce"], "op_class": ["gemm", "communication"],
+                     "device": 0, "stream": 7, "start_ns": [0, 5000], "dur_ns": dur})
+        out.append(Input(f"rank{rank}", "", rank, "torch", df, None, "NVIDIA H200"))
+    return out
+
+
+def test_128_ranks_read_as_distributions():
+    text = html.render(_ranks(128, slow_rank=77), ["synthetic"])
+    longest = max(t.count("<tr>") for t in text.split("<table")[1:])
+    assert longest < 60, longest  # not a row per rank (the top-kernel table has one row per kernel)
+    assert "128 inputs: per run and measure" in text
+    row = re.search(r"<td class=\"t\">compute \(ms\)</td>(.*?)</tr>", text).group(1)
+    assert "rank77" in row  # the outlier, and the largest
+    assert '<td class="t">128</td>' in text or ">128<" in text
+
+
+def test_distribution_outliers():
+    per = pd.DataFrame({"label": [f"r{i}" for i in range(20)], "group": "", "x": [10.0] * 19 + [40.0]})
+    per.loc[3, "x"] = 10.5
+    got = figures.distribution(per, {"x": "x (ms)"}).iloc[0]
+    assert (got["min"], got["median"], got["max"], got["largest"], got["outliers"]) == (10.0, 10.0, 40.0, "r19", "r19")
+
+
+# ---- kernel views --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def decode3() -> list[Input]:
+    paths = [str(p) for p in DECODE_3]
+    return label_inputs(paths, load_groups(paths))
+
+
+def test_heatmap_colours_each_row_by_its_largest(decode3):
+    events = figures.labelled_events(decode3)
+    fig = figures.kernel_heatmap(events)["data"][0]
+    for y, z, cells in zip(fig["y"], fig["z"], fig["customdata"]):
+        assert max(z) == pytest.approx(1.0)
+        for x, (ms, calls, _) in zip(fig["x"], cells):
+            mine = events[(events["label"] == x) & (events["kernel"] == html.html.unescape(y))]
+            if len(mine) and not y.endswith("\u2026"):
+                assert ms == pytest.approx(mine["dur_ns"].sum() / 1e6, abs=1e-4) and calls == mine["count"].sum()
+
+
+def test_top_table_keeps_inputs_apart(decode3):
+    events = figures.labelled_events(decode3)
+    top = figures.top_kernels(events, 10).set_index("kernel")
+    columns = figures.top_kernel_columns([i.label for i in decode3])
+    assert "total_ns" not in top.columns and not any("total" in h for h in columns.values())
+    for i in decode3:
+        mine = i.events.assign(kernel=i.events["kernel"].astype(str)).groupby("kernel")[["dur_ns", "count"]].sum()
+        for kernel in top.index:
+            assert top.loc[kernel, f"time_ns[{i.label}]"] == mine["dur_ns"].get(kernel, 0)
+            assert top.loc[kernel, f"count[{i.label}]"] == mine["count"].get(kernel, 0)
+    assert columns[f"mean_ns[{decode3[0].label}]"].endswith("per call (us)")
+
+
+# ---- scope trees and the timestamps note ---------------------------------------------------
+
+
+def _raw_scope_times(path: Path) -> dict[str, tuple[int, int]]:
+    """Top-level scope -> (kernel ns, calls) summed over the kernel leaves under it, from the
+    hatchet JSON."""
+    def leaves(node):
+        if "device_id" in node.get("metrics", {}):
+            yield node["metrics"]
+        for child in node.get("children", []):
+            yield from leaves(child)
+    root = json.loads(path.read_text())[0]
+    out = {}
+    for child in root["children"]:
+        if "device_id" not in child.get("metrics", {}):
+            found = list(leaves(child))
+            out[child["frame"]["name"]] = (sum(m["time (ns)"] for m in found), sum(m["count"] for m in found))
+    return out
+
+
+def test_proton_scope_tree_matches_the_hatchet_file(decode3):
+    tree = scopetree.scope_tree(decode3[0].events)
+    top = tree[(tree["depth"] == 1) & ~tree["is_kernel"]].set_index("name")
+    want = _raw_scope_times(DATA / "decode-1gpu-proton" / "rank0.hatchet")
+    assert {k: (int(r["time_ns"]), int(r["count"])) for k, r in top.iterrows()} == want
+    rendered = scopetree.tree_html(tree)
+    ns, calls = want["decode_one_token"]
+    assert re.search(rf'<span class="v">{ns / 1e6:,.3f}</span><span class="v">[\d.]+%</span>'
+                     rf'<span class="v">{calls:,}</span>.*?<span class="s">decode_one_token</span>', rendered)
+
+
+def test_report_has_scope_trees_a_diff_and_a_timestamps_note(tmp_path):
+    text = _report([DATA / "decode-2gpu-proton" / "rank0.hatchet", DATA / "decode-2gpu-proton" / "rank1.hatchet"],
+                   tmp_path)
+    assert "<h2>Scope tree</h2>" in text and text.count('<div class="tree">') == 3
+    assert "Scope tree diff: rank1 against rank0" in text
+    assert "need start times, which proton input(s) do not have" in text and "left out here: rank0, rank1" in text
+
+
+def test_tree_diff_subtracts_aligned_nodes(decode3):
+    proton, torch = decode3[0], decode3[1]
+    diff = scopetree.tree_diff(proton.events, torch.events).set_index("key")
+    a, b = scopetree.scope_tree(proton.events).set_index("key"), scopetree.scope_tree(torch.events).set_index("key")
+    for key in list(a.index[:20]) + list(b.index[:20]):
+        want = b["time_ns"].get(key, 0) - a["time_ns"].get(key, 0)
+        assert diff.loc[[key], "delta_ns"].iloc[0] == want
+
+
+# ---- labels and the Perfetto link ----------------------------------------------------------
+
+
+def test_long_run_names_wrap_at_their_parts(tmp_path):
+    runs = []
+    for stamp in ("20261121-235636", "20261122-015135"):
+        folder = tmp_path / f"decode-torch-{stamp}-a-long-name-for-a-run"
+        shutil.copytree(DATA / "decode-2gpu-torch", folder)
+        runs.append(folder)
+    text = _report(runs, tmp_path)
+    assert "decode-<wbr>torch-<wbr>20261121-<wbr>235636-<wbr>a-<wbr>long-<wbr>name" in text  # headers
+    assert "<wbr>rank0 (ms)</th>" in text
+    slowest = re.findall(r'<td class="t">(decode-torch-[0-9-]+-a-long-name-for-a-run/rank\d)</td>', text)
+    assert len(slowest) > 10  # the slowest input's name in full in the top and comparison tables
+
+
+def test_report_links_each_rank_to_the_merged_trace(tmp_path):
+    from test_perfetto import format_errors
+
+    text = _report([DATA / "decode-2gpu-torch"], tmp_path, perfetto=True)
+    merged = tmp_path / "r.perfetto.json.gz"
+    assert text.count('href="r.perfetto.json.gz"') == 3  # the note and each of the 2 ranks
+    assert "rank 1 in the merged trace" in text
+    assert format_errors(json.loads(gzip.decompress(merged.read_bytes()))) == []
+
+
+def test_run_infos_and_traceless_runs(tmp_path):
+    (tmp_path / "none-run").mkdir()
+    (tmp_path / "none-run" / "run.json").write_text(json.dumps({"workload": "decode", "backend": "none"}))
+    paths = [str(DATA / "decode-1gpu-torch"), str(tmp_path / "none-run"), str(DATA / "decode-1gpu-torch" /
+                                                                            "rank0.pt.trace.json.gz")]
+    assert [n for n, _ in run_infos(paths)] == ["decode-1gpu-torch", "none-run"]
+    assert [len(g) for g in load_groups(paths)] == [1, 0, 1]
