@@ -15,6 +15,7 @@ scope per step would keep scopes from aligning across steps and runs.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -22,13 +23,17 @@ import pandas as pd
 
 from tracelab.errors import UsageError
 
+STEP_PATTERN_ENV = "TRACELAB_STEP_PATTERN"
 DEFAULT_STEP_PATTERN = r"ProfilerStep#(\d+)|(?:step|iteration|iter|token)[ _#]?(\d+)"
 
 
 def compile_pattern(pattern: str | None) -> re.Pattern:
-    """The step pattern (default DEFAULT_STEP_PATTERN), matched against whole range names."""
+    """The step pattern, matched against whole range names: `pattern`, else the environment's
+    TRACELAB_STEP_PATTERN (the CLI's --step sets it, so that load_many's worker processes
+    see it too; the cache keys on it), else DEFAULT_STEP_PATTERN."""
+    pattern = pattern or os.environ.get(STEP_PATTERN_ENV) or DEFAULT_STEP_PATTERN
     try:
-        return re.compile(pattern or DEFAULT_STEP_PATTERN, re.IGNORECASE)
+        return re.compile(pattern, re.IGNORECASE)
     except re.error as e:
         raise UsageError("--step", f"{pattern!r} is not a regular expression: {e}") from None
 
@@ -96,9 +101,11 @@ def main_threads(pid: np.ndarray, tid: np.ndarray, dur_ns: np.ndarray) -> dict[i
 
 
 def step_of_scope(scope: tuple[str, ...], pattern: re.Pattern) -> tuple[int | None, tuple[str, ...]]:
-    """(step, scope without its step ranges) for an aggregated tree's scope path (proton):
-    the innermost step-named part with a captured number; None where there is none."""
+    """(step, scope without its numbered step parts) for an aggregated tree's scope path
+    (proton): the innermost step-named part with a captured number, None where there is
+    none. A step-named part without a number stays in the scope: in an aggregate it is
+    all the steps together, not one of them."""
     found = [pattern.fullmatch(part) for part in scope]
-    numbered = [next((g for g in m.groups() if g is not None), None) for m in found if m]
-    step = next((int(n) for n in reversed(numbered) if n is not None), None)
-    return step, tuple(part for part, m in zip(scope, found) if not m)
+    number = [next((g for g in m.groups() if g is not None), None) if m else None for m in found]
+    step = next((int(n) for n in reversed(number) if n is not None), None)
+    return step, tuple(part for part, n in zip(scope, number) if n is None)

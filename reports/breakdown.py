@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-BY_CHOICES = ("kernel", "op_class", "scope")
+BY_CHOICES = ("kernel", "op_class", "scope", "step")
+NO_STEP = "(no step)"  # --by step: rows outside every step
 REST = "(rest)"
 
 
@@ -17,10 +18,10 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
     keys = ["rank", by]
-    grouped = (df.groupby(keys, observed=True, sort=False)
+    grouped = (df.groupby(keys, observed=True, sort=False, dropna=False)
                  .agg(total_ns=("dur_ns", "sum"), count=("count", "sum"))
                  .reset_index())
-    grouped[by] = grouped[by].astype(str)
+    grouped[by] = grouped[by].astype(str) if by != "step" else grouped[by].astype("string").fillna(NO_STEP)
     grouped = grouped.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
     if top is not None:
         grouped = pd.concat([_keep_top(g, by, top) for _, g in grouped.groupby("rank", sort=True)],

@@ -230,13 +230,17 @@ class Comparison:
     timeline: pd.DataFrame
     skew: pd.DataFrame
     measured: str
+    straggler: dict | None = None  # the first run's who-waits verdict (reports/waits.straggler_json)
 
 
 def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
+    from .waits import run_verdicts
+
     totals_df = totals(inputs)
+    verdicts, straggler = run_verdicts(inputs, stragglers(totals_df))
     return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
-                      stragglers(totals_df), _timelines(inputs), _skews(inputs),
-                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)))
+                      verdicts, _timelines(inputs), _skews(inputs),
+                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)), straggler)
 
 
 def _timelines(inputs: list[Input]) -> pd.DataFrame:

@@ -95,8 +95,15 @@ def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
 
 
 def straggler_line(row: pd.Series, measured: str) -> str:
-    """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time")."""
+    """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time").
+    A run with timed collectives has its who-waits verdict (`line`, reports/waits.py)."""
     where = f" in {row['group']}" if row["group"] else ""
+    if row.get("line"):
+        return f"{row['line'].split(':', 1)[0]}{where}:{row['line'].split(':', 1)[1]}"
+    if row.get("pattern") == "none":
+        return (f"no clear straggler{where} (from totals, no timeline): {row['label']} has the most "
+                f"non-communication {measured} ({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms "
+                f"next) but not the least communication time ({_ms(row['comm_ns'])} ms)")
     line = (f"straggler{where}: {row['label']}: the most non-communication {measured} "
             f"({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms next)")
     if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:
@@ -182,7 +189,7 @@ def compare_json(c, keys: list[str], top: int | None = None) -> str:
     def records(df: pd.DataFrame) -> list:
         return json.loads(df.to_json(orient="records")) if len(df) else []
 
-    doc = {"by": c.by, "inputs": records(c.totals), "stragglers": records(c.stragglers),
+    doc = {"by": c.by, "inputs": records(c.totals), "straggler": c.straggler, "stragglers": records(c.stragglers),
            "timeline": records(c.timeline), "collective_skew": records(c.skew),
            "rows": records(c.table if not top else c.table.head(top))}
     return json.dumps(doc, indent=1)

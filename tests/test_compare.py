@@ -103,15 +103,18 @@ def test_hta_ranks_aligned_rows_match_json():
     assert c.totals["total_ns"].tolist() == [s[2] for s in sums]
 
 
-def test_hta_straggler_is_the_rank_with_most_compute():
+def test_hta_two_steps_name_no_straggler():
+    """Timed ranks are judged by who arrives last at the collectives, per step (reports/waits.py),
+    not by compute time: each of the two ranks gates one of the two steps, so none is named;
+    the row still carries the most compute time, computed here from the JSON."""
     files = [shared_trace(rel) for rel in SAMPLED]
     c = _compare(files)
     compute = []
     for f in files:
         time_ns, _, gpu_ns = kineto_sums(f)
         compute.append(gpu_ns - sum(v for k, v in time_ns.items() if k.startswith("nccl")))
-    expected = f"rank{compute.index(max(compute))}"
-    assert c.stragglers["label"].tolist() == [expected]
+    assert c.stragglers["label"].tolist() == [""] and c.stragglers["rank"].isna().all()
+    assert c.stragglers["line"].iloc[0].startswith("no clear straggler") and c.straggler["rank"] is None
     assert c.stragglers["compute_ns"].iloc[0] == max(compute)
     assert set(c.timeline["label"]) == {"rank0", "rank1"}
     assert (c.timeline["busy_ns"] <= c.timeline["span_ns"]).all()
@@ -139,7 +142,8 @@ def _rendered(paths: list[Path]) -> str:
 def test_compare_text_says_what_was_timed(paths, said, not_said):
     text = _rendered([shared_trace(rel) for rel in paths])
     assert f"{said} per input" in text
-    assert re.search(rf"straggler: rank[01]: the most non-communication {said} ", text), text
+    assert "no clear straggler" in text, text  # CPU-only: from totals; GPU: arrivals at collectives
+    assert f"non-communication {said}" in text or said == "GPU time", text
     assert not_said not in text
 
 

@@ -44,26 +44,40 @@ def main() -> None:
 
 Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "
                                                   "or folders holding them (a run folder, say).")]
-RankOpt = Annotated[Optional[int], typer.Option("--rank", help="Rank of the single file given "
-                                                                "(overrides what the file and its name say).")]
+RankOpt = Annotated[Optional[int], typer.Option("--rank", help="Only this rank, picked from every input (a "
+                                                                "multi-rank nsys file, a folder); a lone file that does "
+                                                                "not say its rank is taken as it.")]
+StepOpt = Annotated[Optional[str], typer.Option("--step", help="Regular expression naming the step ranges "
+                                                               "(default: ProfilerStep#N, step N, iteration N, token N; "
+                                                               "say decode_one_token for our older decode captures).")]
+
+
+def _set_step(step: str | None) -> None:
+    """--step: the parsers (in load_many's workers too) read it from the environment."""
+    if step is not None:
+        import os
+
+        from .parsers._steps import STEP_PATTERN_ENV, compile_pattern
+
+        compile_pattern(step)  # a bad pattern is one line here, not in a worker
+        os.environ[STEP_PATTERN_ENV] = step
 
 
 def _load(paths: list[str], rank: int | None = None):
-    """Load with a progress bar on stderr when there are several files."""
+    """Load with a progress bar on stderr when there are several files; --rank picks one rank."""
     from rich.progress import Progress
 
-    from .load import expand, load, load_many
+    from .load import expand, load_many
+    from .pick import pick_rank
 
     files = expand(paths)
-    if rank is not None:
-        if len(files) != 1:
-            raise UsageError("--rank", f"applies to one file; {len(files)} were given")
-        return [load(files[0], rank=rank)]
     if len(files) == 1:
-        return load_many(files)  # a file of several processes gives one Profile per rank
-    with Progress(transient=True, console=_err_console()) as bar:
-        task = bar.add_task(f"loading {len(files)} traces", total=len(files))
-        return load_many(files, on_loaded=lambda _: bar.advance(task))
+        profiles = load_many(files)  # a file of several processes gives one Profile per rank
+    else:
+        with Progress(transient=True, console=_err_console()) as bar:
+            task = bar.add_task(f"loading {len(files)} traces", total=len(files))
+            profiles = load_many(files, on_loaded=lambda _: bar.advance(task))
+    return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
 def _err_console():
@@ -84,10 +98,11 @@ def _emit(rendered) -> None:
 @app.command()
 def breakdown(
     paths: Paths,
-    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class or scope.")] = "kernel",
+    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope or step.")] = "kernel",
     top: Annotated[Optional[int], typer.Option(help="Show the N largest groups per rank; the rest as one row.")] = 15,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,
+    step: StepOpt = None,
 ) -> None:
     """Per rank: GPU time, share, count and mean per kernel / op class / scope,
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
@@ -99,6 +114,7 @@ def breakdown(
     _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
     if top is not None and top < 1:
         raise UsageError("--top", f"must be at least 1, not {top}")
+    _set_step(step)
     df = events(_load(paths, rank))
     _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
 
@@ -134,9 +150,12 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     tree: Annotated[bool, typer.Option("--tree", help="For two proton files: the tree of differences "
                                                        "(like proton-viewer --diff-profile).")] = False,
+    rank: RankOpt = None,
+    step: StepOpt = None,
 ) -> None:
     """Ranks, runs or profilers side by side: time and count per input, delta and ratio
-    against the first, spread and slowest input per row, and the straggler rank."""
+    against the first, spread and slowest input per row, and the straggler verdict
+    (who waits on whom at the collectives; `tracelab steps` shows it per step)."""
     from .inputs import label_inputs
     from .reports.compare import BY, comparison, default_by
     from .reports.text import COMPARE_RENDERERS
@@ -148,17 +167,55 @@ def compare(
         raise UsageError("--top", f"must be 0 (all) or more, not {top}")
     if tree:
         return _tree_diff(paths)
-    if len(paths) < 2 and len(_expand_all(paths)) < 2:
-        raise UsageError("compare", "needs two or more traces (files or folders holding them)")
-    inputs = label_inputs(paths, _load_groups(paths))
+    _set_step(step)
+    groups = _picked(paths, _load_groups(paths), rank)
+    if sum(len(g) for g in groups) < 2:
+        raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
+    inputs = label_inputs(paths, groups)
     by = by or default_by(inputs)
     _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top or None))
 
 
-def _expand_all(paths: list[str]) -> list:
-    from .load import expand
+def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list]:
+    """--rank N: that rank out of each input's profiles."""
+    from .pick import pick_rank
 
-    return expand(paths)
+    return groups if rank is None else [pick_rank(g, rank, p) for p, g in zip(paths, groups)]
+
+
+@app.command()
+def steps(
+    paths: Paths,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    n_steps: Annotated[Optional[int], typer.Option("--steps", help="Steps the traces cover, to divide totals "
+                                                                   "by where they have no instances (proton); "
+                                                                   "default: what the run folder's run.json records.")]
+    = None,
+) -> None:
+    """Per step and rank of one run: step time (first to last GPU activity of the step), GPU busy,
+    compute, communication, exposed communication and wait at collectives; per step the gating
+    rank (the last to arrive for most of the step's collective skew), every rank's wait and why
+    the gating rank was late (more GPU work before the collective, or an idle GPU); then the
+    run's verdict: a straggler only when it gates a significant majority of steps."""
+    from .inputs import run_info
+    from .load import events
+    from .reports.steps import per_step_totals, recorded_steps
+    from .reports.steps_text import STEPS_RENDERERS
+    from .reports.waits import analyse
+
+    _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
+    if n_steps is not None and n_steps < 1:
+        raise UsageError("--steps", f"must be at least 1, not {n_steps}")
+    _set_step(step)
+    profiles = _load(paths, rank)
+    df = events(profiles)
+    w = analyse(df, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+    n_steps = n_steps or recorded_steps(run_info(paths))
+    untimed = df["start_ns"].isna().all()
+    totals = per_step_totals(df, n_steps) if untimed and n_steps else None
+    _emit(STEPS_RENDERERS[fmt](w, totals))
 
 
 def _tree_diff(paths: list[str]) -> None:

@@ -1,0 +1,103 @@
+"""Per step and rank: where each step's time went. Pure DataFrame -> DataFrame.
+
+Rows are the events of tracelab.schema with a `step`; rows outside every step are
+left out. Times are the GPU's: a step's span runs from its first GPU activity's start
+to its last one's end (the events keep no launch times), busy is the union of its
+activity over streams, and compute and communication are unions of the kernels of
+each kind, so concurrent streams are never counted twice.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .timeline import merge_intervals, timed
+
+COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "wait_ns"]
+
+
+def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    seg_start, seg_end = merge_intervals(start, end)
+    return int((seg_end - seg_start).sum())
+
+
+def _one(rows: pd.DataFrame) -> dict[str, int]:
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    kernel = (rows["kind"] == "kernel").to_numpy()
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+    compute = kernel & ~comm
+    comm_ns, compute_ns = _union_ns(start[comm], end[comm]), _union_ns(start[compute], end[compute])
+    both = _union_ns(start[kernel], end[kernel])
+    return {"kernels": int(kernel.sum()), "span_ns": int(end.max() - start.min()), "busy_ns": _union_ns(start, end),
+            "compute_ns": compute_ns, "comm_ns": comm_ns, "exposed_comm_ns": both - compute_ns}
+
+
+def step_table(df: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (step, rank) with timed rows in that step (COLUMNS): kernels, span,
+    busy, compute, communication, exposed communication (with no compute beside it) and
+    wait (summed over the step's collectives, from collectives.collectives; 0 without)."""
+    rows = timed(df)
+    rows = rows[rows["step"].notna()]
+    if rows.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    out = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(g)}
+                        for (s, r), g in rows.groupby(["step", "rank"], sort=True)])
+    out["wait_ns"] = 0
+    if coll is not None and len(coll):
+        wait = coll.dropna(subset=["step"]).groupby(["step", "rank"])["wait_ns"].sum()
+        key = pd.MultiIndex.from_frame(out[["step", "rank"]].astype("int64"))
+        out["wait_ns"] = wait.reindex(key).fillna(0).astype("int64").to_numpy()
+    return out[COLUMNS]
+
+
+def step_counts(df: pd.DataFrame) -> pd.Series:
+    """Steps per rank (distinct non-NA steps); ranks without any give 0."""
+    ranks = sorted(df["rank"].unique())
+    counts = df.dropna(subset=["step"]).groupby("rank")["step"].nunique()
+    return counts.reindex(ranks).fillna(0).astype("int64").rename("steps")
+
+
+def by_step(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> pd.DataFrame:
+    """GPU time per rank, step and group (kernel, op_class or scope), as breakdown(); rows
+    outside every step under step NA. Columns: rank, step, <by>, total_ns, count, mean_ns."""
+    keys = ["rank", "step", by]
+    g = (df.assign(step=df["step"].astype("float64"))
+           .groupby(keys, observed=True, sort=False, dropna=False)
+           .agg(total_ns=("dur_ns", "sum"), count=("count", "sum")).reset_index())
+    g[by] = g[by].astype(str)
+    g["step"] = g["step"].astype("Int64")
+    g = g.sort_values(["rank", "step", "total_ns"], ascending=[True, True, False], kind="stable")
+    if top is not None:
+        g = g.groupby(["rank", "step"], dropna=False, sort=False).head(top)
+    g["mean_ns"] = g["total_ns"] / g["count"].where(g["count"] > 0)
+    return g[["rank", "step", by, "total_ns", "count", "mean_ns"]].reset_index(drop=True)
+
+
+def recorded_steps(run: dict | None) -> int | None:
+    """Profiled steps a run.json records: `profiled_steps` where the workload wrote it, else
+    train's `steps`, else decode's tokens after prefill (samples x (new_tokens - 1))."""
+    if not run:
+        return None
+    config = run.get("config") or {}
+    if isinstance(run.get("profiled_steps"), int):
+        return run["profiled_steps"]
+    if run.get("workload") == "train" and isinstance(config.get("steps"), int):
+        return config["steps"]
+    if run.get("workload") == "decode" and isinstance(config.get("new_tokens"), int):
+        return int(config.get("samples") or 1) * (config["new_tokens"] - 1)
+    return None
+
+
+def per_step_totals(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    """Sources without instances (proton): per rank, kernel calls, compute and communication
+    kernel time summed and divided by the step count the user or run.json gives.
+    Columns: rank, steps, calls_per_step, compute_ns_per_step, comm_ns_per_step."""
+    kernels = df[df["kind"] == "kernel"]
+    comm = kernels["op_class"] == "communication"
+    g = pd.DataFrame({"rank": kernels["rank"], "calls": kernels["count"],
+                      "compute": kernels["dur_ns"].where(~comm, 0), "comm": kernels["dur_ns"].where(comm, 0)})
+    out = g.groupby("rank").sum() / n_steps
+    out = out.rename(columns={"calls": "calls_per_step", "compute": "compute_ns_per_step", "comm": "comm_ns_per_step"})
+    return out.reset_index().assign(steps=n_steps)[["rank", "steps", "calls_per_step", "compute_ns_per_step",
+                                                    "comm_ns_per_step"]]

@@ -1,0 +1,87 @@
+"""Renderers of `tracelab steps` (reports/waits.Waits): terminal tables, CSV, JSON.
+Units converted here only."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .waits import Waits, straggler_json
+
+
+def _ms(ns: float) -> str:
+    return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
+
+
+def _table(title: str, heads: list[str]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for h in heads:
+        t.add_column(h, justify="left" if h in ("cause", "kernels that differ") else "right")
+    return t
+
+
+def step_rank_table(steps: pd.DataFrame) -> Table:
+    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step)",
+               ["step", "rank", "kernels", "step", "GPU busy", "compute", "comm", "exposed comm", "wait"])
+    for _, r in steps.iterrows():
+        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", _ms(r["span_ns"]), _ms(r["busy_ns"]),
+                  _ms(r["compute_ns"]), _ms(r["comm_ns"]), _ms(r["exposed_comm_ns"]), _ms(r["wait_ns"]))
+    return t
+
+
+def who_waits_table(doc: dict) -> Table:
+    unit = "step" if doc["basis"] == "steps" else "collective"
+    ranks = sorted({r for s in doc["steps"] for r in s["wait_ns"]}, key=int)
+    t = _table(f"who waits on whom, per {unit} (ms)",
+               [unit, "gating rank", "skew", *[f"wait r{r}" for r in ranks], "cause", "kernels that differ"])
+    for s in doc["steps"]:
+        kernels = ", ".join(f"{k} +{_ms(v)}" for k, v in (s.get("kernels") or {}).items())
+        cause = "" if "cause" not in s else (f"{s['cause']} (+{_ms(s['extra_work_ns'])} busy, "
+                                             f"+{_ms(s['extra_idle_ns'])} idle)")
+        t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), _ms(s["skew_ns"]),
+                  *[_ms(s["wait_ns"].get(r, 0)) for r in ranks], cause, Text(kernels))
+    return t
+
+
+def clock_line(clock: dict) -> str:
+    if not clock.get("collectives"):
+        return "clock: no collectives matched across ranks"
+    offsets = ", ".join(f"rank {r} {o / 1e3:+,.1f} us" for r, o in clock["offsets_ns"].items())
+    return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
+            f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
+
+
+def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
+    parts = []
+    if len(w.steps):
+        parts.append(step_rank_table(w.steps))
+    else:
+        parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
+    if totals is not None and len(totals):
+        parts.append(Text("per step from totals (no instances: " + ", ".join(
+            f"rank {int(r['rank'])}: {r['calls_per_step']:,.1f} calls, compute {_ms(r['compute_ns_per_step'])} ms, "
+            f"comm {_ms(r['comm_ns_per_step'])} ms" for _, r in totals.iterrows()) + f", over {int(totals['steps'].iloc[0])} steps)"))
+    doc = straggler_json(w)
+    if doc["steps"]:
+        parts.append(who_waits_table(doc))
+    parts += [Text(clock_line(w.clock)), Text(w.line)]
+    return Group(*parts)
+
+
+def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
+    return (w.steps if len(w.steps) or totals is None else totals).to_csv(index=False)
+
+
+def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
+    def records(df: pd.DataFrame) -> list:
+        return json.loads(df.to_json(orient="records")) if df is not None and len(df) else []
+
+    return json.dumps({"steps": records(w.steps), "per_step_totals": records(totals),
+                       "straggler": straggler_json(w), "bandwidth": records(w.bandwidth)}, indent=1)
+
+
+# format name -> renderer(waits, totals); the CLI's --format choices come from here
+STEPS_RENDERERS = {"table": steps_tables, "csv": steps_csv, "json": steps_json}

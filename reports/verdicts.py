@@ -1,0 +1,200 @@
+"""Who waits on whom, per step, and whether one rank is the straggler of the run.
+
+Input: the matched collectives (collectives.collectives) and the events they came from.
+Pure functions; the verdict is a plain dict, its text made by `verdict_line`.
+
+Per collective, the last rank to arrive made the others wait `skew` = last - first
+arrival. A skew under the clock's own uncertainty (twice the median spread of the
+collectives' ends, at least 1 us) is noise: nobody is last. Per step, the gating rank
+is the rank that was last for most of the step's skew; its `why` compares the GPU
+work each rank did between its previous collective and this one: more busy GPU time
+on the gating rank ("more GPU work before the collective", with the kernels that
+differ) or more idle GPU time (the host launched late).
+
+The run's straggler is the rank that gates a significant majority of the steps: a
+one-sided binomial test against the 1/ranks chance of being last (Bonferroni over the
+ranks), p < ALPHA. Otherwise "alternating" where consecutive steps mostly switch gating
+rank, and "no single straggler" with the counts. Without steps every collective is
+its own unit (basis "collectives").
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .timeline import _coverage, merge_intervals, timed
+
+ALPHA = 0.05
+MIN_SKEW_NS = 1_000
+ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
+TOP_KERNELS = 3
+
+
+def noise_ns(coll: pd.DataFrame) -> float:
+    """Skew below which a collective has no last rank: twice the median end spread (how
+    well the ranks' clocks agree), at least MIN_SKEW_NS."""
+    if coll.empty:
+        return float(MIN_SKEW_NS)
+    spread = coll.groupby("collective")["end_ns"].agg(lambda s: s.max() - s.min())
+    return float(max(2 * spread.median(), MIN_SKEW_NS))
+
+
+def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
+    """One row per collective: collective, step, unit (the step, or the collective where
+    steps are unknown), skew_ns, last_rank (NA under the noise)."""
+    g = coll.groupby("collective", sort=True)
+    out = g.agg(step=("step", "first"), first_ns=("arrival_ns", "min"), last_ns=("arrival_ns", "max"),
+                last_rank=("last_rank", "first")).reset_index()
+    out["skew_ns"] = out.pop("last_ns") - out.pop("first_ns")
+    out["last_rank"] = out["last_rank"].astype("Int64").where(out["skew_ns"] >= noise_ns(coll))
+    has_steps = out["step"].notna().any()
+    out["unit"] = out["step"] if has_steps else out["collective"].astype("Int64")
+    return out[out["unit"].notna()].reset_index(drop=True)
+
+
+def gating(coll: pd.DataFrame) -> pd.DataFrame:
+    """One row per unit (step): unit, collectives, skew_ns (summed), gating_rank (last for
+    most of the skew; NA when no collective's skew passes the noise), gating_skew_ns."""
+    pc = per_collective(coll)
+    cols = ["unit", "collectives", "skew_ns", "gating_rank", "gating_skew_ns"]
+    if pc.empty:
+        return pd.DataFrame(columns=cols)
+    units = pc.groupby("unit").agg(collectives=("collective", "size"), skew_ns=("skew_ns", "sum"))
+    by_last = pc.dropna(subset=["last_rank"]).groupby(["unit", "last_rank"])["skew_ns"].sum().reset_index()
+    top = by_last.sort_values(["unit", "skew_ns"], ascending=[True, False]).drop_duplicates("unit")
+    units["gating_rank"] = top.set_index("unit")["last_rank"].reindex(units.index).astype("Int64")
+    units["gating_skew_ns"] = top.set_index("unit")["skew_ns"].reindex(units.index).fillna(0).astype("int64")
+    return units.reset_index()[cols]
+
+
+def waits(coll: pd.DataFrame) -> pd.DataFrame:
+    """Wide: one row per unit, one column per rank, the rank's summed wait (ns)."""
+    pc = per_collective(coll)[["collective", "unit"]]
+    w = coll.merge(pc, on="collective").pivot_table(index="unit", columns="rank", values="wait_ns",
+                                                    aggfunc="sum", fill_value=0)
+    return w.astype("int64")
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
+    """The run's verdict: pattern (straggler, alternating, none), rank (int or None), the
+    test's numbers (units gated per rank, p value) and the per-collective last counts."""
+    ranks = sorted(int(r) for r in coll["rank"].unique()) if len(coll) else []
+    pc = per_collective(coll) if len(coll) else pd.DataFrame(columns=["last_rank", "step"])
+    basis = "steps" if len(pc) and pc["step"].notna().any() else "collectives"
+    gated = gate.dropna(subset=["gating_rank"]) if len(gate) else gate
+    counts = {r: int((gated["gating_rank"] == r).sum()) for r in ranks} if len(gated) else {r: 0 for r in ranks}
+    last = {r: int((pc["last_rank"] == r).sum()) for r in ranks}
+    n = int(sum(counts.values()))
+    out = {"rank": None, "pattern": "none", "basis": basis, "units": int(len(gate)), "gated_units": n,
+           "gated_by_rank": counts, "last_at_collectives": last, "collectives": int(len(pc)),
+           "p_value": None, "alpha": ALPHA}
+    if len(ranks) < 2 or n == 0:
+        return out
+    top = max(counts, key=lambda r: (counts[r], -r))
+    p = min(1.0, binomial_tail(counts[top], n, 1 / len(ranks)) * len(ranks))
+    out["p_value"] = p
+    if p < ALPHA and counts[top] > n / 2:
+        return {**out, "rank": top, "pattern": "straggler"}
+    seq = gated.sort_values("unit")["gating_rank"].astype(int).to_numpy()
+    if len(seq) >= 3 and (seq[1:] != seq[:-1]).mean() >= ALTERNATING_SHARE:
+        out["pattern"] = "alternating"
+    return out
+
+
+def _busy_before(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
+    """Per collective and rank: the window from the rank's previous collective end (its
+    first activity for the first) to its arrival; GPU busy and idle ns inside it."""
+    parts = []
+    for rank, mine in coll.sort_values("arrival_ns").groupby("rank"):
+        r = rows[rows["rank"] == rank]
+        start = r["start_ns"].to_numpy(dtype=np.int64)
+        seg = merge_intervals(start, start + r["dur_ns"].to_numpy(dtype=np.int64))
+        begin = np.r_[start.min() if len(start) else 0, mine["end_ns"].to_numpy()[:-1]]
+        arrive = mine["arrival_ns"].to_numpy()
+        begin = np.minimum(begin, arrive)
+        busy = _coverage(*seg, arrive) - _coverage(*seg, begin)
+        parts.append(mine.assign(window_start_ns=begin, busy_ns=busy, idle_ns=arrive - begin - busy))
+    return pd.concat(parts, ignore_index=True) if parts else coll.assign(window_start_ns=0, busy_ns=0, idle_ns=0)
+
+
+def _kernel_time_in(rows: pd.DataFrame, windows: pd.DataFrame) -> pd.Series:
+    """Per kernel: GPU ns of rows starting inside the windows (rank, window_start_ns, arrival_ns)."""
+    parts = []
+    for _, w in windows.iterrows():
+        r = rows[(rows["rank"] == w["rank"]) & (rows["start_ns"] >= w["window_start_ns"])
+                 & (rows["start_ns"] < w["arrival_ns"])]
+        parts.append(r.groupby(r["kernel"].astype(str))["dur_ns"].sum())
+    return pd.concat(parts).groupby(level=0).sum() if parts else pd.Series(dtype="int64")
+
+
+def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None = None) -> pd.DataFrame:
+    """Per gated unit: why its gating rank was late, against the mean of the other ranks
+    over the collectives it was last at: extra_work_ns (more GPU busy time before them),
+    extra_idle_ns (more idle GPU time), cause ("more GPU work" / "idle GPU"), and the
+    kernels whose time before them differs most (kernel -> extra ns, largest first)."""
+    rows = timed(df)
+    rows = rows[rows["op_class"] != "communication"].copy()
+    if offsets_ns:
+        rows["start_ns"] = rows["start_ns"] + rows["rank"].map(offsets_ns).fillna(0).astype("int64")
+    windows = _busy_before(rows, coll).merge(per_collective(coll)[["collective", "unit", "last_rank"]],
+                                             on="collective", suffixes=("", "_gate"))
+    out = []
+    for unit, w in windows.groupby("unit"):
+        gate = gating(coll[coll["collective"].isin(w["collective"])])
+        g = gate["gating_rank"].iloc[0] if len(gate) else pd.NA
+        if pd.isna(g):
+            continue
+        w = w[w["last_rank_gate"] == g]
+        mine, others = w[w["rank"] == g], w[w["rank"] != g]
+        n_others = max(others["rank"].nunique(), 1)
+        work = int(mine["busy_ns"].sum() - others["busy_ns"].sum() / n_others)
+        idle = int(mine["idle_ns"].sum() - others["idle_ns"].sum() / n_others)
+        diff = _kernel_time_in(rows, mine).sub(_kernel_time_in(rows, others) / n_others, fill_value=0)
+        top = diff[diff > max(work, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)  # the ones that matter
+        out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
+                    "cause": "more GPU work" if work >= idle else "idle GPU",
+                    "kernels": {k: int(v) for k, v in top.items()}})
+    return pd.DataFrame(out, columns=["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels"])
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
+    """One sentence with its numbers: the straggler and why, "alternating", or no single straggler."""
+    unit = "steps" if v["basis"] == "steps" else "collectives"
+    counts = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1]))
+    p = "" if v["p_value"] is None else f", p = {v['p_value']:.3g}"
+    if v["pattern"] == "straggler":
+        r = v["rank"]
+        text = (f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit} "
+                f"(binomial test against chance{p})")
+        if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
+            work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
+            kinds = (f"more GPU work before its collectives ({_ms(work)} more busy over those {unit}"
+                     if work >= idle else f"an idle GPU before its collectives ({_ms(idle)} more idle: host or "
+                                          f"launch delay over those {unit}")
+            kernels = pd.Series(dtype="int64")
+            for k in mine["kernels"]:
+                kernels = kernels.add(pd.Series(k, dtype="int64"), fill_value=0)
+            named = ", ".join(f"{k} +{_ms(n)}" for k, n in kernels.sort_values(ascending=False).head(3).items())
+            text += f"; why: {kinds}" + (f"; kernels: {named})" if named and work >= idle else ")")
+        return text
+    if v["pattern"] == "alternating":
+        return f"alternating: the last rank switches between consecutive {unit} (gated: {counts}{p})"
+    if not v["gated_units"]:
+        return f"no clear straggler: no {unit[:-1]} has a rank late beyond the clock noise"
+    last = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["last_at_collectives"].items(), key=lambda kv: -kv[1]))
+    at_collectives = (f"; last beyond the clock noise at collectives: {last} of {v['collectives']}"
+                      if unit == "steps" else "")
+    return (f"no clear straggler: no rank gates a significant majority of {unit} "
+            f"({counts} of {v['gated_units']}{p}{at_collectives})")

@@ -1,0 +1,246 @@
+"""Collectives matched across ranks, who waits on whom, and the straggler verdict: numbers
+against a plain walk of the Kineto JSON, captures with known lateness made by shifting the
+timestamps of our real 2-GPU decode (tests/shifted.py says what it shifted), the clock
+offset estimate, bandwidth factors, and the `steps` / `compare` commands."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import shared_trace
+from shifted import EXTRA_KERNEL, make_late, ranks_from_one
+from typer.testing import CliRunner
+
+import tracelab
+from tracelab.cli import app
+from tracelab.reports import collectives as C
+from tracelab.reports import verdicts as V
+from tracelab.reports.waits import analyse, straggler_json
+
+DATA = Path(__file__).resolve().parent / "data"
+DECODE = DATA / "decode-2gpu-torch"
+ONE_SHOT = "one_shot_all_reduce"  # the symm-mem all-reduce kernel of our decode (its README)
+
+
+@pytest.fixture(scope="module")
+def decode(monkeypatch_module) -> list[tracelab.Profile]:
+    monkeypatch_module.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
+    return tracelab.load_many(DECODE)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _events(profiles) -> pd.DataFrame:
+    return tracelab.events(profiles)
+
+
+def _epochs(profiles) -> dict[int, int]:
+    return {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles}
+
+
+def _plain_arrivals() -> dict[int, list[tuple[int, int]]]:
+    """rank -> (start, end) epoch ns of each one-shot all-reduce kernel, in order: a plain walk."""
+    out = {}
+    for rank in (0, 1):
+        trace = json.loads(gzip.open(DECODE / f"rank{rank}.pt.trace.json.gz").read(), parse_float=Decimal)
+        base = trace["baseTimeNanoseconds"]
+        kernels = sorted((base + int(e["ts"] * 1000), round(e["dur"] * 1000))
+                         for e in trace["traceEvents"] if e.get("cat") == "kernel" and ONE_SHOT in e["name"])
+        out[rank] = [(start, start + dur) for start, dur in kernels]
+    return out
+
+
+def test_waits_equal_a_plain_walk_of_the_json(decode) -> None:
+    coll = analyse(_events(decode), _epochs(decode)).collectives
+    plain = _plain_arrivals()
+    assert len(plain[0]) == len(plain[1]) == coll["collective"].nunique() == 24
+    for i, ((s0, e0), (s1, e1)) in enumerate(zip(plain[0], plain[1])):
+        last = max(s0, s1)
+        got = coll[coll["collective"] == i].set_index("rank")
+        assert got.loc[0, "wait_ns"] == last - s0 and got.loc[1, "wait_ns"] == last - s1
+        assert got.loc[0, "transfer_ns"] == max(e0 - last, 0) and got.loc[1, "transfer_ns"] == max(e1 - last, 0)
+        assert got.loc[0, "last_rank"] == (1 if s1 >= s0 else 0)
+
+
+def test_step_table_wait_is_the_sum_of_its_collectives(decode) -> None:
+    w = analyse(_events(decode), _epochs(decode))
+    by_step = w.collectives.dropna(subset=["step"]).groupby(["step", "rank"])["wait_ns"].sum()
+    table = w.steps.set_index(["step", "rank"])["wait_ns"]
+    assert len(table) == 10 and (table == by_step.reindex(table.index).fillna(0)).all()
+    assert (w.steps["kernels"] == 37).all()  # 33 compute + 4 all-reduce kernels per token and rank
+
+
+def test_real_decode_is_not_called_a_straggler_on_five_steps(decode) -> None:
+    """Rank 1 is last in all 5 tokens, by ~0.2 ms of idle GPU: 5 of 5 is p = 0.0625 against
+    chance for 2 ranks, so no straggler is claimed, and the numbers say why."""
+    w = analyse(_events(decode), _epochs(decode))
+    assert w.verdict["rank"] is None and w.verdict["gated_by_rank"] == {0: 0, 1: 5}
+    assert w.verdict["p_value"] == pytest.approx(2 * 0.5 ** 5)
+    assert "no clear straggler" in w.line and "rank 1 at 5" in w.line
+    assert (w.causes["cause"] == "idle GPU").all()
+
+
+# ---- known lateness: the real decode, shifted ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def equal_base(decode) -> pd.DataFrame:
+    base, what = ranks_from_one(_events(decode), rank=0, world=2, copies=3)
+    assert "copied" in what
+    return base
+
+
+LATE_NS = 300_000
+
+
+@pytest.mark.parametrize("idle, cause", [(False, "more GPU work"), (True, "idle GPU")])
+def test_one_rank_late_before_each_all_reduce(equal_base, idle: bool, cause: str) -> None:
+    late, what = make_late(equal_base, lambda c, step, rank: LATE_NS if rank == 1 else 0, idle=idle,
+                           seed=1, jitter_ns=3_000)
+    assert "ms added" in what
+    w = analyse(late, {0: None, 1: None})
+    assert w.verdict["pattern"] == "straggler" and w.verdict["rank"] == 1
+    assert w.verdict["gated_by_rank"] == {0: 0, 1: 15} and w.verdict["p_value"] < 0.001
+    assert (w.causes["cause"] == cause).all()
+    n_collectives = int((w.collectives["step"].notna() & (w.collectives["rank"] == 1)).sum())
+    extra = w.causes["extra_idle_ns" if idle else "extra_work_ns"].sum()
+    assert extra == pytest.approx(n_collectives * LATE_NS, rel=0.02)
+    if not idle:
+        assert all(next(iter(k)) == EXTRA_KERNEL for k in w.causes["kernels"])
+        assert f"{EXTRA_KERNEL} +" in w.line
+    assert w.line.startswith("straggler: rank 1 gates 15 of 15 steps")
+    # the waiting rank waits about LATE_NS per collective; the late one hardly at all
+    waits = w.steps.groupby("rank")["wait_ns"].sum()
+    assert waits[0] == pytest.approx(n_collectives * LATE_NS, rel=0.02) and waits[1] < waits[0] / 50
+
+
+def test_alternating_lateness(equal_base) -> None:
+    late, _ = make_late(equal_base, lambda c, step, rank: LATE_NS if rank == step % 2 else 0, seed=2,
+                        jitter_ns=3_000)
+    w = analyse(late, {0: None, 1: None})
+    assert w.verdict["pattern"] == "alternating" and w.verdict["rank"] is None
+    gates = w.gating.set_index("unit")["gating_rank"]
+    assert all(gates[s] == s % 2 for s in gates.index)
+    assert w.line.startswith("alternating")
+
+
+def test_equal_work_is_no_clear_straggler(equal_base) -> None:
+    late, _ = make_late(equal_base, lambda c, step, rank: 0, seed=3, jitter_ns=3_000)
+    w = analyse(late, {0: None, 1: None})
+    assert w.verdict["rank"] is None and w.verdict["pattern"] != "straggler"
+    assert w.line.startswith("no clear straggler")
+    assert w.steps["wait_ns"].max() < 4 * 3_000 * 4  # only the jitter: 4 collectives per step
+
+
+def test_a_rank_on_another_clock_is_corrected_from_collective_ends(equal_base) -> None:
+    late, _ = make_late(equal_base, lambda c, step, rank: LATE_NS if rank == 1 else 0, seed=1, jitter_ns=3_000)
+    moved = late.assign(start_ns=late["start_ns"] + np.where(late["rank"] == 1, 5_000_000, 0))
+    w, moved_w = analyse(late, {0: None, 1: None}), analyse(moved, {0: None, 1: None})
+    assert moved_w.clock["basis"].startswith("estimated from collective ends")
+    assert moved_w.clock["offsets_ns"][1] == -5_000_000
+    assert moved_w.verdict == w.verdict
+    # given wrong epoch starts, the ends disagree and the estimate replaces them
+    wrong = analyse(moved, {0: 0, 1: 0})
+    assert "disagreed" in wrong.clock["basis"] and wrong.verdict == w.verdict
+
+
+# ---- bandwidth -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel, ranks, factor", [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2, 1.0), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 8, 1.75),
+    ("ncclDevKernel_AllGather_RING_LL", 4, 0.75), ("ncclDevKernel_ReduceScatter_Sum_bf16", 8, 0.875),
+    ("ncclDevKernel_SendRecv", 2, 1.0), ("ncclDevKernel_Broadcast_RING_LL", 8, 1.0),
+])
+def test_bus_bandwidth_follows_nccl_tests(kernel: str, ranks: int, factor: float) -> None:
+    coll = pd.DataFrame({"collective": [0], "kernel": [kernel], "type": [C.collective_type(kernel)],
+                         "ranks": [ranks], "msg_bytes": [4e6], "transfer_ns": [2_000_000]})
+    bw = C.bandwidth(coll).iloc[0]
+    assert bw["algbw_gbs"] == pytest.approx(4e6 / 2e-3 / 1e9)
+    assert bw["busbw_gbs"] == pytest.approx(bw["algbw_gbs"] * factor)
+
+
+def test_binomial_tail() -> None:
+    assert V.binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
+    assert V.binomial_tail(0, 7, 0.3) == pytest.approx(1.0)
+    assert V.binomial_tail(33, 65, 0.5) == pytest.approx(0.5, abs=0.05)
+
+
+# ---- one job under three profilers: compute per step agrees within the step noise ----------------
+
+def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
+    """Our decode under proton, torch and nsys: compute kernels per token (step) and rank. torch
+    and nsys have instances (steps from decode_one_token); proton's aggregate is divided by the
+    tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
+    standard deviations."""
+    from tracelab.inputs import run_info
+    from tracelab.reports.steps import recorded_steps
+
+    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
+    per_step, noise = defaultdict(dict), []
+    for src in ("torch", "nsys", "proton"):
+        for p in tracelab.load_many(DATA / f"decode-2gpu-{src}"):
+            k = p.events[(p.events["kind"] == "kernel") & (p.events["op_class"] != "communication")]
+            if src == "proton":
+                n = recorded_steps(run_info([DATA / "decode-2gpu-proton"]))
+                k = k[k["scope"].str.startswith("decode_one_token")]
+                per_step[p.rank][src] = (k["dur_ns"].sum() / n, k["count"].sum() / n)
+            else:
+                g = k.dropna(subset=["step"]).groupby("step")["dur_ns"]
+                per_step[p.rank][src] = (g.sum().mean(), g.size().mean())
+                noise.append(g.sum().std())
+    assert recorded_steps(run_info([DATA / "decode-2gpu-proton"])) == 5
+    sigma = float(np.mean(noise))
+    for rank, by_src in per_step.items():
+        times = [t for t, _ in by_src.values()]
+        assert {c for _, c in by_src.values()} == {33.0}, by_src
+        assert max(times) - min(times) < 3 * sigma, (rank, by_src, sigma)
+
+
+# ---- the commands -----------------------------------------------------------------------------
+
+def test_cli_steps_json_matches_the_analysis(decode) -> None:
+    result = CliRunner().invoke(app, ["steps", str(DECODE), "--step", "decode_one_token", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    w = analyse(_events(decode), _epochs(decode))
+    assert doc["steps"] == json.loads(w.steps.to_json(orient="records"))
+    assert doc["straggler"]["rank"] is None and len(doc["straggler"]["steps"]) == 5
+    first = doc["straggler"]["steps"][0]
+    assert first["gating_rank"] == 1 and first["wait_ns"]["0"] > 0 and first["wait_ns"]["1"] == 0
+
+
+def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
+    result = CliRunner().invoke(app, ["compare", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [i["label"] for i in doc["inputs"]] == ["rank0", "rank1"]
+    assert "straggler" in doc
+    one = CliRunner().invoke(app, ["breakdown", str(path), "--rank", "1", "--format", "json"])
+    assert {s["rank"] for s in json.loads(one.output)["summary"]} == {1}
+    missing = CliRunner().invoke(app, ["breakdown", str(path), "--rank", "7"])
+    assert missing.exit_code != 0
+
+
+def test_cli_compare_json_straggler_object(decode) -> None:
+    result = CliRunner().invoke(app, ["compare", str(DECODE), "--step", "decode_one_token", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.output)["straggler"]
+    assert s == {"run": "", **json.loads(json.dumps(straggler_json(analyse(_events(decode), _epochs(decode)))))}
+    assert set(s) >= {"rank", "basis", "pattern", "p_value", "gated_by_rank", "steps"}
+    assert all({"step", "gating_rank", "wait_ns"} <= set(x) for x in s["steps"])
+
+
+def test_cli_bad_step_pattern_is_one_line() -> None:
+    result = CliRunner().invoke(app, ["steps", str(DECODE), "--step", "token("])
+    assert result.exit_code != 0
