@@ -117,6 +117,7 @@ def test_fused_attention_generates_what_the_math_path_does():
     assert torch.equal(seqs["math"], seqs["auto"])
 
 
+@pytest.mark.slow
 def test_compiled_step_with_the_tuning_options_generates_what_eager_does():
     # the path GPU runs take (--compile --fuse-mlp --attention auto --inductor ...), on the CPU
     import torch._dynamo

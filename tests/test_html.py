@@ -105,6 +105,7 @@ def _run_folder(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_run_report_in_chromium(chromium, tmp_path):
     from typer.testing import CliRunner
 
@@ -127,6 +128,7 @@ def test_run_report_in_chromium(chromium, tmp_path):
     print(f"\nscreenshot of the report: {shot}")
 
 
+@pytest.mark.slow
 def test_runs_comparison_report_in_chromium(chromium, tmp_path):
     out = tmp_path / "runs.html"
     proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(shared_trace("nsys-ai/mfu_2gpu_before.sqlite")),
@@ -155,6 +157,7 @@ def _evil_inputs() -> list[Input]:
     return out
 
 
+@pytest.mark.slow
 def test_trace_strings_are_escaped_and_no_script_runs(chromium, tmp_path):
     page = tmp_path / "evil.html"
     write(page, html.render(_evil_inputs(), [str(tmp_path / XSS)], {"note": XSS_SCOPE}, title=XSS))
@@ -216,6 +219,7 @@ def test_bad_output_path(tmp_path, where):
 # ---- size and open time: 8 ranks, 1M events ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     spec = importlib.util.spec_from_file_location("report_bench", ROOT / "benchmarks" / "report_html.py")
     bench = importlib.util.module_from_spec(spec)

@@ -146,6 +146,7 @@ def _annotations(trace: Path, name: str) -> int:
     return sum(1 for e in events if e.get("name") == name and e.get("cat") == "user_annotation")
 
 
+@pytest.mark.slow
 def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
     args = ["--checkpoint", str(tiny_ckpt["good"]), *FAST]
     lines: list[str] = []
@@ -171,6 +172,7 @@ def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
     assert [p.rank for p in profiles] == [0, 1]
 
 
+@pytest.mark.slow
 def test_decode_backend_none_writes_figures_only(tmp_path):
     result = runner.run(RunSpec("decode", 2, "none", tmp_path, FAST))
     names = sorted(p.name for p in result.run_dir.iterdir())
@@ -200,6 +202,7 @@ CRASHY = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
     (tmp_path / "crashy_workload.py").write_text(CRASHY)
     monkeypatch.syspath_prepend(str(tmp_path))

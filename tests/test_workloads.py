@@ -52,6 +52,7 @@ def _annotations(trace: Path) -> set[str]:
     return {e["name"] for e in events if e.get("cat") == "user_annotation"}
 
 
+@pytest.mark.slow
 def test_train_figures(train_run):
     run_dir, record = train_run
     assert record["status"] == "ok" and sorted(record["figures"]) == ["0", "1"]
@@ -71,6 +72,7 @@ def test_train_figures(train_run):
     assert {"forward", "backward", "grad_sync", "optimizer"} <= names
 
 
+@pytest.mark.slow
 def test_allreduce_figures(allreduce_run):
     run_dir, record = allreduce_run
     for figures in record["figures"].values():
@@ -83,6 +85,7 @@ def test_allreduce_figures(allreduce_run):
     assert {"allreduce_gloo_4096", "allreduce_gloo_65536"} <= _annotations(run_dir / "rank0.pt.trace.json.gz")
 
 
+@pytest.mark.slow
 def test_overlap_figures(overlap_run):
     _, record = overlap_run
     rows = record["figures"]["0"]["rows"]
@@ -91,6 +94,7 @@ def test_overlap_figures(overlap_run):
     assert all(r["unfused_us"] > 0 and r["matmul_us"] > 0 and r["speedup"] is None for r in rows)
 
 
+@pytest.mark.slow
 def test_plots_from_run_json(train_run, allreduce_run, overlap_run):
     cases = [(train_run, "step time", "bar"), (allreduce_run, "bus bandwidth", "scatter"),
              (overlap_run, "time per shape", "bar")]
@@ -149,6 +153,7 @@ def _grads_worker(rank: int, port: int, variants: list[str], out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_data_parallel_gradients_equal_single_process(tmp_path):
     variants = ["naive", "flat", "overlap", "bucketed", "none"]
     ctx = multiprocessing.get_context("spawn")
@@ -203,6 +208,7 @@ def test_bad_input_one_line(monkeypatch, capsys, workload, argv, world_size, wor
     assert words in err[0]
 
 
+@pytest.mark.slow
 def test_bad_input_on_two_ranks_stops_both(tmp_path):
     """Under torchrun every rank refuses the same way before joining: nobody waits."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
