@@ -58,16 +58,19 @@ def _e(text: object) -> str:
 
 def _cells(rec: dict, root_ns: float, diff: bool) -> str:
     if diff:
-        sign = "slower" if rec["delta_ns"] > 0 else "faster" if rec["delta_ns"] < 0 else ""
+        delta_ms = round(rec["delta_ns"] / 1e6, 3)
+        sign = "slower" if delta_ms > 0 else "faster" if delta_ms < 0 else ""
         return (f'<span class="v">{rec["first_ns"] / 1e6:,.3f}</span><span class="v">{rec["second_ns"] / 1e6:,.3f}</span>'
-                f'<span class="v {sign}">{rec["delta_ns"] / 1e6:+,.3f}</span>')
+                f'<span class="v {sign}">{delta_ms:+,.3f}</span>'.replace("+0.000", "0.000").replace("-0.000", "0.000"))
     share = rec["time_ns"] / root_ns if root_ns else 0.0
     return (f'<span class="v">{rec["time_ns"] / 1e6:,.3f}</span><span class="v">{100 * share:.1f}%</span>'
-            f'<span class="v">{rec["count"]:,}</span><span class="bar" style="width:{round(120 * share)}px"></span>')
+            f'<span class="v">{rec["count"]:,}</span><span class="box"><span class="bar" style="width:{round(120 * share)}px">'
+            "</span></span>")
 
 
 def _node(rec: dict, kids: dict, root_ns: float, diff: bool) -> str:
-    name = f'<span class="{"k" if rec["is_kernel"] else "s"}">{_e(rec["name"])}</span>'
+    indent = f' style="padding-left:{14 * (rec["depth"] - 1)}px"'  # numbers stay in columns; names step in
+    name = f'<span class="{"k" if rec["is_kernel"] else "s"}"{indent}>{_e(rec["name"])}</span>'
     line = _cells(rec, root_ns, diff) + name
     mine = [] if rec["is_kernel"] else kids.get(tuple(rec["path"]), [])
     if not mine:
@@ -92,15 +95,15 @@ def tree_html(nodes: pd.DataFrame, diff: bool = False) -> str:
     root_ns = float(sum(r["time_ns"] for r in top))
     head = ("<span class=\"v\">first (ms)</span><span class=\"v\">second (ms)</span><span class=\"v\">delta (ms)</span>"
             if diff else "<span class=\"v\">time (ms)</span><span class=\"v\">share</span><span class=\"v\">calls</span>"
-                         "<span class=\"bar\"></span>")
+                         "<span class=\"box\"></span>")
     return f'<div class="tree"><div class="leaf head">{head}scope / kernel</div>{_level(top, kids, root_ns, diff)}</div>'
 
 
 TREE_STYLE = """
-.tree{font-size:13px}.tree details{margin-left:14px}.tree .kids{margin-left:14px}
-.tree summary,.tree .leaf{white-space:nowrap}.tree .leaf{margin-left:14px}
+.tree{font-size:13px}.tree summary,.tree .leaf{white-space:nowrap}.tree .leaf{padding-left:16px}
 .tree .v{display:inline-block;width:84px;text-align:right;margin-right:8px;font-variant-numeric:tabular-nums}
-.tree .bar{display:inline-block;height:9px;background:#4c78a8;margin-right:8px;vertical-align:middle}
+.tree .box{display:inline-block;width:124px;margin-right:4px}
+.tree .bar{display:inline-block;height:9px;background:#4c78a8;vertical-align:middle}
 .tree .head{font-weight:600;color:#444}.tree .k{color:#555}.tree .s{font-weight:600}
 .tree .slower{color:#c0392b}.tree .faster{color:#1e8449}
 """

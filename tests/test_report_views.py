@@ -174,7 +174,7 @@ def test_proton_scope_tree_matches_the_hatchet_file(decode3):
     rendered = scopetree.tree_html(tree)
     ns, calls = want["decode_one_token"]
     assert re.search(rf'<span class="v">{ns / 1e6:,.3f}</span><span class="v">[\d.]+%</span>'
-                     rf'<span class="v">{calls:,}</span>.*?<span class="s">decode_one_token</span>', rendered)
+                     rf'<span class="v">{calls:,}</span>.*?<span class="s"[^>]*>decode_one_token</span>', rendered)
 
 
 def test_report_has_scope_trees_a_diff_and_a_timestamps_note(tmp_path):
@@ -227,3 +227,30 @@ def test_run_infos_and_traceless_runs(tmp_path):
                                                                             "rank0.pt.trace.json.gz")]
     assert [n for n, _ in run_infos(paths)] == ["decode-1gpu-torch", "none-run"]
     assert [len(g) for g in load_groups(paths)] == [1, 0, 1]
+
+
+# ---- in a real browser: renders, no console errors, screenshots to look at ----------------
+
+BROWSER_CASES = {
+    "decode-3-profilers": [DATA / f"decode-1gpu-{s}" for s in ("proton", "torch", "nsys")],
+    "proton-pair": [DATA / "decode-2gpu-proton" / "rank0.hatchet", DATA / "decode-2gpu-proton" / "rank1.hatchet"],
+    "decode-2-ranks": [DATA / "decode-2gpu-torch"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(BROWSER_CASES))
+def test_report_in_chromium(case, tmp_path):
+    from test_html import ARTIFACTS, check_rendered, open_page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    out = write_report([str(p) for p in BROWSER_CASES[case]], tmp_path / f"{case}.html", perfetto=True)
+    got = check_rendered(chromium, out)  # loads, every plot drawn, no console message, no request
+    assert got["dom"].count("<details") >= 2
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"report-{case}.png"
+    shot.unlink(missing_ok=True)
+    open_page(chromium, out, screenshot=shot)
+    assert shot.stat().st_size > 10_000
