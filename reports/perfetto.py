@@ -310,7 +310,15 @@ def _check_steps(inputs: list[Input], steps: set[int]) -> None:
     if not known:
         raise UsageError("--steps", "the inputs mark no steps (no step ranges in the traces)")
     if not known & steps:
-        raise UsageError("--steps", f"none of {sorted(steps)} is in the inputs (steps {min(known)}-{max(known)})")
+        raise UsageError("--steps", f"none of {_span(steps)} is in the inputs (their steps: {_span(known)})")
+
+
+def _span(numbers: set[int]) -> str:
+    """'3-7' for a contiguous set, else its first few: '1, 4, 9, ...'."""
+    ordered = sorted(numbers)
+    if ordered[-1] - ordered[0] == len(ordered) - 1:
+        return f"{ordered[0]}-{ordered[-1]}" if len(ordered) > 1 else str(ordered[0])
+    return ", ".join(map(str, ordered[:5])) + (", ..." if len(ordered) > 5 else "")
 
 
 def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int] | None = None,

@@ -24,8 +24,9 @@ from tracelab.reports import perfetto
 from tracelab.reports.compare import Input
 from tracelab.schema import coerce
 
+from conftest import shared_trace
+
 DATA = Path(__file__).resolve().parent / "data"
-NSYS_2GPU = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys-ai" / "h100_2gpu_1s.sqlite"
 KINETO_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 NSYS_TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
                "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
@@ -171,11 +172,10 @@ def test_nsys_pair_counts_per_rank_and_kind(folder):
 
 
 def test_two_process_nsys_file_counts_per_rank_and_kind():
-    if not NSYS_2GPU.exists():
-        pytest.skip(f"{NSYS_2GPU} is not there (../shared beside the checkout)")
-    doc = _export([NSYS_2GPU])
-    raw = _raw_nsys(NSYS_2GPU)
-    rank_of_pid = {p.meta["pid"]: p.rank for p in load_many([NSYS_2GPU])}
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
+    doc = _export([path])
+    raw = _raw_nsys(path)
+    rank_of_pid = {p.meta["pid"]: p.rank for p in load_many([path])}
     assert len(raw) == 2 and _counts(doc) == {rank_of_pid[pid]: c for pid, c in raw.items()}
     assert doc["otherData"]["tracelab"]["clocks"][0]["clock"].startswith("trace start on the epoch")
 
@@ -300,6 +300,21 @@ def test_steps_become_slices_and_select():
         perfetto.trace([one], steps={9})
     with pytest.raises(UsageError, match="mark no steps"):
         perfetto.trace([_synthetic(0, [0], [5])], steps={1})
+
+
+def test_real_steps_become_slices_and_select():
+    """HTA's sampled ranks hold ProfilerStep#551 and #552: a step's slice spans its kernels
+    and --steps 552 keeps exactly the rows of step 552."""
+    folder = shared_trace("hta/trace_filter/sampled_rank-0.json.gz").parent
+    profiles = load_many([folder])
+    doc = _export([folder], steps={552})
+    want = {p.rank: int(((p.events["step"] == 552) & p.events["kind"].isin(["kernel", "memcpy", "memset"])).sum())
+            for p in profiles}
+    assert {r: sum(c.values()) for r, c in _counts(doc).items()} == want and min(want.values()) > 100
+    steps = [e for e in doc["traceEvents"] if e.get("cat") == "step"]
+    assert sorted(e["name"] for e in steps) == ["step 552", "step 552"]
+    with pytest.raises(UsageError, match="none of 0-40 is in the inputs"):
+        _export([folder], steps=set(range(41)))
 
 
 def test_proton_alone_is_refused():
