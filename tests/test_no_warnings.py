@@ -1,0 +1,47 @@
+"""What a user runs in a notebook or a shell prints no warning: loading, every breakdown,
+the comparison, the timeline and the HTML page, over each profiler's capture and a CPU-only
+trace, with every warning an error (pandas' FutureWarning on groupbys of categorical
+columns among them)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import tracelab
+from tracelab.cli import app
+from tracelab.inputs import label_inputs
+from tracelab.reports import breakdown, compare, html, text, timeline
+
+DATA = Path(__file__).resolve().parent / "data"
+RUNS = ["train-2gpu-torch", "train-2gpu-proton", "train-2gpu-nsys", "train-cpu-torch"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_analyses_warn_nothing(run: str) -> None:
+    folder = DATA / run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df = tracelab.events(tracelab.load_many(folder))
+        breakdown.summary(df)
+        for by in ("kernel", "op_class", "scope"):
+            breakdown.breakdown(df, by=by, top=5)
+        timeline.rank_timeline(df)
+        inputs = label_inputs([folder, folder], [tracelab.load_many(folder)] * 2)
+        for by in compare.BY:
+            c = compare.comparison(inputs, by)
+            text.compare_tables(c, compare.BY[by], 5)
+        html.render(inputs, [str(folder)], None, run)
+
+
+@pytest.mark.parametrize("command", [["breakdown"], ["breakdown", "--by", "op_class"], ["breakdown", "--by", "scope"],
+                                     ["compare", "--format", "json"]])
+def test_the_commands_warn_nothing(command: list[str]) -> None:
+    paths = [str(DATA / "train-2gpu-torch" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = CliRunner().invoke(app, [*command, *paths])
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.output
