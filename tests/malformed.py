@@ -133,6 +133,12 @@ def with_bytes(maker: Callable[[Path], Path], edit: Callable[[bytes], bytes]) ->
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
     """`tracelab ARGS` in this process (the CLI's own entry point): exit status, stderr lines."""
+    status, _, err = run_cli_output(capsys, *args)
+    return status, err.splitlines()
+
+
+def run_cli_output(capsys, *args: str) -> tuple[int, str, str]:
+    """`tracelab ARGS` in this process: exit status, stdout, stderr."""
     import sys
 
     from tracelab import cli
@@ -145,4 +151,5 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
         status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     finally:
         sys.argv = argv
-    return status, capsys.readouterr().err.splitlines()
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err

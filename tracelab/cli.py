@@ -1,13 +1,13 @@
 """The tracelab command line: the only place that prints, exits or reads argv."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Optional
 
 import typer
 
-from .errors import TracelabError, UsageError
-from .schema import SchemaError
+from .errors import UsageError
 
 app = typer.Typer(
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
@@ -34,12 +34,30 @@ def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
 
 
 def main() -> None:
-    """Entry point that turns library errors into one line on stderr and exit status 2."""
-    try:
-        app()
-    except (TracelabError, SchemaError) as e:
-        typer.echo(f"tracelab: error: {e}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    """Entry point, the one place that turns what goes wrong into one line on stderr
+    (tracelab/terminal.py): library errors, OS failures (permissions, a full disk, a file
+    past `ulimit -f`) and memory running out exit with status 2; warnings of a command
+    that succeeds follow its output, one line each."""
+    import warnings
+
+    from .terminal import error_line, warning_lines
+
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            app()
+        except SystemExit as done:
+            if not done.code:
+                for line in warning_lines(caught):
+                    typer.echo(line, err=True)
+            raise
+        except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except Exception as e:
+            if (line := error_line(e)) is None:
+                raise  # a bug in tracelab: its traceback is the report
+            typer.echo(line, err=True)
+            sys.exit(EXIT_BAD_INPUT)
 
 
 Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "
@@ -65,8 +83,6 @@ def _set_step(step: str | None) -> None:
 
 def _load(paths: list[str], rank: int | None = None):
     """Load with a progress bar on stderr when there are several files; --rank picks one rank."""
-    from rich.progress import Progress
-
     from .load import expand, load_many
     from .pick import pick_rank
 
@@ -74,7 +90,7 @@ def _load(paths: list[str], rank: int | None = None):
     if len(files) == 1:
         profiles = load_many(files)  # a file of several processes gives one Profile per rank
     else:
-        with Progress(transient=True, console=_err_console()) as bar:
+        with _progress() as bar:
             task = bar.add_task(f"loading {len(files)} traces", total=len(files))
             profiles = load_many(files, on_loaded=lambda _: bar.advance(task))
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
@@ -86,13 +102,25 @@ def _err_console():
     return Console(stderr=True)
 
 
+def _progress(disable: bool = False):
+    """A transient progress bar on stderr, only on a terminal (elsewhere it left a blank line)."""
+    from rich.progress import Progress
+
+    console = _err_console()
+    return Progress(transient=True, console=console, disable=disable or not console.is_terminal)
+
+
 def _emit(rendered) -> None:
+    """Output on stdout; names from traces reach a terminal with control characters escaped."""
+    from .terminal import Escaped, printable
+
     if isinstance(rendered, str):
-        typer.echo(rendered, nl=not rendered.endswith("\n"))
+        text = printable(rendered, keep="\n\t") if sys.stdout.isatty() else rendered  # CSV/JSON to a file: as is
+        typer.echo(text, nl=not rendered.endswith("\n"))
     else:
         from rich.console import Console
 
-        Console(width=None if sys.stdout.isatty() else 160).print(rendered)
+        Console(width=None if sys.stdout.isatty() else 160).print(Escaped(rendered))
 
 
 @app.command()
@@ -129,13 +157,11 @@ def _load_groups(paths: list[str]) -> list[list]:
     one progress bar on stderr over all their files."""
     from pathlib import Path
 
-    from rich.progress import Progress
-
     from .inputs import load_groups, traceless_run
     from .load import expand
 
     total = sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
-    with Progress(transient=True, console=_err_console(), disable=total < 2) as bar:
+    with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
         return load_groups(paths, on_loaded=lambda _: bar.advance(task))
 

@@ -39,5 +39,10 @@ class ToolMissingError(TracelabError):
     """An external tool (nsys, torchrun, triton) is not installed or not found."""
 
 
+class OutputError(TracelabError):
+    """A file tracelab writes (a report, an export) cannot be written: permissions, a
+    read-only folder, a full disk, a size limit (`ulimit -f`)."""
+
+
 class RunError(TracelabError):
     """A launched workload failed; `where` is the run folder or rank."""

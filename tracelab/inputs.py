@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import NoTracesError, TraceFormatError, UsageError
+from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
 from .schema import Profile
 
 if TYPE_CHECKING:
@@ -73,15 +73,27 @@ def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
         raise UsageError(path, "is a folder")
     if not path.parent.is_dir():
         raise UsageError(path, f"folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+        os.chmod(tmp, 0o666 & ~_umask())  # the user's usual file mode (0644), not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk, a file past `ulimit -f`
+            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,

@@ -28,7 +28,8 @@ INT16 = (-(2**15), 2**15 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 GZIP_MAGIC = b"\x1f\x8b"
-_CHUNK_BYTES = 1024**2
+_CHUNK_BYTES = 1024**2  # compressed bytes read at a time
+_INFLATE_BYTES = 64 * 1024**2  # inflated bytes per step: 1 MiB of a bomb would be 1 GiB at once
 
 
 def _env_int(name: str, default: int) -> int:
@@ -81,7 +82,7 @@ def _gunzip(path: Path, f, limit: int) -> bytearray:
         if not pending and not (pending := f.read(_CHUNK_BYTES)):
             break
         try:
-            out += inflate.decompress(pending, limit + 1 - len(out))
+            out += inflate.decompress(pending, min(_INFLATE_BYTES, limit + 1 - len(out)))
         except zlib.error as e:
             raise TraceFormatError(path, f"damaged gzip: {e}") from None
         fresh = False

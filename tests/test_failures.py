@@ -1,0 +1,253 @@
+"""Failures other than a bad value (issue 11): an error in a worker process, unreadable
+files and folders, a full disk, a read-only folder, `ulimit -f`, escape sequences in names,
+decompression bombs and huge names. Each ends in one line on stderr, exit status 2."""
+from __future__ import annotations
+
+import builtins
+import gzip
+import importlib
+import os
+import pickle
+import resource
+import shutil
+import subprocess
+import sys
+import warnings
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+import malformed as m
+from tracelab import errors, terminal
+
+load = importlib.import_module("tracelab.load")  # the module: tracelab.load is also the function
+
+TORCH_RUN = m.DATA / "allreduce-2gpu-torch"
+ONE_RANK = m.DATA / "decode-1gpu-torch"  # the report's input
+
+
+def _tracelab(*args: str, env: dict | None = None, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TRACELAB_CACHE": "0", **(env or {})},
+                          preexec_fn=preexec)
+
+
+def _one_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("tracelab: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+    return result.stderr
+
+
+def _run_folder_with_truncated_rank(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(TORCH_RUN, run)
+    good = (run / "rank1.pt.trace.json.gz").read_bytes()
+    (run / "rank2.pt.trace.json.gz").write_bytes(good[: len(good) // 2])  # an interrupted write
+    return run
+
+
+def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path):
+    """Parsed in worker processes: the worker's error reaches the parent as one line."""
+    run = _run_folder_with_truncated_rank(tmp_path)
+    _one_line(_tracelab("breakdown", str(run)), str(run / "rank2.pt.trace.json.gz"), "truncated gzip")
+
+
+def test_load_many_raises_the_workers_own_error(tmp_path):
+    run = _run_folder_with_truncated_rank(tmp_path)
+    with pytest.raises(errors.TraceFormatError) as raised:
+        load.load_many(run, workers=2)
+    assert raised.value.where == str(run / "rank2.pt.trace.json.gz")
+    assert "truncated gzip" in raised.value.reason
+
+
+@pytest.mark.parametrize("cls", [c for c in vars(errors).values()
+                                 if isinstance(c, type) and issubclass(c, errors.TracelabError)])
+def test_every_error_survives_pickling(cls):
+    error = pickle.loads(pickle.dumps(cls("/runs/x/rank3.json", "why")))
+    assert (type(error), error.where, error.reason, str(error)) == (cls, "/runs/x/rank3.json", "why",
+                                                                     "/runs/x/rank3.json: why")
+
+
+def test_a_worker_that_died_is_named_by_its_file():
+    future = Future()
+    future.set_exception(BrokenProcessPool("a process terminated abruptly"))
+    with pytest.raises(errors.TraceFormatError, match="process reading it died") as raised:
+        load._result(future, Path("/runs/x/rank3.json"))
+    assert raised.value.where == "/runs/x/rank3.json"
+
+
+# ---- permissions (root reads everything: the denial is made by the test) -----------
+
+
+def test_unreadable_trace_is_one_line(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    shutil.copy(TORCH_RUN / "rank0.pt.trace.json.gz", path)
+    real_open = builtins.open
+
+    def denied(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    status, lines = m.run_cli(capsys, "breakdown", str(path))
+    assert status == 2 and lines == [f"tracelab: error: {path}: cannot read: Permission denied"]
+
+
+def test_unreadable_subfolder_is_an_error_not_skipped(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "runs"
+    shutil.copytree(TORCH_RUN, run / "a")
+    (run / "b").mkdir()
+    real_scandir = os.scandir
+
+    def denied(folder="."):
+        if str(folder) == str(run / "b"):
+            raise PermissionError(13, "Permission denied", str(folder))
+        return real_scandir(folder)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    with pytest.raises(errors.TraceFormatError, match="cannot read this folder: Permission denied") as raised:
+        load.expand([run])
+    assert raised.value.where == str(run / "b")
+
+
+# ---- writing a report ------------------------------------------------------------------
+
+
+def _file_size_limit(limit_bytes: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+
+def test_report_past_ulimit_f_is_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "report.html"
+    result = _tracelab("report", str(ONE_RANK), "-o", str(out), preexec=_file_size_limit(64 * 1024))
+    _one_line(result, f"{out}: cannot write: File too large")
+    assert list(tmp_path.iterdir()) == []  # no partial report, no temporary file
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 64 KiB tmpfs mounted at tmp_path/mnt (root only; skipped where mounting is refused)."""
+    def mount(*options: str) -> Path:
+        where = tmp_path / "mnt"
+        where.mkdir(exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=64k", *options)), "tmpfs",
+                               str(where)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(where)
+        return where
+    mounted: list[Path] = []
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+@pytest.mark.parametrize("options, reason", [((), "No space left on device"), (("ro",), "Read-only file system")],
+                         ids=["full disk", "read-only folder"])
+def test_report_on_a_full_or_read_only_disk_is_one_line(small_mount, options, reason):
+    out = small_mount(*options) / "report.html"
+    _one_line(_tracelab("report", str(ONE_RANK), "-o", str(out)), f"{out}: cannot write: {reason}")
+
+
+def test_report_gets_the_users_file_mode(tmp_path):
+    out = tmp_path / "report.html"
+    result = _tracelab("report", str(ONE_RANK), "-o", str(out), preexec=lambda: os.umask(0o022))
+    assert result.returncode == 0, result.stderr
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+
+
+# ---- the terminal ------------------------------------------------------------------------
+
+
+def test_file_name_with_escape_sequence_and_newline_stays_one_inert_line(tmp_path, capsys):
+    path = tmp_path / "bad\x1b[2Jname\nx.json"
+    path.write_text('{"traceEvents": [')
+    status, lines = m.run_cli(capsys, "breakdown", str(path))
+    assert status == 2 and len(lines) == 1
+    assert "\x1b" not in lines[0] and "bad\\x1b[2Jname\\nx.json" in lines[0]
+
+
+def test_kernel_names_reach_the_table_escaped(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    hostile = "evil\x1b[2J\x1b]0;title\x07\u202ekernel"
+    path = m.kineto_event("kernel", name=hostile)(tmp_path)
+    status, out, _ = m.run_cli_output(capsys, "breakdown", str(path), "--by", "scope", "--top", "400")
+    assert status == 0
+    status, by_kernel, _ = m.run_cli_output(capsys, "breakdown", str(path), "--top", "400")
+    assert status == 0
+    shown = out + by_kernel
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert "evil\\x1b[2J" in by_kernel
+
+
+def test_warning_of_a_command_that_succeeds_is_one_escaped_line(capsys, monkeypatch):
+    from tracelab import cli
+
+    def warns_then_succeeds():
+        warnings.warn("overflow in\x1b[2J cast\nsecond line", RuntimeWarning)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "app", warns_then_succeeds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit):
+            cli.main()
+    assert capsys.readouterr().err == "tracelab: warning: overflow in\\x1b[2J cast\\nsecond line\n"
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("plain", "plain"), ("a\x1b[2Jb", "a\\x1b[2Jb"), ("two\nlines", "two\\nlines"), ("bell\x07", "bell\\x07"),
+    ("c1\x9b", "c1\\x9b"), ("rtl\u202eevil", "rtl\\u202eevil"), ("byte\udcff", "byte\\udcff"), ("tab\t", "tab\\t"),
+])
+def test_printable(text, shown):
+    assert terminal.printable(text) == shown
+
+
+# ---- resources ---------------------------------------------------------------------------
+
+
+def _zeros_gzip(path: Path, inflated_bytes: int, head: bytes = b'{"traceEvents": [') -> Path:
+    """A gzip of `head` then spaces: valid-looking JSON that inflates to `inflated_bytes`."""
+    chunk = b" " * (1 << 20)
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(head)
+        for _ in range(inflated_bytes // len(chunk)):
+            f.write(chunk)
+    return path
+
+
+def _peak_rss_mb_of_children() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def test_gzip_bomb_stops_at_the_limit(tmp_path):
+    bomb = _zeros_gzip(tmp_path / "bomb.json.gz", 256 * 1024**2)
+    limit = 32 * 1024**2
+    result = _tracelab("breakdown", str(bomb), env={"TRACELAB_MAX_TRACE_BYTES": str(limit)})
+    _one_line(result, str(bomb), f"inflates to more than {limit:,} bytes", "TRACELAB_MAX_TRACE_BYTES")
+
+
+@pytest.mark.slow
+def test_4mb_gzip_that_inflates_to_4gib_is_one_line_in_bounded_memory(tmp_path):
+    bomb = _zeros_gzip(tmp_path / "bomb.json.gz", 4 * 1024**3)
+    assert bomb.stat().st_size < 8 * 1024**2
+    _one_line(_tracelab("breakdown", str(bomb)), "inflates to more than 2,147,483,648 bytes")
+    assert _peak_rss_mb_of_children() < 3 * 1024  # the default limit (2 GiB) plus the interpreter
+
+
+def test_name_over_the_limit_is_one_line_and_the_limit_can_be_raised(tmp_path):
+    path = m.kineto_event("kernel", name="k" * (2 * 1024**2))(tmp_path)
+    _one_line(_tracelab("breakdown", str(path)), "name: a name of 2,097,152 characters", "TRACELAB_MAX_NAME_CHARS")
+    raised = _tracelab("breakdown", str(path), "--format", "csv", env={"TRACELAB_MAX_NAME_CHARS": str(4 * 1024**2)})
+    assert raised.returncode == 0, raised.stderr
+
+
+@pytest.mark.slow
+def test_100mb_kernel_name_is_refused_quickly(tmp_path):
+    path = m.kineto_event("kernel", name="k" * (100 * 1024**2))(tmp_path)
+    _one_line(_tracelab("breakdown", str(path)), "name: a name of 104,857,600 characters")
