@@ -16,7 +16,8 @@ from tracelab.inputs import label_inputs
 from tracelab.reports import breakdown, compare, html, text, timeline
 
 DATA = Path(__file__).resolve().parent / "data"
-RUNS = ["train-2gpu-torch", "train-2gpu-proton", "train-2gpu-nsys", "train-cpu-torch"]
+RUNS = [pytest.param("train-2gpu-torch", marks=pytest.mark.slow), "train-2gpu-proton",
+        pytest.param("train-2gpu-nsys", marks=pytest.mark.slow), "train-cpu-torch"]
 
 
 @pytest.mark.parametrize("run", RUNS)
