@@ -112,20 +112,32 @@ def straggler_line(row: pd.Series, measured: str) -> str:
     return line + f"; its communication time ({_ms(row['comm_ns'])} ms) is not the lowest"
 
 
+SHORT_LABEL_CHARS = 14  # longer input labels become letters in table headers, with a legend
+
+
+def short_labels(labels: list[str]) -> dict[str, str]:
+    """Each label as it is when all are short; else A, B, ... Z, A1, B1, ... so that headers
+    and the slowest column stay whole (run folder names fragmented into header pieces)."""
+    if all(len(label) <= SHORT_LABEL_CHARS for label in labels):
+        return {label: label for label in labels}
+    return {label: chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i, label in enumerate(labels)}
+
+
 def _compare_table(c, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
         title += " (scopes differ between inputs: try --by kernel)"
+    short = short_labels(c.labels)
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
     for i, label in enumerate(c.labels):
-        t.add_column(Text(f"{label} (ms)"), justify="right", overflow="fold")
+        t.add_column(Text(f"{short[label]} (ms)"), justify="right", overflow="fold")
         if ratios and i:
-            t.add_column(Text(f"{label} / first"), justify="right", overflow="fold")
+            t.add_column(Text(f"{short[label]} / first"), justify="right", overflow="fold")
     t.add_column("spread", justify="right")
-    t.add_column("slowest")
+    t.add_column("slowest", no_wrap=True)
     t.add_column(" | ".join(keys), overflow="fold")
     for _, r in shown.iterrows():
         cells = []
@@ -133,7 +145,8 @@ def _compare_table(c, keys: list[str], top: int | None) -> Table:
             cells.append(_ms(r[f"time_ns[{label}]"]))
             if ratios and i:
                 cells.append(_ratio(r[f"ratio[{label}]"]))
-        t.add_row(*cells, _ratio(r["spread"]), Text(str(r["slowest"])), _key_text(r, keys))
+        t.add_row(*cells, _ratio(r["spread"]), Text(short.get(str(r["slowest"]), str(r["slowest"]))),
+                  _key_text(r, keys))
     return t
 
 
@@ -172,7 +185,8 @@ def _skew_table(skew: pd.DataFrame) -> Table:
 
 def compare_tables(c, keys: list[str], top: int | None = None) -> Group:
     """The aligned table, totals, straggler lines, and timeline and skew tables when timed."""
-    parts = [_compare_table(c, keys, top), _totals_table(c.totals, c.measured)]
+    legend = [Text(f"{s} = {label}") for label, s in short_labels(c.labels).items() if s != label]
+    parts = [*legend, _compare_table(c, keys, top), _totals_table(c.totals, c.measured)]
     parts += [Text(straggler_line(r, c.measured)) for _, r in c.stragglers.iterrows()]
     if len(c.timeline):
         parts.append(_timeline_table(c.timeline))

@@ -254,3 +254,25 @@ def test_report_in_chromium(case, tmp_path):
     shot.unlink(missing_ok=True)
     open_page(chromium, out, screenshot=shot)
     assert shot.stat().st_size > 10_000
+
+
+def test_compare_terminal_keeps_long_run_names_whole(tmp_path):
+    """Two run folders: headers fragmented into 'decode-torch-202611 / 22-015135/rank0' and
+    slowest was cut to 'decode-torch-20261...'; long labels become letters with a legend."""
+    import subprocess
+    import sys
+
+    runs = []
+    for stamp, data in (("20261121-235636", "decode-1gpu-torch"), ("20261122-015135", "decode-2gpu-torch")):
+        shutil.copytree(DATA / data, tmp_path / f"decode-torch-{stamp}")
+        runs.append(str(tmp_path / f"decode-torch-{stamp}"))
+    proc = subprocess.run([sys.executable, "-m", "tracelab", "compare", *runs, "--top", "5"], capture_output=True,
+                          text=True, env={**__import__("os").environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == ["A = decode-torch-20261121-235636", "B = decode-torch-20261122-015135/rank0",
+                         "C = decode-torch-20261122-015135/rank1"]
+    head = next(line for line in lines if "slowest" in line)
+    assert "A (ms)" in head and "B / first" in head and "\u2026" not in proc.stdout.split("GPU time per input")[0]
+    rows = lines[lines.index(head) + 2:][:5]
+    assert all(re.search(r"\u2502 [ABC]? +\u2502 ", row) for row in rows), rows
