@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..schema import Profile
-from . import timeline
+from . import normalise, timeline
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -137,33 +137,43 @@ def _per_input(events: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
-    """One row per key present in any input. Columns: the keys; time_ns[L] and count[L]
-    per input label L; delta_ns[L] and ratio[L] against the first input (ratio NaN where
-    the first has no time); inputs (how many have the row); max_ns, min_ns, spread
-    (max / min, NaN where an input lacks the row); slowest (label of the largest time).
-    Sorted by max_ns, largest first."""
+    """One row per key present in any input. Columns: the keys; time_ns[L], count[L] and
+    mean_ns[L] (per call) per input label L; per_step_ns[L] when the inputs cover different
+    step counts (then delta, ratio, spread and slowest are per step: reports/normalise.py;
+    `attrs["basis"]` says which); delta_ns[L] and ratio[L] against the first input (ratio
+    NaN where the first has no time); inputs (how many have the row); max_ns, min_ns,
+    spread (max / min, NaN where an input lacks the row); slowest (label of the largest
+    time where its lead beats the step-to-step noise, else ""). Sorted by max_ns, largest first."""
     keys = BY[by]
     labels = [i.label for i in inputs]
     per = [_per_input(i.events, keys) for i in inputs]
     wide = pd.concat(per, axis=1, keys=labels, join="outer").fillna(0)
     time = pd.DataFrame({L: wide[(L, "time_ns")].astype("int64") for L in labels})
     count = pd.DataFrame({L: wide[(L, "count")].astype("int64") for L in labels})
+    # different step counts: compared per step, and said so (reports/normalise.py)
+    cmp, note = normalise.basis(time, {i.label: normalise.step_count(i.events) for i in inputs})
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
-                     count.add_prefix("count[").add_suffix("]")], axis=1)
-    first = time[labels[0]]
+                     count.add_prefix("count[").add_suffix("]"),
+                     (time / count.where(count > 0)).add_prefix("mean_ns[").add_suffix("]")], axis=1)
+    if cmp is not time:
+        out = pd.concat([out, cmp.add_prefix("per_step_ns[").add_suffix("]")], axis=1)
+    first = cmp[labels[0]]
     against = {}  # one concat, not a column at a time: 128 ranks would fragment the frame
     for L in labels[1:]:
-        against[f"delta_ns[{L}]"] = time[L] - first
-        against[f"ratio[{L}]"] = time[L] / first.where(first > 0)
+        against[f"delta_ns[{L}]"] = cmp[L] - first
+        against[f"ratio[{L}]"] = cmp[L] / first.where(first > 0)
     out = pd.concat([out, pd.DataFrame(against, index=out.index)], axis=1)
     present = (time > 0) | (count > 0)
     out["inputs"] = present.sum(axis=1)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
-    out["spread"] = out["max_ns"] / out["min_ns"].where(out["min_ns"] > 0)
-    out["slowest"] = time.idxmax(axis=1)
+    out["spread"] = cmp.max(axis=1) / cmp.min(axis=1).where(cmp.min(axis=1) > 0)
+    sigmas = {i.label: normalise.sigma(i.events, keys, per_step=cmp is not time) for i in inputs}
+    out["slowest"] = normalise.slowest(cmp, sigmas)  # "" where the lead is within the noise
     out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
                                         kind="stable")
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    out.attrs["basis"] = note
+    return out
 
 
 def measured(events: pd.DataFrame) -> str:

@@ -129,11 +129,15 @@ def _compare_table(c, keys: list[str], top: int | None) -> Table:
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
         title += " (scopes differ between inputs: try --by kernel)"
+    if c.table.attrs.get("basis", "totals") != "totals":  # ratios and slowest per step, or a caveat
+        title += f"; compared {c.table.attrs['basis']}"
+    title += "; slowest only where its lead beats the step-to-step noise"
     short = short_labels(c.labels)
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
+    per_step = f"per_step_ns[{c.labels[0]}]" in c.table  # different step counts: per step throughout
     for i, label in enumerate(c.labels):
-        t.add_column(Text(f"{short[label]} (ms)"), justify="right", overflow="fold")
+        t.add_column(Text(f"{short[label]} ({'ms/step' if per_step else 'ms'})"), justify="right", overflow="fold")
         if ratios and i:
             t.add_column(Text(f"{short[label]} / first"), justify="right", overflow="fold")
     t.add_column("spread", justify="right")
@@ -142,7 +146,7 @@ def _compare_table(c, keys: list[str], top: int | None) -> Table:
     for _, r in shown.iterrows():
         cells = []
         for i, label in enumerate(c.labels):
-            cells.append(_ms(r[f"time_ns[{label}]"]))
+            cells.append(_ms(r[f"{'per_step_ns' if per_step else 'time_ns'}[{label}]"]))
             if ratios and i:
                 cells.append(_ratio(r[f"ratio[{label}]"]))
         t.add_row(*cells, _ratio(r["spread"]), Text(short.get(str(r["slowest"]), str(r["slowest"]))),
@@ -203,7 +207,8 @@ def compare_json(c, keys: list[str], top: int | None = None) -> str:
     def records(df: pd.DataFrame) -> list:
         return json.loads(df.to_json(orient="records")) if len(df) else []
 
-    doc = {"by": c.by, "inputs": records(c.totals), "straggler": c.straggler, "stragglers": records(c.stragglers),
+    doc = {"by": c.by, "basis": c.table.attrs.get("basis"), "inputs": records(c.totals),
+           "straggler": c.straggler, "stragglers": records(c.stragglers),
            "timeline": records(c.timeline), "collective_skew": records(c.skew),
            "rows": records(c.table if not top else c.table.head(top))}
     return json.dumps(doc, indent=1)

@@ -99,7 +99,8 @@ def test_hta_ranks_aligned_rows_match_json():
             assert row[f"time_ns[{label}]"] == time_ns[kernel], (kernel, label)
             assert row[f"count[{label}]"] == count[kernel], (kernel, label)
         assert row["delta_ns[rank1]"] == sums[1][0][kernel] - sums[0][0][kernel]
-        assert row["slowest"] == ("rank1" if sums[1][0][kernel] > sums[0][0][kernel] else "rank0")
+        # named only where the lead beats the step-to-step noise (tests/test_normalise.py)
+        assert row["slowest"] in ("", "rank1" if sums[1][0][kernel] > sums[0][0][kernel] else "rank0")
     assert c.totals["total_ns"].tolist() == [s[2] for s in sums]
 
 
@@ -322,7 +323,8 @@ def test_across_profilers_join_on_canonical_names():
     assert table.loc["oneShotAllReduceKernel", ["time_ns[proton]", "time_ns[torch]", "time_ns[nsys]"]].tolist() \
         == [1000, 1100, 1050]
     assert table.loc["oneShotAllReduceKernel", "ratio[torch]"] == pytest.approx(1.1)
-    assert table.loc["triton_red_fused_mm_10", "slowest"] == "proton"
+    # 400 against 390 ns, no steps to measure noise: a 10 ns lead names no slowest (normalise.MIN_LEAD_NS)
+    assert table.loc["triton_red_fused_mm_10", "slowest"] == ""
     assert (table["inputs"] == 3).all()
 
 

@@ -5,7 +5,8 @@
 
 Per rank it prints and writes (rank{r}.figures.json) what gpt-fast prints: seconds
 per sample, tokens/s, and achieved bandwidth = bytes of weights this rank reads per
-step x steps per second. Phases are marked `prefill` and `decode_one_token`.
+step x steps per second. Phases are marked `prefill` and `decode_one_token`, each token
+inside a `token N` region, the step tracelab reads.
 """
 from __future__ import annotations
 
@@ -235,7 +236,8 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
     seq[:, t:t + 1] = token
     input_pos = torch.tensor([t], device=prompt.device, dtype=torch.int)
     for i in range(1, new_tokens):
-        with backends.region("decode_one_token"), attention_backend(args.attention):
+        # one step per token: `token N` is the step (parsers/_steps.py), decode_one_token its phase
+        with backends.region(f"token {i}"), backends.region("decode_one_token"), attention_backend(args.attention):
             token = step(model, token, input_pos, args.temperature, args.top_k).clone()
         seq[:, t + i:t + i + 1] = token
         input_pos += 1

@@ -128,10 +128,11 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
 def timed_steps(step, n: int, device: torch.device) -> list[float]:
     """Milliseconds of each of n steps, the device synchronised before and after each."""
     out = []
-    for _ in range(n):
+    for i in range(n):
         harness.synchronize(device)
         t0 = time.perf_counter()
-        step()
+        with backends.region(f"step {i}"):  # the step tracelab reads (parsers/_steps.py)
+            step()
         harness.synchronize(device)
         out.append((time.perf_counter() - t0) * 1e3)
     return out

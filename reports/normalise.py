@@ -1,0 +1,75 @@
+"""What a comparison may claim: inputs that cover different numbers of steps are compared
+per step, and "slowest" is named only where the lead beats the step-to-step noise.
+Pure DataFrame -> DataFrame helpers for reports/compare.py.
+
+Step counts come from the events' `step` column (distinct steps with rows); an input
+without steps (proton aggregates, unmarked traces) has none, and then totals are compared
+as they are, which the note says.
+
+Noise of a row: where an input has steps, the standard deviation of the row's per-step
+time over the steps, as the uncertainty of its per-step mean (std / sqrt(steps)) or of its
+total (std x sqrt(steps)). Without steps no spread can be measured; a lead under
+MIN_LEAD (1%) of the time or under MIN_LEAD_NS is then taken as noise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+MIN_LEAD = 0.01
+MIN_LEAD_NS = 1_000
+SIGMAS = 2.0
+
+
+def step_count(events: pd.DataFrame) -> int | None:
+    """Distinct steps with rows, None without any."""
+    n = int(events["step"].nunique()) if "step" in events else 0
+    return n or None
+
+
+def basis(time: pd.DataFrame, steps: dict[str, int | None]) -> tuple[pd.DataFrame, str]:
+    """The times to compare (columns = input labels) and a note saying on what basis:
+    per step (the mean over each input's steps) when every input has steps and their
+    counts differ, else the totals as they are."""
+    counts = {label: steps.get(label) for label in time.columns}
+    if all(counts.values()) and len(set(counts.values())) > 1:
+        per = time / pd.Series(counts, dtype="float64")
+        shown = ", ".join(f"{label} {n}" for label, n in counts.items())
+        return per, f"per step: each input's time divided by its steps ({shown})"
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{label} {n or 'unknown'}" for label, n in counts.items())
+        return time, f"totals: the inputs' steps differ or are unknown ({shown}); compare per call (mean_ns)"
+    return time, "totals"
+
+
+def sigma(events: pd.DataFrame, keys: list[str], per_step: bool) -> pd.Series | None:
+    """Per row key: the noise of the row's time (per-step mean, or total) from its step-to-step
+    spread; None for an input without steps."""
+    n = step_count(events)
+    if not n or n < 2:
+        return None
+    frame = pd.DataFrame({**{k: events[k].astype(str) for k in keys}, "step": events["step"],
+                          "dur_ns": events["dur_ns"]}).dropna(subset=["step"])
+    per = frame.groupby([*keys, "step"])["dur_ns"].sum().unstack("step", fill_value=0)
+    std = per.std(axis=1, ddof=1)
+    return std / np.sqrt(n) if per_step else std * np.sqrt(n)
+
+
+def slowest(time: pd.DataFrame, sigmas: dict[str, pd.Series | None]) -> pd.Series:
+    """Per row the label of the largest time where its lead over the runner-up is real:
+    more than SIGMAS combined standard deviations where both have steps, else more than
+    MIN_LEAD of it and MIN_LEAD_NS; "" where the lead is noise (or there is one input)."""
+    if time.shape[1] < 2:
+        return pd.Series("", index=time.index)
+    values = time.to_numpy(dtype=np.float64)
+    order = np.argsort(-values, axis=1, kind="stable")
+    rows = np.arange(len(values))
+    top, second = values[rows, order[:, 0]], values[rows, order[:, 1]]
+    labels = np.array(time.columns)
+    lead = top - second
+    s = pd.DataFrame({L: sig.reindex(time.index) if sig is not None else np.nan for L, sig in sigmas.items()},
+                     index=time.index).reindex(columns=time.columns).to_numpy(dtype=np.float64)
+    noise = SIGMAS * np.sqrt(s[rows, order[:, 0]] ** 2 + s[rows, order[:, 1]] ** 2)
+    fallback = np.maximum(MIN_LEAD * top, MIN_LEAD_NS)
+    real = np.where(np.isnan(noise), lead > fallback, lead > noise)
+    return pd.Series(np.where(real, labels[order[:, 0]], ""), index=time.index)

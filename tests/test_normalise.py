@@ -1,0 +1,62 @@
+"""What a comparison may claim (reports/normalise.py): per-step comparison when step counts
+differ, and "slowest" only beyond the step-to-step noise; on a real trace pair made to
+differ by a known amount."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracelab
+from tracelab.reports import normalise
+from tracelab.reports.compare import Input, compare
+
+from conftest import shared_trace
+
+
+@pytest.mark.parametrize("top, second, sigma_top, sigma_second, expected", [
+    (1_000_000, 999_000, None, None, ""),          # 0.1% lead, no steps: noise
+    (1_000_000, 980_000, None, None, "a"),         # 2% lead, no steps
+    (1_000, 990, None, None, ""),                  # 10 ns: under MIN_LEAD_NS
+    (1_000_000, 990_000, 2_000.0, 2_000.0, "a"),   # 10 us lead, 2.8 us combined sigma x 2 = 5.7 us
+    (1_000_000, 990_000, 4_000.0, 4_000.0, ""),    # 10 us lead, 11.3 us noise
+])
+def test_slowest_beats_the_noise(top, second, sigma_top, sigma_second, expected) -> None:
+    time = pd.DataFrame({"a": [top], "b": [second]}, index=["k"])
+    sig = {"a": None if sigma_top is None else pd.Series([sigma_top], index=["k"]),
+           "b": None if sigma_second is None else pd.Series([sigma_second], index=["k"])}
+    assert normalise.slowest(time, sig).tolist() == [expected]
+
+
+def _input(label: str, events: pd.DataFrame) -> Input:
+    return Input(label, "", 0, "torch", events)
+
+
+def test_different_step_counts_compare_per_step() -> None:
+    """nccl_data holds steps 4, 5, 6; its first two steps alone are the same work in fewer
+    steps: per step the kernels agree (ratio 1 within the step noise), in totals they would
+    read x1.5; the note says what was normalised."""
+    ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events
+    two = ev[ev["step"].isin([4, 5])]
+    table = compare([_input("three", ev), _input("two", two)], "kernel").set_index("kernel")
+    assert table.attrs["basis"].startswith("per step") and "three 3, two 2" in table.attrs["basis"]
+    by_step = ev.groupby([ev["kernel"].astype(str), "step"])["dur_ns"].sum().unstack(fill_value=0)
+    for k, row in table.iterrows():
+        three, two = by_step.loc[k].sum(), by_step.loc[k, [4, 5]].sum()
+        assert (row["time_ns[three]"], row["time_ns[two]"]) == (three, two)
+        assert row["per_step_ns[two]"] == pytest.approx(two / 2)
+        if three:
+            assert row["ratio[two]"] == pytest.approx((two / 2) / (three / 3))
+    spread = (by_step.std(axis=1) / by_step.mean(axis=1)).fillna(0)
+    steady = spread[spread < 0.01].index.intersection(table.index)
+    assert len(steady) > 5
+    assert np.allclose(table.loc[steady, "ratio[two]"], 1.0, rtol=0.03)
+    assert (table.loc[steady, "slowest"] == "").mean() > 0.9
+    assert (table["mean_ns[three]"] == table["time_ns[three]"] / table["count[three]"]).all()
+
+
+def test_equal_step_counts_compare_totals() -> None:
+    ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events
+    table = compare([_input("a", ev), _input("b", ev)], "kernel")
+    assert table.attrs["basis"] == "totals" and (table["slowest"] == "").all()
+    assert not any(c.startswith("per_step_ns") for c in table.columns)
