@@ -13,7 +13,8 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     """GPU time per group and rank, largest first.
 
     Columns: rank, <by>, total_ns, share (of the rank's total), count, mean_ns.
-    With `top`, each rank keeps its `top` largest groups and the rest is one `(rest)` row.
+    With `top`, each rank keeps its `top` largest groups and the rest is one `(rest)` row;
+    None or 0 keeps them all (the CLI's --top 0), as everywhere in tracelab.
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
@@ -23,7 +24,7 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
                  .reset_index())
     grouped[by] = grouped[by].astype(str) if by != "step" else grouped[by].astype("string").fillna(NO_STEP)
     grouped = grouped.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
-    if top is not None:
+    if top:
         grouped = pd.concat([_keep_top(g, by, top) for _, g in grouped.groupby("rank", sort=True)],
                             ignore_index=True)
     rank_total = grouped.groupby("rank")["total_ns"].transform("sum")

@@ -112,7 +112,7 @@ def test_two_files_claiming_one_rank(tmp_path):
 @pytest.mark.parametrize("args, fragment", [
     (["--by", "flavour"], "--by"),
     (["--format", "xml"], "--format"),
-    (["--top", "0"], "--top"),
+    (["--top", "-1"], "--top"),
 ])
 def test_bad_options(args, fragment):
     result = _tracelab("breakdown", str(shared_trace(GOOD_KINETO)), *args)

@@ -127,7 +127,7 @@ def _emit(rendered) -> None:
 def breakdown(
     paths: Paths,
     by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope or step.")] = "kernel",
-    top: Annotated[Optional[int], typer.Option(help="Show the N largest groups per rank; the rest as one row.")] = 15,
+    top: Annotated[int, typer.Option(help="Show the N largest groups per rank, the rest as one row (0: all).")] = 15,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
@@ -140,11 +140,17 @@ def breakdown(
 
     _check_choice("--by", by, BY_CHOICES)
     _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
-    if top is not None and top < 1:
-        raise UsageError("--top", f"must be at least 1, not {top}")
+    top = _top(top)
     _set_step(step)
     df = events(_load(paths, rank))
     _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+
+
+def _top(top: int) -> int | None:
+    """--top, one meaning for every command: the N largest rows; 0 all of them (None)."""
+    if top < 0:
+        raise UsageError("--top", f"must be 0 (all) or more, not {top}")
+    return top or None
 
 
 def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
@@ -189,8 +195,7 @@ def compare(
     if by is not None:
         _check_choice("--by", by, tuple(BY))
     _check_choice("--format", fmt, tuple(COMPARE_RENDERERS))
-    if top < 0:
-        raise UsageError("--top", f"must be 0 (all) or more, not {top}")
+    top = _top(top)
     if tree:
         return _tree_diff(paths)
     _set_step(step)
@@ -199,7 +204,7 @@ def compare(
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
     by = by or default_by(inputs)
-    _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top or None))
+    _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top))
 
 
 def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list]:
@@ -337,7 +342,7 @@ def run(
     out: Annotated[str, typer.Option(help="Folder that gets one new run folder.")] = "runs",
     nnodes: Annotated[Optional[str], typer.Option(help="torchrun --nnodes, for several nodes.")] = None,
     rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-endpoint HOST:PORT.")] = None,
-    top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown.")] = 10,
+    top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown (0: all).")] = 10,
 ) -> None:
     """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
     Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16;
@@ -347,6 +352,7 @@ def run(
     from .runner import RunSpec, run as launch
     from .workload_options import WorkloadHelp
 
+    top = _top(top)
     spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv)
     try:
         result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
