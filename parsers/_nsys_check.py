@@ -65,15 +65,17 @@ def _check_table(con: sqlite3.Connection, table: str, rows: str, rules: dict[str
     if bad is None:
         return
     for column, (rule, wanted) in rules.items():
-        value, kind, good = con.execute(f"SELECT {column}, typeof({column}), {_good(rule, column)} "
-                                        f"FROM {table} WHERE rowid = ?", bad).fetchone()
+        raw, kind, good = con.execute(f"SELECT CAST({column} AS BLOB), typeof({column}), {_good(rule, column)} "
+                                      f"FROM {table} WHERE rowid = ?", bad).fetchone()
         if not good:
-            raise TraceFormatError(path, f"{table} row {bad[0]}: {column} {_shown(value)} ({kind}) "
+            raise TraceFormatError(path, f"{table} row {bad[0]}: {column} {_shown(raw, kind)} ({kind}) "
                                          f"is not {wanted}")
 
 
-def _shown(value) -> str:
-    text = repr(value)
+def _shown(raw: bytes | None, kind: str) -> str:
+    """The value as read back as bytes (text that is not UTF-8 must not fail the message)."""
+    value = raw if kind in ("blob", "null") else raw.decode("utf-8", "replace")
+    text = value if kind in ("integer", "real") else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -87,6 +87,7 @@ CASES = {
     "nsys: start at INT64 min": (m.nsys_value(K, "start", "-9223372036854775808"), "start"),
     "nsys: end at INT64 max": (m.nsys_value(K, "end", "9223372036854775807"), "end"),
     "nsys: deviceId beyond int16": (m.nsys_value(K, "deviceId", "99999"), "deviceId"),
+    "nsys: bytes text that is not UTF-8": (m.nsys_value(MC, "bytes", "CAST(X'c328ff' AS TEXT)"), "bytes"),
     "nsys: name ids missing from StringIds": (m.nsys(f"UPDATE {K} SET demangledName = 987654321, "
                                                      f"shortName = 987654321 WHERE {m.first_row(K)}"), "name"),
     "nsys: NULL name": (m.nsys(*m.loosen("StringIds"), "INSERT INTO StringIds (id, value) VALUES (987654321, NULL)",
