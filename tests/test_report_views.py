@@ -272,7 +272,7 @@ def test_compare_terminal_keeps_long_run_names_whole(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[:3] == ["A = decode-torch-20261121-235636", "B = decode-torch-20261122-015135/rank0",
                          "C = decode-torch-20261122-015135/rank1"]
-    head = next(line for line in lines if "slowest" in line)
+    head = next(line for line in lines if "slowest" in line and "\u2503" in line)  # the header row
     assert "A (ms)" in head and "B / first" in head and "\u2026" not in proc.stdout.split("GPU time per input")[0]
     rows = lines[lines.index(head) + 2:][:5]
     assert all(re.search(r"\u2502 [ABC]? +\u2502 ", row) for row in rows), rows
