@@ -25,8 +25,9 @@ from ..errors import UsageError
 from .compare import Input
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
-MATCHING = ("the i-th launch of a communication kernel on one rank is the i-th launch of that kernel "
-            "on every other rank of its run (launch order; streams need not have the same id)")
+MATCHING = ("the i-th launch of a communication kernel of one message size on one rank is the i-th such "
+            "launch on every other rank of its run (launch order, as reports/collectives.py matches; streams "
+            "need not have the same id)")
 SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
 
 
@@ -39,10 +40,11 @@ def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def collective_instances(rows: pd.DataFrame) -> pd.Series:
-    """Per communication kernel row, its launch ordinal among that kernel's launches on its
-    rank (see MATCHING); NaN for other rows."""
+    """Per communication kernel row, its launch ordinal among that kernel's launches of the
+    same message size on its rank (see MATCHING); NaN for other rows."""
     comm = rows[(rows["op_class"] == "communication") & (rows["kind"] == "kernel")]
-    ordinal = comm.groupby([comm["rank"], comm["kernel"].astype(str)], sort=False).cumcount()
+    size = comm["msg_bytes"].fillna(-1.0)  # unknown sizes match each other
+    ordinal = comm.groupby([comm["rank"], comm["kernel"].astype(str), size], sort=False).cumcount()
     return ordinal.reindex(rows.index)
 
 
@@ -67,17 +69,18 @@ def _first_common_collective_ends(members: dict[int, pd.DataFrame]) -> dict[int,
         inst = collective_instances(rows).dropna()
         comm = rows.loc[inst.index]
         parts.append(pd.DataFrame({"rank": rank, "kernel": comm["kernel"].astype(str).to_numpy(),
+                                   "size": comm["msg_bytes"].fillna(-1.0).to_numpy(),
                                    "instance": inst.to_numpy(), "start_ns": comm["start_ns"].to_numpy(),
                                    "end_ns": comm["end_ns"].to_numpy()}))
     every = pd.concat(parts, ignore_index=True)
     if every.empty:
         return None
-    by = every.groupby(["kernel", "instance"])
-    common = by.filter(lambda g: g["rank"].nunique() == len(members))
+    keys = ["kernel", "size", "instance"]
+    common = every[every.groupby(keys)["rank"].transform("nunique") == len(members)]
     if common.empty:
         return None
-    first_key = common.groupby(["kernel", "instance"])["start_ns"].min().idxmin()
-    pick = common[(common["kernel"] == first_key[0]) & (common["instance"] == first_key[1])]
+    first_key = common.groupby(keys)["start_ns"].min().idxmin()
+    pick = common[(common[keys] == pd.Series(first_key, index=keys)).all(axis=1)]
     return {int(r): int(e) for r, e in zip(pick["rank"], pick["end_ns"])}
 
 
@@ -274,11 +277,12 @@ def _link_collectives(b: _Builder, kept: dict[int, pd.DataFrame], where: dict[in
     for rank, rows in kept.items():
         inst = collective_instances(rows).dropna()
         parts.append(pd.DataFrame({"rank": rank, "index": inst.index, "instance": inst.to_numpy(),
-                                   "kernel": rows.loc[inst.index, "kernel"].astype(str).to_numpy()}))
+                                   "kernel": rows.loc[inst.index, "kernel"].astype(str).to_numpy(),
+                                   "size": rows.loc[inst.index, "msg_bytes"].fillna(-1.0).to_numpy()}))
     every = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if every.empty:
         return
-    for (kernel, _), g in every.sort_values("rank").groupby(["kernel", "instance"], sort=False):
+    for (kernel, _, _), g in every.sort_values("rank").groupby(["kernel", "size", "instance"], sort=False):
         if len(g) > 1:
             b.flow(kernel, [(pids[r], *where[r][i]) for r, i in zip(g["rank"], g["index"])])
 
