@@ -276,3 +276,19 @@ def test_compare_terminal_keeps_long_run_names_whole(tmp_path):
     assert "A (ms)" in head and "B / first" in head and "\u2026" not in proc.stdout.split("GPU time per input")[0]
     rows = lines[lines.index(head) + 2:][:5]
     assert all(re.search(r"\u2502 [ABC]? +\u2502 ", row) for row in rows), rows
+
+
+def test_results_come_from_rank_files_when_run_json_has_none(tmp_path):
+    run = tmp_path / "decode-torch-20261122-015135"
+    shutil.copytree(DATA / "decode-2gpu-torch", run)
+    info = _run_json(run)
+    del info["figures"]
+    (run / "run.json").write_text(json.dumps(info))
+    (name, got), = run_infos([str(run)])
+    want = {str(r): json.loads((run / f"rank{r}.figures.json").read_text()) for r in (0, 1)}
+    assert got["figures"] == want
+    table = run_table([(name, got)])[name]
+    assert table["tokens/s (mean of ranks)"] == pytest.approx(np.mean([f["tokens_per_s"] for f in want.values()]))
+    (run / "rank1.figures.json").write_text("{not json")
+    with pytest.raises(Exception, match="rank1.figures.json: cannot read the rank's figures"):
+        run_infos([str(run)])
