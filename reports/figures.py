@@ -82,7 +82,7 @@ def top_kernels(events: pd.DataFrame, n: int) -> pd.DataFrame:
     out["per_input_ns"] = time.sum(axis=1) / len(time.columns)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     out["mean_ns"] = time.sum(axis=1) / calls.sum(axis=1).where(calls.sum(axis=1) > 0)
-    out["slowest"] = time.idxmax(axis=1).astype(str)
+    out["slowest"] = time.idxmax(axis=1).astype(str).where(out["max_ns"] > out["min_ns"], "")  # "" when all equal
     return out.sort_values("max_ns", ascending=False).head(n).reset_index()
 
 
@@ -204,7 +204,7 @@ def distribution(per_input: pd.DataFrame, measures: dict[str, str]) -> pd.DataFr
             mad = 1.4826 * (v - med).abs().median()
             far = g.loc[(v - med).abs() > 3 * max(mad, 0.05 * abs(med)), "label"]  # 5% off alone is no outlier
             rows.append({"group": group or "-", "measure": name, "inputs": int(v.notna().sum()), "min": v.min(),
-                         "median": med, "max": v.max(), "largest": str(g.loc[v.idxmax(), "label"]),
+                         "median": med, "max": v.max(), "largest": str(g.loc[v.idxmax(), "label"]) if v.max() > v.min() else "-",
                          "outliers": ", ".join(map(str, far.head(8))) + (" ..." if len(far) > 8 else "")})
     return pd.DataFrame(rows, columns=["group", "measure", "inputs", "min", "median", "max", "largest", "outliers"])
 
