@@ -29,7 +29,7 @@ INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK_BYTES = 1024**2  # compressed bytes read at a time
-_INFLATE_BYTES = 64 * 1024**2  # inflated bytes per step: 1 MiB of a bomb would be 1 GiB at once
+_INFLATE_BYTES = 4 * 1024**2  # inflated bytes per step: 1 MiB of a bomb would be 1 GiB at once
 
 
 def _env_int(name: str, default: int) -> int:
