@@ -1,8 +1,8 @@
 """A workload's own options, parsed and checked before anything launches.
 
 A workload is a program that torchrun starts once per rank; its options are
-checked here, in the launching process, by the workload's own code (its
-build_parser() and check(), or parse()) as rank 0 of the world would see them,
+checked here, in the launching process, by the workload's own parse() as
+rank 0 of the world would see them,
 so a bad option is one clear UsageError instead of N crashed ranks.
 """
 from __future__ import annotations
@@ -25,17 +25,13 @@ class WorkloadHelp(Exception):
 
 def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu: bool) -> dict:
     """The workload's options, parsed and checked by the workload itself, as rank 0 of
-    `world_size` would (without exiting). A workload offers build_parser() and
-    check(args, world_size, gpu) -> config, or parse(argv) -> args (reading the world
-    from the environment, as under torchrun)."""
+    `world_size` would (without exiting): every workload's parse(argv) -> args reads the
+    world from the environment, as under torchrun (workloads/harness.py)."""
     for own in ("--backend", "--out"):
         if sum(a == own or a.startswith(own + "=") for a in argv) > (own == "--backend"):
             raise UsageError(own, f"give {own} to tracelab run, not in the workload's options")
     with _argparse_errors(name, module), _as_rank_zero(world_size):
-        if hasattr(module, "check"):
-            config = module.check(module.build_parser().parse_args(argv), world_size, gpu)
-        else:
-            config = vars(module.parse(argv))
+        config = vars(module.parse(argv))
     return json.loads(json.dumps(config, default=str))
 
 

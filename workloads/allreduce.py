@@ -56,7 +56,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     keep_multicast_off()
     gpu = harness.gpu_available()
     p = argparse.ArgumentParser(prog="python -m tracelab.workloads.allreduce", description=__doc__.split("\n\n")[0])
-    backends.add_arguments(p)
+    harness.add_arguments(p)
     p.add_argument("--impl", default="nccl" if gpu else "gloo",
                    help=f"comma list of {', '.join(IMPLS)} (default: nccl on a GPU, gloo on the CPU)")
     p.add_argument("--sizes", default="4K-1G" if gpu else "4K-256K",
@@ -64,8 +64,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: 4K-1G on a GPU, 4K-256K on the CPU)")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default: bf16)")
     p.add_argument("--iters", type=int, default=0, help="timed calls per size (default 0: about 50 ms' worth, 5..500)")
-    p.add_argument("--timeout-s", type=float, default=harness.DEFAULT_TIMEOUT_S,
-                   help="a collective waiting longer fails (default: %(default)s)")
     args = p.parse_args(argv)
     return _validate(args, gpu)
 

@@ -1,11 +1,13 @@
-"""What every workload program does the same way: find its rank, join the process
-group, pick its device. Workloads run under torchrun (RANK, WORLD_SIZE, LOCAL_RANK in
-the environment) or alone (one rank, no process group)."""
+"""What every workload program does the same way: find its rank, join and leave the
+process group (the one place that sets it up), pick its device, end the process.
+Workloads run under torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment) or
+alone (one rank, no process group unless the workload needs one)."""
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -32,34 +34,44 @@ def env_rank() -> tuple[int, int, int]:
     return int(get("RANK", 0)), int(get("WORLD_SIZE", 1)), int(get("LOCAL_RANK", 0))
 
 
-def init_distributed() -> Dist:
-    """Join the job torchrun started: NCCL and this rank's GPU when there are GPUs, else gloo on the CPU."""
+def join(timeout_s: float, needs_group: bool = False) -> Dist:
+    """This rank's device, and the process group when torchrun started the ranks (or a
+    group of one when run alone and needs_group): gloo for CPU tensors and NCCL for CUDA
+    tensors on a GPU machine, gloo alone on the CPU. Collectives that wait longer than
+    timeout_s fail instead of hanging."""
+    from tracelab.errors import UsageError
+
     rank, world_size, local_rank = env_rank()
+    device = torch.device("cpu")
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError("--ranks", f"rank {rank} needs GPU {local_rank} but "
+                                        f"{torch.cuda.device_count()} are visible")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    gpu = device.type == "cuda"
+    backend = "cpu:gloo,cuda:nccl" if gpu else "gloo"
+    options = {"backend": backend, "timeout": timedelta(seconds=timeout_s), "device_id": device if gpu else None}
     group = None
     if "MASTER_ADDR" in os.environ:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(**options)
+        group = dist.group.WORLD
+    elif needs_group:
+        dist.init_process_group(**options, store=dist.HashStore(), rank=0, world_size=1)
         group = dist.group.WORLD
     return Dist(rank, world_size, local_rank, device, group)
 
 
-def close_distributed(d: Dist) -> None:
-    """Wait for every rank, then leave. On GPUs the NCCL communicators are left to the process's
-    end (exit_now follows): a compiled 2-GPU decode (CUDA graphs holding NCCL calls) never ended
-    after both ranks had written their figures (H200 x2, torch 2.11, 2026-11-22). Either
-    destroy_process_group or the runner's wait on a pipe that inductor's compile workers held
-    open was stuck; both were changed, and the next 2-GPU rows ended normally."""
-    if d.group is None:
+def leave(d: Dist) -> None:
+    """Wait for every rank, then leave the group. On GPUs the NCCL communicators are left to
+    the process's end (exit_now follows): destroying them after a compiled decode, whose CUDA
+    graphs hold NCCL calls, could wait forever."""
+    if d.group is None or not dist.is_initialized():
         return
-    if d.device.type == "cuda":
+    if d.gpu:
         torch.cuda.synchronize(d.device)
     dist.barrier()
-    if d.device.type != "cuda":
+    if not d.gpu:
         dist.destroy_process_group()
 
 
@@ -67,7 +79,7 @@ def exit_now(status: int) -> None:
     """End the program without interpreter finalization, once everything is written and the
     process group is gone: under load, gloo's threads sometimes abort the process during
     finalization ("terminate called without an active exception", SIGABRT), which torchrun
-    reports as a failed rank although all the work was done (seen 1 run in 8 on a busy 2-core CPU)."""
+    would report as a failed rank although all the work was done."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)

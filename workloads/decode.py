@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 
 from tracelab import backends
-from tracelab.errors import TracelabError, UsageError
+from tracelab.errors import UsageError
 
-from . import checkpoint
-from .common import Dist, close_distributed, device_name, exit_now, init_distributed
+from . import checkpoint, harness
+from .common import Dist, device_name, env_rank, exit_now
 from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
 from .tp import ALLREDUCE, install_all_reduce, unshardable
 
@@ -35,7 +35,7 @@ SEED = 1234  # the same on every rank: replicated weights and sampled tokens mus
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tracelab.workloads.decode", description=__doc__.splitlines()[0])
-    backends.add_arguments(p)
+    harness.add_arguments(p)
     p.add_argument("--model", choices=list(CONFIGS), default=None,
                    help="shapes by name (default: llama-2-7b on a GPU, tiny on the CPU)")
     p.add_argument("--checkpoint", type=Path, help="gpt-fast model.pth (default: random weights)")
@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 TUNED_INDUCTOR = ("triton.mix_order_reduction=False", "split_reductions=False")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, checked (UsageError) for this machine and the world torchrun set, and
+    resolved: what run.json records."""
+    args = build_parser().parse_args(argv)
+    check(args, env_rank()[1], torch.cuda.is_available())
+    return args
 
 
 def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
@@ -270,7 +278,14 @@ def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes
             "first_tokens": seq[0, args.prompt_len:args.prompt_len + 16].tolist()}
 
 
-def run(args: argparse.Namespace, d: Dist, say=print) -> dict:
+def run(args: argparse.Namespace, d: Dist) -> None:
+    """Decode, print gpt-fast's line and write this rank's results."""
+    result = measure(args, d)
+    print(summary(result), flush=True)
+    backends.write_figures(args.out, d.rank, result)
+
+
+def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
     model = build_model(args, d)
     model.setup_caches(args.batch_size, args.prompt_len + args.new_tokens)
     steps = compiled_steps(args)
@@ -291,18 +306,7 @@ def summary(f: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        check(args, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
-    except TracelabError as e:
-        parser.exit(2, f"decode: error: {e}\n")
-    d = init_distributed()
-    result = run(args, d)
-    print(summary(result), flush=True)
-    backends.write_figures(args.out, d.rank, result)
-    close_distributed(d)
-    return 0
+    return harness.main("decode", parse, run, argv)
 
 
 if __name__ == "__main__":

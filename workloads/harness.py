@@ -1,29 +1,33 @@
-"""What the train, allreduce and overlap programs share: arguments checked before the
-process group exists (so every rank fails the same way, and none waits for a rank that
-already left), joining the job with a timeout, one line on failure, timing and byte sizes.
+"""The one convention every workload program (decode, train, allreduce, overlap) follows:
+arguments checked before the process group exists (so every rank fails the same way, and
+none waits for a rank that already left), joining the job with a timeout, one line on
+failure; and what they share for timing and byte sizes.
 
-A workload's __main__ reads:
+A workload module offers:
 
+    def parse(argv=None) -> argparse.Namespace   # harness.add_arguments + its own; UsageError
+                                                 # on bad input, the world read from torchrun's
+                                                 # environment (tracelab run calls it too, first)
+    def run(args, d: Dist) -> None               # the work; writes this rank's results
     def main(argv=None) -> int:
         return harness.main("allreduce", parse, run, argv)
-
-where parse(argv) -> args (raising UsageError on bad input) and run(args, d) does the work."""
+"""
 from __future__ import annotations
 
-import os
+import argparse
 import re
 import statistics
 import sys
 import time
-from datetime import timedelta
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from tracelab import backends
 from tracelab.errors import RunError, TracelabError, UsageError
 
-from .common import Dist, env_rank
+from .common import Dist, env_rank, join, leave
 
 EXIT_FAILED = 2
 DEFAULT_TIMEOUT_S = 180.0
@@ -35,29 +39,11 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
-def join(timeout_s: float = DEFAULT_TIMEOUT_S, needs_group: bool = False) -> Dist:
-    """This rank's device, and the process group when torchrun started the ranks (or a
-    group of one when run alone and needs_group): gloo for CPU tensors and NCCL for CUDA
-    tensors on a GPU machine, gloo alone on the CPU. Collectives that wait longer than
-    timeout_s fail instead of hanging."""
-    rank, world_size, local_rank = env_rank()
-    device = torch.device("cpu")
-    if gpu_available():
-        if local_rank >= torch.cuda.device_count():
-            raise UsageError("--ranks", f"rank {rank} needs GPU {local_rank} but "
-                                        f"{torch.cuda.device_count()} are visible")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    group = None
-    backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-    if "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-        group = dist.group.WORLD
-    elif needs_group:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timedelta(seconds=timeout_s))
-        group = dist.group.WORLD
-    return Dist(rank, world_size, local_rank, device, group)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every workload takes: --backend, --out (tracelab run sets them) and --timeout-s."""
+    backends.add_arguments(parser)
+    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="a collective waiting longer fails (default: %(default)s)")
 
 
 def enable_symm_mem(d: Dist) -> None:
@@ -71,11 +57,6 @@ def enable_symm_mem(d: Dist) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             enable(d.group.group_name)
-
-
-def leave(d: Dist) -> None:
-    if d.group is not None and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any, Dist], None],
@@ -94,7 +75,7 @@ def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any
         return EXIT_FAILED
     d = None
     try:
-        d = join(getattr(args, "timeout_s", DEFAULT_TIMEOUT_S), needs_group)
+        d = join(args.timeout_s, needs_group)
         run(args, d)
         leave(d)  # only on success: a failed rank just exits, and torchrun stops the others
     except torch.OutOfMemoryError as e:

@@ -48,7 +48,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     keep_multicast_off()
     gpu = harness.gpu_available()
     p = argparse.ArgumentParser(prog="python -m tracelab.workloads.overlap", description=__doc__.split("\n\n")[0])
-    backends.add_arguments(p)
+    harness.add_arguments(p)
     p.add_argument("--op", default=",".join(OPS), help=f"comma list of {', '.join(OPS)} (default: both)")
     p.add_argument("--variant", default="unfused,fused" if gpu else "unfused",
                    help="comma list of unfused, fused (default: both on a GPU, unfused on the CPU)")
@@ -61,8 +61,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="element type (default: bf16 on a GPU, fp32 on the CPU, where bf16 products are slow)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per variant and shape (default: 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default: 3)")
-    p.add_argument("--timeout-s", type=float, default=harness.DEFAULT_TIMEOUT_S,
-                   help="a collective waiting longer fails (default: %(default)s)")
     return _validate(p.parse_args(argv), gpu)
 
 

@@ -41,7 +41,7 @@ MFU_FORMULA = ("PaLM model FLOPs: (6*N + 12*L*d*S) per token for forward+backwar
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     gpu = harness.gpu_available()
     p = argparse.ArgumentParser(prog="python -m tracelab.workloads.train", description=__doc__.split("\n\n")[0])
-    backends.add_arguments(p)
+    harness.add_arguments(p)
     p.add_argument("--size", default="small" if gpu else "tiny",
                    help=f"model size(s), comma list of {', '.join(SIZES)} (default: small on a GPU, tiny on the CPU)")
     p.add_argument("--context-length", type=int, default=256, help="tokens per sequence (default: 256)")
@@ -59,8 +59,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout-s", type=float, default=harness.DEFAULT_TIMEOUT_S,
-                   help="a collective waiting longer fails (default: %(default)s)")
     args = p.parse_args(argv)
     return _validate(args)
 
