@@ -246,7 +246,8 @@ def _stream_tracks(b: _Builder, pid: int, rows: pd.DataFrame, first_tid: int) ->
     for code in sorted(set(codes.tolist())):
         on = np.flatnonzero(codes == code)
         lane = lanes(start[on], end[on])
-        label = "CPU operators" if code < 0 else f"stream {streams[code]}"
+        cpu = all(kinds[j] == "cpu_op" for j in on[:50].tolist())  # CPU-only traces put the thread in stream
+        label = "CPU operators" if code < 0 else f"{'CPU thread' if cpu else 'stream'} {streams[code]}"
         for k in range(int(lane.max()) + 1):
             mine = on[lane == k]
             b.thread(pid, tid, label + (f" (overlapping, lane {k})" if k else ""))

@@ -317,6 +317,15 @@ def test_real_steps_become_slices_and_select():
         _export([folder], steps=set(range(41)))
 
 
+def test_cpu_only_trace_gets_thread_tracks():
+    path = shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    doc = _export([path])
+    events = load_many([path])[0].events
+    assert _counts(doc) == {34: Counter({"cpu_op": int((events["kind"] == "cpu_op").sum())})}
+    tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"} - {"steps"}
+    assert tracks and all(t.startswith("CPU thread ") for t in tracks)
+
+
 def test_proton_alone_is_refused():
     paths = [str(DATA / "decode-2gpu-proton")]
     with pytest.raises(UsageError, match="no input has timestamps"):
