@@ -28,8 +28,8 @@ def _group() -> None:
 
 
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
-    """One line on stderr, then exit non-zero."""
-    typer.echo(f"tracelab: error: {message}", err=True)
+    """One line on stderr (control characters escaped), then exit non-zero."""
+    typer.echo(f"tracelab: error: {_shown(message)}", err=True)
     raise typer.Exit(status)
 
 
@@ -108,6 +108,13 @@ def _progress(disable: bool = False):
 
     console = _err_console()
     return Progress(transient=True, console=console, disable=disable or not console.is_terminal)
+
+
+def _shown(path) -> str:
+    """A path as printed: control characters escaped (terminal.printable)."""
+    from .terminal import printable
+
+    return printable(str(path))
 
 
 def _emit(rendered) -> None:
@@ -283,7 +290,7 @@ def report(
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     written = write_report(paths, out, force=force, title=title, groups=_load_groups(paths), perfetto=perfetto)
-    typer.echo(f"wrote {written} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
+    typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
 export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)
@@ -322,7 +329,7 @@ def export_perfetto(
     doc = perfetto.trace(inputs, **{k: v or None for k, v in pick.items()})
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     written = write(out, gzip.compress(data, mtime=0) if out.endswith(".gz") else data, force=force)
-    typer.echo(f"wrote {written} ({len(doc['traceEvents']):,} events, {written.stat().st_size / 1e6:.2f} MB, "
+    typer.echo(f"wrote {_shown(written)} ({len(doc['traceEvents']):,} events, {written.stat().st_size / 1e6:.2f} MB, "
                f"{time.perf_counter() - began:.2f} s)", err=True)
 
 
@@ -390,4 +397,4 @@ def _run_report(run_dir, top: int) -> None:
 
     written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
                            groups=[profiles])
-    typer.echo(f"wrote {written}", err=True)
+    typer.echo(f"wrote {_shown(written)}", err=True)
