@@ -88,7 +88,7 @@ _NAMES = """
 
 
 def _check_names(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
-    """Every kernel has a text name in StringIds; no string is longer than the limit."""
+    """Every kernel has a text name in StringIds; no name or range text is longer than the limit."""
     if "StringIds" not in tables:
         return
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
@@ -96,6 +96,9 @@ def _check_names(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
         if bad:
             raise TraceFormatError(path, f"CUPTI_ACTIVITY_KIND_KERNEL row {bad[0]}: name: demangledName "
                                          f"{bad[1]!r} and shortName {bad[2]!r} give no text in StringIds ({bad[3]})")
-    longest = con.execute("SELECT MAX(LENGTH(value)) FROM StringIds").fetchone()[0] or 0
-    if complaint := limits.long_name(longest):
-        raise TraceFormatError(path, f"StringIds: {complaint}")
+    texts = {"StringIds": "value", "NVTX_EVENTS": "text"}
+    for table, column in texts.items():
+        if table in tables and column in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}:
+            longest = con.execute(f"SELECT MAX(LENGTH({column})) FROM {table}").fetchone()[0] or 0
+            if complaint := limits.long_name(longest):
+                raise TraceFormatError(path, f"{table} {column}: {complaint}")

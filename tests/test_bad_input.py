@@ -32,6 +32,12 @@ def _children(value):
     return change
 
 
+def _kernel_name(name):
+    def change(doc):
+        m.kernel_nodes(doc[0])[0]["frame"]["name"] = name
+    return change
+
+
 def _rank(value):
     def change(doc):
         doc["distributedInfo"]["rank"] = value
@@ -69,6 +75,9 @@ CASES = {
     "hatchet: device id beyond int64": (m.hatchet_metric(device_id=BIG), "device_id"),
     "hatchet: device id a word": (m.hatchet_metric(device_id="gpu"), "device_id"),
     "hatchet: children holding a number": (m.hatchet(_children(5)), "children"),
+    "hatchet: frame name over the limit": (m.hatchet(_kernel_name("k" * 2_000_000)), "TRACELAB_MAX_NAME_CHARS"),
+    "kineto: annotation name over the limit": (m.kineto_event("user_annotation", name="k" * 2_000_000),
+                                               "TRACELAB_MAX_NAME_CHARS"),
     "hatchet: children holding a string": (m.hatchet(_children("x")), "children"),
     "hatchet: invalid UTF-8 in a name": (m.with_bytes(m.hatchet(lambda d: None),
                                                       lambda b: b.replace(b'"name": "_Z', b'"name": "\xc3\x28_Z', 1)),
@@ -101,6 +110,11 @@ CASES = {
     "nsys: NVTX start text": (m.nsys_value(NV, "start", "'abc'", RANGES), "start"),
     "nsys: NVTX end before start": (m.nsys_value(NV, "end", "start - 5", RANGES), "end"),
     "nsys: NVTX globalTid blob": (m.nsys_value(NV, "globalTid", "X'00'", RANGES), "globalTid"),
+    "nsys: NVTX text over the name limit": (m.nsys_value(NV, "text", "printf('%.2000000c', 'x')", RANGES),
+                                            "TRACELAB_MAX_NAME_CHARS"),
+    "nsys: StringIds value over the name limit": (m.nsys("UPDATE StringIds SET value = printf('%.2000000c', 'k') "
+                                                         "WHERE id = (SELECT MAX(id) FROM StringIds)"),
+                                                  "TRACELAB_MAX_NAME_CHARS"),
 }
 
 
