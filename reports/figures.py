@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 import pandas as pd
 
 from ..schema import OP_CLASSES
@@ -100,9 +101,9 @@ def top_kernel_columns(labels: list[str]) -> dict[str, str]:
 
 def kernel_heatmap(events: pd.DataFrame) -> dict:
     """Input x kernel heatmap of the top kernels, coloured per row (each kernel's time as a
-    share of its largest input's), so a small kernel's differences show beside NCCL's; the
-    time (ms), calls and time per call are in the cells' hover text (and printed in the
-    cells when there are few inputs)."""
+    share of its largest input's), so a small kernel's differences show beside NCCL's; a
+    button switches to one log scale over all cells. The time (ms), calls and time per call
+    are in the hover text (and printed in the cells when there are few inputs)."""
     top = events.groupby("kernel")["dur_ns"].max().nlargest(HEATMAP_KERNELS).index
     mine = events[events["kernel"].isin(top)]
     pivot = lambda col: (mine.pivot_table(index="kernel", columns="label", values=col, aggfunc="sum",  # noqa: E731
@@ -110,7 +111,6 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
     ms, calls = pivot("dur_ns") / 1e6, pivot("count")
     share = ms.div(ms.max(axis=1).where(ms.max(axis=1) > 0), axis=0).fillna(0)
     per_call_us = (ms * 1e3 / calls.where(calls > 0)).fillna(0)
-    text = [[f"{t:.3g} ms" for t in row] for row in ms.values]
     data = [{"type": "heatmap", "z": share.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
              "y": [label(k) for k in ms.index], "colorscale": "Viridis", "zmin": 0, "zmax": 1,
              "colorbar": {"title": {"text": "of row max"}},
@@ -119,10 +119,25 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
              "hovertemplate": "%{y}<br>%{x}: %{customdata[0]} ms, %{customdata[1]} calls, "
                               "%{customdata[2]} us per call<extra></extra>"}]
     if len(ms.columns) <= 8:
-        data[0] |= {"text": text, "texttemplate": "%{text}", "textfont": {"size": 10}}
+        data[0] |= {"text": [[f"{t:.3g} ms" for t in row] for row in ms.values], "texttemplate": "%{text}",
+                    "textfont": {"size": 10}}
     title = f"Top {rows_are(events)}: {measured(events)} per input, colour per row (share of the row's largest)"
     return {"data": data, "layout": _layout(title, height=160 + 22 * len(top), xaxis={"type": "category"},
-                                            yaxis={"type": "category", "automargin": True})}
+                                            yaxis={"type": "category", "automargin": True},
+                                            updatemenus=[_scale_buttons(share, ms)],
+                                            margin={"l": 60, "r": 20, "t": 96, "b": 60})}
+
+
+def _scale_buttons(share: pd.DataFrame, ms: pd.DataFrame) -> dict:
+    """Buttons: colour per row (share of the row's largest) or one log10 scale over all cells."""
+    log_ms = np.log10(ms.where(ms > 0)).round(3)
+    lo, hi = (float(log_ms.min().min()), float(log_ms.max().max())) if log_ms.notna().any().any() else (0.0, 1.0)
+    per_row = {"z": [share.round(4).values.tolist()], "zmin": 0, "zmax": 1, "colorbar.title.text": "of row max"}
+    log = {"z": [log_ms.astype(object).where(log_ms.notna(), None).values.tolist()], "zmin": lo, "zmax": hi,
+           "colorbar.title.text": "log10 ms"}
+    return {"type": "buttons", "direction": "right", "x": 0, "y": 1.01, "xanchor": "left", "yanchor": "bottom",
+            "pad": {"b": 2}, "buttons": [{"label": "colour per row", "method": "restyle", "args": [per_row]},
+                                         {"label": "log scale (ms)", "method": "restyle", "args": [log]}]}
 
 
 def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:

@@ -292,3 +292,14 @@ def test_results_come_from_rank_files_when_run_json_has_none(tmp_path):
     (run / "rank1.figures.json").write_text("{not json")
     with pytest.raises(Exception, match="rank1.figures.json: cannot read the rank's figures"):
         run_infos([str(run)])
+
+
+def test_heatmap_switches_to_one_log_scale(decode3):
+    events = figures.labelled_events(decode3)
+    fig = figures.kernel_heatmap(events)
+    per_row, log = (b["args"][0] for b in fig["layout"]["updatemenus"][0]["buttons"])
+    assert per_row["z"][0] == fig["data"][0]["z"]
+    for cells, logs in zip(fig["data"][0]["customdata"], log["z"][0]):
+        for (ms, _, _), z in zip(cells, logs):
+            assert (z is None) if ms == 0 else z == pytest.approx(np.log10(ms), abs=0.01)
+    assert log["zmin"] < log["zmax"] and log["colorbar.title.text"] == "log10 ms"
