@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import warnings
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -217,7 +218,7 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded) -> list[list[P
                 on_loaded(f)
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_parse, f) for f in files]
+        futures = [pool.submit(_parse_recording, f) for f in files]
         out = []
         try:
             for f, fut in zip(files, futures):
@@ -230,13 +231,24 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded) -> list[list[P
         return out
 
 
+def _parse_recording(path: Path) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
+    """_parse in a worker process, with the warnings it raised: they are raised again in the
+    caller's process (where the CLI prints each as one line), not printed by the worker."""
+    with warnings.catch_warnings(record=True) as caught:
+        profiles = _parse(path)
+    return profiles, [(str(w.message), w.category) for w in caught]
+
+
 def _result(future, path: Path) -> list[Profile]:
-    """A worker's profiles; its error comes back as raised there (errors.py pickles them);
-    a worker that died (killed, out of memory) is named by the file it was parsing."""
+    """A worker's profiles, its warnings raised here; its error comes back as raised there
+    (errors.py pickles them); a worker that died (killed, out of memory) is named by its file."""
     try:
-        return future.result()
+        profiles, caught = future.result()
     except BrokenProcessPool:
         raise TraceFormatError(path, "the process reading it died (out of memory, or killed)") from None
+    for message, category in caught:
+        warnings.warn(f"{path}: {message}", category, stacklevel=2)
+    return profiles
 
 
 def _check_unique(profiles: list[Profile]) -> list[Profile]:
