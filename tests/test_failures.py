@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import gzip
 import importlib
+import multiprocessing
 import os
 import pickle
 import resource
@@ -251,3 +252,23 @@ def test_name_over_the_limit_is_one_line_and_the_limit_can_be_raised(tmp_path):
 def test_100mb_kernel_name_is_refused_quickly(tmp_path):
     path = m.kineto_event("kernel", name="k" * (100 * 1024**2))(tmp_path)
     _one_line(_tracelab("breakdown", str(path)), "name: a name of 104,857,600 characters")
+
+
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the patched parser must reach the workers")
+def test_a_warning_in_a_worker_is_raised_in_the_caller(tmp_path, monkeypatch):
+    """Not printed by the worker (as several lines, or lost): raised again in the caller's
+    process, where the CLI prints it as one line, naming the file."""
+    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    chrome = importlib.import_module("tracelab.parsers.chrome")
+    read = chrome.read
+
+    def warns(path, *args, **kwargs):
+        warnings.warn("overflow encountered in cast", RuntimeWarning)
+        return read(path, *args, **kwargs)
+
+    monkeypatch.setattr(chrome, "read", warns)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in cast") as caught:
+        profiles = load.load_many(TORCH_RUN, workers=2)
+    assert [p.rank for p in profiles] == [0, 1]
+    assert sorted(str(w.message) for w in caught) == [
+        f"{TORCH_RUN / name}: overflow encountered in cast" for name in ("rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz")]
