@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tracelab  # noqa: E402
-from tracelab import backends, machine, runner  # noqa: E402
+from tracelab import backends, launch, machine, runner  # noqa: E402
 from tracelab.errors import RunError, ToolMissingError, UsageError  # noqa: E402
 from tracelab.runner import RunSpec  # noqa: E402
 from tracelab.workloads import decode  # noqa: E402
@@ -109,11 +109,28 @@ def test_more_ranks_than_gpus(tmp_path, monkeypatch):
 
 def test_nsys_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "gpu_count", lambda: 1)
+    monkeypatch.setattr(machine, "no_gpu_for_sure", lambda: False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(backends, "NSYS_FALLBACK", tmp_path / "no-nsys")
-    with pytest.raises(ToolMissingError, match="not on the PATH"):
+    monkeypatch.delenv(backends.NSYS_ENV, raising=False)
+    with pytest.raises(ToolMissingError, match=f"not on the PATH; .* or set {backends.NSYS_ENV}="):
         runner.plan(RunSpec("decode", 1, "nsys", tmp_path / "runs"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_nsys_from_the_path_or_the_variable(tmp_path, monkeypatch):
+    (on_path := tmp_path / "bin" / "nsys").parent.mkdir()
+    (named := tmp_path / "elsewhere" / "nsys").parent.mkdir()
+    for exe in (on_path, named):
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.delenv(backends.NSYS_ENV, raising=False)
+    assert backends.find_nsys() == on_path
+    monkeypatch.setenv(backends.NSYS_ENV, str(named))
+    assert backends.find_nsys() == named
+    named.chmod(0o644)
+    with pytest.raises(ToolMissingError, match="is not an executable file"):
+        backends.find_nsys()
 
 
 def test_nsys_command_wraps_each_rank(tmp_path, monkeypatch):
@@ -137,8 +154,8 @@ def test_run_folders_are_never_reused(tmp_path):
 def test_failed_rank_from_torchrun_output():
     output = ["[default1]:ValueError: boom", "Root Cause (first observed failure):", "[0]:",
               "  time      : 2026-11-21_23:01:02", "  rank      : 3 (local_rank: 1)", "  exitcode  : 1 (pid: 7)"]
-    assert runner.failed_rank(output) == (3, 1)
-    assert runner.failed_rank(["rank      : 3 (local_rank: 1)"]) == (None, None)  # not under Root Cause
+    assert launch.failed_rank(output) == (3, 1)
+    assert launch.failed_rank(["rank      : 3 (local_rank: 1)"]) == (None, None)  # not under Root Cause
 
 
 def _annotations(trace: Path, name: str) -> int:
@@ -156,13 +173,13 @@ def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
     assert [t.name for t in result.traces] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "ok" and record["config"]["model"] == "tiny" and record["versions"]["torch"]
-    figures = record["figures"]
-    assert sorted(figures) == ["0", "1"]
+    per_rank = record["results"]
+    assert sorted(per_rank) == ["0", "1"]
     # tensor parallel ranks sample the same tokens, and the same as one rank alone
     alone = tmp_path / "alone"
     assert decode.main([*args, "--out", str(alone)]) == 0
-    one_rank = json.loads((alone / "rank0.figures.json").read_text())["first_tokens"]
-    assert figures["0"]["first_tokens"] == figures["1"]["first_tokens"] == one_rank
+    one_rank = json.loads((alone / "rank0.results.json").read_text())["first_tokens"]
+    assert per_rank["0"]["first_tokens"] == per_rank["1"]["first_tokens"] == one_rank
     assert any("rank 1: " in line and "tokens/s" in line for line in lines)
     # the profiled window holds the measured samples only: 2 samples x 3 decode steps, 2 prefills
     for trace in result.traces:
@@ -173,11 +190,11 @@ def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
 
 
 @pytest.mark.slow
-def test_decode_backend_none_writes_figures_only(tmp_path):
+def test_decode_backend_none_writes_results_only(tmp_path):
     result = runner.run(RunSpec("decode", 2, "none", tmp_path, FAST))
     names = sorted(p.name for p in result.run_dir.iterdir())
-    assert names == ["logs", "rank0.figures.json", "rank1.figures.json", "run.json"]
-    for rank, f in result.record["figures"].items():
+    assert names == ["logs", "rank0.results.json", "rank1.results.json", "run.json"]
+    for rank, f in result.record["results"].items():
         assert f["rank"] == int(rank) and f["world_size"] == 2
         assert f["tokens_per_s"] == pytest.approx(4 / (sum(f["sample_s"]) / 2))
 
@@ -219,10 +236,10 @@ def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
 def test_launch_ends_with_torchrun_even_when_a_child_keeps_the_pipe(monkeypatch):
     import time
 
-    monkeypatch.setattr(runner, "DRAIN_S", 1)
+    monkeypatch.setattr(launch, "DRAIN_S", 1)
     seen = []
     t0 = time.monotonic()
-    status, output = runner._launch(["bash", "-c", "echo one; sleep 30 & echo two; exit 3"], dict(os.environ),
-                                    seen.append)
+    status, output = launch.launch(["bash", "-c", "echo one; sleep 30 & echo two; exit 3"], dict(os.environ),
+                                   seen.append, gpu=False)
     assert status == 3 and output == ["one", "two"] == seen
     assert time.monotonic() - t0 < 10

@@ -14,7 +14,7 @@ only this module of tracelab's profiling side, and reads like this:
             for _ in range(steps):
                 with backends.region("decode_one_token"):
                     step()
-    backends.write_figures(args.out, rank, {"tokens_per_s": ...})   # -> rank{r}.figures.json
+    results.write(args.out, rank, {"workload": ..., ...})  # -> rank{r}.results.json (tracelab/results.py)
 
 `region(name)` is backend-neutral: it opens a proton scope (while a proton
 session is active), a torch.profiler.record_function (while any torch profiler
@@ -30,25 +30,22 @@ What each backend leaves in `out` per rank r (BACKENDS[name].trace_name(r)):
   nsys   -> rank{r}.sqlite             the workload only marks the capture range
                                        (cudaProfilerStart/Stop); the runner starts each rank
                                        under `nsys profile` and exports the report to SQLite
-  none   -> nothing                    throughput figures only
+  none   -> nothing                    the workload's results only
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import functools
-import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from .errors import RunError, ToolMissingError, UsageError
 
-FIGURES_FILE = "rank{rank}.figures.json"
-NSYS_FALLBACK = Path("/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys")
-NSYS_HOST_LIBS = NSYS_FALLBACK.parent.parent / "linux-desktop-glibc_2_11_3-x64"
+NSYS_ENV = "TRACELAB_NSYS"  # the nsys to run, when it is not the one on the PATH
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ BACKENDS: dict[str, Backend] = {
     "proton": Backend("proton", "rank{rank}.hatchet", True, "triton.profiler (proton): one .hatchet tree per rank"),
     "torch": Backend("torch", "rank{rank}.pt.trace.json.gz", False, "torch.profiler: one Kineto trace per rank"),
     "nsys": Backend("nsys", "rank{rank}.sqlite", True, "Nsight Systems: each rank under nsys, exported to SQLite"),
-    "none": Backend("none", None, False, "no profiler: throughput figures only"),
+    "none": Backend("none", None, False, "no profiler: the workload's results only"),
 }
 
 # which profilers are recording now, in this process (set by the sessions below)
@@ -98,7 +95,7 @@ def region(name: str) -> Iterator[None]:
             stack.enter_context(torch.profiler.record_function(name))
         if _cuda_available() and not _active["proton"]:
             # proton (Triton 3.6) turns NVTX ranges into scopes itself: with both, every
-            # scope came out doubled ("a/a"), seen on 2 H200s, 2026-11-21
+            # scope would come out doubled ("a/a")
             stack.enter_context(torch.cuda.nvtx.range(name))
         yield
 
@@ -233,32 +230,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=list(BACKENDS), default="none",
                         help="profiler to run under (default: none)")
     parser.add_argument("--out", type=Path, default=Path("."),
-                        help="folder for this rank's trace and figures (default: .)")
-
-
-def write_figures(out_dir: str | os.PathLike, rank: int, figures: dict[str, Any]) -> Path:
-    """The workload's own figures for this rank (JSON), which the runner gathers into run.json."""
-    path = Path(out_dir) / FIGURES_FILE.format(rank=rank)
-    path.write_text(json.dumps(figures, indent=1, sort_keys=True))
-    return path
+                        help="folder for this rank's trace and results (default: .)")
 
 
 def find_nsys() -> Path:
-    """nsys on the PATH, else the copy that ships inside Nsight Compute; ToolMissingError if neither."""
+    """The nsys named by $TRACELAB_NSYS, else the one on the PATH; ToolMissingError if neither.
+    A copy that needs its own libraries needs them on LD_LIBRARY_PATH as well."""
+    named = os.environ.get(NSYS_ENV)
+    if named:
+        path = Path(named).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ToolMissingError(NSYS_ENV, f"{named} is not an executable file")
+        return path
     on_path = shutil.which("nsys")
-    if on_path:
-        return Path(on_path)
-    if NSYS_FALLBACK.is_file():
-        return NSYS_FALLBACK
-    raise ToolMissingError("nsys", f"Nsight Systems (nsys) is not on the PATH and not at {NSYS_FALLBACK}; "
-                                   "install it or put it on the PATH")
-
-
-def nsys_env(nsys: Path, env: dict[str, str]) -> dict[str, str]:
-    """Environment for nsys: the Nsight Compute copy needs its host libraries (and libdw/libelf
-    from ./.device-lib where the machine lacks them) on LD_LIBRARY_PATH."""
-    if nsys != NSYS_FALLBACK:
-        return env
-    extra = [str(Path.cwd() / ".device-lib"), str(NSYS_HOST_LIBS)]
-    old = env.get("LD_LIBRARY_PATH")
-    return {**env, "LD_LIBRARY_PATH": ":".join(extra + ([old] if old else []))}
+    if on_path is None:
+        raise ToolMissingError("nsys", f"Nsight Systems (nsys) is not on the PATH; install it, put it on the "
+                                       f"PATH or set {NSYS_ENV}=/path/to/nsys")
+    return Path(on_path)

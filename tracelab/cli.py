@@ -356,7 +356,7 @@ def run(
     `tracelab run decode -- --help` lists them."""
     from pathlib import Path
 
-    from .runner import RunSpec, run as launch
+    from .runner import RunInterrupted, RunSpec, run as launch
     from .workload_options import WorkloadHelp
 
     top = _top(top)
@@ -368,6 +368,8 @@ def run(
                    "tracelab run sets --backend and --out:\n")
         typer.echo(h.text.rstrip())
         raise typer.Exit(0) from None
+    except RunInterrupted as stop:  # exit status as for a process the signal ended: 130 for Ctrl-C
+        fail(str(stop), 128 + stop.signum)
     for figures in result.record["figures"].values():
         typer.echo(_figures_line(figures))
     if result.traces:

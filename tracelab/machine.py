@@ -1,4 +1,4 @@
-"""What a run record says about the machine: GPUs, versions, and the default backend."""
+"""What the machine has: GPUs, versions, and the default backend. Knows nothing of runs."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -7,22 +7,33 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .errors import ToolMissingError
 
-if TYPE_CHECKING:
-    from .runner import Plan
+# device nodes of a GPU driver (NVIDIA, AMD ROCm, WSL): with none of them torch sees no GPU
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 
 
 def _torch():
+    """torch, or ToolMissingError: the one-line "needs PyTorch" (also when its import fails)."""
     try:
         import torch
-    except ImportError:
-        raise ToolMissingError("torch", "tracelab run needs PyTorch (pip install 'tracelab[run]')") from None
+    except ImportError as e:
+        raise ToolMissingError("torch", f"tracelab run needs PyTorch (pip install 'tracelab[run]'): {e}") from None
     return torch
+
+
+def require_torch() -> None:
+    _torch()
+
+
+def no_gpu_for_sure() -> bool:
+    """True when no GPU can be visible, decided without importing torch: no driver device
+    node, or CUDA_VISIBLE_DEVICES hides them all."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return True
+    return not any(Path(node).exists() for node in GPU_DEVICE_NODES)
 
 
 def gpu_count() -> int:
@@ -55,12 +66,12 @@ def _version(dist_name: str) -> str | None:
         return None
 
 
-def nsys_version(nsys: Path, env: dict[str, str]) -> str | None:
-    done = subprocess.run([str(nsys), "--version"], env=env, capture_output=True, text=True)
+def nsys_version(nsys: Path) -> str | None:
+    done = subprocess.run([str(nsys), "--version"], capture_output=True, text=True)
     return done.stdout.strip() or None
 
 
-def versions(nsys: Path | None = None, env: dict[str, str] | None = None) -> dict:
+def versions(nsys: Path | None = None) -> dict:
     from . import __version__
 
     torch = _torch()
@@ -70,18 +81,6 @@ def versions(nsys: Path | None = None, env: dict[str, str] | None = None) -> dic
         nccl = torch.cuda.nccl.version()
         found["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     if nsys is not None:
-        found["nsys"] = nsys_version(nsys, env or dict(os.environ))
+        found["nsys"] = nsys_version(nsys)
     return found
 
-
-def record(p: "Plan", command: list[str]) -> dict:
-    """run.json's content at launch; the runner adds status, wall_s, figures and traces."""
-    from .backends import nsys_env
-    from .runner import SAFE_ENV
-
-    spec = p.spec
-    env = nsys_env(p.nsys, dict(os.environ)) if p.nsys else None
-    return {"workload": spec.workload, "backend": p.backend, "ranks_per_node": spec.ranks,
-            "nnodes": spec.nnodes or "1", "argv": spec.argv, "command": command, "config": p.config,
-            "env": SAFE_ENV, "versions": versions(p.nsys, env), "devices": devices(p.gpus),
-            "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}

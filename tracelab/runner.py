@@ -4,27 +4,35 @@
     result = runner.run(spec, on_line=print)       # on_line gets progress lines as they come
     result.run_dir                                 # runs/decode-torch-20261121-221530/
 
-Everything that can be checked is checked before anything starts (plan()): the
-workload, the backend, the rank count against the GPUs, the workload's own
-options (its build_parser() and check(args, world_size, gpu)), nsys. A workload is
-a module with those two functions and a main that takes --backend and --out; it
-writes rank{r}.figures.json (backends.write_figures), which run.json gathers.
+Everything that can be checked is checked before anything starts (plan()): first
+what needs no torch (the workload's name, ranks, nodes, the backend's name), then
+torch itself, the rank count against the GPUs, the workload's own options (its
+parse(argv), workloads/harness.py), nsys. A workload is a module with parse, run and
+a main that takes --backend and --out; it writes rank{r}.results.json (tracelab/results.py),
+which run.json gathers under "results". The run ends
+with run.json's status: ok, failed or interrupted (SIGINT/SIGTERM, passed on to the
+ranks); a trace cut short is renamed *.partial.
 """
 from __future__ import annotations
 
+import gzip
 import importlib
 import importlib.util
 import json
 import os
+import platform
+import sqlite3
 import sys
 import time
+import zlib
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from . import backends, machine
-from .errors import RunError, ToolMissingError, UsageError
-from .workload_options import parse_workload_args
+from . import backends, machine, results
+from .errors import RunError, UsageError
+from .launch import OnLine, Stopped, failure_message, launch, signals_held, stop_on_signals
+from .workload_options import parse_workload_args, refuse_runner_options
 
 # workload name -> module (a program: python -m MODULE --help)
 WORKLOADS: dict[str, str] = {
@@ -34,14 +42,23 @@ WORKLOADS: dict[str, str] = {
     "overlap": "tracelab.workloads.overlap",
 }
 
-# always set for the ranks: NVLink multicast stays off (see ../shared/device/README.md)
+# always set for the ranks: NVLink multicast off (the machines we measure on must keep it off)
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "PYTHONUNBUFFERED": "1"}
 NSYS_PROFILE = ["profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
                 "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--cuda-graph-trace=node"]
-TAIL_LINES = 20
+PARTIAL_SUFFIX = ".partial"  # a trace cut short: renamed so that no folder reader takes it for a trace
 
-OnLine = Callable[[str], None]
+
+class RunInterrupted(RunError):
+    """SIGINT or SIGTERM stopped the run; run.json says "interrupted"."""
+
+    def __init__(self, run_dir: Path, signum: int, reason: str):
+        super().__init__(run_dir, reason)
+        self.signum = signum
+
+    def __reduce__(self):
+        return (type(self), (self.where, self.signum, self.reason))
 
 
 @dataclass
@@ -82,12 +99,16 @@ def available_workloads() -> list[str]:
 
 
 def plan(spec: RunSpec) -> Plan:
-    """Check everything that can be checked before launching; UsageError/ToolMissingError otherwise."""
+    """Check everything that can be checked before launching; UsageError/ToolMissingError
+    otherwise. What needs no torch is checked first: a bad option is refused in an instant."""
+    check_spec(spec)
+    machine.require_torch()
     module = _workload_module(spec.workload)
     gpus = machine.gpu_count()
     backend = spec.backend or machine.default_backend(gpus)
     backends.check(backend, gpus > 0)
-    _check_ranks(spec, gpus)
+    if gpus and spec.ranks > gpus:
+        raise UsageError("--ranks", f"{spec.ranks} ranks per node but only {gpus} GPU(s) are visible")
     world_size = spec.ranks * _nnodes(spec)
     config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend],
                                  world_size, gpus > 0)
@@ -96,21 +117,24 @@ def plan(spec: RunSpec) -> Plan:
     return Plan(spec, backend, module.__name__, config, gpus, nsys)
 
 
+def check_spec(spec: RunSpec) -> None:
+    """The checks that need neither torch nor the workload: UsageError."""
+    if spec.workload not in WORKLOADS:
+        raise UsageError("WORKLOAD", f"unknown workload {spec.workload!r}; choose one of {', '.join(WORKLOADS)}")
+    if spec.ranks < 1:
+        raise UsageError("--ranks", f"must be at least 1, not {spec.ranks}")
+    if spec.nnodes not in (None, "1") and not spec.rdzv_endpoint:
+        raise UsageError("--nnodes", "several nodes need --rdzv-endpoint HOST:PORT (the same on every node)")
+    _nnodes(spec)
+    if spec.backend is not None:
+        backends.check(spec.backend, gpu=not machine.no_gpu_for_sure())
+    refuse_runner_options(spec.workload_args)
+
+
 def _workload_module(name: str):
-    if name not in WORKLOADS:
-        raise UsageError("WORKLOAD", f"unknown workload {name!r}; choose one of {', '.join(available_workloads())}")
     if importlib.util.find_spec(WORKLOADS[name]) is None:
         raise UsageError("WORKLOAD", f"workload {name!r} is not installed ({WORKLOADS[name]} is missing)")
     return importlib.import_module(WORKLOADS[name])
-
-
-def _check_ranks(spec: RunSpec, gpus: int) -> None:
-    if spec.ranks < 1:
-        raise UsageError("--ranks", f"must be at least 1, not {spec.ranks}")
-    if gpus and spec.ranks > gpus:
-        raise UsageError("--ranks", f"{spec.ranks} ranks per node but only {gpus} GPU(s) are visible")
-    if spec.nnodes not in (None, "1") and not spec.rdzv_endpoint:
-        raise UsageError("--nnodes", "several nodes need --rdzv-endpoint HOST:PORT (the same on every node)")
 
 
 def _nnodes(spec: RunSpec) -> int:
@@ -156,7 +180,16 @@ def torchrun_command(p: Plan, run_dir: Path) -> list[str]:
 def rank_env(p: Plan) -> dict[str, str]:
     env = {**os.environ, **SAFE_ENV}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // p.spec.ranks)))
-    return backends.nsys_env(p.nsys, env) if p.nsys else env
+    return env
+
+
+def new_record(p: Plan, command: list[str]) -> dict:
+    """run.json's content at launch; execute() adds status, wall_s, results and traces."""
+    spec = p.spec
+    return {"workload": spec.workload, "backend": p.backend, "ranks_per_node": spec.ranks,
+            "nnodes": spec.nnodes or "1", "argv": spec.argv, "command": command, "config": p.config,
+            "env": SAFE_ENV, "versions": machine.versions(p.nsys), "devices": machine.devices(p.gpus),
+            "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
 
 
 def run(spec: RunSpec, on_line: OnLine = lambda line: None) -> RunResult:
@@ -165,76 +198,95 @@ def run(spec: RunSpec, on_line: OnLine = lambda line: None) -> RunResult:
 
 
 def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
-    """Launch the planned run into a new folder; RunError (naming the failing rank and
-    showing its last lines) when a rank fails. Files already written stay."""
+    """Launch the planned run into a new folder. RunError (naming the failing rank and showing
+    its last lines) when a rank fails; RunInterrupted on SIGINT/SIGTERM, which go on to every
+    rank. Either way run.json says so, and traces cut short are renamed *.partial."""
     run_dir = new_run_dir(p.spec.out_root, p.spec.workload, p.backend)
     cmd = torchrun_command(p, run_dir)
-    record = machine.record(p, cmd)
+    record = new_record(p, cmd)
     _write_record(run_dir, record)
     on_line(f"run folder {run_dir}")
     t0 = time.perf_counter()
-    status, output = _launch(cmd, rank_env(p), on_line)
-    record["wall_s"] = round(time.perf_counter() - t0, 3)
-    record["figures"] = gather_figures(run_dir)
+    try:
+        with stop_on_signals():
+            status, output = launch(cmd, rank_env(p), on_line, gpu=p.gpus > 0)
+    except Stopped as stop:
+        with signals_held():
+            _finish(p, run_dir, record, t0, "interrupted")
+        raise RunInterrupted(run_dir, stop.signum, f"{stop}: run stopped, marked interrupted in run.json"
+                                                    f"{_partial_note(record)}") from None
     if status != 0:
-        record["status"] = "failed"
-        _write_record(run_dir, record)
-        raise RunError(run_dir, failure_message(run_dir, status, output))
+        _finish(p, run_dir, record, t0, "failed")
+        raise RunError(run_dir, failure_message(run_dir, status, output) + _partial_note(record))
     if p.nsys is not None:
         export_nsys(p.nsys, run_dir, rank_env(p), on_line)
-    traces = find_traces(p, run_dir, record["figures"])
-    record.update(status="ok", traces=[t.name for t in traces])
+    _finish(p, run_dir, record, t0, "ok")
+    return RunResult(run_dir, record, find_traces(p, run_dir, record["results"]))
+
+
+def _finish(p: Plan, run_dir: Path, record: dict, t0: float, status: str) -> None:
+    """run.json at the end: status, wall time, results, and the traces (complete and partial)."""
+    record.update(status=status, wall_s=round(time.perf_counter() - t0, 3), results=results.gather(run_dir))
+    complete, partial = set_aside_partial_traces(run_dir, p.backend)
+    record.update(traces=[t.name for t in complete], partial_traces=[t.name for t in partial])
     _write_record(run_dir, record)
-    return RunResult(run_dir, record, traces)
 
 
-DRAIN_S = 10  # after torchrun exits, how long to keep reading what its leftover children print
-
-
-def _launch(cmd: list[str], env: dict[str, str], on_line: OnLine) -> tuple[int, list[str]]:
-    """Run torchrun, passing its output on line by line. The run ends when torchrun does: a
-    worker's own children (inductor's compile pool, say) can outlive it holding the pipe open."""
-    import subprocess
-    import threading
-
-    output: list[str] = []
-
-    def pump(stream) -> None:
-        for line in stream:
-            output.append(line.rstrip("\n"))
-            on_line(output[-1])
-
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
-    reader.start()
-    status = proc.wait()
-    reader.join(DRAIN_S)
-    return status, list(output)
+def _partial_note(record: dict) -> str:
+    partial = record.get("partial_traces")
+    return f"; cut short (renamed *{PARTIAL_SUFFIX}): {', '.join(partial)}" if partial else ""
 
 
 def _write_record(run_dir: Path, record: dict) -> None:
-    (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
+    """run.json, replaced whole: a reader never sees half of it."""
+    tmp = run_dir / "run.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1, default=str))
+    os.replace(tmp, run_dir / "run.json")
 
 
-def gather_figures(run_dir: Path) -> dict[str, dict]:
-    """rank -> the figures that rank wrote (rank{r}.figures.json)."""
-    found = {}
-    for path in sorted(run_dir.glob(backends.FIGURES_FILE.format(rank="*"))):
-        rank = path.name.split(".")[0].removeprefix("rank")
-        found[rank] = json.loads(path.read_text())
-    return dict(sorted(found.items(), key=lambda kv: int(kv[0])))
-
-
-def find_traces(p: Plan, run_dir: Path, figures: dict[str, dict]) -> list[Path]:
+def find_traces(p: Plan, run_dir: Path, per_rank: dict[str, dict]) -> list[Path]:
     """This node's trace files, one per rank that reported; RunError when one is missing."""
     backend = backends.BACKENDS[p.backend]
     if backend.trace_pattern is None:
         return []
-    paths = [run_dir / backend.trace_name(int(r)) for r in figures]
+    paths = [run_dir / backend.trace_name(int(r)) for r in per_rank]
     missing = [path.name for path in paths if not path.is_file()]
     if missing or not paths:
         raise RunError(run_dir, f"the {p.backend} backend wrote no {', '.join(missing) or 'traces'}")
     return paths
+
+
+def set_aside_partial_traces(run_dir: Path, backend: str) -> tuple[list[Path], list[Path]]:
+    """The backend's trace files in run_dir, complete ones and ones cut short; those are
+    renamed NAME.partial so that a later breakdown or report of the folder skips them."""
+    pattern = backends.BACKENDS[backend].trace_pattern
+    if pattern is None:
+        return [], []
+    complete, partial = [], []
+    for path in sorted(run_dir.glob(pattern.format(rank="*"))):
+        if is_complete(path):
+            complete.append(path)
+        else:
+            partial.append(path.rename(path.with_name(path.name + PARTIAL_SUFFIX)))
+    return complete, partial
+
+
+def is_complete(path: Path) -> bool:
+    """Whether a trace file was written to its end: a gzip stream read through (its length
+    and CRC checked), SQLite's quick_check, JSON parsed."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path) as stream:
+                while stream.read(1 << 20):
+                    pass
+            return True
+        if path.suffix == ".sqlite":
+            with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                return db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        json.loads(path.read_bytes())
+        return True
+    except (OSError, EOFError, zlib.error, ValueError, sqlite3.DatabaseError):
+        return False
 
 
 def export_nsys(nsys: Path, run_dir: Path, env: dict[str, str], on_line: OnLine) -> None:
@@ -252,37 +304,3 @@ def export_nsys(nsys: Path, run_dir: Path, env: dict[str, str], on_line: OnLine)
         if done.returncode != 0 or not out.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise RunError(rep, "nsys export failed: " + " | ".join(tail))
-
-
-def failure_message(run_dir: Path, status: int, output: list[str]) -> str:
-    """Which rank failed first (torchrun's root cause) and the last lines of its stderr."""
-    rank, local_rank = failed_rank(output)
-    log = _rank_log(run_dir, local_rank)
-    lines = log.read_text(errors="replace").splitlines() if log else output
-    tail = [ln for ln in lines if ln.strip()][-TAIL_LINES:]
-    who = f"rank {rank}" if rank is not None else "the launcher"
-    where = f" (log: {log})" if log else ""
-    return f"{who} failed, torchrun exit status {status}{where}; its last lines:\n" + "\n".join(tail)
-
-
-def failed_rank(output: list[str]) -> tuple[int | None, int | None]:
-    """(rank, local_rank) from torchrun's 'Root Cause' block, or (None, None)."""
-    import re
-
-    in_root = False
-    for line in output:
-        in_root = in_root or "Root Cause" in line
-        match = re.search(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", line)
-        if in_root and match:
-            return int(match.group(1)), int(match.group(2))
-    return None, None
-
-
-def _rank_log(run_dir: Path, local_rank: int | None) -> Path | None:
-    if local_rank is None:
-        return None
-    for name in ("stderr.log", "stdout.log"):
-        logs = sorted((run_dir / "logs").glob(f"**/attempt_*/{local_rank}/{name}"))
-        if logs and logs[-1].stat().st_size:
-            return logs[-1]
-    return None

@@ -27,12 +27,16 @@ def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu
     """The workload's options, parsed and checked by the workload itself, as rank 0 of
     `world_size` would (without exiting): every workload's parse(argv) -> args reads the
     world from the environment, as under torchrun (workloads/harness.py)."""
-    for own in ("--backend", "--out"):
-        if sum(a == own or a.startswith(own + "=") for a in argv) > (own == "--backend"):
-            raise UsageError(own, f"give {own} to tracelab run, not in the workload's options")
     with _argparse_errors(name, module), _as_rank_zero(world_size):
         config = vars(module.parse(argv))
     return json.loads(json.dumps(config, default=str))
+
+
+def refuse_runner_options(argv: list[str]) -> None:
+    """UsageError when the user's workload options hold --backend or --out, which tracelab run sets."""
+    for own in ("--backend", "--out"):
+        if any(a == own or a.startswith(own + "=") for a in argv):
+            raise UsageError(own, f"give {own} to tracelab run, not in the workload's options")
 
 
 @contextlib.contextmanager
