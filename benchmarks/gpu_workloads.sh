@@ -58,6 +58,7 @@ setup() {
   # run from elsewhere: in the repository root, ./tracelab (without its workloads) would
   # shadow the installed package; nsys's libraries are found through LD_LIBRARY_PATH
   export LD_LIBRARY_PATH=$PWD/.device-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  . benchmarks/nsys_env.sh
   cd "$W" || exit 2
   python3 -c "import torch, triton, tracelab.workloads.train as t; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'gpus', torch.cuda.device_count())"
 }
