@@ -113,7 +113,7 @@ python3 - "$W" > "$OUT/summary.txt" <<'PY'
 import json, sys, pathlib
 for run in sorted(pathlib.Path(sys.argv[1]).glob("*/*/run.json")):
     doc = json.loads(run.read_text())
-    for rank, f in doc.get("figures", {}).items():
+    for rank, f in doc.get("results", doc.get("figures", {})).items():
         if "s_per_sample" not in f:
             continue
         print(f"{run.parent.name} rank {rank} status={doc.get('status')} s/sample={f.get('s_per_sample'):.4f} "

@@ -42,7 +42,7 @@ python3 - "$W/runs" > "$OUT/tp-summary.txt" <<'PY'
 import json, sys, pathlib
 for run in sorted(pathlib.Path(sys.argv[1]).iterdir()):
     doc = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
-    print(run.name, json.dumps(doc.get("figures", doc.get("ranks", {})))[:600])
+    print(run.name, json.dumps(doc.get("results", doc.get("figures", {})))[:600])
 PY
 cat "$OUT/tp-summary.txt"
 tar czf "$OUT/tp-runs.tar.gz" -C "$W" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='runs/*/*.sqlite' \

@@ -65,7 +65,7 @@ def _gpu_props(row: dict[str, Any]) -> dict[str, Any]:
     return {"type": "CUDA", "name": row.get("name"),
             "arch": f"{major}{minor}" if major is not None and minor is not None else None,
             "num_sms": row.get("smCount"), "clock_khz": clock_hz / 1e3 if clock_hz else None,
-            "memory_bandwidth_gbs": bandwidth / 1e9 if bandwidth else None,
+            "memory_bandwidth_gb_s": bandwidth / 1e9 if bandwidth else None,
             "total_memory_bytes": row.get("totalMemory"), "uuid": row.get("uuid")}
 
 

@@ -251,9 +251,9 @@ def _devices(device_info: dict, path: Path) -> dict[int, dict[str, Any]]:
 
 def _device(device_type: str, props: dict) -> dict[str, Any]:
     memory_clock_khz, bus_width_bits = props.get("memory_clock_rate"), props.get("bus_width")
-    bandwidth_gbs = None
+    bandwidth_gb_s = None
     if _is_number(memory_clock_khz) and _is_number(bus_width_bits):
-        bandwidth_gbs = 2 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
+        bandwidth_gb_s = 2 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
     return {"type": device_type, "arch": props.get("arch"), "num_sms": props.get("num_sms"),
             "clock_khz": props.get("clock_rate"), "memory_clock_khz": memory_clock_khz,
-            "bus_width_bits": bus_width_bits, "memory_bandwidth_gbs": bandwidth_gbs}
+            "bus_width_bits": bus_width_bits, "memory_bandwidth_gb_s": bandwidth_gb_s}

@@ -127,18 +127,18 @@ def bandwidth(coll: pd.DataFrame) -> pd.DataFrame:
     where the size or the transfer time is unknown or zero."""
     out = coll.copy()
     seconds = out["transfer_ns"].where(out["transfer_ns"] > 0) / 1e9
-    out["algbw_gbs"] = out["msg_bytes"] / seconds / 1e9
+    out["algbw_gb_s"] = out["msg_bytes"] / seconds / 1e9
     factor = [BUS_FACTOR.get(t, lambda n: np.nan)(n) for t, n in zip(out["type"], out["ranks"])]
-    out["busbw_gbs"] = out["algbw_gbs"] * np.array(factor, dtype=np.float64)
+    out["busbw_gb_s"] = out["algbw_gb_s"] * np.array(factor, dtype=np.float64)
     return out
 
 
 def bandwidth_by_size(coll: pd.DataFrame) -> pd.DataFrame:
     """Per collective type and message size: calls, median transfer (ns), median algbw and busbw (GB/s)."""
     bw = bandwidth(coll).dropna(subset=["msg_bytes"])
-    cols = ["type", "msg_bytes", "calls", "transfer_ns", "algbw_gbs", "busbw_gbs"]
+    cols = ["type", "msg_bytes", "calls", "transfer_ns", "algbw_gb_s", "busbw_gb_s"]
     if bw.empty:
         return pd.DataFrame(columns=cols)
     out = bw.groupby(["type", "msg_bytes"]).agg(calls=("collective", "nunique"), transfer_ns=("transfer_ns", "median"),
-                                                algbw_gbs=("algbw_gbs", "median"), busbw_gbs=("busbw_gbs", "median"))
+                                                algbw_gb_s=("algbw_gb_s", "median"), busbw_gb_s=("busbw_gb_s", "median"))
     return out.reset_index()[cols]

@@ -12,26 +12,28 @@ from typing import Callable
 
 import pandas as pd
 
-Figures = list[dict]  # one dict per rank: run.json "figures" values
+from ..results import of_run
+
+RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 
 
-def _per_rank(figs: Figures, key: str) -> list[float]:
+def _per_rank(figs: RankResults, key: str) -> list[float]:
     return [float(f[key]) for f in figs if isinstance(f.get(key), (int, float)) and not isinstance(f.get(key), bool)]
 
 
-def _rows(figs: Figures) -> list[dict]:
+def _rows(figs: RankResults) -> list[dict]:
     """The workload's result rows of the first rank that has them."""
     return next((f["rows"] for f in figs if isinstance(f.get("rows"), list) and f["rows"]), [])
 
 
-def _row_value(figs: Figures, key: str, pick: Callable = max) -> float | None:
+def _row_value(figs: RankResults, key: str, pick: Callable = max) -> float | None:
     values = [float(r[key]) for r in _rows(figs) if isinstance(r.get(key), (int, float))]
     return pick(values) if values else None
 
 
-def _train(key: str, scale: float = 1.0) -> Callable[[Figures], float | None]:
+def _train(key: str, scale: float = 1.0) -> Callable[[RankResults], float | None]:
     """A train result of a run of one configuration (None when it swept several)."""
-    def value(figs: Figures) -> float | None:
+    def value(figs: RankResults) -> float | None:
         rows = _rows(figs)
         if len(rows) != 1 or not isinstance(rows[0].get(key), (int, float)):
             return None
@@ -39,32 +41,33 @@ def _train(key: str, scale: float = 1.0) -> Callable[[Figures], float | None]:
     return value
 
 
-def _mean_of(key: str) -> Callable[[Figures], float | None]:
-    def value(figs: Figures) -> float | None:
+def _mean_of(key: str) -> Callable[[RankResults], float | None]:
+    def value(figs: RankResults) -> float | None:
         values = _per_rank(figs, key)
         return mean(values) if values else None
     return value
 
 
-# workload -> (row label, value from the ranks' figures, higher is better); the first row is
+# workload -> (row label, value from the ranks' results, higher is better); the first row is
 # the one a profiler's cost is measured on
-RESULTS: dict[str, list[tuple[str, Callable[[Figures], float | None], bool]]] = {
+RESULTS: dict[str, list[tuple[str, Callable[[RankResults], float | None], bool]]] = {
     "decode": [("tokens/s (mean of ranks)", _mean_of("tokens_per_s"), True),
                ("achieved GB/s (mean of ranks)", _mean_of("bandwidth_gb_s"), True),
                ("s per sample (mean of ranks)", _mean_of("s_per_sample"), False)],
     "train": [("step time (ms)", _train("step_ms_mean"), False), ("tokens/s", _train("tokens_per_s"), True),
               ("MFU %", _train("mfu", 100.0), True), ("peak memory (GB)", _train("peak_mem_bytes", 1e-9), False)],
-    "allreduce": [("peak bus bandwidth (GB/s)", lambda f: _row_value(f, "busbw_gbps"), True),
+    "allreduce": [("peak bus bandwidth (GB/s)", lambda f: _row_value(f, "busbw_gb_s"), True),
                   ("smallest latency (us)", lambda f: _row_value(f, "latency_us", min), False)],
     "overlap": [("best fused speedup", lambda f: _row_value(f, "speedup"), True)],
 }
 
 
-def figures_of(info: dict) -> Figures:
-    """The ranks' figures of a run.json, in rank order."""
-    figs = info.get("figures") or {}
+def results_of(info: dict) -> RankResults:
+    """The ranks' results of a run.json (old run folders' too), in rank order."""
+    figs = info.get("results", info.get("figures")) or {}
     if not isinstance(figs, dict):
         return []
+    figs = of_run({"results": {k: v for k, v in figs.items() if isinstance(v, dict)}})
     return [v for _, v in sorted(figs.items(), key=lambda kv: str(kv[0]).zfill(6)) if isinstance(v, dict)]
 
 
@@ -95,7 +98,7 @@ def profiler_cost(info: dict, runs: list[tuple[str, dict]]) -> str:
     if base is None or not results:
         return "- (no run of this config under backend none)"
     label, value, _ = results[0]
-    mine, theirs = value(figures_of(info)), value(figures_of(base[1]))
+    mine, theirs = value(results_of(info)), value(results_of(base[1]))
     if mine is None or not theirs:
         return "-"
     return f"{100 * (mine / theirs - 1):+.1f}% {label.split(' (')[0]} ({theirs:,.4g} under none, {base[0]})"
@@ -120,7 +123,7 @@ def _result_rows(runs: list[tuple[str, dict]]) -> dict[str, list]:
         for label, value, _ in RESULTS.get(str(info.get("workload")), []):
             rows.setdefault(label, [None] * len(runs))
     for n, (_, info) in enumerate(runs):
-        figs = figures_of(info)
+        figs = results_of(info)
         for label, value, _ in RESULTS.get(str(info.get("workload")), []):
             rows[label][n] = value(figs)
     return rows

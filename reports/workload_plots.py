@@ -1,20 +1,22 @@
-"""Each workload's own plot, from the figures its ranks wrote (run.json "figures"): plotly
-figures as plain dicts (no plotly import), like figures.py.
+"""Each workload's own plot, from the results its ranks wrote (run.json "results", declared
+in tracelab/results.py): plotly figures as plain dicts (no plotly import), like figures.py.
 
     for note, fig in workload_plots.workload_figures(run_json):   # [] for other workloads
         ...
 
 allreduce: bus bandwidth against message size, one line per implementation;
 train: step time per phase and model size (mean, std as error bars);
-overlap: speedup of fused over unfused per shape, next to reference 004's, and the times.
+overlap: speedup of fused over unfused per shape, next to symm-mem-recipes' published ones, and the times.
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from .. import results
 from .figures import label
 
-# reference 004: Triton fused all-gather matmul over cuBLAS + NCCL on 8 H100s, (model, M) -> speedup
+# symm-mem-recipes (github.com/yifuwang/symm-mem-recipes): its Triton fused all-gather matmul
+# over cuBLAS + NCCL on 8 H100s, (model, M) -> speedup
 REFERENCE_AG_SPEEDUP = {("8B", 4096): 1.05, ("8B", 8192): 1.34, ("8B", 16384): 1.54,
                         ("70B", 4096): 1.29, ("70B", 8192): 1.42, ("70B", 16384): 1.47,
                         ("105B", 4096): 1.15, ("105B", 8192): 1.22, ("105B", 16384): 1.20}
@@ -25,28 +27,28 @@ def _layout(title: str, **extra) -> dict:
             "font": {"size": 12}, **extra}
 
 
-def rows(figures: dict) -> pd.DataFrame:
+def rows(result: dict) -> pd.DataFrame:
     """The workload's table of results (its "rows"), empty when it has none."""
-    return pd.DataFrame(figures.get("rows") or [])
+    return pd.DataFrame(result.get("rows") or [])
 
 
-def allreduce_bandwidth(figures: dict) -> dict:
+def allreduce_bandwidth(result: dict) -> dict:
     """Bus bandwidth (GB/s) against message size (log scale), one line per implementation."""
-    df = rows(figures).sort_values(["impl", "msg_bytes"])
+    df = rows(result).sort_values(["impl", "msg_bytes"])
     data = [{"type": "scatter", "mode": "lines+markers", "name": label(impl),
-             "x": part["msg_bytes"].tolist(), "y": part["busbw_gbps"].round(3).tolist(),
+             "x": part["msg_bytes"].tolist(), "y": part["busbw_gb_s"].round(3).tolist(),
              "customdata": part["latency_us"].round(2).tolist(),
              "hovertemplate": "%{x:.3s}B: %{y:.1f} GB/s, %{customdata} us<extra>" + label(impl) + "</extra>"}
             for impl, part in df.groupby("impl", sort=False)]
-    title = f"all-reduce bus bandwidth, {figures.get('world_size', '?')} ranks, {figures.get('dtype', '')}"
+    title = f"all-reduce bus bandwidth, {result.get('world_size', '?')} ranks, {result.get('dtype', '')}"
     return {"data": data, "layout": _layout(title, xaxis={"type": "log", "title": {"text": "message (bytes)"}},
                                             yaxis={"title": {"text": "bus bandwidth (GB/s)"}})}
 
 
-def train_step_times(figures: dict) -> dict:
+def train_step_times(result: dict) -> dict:
     """Mean step time (ms, std as error bars) per model size, one bar group per phase
     (and dtype and data-parallel variant where the run had several)."""
-    df = rows(figures)
+    df = rows(result)
     keys = [k for k in ("phase", "dtype", "ddp") if df[k].nunique() > 1] or ["phase"]
     data = []
     for key, part in df.groupby(keys, sort=False):
@@ -63,22 +65,22 @@ def _shapes(df: pd.DataFrame) -> pd.Series:
     return df["model"] + " M=" + df["M"].astype(str)
 
 
-def overlap_times(figures: dict) -> dict:
+def overlap_times(result: dict) -> dict:
     """Time (us) per shape of the product alone and of each variant, one bar group per operation."""
-    df = rows(figures)
+    df = rows(result)
     shape = _shapes(df)
     data = [{"type": "bar", "name": label(f"{op} {col[:-3]}"), "x": [label(s) for s in shape[part.index]],
              "y": part[col].round(2).tolist()}
             for op, part in df.groupby("op", sort=False) for col in df.columns if col.endswith("_us")]
-    title = f"communication + matmul time, {figures.get('world_size', '?')} ranks"
+    title = f"communication + matmul time, {result.get('world_size', '?')} ranks"
     return {"data": data, "layout": _layout(title, barmode="group", yaxis={"title": {"text": "time (us)"}})}
 
 
-def overlap_speedup(figures: dict) -> dict | None:
+def overlap_speedup(result: dict) -> dict | None:
     """Speedup of fused over unfused (unfused time / fused time) per shape and operation,
-    with reference 004's all-gather matmul speedups on 8 H100s beside them; None when
+    with symm-mem-recipes' all-gather matmul speedups on 8 H100s beside them; None when
     the run timed only one variant."""
-    df = rows(figures)
+    df = rows(result)
     if "speedup" not in df or df["speedup"].isna().all():
         return None
     df = df.dropna(subset=["speedup"])
@@ -88,9 +90,9 @@ def overlap_speedup(figures: dict) -> dict | None:
     ref = [(s, REFERENCE_AG_SPEEDUP.get((m, M))) for s, m, M in zip(shape, df["model"], df["M"])]
     ref = list(dict((s, v) for s, v in ref if v is not None).items())
     if ref:
-        data.append({"type": "scatter", "mode": "markers", "name": "reference 004 (8 H100, all-gather matmul)",
+        data.append({"type": "scatter", "mode": "markers", "name": "symm-mem-recipes (8 H100, all-gather matmul)",
                      "x": [label(s) for s, _ in ref], "y": [v for _, v in ref], "marker": {"symbol": "diamond"}})
-    title = f"fused over unfused, {figures.get('world_size', '?')} ranks"
+    title = f"fused over unfused, {result.get('world_size', '?')} ranks"
     return {"data": data, "layout": _layout(title, barmode="group", yaxis={"title": {"text": "speedup (x)"}},
                                             shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1,
                                                      "y0": 1, "y1": 1, "line": {"dash": "dot"}}])}
@@ -103,9 +105,9 @@ PLOTS = {"allreduce": [("bus bandwidth against message size, per implementation"
 
 
 def workload_figures(run: dict) -> list[tuple[str, dict]]:
-    """(note, figure) pairs for the run's workload, from rank 0's figures (run.json as
-    the runner writes it); [] when the workload has no plot here or wrote no rows."""
-    per_rank = run.get("figures") or {}
+    """(note, figure) pairs for the run's workload, from rank 0's results (run.json as any
+    version of the runner wrote it); [] when the workload has no plot here or wrote no rows."""
+    per_rank = results.of_run(run)
     first = per_rank.get("0") or next(iter(per_rank.values()), {})
     plots = PLOTS.get(first.get("workload", ""), [])
     if not first.get("rows"):

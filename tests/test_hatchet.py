@@ -87,10 +87,10 @@ def test_device_info() -> None:
     devices = hatchet.read(shared_trace("proton/cuda.json")).meta["devices"]
     assert set(devices) == {0, 1}
     # arch 89, 10501 MHz GDDR6X on a 384-bit bus: the RTX 4090's published 1008 GB/s
-    assert devices[0]["memory_bandwidth_gbs"] == pytest.approx(1008.096)
+    assert devices[0]["memory_bandwidth_gb_s"] == pytest.approx(1008.096)
     assert devices[1] == {"type": "CUDA", "arch": "90", "num_sms": 132, "clock_khz": 1980000,
                           "memory_clock_khz": 2619000, "bus_width_bits": 6144,
-                          "memory_bandwidth_gbs": pytest.approx(2 * 2619e6 * 6144 / 8 / 1e9)}
+                          "memory_bandwidth_gb_s": pytest.approx(2 * 2619e6 * 6144 / 8 / 1e9)}
     assert hatchet.read(shared_trace("proton/hip.json")).meta["devices"][1]["type"] == "HIP"
 
 

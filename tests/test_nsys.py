@@ -220,7 +220,7 @@ def test_meta() -> None:
     mock = nsys.read(shared_trace("nsys-ai/mock.sqlite"))[0].meta
     gpu = mock["devices"][0]
     assert gpu["name"] == "NVIDIA GeForce RTX 3080" and gpu["num_sms"] == 68 and gpu["arch"] == "86"
-    assert gpu["memory_bandwidth_gbs"] == pytest.approx(760.08)
+    assert gpu["memory_bandwidth_gb_s"] == pytest.approx(760.08)
     assert mock["profiler_version"] == "2026.1.1.204" and mock["pid"] == 91186
     h100 = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0].meta
     assert h100["profiler_version"] == "2026.2.1.210"

@@ -1,5 +1,5 @@
 """The train, allreduce and overlap workloads on 2 CPU ranks (gloo): through `tracelab run`
-with figures checked against numbers computed here, the data-parallel gradients against
+with results checked against numbers computed here, the data-parallel gradients against
 one process on the whole batch, bad input refused in one line, and the report's plots."""
 from __future__ import annotations
 
@@ -53,16 +53,16 @@ def _annotations(trace: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_train_figures(train_run):
+def test_train_results(train_run):
     run_dir, record = train_run
-    assert record["status"] == "ok" and sorted(record["figures"]) == ["0", "1"]
+    assert record["status"] == "ok" and sorted(record["results"]) == ["0", "1"]
     d, f, L, V = TINY["d_model"], TINY["d_ff"], TINY["layers"], TINY["vocab"]
     params = 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d
     matmul_params = V * d + L * (4 * d * d + 3 * d * f)
     tokens = 4 // 2 * 32  # a rank's share of the batch x context
-    for rank, figures in record["figures"].items():
-        (row,) = figures["rows"]
-        assert (row["size"], row["phase"], row["ddp"], figures["world_size"]) == ("tiny", "step", "bucketed", 2)
+    for rank, result in record["results"].items():
+        (row,) = result["rows"]
+        assert (row["size"], row["phase"], row["ddp"], result["world_size"]) == ("tiny", "step", "bucketed", 2)
         assert row["params"] == params
         assert row["model_tflop_per_step"] * 1e12 == pytest.approx((6 * matmul_params + 12 * L * d * 32) * tokens)
         assert len(row["step_ms"]) == 3 and all(ms > 0 for ms in row["step_ms"])
@@ -73,22 +73,22 @@ def test_train_figures(train_run):
 
 
 @pytest.mark.slow
-def test_allreduce_figures(allreduce_run):
+def test_allreduce_results(allreduce_run):
     run_dir, record = allreduce_run
-    for figures in record["figures"].values():
-        rows = figures["rows"]
+    for result in record["results"].values():
+        rows = result["rows"]
         assert [(r["impl"], r["msg_bytes"]) for r in rows] == [("gloo", 4096), ("gloo", 65536)]
         for r in rows:
             assert r["checked"] and r["rel_err"] == 0.0 and r["iters"] == 20
             assert r["latency_us"] >= r["rank_latency_us"] > 0  # the slowest rank's median
-            assert r["busbw_gbps"] == pytest.approx(2 * (2 - 1) / 2 * r["msg_bytes"] / r["latency_us"] / 1e3)
+            assert r["busbw_gb_s"] == pytest.approx(2 * (2 - 1) / 2 * r["msg_bytes"] / r["latency_us"] / 1e3)
     assert {"allreduce_gloo_4096", "allreduce_gloo_65536"} <= _annotations(run_dir / "rank0.pt.trace.json.gz")
 
 
 @pytest.mark.slow
-def test_overlap_figures(overlap_run):
+def test_overlap_results(overlap_run):
     _, record = overlap_run
-    rows = record["figures"]["0"]["rows"]
+    rows = record["results"]["0"]["rows"]
     assert [(r["op"], r["M"], r["N"], r["K"]) for r in rows] == [
         ("ag-matmul", 64, 64, 128), ("ag-matmul", 128, 64, 128), ("matmul-rs", 64, 64, 128), ("matmul-rs", 128, 64, 128)]
     assert all(r["unfused_us"] > 0 and r["matmul_us"] > 0 and r["speedup"] is None for r in rows)
@@ -101,7 +101,7 @@ def test_plots_from_run_json(train_run, allreduce_run, overlap_run):
     for (_, record), words, kind in cases:
         (note, fig), = workload_plots.workload_figures(record)  # overlap: no speedup without fused
         assert words in note and fig["data"] and all(t["type"] == kind for t in fig["data"])
-    ar = workload_plots.allreduce_bandwidth(allreduce_run[1]["figures"]["0"])
+    ar = workload_plots.allreduce_bandwidth(allreduce_run[1]["results"]["0"])
     assert ar["data"][0]["x"] == [4096, 65536]
     assert workload_plots.workload_figures({"figures": {"0": {"workload": "decode", "tokens_per_s": 1.0}}}) == []
 

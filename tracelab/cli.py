@@ -370,15 +370,15 @@ def run(
         raise typer.Exit(0) from None
     except RunInterrupted as stop:  # exit status as for a process the signal ended: 130 for Ctrl-C
         fail(str(stop), 128 + stop.signum)
-    for figures in result.record["figures"].values():
-        typer.echo(_figures_line(figures))
+    for rank_results in result.record["results"].values():
+        typer.echo(_results_line(rank_results))
     if result.traces:
         _run_report(result.run_dir, top)
     typer.echo(f"run folder: {result.run_dir}")
 
 
-def _figures_line(f: dict) -> str:
-    """A rank's own figures: gpt-fast's line for decode, else key=value pairs."""
+def _results_line(f: dict) -> str:
+    """A rank's results (tracelab/results.py): gpt-fast's line for decode, else key=value pairs."""
     if "tokens_per_s" in f:
         return (f"rank {f['rank']}: {f['s_per_sample']:.3f} s per sample, {f['tokens_per_s']:.2f} tokens/s, "
                 f"bandwidth achieved {f['bandwidth_gb_s']:.2f} GB/s")

@@ -1,5 +1,6 @@
-"""All-reduce, several ways, over a sweep of message sizes (reference 004's comparison;
-reference 002's gloo/NCCL benchmark): every result checked against the expected sum,
+"""All-reduce, several ways, over a sweep of message sizes (the comparison of
+symm-mem-recipes, github.com/yifuwang/symm-mem-recipes, and a gloo/NCCL benchmark as in
+Stanford CS336's assignment 2): every result checked against the expected sum,
 median latency (CUDA events per call over many calls; perf_counter on the CPU; the
 slowest rank's median) and bus bandwidth 2*(n-1)/n * bytes / time.
 
@@ -26,7 +27,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab import backends
+from tracelab import backends, results
 from tracelab.errors import RunError, UsageError
 
 from . import harness
@@ -167,13 +168,13 @@ def measure(case: Case, iters: int, d: Dist) -> list[float]:
         return harness.time_each_us(case.run, iters, d.device)
 
 
-def figures_row(case: Case, times_us: list[float], rel_err: float, d: Dist) -> dict:
+def result_row(case: Case, times_us: list[float], rel_err: float, d: Dist) -> dict:
     rank_median_us = harness.median(times_us)
     latency_us = harness.max_over_ranks(rank_median_us, d)  # the slowest rank's
     algbw = case.msg_bytes / (latency_us * 1e-6) / 1e9
     n = d.world_size
     return {"impl": case.impl, "msg_bytes": case.msg_bytes, "iters": len(times_us), "latency_us": latency_us,
-            "rank_latency_us": rank_median_us, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (n - 1) / n,
+            "rank_latency_us": rank_median_us, "algbw_gb_s": algbw, "busbw_gb_s": algbw * 2 * (n - 1) / n,
             "checked": True, "rel_err": rel_err}
 
 
@@ -187,10 +188,10 @@ def run(args: argparse.Namespace, d: Dist) -> None:
         iters = [pick_iters(c, args, d) for c in cases]
         with prof.window():
             times = [measure(c, n, d) for c, n in zip(cases, iters)]
-    rows = [figures_row(c, t, e, d) for c, t, e in zip(cases, times, errors)]
+    rows = [result_row(c, t, e, d) for c, t, e in zip(cases, times, errors)]
     if d.rank == 0:
         print("\n".join(_line(r) for r in rows), flush=True)
-    backends.write_figures(args.out, d.rank, {
+    results.write(args.out, d.rank, {
         "workload": "allreduce", "rank": d.rank, "world_size": d.world_size, "dtype": args.dtype,
         "device": device_name(d.device), "torch": torch.__version__, "rows": rows,
         "busbw_formula": "2*(n-1)/n * msg_bytes / latency; latency = slowest rank's median"})
@@ -198,7 +199,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
 
 def _line(r: dict) -> str:
     return (f"{r['impl']:>16} {harness.human_bytes(r['msg_bytes']):>6}  {r['latency_us']:10.1f} us  "
-            f"busbw {r['busbw_gbps']:8.2f} GB/s  ({r['iters']} calls, checked)")
+            f"busbw {r['busbw_gb_s']:8.2f} GB/s  ({r['iters']} calls, checked)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Data parallelism by hand, the four ways of the course (reference 002): each rank runs
+"""Data parallelism by hand, the four ways of Stanford CS336's assignment 2: each rank runs
 forward and backward on its share of the batch, then the gradients are averaged over ranks.
 
   naive     after backward, one all-reduce per parameter, one after the other

@@ -3,7 +3,7 @@
     python -m tracelab.workloads.decode --model tiny --new-tokens 8          # alone, one rank
     tracelab run decode --ranks 4 --backend proton -- --model llama-2-7b --compile
 
-Per rank it prints and writes (rank{r}.figures.json) what gpt-fast prints: seconds
+Per rank it prints and writes (rank{r}.results.json, tracelab/results.py) what gpt-fast prints: seconds
 per sample, tokens/s, and achieved bandwidth = bytes of weights this rank reads per
 step x steps per second. Phases are marked `prefill` and `decode_one_token`, each token
 inside a `token N` region, the step tracelab reads.
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tracelab import backends
+from tracelab import backends, results
 from tracelab.errors import UsageError
 
 from . import checkpoint, harness
@@ -262,11 +262,11 @@ def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Names
     return time.perf_counter() - t0, seq
 
 
-def figures(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int, seq: Tensor) -> dict:
+def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int, seq: Tensor) -> dict:
     # seq: [B, T + new]; its first new tokens let ranks and runs be checked against each other
     s_per_sample = sum(seconds) / len(seconds)
     tokens_per_s = args.new_tokens / s_per_sample
-    return {"rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
+    return {"workload": "decode", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
             "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
             "matvec": args.matvec,
             "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
@@ -282,7 +282,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     """Decode, print gpt-fast's line and write this rank's results."""
     result = measure(args, d)
     print(summary(result), flush=True)
-    backends.write_figures(args.out, d.rank, result)
+    results.write(args.out, d.rank, result)
 
 
 def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
@@ -297,7 +297,7 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
             say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
         with prof.window():
             timed = [timed_sample(model, prompt, steps, args) for _ in range(args.samples)]
-    return figures(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
+    return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
 
 
 def summary(f: dict) -> str:

@@ -1,6 +1,6 @@
 """The language model the train workload trains: model.py's decoder blocks (RMSNorm, rotary
 embeddings, attention, SwiGLU feed-forward) over a whole sequence at once, no KV cache,
-with the course's sizes (reference 001: d_model, d_ff, layers, heads; vocabulary 10000)."""
+with the sizes of Stanford CS336's assignment 2 (d_model, d_ff, layers, heads; vocabulary 10000)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

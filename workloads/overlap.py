@@ -1,4 +1,5 @@
-"""Communication and matrix products, overlapped or not (references 003 and 004): the two
+"""Communication and matrix products, overlapped or not (as TransformerEngine, Flux and
+symm-mem-recipes do it): the two
 collectives of tensor parallelism around a GEMM, fused against unfused.
 
   ag-matmul   all-gather A's row shards, then A @ B:   A_shard [M/W, K], B [K, N] -> C [M, N]
@@ -9,7 +10,7 @@ collectives of tensor parallelism around a GEMM, fused against unfused.
               the collective over symmetric memory in chunks, each chunk's product
               overlapping the next chunk's transfer
 
-Shapes are reference 004's Llama 3 tables: M the gathered rows (tokens), K the model
+Shapes are symm-mem-recipes' Llama 3 tables (github.com/yifuwang/symm-mem-recipes): M the gathered rows (tokens), K the model
 width, N a rank's shard of the MLP (8B: N=1792 K=4096; 70B: 3584, 8192; 105B: 6656,
 16384; M 4096, 8192, 16384), the same per-rank shapes whatever the world size. The
 matmul-rs case is the matching row-parallel product (back from N to K). Time per
@@ -27,14 +28,14 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab import backends
+from tracelab import backends, results
 from tracelab.errors import UsageError
 
 from . import harness
 from .allreduce import keep_multicast_off
 from .common import Dist, device_name
 
-# model -> (N, K) of reference 004
+# model -> (N, K) of symm-mem-recipes' fused all-gather matmul benchmark
 MODELS = {"8B": (1792, 4096), "70B": (3584, 8192), "105B": (6656, 16384), "tiny": (64, 128)}
 OPS = ("ag-matmul", "matmul-rs")
 VARIANTS = ("unfused", "fused")
@@ -172,15 +173,15 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     with backends.session(args.backend, args.out, d.rank) as prof:
         with prof.window():
             medians = [{v: measure(c, v, args, d) for v in variants} for c in cases]
-    rows = [figures_row(c, m, e, d) for c, m, e in zip(cases, medians, errors)]
+    rows = [result_row(c, m, e, d) for c, m, e in zip(cases, medians, errors)]
     if d.rank == 0:
         print("\n".join(_line(r) for r in rows), flush=True)
-    backends.write_figures(args.out, d.rank, {
+    results.write(args.out, d.rank, {
         "workload": "overlap", "rank": d.rank, "world_size": d.world_size, "dtype": args.dtype,
         "device": device_name(d.device), "torch": torch.__version__, "rows": rows})
 
 
-def figures_row(case: Case, medians: dict[str, float], rel_err: float | None, d: Dist) -> dict:
+def result_row(case: Case, medians: dict[str, float], rel_err: float | None, d: Dist) -> dict:
     s = case.shape
     us = {f"{v}_us": harness.max_over_ranks(t, d) for v, t in medians.items()}
     speedup = us["unfused_us"] / us["fused_us"] if "fused_us" in us and "unfused_us" in us else None

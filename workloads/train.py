@@ -1,5 +1,5 @@
-"""Training steps of a transformer LM, as the course benchmarks them (reference 001/002):
-sizes small..2.7B, forward / forward+backward / full step with AdamW, warm-up steps
+"""Training steps of a transformer LM, benchmarked as Stanford CS336's assignment 2 does:
+its sizes small..2.7B, forward / forward+backward / full step with AdamW, warm-up steps
 (0 shows the cold start), fp32 or bf16 autocast, and data parallel over ranks
 (naive, flat, overlap, bucketed: see ddp.py). Per step: mean and std of the time
 (synchronised around each step on a GPU), peak memory, model FLOPs utilisation.
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from tracelab import backends
+from tracelab import backends, results
 from tracelab.errors import UsageError
 
 from . import harness
@@ -47,7 +47,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context-length", type=int, default=256, help="tokens per sequence (default: 256)")
     p.add_argument("--batch-size", type=int, default=4,
                    help="sequences per step over all ranks; each rank takes batch/ranks (default: 4)")
-    p.add_argument("--vocab-size", type=int, default=10000, help="vocabulary (default: 10000, as the course)")
+    p.add_argument("--vocab-size", type=int, default=10000, help="vocabulary (default: %(default)s)")
     p.add_argument("--phase", default="forward-backward", help=f"comma list of {', '.join(PHASES)} "
                    "(step = forward, backward, AdamW; default: forward-backward)")
     p.add_argument("--dtype", default="fp32", help="fp32 or bf16 (autocast), comma list (default: fp32)")
@@ -159,7 +159,7 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     timed_steps(step, args.warmup, d.device)
     with prof.window() if prof is not None else contextlib.nullcontext():
         step_ms = timed_steps(step, args.steps, d.device)
-    row = figures_row(args, cfg, model, step_ms, d)
+    row = result_row(args, cfg, model, step_ms, d)
     del model, batch, sync, optimizer, step
     gc.collect()
     if d.gpu:
@@ -167,7 +167,7 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     return row
 
 
-def figures_row(args, cfg: dict, model: TrainLM, step_ms: list[float], d: Dist) -> dict:
+def result_row(args, cfg: dict, model: TrainLM, step_ms: list[float], d: Dist) -> dict:
     mean_ms = statistics.mean(step_ms)
     tokens = args.batch_size // d.world_size * args.context_length
     flops = model_flops(model, tokens, args.context_length, backward=cfg["phase"] != "forward")
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
             rows.append(run_config(args, cfg, d, prof if args.backend != "none" else None))
             if d.rank == 0:
                 print(_line(rows[-1]), flush=True)
-    backends.write_figures(args.out, d.rank, {
+    results.write(args.out, d.rank, {
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb, "rows": rows})
 

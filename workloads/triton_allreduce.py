@@ -1,5 +1,5 @@
 """Our own one-shot all-reduce in Triton over PyTorch symmetric memory (the approach of
-symm-mem-recipes, reference 004): every rank maps every peer's buffer, so one kernel on
+symm-mem-recipes, github.com/yifuwang/symm-mem-recipes): every rank maps every peer's buffer, so one kernel on
 each rank reads the same slice of all W buffers over NVLink, sums it in float32 and
 writes its own copy of the result. One read of (W-1) peers' messages per rank, no
 intermediate steps: the lowest latency for small messages.
