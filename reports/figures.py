@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..schema import OP_CLASSES
 from . import timeline
-from .compare import Input, measured, rows_are
+from .compare import Comparison, Input, measured, rows_are
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}
@@ -191,7 +191,7 @@ def overlap_bars(tl: pd.DataFrame) -> dict:
                                             xaxis={"type": "category"})}
 
 
-def compare_columns(c) -> dict[str, str]:
+def compare_columns(c: Comparison) -> dict[str, str]:
     cols = {"kernel": "kernel"}
     for i, name in enumerate(c.labels):
         cols[f"time_ns[{name}]"] = f"{name} (ms)"

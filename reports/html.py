@@ -20,7 +20,7 @@ import pandas as pd
 from ..errors import UsageError
 from . import figures, scopetree, workload_plots
 from .runs import run_table
-from .compare import Input, comparison, rows_are
+from .compare import Comparison, Input, comparison, rows_are
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -228,7 +228,7 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
             "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
 
 
-def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
+def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
     events = figures.labelled_events(inputs)
     what = c.measured
     out = [f"<h2>{what} per input, by op class</h2>", _figure(figs, figures.op_class_bars(events)),
@@ -248,7 +248,7 @@ def _sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
     return out
 
 
-def _timeline_sections(inputs: list[Input], c, figs: dict[str, dict]) -> list[str]:
+def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
     """Timeline and overlap, with a note naming the inputs left out for want of timestamps."""
     untimed = [i for i in inputs if not i.events["start_ns"].notna().any()]
     note = (f'<p class="note">The timeline, busy/idle and overlap need start times, which '

@@ -8,6 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from .compare import Comparison
+
 
 def _ms(ns: float) -> str:
     return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
@@ -123,7 +125,7 @@ def short_labels(labels: list[str]) -> dict[str, str]:
     return {label: chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i, label in enumerate(labels)}
 
 
-def _compare_table(c, keys: list[str], top: int | None) -> Table:
+def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
@@ -187,7 +189,7 @@ def _skew_table(skew: pd.DataFrame) -> Table:
     return t
 
 
-def compare_tables(c, keys: list[str], top: int | None = None) -> Group:
+def compare_tables(c: Comparison, keys: list[str], top: int | None = None) -> Group:
     """The aligned table, totals, straggler lines, and timeline and skew tables when timed."""
     legend = [Text(f"{s} = {label}") for label, s in short_labels(c.labels).items() if s != label]
     parts = [*legend, _compare_table(c, keys, top), _totals_table(c.totals, c.measured)]
@@ -199,11 +201,11 @@ def compare_tables(c, keys: list[str], top: int | None = None) -> Group:
     return Group(*parts)
 
 
-def compare_csv(c, keys: list[str], top: int | None = None) -> str:
+def compare_csv(c: Comparison, keys: list[str], top: int | None = None) -> str:
     return (c.table if not top else c.table.head(top)).to_csv(index=False)
 
 
-def compare_json(c, keys: list[str], top: int | None = None) -> str:
+def compare_json(c: Comparison, keys: list[str], top: int | None = None) -> str:
     def records(df: pd.DataFrame) -> list:
         return json.loads(df.to_json(orient="records")) if len(df) else []
 
