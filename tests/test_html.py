@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from conftest import shared_trace
 
-from tracelab.errors import UsageError
+from tracelab.errors import OutputError, UsageError
 from tracelab.inputs import write, write_report
 from tracelab.reports import html
 from tracelab.reports.compare import Input
@@ -204,7 +204,7 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match=f"{out}: cannot write: disk full"):  # names the report, not the temporary
         write(out, "new", force=True)
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
 
