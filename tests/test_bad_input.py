@@ -52,7 +52,7 @@ CASES = {
     "kineto: ts beyond int64": (m.kineto_event("kernel", ts=BIG), "ts"),
     "kineto: launch ts beyond int64": (m.kineto_event("cuda_runtime", ts=BIG), "ts"),
     "kineto: dur beyond int64": (m.kineto_event("kernel", dur=BIG), "dur"),
-    "kineto: dur 1e300": (m.kineto_event("kernel", dur=1e300), "dur"),
+    "kineto: dur 1e300": (m.kineto_event("kernel", dur=1e300), "dur: expected `float` <="),  # not "negative dur"
     "kineto: annotation dur 1e300": (m.kineto_event("user_annotation", dur=1e300), "dur"),
     "kineto: pid beyond int64": (m.kineto_event("kernel", pid=BIG), "pid"),
     "kineto: tid beyond int64": (m.kineto_event("cuda_runtime", tid=BIG), "tid"),

@@ -57,6 +57,15 @@ def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path):
     _one_line(_tracelab("breakdown", str(run)), str(run / "rank2.pt.trace.json.gz"), "truncated gzip")
 
 
+def test_no_blank_line_before_the_error(tmp_path):
+    """An error after the progress bar (two files claiming rank 0) is the first and only line."""
+    for name in ("a.pt.trace.json.gz", "b.pt.trace.json.gz"):
+        shutil.copy(TORCH_RUN / "rank0.pt.trace.json.gz", tmp_path / name)
+    result = _tracelab("breakdown", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.startswith("tracelab: error: ")
+    assert result.stderr.count("\n") == 1 and "resolves to rank 0" in result.stderr, result.stderr
+
+
 def test_load_many_raises_the_workers_own_error(tmp_path):
     run = _run_folder_with_truncated_rank(tmp_path)
     with pytest.raises(errors.TraceFormatError) as raised:
