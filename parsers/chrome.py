@@ -63,6 +63,7 @@ USER_ANNOTATION = "user_annotation"  # record_function ranges on the CPU thread
 LAUNCHES = {"cuda_runtime", "cuda_driver", "Runtime", "xpu_runtime", "xpu_driver",
             "privateuse1_runtime", "privateuse1_driver"}
 CPU_OPS = {"cpu_op", "Operator"}
+COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on their backend's worker thread
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
@@ -173,15 +174,24 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
     if not ops.cat:
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
-    thread = to_ints(ops.tid)
-    start_ns, dur_ns = np.array(ops.ts_ns, dtype=np.int64), _dur_ns(ops)
-    keep = cpu_top_level(to_ints(ops.pid), thread, start_ns, dur_ns)
-    names = np.array(ops.name, dtype=object)[keep]
-    pid = to_ints(ops.pid + annotations.pid)  # one id space for operators and ranges
-    steps = _step_ranges(annotations, pid[len(ops.pid):], step_re)
-    return {"kind": "cpu_op", "name": names, "device": -1, "stream": thread[keep],
-            "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "", "msg_bytes": np.nan,
-            "step": assign(pid[:len(ops.pid)][keep], start_ns[keep], steps)}
+    n_ops = len(ops.pid)
+    pid, thread = to_ints(ops.pid + annotations.pid), to_ints(ops.tid + annotations.tid)  # one id space
+    start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]
+    dur_ns = np.r_[_dur_ns(ops), _dur_ns(annotations)]
+    keep = np.r_[cpu_top_level(pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
+                 _collective_ranges(annotations, thread[n_ops:], set(thread[:n_ops].tolist()))]
+    steps = _step_ranges(annotations, pid[n_ops:], step_re)
+    return {"kind": "cpu_op", "name": np.array(ops.name + annotations.name, dtype=object)[keep], "device": -1,
+            "stream": thread[keep], "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "",
+            "msg_bytes": np.nan, "step": assign(pid[keep], start_ns[keep], steps)}
+
+
+def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[int]) -> np.ndarray:
+    """Mask of the annotations that are a CPU backend's collective as its worker thread runs
+    it (`gloo:all_reduce` on a thread with no CPU operator): from the first rank's arrival
+    to the end, like a GPU collective kernel (reports/collectives.py)."""
+    named = np.array([COLLECTIVE_RANGE.fullmatch(n) is not None for n in annotations.name], dtype=bool)
+    return named & ~np.isin(thread, list(op_threads))
 
 
 def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:

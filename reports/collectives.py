@@ -39,6 +39,7 @@ _TYPE_WORDS = [("allreduce", "allreduce"), ("all_reduce", "allreduce"), ("reduce
                ("alltoall", "alltoall"), ("all_to_all", "alltoall"), ("broadcast", "broadcast"),
                ("sendrecv", "sendrecv"), ("send", "sendrecv"), ("recv", "sendrecv"), ("reduce", "reduce")]
 
+CPU_COLLECTIVE = r"(?:gloo|mpi|ucc):"  # parsers/chrome.py keeps these ranges in CPU-only traces
 COLUMNS = ["collective", "kernel", "type", "instance", "step", "rank", "ranks", "msg_bytes", "arrival_ns",
            "end_ns", "last_arrival_ns", "last_rank", "wait_ns", "transfer_ns"]
 
@@ -50,9 +51,18 @@ def collective_type(kernel: str) -> str:
     return next((t for word, t in _TYPE_WORDS if word in low), "other")
 
 
-def _comm_rows(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> pd.DataFrame:
+def activity(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows on a timeline: GPU activity (timeline.timed); in traces with none (a CPU run
+    with gloo), the CPU operators and the gloo collectives their worker threads ran."""
     rows = timed(df)
-    rows = rows[(rows["kind"] == "kernel") & (rows["op_class"] == "communication")]
+    return rows if len(rows) else df[(df["kind"] == "cpu_op") & df["start_ns"].notna()]
+
+
+def _comm_rows(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> pd.DataFrame:
+    rows = activity(df)
+    rows = rows[rows["kind"].isin(["kernel", "cpu_op"]) & (rows["op_class"] == "communication")]
+    if len(rows) and (rows["kind"] == "cpu_op").all():  # a CPU run: the backend's worker ranges, not
+        rows = rows[rows["name"].str.match(CPU_COLLECTIVE)]  # the calls that only enqueue them (c10d::allreduce_)
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     if offsets_ns:
         start = start + rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)

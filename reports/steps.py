@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .timeline import merge_intervals, timed
+from .collectives import activity
+from .timeline import merge_intervals
 
 COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "wait_ns"]
 
@@ -24,7 +25,7 @@ def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
 def _one(rows: pd.DataFrame) -> dict[str, int]:
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
-    kernel = (rows["kind"] == "kernel").to_numpy()
+    kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
     compute = kernel & ~comm
     comm_ns, compute_ns = _union_ns(start[comm], end[comm]), _union_ns(start[compute], end[compute])
@@ -37,7 +38,7 @@ def step_table(df: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFra
     """One row per (step, rank) with timed rows in that step (COLUMNS): kernels, span,
     busy, compute, communication, exposed communication (with no compute beside it) and
     wait (summed over the step's collectives, from collectives.collectives; 0 without)."""
-    rows = timed(df)
+    rows = activity(df)
     rows = rows[rows["step"].notna()]
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -4,8 +4,9 @@ Input: the matched collectives (collectives.collectives) and the events they cam
 Pure functions; the verdict is a plain dict, its text made by `verdict_line`.
 
 Per collective, the last rank to arrive made the others wait `skew` = last - first
-arrival. A skew under the clock's own uncertainty (twice the median spread of the
-collectives' ends, at least 1 us) is noise: nobody is last. Per step, the gating rank
+arrival. A skew under the noise is nobody's: the clocks' uncertainty (twice the median
+spread of the collectives' ends, at least 1 us) and the work's own step-to-step
+variation (step_noise_ns). Per step, the gating rank
 is the rank that was last for most of the step's skew; its `why` compares the GPU
 work each rank did between its previous collective and this one: more busy GPU time
 on the gating rank ("more GPU work before the collective", with the kernels that
@@ -13,9 +14,11 @@ differ) or more idle GPU time (the host launched late).
 
 The run's straggler is the rank that gates a significant majority of the steps: a
 one-sided binomial test against the 1/ranks chance of being last (Bonferroni over the
-ranks), p < ALPHA. Otherwise "alternating" where consecutive steps mostly switch gating
-rank, and "no single straggler" with the counts. Without steps every collective is
-its own unit (basis "collectives").
+ranks), p < ALPHA. Otherwise "alternating" where consecutive gated steps switch gating
+rank at least ALTERNATING_SHARE of the time and more often than chance (binomial against
+1 - 1/ranks per move, p < ALPHA), else "no clear straggler" with the counts. Without
+steps every collective is its own unit (basis "collectives"). Times are the GPU's, or
+the CPU's in a CPU-only run (gloo), and the causes say which.
 """
 from __future__ import annotations
 
@@ -25,21 +28,40 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .timeline import _coverage, merge_intervals, timed
+from .collectives import activity
+from .timeline import _coverage, merge_intervals
 
 ALPHA = 0.05
 MIN_SKEW_NS = 1_000
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
 TOP_KERNELS = 3
+SIGMAS = 2.0
 
 
 def noise_ns(coll: pd.DataFrame) -> float:
     """Skew below which a collective has no last rank: twice the median end spread (how
-    well the ranks' clocks agree), at least MIN_SKEW_NS."""
+    well the ranks' clocks agree), at least MIN_SKEW_NS, and at least the step-to-step
+    noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
     if coll.empty:
         return float(MIN_SKEW_NS)
     spread = coll.groupby("collective")["end_ns"].agg(lambda s: s.max() - s.min())
-    return float(max(2 * spread.median(), MIN_SKEW_NS))
+    floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
+    return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
+
+
+def step_noise_ns(steps: pd.DataFrame) -> float:
+    """How much arrivals may differ by chance: SIGMAS x the steadiest rank's step-to-step
+    variation of its compute time (reports/steps.step_table), from differences of steps two
+    apart (so that lateness alternating by design is not taken for noise), robustly (1.4826
+    x the median absolute deviation, / sqrt 2 for a difference); 0 with too few steps."""
+    if steps.empty:
+        return 0.0
+    wide = steps.pivot_table(index="step", columns="rank", values="compute_ns").sort_index()
+    diff = (wide - wide.shift(2)).dropna()
+    if len(diff) < 3:
+        return 0.0
+    robust = 1.4826 * (diff - diff.median()).abs().median() / math.sqrt(2)
+    return float(SIGMAS * robust.min())
 
 
 def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +117,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     n = int(sum(counts.values()))
     out = {"rank": None, "pattern": "none", "basis": basis, "units": int(len(gate)), "gated_units": n,
            "gated_by_rank": counts, "last_at_collectives": last, "collectives": int(len(pc)),
-           "p_value": None, "alpha": ALPHA}
+           "p_value": None, "alternation_p": None, "alpha": ALPHA}
     if len(ranks) < 2 or n == 0:
         return out
     top = max(counts, key=lambda r: (counts[r], -r))
@@ -104,8 +126,11 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     if p < ALPHA and counts[top] > n / 2:
         return {**out, "rank": top, "pattern": "straggler"}
     seq = gated.sort_values("unit")["gating_rank"].astype(int).to_numpy()
-    if len(seq) >= 3 and (seq[1:] != seq[:-1]).mean() >= ALTERNATING_SHARE:
-        out["pattern"] = "alternating"
+    switches, moves = int((seq[1:] != seq[:-1]).sum()), max(len(seq) - 1, 0)
+    if moves >= 3:  # more switches of the last rank than chance (1 - 1/ranks per move) gives?
+        out["alternation_p"] = binomial_tail(switches, moves, 1 - 1 / len(ranks))
+        if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < ALPHA:
+            out["pattern"] = "alternating"
     return out
 
 
@@ -140,16 +165,17 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
     over the collectives it was last at: extra_work_ns (more GPU busy time before them),
     extra_idle_ns (more idle GPU time), cause ("more GPU work" / "idle GPU"), and the
     kernels whose time before them differs most (kernel -> extra ns, largest first)."""
-    rows = timed(df)
+    rows = activity(df)
+    device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
     rows = rows[rows["op_class"] != "communication"].copy()
     if offsets_ns:
         rows["start_ns"] = rows["start_ns"] + rows["rank"].map(offsets_ns).fillna(0).astype("int64")
     windows = _busy_before(rows, coll).merge(per_collective(coll)[["collective", "unit", "last_rank"]],
                                              on="collective", suffixes=("", "_gate"))
+    gate = gating(coll).set_index("unit")["gating_rank"]  # one noise level for the whole run
     out = []
     for unit, w in windows.groupby("unit"):
-        gate = gating(coll[coll["collective"].isin(w["collective"])])
-        g = gate["gating_rank"].iloc[0] if len(gate) else pd.NA
+        g = gate.get(unit, pd.NA)
         if pd.isna(g):
             continue
         w = w[w["last_rank_gate"] == g]
@@ -160,7 +186,7 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
         diff = _kernel_time_in(rows, mine).sub(_kernel_time_in(rows, others) / n_others, fill_value=0)
         top = diff[diff > max(work, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)  # the ones that matter
         out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
-                    "cause": "more GPU work" if work >= idle else "idle GPU",
+                    "cause": f"more {device} work" if work >= idle else f"idle {device}",
                     "kernels": {k: int(v) for k, v in top.items()}})
     return pd.DataFrame(out, columns=["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels"])
 
@@ -180,8 +206,9 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
                 f"(binomial test against chance{p})")
         if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
             work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
-            kinds = (f"more GPU work before its collectives ({_ms(work)} more busy over those {unit}"
-                     if work >= idle else f"an idle GPU before its collectives ({_ms(idle)} more idle: host or "
+            device = mine["cause"].iloc[0].split()[-1 if work < idle else 1]  # GPU or CPU
+            kinds = (f"more {device} work before its collectives ({_ms(work)} more busy over those {unit}"
+                     if work >= idle else f"an idle {device} before its collectives ({_ms(idle)} more idle: host or "
                                           f"launch delay over those {unit}")
             kernels = pd.Series(dtype="int64")
             for k in mine["kernels"]:
@@ -190,7 +217,8 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
             text += f"; why: {kinds}" + (f"; kernels: {named})" if named and work >= idle else ")")
         return text
     if v["pattern"] == "alternating":
-        return f"alternating: the last rank switches between consecutive {unit} (gated: {counts}{p})"
+        return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "
+                f"switches p = {v['alternation_p']:.3g} against chance)")
     if not v["gated_units"]:
         return f"no clear straggler: no {unit[:-1]} has a rank late beyond the clock noise"
     last = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["last_at_collectives"].items(), key=lambda kv: -kv[1]))

@@ -52,10 +52,14 @@ def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
     """All of it for the ranks in `events` (one run, one profiler); `epochs` maps rank to
     its trace's epoch start (None where unknown)."""
     offsets, coll, clock = _on_one_clock(events, epochs)
+    steps = S.step_table(events, coll)
+    floor = V.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
+    coll = coll.assign(noise_floor_ns=floor)
+    clock["noise_ns"] = V.noise_ns(coll)
     gate = V.gating(coll)
     causes = V.why(events, coll, offsets) if len(gate) else V.why(events.iloc[:0], coll)
     verdict = V.straggler(gate, coll)
-    return Waits(coll, clock, S.step_table(events, coll), gate, V.waits(coll) if len(coll) else pd.DataFrame(),
+    return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
                  causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll))
 
 
@@ -78,7 +82,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
                        kernels=c["kernels"])
         steps.append(row)
     return {"rank": v["rank"], "pattern": v["pattern"], "basis": v["basis"], "line": w.line,
-            "p_value": v["p_value"], "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],
+            "p_value": v["p_value"], "alternation_p": v["alternation_p"], "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],
             "gated_by_rank": {str(r): n for r, n in v["gated_by_rank"].items()},
             "last_at_collectives": {str(r): n for r, n in v["last_at_collectives"].items()},
             "collectives": v["collectives"],

@@ -350,10 +350,15 @@ def _top_level_brute_force(ops: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("rel", CPU_TRACES)
 def test_cpu_only_trace_gives_top_level_cpu_ops(rel: str) -> None:
-    top = _top_level_brute_force(_events(rel, "cpu_op"))
+    """Top-level CPU operators, and the gloo collectives as gloo's worker threads (threads
+    without operators) ran them (user_annotation gloo:all_reduce)."""
+    op_threads = {e["tid"] for e in _events(rel, "cpu_op")}
+    top = _top_level_brute_force(_events(rel, "cpu_op")) + [
+        e for e in _events(rel, "user_annotation") if re.fullmatch(r"(gloo|mpi|ucc):\w+", e["name"])
+        and e["tid"] not in op_threads]
     df = _profile(rel).events
     assert set(df["kind"]) == {"cpu_op"} and set(df["device"]) == {-1}
-    assert len(df) == len(top) and 0 < len(top) <= len(_events(rel, "cpu_op"))
+    assert len(df) == len(top) and 0 < len(top) <= len(_events(rel, "cpu_op")) + len(_events(rel, "user_annotation"))
     assert int(df["dur_ns"].sum()) == sum(_ns(e["dur"]) for e in top)
     assert Counter(df["name"]) == Counter(e["name"] for e in top)
 

@@ -143,8 +143,7 @@ def _rendered(paths: list[Path]) -> str:
 def test_compare_text_says_what_was_timed(paths, said, not_said):
     text = _rendered([shared_trace(rel) for rel in paths])
     assert f"{said} per input" in text
-    assert "no clear straggler" in text, text  # CPU-only: from totals; GPU: arrivals at collectives
-    assert f"non-communication {said}" in text or said == "GPU time", text
+    assert "no clear straggler" in text, text  # the same work twice, or two steps that disagree
     assert not_said not in text
 
 

@@ -29,16 +29,17 @@ ONE_SHOT = "one_shot_all_reduce"  # the symm-mem all-reduce kernel of our decode
 
 
 @pytest.fixture(scope="module")
-def decode(monkeypatch_module) -> list[tracelab.Profile]:
-    monkeypatch_module.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
-    return tracelab.load_many(DECODE)
+def decode() -> list[tracelab.Profile]:
+    """Our decode, its steps the decode_one_token ranges (older than the workloads' `token N`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
+        return tracelab.load_many(DECODE)
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
+@pytest.fixture(autouse=True)
+def _step_pattern_restored(monkeypatch):
+    """The CLI's --step sets TRACELAB_STEP_PATTERN in this process: put it back after each test."""
+    monkeypatch.delenv("TRACELAB_STEP_PATTERN", raising=False)
 
 
 def _events(profiles) -> pd.DataFrame:
@@ -244,3 +245,58 @@ def test_cli_compare_json_straggler_object(decode) -> None:
 def test_cli_bad_step_pattern_is_one_line() -> None:
     result = CliRunner().invoke(app, ["steps", str(DECODE), "--step", "token("])
     assert result.exit_code != 0
+
+
+# ---- real captures: two gloo ranks on the CPU (tests/make_gloo_captures.py) -------------------
+
+GLOO = {case: DATA / f"gloo-2cpu-{case}" for case in ("late", "alternating", "equal")}
+
+
+def _gloo(case: str):
+    profiles = tracelab.load_many(GLOO[case])
+    return analyse(tracelab.events(profiles), _epochs(profiles))
+
+
+def _plain_gloo_waits(folder: Path) -> list[dict[int, int]]:
+    """Per all-reduce, rank -> wait ns: the gloo:all_reduce ranges of each rank's JSON (on
+    threads without cpu_op events), on the epoch clock, i-th with i-th."""
+    starts = {}
+    for rank in (0, 1):
+        trace = json.loads(gzip.open(folder / f"rank{rank}.pt.trace.json.gz").read(), parse_float=Decimal)
+        events, base = trace["traceEvents"], trace["baseTimeNanoseconds"]
+        op_threads = {e["tid"] for e in events if e.get("cat") == "cpu_op"}
+        starts[rank] = sorted(base + int(e["ts"] * 1000) for e in events
+                              if e.get("name") == "gloo:all_reduce" and e["tid"] not in op_threads)
+    return [{r: max(s0, s1) - s for r, s in ((0, s0), (1, s1))} for s0, s1 in zip(starts[0], starts[1])]
+
+
+@pytest.mark.parametrize("case", sorted(GLOO))
+def test_gloo_waits_equal_a_plain_walk(case: str) -> None:
+    w = _gloo(case)
+    assert w.clock["basis"] == "epoch" and w.clock["median_end_spread_ns"] < 1_000_000
+    plain = _plain_gloo_waits(GLOO[case])
+    assert len(plain) == w.collectives["collective"].nunique() == 16
+    got = w.collectives.pivot(index="collective", columns="rank", values="wait_ns")
+    assert [dict(got.loc[i]) for i in range(16)] == plain
+    assert sorted(w.steps["step"].unique()) == list(range(16))
+
+
+def test_gloo_late_rank_is_named_with_why() -> None:
+    w = _gloo("late")
+    assert w.verdict["pattern"] == "straggler" and w.verdict["rank"] == 1
+    assert w.verdict["gated_by_rank"][1] >= 12 and w.verdict["p_value"] < 0.01
+    assert (w.causes["cause"] == "more CPU work").all()
+    assert w.line.startswith("straggler: rank 1") and "more CPU work before its collectives" in w.line
+
+
+def test_gloo_alternating() -> None:
+    w = _gloo("alternating")
+    assert w.verdict["pattern"] == "alternating" and w.verdict["rank"] is None
+    gated = w.gating.dropna(subset=["gating_rank"])
+    assert len(gated) >= 12 and (gated["gating_rank"] == gated["unit"] % 2).mean() >= 0.9
+
+
+def test_gloo_equal_work_no_clear_straggler() -> None:
+    w = _gloo("equal")
+    assert w.verdict["rank"] is None and w.verdict["pattern"] == "none"
+    assert w.line.startswith("no clear straggler")
