@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
 from tracelab.reports import figures, html, scopetree
 from tracelab.reports.compare import Input
@@ -286,11 +287,11 @@ def test_results_come_from_rank_files_when_run_json_has_none(tmp_path):
     (run / "run.json").write_text(json.dumps(info))
     (name, got), = run_infos([str(run)])
     want = {str(r): json.loads((run / f"rank{r}.figures.json").read_text()) for r in (0, 1)}
-    assert got["figures"] == want
+    assert got["results"] == want
     table = run_table([(name, got)])[name]
     assert table["tokens/s (mean of ranks)"] == pytest.approx(np.mean([f["tokens_per_s"] for f in want.values()]))
     (run / "rank1.figures.json").write_text("{not json")
-    with pytest.raises(Exception, match="rank1.figures.json: cannot read the rank's figures"):
+    with pytest.raises(TraceFormatError, match="decode-torch-20261122-015135: cannot read a rank's results file"):
         run_infos([str(run)])
 
 

@@ -60,25 +60,23 @@ def run_info(paths: list[str | Path]) -> dict | None:
 
 def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
     """(folder name, run.json) of every input that is a run folder, in the order given; a
-    run.json without the workload's figures (a run stopped before it gathered them) takes
-    them from the ranks' own rank<N>.figures.json files."""
+    run.json without the workload's results (a run stopped before it gathered them) takes
+    them from the ranks' own files (tracelab.results.gather)."""
     out = []
     for p in map(Path, paths):
         if p.is_dir() and (info := run_info([p])) is not None:
-            out.append((p.name, info if info.get("figures") else {**info, "figures": _rank_figures(p)}))
+            out.append((p.name, info if info.get("results") or info.get("figures") else
+                        {**info, "results": _gathered(p)}))
     return out
 
 
-def _rank_figures(folder: Path) -> dict[str, dict]:
-    from .load import rank_from_name
+def _gathered(folder: Path) -> dict[str, dict]:
+    from .results import gather
 
-    figures = {}
-    for f in sorted(folder.glob("rank*.figures.json")):
-        try:
-            figures[str(rank_from_name(f))] = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            raise TraceFormatError(f, f"cannot read the rank's figures ({e})") from None
-    return figures
+    try:
+        return gather(folder)
+    except (OSError, ValueError) as e:
+        raise TraceFormatError(folder, f"cannot read a rank's results file ({e})") from None
 
 
 def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
