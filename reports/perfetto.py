@@ -4,14 +4,15 @@
 
 A process per (run, rank), a track per stream, kernels, copies and sets as complete
 ("X") events; scopes as slices over the kernels they hold on their stream, and steps
-(where the events carry a `step` column) on a track of their own; the i-th launch of
-each communication kernel on every rank of a run linked by flow events. Pure: no file
-is read or written here (the CLI writes the dict).
+(where the events carry a `step` column) on a track of their own; each collective
+matched across the ranks of a run (reports/collectives.py) linked by flow events. Pure:
+no file is read or written here (the CLI writes the dict).
 
 Clocks: each trace's start_ns counts from its own first event. A run's ranks are put on
-one clock by the end of their first common collective (an all-reduce ends on every rank
-at about the same moment), else by the traces' epoch starts, else left as they are;
-otherData.tracelab.clocks says which, per run, with each rank's offset.
+one clock as the collectives work estimates it: the traces' epoch starts where the
+collectives' ends then agree (a collective ends on every rank at about the same moment),
+else offsets from those ends, else each trace from its start; otherData.tracelab.clocks
+says which, per run, with each rank's offset.
 """
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UsageError
+from . import collectives as C
 from .compare import Input
+from .timeline import clock_offsets
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
-MATCHING = ("the i-th launch of a communication kernel of one message size on one rank is the i-th such "
-            "launch on every other rank of its run (launch order, as reports/collectives.py matches; streams "
-            "need not have the same id)")
+MATCHING = ("reports/collectives.py: the i-th launch of a communication kernel of one message size on one "
+            "rank is the i-th such launch on every other rank of its run (streams need not have the same id)")
 SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
 
 
@@ -39,49 +41,24 @@ def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values(["start_ns", "end_ns"], kind="stable")
 
 
-def collective_instances(rows: pd.DataFrame) -> pd.Series:
-    """Per communication kernel row, its launch ordinal among that kernel's launches of the
-    same message size on its rank (see MATCHING); NaN for other rows."""
-    comm = rows[(rows["op_class"] == "communication") & (rows["kind"] == "kernel")]
-    size = comm["msg_bytes"].fillna(-1.0)  # unknown sizes match each other
-    ordinal = comm.groupby([comm["rank"], comm["kernel"].astype(str), size], sort=False).cumcount()
-    return ordinal.reindex(rows.index)
-
-
-def align(members: dict[int, pd.DataFrame], epochs: dict[int, int | None]) -> tuple[dict[int, int], str]:
-    """rank -> ns to add to its start_ns, and how they were found: the end of the first
-    collective every rank has, else epoch starts, else 0 ("each trace from its first event")."""
-    ends = _first_common_collective_ends(members)
-    if ends is not None:
-        ref = ends[min(ends)]
-        return {r: ref - e for r, e in ends.items()}, "end of the first collective common to all ranks"
-    if all(epochs.get(r) is not None for r in members):
-        first = min(int(epochs[r]) for r in members)
-        return {r: int(epochs[r]) - first for r in members}, "trace start on the epoch clock"
-    return {r: 0 for r in members}, "each trace from its own first event (no common collective, no epoch)"
-
-
-def _first_common_collective_ends(members: dict[int, pd.DataFrame]) -> dict[int, int] | None:
-    if len(members) < 2:
-        return None
-    parts = []
-    for rank, rows in members.items():
-        inst = collective_instances(rows).dropna()
-        comm = rows.loc[inst.index]
-        parts.append(pd.DataFrame({"rank": rank, "kernel": comm["kernel"].astype(str).to_numpy(),
-                                   "size": comm["msg_bytes"].fillna(-1.0).to_numpy(),
-                                   "instance": inst.to_numpy(), "start_ns": comm["start_ns"].to_numpy(),
-                                   "end_ns": comm["end_ns"].to_numpy()}))
-    every = pd.concat(parts, ignore_index=True)
-    if every.empty:
-        return None
-    keys = ["kernel", "size", "instance"]
-    common = every[every.groupby(keys)["rank"].transform("nunique") == len(members)]
-    if common.empty:
-        return None
-    first_key = common.groupby(keys)["start_ns"].min().idxmin()
-    pick = common[(common[keys] == pd.Series(first_key, index=keys)).all(axis=1)]
-    return {int(r): int(e) for r, e in zip(pick["rank"], pick["end_ns"])}
+def align(events: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, int], str, pd.DataFrame]:
+    """rank -> ns to add to its start_ns, how that was found, and the run's matched
+    collectives on that clock (reports/collectives.py). The traces' epoch starts where every
+    rank gives one and the collectives' ends then agree (collectives.clock_check); else each
+    rank's offset from the collective ends (collectives.end_offsets, the median over them);
+    else each trace from its own first event."""
+    ranks = sorted(int(r) for r in events["rank"].unique())
+    offsets = clock_offsets([{"rank": r, "trace_start_epoch_ns": epochs.get(r)} for r in ranks])
+    coll = C.collectives(events, offsets)
+    if offsets is not None and (coll.empty or C.clock_check(coll)["agree"]):
+        return offsets, "trace starts on the epoch clock" + (", collective ends agree" if len(coll) else ""), coll
+    if coll.empty:
+        return {r: 0 for r in ranks}, "each trace from its own first event (no epoch start, no collective)", coll
+    base = offsets or {}
+    offsets = {r: base.get(r, 0) + C.end_offsets(coll).get(r, 0) for r in ranks}
+    why = "the traces give no common clock" if not base else "their ends disagreed on the epoch clock"
+    return offsets, f"estimated from the ends of {coll['collective'].nunique()} collectives ({why})", \
+        C.collectives(events, offsets)
 
 
 def parse_window_ms(text: str) -> tuple[int, int]:
@@ -273,36 +250,35 @@ def _rank_process(b: _Builder, pid: int, name: str, rows: pd.DataFrame) -> dict:
     return _stream_tracks(b, pid, rows, tid)
 
 
-def _link_collectives(b: _Builder, kept: dict[int, pd.DataFrame], where: dict[int, dict], pids: dict[int, int]):
-    parts = []
-    for rank, rows in kept.items():
-        inst = collective_instances(rows).dropna()
-        parts.append(pd.DataFrame({"rank": rank, "index": inst.index, "instance": inst.to_numpy(),
-                                   "kernel": rows.loc[inst.index, "kernel"].astype(str).to_numpy(),
-                                   "size": rows.loc[inst.index, "msg_bytes"].fillna(-1.0).to_numpy()}))
-    every = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if every.empty:
-        return
-    for (kernel, _, _), g in every.sort_values("rank").groupby(["kernel", "size", "instance"], sort=False):
-        if len(g) > 1:
-            b.flow(kernel, [(pids[r], *where[r][i]) for r, i in zip(g["rank"], g["index"])])
+def _link_collectives(b: _Builder, coll: pd.DataFrame, kept: dict[int, pd.DataFrame], where: dict[int, dict],
+                      pids: dict[int, int]) -> None:
+    """A flow arrow between consecutive ranks' kernels of each matched collective, where
+    both were kept. kept rows carry arrival_ns: their start on the clock `coll` is on."""
+    index = {(r, k, t): i for r, rows in kept.items()
+             for i, k, t in zip(rows.index, rows["kernel"].astype(str), rows["arrival_ns"])}
+    for _, g in coll.sort_values(["collective", "rank"]).groupby("collective", sort=False):
+        ends = [(pids[r], *where[r][index[(r, k, t)]]) for r, k, t in zip(g["rank"], g["kernel"], g["arrival_ns"])
+                if (r, k, t) in index]
+        if len(ends) > 1:
+            b.flow(str(g["kernel"].iloc[0]), ends)
 
 
 def _run(b: _Builder, group: str, members: list[Input], first_pid: int, pick: Pick, many_runs: bool) -> dict:
     """Put the run's ranks on one clock (all of them, so a --ranks subset keeps the run's
     times), then add the picked ranks' processes from first_pid on."""
     rows = {i.rank: timed_rows(i.events) for i in members}
-    offsets, how = align(rows, {i.rank: i.epoch_ns for i in members})
+    offsets, how, coll = align(pd.concat(rows.values()), {i.rank: i.epoch_ns for i in members})
     origin = min(int(r["start_ns"].min()) + offsets[k] for k, r in rows.items() if len(r))
     kept, where, pids = {}, {}, {}
     for i in (i for i in members if pick.ranks is None or i.rank in pick.ranks):
-        shift = offsets[i.rank] - origin
-        shifted = rows[i.rank].assign(start_ns=rows[i.rank]["start_ns"] + shift, end_ns=rows[i.rank]["end_ns"] + shift)
+        mine, shift = rows[i.rank], offsets[i.rank] - origin
+        shifted = mine.assign(arrival_ns=mine["start_ns"] + offsets[i.rank], start_ns=mine["start_ns"] + shift,
+                              end_ns=mine["end_ns"] + shift)
         kept[i.rank] = _select(shifted, pick.steps, pick.window_ns)
         pids[i.rank] = first_pid + len(pids)
         name = f"{group} rank {i.rank}" if many_runs and group else f"rank {i.rank}"
         where[i.rank] = _rank_process(b, pids[i.rank], f"{name} ({i.source})", kept[i.rank])
-    _link_collectives(b, kept, where, pids)
+    _link_collectives(b, coll, kept, where, pids)
     return {"run": group, "clock": how, "offsets_ns": {str(r): int(o - origin) for r, o in offsets.items()},
             "pids": {str(r): p for r, p in pids.items()}}
 
