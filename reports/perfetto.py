@@ -27,7 +27,6 @@ from . import collectives as C
 from .compare import Input
 from .timeline import clock_offsets
 
-GPU_KINDS = ("kernel", "memcpy", "memset")
 MATCHING = ("reports/collectives.py: the i-th launch of a communication kernel of one message size on one "
             "rank is the i-th such launch on every other rank of its run (streams need not have the same id)")
 SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
