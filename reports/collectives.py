@@ -88,7 +88,9 @@ def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -
     rows = rows.sort_values(["arrival_ns", "rank"], kind="stable")
     g = rows.groupby(keys, sort=False)
     rows["last_arrival_ns"] = g["arrival_ns"].transform("max")
-    rows["last_rank"] = g["rank"].transform("last")  # rows in arrival order
+    rows["last_rank"] = g["rank"].transform("last").astype("Int64")  # rows in arrival order
+    tied = (rows["arrival_ns"] == rows["last_arrival_ns"]).groupby([rows[k] for k in keys]).transform("sum") > 1
+    rows.loc[tied, "last_rank"] = pd.NA  # several ranks arrived last together: nobody is the last
     rows["wait_ns"] = rows["last_arrival_ns"] - rows["arrival_ns"]
     rows["transfer_ns"] = (rows["end_ns"] - rows["last_arrival_ns"]).clip(lower=0)
     first = g["arrival_ns"].transform("min")

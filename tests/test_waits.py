@@ -300,3 +300,13 @@ def test_gloo_equal_work_no_clear_straggler() -> None:
     w = _gloo("equal")
     assert w.verdict["rank"] is None and w.verdict["pattern"] == "none"
     assert w.line.startswith("no clear straggler")
+
+
+def test_report_has_the_steps_section(tmp_path) -> None:
+    from tracelab.inputs import write_report
+
+    out = write_report([GLOO["late"]], tmp_path / "report.html")
+    text = out.read_text()
+    section = text[text.index("Steps: who waits on whom"):]
+    assert _gloo("late").line.split(";")[0] in section  # html-escaped text has no & < > here
+    assert section.count("more CPU work") >= 12 and "step time" in section and "wait at collectives" in section

@@ -1,0 +1,69 @@
+"""The report's steps section (reports/html.py calls `sections`): per run of several timed
+ranks, step x rank heatmaps of step time and wait, the who-waits table per step, the
+clock and the verdict with its numbers (reports/waits.py). Rendering only."""
+from __future__ import annotations
+
+from typing import Callable
+
+import pandas as pd
+
+from .steps_text import clock_line
+from .waits import Waits, analyse, straggler_json
+
+WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "skew (ms)", "cause": "why",
+                     "extra_work_ns": "more busy (ms)", "extra_idle_ns": "more idle (ms)", "kernels": "kernels that differ"}
+
+
+def _heatmap(steps: pd.DataFrame, column: str, title: str) -> dict:
+    """Step x rank heatmap of one step-table column, in ms."""
+    wide = steps.pivot(index="step", columns="rank", values=column).sort_index() / 1e6
+    data = [{"type": "heatmap", "z": wide.round(4).values.tolist(), "x": [f"rank {r}" for r in wide.columns],
+             "y": [f"step {s}" for s in wide.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
+             "hovertemplate": "%{y}, %{x}: %{z} ms<extra></extra>"}]
+    return {"data": data, "layout": {"title": {"text": title}, "height": 160 + 18 * len(wide),
+                                     "xaxis": {"type": "category"}, "yaxis": {"type": "category", "autorange": "reversed"},
+                                     "margin": {"l": 80, "r": 20, "t": 40, "b": 40}}}
+
+
+def _who_waits(w: Waits) -> pd.DataFrame:
+    doc = straggler_json(w)
+    unit = "step" if doc["basis"] == "steps" else "collective"
+    rows = [{"unit": s[unit], "gating_rank": "-" if s["gating_rank"] is None else str(s["gating_rank"]),
+             "skew_ns": s["skew_ns"], "cause": s.get("cause", ""), "extra_work_ns": s.get("extra_work_ns"),
+             "extra_idle_ns": s.get("extra_idle_ns"),
+             "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for k, v in (s.get("kernels") or {}).items()),
+             **{f"wait_r{r}": ns for r, ns in s["wait_ns"].items()}} for s in doc["steps"]]
+    return pd.DataFrame(rows)
+
+
+def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
+    out = [f"<h3>{name or 'ranks'}</h3>"] if name else []
+    if len(w.steps):
+        out += [figure(_heatmap(w.steps, "span_ns", "step time (first to last GPU activity of the step)"), ""),
+                figure(_heatmap(w.steps, "wait_ns", "wait at collectives"), "")]
+    ww = _who_waits(w)
+    if len(ww):
+        waits = {c: f"wait r{c[6:]} (ms)" for c in ww.columns if c.startswith("wait_r")}
+        out.append(table(ww, {**{k: v for k, v in WHO_WAITS_COLUMNS.items() if k in ("unit", "gating_rank", "skew_ns")},
+                              **waits, **{k: v for k, v in WHO_WAITS_COLUMNS.items()
+                                          if k not in ("unit", "gating_rank", "skew_ns")}}))
+    from html import escape
+
+    return out + [f'<p class="note">{escape(clock_line(w.clock))}</p>', f"<p><b>{escape(w.line)}</b></p>"]
+
+
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
+    """The steps section for every run (group) of two or more timed ranks of one profiler."""
+    out = []
+    for group in dict.fromkeys(i.group for i in inputs):
+        members = [i for i in inputs if i.group == group]
+        if len(members) < 2 or len({i.source for i in members}) > 1 or len({i.rank for i in members}) < len(members):
+            continue
+        w = analyse(pd.concat([i.events for i in members], ignore_index=True), {i.rank: i.epoch_ns for i in members})
+        if len(w.collectives) or len(w.steps):
+            out += _run(group, w, figure, table)
+    if out:
+        out = ["<h2>Steps: who waits on whom</h2>",
+               '<p class="note">Per step and rank: step time and wait at collectives; per step the rank the others '
+               "waited for and why; a straggler is named only when it gates a significant majority of steps.</p>"] + out
+    return out
