@@ -304,3 +304,12 @@ def test_heatmap_switches_to_one_log_scale(decode3):
         for (ms, _, _), z in zip(cells, logs):
             assert (z is None) if ms == 0 else z == pytest.approx(np.log10(ms), abs=0.01)
     assert log["zmin"] < log["zmax"] and log["colorbar.title.text"] == "log10 ms"
+
+
+def test_a_merged_trace_in_a_run_folder_is_not_read_back_as_a_rank(tmp_path):
+    run = tmp_path / "decode-torch-20261122-015135"
+    shutil.copytree(DATA / "decode-2gpu-torch", run)
+    write_report([str(run)], run / "report.html", perfetto=True)
+    assert (run / "report.perfetto.json.gz").is_file()
+    again = write_report([str(run)], run / "report.html", force=True, perfetto=True).read_text()
+    assert again.count('href="report.perfetto.json.gz"') == 3 and "rank 1 in the merged trace" in again

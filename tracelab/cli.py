@@ -301,7 +301,9 @@ app.add_typer(export_app, name="export")
 def export_perfetto(
     paths: Annotated[list[str], typer.Argument(help="Trace files, run folders or folders of traces; "
                                                     "each run gets its own processes.")],
-    out: Annotated[str, typer.Option("-o", "--output", help="merged.json, or merged.json.gz to compress.")],
+    out: Annotated[str, typer.Option("-o", "--output", help="merged.json, or merged.json.gz to compress (a name "
+                                                            "ending .perfetto.json[.gz] is never read back as a trace "
+                                                            "when its folder is given to tracelab).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
     ranks: Annotated[Optional[str], typer.Option(help="Only these ranks, e.g. 0,2,4-7.")] = None,
     steps: Annotated[Optional[str], typer.Option(help="Only these steps, e.g. 3-5.")] = None,

@@ -39,7 +39,8 @@ PARSERS: dict[str, str] = {
 # file names a folder is searched for (run.json and friends are not traces)
 TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3")
 NOT_TRACES = {"run.json"}
-NOT_TRACE_SUFFIXES = (".results.json", ".figures.json")  # a workload's per-rank results (tracelab.results)
+NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank results (tracelab.results)
+                      ".perfetto.json", ".perfetto.json.gz")  # tracelab's own merged export (report --perfetto)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
