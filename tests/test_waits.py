@@ -310,3 +310,12 @@ def test_report_has_the_steps_section(tmp_path) -> None:
     section = text[text.index("Steps: who waits on whom"):]
     assert _gloo("late").line.split(";")[0] in section  # html-escaped text has no & < > here
     assert section.count("more CPU work") >= 12 and "step time" in section and "wait at collectives" in section
+
+
+def test_cli_report_rank_pick(tmp_path) -> None:
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", str(path), "--rank", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "rank1" in text and "rank0" not in text

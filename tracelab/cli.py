@@ -279,17 +279,22 @@ def report(
     perfetto: Annotated[bool, typer.Option("--perfetto", help="Also write the merged Perfetto trace of the timed "
                                                               "ranks beside the report (OUT.perfetto.json.gz) "
                                                               "and link each rank to it.")] = False,
+    rank: RankOpt = None,
+    step: StepOpt = None,
 ) -> None:
     """One self-contained HTML file that works offline: the runs side by side (results, profiler
     cost against a run under backend none), GPU time by op class per rank, top kernels (heatmap,
-    sortable table), timeline, overlap and idle, scope trees, and the comparison of runs."""
+    sortable table), timeline, overlap and idle, scope trees, steps and who waits on whom, and
+    the comparison of runs."""
     from pathlib import Path
 
     from .inputs import write_report
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    written = write_report(paths, out, force=force, title=title, groups=_load_groups(paths), perfetto=perfetto)
+    _set_step(step)
+    groups = _picked(paths, _load_groups(paths), rank)
+    written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
