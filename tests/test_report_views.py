@@ -313,3 +313,11 @@ def test_a_merged_trace_in_a_run_folder_is_not_read_back_as_a_rank(tmp_path):
     assert (run / "report.perfetto.json.gz").is_file()
     again = write_report([str(run)], run / "report.html", force=True, perfetto=True).read_text()
     assert again.count('href="report.perfetto.json.gz"') == 3 and "rank 1 in the merged trace" in again
+
+
+def test_proton_inputs_take_the_gpu_from_their_run_folder(tmp_path):
+    text = _report([DATA / "decode-2gpu-proton"], tmp_path)
+    names = [d["name"] for d in _run_json(DATA / "decode-2gpu-proton")["devices"]]
+    rows = re.findall(r'<tr><td class="t">rank(\d)</td><td class="t">proton</td><td>\d</td><td class="t">([^<]*)</td>',
+                      text)
+    assert rows == [("0", names[0]), ("1", names[1])] and names[0].startswith("NVIDIA")

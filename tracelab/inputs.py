@@ -127,10 +127,23 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     groups = groups if groups is not None else load_groups(paths)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
-    inputs = label_inputs([p for p, _ in kept], [g for _, g in kept]) if kept else []
+    inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
     merged = _write_perfetto(inputs, Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
+
+
+def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> list[Input]:
+    """Inputs whose trace names no GPU (proton) take it from their run folder's run.json
+    (devices of the node, by local rank). label_inputs keeps each path's ranks in rank order."""
+    from dataclasses import replace
+
+    named = []
+    for path, group in kept:
+        devices = [d for d in ((run_info([path]) or {}).get("devices") or []) if isinstance(d, dict)]
+        named += [str(devices[p.rank % len(devices)].get("name", "")) if devices else ""
+                  for p in sorted(group, key=lambda p: p.rank)]
+    return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
 
 
 def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
