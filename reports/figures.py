@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..schema import OP_CLASSES
-from . import timeline
+from . import normalise, timeline
 from .compare import Comparison, Input, measured, rows_are
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
@@ -83,7 +83,7 @@ def top_kernels(events: pd.DataFrame, n: int) -> pd.DataFrame:
     out["per_input_ns"] = time.sum(axis=1) / len(time.columns)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     out["mean_ns"] = time.sum(axis=1) / calls.sum(axis=1).where(calls.sum(axis=1) > 0)
-    out["slowest"] = time.idxmax(axis=1).astype(str).where(out["max_ns"] > out["min_ns"], "")  # "" when all equal
+    out["slowest"] = normalise.slowest(time.rename(columns=str), {}).astype(str)  # "" where the lead is noise
     return out.sort_values("max_ns", ascending=False).head(n).reset_index()
 
 

@@ -32,7 +32,7 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
 td.t,th.t{text-align:left;overflow-wrap:anywhere;min-width:120px;max-width:640px}
 th{background:#f4f4f4;position:sticky;top:0;overflow-wrap:normal;word-break:normal;min-width:64px}
-table.sortable th{cursor:pointer}table.runs td{text-align:left;max-width:420px}table.runs th.f{text-align:left}
+table.sortable th{cursor:pointer}table.sortable td.t:first-child{min-width:280px}table.runs td{text-align:left;max-width:420px}table.runs th.f{text-align:left}
 pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:100%}
 """ + scopetree.TREE_STYLE
 
@@ -129,7 +129,8 @@ def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) ->
     note = f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>'
     if perfetto:
         note += (f'<p>Every timed rank on one clock, collectives linked: <a href="{_e(perfetto)}">{_e(perfetto)}</a> '
-                 "(open it in Perfetto's UI or chrome://tracing; one process per rank, one track per stream)</p>")
+                 "(open it in Perfetto's UI or chrome://tracing; one process per rank, one track per stream, "
+                 "steps on a track of their own where the traces mark them)</p>")
     df = pd.DataFrame({"input": [i.label for i in inputs], "group": [i.group or "-" for i in inputs],
                        "source": [i.source for i in inputs], "rank": [i.rank for i in inputs],
                        "device": [i.device or "-" for i in inputs],
