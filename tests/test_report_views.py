@@ -321,3 +321,16 @@ def test_proton_inputs_take_the_gpu_from_their_run_folder(tmp_path):
     rows = re.findall(r'<tr><td class="t">rank(\d)</td><td class="t">proton</td><td>\d</td><td class="t">([^<]*)</td>',
                       text)
     assert rows == [("0", names[0]), ("1", names[1])] and names[0].startswith("NVIDIA")
+
+
+def test_top_table_names_the_slowest_only_beyond_noise(decode3):
+    top = figures.top_kernels(figures.labelled_events(decode3), 40).set_index("kernel")
+    labels = [i.label for i in decode3]
+    named = 0
+    for kernel, row in top.iterrows():
+        times = sorted(((row[f"time_ns[{L}]"], L) for L in labels), reverse=True)
+        (first, who), (second, _) = times[0], times[1]
+        real = first - second > max(0.01 * first, 1000)
+        assert row["slowest"] == (who if real else ""), kernel
+        named += real
+    assert 0 < named < len(top)
