@@ -55,6 +55,7 @@ BAD = [
     ({}, ["--backend", "none"], UsageError, "give --backend to tracelab run"),
     ({"ranks": 3}, ["--model", "tiny"], UsageError, "heads (16) do not divide over 3 ranks"),
     ({}, ["--allreduce", "symm-one-shot"], UsageError, "needs CUDA GPUs"),
+    ({}, ["--allreduce", "nccl"], UsageError, "the ranks' process group here is gloo, not nccl"),
     ({}, ["--prompt-len", "200", "--new-tokens", "100"], UsageError, "exceed tiny's context of 256"),
 ]
 
@@ -99,6 +100,15 @@ def test_bad_checkpoint_is_refused(tmp_path, monkeypatch, tiny_ckpt, kind, words
     with pytest.raises(UsageError, match=re.escape(words)) as e:
         runner.plan(spec)
     assert str(path) in str(e.value)
+
+
+def test_defaults_do_what_the_run_says(tmp_path, monkeypatch):
+    # train on two ranks synced no gradients (ddp=none), and a gloo decode recorded "nccl"
+    monkeypatch.setattr(machine, "gpu_count", lambda: 0)
+    config = {(workload, ranks): runner.plan(RunSpec(workload, ranks, "torch", tmp_path / "runs")).config
+              for workload, ranks in [("train", 2), ("train", 1), ("decode", 2)]}
+    assert config["train", 2]["ddps"] == ["bucketed"] and config["train", 1]["ddps"] == ["none"]
+    assert config["decode", 2]["allreduce"] == "gloo"
 
 
 def test_more_ranks_than_gpus(tmp_path, monkeypatch):
@@ -203,16 +213,13 @@ CRASHY = textwrap.dedent('''
     import argparse, os, sys
     from tracelab import backends
 
-    def build_parser():
+    def parse(argv=None):
         p = argparse.ArgumentParser()
         backends.add_arguments(p)
-        return p
-
-    def check(args, world_size, gpu):
-        return {}
+        return p.parse_args(argv)
 
     if __name__ == "__main__":
-        build_parser().parse_args()
+        parse()
         if os.environ["RANK"] == "1":
             print("about to fail", file=sys.stderr)
             raise ValueError("rank one gives up")

@@ -26,7 +26,7 @@ from tracelab.errors import UsageError
 from . import checkpoint, harness
 from .common import Dist, device_name, env_rank, exit_now
 from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
-from .tp import ALLREDUCE, install_all_reduce, unshardable
+from .tp import ALLREDUCE, GROUP_ALLREDUCE, install_all_reduce, unshardable
 
 MATVECS = ("inductor", "cublas", "triton")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inductor", action="append", default=[], metavar="NAME=VALUE",
                    help="with --compile: set a torch._inductor.config option, e.g. split_reductions=False "
                         "(repeatable; recorded in run.json)")
-    p.add_argument("--allreduce", choices=ALLREDUCE, default="nccl",
-                   help="sum over ranks after attention and MLP (nccl means the process group's backend)")
+    p.add_argument("--allreduce", choices=ALLREDUCE, default=None,
+                   help="sum over ranks after attention and MLP: the process group's own, named by its "
+                        "backend (default: nccl on GPUs, gloo on the CPU), or a symmetric-memory kernel")
     p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
     p.add_argument("--new-tokens", type=int, default=200, help="tokens to generate per sample")
     p.add_argument("--batch-size", type=int, default=1)
@@ -85,10 +86,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def group_backend(gpu: bool) -> str:
+    """The process group's backend (workloads.common joins NCCL on GPUs, gloo on the CPU)."""
+    return "nccl" if gpu else "gloo"
+
+
 def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
     """Fill the defaults that depend on the machine, and spell out --tuned."""
     args.model = args.model or ("llama-2-7b" if gpu else "tiny")
     args.dtype = args.dtype or ("bf16" if gpu else "fp32")
+    args.allreduce = args.allreduce or group_backend(gpu)  # run.json names the all-reduce that runs
     if args.tuned:
         args.fuse_mlp = True
         args.pdl = args.pdl or (gpu and args.compile and inductor_has_pdl())
@@ -112,7 +119,9 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
     if (reason := unshardable(config, world_size)) is not None:
         raise UsageError("--ranks", f"{args.model}: {reason}")
     if args.allreduce.startswith("symm") and not gpu:
-        raise UsageError("--allreduce", f"{args.allreduce} needs CUDA GPUs; use nccl (gloo on the CPU)")
+        raise UsageError("--allreduce", f"{args.allreduce} needs CUDA GPUs; use gloo on the CPU")
+    if args.allreduce in GROUP_ALLREDUCE and args.allreduce != group_backend(gpu):
+        raise UsageError("--allreduce", f"the ranks' process group here is {group_backend(gpu)}, not {args.allreduce}")
     check_kernel_options(args, gpu)
     if args.checkpoint is not None:
         checkpoint.check(args.checkpoint, config, args.model)

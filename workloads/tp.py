@@ -3,8 +3,8 @@ wqkv, w1 and w3 split by output rows (each rank keeps its heads and its slice of
 the hidden layer), wo and w2 by input columns, and a sum over ranks after the
 attention and the feed-forward.
 
-The sum is one of ALLREDUCE: "nccl" (a functional all-reduce through the process
-group: NCCL on GPUs, gloo on the CPU), or a symmetric-memory kernel
+The sum is one of ALLREDUCE: "nccl" or "gloo" (a functional all-reduce through the
+process group, named by its backend: NCCL on GPUs, gloo on the CPU), or a symmetric-memory kernel
 (torch.ops.symm_mem one-shot or two-shot) over a buffer every rank maps.
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ from torch import Tensor
 
 from .model import ModelArgs, Transformer
 
-ALLREDUCE = ("nccl", "symm-one-shot", "symm-two-shot")
+GROUP_ALLREDUCE = ("nccl", "gloo")  # the process group's own, by its backend
+ALLREDUCE = (*GROUP_ALLREDUCE, "symm-one-shot", "symm-two-shot")
 
 
 # symm_mem.two_shot_all_reduce_ has no fake (Meta) kernel, so torch.compile cannot trace it
@@ -123,7 +124,7 @@ class SymmAllReduce(nn.Module):
 def install_all_reduce(model: Transformer, mode: str, group: dist.ProcessGroup,
                        max_tokens: int, device: torch.device) -> None:
     """Make every block sum its attention and feed-forward outputs over the group."""
-    if mode == "nccl":
+    if mode in GROUP_ALLREDUCE:
         reduce = GroupAllReduce(group)
     else:
         dtype = model.output.weight.dtype

@@ -51,8 +51,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--phase", default="forward-backward", help=f"comma list of {', '.join(PHASES)} "
                    "(step = forward, backward, AdamW; default: forward-backward)")
     p.add_argument("--dtype", default="fp32", help="fp32 or bf16 (autocast), comma list (default: fp32)")
-    p.add_argument("--ddp", default="none", help=f"gradient sync over ranks, comma list of {', '.join(DDP)} "
-                   "(none: each rank steps alone; default: none)")
+    p.add_argument("--ddp", default=None, help=f"gradient sync over ranks, comma list of {', '.join(DDP)} "
+                   "(none: each rank steps alone; default: bucketed, as torch's DistributedDataParallel, "
+                   "on several ranks, none on one)")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for --ddp bucketed (default: 25)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
@@ -67,8 +68,9 @@ def _validate(args: argparse.Namespace) -> argparse.Namespace:
     args.sizes = harness.parse_choices("--size", args.size, list(SIZES))
     args.phases = harness.parse_choices("--phase", args.phase, PHASES)
     args.dtypes = harness.parse_choices("--dtype", args.dtype, DTYPES)
-    args.ddps = harness.parse_choices("--ddp", args.ddp, DDP)
     world_size = harness.env_rank()[1]
+    args.ddp = args.ddp or ("bucketed" if world_size > 1 else "none")  # data parallel means synced gradients
+    args.ddps = harness.parse_choices("--ddp", args.ddp, DDP)
     for option, value in (("--context-length", args.context_length), ("--batch-size", args.batch_size),
                           ("--vocab-size", args.vocab_size), ("--steps", args.steps), ("--bucket-mb", args.bucket_mb)):
         if value <= 0:
