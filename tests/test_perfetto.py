@@ -21,7 +21,7 @@ import pytest
 from tracelab.errors import UsageError
 from tracelab.inputs import label_inputs
 from tracelab.load import load_many
-from tracelab.reports import perfetto
+from tracelab.reports import perfetto, slices
 from tracelab.reports.compare import Input
 from tracelab.schema import coerce
 
@@ -282,7 +282,7 @@ def test_overlapping_kernels_of_one_stream_get_a_second_lane():
     assert format_errors(doc) == []
     tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert tracks == {"stream 7", "stream 7 (overlapping, lane 1)"}
-    assert perfetto.lanes(np.array([0, 50, 100, 300]), np.array([100, 150, 120, 310])).tolist() == [0, 1, 0, 0]
+    assert slices.lanes(np.array([0, 50, 100, 300]), np.array([100, 150, 120, 310])).tolist() == [0, 1, 0, 0]
 
 
 def test_scopes_nest_over_their_kernels():
