@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab import backends, launch, machine, runner
+from tracelab import launch, machine, results, runner
 from tracelab.errors import RunError
 from tracelab.load import expand
 from tracelab.runner import Plan, RunSpec
@@ -162,9 +162,9 @@ def _plan(tmp_path: Path) -> Plan:
 
 
 def _rank_files(run_dir: Path, cut_rank: int) -> None:
-    """What two ranks leave: figures and traces, the trace of `cut_rank` cut short."""
+    """What two ranks leave: results and traces, the trace of `cut_rank` cut short."""
     for rank in (0, 1):
-        backends.write_figures(run_dir, rank, {"rank": rank})
+        (run_dir / results.RESULTS_FILE.format(rank=rank)).write_text(json.dumps({"rank": rank}))
         data = (TORCH_RUN / f"rank{rank}.pt.trace.json.gz").read_bytes()
         (run_dir / f"rank{rank}.pt.trace.json.gz").write_bytes(data[: len(data) // 2] if rank == cut_rank else data)
 
