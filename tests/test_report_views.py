@@ -334,3 +334,16 @@ def test_top_table_names_the_slowest_only_beyond_noise(decode3):
         assert row["slowest"] == (who if real else ""), kernel
         named += real
     assert 0 < named < len(top)
+
+
+def test_report_cli_perfetto_flag(tmp_path):
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", str(DATA / "decode-2gpu-nsys"), "-o", str(out), "--perfetto"])
+    assert result.exit_code == 0, result.output
+    merged = json.loads(gzip.decompress((tmp_path / "r.perfetto.json.gz").read_bytes()))
+    ranks = {e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "process_name"}
+    assert ranks == {"rank 0 (nsys)", "rank 1 (nsys)"} and 'href="r.perfetto.json.gz"' in out.read_text()
