@@ -235,6 +235,7 @@ def _peak_rss_mb_of_children() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+@pytest.mark.slow
 def test_gzip_bomb_stops_at_the_limit(tmp_path):
     bomb = _zeros_gzip(tmp_path / "bomb.json.gz", 256 * 1024**2)
     limit = 32 * 1024**2
@@ -250,6 +251,7 @@ def test_4mb_gzip_that_inflates_to_4gib_is_one_line_in_bounded_memory(tmp_path):
     assert _peak_rss_mb_of_children() < 3 * 1024  # the default limit (2 GiB) plus the interpreter
 
 
+@pytest.mark.slow
 def test_name_over_the_limit_is_one_line_and_the_limit_can_be_raised(tmp_path):
     path = m.kineto_event("kernel", name="k" * (2 * 1024**2))(tmp_path)
     _one_line(_tracelab("breakdown", str(path)), "name: a name of 2,097,152 characters", "TRACELAB_MAX_NAME_CHARS")

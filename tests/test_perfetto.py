@@ -358,6 +358,7 @@ def test_rank_lists():
 # ---- the command ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_writes_gzip_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "merged.json.gz"
     cmd = [sys.executable, "-m", "tracelab", "export", "perfetto", str(DATA / "decode-2gpu-torch"), "-o", str(out)]

@@ -50,6 +50,7 @@ def test_each_run_is_a_column_with_its_own_results(tmp_path):
     assert "nsys</th><td>-</td><td>-</td><td>NVIDIA Nsight Systems" in table
 
 
+@pytest.mark.slow
 def test_inputs_table_names_the_gpu_not_rows(tmp_path):
     text = _report([DATA / "decode-2gpu-torch"], tmp_path)
     assert '<th class="t">GPU</th>' in text and ">rows</th>" not in text
@@ -97,6 +98,7 @@ def _ranks(n: int, slow_rank: int) -> list[Input]:
     return out
 
 
+@pytest.mark.slow
 def test_128_ranks_read_as_distributions():
     text = html.render(_ranks(128, slow_rank=77), ["synthetic"])
     longest = max(t.count("<tr>") for t in text.split("<table")[1:])
@@ -198,6 +200,7 @@ def test_tree_diff_subtracts_aligned_nodes(decode3):
 # ---- labels and the Perfetto link ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_long_run_names_wrap_at_their_parts(tmp_path):
     runs = []
     for stamp in ("20261121-235636", "20261122-015135"):
@@ -211,6 +214,7 @@ def test_long_run_names_wrap_at_their_parts(tmp_path):
     assert len(slowest) > 10  # the slowest input's name in full in the top and comparison tables
 
 
+@pytest.mark.slow
 def test_report_links_each_rank_to_the_merged_trace(tmp_path):
     from test_perfetto import format_errors
 
@@ -257,6 +261,7 @@ def test_report_in_chromium(case, tmp_path):
     assert shot.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_compare_terminal_keeps_long_run_names_whole(tmp_path):
     """Two run folders: headers fragmented into 'decode-torch-202611 / 22-015135/rank0' and
     slowest was cut to 'decode-torch-20261...'; long labels become letters with a legend."""

@@ -38,6 +38,7 @@ def _no_filesystem():
         yield
 
 
+@pytest.mark.slow
 def test_label_compare_and_render_read_no_file() -> None:
     groups = [tracelab.load_many(r) for r in RUNS]
     info = inputs.run_info(RUNS)

@@ -143,6 +143,7 @@ def test_equal_work_is_no_clear_straggler(equal_base) -> None:
     assert w.steps["wait_ns"].max() < 4 * 3_000 * 4  # only the jitter: 4 collectives per step
 
 
+@pytest.mark.slow
 def test_a_rank_on_another_clock_is_corrected_from_collective_ends(equal_base) -> None:
     late, _ = make_late(equal_base, lambda c, step, rank: LATE_NS if rank == 1 else 0, seed=1, jitter_ns=3_000)
     moved = late.assign(start_ns=late["start_ns"] + np.where(late["rank"] == 1, 5_000_000, 0))
