@@ -12,21 +12,20 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import shared_trace
 
 from tracelab.errors import UsageError
 from tracelab.parsers import chrome, hatchet, nsys
 from tracelab.parsers._steps import assign, compile_pattern, step_of_scope
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not there (../shared beside the checkout)")
-    return path
+def _need(path: Path | str) -> Path:
+    """Ours by path; a public trace by its path under shared/traces (conftest.shared_trace)."""
+    return shared_trace(path) if isinstance(path, str) else path
 
 
 def _ns(us) -> int:
@@ -73,8 +72,8 @@ def _per_step(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
 
 
 KINETO = [
-    (SHARED / "hta/nccl_parser_config/nccl_data.json.gz", None, r"ProfilerStep#(\d+)"),
-    (SHARED / "hta/trace_filter/sampled_rank-0.json.gz", None, r"ProfilerStep#(\d+)"),
+    ("hta/nccl_parser_config/nccl_data.json.gz", None, r"ProfilerStep#(\d+)"),
+    ("hta/trace_filter/sampled_rank-0.json.gz", None, r"ProfilerStep#(\d+)"),
     (DATA / "decode-2gpu-torch/rank0.pt.trace.json.gz", "decode_one_token", "decode_one_token"),
     (DATA / "decode-2gpu-torch/rank1.pt.trace.json.gz", "decode_one_token", "decode_one_token"),
 ]
@@ -82,7 +81,8 @@ KINETO = [
 
 @pytest.mark.parametrize("path, pattern, plain", KINETO, ids=lambda v: getattr(v, "name", v))
 def test_kineto_steps_equal_a_plain_walk(path: Path, pattern: str | None, plain: str) -> None:
-    want = _kineto_steps(_need(path), plain)
+    path = _need(path)
+    want = _kineto_steps(path, plain)
     assert want and len(want) >= 2
     assert _per_step(chrome.read(path, step_pattern=pattern).events) == want
 
@@ -124,7 +124,7 @@ def test_nsys_steps_equal_sql(rank: int) -> None:
 
 
 def test_default_pattern_numbers_steps_and_leaves_them_out_of_scopes() -> None:
-    df = chrome.read(_need(SHARED / "hta/nccl_parser_config/nccl_data.json.gz")).events
+    df = chrome.read(_need("hta/nccl_parser_config/nccl_data.json.gz")).events
     assert set(df["step"].dropna().astype(int)) == {4, 5, 6}
     assert not df["scope"].str.contains("ProfilerStep").any()
 
