@@ -105,7 +105,8 @@ def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -
 
 def _common_step(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
     """The step of a collective: the step its ranks agree on (their most common), NA if none has one."""
-    mode = rows.dropna(subset=["step"]).groupby(keys)["step"].agg(lambda s: s.mode().iloc[0])
+    counts = rows.dropna(subset=["step"]).groupby([*keys, "step"]).size().rename("n").reset_index()
+    mode = counts.sort_values(["n", "step"], ascending=[False, True]).drop_duplicates(keys).set_index(keys)["step"]
     index = pd.MultiIndex.from_frame(rows[keys])
     return pd.Series(mode.reindex(index).to_numpy(), index=rows.index, dtype="Int64")
 
@@ -117,7 +118,8 @@ def clock_check(coll: pd.DataFrame) -> dict[str, float]:
     if coll.empty:
         return {"collectives": 0, "median_end_spread_ns": np.nan, "max_end_spread_ns": np.nan,
                 "median_transfer_ns": np.nan, "agree": True}
-    spread = coll.groupby("collective")["end_ns"].agg(lambda s: s.max() - s.min())
+    ends = coll.groupby("collective")["end_ns"]
+    spread = ends.max() - ends.min()
     transfer = float(coll["transfer_ns"].median())
     median_spread = float(spread.median())
     return {"collectives": int(len(spread)), "median_end_spread_ns": median_spread,

@@ -22,11 +22,7 @@ def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((seg_end - seg_start).sum())
 
 
-def _one(rows: pd.DataFrame) -> dict[str, int]:
-    start = rows["start_ns"].to_numpy(dtype=np.int64)
-    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
-    kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
-    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+def _one(start: np.ndarray, end: np.ndarray, kernel: np.ndarray, comm: np.ndarray) -> dict[str, int]:
     compute = kernel & ~comm
     comm_ns, compute_ns = _union_ns(start[comm], end[comm]), _union_ns(start[compute], end[compute])
     both = _union_ns(start[kernel], end[kernel])
@@ -42,8 +38,13 @@ def step_table(df: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFra
     rows = rows[rows["step"].notna()]
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
-    out = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(g)}
-                        for (s, r), g in rows.groupby(["step", "rank"], sort=True)])
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+    groups = rows.groupby(["step", "rank"], sort=True).indices  # (step, rank) -> row positions
+    out = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
+                        for (s, r), i in groups.items()])
     out["wait_ns"] = 0
     if coll is not None and len(coll):
         wait = coll.dropna(subset=["step"]).groupby(["step", "rank"])["wait_ns"].sum()

@@ -44,7 +44,8 @@ def noise_ns(coll: pd.DataFrame) -> float:
     noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
     if coll.empty:
         return float(MIN_SKEW_NS)
-    spread = coll.groupby("collective")["end_ns"].agg(lambda s: s.max() - s.min())
+    ends = coll.groupby("collective")["end_ns"]
+    spread = ends.max() - ends.min()
     floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
     return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
 

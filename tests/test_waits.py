@@ -39,7 +39,7 @@ def decode() -> list[tracelab.Profile]:
 @pytest.fixture(autouse=True)
 def _step_pattern_restored(monkeypatch):
     """The CLI's --step sets TRACELAB_STEP_PATTERN in this process: put it back after each test."""
-    monkeypatch.delenv("TRACELAB_STEP_PATTERN", raising=False)
+    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "")  # "" is the default pattern; undone after the test
 
 
 def _events(profiles) -> pd.DataFrame:
