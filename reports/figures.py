@@ -6,6 +6,7 @@ labels and decodes entities, so escaping shows the text as it is and lets no tag
 from __future__ import annotations
 
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,22 @@ def label(text: object) -> str:
     return html.escape(text, quote=True)
 
 
+AXIS_LINE_CHARS = 24  # an axis label longer than this breaks after - _ / . into lines
+CATEGORY_AXIS = {"type": "category", "automargin": True}
+
+
+def axis_label(text: object) -> str:
+    """label(), broken into lines of about AXIS_LINE_CHARS after - _ / . so that long run
+    names stay whole and distinct under a bar instead of cut to 'decode-torch-2026...'."""
+    lines, line = [], ""
+    for part in re.split(r"(?<=[-_/.])", str(text)):
+        if line and len(line) + len(part) > AXIS_LINE_CHARS:
+            lines.append(line)
+            line = ""
+        line += part
+    return "<br>".join(label(x) for x in [*lines, line])
+
+
 def labelled_events(inputs: list[Input]) -> pd.DataFrame:
     """The columns the figures need from every input, with its label (ordered as given)."""
     parts = [i.events[["kind", "kernel", "op_class", "dur_ns", "count"]].assign(label=i.label) for i in inputs]
@@ -55,10 +72,10 @@ def op_class_bars(events: pd.DataFrame) -> dict:
     """Stacked bars: GPU time (ms) per input, one colour per op class."""
     ms = events.pivot_table(index="label", columns="op_class", values="dur_ns", aggfunc="sum",
                             observed=False, fill_value=0) / 1e6
-    data = [{"type": "bar", "name": cls, "x": [label(x) for x in ms.index], "y": ms[cls].round(4).tolist(),
+    data = [{"type": "bar", "name": cls, "x": [axis_label(x) for x in ms.index], "y": ms[cls].round(4).tolist(),
              "marker": {"color": COLORS[cls]}} for cls in OP_CLASSES if cls in ms and ms[cls].any()]
     return {"data": data, "layout": _layout(f"{measured(events)} by op class (ms)", barmode="stack",
-                                            xaxis={"type": "category"}, height=420)}
+                                            xaxis=CATEGORY_AXIS, height=420)}
 
 
 PER_INPUT_COLUMNS = 4  # up to this many inputs, the top table has time, calls and mean per input
@@ -111,7 +128,7 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
     ms, calls = pivot("dur_ns") / 1e6, pivot("count")
     share = ms.div(ms.max(axis=1).where(ms.max(axis=1) > 0), axis=0).fillna(0)
     per_call_us = (ms * 1e3 / calls.where(calls > 0)).fillna(0)
-    data = [{"type": "heatmap", "z": share.round(4).values.tolist(), "x": [label(x) for x in ms.columns],
+    data = [{"type": "heatmap", "z": share.round(4).values.tolist(), "x": [axis_label(x) for x in ms.columns],
              "y": [label(k) for k in ms.index], "colorscale": "Viridis", "zmin": 0, "zmax": 1,
              "colorbar": {"title": {"text": "of row max"}},
              "customdata": [[[t, int(c), u] for t, c, u in zip(*r)] for r in
@@ -122,7 +139,7 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
         data[0] |= {"text": [[f"{t:.3g} ms" for t in row] for row in ms.values], "texttemplate": "%{text}",
                     "textfont": {"size": 10}}
     title = f"Top {rows_are(events)}: {measured(events)} per input, colour per row (share of the row's largest)"
-    return {"data": data, "layout": _layout(title, height=160 + 22 * len(top), xaxis={"type": "category"},
+    return {"data": data, "layout": _layout(title, height=160 + 22 * len(top), xaxis=CATEGORY_AXIS,
                                             yaxis={"type": "category", "automargin": True},
                                             updatemenus=[_scale_buttons(share, ms)],
                                             margin={"l": 60, "r": 20, "t": 96, "b": 60})}
@@ -185,10 +202,10 @@ def overlap_bars(tl: pd.DataFrame) -> dict:
              "communication overlapped": tl["overlap_ns"].fillna(0),
              "communication exposed": tl["exposed_ns"].fillna(0), "idle": tl["idle_ns"]}
     colors = ["#4c78a8", "#f2a3a3", "#e45756", "#d9d9d9"]
-    data = [{"type": "bar", "name": name, "x": [label(x) for x in tl["label"]], "y": (v / 1e6).round(4).tolist(),
+    data = [{"type": "bar", "name": name, "x": [axis_label(x) for x in tl["label"]], "y": (v / 1e6).round(4).tolist(),
              "marker": {"color": c}} for (name, v), c in zip(parts.items(), colors)]
     return {"data": data, "layout": _layout("Span of each input (ms)", barmode="stack", height=420,
-                                            xaxis={"type": "category"})}
+                                            xaxis=CATEGORY_AXIS)}
 
 
 def compare_columns(c: Comparison) -> dict[str, str]:

@@ -236,10 +236,19 @@ def test_run_infos_and_traceless_runs(tmp_path):
 
 # ---- in a real browser: renders, no console errors, screenshots to look at ----------------
 
+def _long_named_runs(tmp_path: Path) -> list[Path]:
+    runs = [tmp_path / f"decode-torch-{stamp}-tiny-compiled-symm-one-shot" for stamp in ("20261121-235636",
+                                                                                         "20261122-015135")]
+    for run in runs:
+        shutil.copytree(DATA / "decode-2gpu-torch", run)
+    return runs
+
+
 BROWSER_CASES = {
-    "decode-3-profilers": [DATA / f"decode-1gpu-{s}" for s in ("proton", "torch", "nsys")],
-    "proton-pair": [DATA / "decode-2gpu-proton" / "rank0.hatchet", DATA / "decode-2gpu-proton" / "rank1.hatchet"],
-    "decode-2-ranks": [DATA / "decode-2gpu-torch"],
+    "decode-3-profilers": lambda _: [DATA / f"decode-1gpu-{s}" for s in ("proton", "torch", "nsys")],
+    "proton-pair": lambda _: [DATA / "decode-2gpu-proton" / f"rank{r}.hatchet" for r in (0, 1)],
+    "decode-2-ranks": lambda _: [DATA / "decode-2gpu-torch"],
+    "long-run-names": _long_named_runs,
 }
 
 
@@ -251,7 +260,7 @@ def test_report_in_chromium(case, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed")
-    out = write_report([str(p) for p in BROWSER_CASES[case]], tmp_path / f"{case}.html", perfetto=True)
+    out = write_report([str(p) for p in BROWSER_CASES[case](tmp_path)], tmp_path / f"{case}.html", perfetto=True)
     got = check_rendered(chromium, out)  # loads, every plot drawn, no console message, no request
     assert got["dom"].count("<details") >= 2
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -352,3 +361,13 @@ def test_report_cli_perfetto_flag(tmp_path):
     merged = json.loads(gzip.decompress((tmp_path / "r.perfetto.json.gz").read_bytes()))
     ranks = {e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "process_name"}
     assert ranks == {"rank 0 (nsys)", "rank 1 (nsys)"} and 'href="r.perfetto.json.gz"' in out.read_text()
+
+
+@pytest.mark.parametrize("text", ["decode-torch-20261121-235636-tiny-compiled-symm-one-shot/rank0", "rank3",
+                                  "<b>evil</b>-name-that-is-long-enough-to-wrap/rank1"])
+def test_axis_labels_wrap_long_names_whole(text):
+    got = figures.axis_label(text)
+    lines = got.split("<br>")
+    assert html.html.unescape("".join(lines)) == text  # nothing cut, nothing added
+    assert all(len(html.html.unescape(line)) <= figures.AXIS_LINE_CHARS + 12 for line in lines)
+    assert ("<br>" in got) == (len(text) > figures.AXIS_LINE_CHARS) and "<b>" not in got
