@@ -44,9 +44,13 @@ LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, 
 
 
 def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
-    """Read one proton hatchet file: one row per kernel node of the tree. A scope named
-    like a step (`step 3`; `step_pattern`, parsers/_steps.py) is the rows' step, not part
-    of their scope; without one proton's aggregates have no step (NA)."""
+    """Read one proton hatchet file: one row per kernel node of the tree. Its step is
+    always NA: a scope named like a step (`step 3`; `step_pattern`, parsers/_steps.py) is
+    taken out of the scope, but not trusted as the kernels' step, because proton files a
+    kernel under the scopes open on the thread that launched it, and autograd's thread has
+    none of the main thread's: a real H100 training capture (tests/data/train-1gpu-steps-
+    proton) holds the backward kernels of all four steps under `step 0`. Per-step figures
+    come from totals divided by a step count (`tracelab steps --steps N` or run.json)."""
     path = Path(path)
     step_re = compile_pattern(step_pattern)
     root, device_info = _split(_decode(path), path)
@@ -55,8 +59,8 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     for node, scope in _walk(root, path):
         metrics = _metrics(node, path)
         if _first(metrics, DEVICE_ID_KEYS) is not None:
-            step, scope = step_of_scope(scope, step_re)
-            rows.append({**_kernel_row(node, metrics, scope, path), "step": step})
+            _, scope = step_of_scope(scope, step_re)
+            rows.append({**_kernel_row(node, metrics, scope, path), "step": None})
         elif extra := {k: v for k, v in _work_metrics(metrics).items() if v}:
             scope_metrics["/".join(scope + (_name(node, path),))] = extra
     if not rows:
