@@ -77,16 +77,20 @@ def devices(info: dict) -> str:
     return ", ".join(f"{n} x {name}" for name, n in names.items()) or "-"
 
 
-def _config_key(info: dict) -> tuple:
-    config = {k: v for k, v in (info.get("config") or {}).items() if k != "backend"}
-    return info.get("workload"), repr(sorted(config.items())), info.get("ranks_per_node"), info.get("nnodes")
+def same_config(a: dict, b: dict) -> bool:
+    """Same workload, ranks and nodes, and every config key both runs record equal
+    (backend aside): a key only one records (a newer tracelab's option) does not differ."""
+    if any(a.get(k) != b.get(k) for k in ("workload", "ranks_per_node", "nnodes")):
+        return False
+    ca, cb = a.get("config") or {}, b.get("config") or {}
+    return all(ca[k] == cb[k] for k in ca.keys() & cb.keys() if k != "backend")
 
 
 def baseline(info: dict, runs: list[tuple[str, dict]]) -> tuple[str, dict] | None:
     """The run of the same workload and config (backend aside) under backend `none`."""
     if info.get("backend") == "none":
         return None
-    return next(((n, r) for n, r in runs if r.get("backend") == "none" and _config_key(r) == _config_key(info)), None)
+    return next(((n, r) for n, r in runs if r.get("backend") == "none" and same_config(r, info)), None)
 
 
 def profiler_cost(info: dict, runs: list[tuple[str, dict]]) -> str:

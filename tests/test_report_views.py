@@ -371,3 +371,21 @@ def test_axis_labels_wrap_long_names_whole(text):
     assert html.html.unescape("".join(lines)) == text  # nothing cut, nothing added
     assert all(len(html.html.unescape(line)) <= figures.AXIS_LINE_CHARS + 12 for line in lines)
     assert ("<br>" in got) == (len(text) > figures.AXIS_LINE_CHARS) and "<b>" not in got
+
+
+@pytest.mark.parametrize("change, same", [
+    ({}, True),
+    ({"config": {"fuse_mlp": False}}, True),  # a key only the newer run records
+    ({"config": {"model": "llama-2-7b"}}, False),
+    ({"ranks_per_node": 2}, False),
+    ({"workload": "train"}, False),
+])
+def test_baseline_needs_the_same_config(change, same):
+    from tracelab.reports.runs import same_config
+
+    torch = _run_json(DATA / "decode-1gpu-torch")
+    none = json.loads(json.dumps(torch))
+    none["backend"] = none["config"]["backend"] = "none"
+    for key, value in change.items():
+        none[key] = {**none[key], **value} if isinstance(value, dict) else value
+    assert same_config(torch, none) is same
