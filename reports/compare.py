@@ -42,11 +42,12 @@ class Input:
     events: pd.DataFrame
     epoch_ns: int | None = None  # the trace's start on the epoch clock, when it says
     device: str = ""  # the GPU model(s) the trace names, "" when it names none (proton)
+    steps: int | None = None  # steps covered, given for traces without step instances (proton)
 
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta))
+                 device_names(p.meta), p.meta.get("steps"))
 
 
 def device_names(meta: dict) -> str:
@@ -151,7 +152,7 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     time = pd.DataFrame({L: wide[(L, "time_ns")].astype("int64") for L in labels})
     count = pd.DataFrame({L: wide[(L, "count")].astype("int64") for L in labels})
     # different step counts: compared per step, and said so (reports/normalise.py)
-    cmp, note = normalise.basis(time, {i.label: normalise.step_count(i.events) for i in inputs})
+    cmp, note = normalise.basis(time, {i.label: normalise.step_count(i.events) or i.steps for i in inputs})
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
                      count.add_prefix("count[").add_suffix("]"),
                      (time / count.where(count > 0)).add_prefix("mean_ns[").add_suffix("]")], axis=1)

@@ -60,3 +60,30 @@ def test_equal_step_counts_compare_totals() -> None:
     table = compare([_input("a", ev), _input("b", ev)], "kernel")
     assert table.attrs["basis"] == "totals" and (table["slowest"] == "").all()
     assert not any(c.startswith("per_step_ns") for c in table.columns)
+
+
+def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
+    """The issue's case: one job's profilers captured different step counts. Proton's decode
+    covers the 5 tokens its run.json records (the CLI sets meta["steps"] from it); torch's
+    capture cut to its first 3 tokens. In totals every compute kernel reads about x0.6;
+    per step they agree within the step noise, and the note says what was divided."""
+    from pathlib import Path
+
+    from tracelab.cli import _with_steps
+    from tracelab.inputs import label_inputs, load_groups
+
+    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
+    data = Path(__file__).resolve().parent / "data"
+    paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]
+    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths)], None)
+    torch = groups[1][0]
+    torch.events = torch.events[torch.events["step"].isin([0, 1, 2])]
+    proton = groups[0][0]
+    proton.events = proton.events[proton.events["scope"].str.startswith("decode_one_token")]
+    table = compare(label_inputs(paths, groups), "kernel").set_index("kernel")
+    assert table.attrs["basis"] == "per step: each input's time divided by its steps (proton 5, torch 3)"
+    compute = table[~table.index.str.contains("all_reduce") & (table["inputs"] == 2)]
+    assert len(compute) > 20
+    totals = compute["time_ns[torch]"].sum() / compute["time_ns[proton]"].sum()
+    per_step = compute["per_step_ns[torch]"].sum() / compute["per_step_ns[proton]"].sum()
+    assert totals == pytest.approx(0.6, abs=0.03) and per_step == pytest.approx(1.0, abs=0.03)

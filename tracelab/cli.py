@@ -191,6 +191,10 @@ def compare(
                                                        "(like proton-viewer --diff-profile).")] = False,
     rank: RankOpt = None,
     step: StepOpt = None,
+    n_steps: Annotated[Optional[int], typer.Option("--steps", help="Steps covered by inputs without step "
+                                                                   "instances (proton), to compare per step; "
+                                                                   "default: what their run folder's run.json "
+                                                                   "records.")] = None,
 ) -> None:
     """Ranks, runs or profilers side by side: time and count per input, delta and ratio
     against the first, spread and slowest input per row, and the straggler verdict
@@ -206,12 +210,28 @@ def compare(
     if tree:
         return _tree_diff(paths)
     _set_step(step)
-    groups = _picked(paths, _load_groups(paths), rank)
+    groups = _with_steps(paths, _picked(paths, _load_groups(paths), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
     by = by or default_by(inputs)
     _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top))
+
+
+def _with_steps(paths: list[str], groups: list[list], n_steps: int | None) -> list[list]:
+    """Profiles without step instances (proton) get meta["steps"]: --steps, else the steps their
+    run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
+    from .inputs import run_info
+    from .reports.steps import recorded_steps
+
+    if n_steps is not None and n_steps < 1:
+        raise UsageError("--steps", f"must be at least 1, not {n_steps}")
+    for path, group in zip(paths, groups):
+        steps = n_steps or recorded_steps(run_info([path]))
+        for p in group:
+            if steps and p.events["step"].isna().all():
+                p.meta["steps"] = steps
+    return groups
 
 
 def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list]:
