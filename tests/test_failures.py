@@ -283,3 +283,11 @@ def test_a_warning_in_a_worker_is_raised_in_the_caller(tmp_path, monkeypatch):
     assert [p.rank for p in profiles] == [0, 1]
     assert sorted(str(w.message) for w in caught) == [
         f"{TORCH_RUN / name}: overflow encountered in cast" for name in ("rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz")]
+
+
+@pytest.mark.parametrize("value", ["lots", "inf", "-5", "nan"])
+def test_a_bad_limit_in_the_environment_is_one_line(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRACELAB_MAX_TRACE_BYTES", value)
+    status, lines = m.run_cli(capsys, "breakdown", str(TORCH_RUN / "rank0.pt.trace.json.gz"))
+    assert status == 2 and lines == [f"tracelab: error: TRACELAB_MAX_TRACE_BYTES: {value!r} is not a number of 0 "
+                                     "or more"]

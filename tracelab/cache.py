@@ -48,9 +48,9 @@ def _dir() -> Path:
 
 
 def max_bytes() -> int:
-    from .limits import _env_int
+    from .limits import env_int
 
-    return _env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
+    return env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
 
 
 def key(path: Path, parser_file: str) -> str | None:

@@ -18,7 +18,7 @@ import os
 import zlib
 from pathlib import Path
 
-from .errors import TraceFormatError
+from .errors import TraceFormatError, UsageError
 
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 DEFAULT_MAX_NAME_CHARS = 1024**2
@@ -32,24 +32,26 @@ _CHUNK_BYTES = 1024**2  # compressed bytes read at a time
 _INFLATE_BYTES = 4 * 1024**2  # inflated bytes per step: 1 MiB of a bomb would be 1 GiB at once
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
+def env_int(name: str, default: int) -> int:
+    """A whole number of at least 0 from the environment (`2e9` allowed); unset or empty: `default`."""
+    value = os.environ.get(name, "").strip()
+    if not value:
         return default
     try:
-        return int(float(value)) if value.strip() else default
-    except ValueError:
-        from .errors import UsageError
-
-        raise UsageError(name, f"{value!r} is not a number") from None
+        number = int(float(value))
+    except (ValueError, OverflowError):
+        number = -1
+    if number < 0:
+        raise UsageError(name, f"{value!r} is not a number of 0 or more")
+    return number
 
 
 def max_trace_bytes() -> int:
-    return _env_int("TRACELAB_MAX_TRACE_BYTES", DEFAULT_MAX_TRACE_BYTES)
+    return env_int("TRACELAB_MAX_TRACE_BYTES", DEFAULT_MAX_TRACE_BYTES)
 
 
 def max_name_chars() -> int:
-    return _env_int("TRACELAB_MAX_NAME_CHARS", DEFAULT_MAX_NAME_CHARS)
+    return env_int("TRACELAB_MAX_NAME_CHARS", DEFAULT_MAX_NAME_CHARS)
 
 
 def too_large(path: Path, what: str) -> TraceFormatError:
