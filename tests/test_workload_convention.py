@@ -31,7 +31,7 @@ def test_every_workload_has_parse_run_main(name):
 @pytest.mark.parametrize("name", [n for n in NAMES if BAD.get(n)])
 def test_bad_option_is_a_usage_error_for_the_runner(name):
     with pytest.raises(UsageError, match=BAD[name][0]):
-        parse_workload_args(name, importlib.import_module(WORKLOADS[name]), BAD[name], 1, False)
+        parse_workload_args(name, importlib.import_module(WORKLOADS[name]), BAD[name], 1)
 
 
 @pytest.mark.slow

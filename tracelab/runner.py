@@ -110,8 +110,7 @@ def plan(spec: RunSpec) -> Plan:
     if gpus and spec.ranks > gpus:
         raise UsageError("--ranks", f"{spec.ranks} ranks per node but only {gpus} GPU(s) are visible")
     world_size = spec.ranks * _nnodes(spec)
-    config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend],
-                                 world_size, gpus > 0)
+    config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend], world_size)
     config.pop("out", None)  # the run folder, not known yet; run.json lies in it
     nsys = backends.find_nsys() if backend == "nsys" else None
     return Plan(spec, backend, module.__name__, config, gpus, nsys)

@@ -23,7 +23,7 @@ class WorkloadHelp(Exception):
         self.text = text
 
 
-def parse_workload_args(name: str, module, argv: list[str], world_size: int, gpu: bool) -> dict:
+def parse_workload_args(name: str, module, argv: list[str], world_size: int) -> dict:
     """The workload's options, parsed and checked by the workload itself, as rank 0 of
     `world_size` would (without exiting): every workload's parse(argv) -> args reads the
     world from the environment, as under torchrun (workloads/harness.py)."""
