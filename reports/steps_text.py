@@ -46,6 +46,15 @@ def who_waits_table(doc: dict) -> Table:
     return t
 
 
+def bandwidth_table(bw: pd.DataFrame) -> Table:
+    t = _table("bandwidth per collective type and message size (transfer = end - last arrival; medians)",
+               ["type", "message (bytes)", "calls", "transfer (us)", "algbw (GB/s)", "busbw (GB/s)"])
+    for _, r in bw.iterrows():
+        t.add_row(r["type"], f"{int(r['msg_bytes']):,}", f"{int(r['calls']):,}", f"{r['transfer_ns'] / 1e3:,.1f}",
+                  f"{r['algbw_gb_s']:,.1f}", f"{r['busbw_gb_s']:,.1f}")
+    return t
+
+
 def clock_line(clock: dict) -> str:
     if not clock.get("collectives"):
         return "clock: no collectives matched across ranks"
@@ -67,6 +76,8 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
     doc = straggler_json(w)
     if doc["steps"]:
         parts.append(who_waits_table(doc))
+    if len(w.bandwidth):
+        parts.append(bandwidth_table(w.bandwidth))
     parts += [Text(clock_line(w.clock)), Text(w.line)]
     return Group(*parts)
 

@@ -320,3 +320,28 @@ def test_cli_report_rank_pick(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert "rank1" in text and "rank0" not in text
+
+
+def test_bandwidth_of_the_train_all_reduce_equals_the_json() -> None:
+    """Our 2-GPU DDP train: 2 NCCL all-reduces per rank with their message size in the kernel
+    args. algbw = bytes / (end - last arrival), busbw = algbw x 2(n-1)/n = algbw for 2 ranks;
+    the table's medians equal a plain walk of the two JSON files."""
+    folder = DATA / "train-2gpu-torch"
+    kernels = {}
+    for rank in (0, 1):
+        trace = json.loads(gzip.open(folder / f"rank{rank}.pt.trace.json.gz").read(), parse_float=Decimal)
+        base = trace["baseTimeNanoseconds"]
+        kernels[rank] = sorted((base + int(e["ts"] * 1000), base + int(e["ts"] * 1000) + round(e["dur"] * 1000),
+                                e["args"]["In msg nelems"] * 4) for e in trace["traceEvents"]
+                               if e.get("cat") == "kernel" and "Collective name" in e.get("args", {}))
+    transfers, sizes = [], set()
+    for (s0, e0, b0), (s1, e1, b1) in zip(kernels[0], kernels[1]):
+        last = max(s0, s1)
+        transfers += [e0 - last, e1 - last]
+        sizes |= {b0, b1}
+    profiles = tracelab.load_many(folder)
+    bw = analyse(tracelab.events(profiles), _epochs(profiles)).bandwidth
+    assert len(bw) == 1 and bw["msg_bytes"].iloc[0] == sizes.pop() and bw["calls"].iloc[0] == len(kernels[0])
+    assert bw["transfer_ns"].iloc[0] == np.median(transfers)
+    assert bw["algbw_gb_s"].iloc[0] == pytest.approx(np.median([bw["msg_bytes"].iloc[0] / t for t in transfers]))
+    assert bw["busbw_gb_s"].iloc[0] == pytest.approx(bw["algbw_gb_s"].iloc[0])
