@@ -30,12 +30,16 @@ from .tp import ALLREDUCE, GROUP_ALLREDUCE, install_all_reduce, unshardable
 
 MATVECS = ("inductor", "cublas", "triton")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+COMPILE_TIMEOUT_S = 1800.0
 SEED = 1234  # the same on every rank: replicated weights and sampled tokens must agree
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tracelab.workloads.decode", description=__doc__.splitlines()[0])
     harness.add_arguments(p)
+    # --compile compiles on every rank at once; a rank that finishes first waits in the first
+    # all-reduce for the slowest one, which may take many minutes for a 7B model
+    p.set_defaults(timeout_s=COMPILE_TIMEOUT_S)
     p.add_argument("--model", choices=list(CONFIGS), default=None,
                    help="shapes by name (default: llama-2-7b on a GPU, tiny on the CPU)")
     p.add_argument("--checkpoint", type=Path, help="gpt-fast model.pth (default: random weights)")
