@@ -152,13 +152,31 @@ def _busy_before(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernel_time_in(rows: pd.DataFrame, windows: pd.DataFrame) -> pd.Series:
-    """Per kernel: GPU ns of rows starting inside the windows (rank, window_start_ns, arrival_ns)."""
+    """ns per (unit, rank, kernel) of the rows starting inside the windows (unit, rank,
+    window_start_ns, arrival_ns). A rank's windows never overlap (each runs from its previous
+    collective to the next), so each row falls in at most one: one searchsorted per rank."""
     parts = []
-    for _, w in windows.iterrows():
-        r = rows[(rows["rank"] == w["rank"]) & (rows["start_ns"] >= w["window_start_ns"])
-                 & (rows["start_ns"] < w["arrival_ns"])]
-        parts.append(r.groupby(r["kernel"].astype(str))["dur_ns"].sum())
-    return pd.concat(parts).groupby(level=0).sum() if parts else pd.Series(dtype="int64")
+    for rank, w in windows.sort_values("window_start_ns").groupby("rank"):
+        r = rows[rows["rank"] == rank]
+        start = r["start_ns"].to_numpy(dtype=np.int64)
+        pos = np.searchsorted(w["window_start_ns"].to_numpy(), start, side="right") - 1
+        inside = (pos >= 0) & (start < w["arrival_ns"].to_numpy()[np.maximum(pos, 0)])
+        parts.append(pd.DataFrame({"unit": w["unit"].to_numpy()[pos[inside]], "rank": rank,
+                                   "kernel": r["kernel"].astype(str).to_numpy()[inside],
+                                   "dur_ns": r["dur_ns"].to_numpy()[inside]}))
+    if not parts:
+        return pd.Series(dtype="int64")
+    return pd.concat(parts).groupby(["unit", "rank", "kernel"])["dur_ns"].sum()
+
+
+def _extra_kernels(wide: pd.DataFrame, unit: int, rank: int, n_others: int) -> pd.Series:
+    """Per kernel: the rank's ns before its collectives of the unit less the other ranks' mean
+    (`wide`: (unit, kernel) x rank ns, from _kernel_time_in)."""
+    if not len(wide) or unit not in wide.index.get_level_values("unit"):
+        return pd.Series(dtype="float64")
+    wide = wide.xs(unit, level="unit")
+    mine = wide[rank] if rank in wide else 0
+    return mine - wide.drop(columns=[rank], errors="ignore").sum(axis=1) / n_others
 
 
 def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None = None) -> pd.DataFrame:
@@ -174,17 +192,17 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
     windows = _busy_before(rows, coll).merge(per_collective(coll)[["collective", "unit", "last_rank"]],
                                              on="collective", suffixes=("", "_gate"))
     gate = gating(coll).set_index("unit")["gating_rank"]  # one noise level for the whole run
+    windows = windows[windows["last_rank_gate"] == windows["unit"].map(gate)]  # where the gating rank was last
+    by_kernel = _kernel_time_in(rows, windows)
+    wide = by_kernel.unstack("rank", fill_value=0) if len(by_kernel) else pd.DataFrame()
     out = []
     for unit, w in windows.groupby("unit"):
-        g = gate.get(unit, pd.NA)
-        if pd.isna(g):
-            continue
-        w = w[w["last_rank_gate"] == g]
+        g = gate[unit]
         mine, others = w[w["rank"] == g], w[w["rank"] != g]
         n_others = max(others["rank"].nunique(), 1)
         work = int(mine["busy_ns"].sum() - others["busy_ns"].sum() / n_others)
         idle = int(mine["idle_ns"].sum() - others["idle_ns"].sum() / n_others)
-        diff = _kernel_time_in(rows, mine).sub(_kernel_time_in(rows, others) / n_others, fill_value=0)
+        diff = _extra_kernels(wide, unit, g, n_others)
         top = diff[diff > max(work, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)  # the ones that matter
         out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
                     "cause": f"more {device} work" if work >= idle else f"idle {device}",
