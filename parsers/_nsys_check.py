@@ -68,8 +68,14 @@ def _check_table(con: sqlite3.Connection, table: str, rows: str, rules: dict[str
         raw, kind, good = con.execute(f"SELECT CAST({column} AS BLOB), typeof({column}), {_good(rule, column)} "
                                       f"FROM {table} WHERE rowid = ?", bad).fetchone()
         if not good:
+            start = f" (start {_shown(*_value(con, table, 'start', bad[0]))})" if column == "end" else ""
             raise TraceFormatError(path, f"{table} row {bad[0]}: {column} {_shown(raw, kind)} ({kind}) "
-                                         f"is not {wanted}")
+                                         f"is not {wanted}{start}")
+
+
+def _value(con: sqlite3.Connection, table: str, column: str, rowid: int) -> tuple[bytes | None, str]:
+    return con.execute(f"SELECT CAST({column} AS BLOB), typeof({column}) FROM {table} WHERE rowid = ?",
+                       (rowid,)).fetchone()
 
 
 def _shown(raw: bytes | None, kind: str) -> str:
