@@ -5,10 +5,10 @@ make two lines. Used only by cli.py, the one place that prints."""
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 
 from .errors import TracelabError
-from .schema import SchemaError
 
 # C0 and C1 controls, DEL, lone surrogates (undecodable bytes), line/paragraph separators and
 # the bidirectional overrides that reorder what a terminal shows
@@ -27,10 +27,17 @@ def printable(text: str, keep: str = "") -> str:
     return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
 
 
+def _schema_error(error: BaseException) -> bool:
+    """A tracelab.schema.SchemaError, without importing that module (and pandas) to ask:
+    one can only have been raised once it was imported."""
+    schema = sys.modules.get(f"{__package__}.schema")
+    return schema is not None and isinstance(error, schema.SchemaError)
+
+
 def error_line(error: BaseException) -> str | None:
     """The one line for an error the user can act on; None for anything else (a bug in
     tracelab, which keeps its traceback)."""
-    if isinstance(error, (TracelabError, SchemaError)):
+    if isinstance(error, TracelabError) or _schema_error(error):
         text = str(error)
     elif isinstance(error, OSError) and error.filename is not None:
         text = f"{error.filename}: {error.strerror or error}"
@@ -60,10 +67,10 @@ class Escaped:
         from rich.segment import Segment
 
         for segment in console.render(self.renderable, options):
-            if segment.control or segment.text == "\n":
+            if segment.control:
                 yield segment
-            else:
-                yield Segment(printable(segment.text), segment.style)
+            else:  # rich's own line breaks (wrapped titles and cells) stay
+                yield Segment(printable(segment.text, keep="\n"), segment.style)
 
     def __rich_measure__(self, console, options):
         from rich.measure import Measurement
