@@ -47,7 +47,18 @@ def write_ranks(folder: Path, docs: list[dict], n_ranks: int) -> None:
             json.dump(doc, f)
 
 
-def measure(folder: Path) -> dict:
+def late_rank(events, n_ranks: int, late_ns: int = 200_000):
+    """Rank 0's events on every rank, rank n-1 given late_ns of extra work before each
+    collective (tests/shifted.py), so that every step is gated and explained."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from shifted import make_late, ranks_from_one
+
+    base, _ = ranks_from_one(events, 0, n_ranks)
+    late, _ = make_late(base, lambda c, step, rank: late_ns if rank == n_ranks - 1 else 0, seed=0, jitter_ns=2_000)
+    return late
+
+
+def measure(folder: Path, late: bool = False) -> dict:
     import tracelab
     from tracelab.reports.waits import analyse
 
@@ -55,10 +66,13 @@ def measure(folder: Path) -> dict:
     t0 = time.perf_counter()
     profiles = tracelab.load_many(folder)
     events = tracelab.events(profiles)
+    epochs = {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles}
+    if late:
+        events, epochs = late_rank(events, len(profiles)), {p.rank: None for p in profiles}
     t1 = time.perf_counter()
     gc.collect()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    w = analyse(events, {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    w = analyse(events, epochs)
     t2 = time.perf_counter()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"ranks": len(profiles), "rows": len(events), "collectives": int(w.collectives["collective"].nunique()),
@@ -70,6 +84,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--copies", type=int, default=20)
     p.add_argument("--ranks", default="8,64")
+    p.add_argument("--late", action="store_true", help="rank 0's work on every rank, the last rank late "
+                                                       "before every collective (every step gated and explained; "
+                                                       "load then includes making it)")
     args = p.parse_args()
     print(f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     print("| ranks | rows | collectives | steps | load (s) | analyse (s) | peak RSS (MB) | analyse RSS growth (MB) |")
@@ -80,7 +97,7 @@ def main() -> int:
             folder = Path(tmp) / f"r{n}"
             folder.mkdir()
             write_ranks(folder, docs, n)
-            m = measure(folder)
+            m = measure(folder, args.late)
             print(f"| {m['ranks']} | {m['rows']:,} | {m['collectives']:,} | {m['steps']} | {m['load_s']:.2f} | "
                   f"{m['analyse_s']:.2f} | {m['peak_rss_mb']:,.0f} | {m['analyse_rss_growth_mb']:,.0f} |")
             print(f"  verdict: {m['line']}", file=sys.stderr)
