@@ -63,3 +63,18 @@ def test_a_ts_that_is_no_number_still_names_the_event(tmp_path):
     path.write_text(_trace(["1.0", '"soon"']))
     with pytest.raises(Exception, match=r"traceEvents\[1\].*ts"):
         chrome.read(path)
+
+
+def test_import_tracelab_and_the_cli_leave_pandas_unimported():
+    code = ("import sys, tracelab, tracelab.cli, tracelab.terminal; print(sorted(m for m in ('pandas', 'numpy') "
+            "if m in sys.modules)); print(tracelab.load.__module__, tracelab.COLUMNS['rank'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "tracelab.load int32"]
+
+
+def test_the_cli_still_turns_a_schema_error_into_one_line():
+    from tracelab.schema import SchemaError
+    from tracelab.terminal import error_line
+
+    assert error_line(SchemaError("missing columns ['rank']")) == "tracelab: error: missing columns ['rank']"
+    assert error_line(ValueError("a bug")) is None

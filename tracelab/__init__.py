@@ -24,9 +24,25 @@ def _find_subpackages_in_checkout() -> None:
 
 _find_subpackages_in_checkout()
 
-from .errors import TracelabError  # noqa: E402
-from .load import detect, events, load, load_many  # noqa: E402
-from .schema import COLUMNS, Profile, validate  # noqa: E402
+# What `import tracelab` offers, imported on first use (PEP 562): the command line and each
+# worker process start without pandas until they need it (benchmarks/RESULTS.md, imports).
+_LAZY = {"TracelabError": "errors", "detect": "load", "events": "load", "load": "load", "load_many": "load",
+         "COLUMNS": "schema", "Profile": "schema", "validate": "schema"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tracelab' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = ["COLUMNS", "Profile", "TracelabError", "detect", "events", "load", "load_many", "validate"]
 __version__ = "0.1.0"
