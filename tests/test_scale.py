@@ -78,3 +78,24 @@ def test_the_cli_still_turns_a_schema_error_into_one_line():
 
     assert error_line(SchemaError("missing columns ['rank']")) == "tracelab: error: missing columns ['rank']"
     assert error_line(ValueError("a bug")) is None
+
+
+def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, monkeypatch):
+    from tracelab import cache
+
+    inflated = len(gzip.decompress(RANK_TRACE.read_bytes()))
+    compressed = RANK_TRACE.stat().st_size
+    assert compressed < inflated // 4
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRACELAB_CACHE", raising=False)
+    plain = tmp_path / "rank0.json"
+    plain.write_bytes(gzip.decompress(RANK_TRACE.read_bytes()))
+    for limit, cached in [(inflated, True), (inflated + 1, False), (compressed + 1, True)]:
+        monkeypatch.setattr(cache, "MIN_BYTES", limit)
+        assert (cache.key(RANK_TRACE, chrome.__file__) is not None) == cached, limit
+        assert (cache.key(plain, chrome.__file__) is not None) == cached, limit
+
+
+def test_tracelab_load_stays_the_function_once_its_module_is_imported():
+    code = "import tracelab, tracelab.load, tracelab.cli; from tracelab.load import expand; print(callable(tracelab.load))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"

@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 # Installed under tracelab.*, kept in the checkout as top-level folders (pyproject's package-dir).
@@ -42,6 +44,19 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
+
+
+class _Package(types.ModuleType):
+    """Importing the submodule tracelab.load sets the package's `load` to that module; the
+    function of that name (`tracelab.load(path)`) is what the package offers: keep it."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "load" and isinstance(value, types.ModuleType):
+            value = value.load
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __all__ = ["COLUMNS", "Profile", "TracelabError", "detect", "events", "load", "load_many", "validate"]
