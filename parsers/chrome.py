@@ -181,8 +181,10 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
     keep = np.r_[cpu_top_level(pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
                  _collective_ranges(annotations, thread[n_ops:], set(thread[:n_ops].tolist()))]
     steps = _step_ranges(annotations, pid[n_ops:], step_re)
+    ranges = _ranges(annotations, pid[n_ops:], thread[n_ops:], step_re)
     return {"kind": "cpu_op", "name": np.array(ops.name + annotations.name, dtype=object)[keep], "device": -1,
-            "stream": thread[keep], "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "scope": "",
+            "stream": thread[keep], "start_ns": start_ns[keep], "dur_ns": dur_ns[keep],
+            "scope": thread_scopes(pid[keep], thread[keep], start_ns[keep], ranges),
             "msg_bytes": np.nan, "step": assign(pid[keep], start_ns[keep], steps)}
 
 

@@ -11,7 +11,8 @@ from .steps_text import clock_line
 from .waits import Waits, analyse, straggler_json
 
 WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "skew (ms)", "cause": "why",
-                     "extra_work_ns": "more busy (ms)", "extra_idle_ns": "more idle (ms)", "kernels": "kernels that differ"}
+                     "extra_work_ns": "more busy (ms)", "extra_idle_ns": "more idle (ms)",
+                     "kernels": "scopes and kernels that differ"}
 
 
 def _heatmap(steps: pd.DataFrame, column: str, title: str) -> dict:
@@ -31,7 +32,8 @@ def _who_waits(w: Waits) -> pd.DataFrame:
     rows = [{"unit": s[unit], "gating_rank": "-" if s["gating_rank"] is None else str(s["gating_rank"]),
              "skew_ns": s["skew_ns"], "cause": s.get("cause", ""), "extra_work_ns": s.get("extra_work_ns"),
              "extra_idle_ns": s.get("extra_idle_ns"),
-             "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for k, v in (s.get("kernels") or {}).items()),
+             "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for what in ("scopes", "kernels")
+                                  for k, v in (s.get(what) or {}).items()),
              **{f"wait_r{r}": ns for r, ns in s["wait_ns"].items()}} for s in doc["steps"]]
     return pd.DataFrame(rows)
 

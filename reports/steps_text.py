@@ -19,7 +19,7 @@ def _ms(ns: float) -> str:
 def _table(title: str, heads: list[str]) -> Table:
     t = Table(title=title, title_justify="left", show_edge=False)
     for h in heads:
-        t.add_column(h, justify="left" if h in ("cause", "kernels that differ") else "right")
+        t.add_column(h, justify="left" if h in ("cause", "scopes and kernels that differ") else "right")
     return t
 
 
@@ -36,9 +36,9 @@ def who_waits_table(doc: dict) -> Table:
     unit = "step" if doc["basis"] == "steps" else "collective"
     ranks = sorted({r for s in doc["steps"] for r in s["wait_ns"]}, key=int)
     t = _table(f"who waits on whom, per {unit} (ms)",
-               [unit, "gating rank", "skew", *[f"wait r{r}" for r in ranks], "cause", "kernels that differ"])
+               [unit, "gating rank", "skew", *[f"wait r{r}" for r in ranks], "cause", "scopes and kernels that differ"])
     for s in doc["steps"]:
-        kernels = ", ".join(f"{k} +{_ms(v)}" for k, v in (s.get("kernels") or {}).items())
+        kernels = ", ".join(f"{k} +{_ms(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
         cause = "" if "cause" not in s else (f"{s['cause']} (+{_ms(s['extra_work_ns'])} busy, "
                                              f"+{_ms(s['extra_idle_ns'])} idle)")
         t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), _ms(s["skew_ns"]),

@@ -151,8 +151,8 @@ def _busy_before(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else coll.assign(window_start_ns=0, busy_ns=0, idle_ns=0)
 
 
-def _kernel_time_in(rows: pd.DataFrame, windows: pd.DataFrame) -> pd.Series:
-    """ns per (unit, rank, kernel) of the rows starting inside the windows (unit, rank,
+def _time_in(rows: pd.DataFrame, windows: pd.DataFrame, key: str) -> pd.DataFrame:
+    """ns per (unit, key) x rank of the rows starting inside the windows (unit, rank,
     window_start_ns, arrival_ns). A rank's windows never overlap (each runs from its previous
     collective to the next), so each row falls in at most one: one searchsorted per rank."""
     parts = []
@@ -162,28 +162,31 @@ def _kernel_time_in(rows: pd.DataFrame, windows: pd.DataFrame) -> pd.Series:
         pos = np.searchsorted(w["window_start_ns"].to_numpy(), start, side="right") - 1
         inside = (pos >= 0) & (start < w["arrival_ns"].to_numpy()[np.maximum(pos, 0)])
         parts.append(pd.DataFrame({"unit": w["unit"].to_numpy()[pos[inside]], "rank": rank,
-                                   "kernel": r["kernel"].astype(str).to_numpy()[inside],
+                                   key: r[key].astype(str).to_numpy()[inside],
                                    "dur_ns": r["dur_ns"].to_numpy()[inside]}))
     if not parts:
-        return pd.Series(dtype="int64")
-    return pd.concat(parts).groupby(["unit", "rank", "kernel"])["dur_ns"].sum()
+        return pd.DataFrame()
+    return pd.concat(parts).groupby(["unit", key, "rank"])["dur_ns"].sum().unstack("rank", fill_value=0)
 
 
-def _extra_kernels(wide: pd.DataFrame, unit: int, rank: int, n_others: int) -> pd.Series:
-    """Per kernel: the rank's ns before its collectives of the unit less the other ranks' mean
-    (`wide`: (unit, kernel) x rank ns, from _kernel_time_in)."""
+def _extra(wide: pd.DataFrame, unit: int, rank: int, n_others: int, work_ns: int) -> dict[str, int]:
+    """The TOP_KERNELS kernels (or scopes) whose ns before the rank's collectives of the unit
+    exceed the other ranks' mean the most, each by over a tenth of the extra work
+    (`wide`: (unit, name) x rank ns, from _time_in); largest first."""
     if not len(wide) or unit not in wide.index.get_level_values("unit"):
-        return pd.Series(dtype="float64")
+        return {}
     wide = wide.xs(unit, level="unit")
-    mine = wide[rank] if rank in wide else 0
-    return mine - wide.drop(columns=[rank], errors="ignore").sum(axis=1) / n_others
+    diff = (wide[rank] if rank in wide else 0) - wide.drop(columns=[rank], errors="ignore").sum(axis=1) / n_others
+    diff = diff[diff.index != ""]  # rows outside every scope name nothing
+    top = diff[diff > max(work_ns, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)
+    return {str(k): int(v) for k, v in top.items()}
 
 
 def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None = None) -> pd.DataFrame:
     """Per gated unit: why its gating rank was late, against the mean of the other ranks
     over the collectives it was last at: extra_work_ns (more GPU busy time before them),
     extra_idle_ns (more idle GPU time), cause ("more GPU work" / "idle GPU"), and the
-    kernels whose time before them differs most (kernel -> extra ns, largest first)."""
+    kernels and scopes whose time before them differs most (name -> extra ns, largest first)."""
     rows = activity(df)
     device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
     rows = rows[rows["op_class"] != "communication"].copy()
@@ -193,8 +196,7 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
                                              on="collective", suffixes=("", "_gate"))
     gate = gating(coll).set_index("unit")["gating_rank"]  # one noise level for the whole run
     windows = windows[windows["last_rank_gate"] == windows["unit"].map(gate)]  # where the gating rank was last
-    by_kernel = _kernel_time_in(rows, windows)
-    wide = by_kernel.unstack("rank", fill_value=0) if len(by_kernel) else pd.DataFrame()
+    by_kernel, by_scope = _time_in(rows, windows, "kernel"), _time_in(rows, windows, "scope")
     out = []
     for unit, w in windows.groupby("unit"):
         g = gate[unit]
@@ -202,16 +204,24 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
         n_others = max(others["rank"].nunique(), 1)
         work = int(mine["busy_ns"].sum() - others["busy_ns"].sum() / n_others)
         idle = int(mine["idle_ns"].sum() - others["idle_ns"].sum() / n_others)
-        diff = _extra_kernels(wide, unit, g, n_others)
-        top = diff[diff > max(work, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)  # the ones that matter
         out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
                     "cause": f"more {device} work" if work >= idle else f"idle {device}",
-                    "kernels": {k: int(v) for k, v in top.items()}})
-    return pd.DataFrame(out, columns=["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels"])
+                    "kernels": _extra(by_kernel, unit, g, n_others, work),
+                    "scopes": _extra(by_scope, unit, g, n_others, work)})
+    return pd.DataFrame(out, columns=["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels",
+                                      "scopes"])
 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
+
+
+def _summed(per_unit: pd.Series) -> str:
+    """'name +x ms, ...': the names' extra ns (dicts, one per unit) summed, the 3 largest."""
+    total = pd.Series(dtype="int64")
+    for extra in per_unit:
+        total = total.add(pd.Series(extra, dtype="int64"), fill_value=0)
+    return ", ".join(f"{k} +{_ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
 
 
 def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
@@ -229,11 +239,8 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
             kinds = (f"more {device} work before its collectives ({_ms(work)} more busy over those {unit}"
                      if work >= idle else f"an idle {device} before its collectives ({_ms(idle)} more idle: host or "
                                           f"launch delay over those {unit}")
-            kernels = pd.Series(dtype="int64")
-            for k in mine["kernels"]:
-                kernels = kernels.add(pd.Series(k, dtype="int64"), fill_value=0)
-            named = ", ".join(f"{k} +{_ms(n)}" for k, n in kernels.sort_values(ascending=False).head(3).items())
-            text += f"; why: {kinds}" + (f"; kernels: {named})" if named and work >= idle else ")")
+            named = "; ".join(f"{what}: {_summed(mine[what])}" for what in ("kernels", "scopes") if _summed(mine[what]))
+            text += f"; why: {kinds}" + (f"; {named})" if named and work >= idle else ")")
         return text
     if v["pattern"] == "alternating":
         return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "

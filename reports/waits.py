@@ -79,7 +79,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
         if unit in causes.index:
             c = causes.loc[unit]
             row.update(cause=c["cause"], extra_work_ns=int(c["extra_work_ns"]), extra_idle_ns=int(c["extra_idle_ns"]),
-                       kernels=c["kernels"])
+                       kernels=c["kernels"], scopes=c["scopes"])
         steps.append(row)
     return {"rank": v["rank"], "pattern": v["pattern"], "basis": v["basis"], "line": w.line,
             "p_value": v["p_value"], "alternation_p": v["alternation_p"], "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],

@@ -288,6 +288,8 @@ def test_gloo_late_rank_is_named_with_why() -> None:
     assert w.verdict["gated_by_rank"][1] >= 12 and w.verdict["p_value"] < 0.01
     assert (w.causes["cause"] == "more CPU work").all()
     assert w.line.startswith("straggler: rank 1") and "more CPU work before its collectives" in w.line
+    # the extra products run in the `extra_work` record_function: that scope is named, per step and in the line
+    assert all(next(iter(s)) == "extra_work" for s in w.causes["scopes"]) and "scopes: extra_work +" in w.line
 
 
 def test_gloo_alternating() -> None:
