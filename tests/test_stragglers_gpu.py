@@ -1,0 +1,194 @@
+"""Straggler verdicts on real NCCL traffic: a data-parallel training job on 2 H200s
+(tests/data/ddp-2gpu-{late,alternating,equal}-{torch,nsys,proton}, made by
+benchmarks/gpu_stragglers.sh; their READMEs say how). Per-step waits equal an independent
+reading of the raw files; the verdicts name the late rank and why, or say "alternating"
+or "no clear straggler", where the captures show it; and proton's NCCL kernel time,
+which has no timestamps, is shown to hold the same wait as torch's and nsys's."""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tracelab
+from tracelab.reports.waits import analyse, straggler_json
+
+DATA = Path(__file__).resolve().parent / "data"
+NCCL = "ncclDevKernel_AllReduce"  # the one gradient all-reduce per step (the READMEs)
+STEPS = 8
+EXTRA = "extra_work"  # the late rank's region
+
+
+@pytest.fixture(autouse=True)
+def _default_step_pattern(monkeypatch):
+    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "")
+
+
+def _dir(variant: str, source: str) -> Path:
+    return DATA / f"ddp-2gpu-{variant}-{source}"
+
+
+@functools.lru_cache(maxsize=None)
+def _profiles(variant: str, source: str) -> tuple[tracelab.Profile, ...]:
+    return tuple(tracelab.load_many(_dir(variant, source)))
+
+
+@functools.lru_cache(maxsize=None)
+def _analysed(variant: str, source: str):
+    profiles = _profiles(variant, source)
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    return w, straggler_json(w)
+
+
+def _kineto_arrivals(path: Path) -> list[int]:
+    trace = json.loads(gzip.open(path).read(), parse_float=Decimal)
+    base = trace["baseTimeNanoseconds"]
+    return sorted(base + int(e["ts"] * 1000) for e in trace["traceEvents"]
+                  if e.get("cat") == "kernel" and e["name"].startswith(NCCL))
+
+
+def _nsys_arrivals(path: Path) -> list[int]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (epoch,) = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        rows = con.execute("SELECT k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                           "ON s.id = k.demangledName WHERE s.value LIKE ? ORDER BY k.start", (NCCL + "%",))
+        return [epoch + start for (start,) in rows]
+    finally:
+        con.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_waits(variant: str, source: str) -> list[dict[int, int]]:
+    """Per step (the i-th all-reduce), each rank's wait = last arrival - own arrival, on
+    the epoch clock the raw files give."""
+    folder = _dir(variant, source)
+    read = {"torch": (_kineto_arrivals, "rank{}.pt.trace.json.gz"), "nsys": (_nsys_arrivals, "rank{}.sqlite")}
+    reader, name = read[source]
+    arrivals = [reader(folder / name.format(r)) for r in (0, 1)]
+    assert len(arrivals[0]) == len(arrivals[1]) == STEPS
+    return [{r: max(pair) - pair[r] for r in (0, 1)} for pair in zip(*arrivals)]
+
+
+CASES = [(v, s) for v in ("late", "alternating", "equal") for s in ("torch", "nsys")]
+
+
+@pytest.mark.parametrize("variant, source", CASES)
+def test_per_step_wait_equals_the_raw_files(variant: str, source: str) -> None:
+    _, js = _analysed(variant, source)
+    steps = js["steps"]
+    assert [s["step"] for s in steps] == list(range(STEPS))
+    for got, want in zip(steps, _raw_waits(variant, source)):
+        assert {int(r): ns for r, ns in got["wait_ns"].items()} == want
+        assert got["gating_rank"] in (None, min(want, key=want.get))  # the last to arrive waits 0
+
+
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_late_rank_gates_because_of_its_extra_work(source: str) -> None:
+    """Every step that rank 1 gates, it gates for its extra GPU work (the products, ~10.7 ms),
+    and the run's verdict never names rank 0. Under torch the host's pace hides part of the
+    extra work: rank 1 gates 6 of 8 steps there, short of significance on 8 steps."""
+    _, js = _analysed("late", source)
+    by_rank = [s for s in js["steps"] if s["gating_rank"] == 1]
+    assert len(by_rank) >= 6
+    for s in by_rank:
+        assert s["cause"] == "more GPU work"
+        assert s["scopes"].get(EXTRA, 0) > 10e6  # ns
+    assert js["rank"] in (1, None)
+
+
+def test_late_rank_is_the_straggler_under_nsys() -> None:
+    _, js = _analysed("late", "nsys")
+    assert js["rank"] == 1 and js["pattern"] == "straggler" and js["p_value"] < 0.05
+    assert "more GPU work" in js["line"] and EXTRA in js["line"]
+
+
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_alternating_steps_are_gated_by_the_rank_with_the_work(source: str) -> None:
+    """The rank of the step's parity has the extra work; where it gates, the cause is that work."""
+    _, js = _analysed("alternating", source)
+    assert js["rank"] is None
+    worked = [s for s in js["steps"] if s["gating_rank"] == s["step"] % 2]
+    assert len(worked) >= 7
+    for s in worked:
+        assert s["cause"] == "more GPU work" and s["scopes"].get(EXTRA, 0) > 10e6
+
+
+def test_alternating_is_said_under_nsys() -> None:
+    _, js = _analysed("alternating", "nsys")
+    assert js["pattern"] == "alternating" and js["alternation_p"] < 0.05
+
+
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_equal_work_is_never_blamed_on_gpu_work(source: str) -> None:
+    """With equal work, a rank may still be late for its host (torch: rank 1 at all 8 steps,
+    ~4.8 ms per step of idle GPU), but never for more GPU work."""
+    _, js = _analysed("equal", source)
+    assert all(s["cause"] != "more GPU work" for s in js["steps"] if s["gating_rank"] is not None)
+    if js["rank"] is not None:
+        assert "idle GPU" in js["line"]
+
+
+def test_equal_work_under_nsys_is_no_clear_straggler() -> None:
+    _, js = _analysed("equal", "nsys")
+    assert js["rank"] is None and js["pattern"] == "none"
+    assert js["line"].startswith("no clear straggler")
+
+
+@functools.lru_cache(maxsize=None)
+def _nccl_ns(variant: str, source: str) -> dict[int, int]:
+    ev = tracelab.events(list(_profiles(variant, source)))
+    comm = ev[ev["kernel"].astype(str).str.startswith(NCCL)]
+    return {int(r): int(t) for r, t in comm.groupby("rank")["dur_ns"].sum().items()}
+
+
+@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_nccl_kernel_time_holds_the_wait(variant: str, source: str) -> None:
+    """What a waiting NCCL kernel's time means: the kernel starts, then spins until the peer
+    arrives, so at 2 ranks (NCCL time of rank 0 - of rank 1) = (wait of rank 0 - of rank 1),
+    to within the transfers' own spread (< 0.1 ms per step here)."""
+    nccl = _nccl_ns(variant, source)
+    waits = pd.DataFrame(_raw_waits(variant, source)).sum()
+    assert nccl[0] - nccl[1] == pytest.approx(waits[0] - waits[1], abs=0.1e6 * STEPS)
+
+
+def test_proton_nccl_time_says_who_waited() -> None:
+    """Proton has no timestamps, but its NCCL kernel time holds the same spin: in the late
+    variant rank 0 spends ms per step in the all-reduce where rank 1 spends ~0.1 ms, as
+    under torch and nsys; with equal work the gap is small."""
+    late, equal = _nccl_ns("late", "proton"), _nccl_ns("equal", "proton")
+    assert late[0] - late[1] > 2e6 * STEPS
+    assert late[1] < 0.2e6 * STEPS
+    assert abs(equal[0] - equal[1]) < (late[0] - late[1]) / 4
+    for source in ("torch", "nsys"):
+        other = _nccl_ns("late", source)
+        assert other[0] > other[1] and late[0] > late[1]
+
+
+@pytest.mark.parametrize("late, rank, worked", [
+    ("rank1", 1, [0, 1, 2, 3]), ("rank1", 0, []),
+    ("alternating", 0, [0, 2]), ("alternating", 1, [1, 3]), ("none", 1, [])])
+def test_late_work_goes_to_the_late_rank(monkeypatch, late: str, rank: int, worked: list[int]) -> None:
+    """train --late: which rank does the extra products at which step (call index)."""
+    import contextlib
+
+    import torch
+
+    from tracelab.workloads import train
+    seen: list[str] = []
+    monkeypatch.setattr(train.backends, "region", lambda name: seen.append(name) or contextlib.nullcontext())
+    extra = train.late_work(late, 1, rank, torch.device("cpu"))
+    done = []
+    for i in range(4):
+        before = len(seen)
+        extra(i)
+        if len(seen) > before:
+            done.append(i)
+    assert done == worked and set(seen) <= {EXTRA}
