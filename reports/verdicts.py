@@ -246,9 +246,9 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
         return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "
                 f"switches p = {v['alternation_p']:.3g} against chance)")
     if not v["gated_units"]:
-        return f"no clear straggler: no {unit[:-1]} has a rank late beyond the clock noise"
+        return f"no clear straggler: no {unit[:-1]} has a rank late beyond the noise (clocks, step-to-step variation)"
     last = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["last_at_collectives"].items(), key=lambda kv: -kv[1]))
-    at_collectives = (f"; last beyond the clock noise at collectives: {last} of {v['collectives']}"
+    at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
     return (f"no clear straggler: no rank gates a significant majority of {unit} "
             f"({counts} of {v['gated_units']}{p}{at_collectives})")
