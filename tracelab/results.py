@@ -27,6 +27,8 @@ RESULTS_FILE = "rank{rank}.results.json"
 OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before held
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
+# fields added after run folders were made, and what those runs did: nobody was made late
+ADDED = {"train": {"late": "none", "late_work": 0}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -114,7 +116,7 @@ def write(out_dir: str | os.PathLike, rank: int, record: dict[str, Any]) -> Path
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     """A record with the names of today (old unit spellings renamed), in rows too."""
-    out = {OLD_NAMES.get(k, k): v for k, v in record.items()}
+    out = {**ADDED.get(record.get("workload"), {}), **{OLD_NAMES.get(k, k): v for k, v in record.items()}}
     if isinstance(out.get("rows"), list):
         out["rows"] = [{OLD_NAMES.get(k, k): v for k, v in row.items()} for row in out["rows"]]
     return out
