@@ -166,7 +166,9 @@ def activity_bins(df: pd.DataFrame, n_bins: int = 400,
 
 
 def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> np.ndarray:
-    """Busy ns before each time in at_ns, for sorted disjoint segments."""
+    """Busy ns before each time in at_ns, for sorted disjoint segments (none: 0 everywhere)."""
+    if len(seg_start) == 0:
+        return np.zeros(len(at_ns), dtype=np.int64)
     before = np.r_[0, np.cumsum(seg_end - seg_start)]
     k = np.searchsorted(seg_start, at_ns, side="right")  # segments starting at or before t
     last = np.maximum(k - 1, 0)
