@@ -13,6 +13,7 @@ import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -192,3 +193,14 @@ def test_late_work_goes_to_the_late_rank(monkeypatch, late: str, rank: int, work
         if len(seen) > before:
             done.append(i)
     assert done == worked and set(seen) <= {EXTRA}
+
+
+def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
+    """Our 2-GPU all-reduce sweep starts with a collective: the work before it is empty
+    (this raised IndexError in the report)."""
+    profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    assert len(w.collectives) and set(w.collectives["rank"]) == {0, 1}
+    from tracelab.reports.timeline import _coverage
+    empty = np.empty(0, dtype=np.int64)
+    assert list(_coverage(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
