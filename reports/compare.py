@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +43,12 @@ class Input:
     epoch_ns: int | None = None  # the trace's start on the epoch clock, when it says
     device: str = ""  # the GPU model(s) the trace names, "" when it names none (proton)
     steps: int | None = None  # steps covered, given for traces without step instances (proton)
+    summary: dict = field(default_factory=dict)  # RANK_SUMMARIES, computed where the rank was parsed
 
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"))
+                 device_names(p.meta), p.meta.get("steps"), p.summary)
 
 
 def device_names(meta: dict) -> str:
@@ -254,8 +255,19 @@ def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
                       measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)), straggler)
 
 
+def rank_timeline(events: pd.DataFrame) -> pd.DataFrame:
+    """The one-row timeline (busy, idle, overlap) of one rank's events, without its rank."""
+    return timeline.rank_timeline(events).drop(columns="rank")
+
+
+# per-rank tables the comparison needs, computed in the worker that parses each rank
+# (tracelab.load_many's `reduce`): the parent gathers one small row per rank
+RANK_SUMMARIES = {"timeline": rank_timeline}
+
+
 def _timelines(inputs: list[Input]) -> pd.DataFrame:
-    parts = [timeline.rank_timeline(i.events).drop(columns="rank").assign(label=i.label) for i in inputs]
+    parts = [(i.summary["timeline"] if "timeline" in i.summary else rank_timeline(i.events)).assign(label=i.label)
+             for i in inputs]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     return out[["label", *[c for c in out.columns if c != "label"]]] if len(out) else out
 

@@ -176,6 +176,11 @@ def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> 
     return np.where(k > 0, before[last] + partial, 0)
 
 
+TIMELINE_COLUMNS = ["rank", "kind", "op_class", "start_ns", "dur_ns"]  # what idle() and overlap_ns() read
+
+
 def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
-    """idle() and overlap_ns() side by side, one row per timed rank."""
+    """idle() and overlap_ns() side by side, one row per timed rank. Their filters copy only
+    the columns they read (a rank's whole frame, names and scopes too, was copied 4 times)."""
+    df = df[TIMELINE_COLUMNS]
     return idle(df).merge(overlap_ns(df), on="rank", how="left")

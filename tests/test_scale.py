@@ -99,3 +99,18 @@ def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, mon
 def test_tracelab_load_stays_the_function_once_its_module_is_imported():
     code = "import tracelab, tracelab.load, tracelab.cli; from tracelab.load import expand; print(callable(tracelab.load))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+
+
+def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
+    import tracelab
+    from tracelab.reports import compare, timeline
+
+    folder = DATA / "train-2gpu-torch"
+    profiles = tracelab.load_many(folder, workers=2, reduce=compare.RANK_SUMMARIES)
+    for p in profiles:
+        assert p.summary["timeline"].equals(timeline.rank_timeline(p.events).drop(columns="rank"))
+    bare = tracelab.load_many(folder, workers=2)
+    assert all(not p.summary for p in bare)
+    labelled = [compare.label([folder], [True], [ps]) for ps in (profiles, bare)]
+    with_summaries, without = (compare._timelines(inputs) for inputs in labelled)
+    assert with_summaries.equals(without) and len(with_summaries) == 2

@@ -61,6 +61,19 @@ def add_pattern(regex: str, op_class: str) -> None:
     _forget()
 
 
+def user_patterns() -> list[tuple[str, str]]:
+    """The (regex, op_class) pairs added with add_pattern, newest first: what another process
+    (a spawned or Dask worker) needs to classify as this one does (use_patterns)."""
+    return list(_user_patterns)
+
+
+def use_patterns(patterns: list[tuple[str, str]]) -> None:
+    """Make `patterns` (user_patterns() of another process) this process's own."""
+    if patterns != _user_patterns:
+        _user_patterns[:] = patterns
+        _forget()
+
+
 def reset_patterns() -> None:
     """Forget the patterns added with add_pattern."""
     _user_patterns.clear()

@@ -27,10 +27,12 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 
 
 def load_groups(paths: list[str | Path], on_loaded=None) -> list[list[Profile]]:
-    """Each path (file or folder) loaded on its own, so ranks may repeat across runs."""
+    """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
+    rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it."""
     from .load import load_many
+    from .reports.compare import RANK_SUMMARIES
 
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded) for p in paths]
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES) for p in paths]
 
 
 def traceless_run(path: Path) -> bool:
