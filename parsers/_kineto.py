@@ -152,6 +152,12 @@ def collective_bytes(args: list) -> np.ndarray:
     return out
 
 
+def process_groups(args: list) -> list[str]:
+    """A collective kernel's process group (args "Process Group Name", "0" for the default
+    group), "" where the trace does not say: collectives match across ranks within it."""
+    return ["" if a is None or a.process_group is None else str(a.process_group) for a in args]
+
+
 def device_table(properties: Any) -> dict[int, dict[str, Any]]:
     """device index -> properties from Kineto's deviceProperties, units in the key names."""
     devices: dict[int, dict[str, Any]] = {}

@@ -44,6 +44,7 @@ class _Args(msgspec.Struct, gc=False):
     out_nelems: Nelems = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
     correlation: Number = None
+    process_group: Any = msgspec.field(default=None, name="Process Group Name")
 
 
 class _Category(msgspec.Struct, gc=False):

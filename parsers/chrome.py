@@ -31,7 +31,7 @@ As under nsys, a kernel launched by another thread than the process's main one
 left out of scopes: they would split every scope step by step (trace_diff/control:
 147 distinct scopes with them, 26 without); the `step` column carries them.
 
-msg_bytes: see `_kineto.collective_bytes`.
+msg_bytes: see `_kineto.collective_bytes`; process_group: `_kineto.process_groups`.
 """
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
-from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index, scopes,
-                      thread_scopes, to_ints)
+from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
+                      process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_json import Launches, Picked, Trace, decode, pick, read_bytes
 from ._steps import assign, compile_pattern, is_step, numbers
 
@@ -117,6 +117,7 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
         "dur_ns": _dur_ns(gpu),
     }
     cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
+    cols["process_group"] = process_groups(args)
     return cols
 
 

@@ -1,10 +1,11 @@
 """Collectives matched across ranks: who arrived when, who waited, how long the transfer
 took, and the bandwidth it reached. Pure DataFrame -> DataFrame.
 
-Matching: the i-th communication kernel of one name and message size on each rank is
-one collective (NCCL runs a communicator's collectives in one order on every rank).
-The events schema keeps no process group or sequence number yet, so two process groups
-running the same kernel at the same size would be matched by order alone.
+Matching: the i-th communication kernel of one process group, name and message size on
+each rank is one collective (NCCL runs a communicator's collectives in one order on every
+rank). The process group is the trace's where it says (Kineto's "Process Group Name"),
+else "" (nsys, older Kineto): then two groups running the same kernel at the same size
+are matched by order alone. No sequence number is read (the kernels' args have none).
 
 Per matched collective and rank: arrival = its kernel's start; wait = last arrival -
 own arrival (the kernel spins until the last rank joins); transfer = own end - last
@@ -40,8 +41,8 @@ _TYPE_WORDS = [("allreduce", "allreduce"), ("all_reduce", "allreduce"), ("reduce
                ("sendrecv", "sendrecv"), ("send", "sendrecv"), ("recv", "sendrecv"), ("reduce", "reduce")]
 
 CPU_COLLECTIVE = r"(?:gloo|mpi|ucc):"  # parsers/chrome.py keeps these ranges in CPU-only traces
-COLUMNS = ["collective", "kernel", "type", "instance", "step", "rank", "ranks", "msg_bytes", "arrival_ns",
-           "end_ns", "last_arrival_ns", "last_rank", "wait_ns", "transfer_ns"]
+COLUMNS = ["collective", "process_group", "kernel", "type", "instance", "step", "rank", "ranks", "msg_bytes",
+           "arrival_ns", "end_ns", "last_arrival_ns", "last_rank", "wait_ns", "transfer_ns"]
 
 
 def collective_type(kernel: str) -> str:
@@ -66,7 +67,8 @@ def _comm_rows(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> pd.Dat
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     if offsets_ns:
         start = start + rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
-    return pd.DataFrame({"rank": rows["rank"].to_numpy(), "kernel": rows["kernel"].astype(str).to_numpy(),
+    return pd.DataFrame({"rank": rows["rank"].to_numpy(), "process_group": rows["process_group"].to_numpy(dtype=object),
+                         "kernel": rows["kernel"].astype(str).to_numpy(),
                          "msg_bytes": rows["msg_bytes"].to_numpy(), "step": rows["step"].array,
                          "arrival_ns": start, "end_ns": start + rows["dur_ns"].to_numpy(dtype=np.int64)})
 
@@ -80,8 +82,8 @@ def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -
         return pd.DataFrame(columns=COLUMNS)
     size = rows["msg_bytes"].fillna(-1)
     rows = rows.assign(size=size).sort_values(["rank", "arrival_ns"], kind="stable")
-    rows["instance"] = rows.groupby(["rank", "kernel", "size"]).cumcount()
-    keys = ["kernel", "size", "instance"]
+    rows["instance"] = rows.groupby(["rank", "process_group", "kernel", "size"]).cumcount()
+    keys = ["process_group", "kernel", "size", "instance"]
     g = rows.groupby(keys, sort=False)
     rows["ranks"] = g["rank"].transform("size")
     rows = rows[rows["ranks"] > 1].copy()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 
@@ -347,3 +347,32 @@ def test_bandwidth_of_the_train_all_reduce_equals_the_json() -> None:
     assert bw["transfer_ns"].iloc[0] == np.median(transfers)
     assert bw["algbw_gb_s"].iloc[0] == pytest.approx(np.median([bw["msg_bytes"].iloc[0] / t for t in transfers]))
     assert bw["busbw_gb_s"].iloc[0] == pytest.approx(bw["algbw_gb_s"].iloc[0])
+
+
+# ---- process groups ---------------------------------------------------------------------------
+
+def test_process_group_comes_from_the_kernel_args() -> None:
+    path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
+    trace = json.loads(gzip.open(path).read(), parse_float=Decimal)
+    want = Counter((int(e["ts"] * 1000) + trace["baseTimeNanoseconds"], str(e["args"].get("Process Group Name", "")))
+                   for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    p = tracelab.load(path)
+    got = Counter(zip((p.events["start_ns"] + p.meta["trace_start_epoch_ns"]).tolist(), p.events["process_group"]))
+    assert got == want and got[next(k for k in got if k[1] == "0")] >= 1
+
+
+def test_collectives_match_within_their_process_group(equal_base) -> None:
+    """Rank 0 runs two groups' all-reduces interleaved (tp, dp, tp, ...), rank 1 only tp's:
+    matched within the group, each of rank 1's pairs with the same call on rank 0 (identical
+    copies: no wait); matched by order alone they would pair tp with dp calls."""
+    comm = equal_base["op_class"] == "communication"
+    nth = equal_base[comm].groupby("rank").cumcount()
+    groups = pd.Series("", index=equal_base.index, dtype="string")
+    groups[nth.index] = np.where(nth % 2 == 0, "tp", "dp")
+    two = equal_base.assign(process_group=groups)
+    two = two[~((two["rank"] == 1) & (two["process_group"] == "dp"))]
+    coll = C.collectives(two)
+    assert set(coll["process_group"]) == {"tp"} and coll["collective"].nunique() == (nth % 2 == 0).sum() // 2
+    assert (coll["wait_ns"] == 0).all()
+    by_order = C.collectives(two.assign(process_group=""))
+    assert (by_order["wait_ns"] > 0).any()

@@ -33,6 +33,7 @@ COLUMNS: dict[str, str] = {
     "flops": "float64",
     "bytes": "float64",
     "msg_bytes": "float64",
+    "process_group": "string",
     "step": "Int64",
 }
 
@@ -56,8 +57,6 @@ class Profile:
 
     events: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
-    # small per-rank tables computed where the rank was parsed (load_many's `reduce`), by name
-    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -92,10 +91,10 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
     missing optional columns get their empty value.
 
     Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step to NA,
-    scope to "", count to 1.
+    scope and process_group to "", count to 1.
     """
     n = n_rows if n_rows is not None else _length(columns)
-    defaults = {"scope": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
+    defaults = {"scope": "", "process_group": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
                 "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA}
     out = {}
     for name, dtype in spec.items():
