@@ -114,3 +114,62 @@ def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     labelled = [compare.label([folder], [True], [ps]) for ps in (profiles, bare)]
     with_summaries, without = (compare._timelines(inputs) for inputs in labelled)
     assert with_summaries.equals(without) and len(with_summaries) == 2
+
+
+def _same(a, b) -> None:
+    assert [p.rank for p in a] == [p.rank for p in b]
+    for x, y in zip(a, b):
+        assert x.events.equals(y.events)
+        assert x.summary["timeline"].equals(y.summary["timeline"])
+
+
+def _breakdown_csv(folder: Path, *options: str) -> str:
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+
+    result = CliRunner().invoke(app, ["breakdown", str(folder), "--format", "csv", "--top", "0", *options])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
+    pytest.importorskip("distributed")
+    import tracelab
+    from distributed import LocalCluster
+
+    from tracelab import classify, remote
+    from tracelab.reports.compare import RANK_SUMMARIES
+
+    folder = DATA / "train-2gpu-torch"
+    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    classify.add_pattern("^ncclDevKernel", "other")  # the caller's patterns reach the cluster's workers
+    try:
+        local = tracelab.load_many(folder, workers=2, reduce=RANK_SUMMARIES)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
+            on_cluster = tracelab.load_many(folder, reduce=RANK_SUMMARIES)
+            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_SUMMARIES)  # fsspec file:// URL
+            monkeypatch.delenv(remote.SCHEDULER_ENV)
+            cli = [_breakdown_csv(folder), _breakdown_csv(folder, "--scheduler", cluster.scheduler_address)]
+    finally:
+        classify.reset_patterns()
+    assert cli[0] == cli[1] and cli[0].count("\n") > 10
+    _same(local, on_cluster)
+    _same(local, by_url)
+    assert by_url[0].meta["path"].startswith("file://")
+    nccl = local[0].events["kernel"].astype(str).str.startswith("ncclDevKernel")
+    assert nccl.any() and (local[0].events.loc[nccl, "op_class"] == "other").all()
+
+
+@pytest.mark.slow
+def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
+    pytest.importorskip("distributed")
+    import tracelab
+    from tracelab import remote
+    from tracelab.errors import UsageError
+
+    monkeypatch.setenv(remote.SCHEDULER_ENV, "tcp://127.0.0.1:9")
+    with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
+        tracelab.load_many(DATA / "train-2gpu-torch")

@@ -70,6 +70,21 @@ StepOpt = Annotated[Optional[str], typer.Option("--step", help="Regular expressi
                                                                "say decode_one_token for our older decode captures).")]
 
 
+SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Address of a running Dask scheduler "
+                                                                      "(tcp://host:8786) whose workers parse and reduce "
+                                                                      "the ranks; default: $TRACELAB_SCHEDULER, else local "
+                                                                      "processes. Paths may be fsspec URLs (s3://...). "
+                                                                      "Needs pip install 'tracelab[dist]'.")]
+
+
+def _set_scheduler(address: str | None) -> None:
+    """--scheduler: load_many reads it from the environment (tracelab.remote.scheduler)."""
+    if address:
+        from .remote import SCHEDULER_ENV
+
+        os.environ[SCHEDULER_ENV] = address
+
+
 def _set_step(step: str | None) -> None:
     """--step: the parsers (in load_many's workers too) read it from the environment."""
     if step is not None:
@@ -138,6 +153,7 @@ def breakdown(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Per rank: GPU time, share, count and mean per kernel / op class / scope,
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
@@ -149,6 +165,7 @@ def breakdown(
     _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
     top = _top(top)
     _set_step(step)
+    _set_scheduler(scheduler)
     df = events(_load(paths, rank))
     _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
 
@@ -191,6 +208,7 @@ def compare(
                                                        "(like proton-viewer --diff-profile).")] = False,
     rank: RankOpt = None,
     step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
     n_steps: Annotated[Optional[int], typer.Option("--steps", help="Steps covered by inputs without step "
                                                                    "instances (proton), to compare per step; "
                                                                    "default: what their run folder's run.json "
@@ -210,6 +228,7 @@ def compare(
     if tree:
         return _tree_diff(paths)
     _set_step(step)
+    _set_scheduler(scheduler)
     groups = _with_steps(paths, _picked(paths, _load_groups(paths), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
@@ -247,6 +266,7 @@ def steps(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
     n_steps: Annotated[Optional[int], typer.Option("--steps", help="Steps the traces cover, to divide totals "
                                                                    "by where they have no instances (proton); "
                                                                    "default: what the run folder's run.json records.")]
@@ -267,6 +287,7 @@ def steps(
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     _set_step(step)
+    _set_scheduler(scheduler)
     profiles = _load(paths, rank)
     df = events(profiles)
     w = analyse(df, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
@@ -301,6 +322,7 @@ def report(
                                                               "and link each rank to it.")] = False,
     rank: RankOpt = None,
     step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """One self-contained HTML file that works offline: the runs side by side (results, profiler
     cost against a run under backend none), GPU time by op class per rank, top kernels (heatmap,
@@ -313,6 +335,7 @@ def report(
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     _set_step(step)
+    _set_scheduler(scheduler)
     groups = _picked(paths, _load_groups(paths), rank)
     written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify
+from . import cache, classify, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .schema import Profile, SchemaError, empty, validate
@@ -116,10 +116,21 @@ def _parse_classified(path: Path, reduce: Reduce | None = None,
     if patterns is not None:
         classify.use_patterns(patterns)
     out = []
-    for p in _parse(path):
+    for p in _parse_any(path):
         events = classify.classified(p.events)
         out.append(Profile(events, p.meta, {name: fn(events) for name, fn in (reduce or {}).items()}))
     return out
+
+
+def _parse_any(path: Path | str) -> list[Profile]:
+    """_parse of a local file, or of a URL's local copy (tracelab.remote), named by its URL."""
+    if not remote.is_url(path):
+        return _parse(path)
+    with remote.local_copy(path) as local:
+        profiles = _parse(local)
+    for p in profiles:
+        p.meta["path"] = path
+    return profiles
 
 
 def _read(module, path: Path):
@@ -175,7 +186,11 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
-    for p in map(Path, paths):
+    for p in paths:
+        if remote.is_url(p):  # fsspec: a file, or the traces under a folder
+            files.extend(remote.expand_url(p, lambda name: _looks_like_trace(Path(name))))
+            continue
+        p = Path(p)
         if p.is_dir():
             found = _traces_in(p)
             if not found:
@@ -233,6 +248,8 @@ def load_many(
 
 
 def _parse_all(files: list[Path], workers: int | None, on_loaded, reduce: Reduce | None) -> list[list[Profile]]:
+    if address := remote.scheduler():
+        return _parse_on_cluster(address, files, on_loaded, reduce)
     workers = min(workers or os.cpu_count() or 1, len(files))
     if workers <= 1:
         out = []
@@ -255,6 +272,18 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, reduce: Reduce
         return out
 
 
+def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce | None) -> list[list[Profile]]:
+    """_parse_recording of every file on the Dask cluster at `address` (tracelab.remote)."""
+    out = []
+    for f, (profiles, caught) in zip(files, remote.cluster_map(address, _parse_recording, files, reduce,
+                                                                classify.user_patterns())):
+        _warn_again(f, caught)
+        out.append(profiles)
+        if on_loaded:
+            on_loaded(f)
+    return out
+
+
 def _parse_recording(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None
                      ) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
     """_parse_classified in a worker process, with the warnings it raised: they are raised again
@@ -271,9 +300,13 @@ def _result(future, path: Path) -> list[Profile]:
         profiles, caught = future.result()
     except BrokenProcessPool:
         raise TraceFormatError(path, "the process reading it died (out of memory, or killed)") from None
-    for message, category in caught:
-        warnings.warn(f"{path}: {message}", category, stacklevel=2)
+    _warn_again(path, caught)
     return profiles
+
+
+def _warn_again(path: Path, caught: list[tuple[str, type[Warning]]]) -> None:
+    for message, category in caught:
+        warnings.warn(f"{path}: {message}", category, stacklevel=3)
 
 
 def _check_unique(profiles: list[Profile]) -> list[Profile]:
