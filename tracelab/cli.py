@@ -125,6 +125,14 @@ def _progress(disable: bool = False):
     return Progress(transient=True, console=console, disable=disable or not console.is_terminal)
 
 
+def _status(text: str):
+    """A transient spinner with `text` on stderr while a long step runs, only on a terminal."""
+    from contextlib import nullcontext
+
+    console = _err_console()
+    return console.status(text) if console.is_terminal else nullcontext()
+
+
 def _shown(path) -> str:
     """A path as printed: control characters escaped (terminal.printable)."""
     from .terminal import printable
@@ -337,7 +345,8 @@ def report(
     _set_step(step)
     _set_scheduler(scheduler)
     groups = _picked(paths, _load_groups(paths), rank)
-    written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
+    with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
+        written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
