@@ -282,5 +282,5 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     last = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["last_at_collectives"].items(), key=lambda kv: -kv[1]))
     at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
-    return (f"no clear straggler: no rank gates a significant majority of {unit} "
-            f"({counts} of {v['gated_units']}{p}{at_collectives})")
+    return (f"no clear straggler: no rank is significantly late in most {unit} "
+            f"(gated: {counts} of {v['gated_units']}{p}{at_collectives})")
