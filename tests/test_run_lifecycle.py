@@ -159,13 +159,30 @@ def _signal_when_ready(folder: Path, signum: int) -> threading.Thread:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_goes_on_to_every_rank(tmp_path, signum):
     (fake := tmp_path / "torchrun.py").write_text(FAKE_TORCHRUN)
-    _signal_when_ready(tmp_path, signum)
-    with pytest.raises(launch.Stopped) as stop, launch.stop_on_signals():
-        launch.launch([sys.executable, str(fake), str(tmp_path)], dict(os.environ), lambda line: None, gpu=False)
+    original = signal.getsignal(signum)
+    if original is signal.SIG_IGN:  # a job a shell started with & ignores SIGINT, and stop_on_signals leaves it so
+        signal.signal(signum, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signum)
+        _signal_when_ready(tmp_path, signum)
+        with pytest.raises(launch.Stopped) as stop, launch.stop_on_signals():
+            launch.launch([sys.executable, str(fake), str(tmp_path)], dict(os.environ), lambda line: None, gpu=False)
+        assert signal.getsignal(signum) is before  # the handler put back
+    finally:
+        signal.signal(signum, original)
     assert stop.value.signum == signum
     name = signal.Signals(signum).name
     assert sorted(p.name for p in tmp_path.glob(f"rank*.{name}")) == [f"rank0.{name}", f"rank1.{name}"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+
+
+def test_an_ignored_signal_stays_ignored():
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with launch.stop_on_signals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _plan(tmp_path: Path) -> Plan:
@@ -236,7 +253,8 @@ def test_sigint_of_a_real_run_marks_run_json(tmp_path):
     pytest.importorskip("torch")
     proc = subprocess.Popen([sys.executable, "-m", "tracelab", "run", "decode", "--ranks", "2", "--backend", "torch",
                              "--out", str(tmp_path), "--", "--new-tokens", "200", "--samples", "50"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("*/logs/**/stderr.log")) and time.monotonic() < deadline:
         time.sleep(0.2)
