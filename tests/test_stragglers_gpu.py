@@ -93,21 +93,25 @@ def test_per_step_wait_equals_the_raw_files(variant: str, source: str) -> None:
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_late_rank_gates_because_of_its_extra_work(source: str) -> None:
     """Every step that rank 1 gates, it gates for its extra GPU work (the products, ~10.7 ms),
-    and the run's verdict never names rank 0. Under torch the host's pace hides part of the
-    extra work: rank 1 gates 6 of 8 steps there, short of significance on 8 steps."""
+    and the run's verdict names rank 1. Under torch the host's pace hides part of the extra
+    work (rank 1 gates 6 of 8 steps, 2.2 ms late on average): the verdict still holds, as
+    the signed-rank test weighs how late, not only how often."""
     _, js = _analysed("late", source)
     by_rank = [s for s in js["steps"] if s["gating_rank"] == 1]
     assert len(by_rank) >= 6
     for s in by_rank:
         assert s["cause"] == "more GPU work"
         assert s["scopes"].get(EXTRA, 0) > 10e6  # ns
-    assert js["rank"] in (1, None)
-
-
-def test_late_rank_is_the_straggler_under_nsys() -> None:
-    _, js = _analysed("late", "nsys")
     assert js["rank"] == 1 and js["pattern"] == "straggler" and js["p_value"] < 0.05
     assert "more GPU work" in js["line"] and EXTRA in js["line"]
+
+
+def test_late_rank_beats_the_noise_by_how_late_it_is() -> None:
+    """The lateness under torch, step by step from the raw JSON: rank 1 late by ms in 6 steps,
+    rank 0 by fractions of a ms in 2; what the verdict rests on."""
+    late_ns = [w[0] - w[1] for w in _raw_waits("late", "torch")]  # > 0: rank 1 arrived last
+    assert sum(x > 0 for x in late_ns) == 6
+    assert min(x for x in late_ns if x > 0) > 0.5e6 > max(-x for x in late_ns if x < 0)
 
 
 @pytest.mark.parametrize("source", ["torch", "nsys"])
