@@ -54,11 +54,11 @@ class _Category(msgspec.Struct, gc=False):
 
 
 class _Event(msgspec.Struct, gc=False):
-    """A chosen event in full; `ts` as a float, exact to the ns while below FLOAT_EXACT_US
-    (_decode re-reads a chunk holding a larger one into _ExactEvent)."""
+    """A chosen event in full; `ts` an int as written (old traces: integer epoch us) or a
+    float, exact to the ns below FLOAT_EXACT_US (_decode re-reads others into _ExactEvent)."""
 
     cat: str
-    ts: float
+    ts: int | float
     name: str = ""
     pid: Id = None
     tid: Id = None
@@ -77,7 +77,7 @@ class _LaunchArgs(msgspec.Struct, gc=False):
 class _Launch(msgspec.Struct, gc=False):
     """A launch call: only what finds it (correlation) and places it (thread, start)."""
 
-    ts: float
+    ts: int | float
     pid: Id = None
     tid: Id = None
     args: _LaunchArgs | None = None
@@ -108,10 +108,15 @@ _CAT, _PID, _TID, _TS, _ARGS, _NAME = map(attrgetter, ("cat", "pid", "tid", "ts"
 FLOAT_EXACT_US = 2.0**33
 
 
-def _float_ns(events: list[_Event] | list[_Launch]) -> list[int] | None:
-    """`ts` in integer ns from the floats, or None where that would not be exact (a ts past
-    FLOAT_EXACT_US, as old traces' epoch microseconds, or with more than 3 decimals)."""
-    ns = np.fromiter(map(_TS, events), np.float64, len(events)) * 1000
+def _fast_ns(events: list[_Event] | list[_Launch]) -> list[int] | None:
+    """`ts` in integer ns from ints or floats, or None where that would not be exact (a
+    fractional ts past FLOAT_EXACT_US, or one with more than 3 decimals) or out of range."""
+    ts = list(map(_TS, events))
+    if all(type(t) is int for t in ts):  # integer microseconds (older Kineto): exact at any size
+        if ts and max(max(ts), -min(ts)) > limits.MAX_TIME_NS // 1000:
+            return None  # the exact path names it
+        return (np.array(ts, dtype=np.int64) * 1000).tolist()
+    ns = np.array(ts, dtype=np.float64) * 1000
     if len(ns) and not (np.abs(ns).max() < FLOAT_EXACT_US * 1000 and np.abs(ns - np.rint(ns)).max() < 0.01):
         return None
     return np.rint(ns).astype(np.int64).tolist()
@@ -119,13 +124,16 @@ def _float_ns(events: list[_Event] | list[_Launch]) -> list[int] | None:
 
 def _decode(collector, data: bytes) -> tuple[list, list[int]]:
     """The events of a JSON array into the collector's Struct, and their `ts` in integer ns:
-    through floats (fast), else again through Decimal (exact, as written)."""
-    try:
-        events = collector.DECODER.decode(data)
-        if (ns := _float_ns(events)) is not None:
-            return events, ns
-    except msgspec.ValidationError:  # a ts the float Struct refuses (a string): the exact one says
-        pass
+    through ints and floats (fast), else again through Decimal (exact, as written), and so
+    directly for the collector's later chunks (a trace's ts are alike: not decoded twice)."""
+    if not collector.exact:
+        try:
+            events = collector.DECODER.decode(data)
+            if (ns := _fast_ns(events)) is not None:
+                return events, ns
+        except msgspec.ValidationError:  # a ts the fast Struct refuses (a string): the exact one says
+            pass
+    collector.exact = True
     events = collector.EXACT.decode(data)
     return events, _ts_ns(events)
 
@@ -157,6 +165,7 @@ class Picked:
     name: list[str] = field(default_factory=list)
     args: list[_Args | None] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
+    exact: bool = False  # ts decoded through Decimal (_decode)
 
     def add(self, data: bytes) -> None:
         """Add the events of a JSON array."""
@@ -182,6 +191,7 @@ class Launches:
     tid: list = field(default_factory=list)
     ts_ns: list[int] = field(default_factory=list)
     args: list[_LaunchArgs | None] = field(default_factory=list)
+    exact: bool = False  # ts decoded through Decimal (_decode)
 
     def add(self, data: bytes) -> None:
         """Add the events of a JSON array."""

@@ -173,3 +173,16 @@ def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     monkeypatch.setenv(remote.SCHEDULER_ENV, "tcp://127.0.0.1:9")
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
         tracelab.load_many(DATA / "train-2gpu-torch")
+
+
+@pytest.mark.parametrize("case", TS_CASES)
+def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
+    """Chunks of 2 events: an earlier chunk read fast, a later one through Decimal, or the other way."""
+    from tracelab.parsers import _kineto_json
+
+    monkeypatch.setattr(_kineto_json, "CHUNK_EVENTS", 2)
+    texts = ["1", "2.5"] + TS_CASES[case] + ["3"]
+    path = tmp_path / "rank0.json"
+    path.write_text(_trace(texts))
+    got = chrome.read(path).events.sort_values("name", key=lambda s: s.str[1:].astype(int))["start_ns"]
+    assert got.astype("int64").tolist() == _decimal_ns(texts)
