@@ -57,6 +57,8 @@ class Profile:
 
     events: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    # small per-rank tables computed where the rank was parsed (load_many's `reduce`), by name
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rank(self) -> int:
