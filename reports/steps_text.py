@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from . import verdicts as V
 from .waits import Waits, straggler_json
 
 
@@ -78,8 +79,9 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
         parts.append(who_waits_table(doc))
     if len(w.bandwidth):
         parts.append(bandwidth_table(w.bandwidth))
-    parts += [Text(clock_line(w.clock)), Text(w.line)]
-    return Group(*parts)
+    untimed = totals is not None and len(totals) and not w.clock.get("collectives")
+    lines = [V.waits_from_comm_time(totals)["line"]] if untimed else [clock_line(w.clock), w.line]
+    return Group(*parts, *map(Text, lines))
 
 
 def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
@@ -90,8 +92,10 @@ def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
     def records(df: pd.DataFrame) -> list:
         return json.loads(df.to_json(orient="records")) if df is not None and len(df) else []
 
+    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) else None
     return json.dumps({"steps": records(w.steps), "per_step_totals": records(totals),
-                       "straggler": straggler_json(w), "bandwidth": records(w.bandwidth)}, indent=1)
+                       "straggler": straggler_json(w), "waits_from_comm_time": untimed,
+                       "bandwidth": records(w.bandwidth)}, indent=1)
 
 
 # format name -> renderer(waits, totals); the CLI's --format choices come from here

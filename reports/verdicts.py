@@ -284,3 +284,26 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
                       if unit == "steps" else "")
     return (f"no clear straggler: no rank is significantly late in most {unit} "
             f"(gated: {counts} of {v['gated_units']}{p}{at_collectives})")
+
+
+def waits_from_comm_time(per_rank: pd.DataFrame) -> dict[str, Any]:
+    """Who waited, from time in communication kernels alone, for sources without timestamps
+    (proton). A collective kernel starts when its rank arrives and spins until the last rank
+    has, so a rank's time in it is its wait plus the transfer, and the transfer is common to
+    all ranks: a rank's excess over the rank with the least is how much longer it waited.
+    On 2 H200s (tests/data/ddp-2gpu-*) the excess equals the summed waits' difference that
+    torch and nsys timestamps give, to < 0.1 ms per step. Totals cannot say in which steps,
+    nor whether beyond the noise, so this names no straggler.
+    per_rank: rank, comm_ns_per_step. Returns least_rank (the one waited for on average),
+    excess_ns_per_step {rank: ns}, and the line."""
+    if len(per_rank) < 2 or not (per_rank["comm_ns_per_step"] > 0).any():
+        return {"least_rank": None, "excess_ns_per_step": {}, "line": "no timestamps and no collectives to read waits from"}
+    comm = per_rank.set_index("rank")["comm_ns_per_step"].astype(float)
+    least = int(comm.idxmin())
+    excess = {int(r): int(round(v - comm[least])) for r, v in comm.items()}
+    most = max(excess, key=excess.get)
+    line = (f"no timestamps (proton): a collective kernel spins until the last rank arrives, so its time holds the "
+            f"wait: rank {most} spent {_ms(excess[most])} per step more in communication than rank {least}, "
+            f"the rank the others waited for on average; in which steps, and whether beyond the noise, needs a "
+            f"timed trace (torch or nsys)")
+    return {"least_rank": least, "excess_ns_per_step": excess, "line": line}

@@ -208,3 +208,41 @@ def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
     from tracelab.reports.timeline import _coverage
     empty = np.empty(0, dtype=np.int64)
     assert list(_coverage(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
+
+
+def _hatchet_nccl_ns(path: Path) -> int:
+    """NCCL all-reduce time in a raw hatchet tree, walked by hand (proton keeps the mangled
+    name: _Z39ncclDevKernel_AllReduce_...)."""
+    stack, total = [json.loads(path.read_text())[0]], 0
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("children", []))
+        if NCCL in node.get("frame", {}).get("name", "") and "device_id" in node.get("metrics", {}):
+            total += int(node["metrics"]["time (ns)"])
+    return total
+
+
+@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
+def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> None:
+    from tracelab.reports.steps import per_step_totals
+    from tracelab.reports.verdicts import waits_from_comm_time
+    ev = tracelab.events(list(_profiles(variant, "proton")))
+    got = waits_from_comm_time(per_step_totals(ev, STEPS))
+    raw = {r: _hatchet_nccl_ns(_dir(variant, "proton") / f"rank{r}.hatchet") / STEPS for r in (0, 1)}
+    least = min(raw, key=raw.get)
+    assert got["least_rank"] == least
+    assert got["excess_ns_per_step"] == {r: round(raw[r] - raw[least]) for r in (0, 1)}
+    assert f"rank {1 - least} spent" in got["line"] and "needs a timed trace" in got["line"]
+
+
+@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_waits_from_comm_time_agree_with_timestamps(variant: str, source: str) -> None:
+    """The reading proton gets, applied where timestamps exist, gives the waits they give."""
+    from tracelab.reports.steps import per_step_totals
+    from tracelab.reports.verdicts import waits_from_comm_time
+    got = waits_from_comm_time(per_step_totals(tracelab.events(list(_profiles(variant, source))), STEPS))
+    waits = pd.DataFrame(_raw_waits(variant, source)).sum() / STEPS
+    for r in (0, 1):
+        want = (waits[r] - waits[1 - r]) if got["least_rank"] == 1 - r else 0
+        assert got["excess_ns_per_step"][r] == pytest.approx(want, abs=0.1e6)
