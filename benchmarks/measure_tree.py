@@ -26,11 +26,20 @@ SAMPLE_S = 0.05
 
 
 def _children(pid: int) -> list[int]:
+    """Children started by any thread of pid (a Dask cluster starts its workers from its own
+    thread: /proc/PID/task/PID/children lists only the main thread's)."""
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
 
 
 def _rss_bytes(pid: int) -> int:
