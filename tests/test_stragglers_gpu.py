@@ -181,15 +181,15 @@ def test_proton_nccl_time_says_who_waited() -> None:
     ("rank1", 1, [0, 1, 2, 3]), ("rank1", 0, []),
     ("alternating", 0, [0, 2]), ("alternating", 1, [1, 3]), ("none", 1, [])])
 def test_late_work_goes_to_the_late_rank(monkeypatch, late: str, rank: int, worked: list[int]) -> None:
-    """train --late: which rank does the extra products at which step (call index)."""
+    """--late (train, decode): which rank does the extra products at which step."""
     import contextlib
 
     import torch
 
-    from tracelab.workloads import train
+    from tracelab.workloads import late as L
     seen: list[str] = []
-    monkeypatch.setattr(train.backends, "region", lambda name: seen.append(name) or contextlib.nullcontext())
-    extra = train.late_work(late, 1, rank, torch.device("cpu"))
+    monkeypatch.setattr(L.backends, "region", lambda name: seen.append(name) or contextlib.nullcontext())
+    extra = L.late_work(late, 1, rank, torch.device("cpu"))
     done = []
     for i in range(4):
         before = len(seen)

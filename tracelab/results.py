@@ -28,7 +28,7 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {"train": {"late": "none", "late_work": 0}}
+ADDED = {w: {"late": "none", "late_work": 0} for w in ("train", "decode")}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -45,6 +45,8 @@ RESULTS: dict[str, dict[str, Field]] = {
                "matvec": Field("", "weight products"), "fuse_mlp": Field("", "gate and up projections stacked"),
                "pdl": Field("", "programmatic dependent launch"), "inductor": Field("", "inductor settings"),
                "attention": Field("", "attention kernel choice"), "batch_size": Field("sequences", "batch"),
+               "late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
+               "late_work": Field("products", "the late rank's extra matrix products per token (--late-work)"),
                "prompt_len": Field("tokens", "prompt length"), "new_tokens": Field("tokens", "generated per sample"),
                "sample_s": Field("s", "each measured sample's time"), "s_per_sample": Field("s", "their mean"),
                "tokens_per_s": Field("tokens/s", "new tokens / s_per_sample (per sequence)"),

@@ -23,7 +23,7 @@ from torch import Tensor
 from tracelab import backends, results
 from tracelab.errors import UsageError
 
-from . import checkpoint, harness
+from . import checkpoint, harness, late
 from .common import Dist, device_name, env_rank, exit_now
 from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
 from .tp import ALLREDUCE, GROUP_ALLREDUCE, install_all_reduce, unshardable
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--samples", type=int, default=5, help="measured samples, inside the profiled window")
     p.add_argument("--warmup", type=int, default=1, help="samples before the window (compilation happens here)")
+    late.add_arguments(p)  # before each token's step, so before its tensor-parallel all-reduces
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=200)
     return p
@@ -127,6 +128,7 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
     if args.allreduce in GROUP_ALLREDUCE and args.allreduce != group_backend(gpu):
         raise UsageError("--allreduce", f"the ranks' process group here is {group_backend(gpu)}, not {args.allreduce}")
     check_kernel_options(args, gpu)
+    late.check(args)
     if args.checkpoint is not None:
         checkpoint.check(args.checkpoint, config, args.model)
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
@@ -246,7 +248,8 @@ def attention_backend(choice: str):
     return sdpa_kernel(SDPBackend.MATH) if choice == "math" else nullcontext()
 
 
-def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: argparse.Namespace) -> Tensor:
+def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: argparse.Namespace,
+             extra=None) -> Tensor:
     # prompt: [B, T] -> [B, T + new_tokens]
     first, step = steps
     bsz, t = prompt.shape
@@ -258,19 +261,23 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
     input_pos = torch.tensor([t], device=prompt.device, dtype=torch.int)
     for i in range(1, new_tokens):
         # one step per token: `token N` is the step (parsers/_steps.py), decode_one_token its phase
-        with backends.region(f"token {i}"), backends.region("decode_one_token"), attention_backend(args.attention):
-            token = step(model, token, input_pos, args.temperature, args.top_k).clone()
+        with backends.region(f"token {i}"):
+            if extra is not None:
+                extra(i)  # late.late_work: the late rank's products, before this token's all-reduces
+            with backends.region("decode_one_token"), attention_backend(args.attention):
+                token = step(model, token, input_pos, args.temperature, args.top_k).clone()
         seq[:, t + i:t + i + 1] = token
         input_pos += 1
     return seq
 
 
-def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace) -> tuple[float, Tensor]:
+def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace,
+                 extra=None) -> tuple[float, Tensor]:
     """Seconds for one sample (prefill + all new tokens), device work included, and the tokens."""
     sync = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
     sync()
     t0 = time.perf_counter()
-    seq = generate(model, prompt, args.new_tokens, steps, args)
+    seq = generate(model, prompt, args.new_tokens, steps, args, extra)
     sync()
     return time.perf_counter() - t0, seq
 
@@ -283,7 +290,7 @@ def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes:
             "model": args.model, "dtype": args.dtype, "compile": args.compile, "allreduce": args.allreduce,
             "matvec": args.matvec,
             "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
-            "attention": args.attention,
+            "attention": args.attention, "late": args.late, "late_work": args.late_work,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
@@ -304,12 +311,13 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
     steps = compiled_steps(args)
     prompt = torch.randint(0, model.args.vocab_size, (args.batch_size, args.prompt_len),
                            generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
+    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
     with torch.no_grad(), backends.session(args.backend, args.out, d.rank) as prof:
         for i in range(args.warmup):
-            seconds, _ = timed_sample(model, prompt, steps, args)
+            seconds, _ = timed_sample(model, prompt, steps, args, extra)
             say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
         with prof.window():
-            timed = [timed_sample(model, prompt, steps, args) for _ in range(args.samples)]
+            timed = [timed_sample(model, prompt, steps, args, extra) for _ in range(args.samples)]
     return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
 
 

@@ -24,7 +24,7 @@ import torch
 from tracelab import backends, results
 from tracelab.errors import UsageError
 
-from . import harness
+from . import harness, late
 from .common import Dist, device_name
 from .ddp import VARIANTS, broadcast_parameters, make_sync
 from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
@@ -32,7 +32,6 @@ from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
 PHASES = ("forward", "forward-backward", "step")
 DTYPES = ("fp32", "bf16")
 DDP = ("none",) + VARIANTS
-LATE = ("none", "rank1", "alternating")  # who does --late-work before the step's gradient sync
 # Dense peak TFLOP/s of an H100/H200 SXM by its datasheet: an assumption, not a measurement.
 HOPPER_PEAK_TFLOPS = {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}
 MFU_FORMULA = ("PaLM model FLOPs: (6*N + 12*L*d*S) per token for forward+backward, a third of that "
@@ -60,13 +59,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
-    p.add_argument("--late", default="none", choices=LATE,
-                   help="make a rank late on purpose, to test straggler verdicts: rank1 does --late-work before "
-                        "every step's backward (so before its all-reduces), alternating gives it to the rank of "
-                        "the step's parity (default: none)")
-    p.add_argument("--late-work", type=int, default=4,
-                   help="the extra work: this many products of two 4096x4096 fp32 matrices on a GPU "
-                        "(1024x1024 on the CPU), in an `extra_work` region (default: 4)")
+    late.add_arguments(p)  # before the backward, so before the gradient all-reduce
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     return _validate(args)
@@ -83,8 +76,7 @@ def _validate(args: argparse.Namespace) -> argparse.Namespace:
                           ("--vocab-size", args.vocab_size), ("--steps", args.steps), ("--bucket-mb", args.bucket_mb)):
         if value <= 0:
             raise UsageError(option, f"must be positive, not {value}")
-    if args.late_work < 0:
-        raise UsageError("--late-work", f"must be 0 or more, not {args.late_work}")
+    late.check(args)
     if args.warmup < 0:
         raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
     if args.batch_size % world_size:
@@ -108,23 +100,6 @@ def peak_tflops(args: argparse.Namespace, dtype: str, d: Dist) -> tuple[float | 
     tf32 = dtype == "fp32" and torch.get_float32_matmul_precision() != "highest"
     key = "tf32" if tf32 else dtype
     return HOPPER_PEAK_TFLOPS[key], f"assumed: H100/H200 SXM datasheet dense {key} peak"
-
-
-def late_work(late: str, n_products: int, rank: int, device: torch.device):
-    """A function of the step's index that does the extra work when this rank is the late
-    one (--late): products of two square fp32 matrices, [N, N] @ [N, N]."""
-    size = 4096 if device.type == "cuda" else 1024
-    a = torch.randn(size, size, device=device) / size**0.5 if late != "none" and n_products else None
-
-    def maybe(i: int) -> None:
-        if a is None or rank != (1 if late == "rank1" else i % 2):
-            return
-        with backends.region("extra_work"):
-            b = a
-            for _ in range(n_products):
-                b = b @ a
-
-    return maybe
 
 
 def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device, extra=None):
@@ -187,7 +162,7 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
 
 def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     model, batch, sync, optimizer = build(args, cfg["size"], cfg["phase"], cfg["ddp"], d)
-    extra = late_work(args.late, args.late_work, d.rank, d.device)
+    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
     step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra)
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
