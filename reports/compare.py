@@ -243,16 +243,19 @@ class Comparison:
     skew: pd.DataFrame
     measured: str
     straggler: dict | None = None  # the first run's who-waits verdict (reports/waits.straggler_json)
+    waits: dict = field(default_factory=dict)  # group -> its reports.waits.Waits, analysed once
 
 
 def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
     from .waits import run_verdicts
 
     totals_df = totals(inputs)
-    verdicts, straggler = run_verdicts(inputs, stragglers(totals_df))
+    analysed: dict = {}
+    verdicts, straggler = run_verdicts(inputs, stragglers(totals_df), analysed)
     return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
                       verdicts, _timelines(inputs), _skews(inputs),
-                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)), straggler)
+                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)), straggler,
+                      analysed)
 
 
 def rank_timeline(events: pd.DataFrame) -> pd.DataFrame:

@@ -241,7 +241,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
             "times of different inputs are never added together"),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     out += _timeline_sections(inputs, c, figs) + _tree_sections(inputs)
-    out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 10
+    out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
     if len(c.skew):
         out += ["<h2>Collective skew across ranks</h2>", table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:

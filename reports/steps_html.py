@@ -54,14 +54,17 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
     return out + [f'<p class="note">{escape(clock_line(w.clock))}</p>', f"<p><b>{escape(w.line)}</b></p>"]
 
 
-def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
-    """The steps section for every run (group) of two or more timed ranks of one profiler."""
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable,
+             analysed: dict[str, Waits] | None = None) -> list[str]:
+    """The steps section for every run (group) of two or more timed ranks of one profiler;
+    `analysed`: runs' Waits already computed (Comparison.waits), by group."""
     out = []
     for group in dict.fromkeys(i.group for i in inputs):
         members = [i for i in inputs if i.group == group]
         if len(members) < 2 or len({i.source for i in members}) > 1 or len({i.rank for i in members}) < len(members):
             continue
-        w = analyse(pd.concat([i.events for i in members], ignore_index=True), {i.rank: i.epoch_ns for i in members})
+        w = (analysed or {}).get(group) or analyse(pd.concat([i.events for i in members], ignore_index=True),
+                                                   {i.rank: i.epoch_ns for i in members})
         if len(w.collectives) or len(w.steps):
             out += _run(group, w, figure, table)
     if out:

@@ -92,9 +92,11 @@ def straggler_json(w: Waits) -> dict[str, Any]:
             "steps": steps}
 
 
-def run_verdicts(inputs: list, totals_rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
+                 ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """Per run (inputs of one group, several distinct ranks) its straggler row with a `line`
-    in words, and the first such run's straggler_json (None without one). Runs whose ranks
+    in words, and the first such run's straggler_json (None without one); `analysed`, when
+    given, receives each run's Waits by group (the report's steps section reuses them). Runs whose ranks
     have timed collectives get the who-waits verdict (rank NA unless significant); the
     others (proton, CPU-only traces: no timeline) keep the totals row of compare.stragglers,
     claimed only where the rank with the most compute also has the least communication."""
@@ -103,6 +105,8 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame) -> tuple[pd.DataFrame,
         members = [i for i in inputs if i.group == group]
         w = analyse(pd.concat([i.events for i in members], ignore_index=True),
                     {i.rank: i.epoch_ns for i in members})
+        if analysed is not None:
+            analysed[group] = w
         if len(w.collectives):
             rank = w.verdict["rank"]
             rows.append({**totals_row.to_dict(), "rank": rank, "label": "" if rank is None else f"rank{rank}",

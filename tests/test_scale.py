@@ -186,3 +186,25 @@ def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
     path.write_text(_trace(texts))
     got = chrome.read(path).events.sort_values("name", key=lambda s: s.str[1:].astype(int))["start_ns"]
     assert got.astype("int64").tolist() == _decimal_ns(texts)
+
+
+def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypatch):
+    import tracelab
+    from tracelab.reports import compare, html, steps_html, waits
+
+    folder = DATA / "gloo-2cpu-late"
+    inputs = compare.label([folder], [True], [tracelab.load_many(folder, workers=1)])
+    calls = []
+    real = waits.analyse
+    monkeypatch.setattr(waits, "analyse", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(steps_html, "analyse", waits.analyse)
+    c = compare.comparison(inputs, by="kernel")
+    assert len(calls) == 1 and set(c.waits) == {""}
+
+    def render(analysed):
+        figs: dict = {}
+        return steps_html.sections(inputs, lambda fig, note: html._figure(figs, fig, note), html.table, analysed), figs
+
+    reused, again = render(c.waits), render(None)
+    assert len(calls) == 2  # only the call without the comparison's Waits analysed again
+    assert reused == again and "straggler: rank 1" in "".join(reused[0])
