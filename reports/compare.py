@@ -265,7 +265,12 @@ def rank_timeline(events: pd.DataFrame) -> pd.DataFrame:
 
 # per-rank tables the comparison needs, computed in the worker that parses each rank
 # (tracelab.load_many's `reduce`): the parent gathers one small row per rank
-RANK_SUMMARIES = {"timeline": rank_timeline}
+RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels}
+
+
+def _comm_kernels(i: Input) -> pd.DataFrame:
+    rows = i.summary["comm_kernels"] if "comm_kernels" in i.summary else timeline.comm_kernels(i.events)
+    return rows.assign(rank=np.int32(i.rank))  # the rank as resolved after parsing
 
 
 def _timelines(inputs: list[Input]) -> pd.DataFrame:
@@ -281,7 +286,7 @@ def _skews(inputs: list[Input]) -> pd.DataFrame:
         members = [i for i in inputs if i.group == group]
         if len(members) < 2:
             continue
-        events = pd.concat([i.events for i in members], ignore_index=True)
+        events = pd.concat([_comm_kernels(i) for i in members], ignore_index=True)
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in members])
         summary = timeline.skew_summary(timeline.collective_skew(events, offsets))
         if len(summary):  # a run with no timed collectives (proton) adds no rows

@@ -104,6 +104,13 @@ def _on_one_clock(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> n
     return start + rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
 
 
+def comm_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    """The timed communication kernels, with the columns collective_skew reads: a few hundred
+    rows of a rank's thousands, so many ranks' skew never needs their whole frames."""
+    rows = df[(df["kind"] == "kernel") & (df["op_class"] == "communication") & df["start_ns"].notna()]
+    return rows[["rank", "kind", "op_class", "kernel", "start_ns"]]
+
+
 def collective_skew(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:
     """One row per collective: the i-th launch of each communication kernel on every rank,
     aligned. Columns: kernel, instance, ranks, first_rank, last_rank (the last to arrive),
@@ -112,8 +119,7 @@ def collective_skew(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = Non
     Starts are per-trace relative; `offsets_ns` (clock_offsets) puts ranks on one clock.
     Without it the skew assumes the traces started together.
     """
-    rows = timed(df)
-    rows = rows[(rows["kind"] == "kernel") & (rows["op_class"] == "communication")]
+    rows = comm_kernels(df)
     cols = ["kernel", "instance", "ranks", "first_rank", "last_rank", "first_start_ns", "skew_ns"]
     if rows.empty:
         return pd.DataFrame(columns=cols)

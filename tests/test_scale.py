@@ -208,3 +208,21 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     reused, again = render(c.waits), render(None)
     assert len(calls) == 2  # only the call without the comparison's Waits analysed again
     assert reused == again and "straggler: rank 1" in "".join(reused[0])
+
+
+def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
+    import pandas as pd
+
+    import tracelab
+    from tracelab.reports import compare, timeline
+
+    folder = DATA / "train-2gpu-torch"
+    with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (compare.RANK_SUMMARIES, None))
+    inputs = compare.label([folder], [True], [with_rows])
+    offsets = timeline.clock_offsets([p.meta for p in bare])
+    whole = timeline.skew_summary(timeline.collective_skew(pd.concat([p.events for p in bare], ignore_index=True),
+                                                           offsets))
+    got = compare._skews(inputs)
+    assert len(whole) > 0 and got.drop(columns=["group", "clock"]).equals(whole)
+    assert compare._skews(compare.label([folder], [True], [bare])).equals(got)
+    assert all(len(p.summary["comm_kernels"]) < len(p.events) / 3 for p in with_rows)
