@@ -1,6 +1,9 @@
 """Per-rank breakdown of GPU time: pure DataFrame -> DataFrame analyses."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -57,3 +60,17 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     out = out.join(idle(df).set_index("rank")[["span_ns", "busy_ns", "idle_share"]])
     return out.reset_index()
 
+
+
+def per_rank(by: str = "kernel", top: int | None = None) -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
+    """summary() and breakdown() as per-rank reductions (tracelab.load_many's `reduce`, run in
+    the worker that parsed each rank). Both group by rank, so the ranks' own tables stacked
+    in rank order (stacked()) are the tables of all the ranks' events together."""
+    return {"summary": summary, "breakdown": partial(breakdown, by=by, top=top)}
+
+
+def stacked(profiles: list, name: str) -> pd.DataFrame:
+    """Every profile's summary[name] (one rank's table), the rank as resolved after parsing."""
+    tables = [p.summary[name].assign(rank=np.int32(p.rank)) for p in profiles]
+    kept = [t for t in tables if len(t)] or tables[:1]  # a rank without rows adds none
+    return pd.concat(kept, ignore_index=True)

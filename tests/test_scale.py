@@ -226,3 +226,17 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     assert len(whole) > 0 and got.drop(columns=["group", "clock"]).equals(whole)
     assert compare._skews(compare.label([folder], [True], [bare])).equals(got)
     assert all(len(p.summary["comm_kernels"]) < len(p.events) / 3 for p in with_rows)
+
+
+@pytest.mark.parametrize("folder", ["train-2gpu-torch", "decode-2gpu-nsys", "decode-2gpu-proton", "gloo-2cpu-late"])
+@pytest.mark.parametrize("by,top", [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)])
+def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, top):
+    import tracelab
+    from tracelab.reports import breakdown as B
+
+    path = DATA / folder
+    reduced = tracelab.load_many(path, workers=2, reduce=B.per_rank(by, top), keep_events=False)
+    assert all(len(p.events) == 0 for p in reduced)
+    whole = tracelab.events(tracelab.load_many(path, workers=2))
+    assert B.stacked(reduced, "breakdown").equals(B.breakdown(whole, by=by, top=top))
+    assert B.stacked(reduced, "summary").equals(B.summary(whole))

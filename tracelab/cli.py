@@ -96,18 +96,19 @@ def _set_step(step: str | None) -> None:
         os.environ[STEP_PATTERN_ENV] = step
 
 
-def _load(paths: list[str], rank: int | None = None):
-    """Load with a progress bar on stderr when there are several files; --rank picks one rank."""
+def _load(paths: list[str], rank: int | None = None, **work):
+    """Load with a progress bar on stderr when there are several files; --rank picks one rank.
+    `work`: load_many's reduce and keep_events."""
     from .load import expand, load_many
     from .pick import pick_rank
 
     files = expand(paths)
     if len(files) == 1:
-        profiles = load_many(files)  # a file of several processes gives one Profile per rank
+        profiles = load_many(files, **work)  # a file of several processes gives one Profile per rank
     else:
         with _progress() as bar:
             task = bar.add_task(f"loading {len(files)} traces", total=len(files))
-            profiles = load_many(files, on_loaded=lambda _: bar.advance(task))
+            profiles = load_many(files, on_loaded=lambda _: bar.advance(task), **work)
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
@@ -166,7 +167,7 @@ def breakdown(
     """Per rank: GPU time, share, count and mean per kernel / op class / scope,
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from .load import events
-    from .reports.breakdown import BY_CHOICES, breakdown as analyse, summary
+    from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary
     from .reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -174,8 +175,12 @@ def breakdown(
     top = _top(top)
     _set_step(step)
     _set_scheduler(scheduler)
-    df = events(_load(paths, rank))
-    _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+    if rank is not None:  # one rank picked out of the inputs: its events
+        df = events(_load(paths, rank))
+        return _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+    # each rank's tables made where it was parsed; its events never reach this process
+    profiles = _load(paths, reduce=per_rank(by, top), keep_events=False)
+    _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), stacked(profiles, "breakdown"), by))
 
 
 def _top(top: int) -> int | None:

@@ -107,18 +107,20 @@ def _parse(path: Path) -> list[Profile]:
     return profiles
 
 
-def _parse_classified(path: Path, reduce: Reduce | None = None,
-                      patterns: list[tuple[str, str]] | None = None) -> list[Profile]:
+def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None,
+                      keep_events: bool = True) -> list[Profile]:
     """_parse, then the events classified (kernel, op_class) and reduced into small tables
     (Profile.summary): in the worker that parsed the file, so the caller's process only
     gathers results. `patterns`: the caller's classify.user_patterns(), for a worker
-    process that did not inherit them (spawned, or on a Dask cluster)."""
+    process that did not inherit them (spawned, or on a Dask cluster). Without
+    `keep_events` only the summaries come back (the events with no rows)."""
     if patterns is not None:
         classify.use_patterns(patterns)
     out = []
     for p in _parse_any(path):
         events = classify.classified(p.events)
-        out.append(Profile(events, p.meta, {name: fn(events) for name, fn in (reduce or {}).items()}))
+        summary = {name: fn(events) for name, fn in (reduce or {}).items()}
+        out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary))
     return out
 
 
@@ -228,17 +230,19 @@ def load_many(
     workers: int | None = None,
     on_loaded: Callable[[Path], None] | None = None,
     reduce: Reduce | None = None,
+    keep_events: bool = True,
 ) -> list[Profile]:
     """Read many trace files (folders are searched) in parallel processes, one Profile per rank.
 
     `ranks` maps a file path to its rank. Two profiles that resolve to the same
     rank raise RankError, never overwrite each other. `reduce` maps a name to a function
     of a rank's classified events, run in the worker that parsed it; each Profile's
-    `summary` holds the results by name.
+    `summary` holds the results by name. With `keep_events=False` the events are dropped
+    in the worker (no rows come back): memory then holds the summaries, not the job.
     """
     files = expand(paths)
     ranks = {str(Path(k)): v for k, v in (ranks or {}).items()}
-    parsed = _parse_all(files, workers, on_loaded, reduce)
+    parsed = _parse_all(files, workers, on_loaded, (reduce, keep_events))
     profiles = []
     for path, found in zip(files, parsed):
         for p in found:
@@ -247,19 +251,22 @@ def load_many(
     return _check_unique(profiles)
 
 
-def _parse_all(files: list[Path], workers: int | None, on_loaded, reduce: Reduce | None) -> list[list[Profile]]:
+def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Reduce | None, bool]
+               ) -> list[list[Profile]]:
+    """_parse_classified(f, *work) of every file, in order: locally or on a Dask cluster."""
+    reduce, keep = work
     if address := remote.scheduler():
-        return _parse_on_cluster(address, files, on_loaded, reduce)
+        return _parse_on_cluster(address, files, on_loaded, reduce, keep)
     workers = min(workers or os.cpu_count() or 1, len(files))
     if workers <= 1:
         out = []
         for f in files:
-            out.append(_parse_classified(f, reduce))
+            out.append(_parse_classified(f, reduce, None, keep))
             if on_loaded:
                 on_loaded(f)
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns()) for f in files]
+        futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns(), keep) for f in files]
         out = []
         try:
             for f, fut in zip(files, futures):
@@ -272,11 +279,12 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, reduce: Reduce
         return out
 
 
-def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce | None) -> list[list[Profile]]:
+def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce | None,
+                      keep: bool) -> list[list[Profile]]:
     """_parse_recording of every file on the Dask cluster at `address` (tracelab.remote)."""
     out = []
     for f, (profiles, caught) in zip(files, remote.cluster_map(address, _parse_recording, files, reduce,
-                                                                classify.user_patterns())):
+                                                                classify.user_patterns(), keep)):
         _warn_again(f, caught)
         out.append(profiles)
         if on_loaded:
@@ -284,12 +292,12 @@ def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce
     return out
 
 
-def _parse_recording(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None
-                     ) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
+def _parse_recording(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None,
+                     keep_events: bool = True) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
     """_parse_classified in a worker process, with the warnings it raised: they are raised again
     in the caller's process (where the CLI prints each as one line), not printed by the worker."""
     with warnings.catch_warnings(record=True) as caught:
-        profiles = _parse_classified(path, reduce, patterns)
+        profiles = _parse_classified(path, reduce, patterns, keep_events)
     return profiles, [(str(w.message), w.category) for w in caught]
 
 
