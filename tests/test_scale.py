@@ -240,3 +240,32 @@ def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, 
     whole = tracelab.events(tracelab.load_many(path, workers=2))
     assert B.stacked(reduced, "breakdown").equals(B.breakdown(whole, by=by, top=top))
     assert B.stacked(reduced, "summary").equals(B.summary(whole))
+
+
+def test_n_ranks_made_from_one_give_n_times_its_breakdown(tmp_path):
+    """benchmarks/make_ranks.py copies a real rank to N ranks (distributedInfo rewritten); the
+    stacked per-rank breakdown of the N is one rank's, N times, each under its own rank."""
+    import importlib.util
+
+    import tracelab
+    from tracelab.reports import breakdown as B
+
+    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
+    make_ranks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ranks)
+    files = make_ranks.make(tmp_path, 6, [RANK_TRACE])
+    doc = json.loads(gzip.decompress(files[5].read_bytes()))
+    assert doc["distributedInfo"]["rank"] == 5 and doc["distributedInfo"]["world_size"] == 6
+    reduced = tracelab.load_many(tmp_path, workers=2, reduce=B.per_rank("kernel", None), keep_events=False)
+    one = B.breakdown(chrome.read(RANK_TRACE).events.pipe(_classified), by="kernel")
+    table = B.stacked(reduced, "breakdown")
+    assert sorted(table["rank"].unique()) == list(range(6))
+    for r, g in table.groupby("rank"):
+        assert g.drop(columns="rank").reset_index(drop=True).equals(one.drop(columns="rank"))
+    assert table["total_ns"].sum() == 6 * one["total_ns"].sum() > 0
+
+
+def _classified(events):
+    from tracelab import classify
+
+    return classify.classified(events)
