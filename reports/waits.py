@@ -92,6 +92,17 @@ def straggler_json(w: Waits) -> dict[str, Any]:
             "steps": steps}
 
 
+# the events columns analyse() reads; a run's ranks are put together with these only (not
+# source, device, stream, flops, bytes), so every copy its filters make of all ranks is smaller
+COLUMNS = ["rank", "kind", "name", "kernel", "op_class", "scope", "process_group", "start_ns", "dur_ns", "count",
+           "msg_bytes", "step"]
+
+
+def run_events(members: list) -> pd.DataFrame:
+    """The events of one run's inputs (reports.compare.Input) in one frame, COLUMNS only."""
+    return pd.concat([i.events[[c for c in COLUMNS if c in i.events]] for i in members], ignore_index=True)
+
+
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
                  ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """Per run (inputs of one group, several distinct ranks) its straggler row with a `line`
@@ -103,8 +114,7 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Wa
     rows, first = [], None
     for group, totals_row in totals_rows.set_index("group", drop=False).iterrows():
         members = [i for i in inputs if i.group == group]
-        w = analyse(pd.concat([i.events for i in members], ignore_index=True),
-                    {i.rank: i.epoch_ns for i in members})
+        w = analyse(run_events(members), {i.rank: i.epoch_ns for i in members})
         if analysed is not None:
             analysed[group] = w
         if len(w.collectives):

@@ -269,3 +269,20 @@ def _classified(events):
     from tracelab import classify
 
     return classify.classified(events)
+
+
+@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "decode-2gpu-nsys"])
+def test_who_waits_on_the_columns_it_reads_equals_on_whole_frames(folder):
+    import pandas as pd
+
+    import tracelab
+    from tracelab.reports import compare, waits
+
+    members = compare.label([DATA / folder], [True], [tracelab.load_many(DATA / folder, workers=1)])
+    epochs = {i.rank: i.epoch_ns for i in members}
+    slim = waits.analyse(waits.run_events(members), epochs)
+    whole = waits.analyse(pd.concat([i.events for i in members], ignore_index=True), epochs)
+    assert slim.line == whole.line and slim.verdict == whole.verdict and slim.clock == whole.clock
+    for name in ("collectives", "steps", "gating", "waits", "causes"):
+        assert getattr(slim, name).equals(getattr(whole, name)), name
+    assert len(slim.collectives) > 0
