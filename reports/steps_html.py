@@ -3,6 +3,8 @@ ranks, step x rank heatmaps of step time and wait, the who-waits table per step,
 clock and the verdict with its numbers (reports/waits.py). Rendering only."""
 from __future__ import annotations
 
+from html import escape
+
 from typing import Callable
 
 import pandas as pd
@@ -39,7 +41,7 @@ def _who_waits(w: Waits) -> pd.DataFrame:
 
 
 def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
-    out = [f"<h3>{name or 'ranks'}</h3>"] if name else []
+    out = [f"<h3>{escape(name)}</h3>"] if name else []
     if len(w.steps):
         out += [figure(_heatmap(w.steps, "span_ns", "step time (first to last GPU activity of the step)"), ""),
                 figure(_heatmap(w.steps, "wait_ns", "wait at collectives"), "")]
@@ -49,8 +51,6 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
         out.append(table(ww, {**{k: v for k, v in WHO_WAITS_COLUMNS.items() if k in ("unit", "gating_rank", "skew_ns")},
                               **waits, **{k: v for k, v in WHO_WAITS_COLUMNS.items()
                                           if k not in ("unit", "gating_rank", "skew_ns")}}))
-    from html import escape
-
     return out + [f'<p class="note">{escape(clock_line(w.clock))}</p>', f"<p><b>{escape(w.line)}</b></p>"]
 
 

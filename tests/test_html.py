@@ -117,7 +117,9 @@ def test_run_report_in_chromium(chromium, tmp_path):
     text = out.read_text()
     assert text.count("<script>") == 2 and "cdn.plot.ly/plotly" not in text  # plotly.js once, inline
     assert "tracelab run decode --ranks 2" in text and XSS not in text and html._e(XSS) in text
-    for section in ("Timeline", "Busy, idle and communication overlap", "Collective skew", "straggler: rank1"):
+    # two sampled ranks of HTA's 128-rank job hold 2 steps: too few to name a straggler
+    for section in ("Timeline", "Busy, idle and communication overlap", "Collective skew",
+                    "Steps: who waits on whom", "no clear straggler: no rank is significantly late"):
         assert section in text
     check_rendered(chromium, out)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
