@@ -53,6 +53,10 @@ def test_empty_is_valid():
     ("void at::native::(anonymous namespace)::multimem_all_reduce_kernel<16>(float*)",
      "multimem_all_reduce_kernel", "communication"),
     ("triton_red_fused_mm_10", "triton_red_fused_mm_10", "gemm"),
+    # Inductor names list the fused graph's ops, the functional collective beside them included
+    ("triton_per_fused__unsafe_view_all_reduce_mm_mul_silu_t_view_11",
+     "triton_per_fused__unsafe_view_all_reduce_mm_mul_silu_t_view_11", "gemm"),
+    ("triton_poi_fused_add_all_reduce_3", "triton_poi_fused_add_all_reduce_3", "elementwise"),
     ("triton_poi_fused_add_mul_3", "triton_poi_fused_add_mul_3", "elementwise"),
     ("triton_per_fused__to_copy_mean_pow_rsqrt_1", "triton_per_fused__to_copy_mean_pow_rsqrt_1", "reduction"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),

@@ -246,3 +246,43 @@ def test_waits_from_comm_time_agree_with_timestamps(variant: str, source: str) -
     for r in (0, 1):
         want = (waits[r] - waits[1 - r]) if got["least_rank"] == 1 - r else 0
         assert got["excess_ns_per_step"][r] == pytest.approx(want, abs=0.1e6)
+
+
+# The tensor-parallel decode on the same machine (tests/data/tp-2gpu-*): 4 NCCL all-reduces
+# per forward, 17 forwards; the late rank's products before each token's all-reduces.
+TP_NCCL_PER_RANK = 68
+
+
+@functools.lru_cache(maxsize=None)
+def _tp(variant: str, source: str):
+    profiles = tracelab.load_many(DATA / f"tp-2gpu-{variant}-{source}")
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    return w, straggler_json(w)
+
+
+@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
+def test_tp_collectives_are_the_nccl_kernels_and_their_waits_equal_the_json(variant: str) -> None:
+    """Only NCCL kernels are collectives (Inductor's `..._all_reduce_mm_...` kernels are
+    products), and each one's wait equals the i-th NCCL kernels' arrivals in the raw JSON."""
+    w, _ = _tp(variant, "torch")
+    coll = w.collectives
+    assert set(coll["kernel"].astype(str)) == {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}
+    assert (coll.groupby("rank").size() == TP_NCCL_PER_RANK).all()
+    raw = [_kineto_arrivals(DATA / f"tp-2gpu-{variant}-torch" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    want = sorted(tuple(max(pair) - pair[r] for r in (0, 1)) for pair in zip(*raw))
+    got = coll.pivot(index="collective", columns="rank", values="wait_ns")
+    assert sorted(zip(got[0], got[1])) == want
+
+
+@pytest.mark.parametrize("source", ["torch", "nsys"])
+def test_tp_late_rank_is_the_straggler_for_its_extra_work(source: str) -> None:
+    _, js = _tp("late", source)
+    assert js["rank"] == 1 and js["pattern"] == "straggler" and js["p_value"] < 0.05
+    assert EXTRA in js["line"] and "more GPU work" in js["line"]
+
+
+def test_tp_alternating_and_equal() -> None:
+    _, alternating = _tp("alternating", "torch")
+    assert alternating["pattern"] == "alternating" and alternating["rank"] is None
+    _, equal = _tp("equal", "torch")
+    assert all(s["cause"] != "more GPU work" for s in equal["steps"] if s["gating_rank"] is not None)

@@ -91,9 +91,20 @@ def _compiled() -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(rx, re.IGNORECASE), cls) for rx, cls in _user_patterns + _DEFAULT_PATTERNS]
 
 
+# Inductor's generated Triton kernels are compute: their names list the fused graph's ops,
+# which can include the functional collective beside them (`triton_per_fused__unsafe_view_
+# all_reduce_mm_...` is a matrix product), so those op names are dropped before the defaults.
+_INDUCTOR = re.compile(r"^triton_(poi|red|per|tem|for)_fused", re.IGNORECASE)
+_COLLECTIVE_OPS = re.compile(r"_?(all_?reduce|all_?gather(_into_tensor)?|reduce_?scatter(_tensor)?|all_?to_?all"
+                             r"|wait_tensor|broadcast)", re.IGNORECASE)
+
+
 @lru_cache(maxsize=65536)
 def classify_one(kernel: str) -> str:
-    for rx, cls in _compiled():
+    compiled, n_user = _compiled(), len(_user_patterns)
+    for i, (rx, cls) in enumerate(compiled):
+        if i == n_user and _INDUCTOR.match(kernel):
+            kernel = _COLLECTIVE_OPS.sub("", kernel)
         if rx.search(kernel):
             return cls
     return "other"
