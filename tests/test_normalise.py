@@ -18,7 +18,8 @@ from conftest import shared_trace
     (1_000_000, 999_000, None, None, ""),          # 0.1% lead, no steps: noise
     (1_000_000, 980_000, None, None, "a"),         # 2% lead, no steps
     (1_000, 990, None, None, ""),                  # 10 ns: under MIN_LEAD_NS
-    (1_000_000, 990_000, 2_000.0, 2_000.0, "a"),   # 10 us lead, 2.8 us combined sigma x 2 = 5.7 us
+    (1_000_000, 985_000, 2_000.0, 2_000.0, "a"),   # 15 us (1.5%) lead, 2.8 us combined sigma x 2 = 5.7 us
+    (1_000_000, 998_000, 100.0, 100.0, ""),        # 0.2% lead of a steady kernel: beats its noise, not material
     (1_000_000, 990_000, 4_000.0, 4_000.0, ""),    # 10 us lead, 11.3 us noise
 ])
 def test_slowest_beats_the_noise(top, second, sigma_top, sigma_second, expected) -> None:
