@@ -23,9 +23,9 @@ import tracelab
 from tracelab import classify
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import chrome
+from tracelab.parsers._steps import DEFAULT_STEP_PATTERN
 
 REPO = Path(__file__).resolve().parents[1]
-from tracelab.parsers._steps import DEFAULT_STEP_PATTERN
 
 GPU_TRACES = [
     "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
