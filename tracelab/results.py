@@ -37,6 +37,8 @@ _EVERY = {
     "device": Field("", "the device's name (cpu on the CPU)"),
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
+_LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
+         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,
@@ -45,8 +47,7 @@ RESULTS: dict[str, dict[str, Field]] = {
                "matvec": Field("", "weight products"), "fuse_mlp": Field("", "gate and up projections stacked"),
                "pdl": Field("", "programmatic dependent launch"), "inductor": Field("", "inductor settings"),
                "attention": Field("", "attention kernel choice"), "batch_size": Field("sequences", "batch"),
-               "late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
-               "late_work": Field("products", "the late rank's extra matrix products per token (--late-work)"),
+               **_LATE,
                "prompt_len": Field("tokens", "prompt length"), "new_tokens": Field("tokens", "generated per sample"),
                "sample_s": Field("s", "each measured sample's time"), "s_per_sample": Field("s", "their mean"),
                "tokens_per_s": Field("tokens/s", "new tokens / s_per_sample (per sequence)"),
@@ -55,9 +56,7 @@ RESULTS: dict[str, dict[str, Field]] = {
                "bandwidth_gb_s": Field("GB/s", "weight_bytes x steps per second, as gpt-fast"),
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
-              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"),
-              "late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
-              "late_work": Field("products", "the late rank's extra matrix products per step (--late-work)")},
+              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},
     "overlap": {**_SWEEP, "dtype": Field("", "element type")},
