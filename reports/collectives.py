@@ -59,14 +59,15 @@ def activity(df: pd.DataFrame) -> pd.DataFrame:
     return rows if len(rows) else df[(df["kind"] == "cpu_op") & df["start_ns"].notna()]
 
 
-def _comm_rows(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> pd.DataFrame:
+def comm_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The communication kernels (or a CPU run's gloo ranges) of `df` on their own clocks:
+    rank, process_group, kernel, msg_bytes, step, arrival_ns, end_ns; one rank's rows are
+    what `match` needs of it (reports/waits.rank_digest keeps them per rank)."""
     rows = activity(df)
     rows = rows[rows["kind"].isin(["kernel", "cpu_op"]) & (rows["op_class"] == "communication")]
     if len(rows) and (rows["kind"] == "cpu_op").all():  # a CPU run: the backend's worker ranges, not
         rows = rows[rows["name"].str.match(CPU_COLLECTIVE)]  # the calls that only enqueue them (c10d::allreduce_)
     start = rows["start_ns"].to_numpy(dtype=np.int64)
-    if offsets_ns:
-        start = start + rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
     return pd.DataFrame({"rank": rows["rank"].to_numpy(), "process_group": rows["process_group"].to_numpy(dtype=object),
                          "kernel": rows["kernel"].astype(str).to_numpy(),
                          "msg_bytes": rows["msg_bytes"].to_numpy(), "step": rows["step"].array,
@@ -77,9 +78,18 @@ def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -
     """One row per matched collective and rank (COLUMNS), collectives numbered in order of
     their first arrival. `offsets_ns` (rank -> ns added to start_ns) puts ranks on one clock.
     Collectives that only one rank ran are left out: nothing to match."""
-    rows = _comm_rows(df, offsets_ns)
+    return match(comm_rows(df), offsets_ns)
+
+
+def match(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """collectives() of the comm_rows of any ranks (each rank's own clock; `offsets_ns` puts
+    them on one). `keep`: more columns of `rows` carried through to the result."""
     if rows.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=[*COLUMNS, *keep])
+    if offsets_ns:
+        shift = rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
+        rows = rows.assign(arrival_ns=rows["arrival_ns"].to_numpy(dtype=np.int64) + shift,
+                           end_ns=rows["end_ns"].to_numpy(dtype=np.int64) + shift)
     size = rows["msg_bytes"].fillna(-1)
     rows = rows.assign(size=size).sort_values(["rank", "arrival_ns"], kind="stable")
     rows["instance"] = rows.groupby(["rank", "process_group", "kernel", "size"]).cumcount()
@@ -101,7 +111,7 @@ def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -
     rows["type"] = rows["kernel"].map(collective_type)
     rows["step"] = _common_step(rows, keys)
     rows["msg_bytes"] = rows["size"].where(rows["size"] >= 0)
-    out = rows.sort_values(["collective", "rank"], kind="stable")[COLUMNS]
+    out = rows.sort_values(["collective", "rank"], kind="stable")[[*COLUMNS, *keep]]
     return out.reset_index(drop=True)
 
 

@@ -34,17 +34,31 @@ def step_table(df: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFra
     """One row per (step, rank) with timed rows in that step (COLUMNS): kernels, span,
     busy, compute, communication, exposed communication (with no compute beside it) and
     wait (summed over the step's collectives, from collectives.collectives; 0 without)."""
+    return with_waits(step_rows(df), coll)
+
+
+def step_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """step_table without its wait column: what each rank's own events give (one rank's
+    rows are its part of the table: reports/waits.rank_digest makes them per rank)."""
     rows = activity(df)
     rows = rows[rows["step"].notna()]
     if rows.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=COLUMNS[:-1])
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
     kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
     groups = rows.groupby(["step", "rank"], sort=True).indices  # (step, rank) -> row positions
-    out = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
-                        for (s, r), i in groups.items()])
+    return pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
+                         for (s, r), i in groups.items()], columns=COLUMNS[:-1])
+
+
+def with_waits(table: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFrame:
+    """step_rows of any ranks, sorted by step and rank, with each (step, rank)'s wait at the
+    collectives `coll` (collectives.collectives) summed; 0 without."""
+    if table.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    out = table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
     out["wait_ns"] = 0
     if coll is not None and len(coll):
         wait = coll.dropna(subset=["step"]).groupby(["step", "rank"])["wait_ns"].sum()

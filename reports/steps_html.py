@@ -10,7 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from .steps_text import clock_line
-from .waits import Waits, analyse, run_events, straggler_json
+from .waits import Waits, run_waits, straggler_json
 
 WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "skew (ms)", "cause": "why",
                      "extra_work_ns": "more busy (ms)", "extra_idle_ns": "more idle (ms)",
@@ -63,7 +63,7 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable,
         members = [i for i in inputs if i.group == group]
         if len(members) < 2 or len({i.source for i in members}) > 1 or len({i.rank for i in members}) < len(members):
             continue
-        w = (analysed or {}).get(group) or analyse(run_events(members), {i.rank: i.epoch_ns for i in members})
+        w = (analysed or {}).get(group) or run_waits(members)
         if len(w.collectives) or len(w.steps):
             out += _run(group, w, figure, table)
     if out:

@@ -26,12 +26,11 @@ the CPU's in a CPU-only run (gloo), and the causes say which.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .collectives import activity
 from .timeline import _coverage, merge_intervals
 
 ALPHA = 0.05
@@ -166,70 +165,93 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _busy_before(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
-    """Per collective and rank: the window from the rank's previous collective end (its
-    first activity for the first) to its arrival; GPU busy and idle ns inside it."""
-    parts = []
-    for rank, mine in coll.sort_values("arrival_ns").groupby("rank"):
-        r = rows[rows["rank"] == rank]
-        start = r["start_ns"].to_numpy(dtype=np.int64)
-        seg = merge_intervals(start, start + r["dur_ns"].to_numpy(dtype=np.int64))
-        begin = np.r_[start.min() if len(start) else 0, mine["end_ns"].to_numpy()[:-1]]
-        arrive = mine["arrival_ns"].to_numpy()
-        begin = np.minimum(begin, arrive)
-        busy = _coverage(*seg, arrive) - _coverage(*seg, begin)
-        parts.append(mine.assign(window_start_ns=begin, busy_ns=busy, idle_ns=arrive - begin - busy))
-    return pd.concat(parts, ignore_index=True) if parts else coll.assign(window_start_ns=0, busy_ns=0, idle_ns=0)
+def windows(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """One rank's windows before its collectives: per row of `comm` (the rank's communication
+    rows, collectives.comm_rows, in arrival order), window_start_ns (the rank's previous
+    communication end, its first activity for the first), busy_ns and idle_ns of its GPU
+    (the union of `rows`, its activity other than communication) from there to the arrival.
+    A rank's windows never overlap: each ends at an arrival, the next starts at or after it."""
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    seg = merge_intervals(start, start + rows["dur_ns"].to_numpy(dtype=np.int64))
+    arrive = comm["arrival_ns"].to_numpy(dtype=np.int64)
+    begin = np.r_[start.min() if len(start) else 0, comm["end_ns"].to_numpy(dtype=np.int64)[:-1]][:len(arrive)]
+    begin = np.minimum(begin, arrive)
+    busy = _coverage(*seg, arrive) - _coverage(*seg, begin)
+    return comm.assign(window_start_ns=begin, busy_ns=busy, idle_ns=arrive - begin - busy)
 
 
-def _time_in(rows: pd.DataFrame, windows: pd.DataFrame, key: str) -> pd.DataFrame:
-    """ns per (unit, key) x rank of the rows starting inside the windows (unit, rank,
-    window_start_ns, arrival_ns). A rank's windows never overlap (each runs from its previous
-    collective to the next), so each row falls in at most one: one searchsorted per rank."""
-    parts = []
-    for rank, w in windows.sort_values("window_start_ns").groupby("rank"):
-        r = rows[rows["rank"] == rank]
-        start = r["start_ns"].to_numpy(dtype=np.int64)
-        pos = np.searchsorted(w["window_start_ns"].to_numpy(), start, side="right") - 1
-        inside = (pos >= 0) & (start < w["arrival_ns"].to_numpy()[np.maximum(pos, 0)])
-        parts.append(pd.DataFrame({"unit": w["unit"].to_numpy()[pos[inside]], "rank": rank,
-                                   key: r[key].astype(str).to_numpy()[inside],
-                                   "dur_ns": r["dur_ns"].to_numpy()[inside]}))
-    if not parts:
-        return pd.DataFrame()
-    return pd.concat(parts).groupby(["unit", key, "rank"])["dur_ns"].sum().unstack("rank", fill_value=0)
+def time_in(rows: pd.DataFrame, windows_df: pd.DataFrame, key: str) -> pd.DataFrame:
+    """ns per (window, key) of one rank's `rows` that start inside its windows (`windows_df`:
+    window_start_ns and arrival_ns in arrival order, from `windows`; window = its position).
+    Windows never overlap, so each row falls in at most one: one searchsorted."""
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    begin = windows_df["window_start_ns"].to_numpy(dtype=np.int64)
+    if not len(begin):
+        start = start[:0]
+    pos = np.searchsorted(begin, start, side="right") - 1
+    inside = (pos >= 0) & (start < windows_df["arrival_ns"].to_numpy(dtype=np.int64)[np.maximum(pos, 0)])
+    names = rows[key].astype(str).to_numpy()[inside]
+    out = pd.DataFrame({"window": pos[inside].astype(np.int32), key: pd.Categorical(names),
+                        "dur_ns": rows["dur_ns"].to_numpy(dtype=np.int64)[inside]})
+    return out.groupby(["window", key], observed=True, sort=False)["dur_ns"].sum().reset_index()
 
 
-def _extra(wide: pd.DataFrame, unit: int, rank: int, n_others: int, work_ns: int) -> dict[str, int]:
-    """The TOP_KERNELS kernels (or scopes) whose ns before the rank's collectives of the unit
-    exceed the other ranks' mean the most, each by over a tenth of the extra work
-    (`wide`: (unit, name) x rank ns, from _time_in); largest first."""
-    if not len(wide) or unit not in wide.index.get_level_values("unit"):
+def _extra(total: pd.DataFrame, mine: pd.DataFrame, unit: int, n_others: int, work_ns: int) -> dict[str, int]:
+    """The TOP_KERNELS names (kernels or scopes) whose ns before the gating rank's collectives
+    of the unit exceed the other ranks' mean the most, each by over a tenth of the extra work
+    (`total`: ns per (unit, name) summed over all ranks; `mine`: the gating rank's); largest first."""
+    if unit not in total.index.get_level_values("unit"):
         return {}
-    wide = wide.xs(unit, level="unit")
-    diff = (wide[rank] if rank in wide else 0) - wide.drop(columns=[rank], errors="ignore").sum(axis=1) / n_others
+    everyone = total.xs(unit, level="unit")
+    own = mine.xs(unit, level="unit").reindex(everyone.index, fill_value=0) if unit in mine.index.get_level_values(
+        "unit") else pd.Series(0, index=everyone.index)
+    diff = own - (everyone - own) / n_others
     diff = diff[diff.index != ""]  # rows outside every scope name nothing
     top = diff[diff > max(work_ns, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)
     return {str(k): int(v) for k, v in top.items()}
 
 
-def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None = None) -> pd.DataFrame:
+def _names_in(chosen: pd.DataFrame, tables: Mapping[int, pd.DataFrame], key: str, gate: pd.Series
+              ) -> tuple[pd.Series, pd.Series]:
+    """Per (unit, name): ns summed over all ranks, and the unit's gating rank's own, of the
+    ranks' per-window tables (`tables`: rank -> time_in of `key`) in the `chosen` windows
+    (rank, window, unit). Each rank is reduced on its own: only (unit, name) sums meet."""
+    parts, mine = [], []
+    for rank, w in chosen.groupby("rank", sort=True):
+        t = tables.get(int(rank))
+        if t is None or t.empty:
+            continue
+        t = t.merge(w[["window", "unit"]], on="window")
+        g = t.assign(**{key: t[key].astype(str)}).groupby(["unit", key])["dur_ns"].sum()
+        parts.append(g)
+        own = g[g.index.get_level_values("unit").map(gate) == rank]
+        if len(own):
+            mine.append(own)
+    empty = pd.Series(dtype="int64", index=pd.MultiIndex.from_tuples([], names=["unit", key]))
+    total = pd.concat(parts).groupby(level=[0, 1]).sum() if parts else empty
+    return total, (pd.concat(mine) if mine else empty)
+
+
+def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping[int, pd.DataFrame],
+        device: str = "GPU") -> pd.DataFrame:
     """Per gated unit: why its gating rank was late, against the mean of the other ranks
     over the collectives it was last at: extra_work_ns (more GPU busy time before them),
     extra_idle_ns (more idle GPU time), cause ("more GPU work" / "idle GPU"), and the
-    kernels and scopes whose time before them differs most (name -> extra ns, largest first)."""
-    rows = activity(df)
-    device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
-    rows = rows[rows["op_class"] != "communication"].copy()
-    if offsets_ns:
-        rows["start_ns"] = rows["start_ns"] + rows["rank"].map(offsets_ns).fillna(0).astype("int64")
-    windows = _busy_before(rows, coll).merge(per_collective(coll)[["collective", "unit", "last_rank"]],
-                                             on="collective", suffixes=("", "_gate"))
-    gate = gating(coll).set_index("unit")["gating_rank"]  # one noise level for the whole run
-    windows = windows[windows["last_rank_gate"] == windows["unit"].map(gate)]  # where the gating rank was last
-    by_kernel, by_scope = _time_in(rows, windows, "kernel"), _time_in(rows, windows, "scope")
+    kernels and scopes whose time before them differs most (name -> extra ns, largest first).
+    `coll`: collectives.collectives with each rank's `window` (its position among the rank's
+    communication rows) and the window's busy_ns and idle_ns (`windows`); `kernels`, `scopes`:
+    rank -> its `time_in` table; `device`: "GPU", or "CPU" for a CPU-only run."""
+    cols = ["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels", "scopes"]
+    gate = gating(coll).set_index("unit")["gating_rank"] if len(coll) else pd.Series(dtype="Int64")
+    if gate.dropna().empty:
+        return pd.DataFrame(columns=cols)
+    chosen = coll.merge(per_collective(coll)[["collective", "unit", "last_rank"]], on="collective",
+                        suffixes=("", "_gate"))
+    chosen = chosen[chosen["last_rank_gate"] == chosen["unit"].map(gate)]  # where the gating rank was last
+    by_kernel = _names_in(chosen, kernels, "kernel", gate)
+    by_scope = _names_in(chosen, scopes, "scope", gate)
     out = []
-    for unit, w in windows.groupby("unit"):
+    for unit, w in chosen.groupby("unit"):
         g = gate[unit]
         mine, others = w[w["rank"] == g], w[w["rank"] != g]
         n_others = max(others["rank"].nunique(), 1)
@@ -237,10 +259,9 @@ def why(df: pd.DataFrame, coll: pd.DataFrame, offsets_ns: dict[int, int] | None 
         idle = int(mine["idle_ns"].sum() - others["idle_ns"].sum() / n_others)
         out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
                     "cause": f"more {device} work" if work >= idle else f"idle {device}",
-                    "kernels": _extra(by_kernel, unit, g, n_others, work),
-                    "scopes": _extra(by_scope, unit, g, n_others, work)})
-    return pd.DataFrame(out, columns=["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels",
-                                      "scopes"])
+                    "kernels": _extra(*by_kernel, unit, n_others, work),
+                    "scopes": _extra(*by_scope, unit, n_others, work)})
+    return pd.DataFrame(out, columns=cols)
 
 
 def _ms(ns: float) -> str:

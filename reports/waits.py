@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
 from . import collectives as C
@@ -33,34 +34,105 @@ class Waits:
     bandwidth: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _on_one_clock(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> tuple[dict[int, int], pd.DataFrame,
-                                                                                      dict[str, Any]]:
+@dataclass
+class RankDigest:
+    """What who-waits needs of one rank, made from its events alone (`rank_digest`, in the
+    worker that parsed it: tracelab.load_many's reduce), so that only these meet across
+    ranks: its communication rows (collectives.comm_rows, own clock, arrival order) with the
+    busy and idle time of the window before each (verdicts.windows), its step rows
+    (steps.step_rows), the ns of each kernel and scope in those windows (verdicts.time_in),
+    whether its times are the GPU's or, in a CPU-only run, the CPU's, and its first
+    activity's start (own clock; None without any)."""
+    comm: pd.DataFrame
+    steps: pd.DataFrame
+    kernels: pd.DataFrame
+    scopes: pd.DataFrame
+    device: str
+    first_ns: int | None = None
+
+
+_DIGEST_COMM = ["process_group", "kernel", "msg_bytes", "step", "arrival_ns", "end_ns", "window_start_ns", "busy_ns",
+                "idle_ns"]
+
+
+def rank_digest(events: pd.DataFrame) -> RankDigest:
+    """One rank's RankDigest (`events`: its rows only; its rank is set by the caller)."""
+    rows = C.activity(events)
+    device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
+    comm = C.comm_rows(events).sort_values(["arrival_ns", "end_ns"], kind="stable").reset_index(drop=True)
+    work = rows[rows["op_class"] != "communication"]
+    windows = V.windows(work, comm)[_DIGEST_COMM]
+    first = int(rows["start_ns"].min()) if len(rows) else None
+    return RankDigest(windows, S.step_rows(events).drop(columns="rank"), V.time_in(work, windows, "kernel"),
+                      V.time_in(work, windows, "scope"), device, first)
+
+
+def _from_common_start(coll: pd.DataFrame, digests: Mapping[int, RankDigest], offsets: Mapping[int, int]
+                       ) -> pd.DataFrame:
+    """Each rank's first window starts where the run's first activity does (on the one clock),
+    not at its own: a rank whose host launched its first work late was idle meanwhile.
+    Its busy time is unchanged (nothing of its own ran before its first activity)."""
+    firsts = [d.first_ns + offsets.get(r, 0) for r, d in digests.items() if d.first_ns is not None]
+    first = (coll["window"] == 0).to_numpy() if len(coll) else None
+    if not firsts or first is None or not first.any():
+        return coll
+    arrive = coll["arrival_ns"].to_numpy(dtype=np.int64)
+    idle = arrive - np.minimum(min(firsts), arrive) - coll["busy_ns"].to_numpy(dtype=np.int64)
+    return coll.assign(idle_ns=np.where(first, idle, coll["idle_ns"].to_numpy(dtype=np.int64)))
+
+
+def _comm_of(digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+    parts = [d.comm.assign(rank=rank, window=range(len(d.comm))) for rank, d in digests.items() if len(d.comm)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "window", *_DIGEST_COMM])
+
+
+_KEEP = ("window", "busy_ns", "idle_ns")  # each rank's window before the collective (verdicts.why reads them)
+
+
+def _on_one_clock(rows: pd.DataFrame, epochs: Mapping[int, int | None]) -> tuple[pd.DataFrame, dict[str, Any]]:
     offsets = clock_offsets([{"rank": r, "trace_start_epoch_ns": e} for r, e in epochs.items()])
-    coll = C.collectives(events, offsets)
+    coll = C.match(rows, offsets, _KEEP)
     check = C.clock_check(coll)
     basis = "epoch" if offsets is not None else "trace start"
     if len(coll) and (offsets is None or not check["agree"]):
         offsets = {r: (offsets or {}).get(r, 0) + d for r, d in C.end_offsets(coll).items()}
-        coll = C.collectives(events, offsets)
+        coll = C.match(rows, offsets, _KEEP)
         basis = ("estimated from collective ends: " + ("the traces give no common clock" if basis != "epoch"
                  else f"their ends disagreed by {check['median_end_spread_ns'] / 1e3:.1f} us (median) on the epoch clock"))
         check = C.clock_check(coll)
-    return offsets or {}, coll, {**check, "basis": basis, "offsets_ns": offsets or {}}
+    return coll, {**check, "basis": basis, "offsets_ns": offsets or {}}
 
 
-def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
-    """All of it for the ranks in `events` (one run, one profiler); `epochs` maps rank to
-    its trace's epoch start (None where unknown)."""
-    offsets, coll, clock = _on_one_clock(events, epochs)
-    steps = S.step_table(events, coll)
+def _steps_of(digests: Mapping[int, RankDigest]) -> pd.DataFrame:
+    parts = [d.steps.assign(rank=rank) for rank, d in digests.items() if len(d.steps)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=S.COLUMNS[:-1])
+
+
+def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int | None]) -> Waits:
+    """`analyse` of one run from its ranks' digests (rank -> RankDigest): collectives matched
+    across ranks, the step table, the gating rank per step and why, the verdict. Nothing
+    here holds more than the ranks' communication rows and per-window name sums."""
+    coll, clock = _on_one_clock(_comm_of(digests), epochs)
+    coll = _from_common_start(coll, digests, clock["offsets_ns"])
+    steps = S.with_waits(_steps_of(digests), coll)
     floor = V.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
     coll = coll.assign(noise_floor_ns=floor)
     clock["noise_ns"] = V.noise_ns(coll)
     gate = V.gating(coll)
-    causes = V.why(events, coll, offsets) if len(gate) else V.why(events.iloc[:0], coll)
+    with_time = [d for d in digests.values() if len(d.comm) or len(d.steps)]
+    device = "CPU" if with_time and all(d.device == "CPU" for d in with_time) else "GPU"
+    causes = V.why(coll, {r: d.kernels for r, d in digests.items()}, {r: d.scopes for r, d in digests.items()}, device)
+    coll = coll.drop(columns=list(_KEEP))
     verdict = V.straggler(gate, coll)
     return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
                  causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll))
+
+
+def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
+    """All of it for the ranks in `events` (one run, one profiler); `epochs` maps rank to
+    its trace's epoch start (None where unknown). The same as analyse_digests of each
+    rank's rank_digest, which is how it is computed."""
+    return analyse_digests({int(r): rank_digest(g) for r, g in events.groupby("rank", sort=True)}, epochs)
 
 
 def straggler_json(w: Waits) -> dict[str, Any]:
@@ -92,15 +164,11 @@ def straggler_json(w: Waits) -> dict[str, Any]:
             "steps": steps}
 
 
-# the events columns analyse() reads; a run's ranks are put together with these only (not
-# source, device, stream, flops, bytes), so every copy its filters make of all ranks is smaller
-COLUMNS = ["rank", "kind", "name", "kernel", "op_class", "scope", "process_group", "start_ns", "dur_ns", "count",
-           "msg_bytes", "step"]
-
-
-def run_events(members: list) -> pd.DataFrame:
-    """The events of one run's inputs (reports.compare.Input) in one frame, COLUMNS only."""
-    return pd.concat([i.events[[c for c in COLUMNS if c in i.events]] for i in members], ignore_index=True)
+def run_waits(members: list) -> Waits:
+    """analyse_digests of one run's inputs (reports.compare.Input): each input's digest as
+    its worker made it (summary["waits"]), else made here from its events."""
+    digests = {i.rank: i.summary["waits"] if "waits" in i.summary else rank_digest(i.events) for i in members}
+    return analyse_digests(digests, {i.rank: i.epoch_ns for i in members})
 
 
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
@@ -114,7 +182,7 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Wa
     rows, first = [], None
     for group, totals_row in totals_rows.set_index("group", drop=False).iterrows():
         members = [i for i in inputs if i.group == group]
-        w = analyse(run_events(members), {i.rank: i.epoch_ns for i in members})
+        w = run_waits(members)
         if analysed is not None:
             analysed[group] = w
         if len(w.collectives):

@@ -195,9 +195,8 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     folder = DATA / "gloo-2cpu-late"
     inputs = compare.label([folder], [True], [tracelab.load_many(folder, workers=1)])
     calls = []
-    real = waits.analyse
-    monkeypatch.setattr(waits, "analyse", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(steps_html, "analyse", waits.analyse)
+    real = waits.analyse_digests
+    monkeypatch.setattr(waits, "analyse_digests", lambda *a: calls.append(1) or real(*a))
     c = compare.comparison(inputs, by="kernel")
     assert len(calls) == 1 and set(c.waits) == {""}
 
@@ -271,17 +270,22 @@ def _classified(events):
     return classify.classified(events)
 
 
-@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "decode-2gpu-nsys"])
-def test_who_waits_on_the_columns_it_reads_equals_on_whole_frames(folder):
+@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "decode-2gpu-nsys", "ddp-2gpu-late-nsys",
+                                    "tp-2gpu-late-torch"])
+def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
+    """The report's path: each rank digested in the worker that parsed it, its events dropped
+    there (load_many keep_events=False); only the digests meet. Same answer as the whole frames."""
     import pandas as pd
 
     import tracelab
     from tracelab.reports import compare, waits
 
-    members = compare.label([DATA / folder], [True], [tracelab.load_many(DATA / folder, workers=1)])
+    lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": waits.rank_digest}, keep_events=False)
+    assert all(p.events.empty for p in lean)
+    members = compare.label([DATA / folder], [True], [lean])
     epochs = {i.rank: i.epoch_ns for i in members}
-    slim = waits.analyse(waits.run_events(members), epochs)
-    whole = waits.analyse(pd.concat([i.events for i in members], ignore_index=True), epochs)
+    slim = waits.run_waits(members)
+    whole = waits.analyse(tracelab.events(tracelab.load_many(DATA / folder, workers=1)), epochs)
     assert slim.line == whole.line and slim.verdict == whole.verdict and slim.clock == whole.clock
     for name in ("collectives", "steps", "gating", "waits", "causes"):
         assert getattr(slim, name).equals(getattr(whole, name)), name
