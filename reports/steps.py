@@ -105,15 +105,27 @@ def recorded_steps(run: dict | None) -> int | None:
     return None
 
 
-def per_step_totals(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    """Sources without instances (proton): per rank, kernel calls, compute and communication
-    kernel time summed and divided by the step count the user or run.json gives.
-    Columns: rank, steps, calls_per_step, compute_ns_per_step, comm_ns_per_step."""
+def kernel_totals(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: kernel calls, compute and communication kernel ns, summed (what
+    per_step_totals divides; one rank's row is made where it is parsed)."""
     kernels = df[df["kind"] == "kernel"]
     comm = kernels["op_class"] == "communication"
     g = pd.DataFrame({"rank": kernels["rank"], "calls": kernels["count"],
                       "compute": kernels["dur_ns"].where(~comm, 0), "comm": kernels["dur_ns"].where(comm, 0)})
-    out = g.groupby("rank").sum() / n_steps
+    return g.groupby("rank").sum().reset_index()
+
+
+def per_step_totals(df: pd.DataFrame, n_steps: int, totals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Sources without instances (proton): per rank, kernel calls, compute and communication
+    kernel time summed (kernel_totals, or the `totals` given) and divided by the step count
+    the user or run.json gives. Columns: rank, steps, calls_per_step, compute_ns_per_step,
+    comm_ns_per_step."""
+    out = (kernel_totals(df) if totals is None else totals).set_index("rank") / n_steps
     out = out.rename(columns={"calls": "calls_per_step", "compute": "compute_ns_per_step", "comm": "comm_ns_per_step"})
     return out.reset_index().assign(steps=n_steps)[["rank", "steps", "calls_per_step", "compute_ns_per_step",
                                                     "comm_ns_per_step"]]
+
+
+def has_times(df: pd.DataFrame) -> bool:
+    """Whether any row has a start time (torch, nsys; not proton)."""
+    return bool(df["start_ns"].notna().any())

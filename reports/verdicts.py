@@ -288,7 +288,7 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
                 f"(signed-rank test of its lateness{p})")
         if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
             work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
-            device = mine["cause"].iloc[0].split()[-1 if work < idle else 1]  # GPU or CPU
+            device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
             kinds = (f"more {device} work before its collectives ({_ms(work)} more busy over those {unit}"
                      if work >= idle else f"an idle {device} before its collectives ({_ms(idle)} more idle: host or "
                                           f"launch delay over those {unit}")

@@ -135,6 +135,10 @@ def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
     return analyse_digests({int(r): rank_digest(g) for r, g in events.groupby("rank", sort=True)}, epochs)
 
 
+# per-rank tables `tracelab steps` needs, made in the worker that parses each rank (load_many's reduce)
+RANK_SUMMARIES = {"waits": rank_digest, "kernel_totals": S.kernel_totals, "timed": S.has_times}
+
+
 def straggler_json(w: Waits) -> dict[str, Any]:
     """The `straggler` object of `compare --format json`: rank (int or None), basis, pattern,
     the evidence numbers, the clock, and per step (or collective) the gating rank, each

@@ -403,3 +403,18 @@ def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() 
     assert w.verdict["rank"] == 1 and w.verdict["p_value"] == pytest.approx(2 * V.signed_rank_p(late))
     assert w.verdict["p_value"] < 0.05 and w.verdict["lateness_ns"] == pytest.approx(late.mean())
     assert "extra_work +" in w.line
+
+
+def test_verdict_line_names_the_device_whatever_the_first_units_cause() -> None:
+    """The line said "an idle work" where the first gated step was more work and the sum was idle."""
+    from tracelab.reports.verdicts import verdict_line
+
+    v = {"pattern": "straggler", "rank": 1, "basis": "steps", "gated_by_rank": {0: 0, 1: 2}, "gated_units": 2,
+         "lateness_ns": 1e6, "p_value": 0.01, "last_at_collectives": {}, "collectives": 2, "alternation_p": None}
+    causes = pd.DataFrame([{"unit": 0, "gating_rank": 1, "extra_work_ns": 5, "extra_idle_ns": 1, "cause": "more GPU work",
+                            "kernels": {}, "scopes": {}},
+                           {"unit": 1, "gating_rank": 1, "extra_work_ns": 0, "extra_idle_ns": 9_000_000,
+                            "cause": "idle GPU", "kernels": {}, "scopes": {}}])
+    assert "an idle GPU before its collectives (9.000 ms more idle" in verdict_line(v, causes)
+    cpu = causes.assign(cause=["more CPU work", "idle CPU"])
+    assert "an idle CPU before" in verdict_line(v, cpu)

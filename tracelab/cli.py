@@ -290,23 +290,25 @@ def steps(
     rank (the last to arrive for most of the step's collective skew), every rank's wait and why
     the gating rank was late (more GPU work before the collective, or an idle GPU); then the
     run's verdict: a straggler only when it gates a significant majority of steps."""
+    import pandas as pd
+
     from .inputs import run_info
-    from .load import events
     from .reports.steps import per_step_totals, recorded_steps
     from .reports.steps_text import STEPS_RENDERERS
-    from .reports.waits import analyse
+    from .reports.waits import RANK_SUMMARIES, analyse_digests
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     _set_step(step)
     _set_scheduler(scheduler)
-    profiles = _load(paths, rank)
-    df = events(profiles)
-    w = analyse(df, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+    profiles = _load(paths, rank, reduce=RANK_SUMMARIES, keep_events=False)  # each rank digested in its worker
+    w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
+                        {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
-    untimed = df["start_ns"].isna().all()
-    totals = per_step_totals(df, n_steps) if untimed and n_steps else None
+    untimed = not any(p.summary["timed"] for p in profiles)
+    sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
+    totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
     _emit(STEPS_RENDERERS[fmt](w, totals))
 
 
