@@ -9,7 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .steps_text import clock_line
+from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
 
 WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "skew (ms)", "cause": "why",
@@ -28,26 +28,45 @@ def _heatmap(steps: pd.DataFrame, column: str, title: str) -> dict:
                                      "margin": {"l": 80, "r": 20, "t": 40, "b": 40}}}
 
 
+MAX_HEATMAP_STEPS = 256  # step x rank heatmaps show the first this many steps
+
+
 def _who_waits(w: Waits) -> pd.DataFrame:
     doc = straggler_json(w)
     unit = "step" if doc["basis"] == "steps" else "collective"
-    rows = [{"unit": s[unit], "gating_rank": "-" if s["gating_rank"] is None else str(s["gating_rank"]),
-             "skew_ns": s["skew_ns"], "cause": s.get("cause", ""), "extra_work_ns": s.get("extra_work_ns"),
-             "extra_idle_ns": s.get("extra_idle_ns"),
-             "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for what in ("scopes", "kernels")
-                                  for k, v in (s.get(what) or {}).items()),
-             **{f"wait_r{r}": ns for r, ns in s["wait_ns"].items()}} for s in doc["steps"]]
-    return pd.DataFrame(rows)
+    many = len(w.waits.columns) > MANY_RANKS if len(w.waits) else False
+    return pd.DataFrame([{"unit": s[unit], "gating_rank": "-" if s["gating_rank"] is None else str(s["gating_rank"]),
+                          "skew_ns": s["skew_ns"], "cause": s.get("cause", ""), "extra_work_ns": s.get("extra_work_ns"),
+                          "extra_idle_ns": s.get("extra_idle_ns"),
+                          "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for what in ("scopes", "kernels")
+                                               for k, v in (s.get(what) or {}).items()),
+                          **(_wait_spread(s["wait_ns"]) if many else {f"wait_r{r}": ns for r, ns in s["wait_ns"].items()})}
+                         for s in doc["steps"]])
+
+
+def _wait_spread(wait_ns: dict[str, int]) -> dict[str, object]:
+    """A step's waits over many ranks: median, max and the rank that waited most."""
+    if not wait_ns:
+        return {"wait_median": None, "wait_max": None, "wait_most": "-"}
+    most = max(wait_ns, key=wait_ns.get)
+    return {"wait_median": float(pd.Series(wait_ns).median()), "wait_max": wait_ns[most], "wait_most": f"rank {most}"}
+
+
+SPREAD_COLUMNS = {"wait_median": "median wait (ms)", "wait_max": "most wait (ms)", "wait_most": "waited most"}
 
 
 def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
     out = [f"<h3>{escape(name)}</h3>"] if name else []
     if len(w.steps):
-        out += [figure(_heatmap(w.steps, "span_ns", "step time (first to last GPU activity of the step)"), ""),
-                figure(_heatmap(w.steps, "wait_ns", "wait at collectives"), "")]
+        shown = w.steps[w.steps["step"] < sorted(w.steps["step"].unique())[:MAX_HEATMAP_STEPS][-1] + 1]
+        note = (f"the first {MAX_HEATMAP_STEPS} of {w.steps['step'].nunique()} steps"
+                if len(shown) < len(w.steps) else "")
+        out += [figure(_heatmap(shown, "span_ns", "step time (first to last GPU activity of the step)"), note),
+                figure(_heatmap(shown, "wait_ns", "wait at collectives"), note)]
     ww = _who_waits(w)
     if len(ww):
         waits = {c: f"wait r{c[6:]} (ms)" for c in ww.columns if c.startswith("wait_r")}
+        waits.update({c: name for c, name in SPREAD_COLUMNS.items() if c in ww.columns})
         out.append(table(ww, {**{k: v for k, v in WHO_WAITS_COLUMNS.items() if k in ("unit", "gating_rank", "skew_ns")},
                               **waits, **{k: v for k, v in WHO_WAITS_COLUMNS.items()
                                           if k not in ("unit", "gating_rank", "skew_ns")}}))

@@ -13,6 +13,10 @@ from . import verdicts as V
 from .waits import Waits, straggler_json
 
 
+MANY_RANKS = 16  # above this many ranks, per-rank columns and rows become spreads (median, most, which rank)
+OFFSETS_SHOWN = 8  # ranks whose clock offset the clock line names
+
+
 def _ms(ns: float) -> str:
     return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
 
@@ -25,6 +29,8 @@ def _table(title: str, heads: list[str]) -> Table:
 
 
 def step_rank_table(steps: pd.DataFrame) -> Table:
+    if steps["rank"].nunique() > MANY_RANKS:
+        return step_spread_table(steps)
     t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step)",
                ["step", "rank", "kernels", "step", "GPU busy", "compute", "comm", "exposed comm", "wait"])
     for _, r in steps.iterrows():
@@ -33,17 +39,40 @@ def step_rank_table(steps: pd.DataFrame) -> Table:
     return t
 
 
+def _most(g: pd.DataFrame, column: str) -> str:
+    top = g.loc[g[column].idxmax()]
+    return f"{_ms(top[column])} (rank {int(top['rank'])})"
+
+
+def step_spread_table(steps: pd.DataFrame) -> Table:
+    """Many ranks: per step, the ranks' median and largest step time, compute and wait."""
+    t = _table("per step over ranks (ms; median, and the largest with its rank)",
+               ["step", "ranks", "step median", "step most", "compute median", "compute most", "wait median",
+                "wait most"])
+    for step, g in steps.groupby("step", sort=True):
+        t.add_row(str(step), f"{len(g):,}", _ms(g["span_ns"].median()), _most(g, "span_ns"),
+                  _ms(g["compute_ns"].median()), _most(g, "compute_ns"), _ms(g["wait_ns"].median()),
+                  _most(g, "wait_ns"))
+    return t
+
+
 def who_waits_table(doc: dict) -> Table:
     unit = "step" if doc["basis"] == "steps" else "collective"
     ranks = sorted({r for s in doc["steps"] for r in s["wait_ns"]}, key=int)
+    many = len(ranks) > MANY_RANKS
+    waits = ["wait median", "wait most"] if many else [f"wait r{r}" for r in ranks]
     t = _table(f"who waits on whom, per {unit} (ms)",
-               [unit, "gating rank", "skew", *[f"wait r{r}" for r in ranks], "cause", "scopes and kernels that differ"])
+               [unit, "gating rank", "skew", *waits, "cause", "scopes and kernels that differ"])
     for s in doc["steps"]:
         kernels = ", ".join(f"{k} +{_ms(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
         cause = "" if "cause" not in s else (f"{s['cause']} (+{_ms(s['extra_work_ns'])} busy, "
                                              f"+{_ms(s['extra_idle_ns'])} idle)")
+        w = s["wait_ns"]
+        cells = ([_ms(pd.Series(w, dtype="float64").median()) if w else "-",
+                  f"{_ms(max(w.values()))} (rank {max(w, key=w.get)})" if w else "-"] if many
+                 else [_ms(w.get(r, 0)) for r in ranks])
         t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), _ms(s["skew_ns"]),
-                  *[_ms(s["wait_ns"].get(r, 0)) for r in ranks], cause, Text(kernels))
+                  *cells, cause, Text(kernels))
     return t
 
 
@@ -59,7 +88,12 @@ def bandwidth_table(bw: pd.DataFrame) -> Table:
 def clock_line(clock: dict) -> str:
     if not clock.get("collectives"):
         return "clock: no collectives matched across ranks"
-    offsets = ", ".join(f"rank {r} {o / 1e3:+,.1f} us" for r, o in clock["offsets_ns"].items())
+    shown = list(clock["offsets_ns"].items())
+    offsets = ", ".join(f"rank {r} {o / 1e3:+,.1f} us" for r, o in shown[:OFFSETS_SHOWN])
+    if len(shown) > OFFSETS_SHOWN:
+        values = [o for _, o in shown]
+        offsets += (f", ... {len(shown) - OFFSETS_SHOWN} more ranks; all within {min(values) / 1e3:+,.1f} to "
+                    f"{max(values) / 1e3:+,.1f} us")
     return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
             f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
 

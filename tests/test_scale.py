@@ -290,3 +290,51 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     for name in ("collectives", "steps", "gating", "waits", "causes"):
         assert getattr(slim, name).equals(getattr(whole, name)), name
     assert len(slim.collectives) > 0
+
+
+def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per_rank():
+    """20 ranks (gloo-2cpu-late's rank 1 copied as ranks 1-19): the who-waits table has the
+    median and largest wait and who waited most, not 20 wait columns; a page that stays
+    bounded at a thousand ranks."""
+    import re
+
+    import tracelab
+    from tracelab.reports import compare, html, steps_html
+    from tracelab.schema import Profile
+
+    zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
+    copies = [zero] + [Profile(one.events.assign(rank=r), {**one.meta, "rank": r}) for r in range(1, 20)]
+    inputs = compare.label([DATA / "gloo-2cpu-late"], [True], [copies])
+    figs: dict = {}
+    page = "".join(steps_html.sections(inputs, lambda fig, note: html._figure(figs, fig, note), html.table))
+    assert "median wait (ms)" in page and "waited most" in page and "rank 0" in page
+    assert not re.search(r"wait r\d+ \(ms\)", page)
+    two = "".join(steps_html.sections(inputs[:2], lambda fig, note: html._figure({}, fig, note), html.table))
+    assert "wait r0 (ms)" in two and "wait r1 (ms)" in two and "median wait" not in two
+
+
+def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tmp_path):
+    """The terminal table of 20 ranks: one row per step with median and most (and its rank),
+    the same numbers as the step table; the clock line names 8 offsets and the range."""
+    import numpy as np
+
+    import tracelab
+    from tracelab.reports import steps_text, waits
+    from tracelab.schema import Profile
+
+    zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
+    events = tracelab.events([zero] + [Profile(one.events.assign(rank=np.int32(r)), {**one.meta, "rank": r})
+                                       for r in range(1, 20)])
+    w = waits.analyse(events, {r: None for r in range(20)})
+    from rich.console import Console
+
+    with open(tmp_path / "out.txt", "w") as out:
+        console = Console(width=250, record=True, file=out)
+        console.print(steps_text.steps_tables(w))
+    text = console.export_text()
+    assert "per step over ranks" in text and "wait r5" not in text
+    first = w.steps[w.steps["step"] == w.steps["step"].min()]
+    top = first.loc[first["span_ns"].idxmax()]
+    assert f"{top['span_ns'] / 1e6:,.3f} (rank {int(top['rank'])})" in text
+    clock = steps_text.clock_line(w.clock)
+    assert clock.count("rank ") == steps_text.OFFSETS_SHOWN and "12 more ranks" in clock
