@@ -16,6 +16,12 @@ The run's straggler is the rank that is significantly late and gates most of the
 per step each rank's lateness (its arrivals less the other ranks' mean, summed over the
 step's collectives), a one-sided Wilcoxon signed-rank test that it leans late (exact;
 Bonferroni over the ranks), p < ALPHA, and the rank gates more than half the gated steps.
+Above SIGNED_RANK_UP_TO ranks the test is instead how often the rank gates: a binomial tail
+of its gated steps against 1/ranks per step (Bonferroni over the ranks). The signed-rank
+test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 ranks need
+11 steps and 1,024 need 15 before any straggler could be named; being last in 6 of 6 gated
+steps among 64 ranks happens by chance with p = 64 x 64^-6. Which test applies depends on
+the rank count only, never on the data.
 Magnitudes count: a rank 3 ms late in six steps and 0.3 ms early in two is late, which
 a sign test on 6 of 8 would not say. Otherwise "alternating" where consecutive gated steps switch gating
 rank at least ALTERNATING_SHARE of the time and more often than chance (binomial against
@@ -34,6 +40,7 @@ import pandas as pd
 from .timeline import _coverage, merge_intervals
 
 ALPHA = 0.05
+SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)
 MIN_SKEW_NS = 1_000
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
 TOP_KERNELS = 3
@@ -163,15 +170,20 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     counts = {r: int((gated["gating_rank"] == r).sum()) for r in ranks} if len(gated) else {r: 0 for r in ranks}
     last = {r: int((pc["last_rank"] == r).sum()) for r in ranks}
     n = int(sum(counts.values()))
-    out = {"rank": None, "pattern": "none", "basis": basis, "units": int(len(gate)), "gated_units": n,
+    out = {"rank": None, "pattern": "none", "basis": basis, "test": "", "units": int(len(gate)), "gated_units": n,
            "gated_by_rank": counts, "last_at_collectives": last, "collectives": int(len(pc)),
            "p_value": None, "lateness_ns": None, "alternation_p": None, "alpha": ALPHA}
     if len(ranks) < 2 or n == 0:
         return out
     late = lateness(coll)
-    p_of = {r: min(1.0, signed_rank_p(late[r].to_numpy()) * len(ranks)) if r in late else 1.0 for r in ranks}
+    if len(ranks) <= SIGNED_RANK_UP_TO:
+        p_of = {r: min(1.0, signed_rank_p(late[r].to_numpy()) * len(ranks)) if r in late else 1.0 for r in ranks}
+        test = "signed-rank test of its lateness"
+    else:  # a rank gating k of n by chance: Binomial(n, 1/ranks) of each, Bonferroni over the ranks
+        p_of = {r: min(1.0, binomial_tail(counts[r], n, 1 / len(ranks)) * len(ranks)) for r in ranks}
+        test = f"binomial test of the {'steps' if basis == 'steps' else 'collectives'} it gates against 1 in {len(ranks)}"
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
-    out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0)
+    out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
     if p_of[top] < ALPHA and counts[top] > n / 2:
         return {**out, "rank": top, "pattern": "straggler"}
     seq = gated.sort_values("unit")["gating_rank"].astype(int).to_numpy()
@@ -294,16 +306,31 @@ def _summed(per_unit: pd.Series) -> str:
     return ", ".join(f"{k} +{_ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
 
 
+COUNTS_SHOWN = 8  # ranks a verdict line names with their counts
+
+
+def _counted(by_rank: dict[int, int]) -> str:
+    """'rank 3 at 6, rank 0 at 2': the ranks with the most, largest first; with many ranks the
+    first COUNTS_SHOWN that have any, and how many others have none."""
+    ordered = sorted(by_rank.items(), key=lambda kv: -kv[1])
+    shown = ordered if len(ordered) <= COUNTS_SHOWN else [kv for kv in ordered[:COUNTS_SHOWN] if kv[1]]
+    text = ", ".join(f"rank {r} at {n}" for r, n in shown)
+    rest = len(ordered) - len(shown)
+    if rest:
+        text += f"{', ' if shown else ''}{rest:,} {'other ' if shown else ''}ranks at {'at most ' if ordered[len(shown)][1] else ''}{ordered[len(shown)][1]}"
+    return text
+
+
 def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     """One sentence with its numbers: the straggler and why, "alternating", or no single straggler."""
     unit = "steps" if v["basis"] == "steps" else "collectives"
-    counts = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1]))
+    counts = _counted(v["gated_by_rank"])
     p = "" if v["p_value"] is None else f", p = {v['p_value']:.3g}"
     if v["pattern"] == "straggler":
         r = v["rank"]
         text = (f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
                 f"{_ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average "
-                f"(signed-rank test of its lateness{p})")
+                f"({v.get('test') or 'signed-rank test of its lateness'}{p})")
         if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
             work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
             device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
@@ -318,7 +345,7 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
                 f"switches p = {v['alternation_p']:.3g} against chance)")
     if not v["gated_units"]:
         return f"no clear straggler: no {unit[:-1]} has a rank late beyond the noise (clocks, step-to-step variation)"
-    last = ", ".join(f"rank {r} at {n}" for r, n in sorted(v["last_at_collectives"].items(), key=lambda kv: -kv[1]))
+    last = _counted(v["last_at_collectives"])
     at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
     return (f"no clear straggler: no rank is significantly late in most {unit} "

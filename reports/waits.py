@@ -158,7 +158,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
                        kernels=c["kernels"], scopes=c["scopes"])
         steps.append(row)
     return {"rank": v["rank"], "pattern": v["pattern"], "basis": v["basis"], "line": w.line,
-            "p_value": v["p_value"], "lateness_ns": v["lateness_ns"], "alternation_p": v["alternation_p"],
+            "test": v.get("test", ""), "p_value": v["p_value"], "lateness_ns": v["lateness_ns"], "alternation_p": v["alternation_p"],
             "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],
             "gated_by_rank": {str(r): n for r, n in v["gated_by_rank"].items()},
             "last_at_collectives": {str(r): n for r, n in v["last_at_collectives"].items()},
