@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..schema import Profile
 from . import normalise, timeline
+from .steps import has_times
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -44,11 +45,29 @@ class Input:
     device: str = ""  # the GPU model(s) the trace names, "" when it names none (proton)
     steps: int | None = None  # steps covered, given for traces without step instances (proton)
     summary: dict = field(default_factory=dict)  # RANK_SUMMARIES, computed where the rank was parsed
+    path: str = ""  # the file it came from
+
+    def digest(self, name: str):
+        """RANK_SUMMARIES[name] of this input: as its worker made it, else from its events
+        (kept, so each is made once). Reports read inputs through these, never their events,
+        so a thousand ranks' events need never meet in one process."""
+        if name not in self.summary:
+            self.summary[name] = RANK_SUMMARIES[name](self.events)
+        return self.summary[name]
+
+    @property
+    def sums(self) -> pd.DataFrame:
+        return self.digest("sums")
+
+    @property
+    def timed(self) -> bool:
+        """Whether its rows have start times (torch, nsys; CPU-only traces too; not proton)."""
+        return self.digest("has_times")
 
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), p.summary)
+                 device_names(p.meta), p.meta.get("steps"), dict(p.summary), str(p.meta.get("path", "")))
 
 
 def device_names(meta: dict) -> str:
@@ -148,12 +167,12 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     time where its lead beats the step-to-step noise, else ""). Sorted by max_ns, largest first."""
     keys = BY[by]
     labels = [i.label for i in inputs]
-    per = [_per_input(i.events, keys) for i in inputs]
+    per = [_per_input(i.sums, keys) for i in inputs]
     wide = pd.concat(per, axis=1, keys=labels, join="outer").fillna(0)
     time = pd.DataFrame({L: wide[(L, "time_ns")].astype("int64") for L in labels})
     count = pd.DataFrame({L: wide[(L, "count")].astype("int64") for L in labels})
     # different step counts: compared per step, and said so (reports/normalise.py)
-    cmp, note = normalise.basis(time, {i.label: normalise.step_count(i.events) or i.steps for i in inputs})
+    cmp, note = normalise.basis(time, {i.label: i.digest("noise")["steps"] or i.steps for i in inputs})
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
                      count.add_prefix("count[").add_suffix("]"),
                      (time / count.where(count > 0)).add_prefix("mean_ns[").add_suffix("]")], axis=1)
@@ -169,7 +188,8 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     out["inputs"] = present.sum(axis=1)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     out["spread"] = cmp.max(axis=1) / cmp.min(axis=1).where(cmp.min(axis=1) > 0)
-    sigmas = {i.label: normalise.sigma(i.events, keys, per_step=cmp is not time) for i in inputs}
+    sigmas = {i.label: normalise.sigma_of(i.digest("noise")["std"][by], i.digest("noise")["steps"], cmp is not time)
+              for i in inputs}
     out["slowest"] = normalise.slowest(cmp, sigmas)  # "" where the lead is within the noise
     out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
                                         kind="stable")
@@ -197,9 +217,9 @@ def totals(inputs: list[Input]) -> pd.DataFrame:
     kernels), compute_ns (the rest), ratio (total against the first input)."""
     rows = []
     for i in inputs:
-        is_comm = i.events["op_class"] == "communication"
-        total = int(i.events["dur_ns"].sum())
-        comm = int(i.events.loc[is_comm, "dur_ns"].sum())
+        sums = i.sums
+        total = int(sums["dur_ns"].sum())
+        comm = int(sums.loc[sums["op_class"] == "communication", "dur_ns"].sum())
         rows.append({"label": i.label, "group": i.group, "rank": i.rank, "source": i.source,
                      "total_ns": total, "comm_ns": comm, "compute_ns": total - comm})
     out = pd.DataFrame(rows, columns=["label", "group", "rank", "source", "total_ns", "comm_ns", "compute_ns"])
@@ -254,7 +274,7 @@ def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
     verdicts, straggler = run_verdicts(inputs, stragglers(totals_df), analysed)
     return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
                       verdicts, _timelines(inputs), _skews(inputs),
-                      measured(pd.concat([i.events[["kind"]] for i in inputs], ignore_index=True)), straggler,
+                      measured(pd.concat([i.sums[["kind"]] for i in inputs], ignore_index=True)), straggler,
                       analysed)
 
 
@@ -263,19 +283,53 @@ def rank_timeline(events: pd.DataFrame) -> pd.DataFrame:
     return timeline.rank_timeline(events).drop(columns="rank")
 
 
-# per-rank tables the comparison needs, computed in the worker that parses each rank
-# (tracelab.load_many's `reduce`): the parent gathers one small row per rank
-RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels}
+SUM_KEYS = ["kind", "scope", "kernel", "op_class"]
+
+
+def rank_sums(events: pd.DataFrame) -> pd.DataFrame:
+    """One rank's time (dur_ns) and calls (count) summed per kind, scope, kernel and op class:
+    what the comparison, the figures' bars, heatmap and top table, the totals and the scope
+    trees add up (a sum of sums is the sum)."""
+    g = events.groupby(SUM_KEYS, observed=True, sort=False, dropna=False)[["dur_ns", "count"]].sum()
+    return g.reset_index()
+
+
+def rank_noise(events: pd.DataFrame) -> dict:
+    """One rank's steps (distinct, None without) and, per `--by` choice, the standard deviation
+    of each row's time over the steps (normalise.step_std): what 'slowest' weighs leads against."""
+    return {"steps": normalise.step_count(events),
+            "std": {by: normalise.step_std(events, keys) for by, keys in BY.items()}}
+
+
+def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:
+    """One rank's first GPU start and last GPU end (its own clock), None without timed rows:
+    the timeline figure's shared bins are made from these (figures.timeline_edges)."""
+    rows = timeline.timed(events)
+    if rows.empty:
+        return None
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    return int(start.min()), int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max())
+
+
+def _waits_digest(events: pd.DataFrame):
+    from .waits import rank_digest
+
+    return rank_digest(events)
+
+
+# per-rank tables the comparison and the report need, computed in the worker that parses each
+# rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
+RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
+                  "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest}
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:
-    rows = i.summary["comm_kernels"] if "comm_kernels" in i.summary else timeline.comm_kernels(i.events)
+    rows = i.digest("comm_kernels")
     return rows.assign(rank=np.int32(i.rank))  # the rank as resolved after parsing
 
 
 def _timelines(inputs: list[Input]) -> pd.DataFrame:
-    parts = [(i.summary["timeline"] if "timeline" in i.summary else rank_timeline(i.events)).assign(label=i.label)
-             for i in inputs]
+    parts = [i.digest("timeline").assign(label=i.label) for i in inputs]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     return out[["label", *[c for c in out.columns if c != "label"]]] if len(out) else out
 

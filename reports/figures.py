@@ -56,7 +56,7 @@ def axis_label(text: object) -> str:
 
 def labelled_events(inputs: list[Input]) -> pd.DataFrame:
     """The columns the figures need from every input, with its label (ordered as given)."""
-    parts = [i.events[["kind", "kernel", "op_class", "dur_ns", "count"]].assign(label=i.label) for i in inputs]
+    parts = [i.sums[["kind", "kernel", "op_class", "dur_ns", "count"]].assign(label=i.label) for i in inputs]
     df = pd.concat(parts, ignore_index=True)
     df["label"] = pd.Categorical(df["label"], categories=[i.label for i in inputs])
     df["kernel"] = df["kernel"].astype(str)
@@ -121,7 +121,8 @@ def kernel_heatmap(events: pd.DataFrame) -> dict:
     share of its largest input's), so a small kernel's differences show beside NCCL's; a
     button switches to one log scale over all cells. The time (ms), calls and time per call
     are in the hover text (and printed in the cells when there are few inputs)."""
-    top = events.groupby("kernel")["dur_ns"].max().nlargest(HEATMAP_KERNELS).index
+    top = (events.groupby(["kernel", "label"], observed=True)["dur_ns"].sum().groupby(level="kernel").max()
+           .nlargest(HEATMAP_KERNELS).index)  # by their largest input's time, as the top table
     mine = events[events["kernel"].isin(top)]
     pivot = lambda col: (mine.pivot_table(index="kernel", columns="label", values=col, aggfunc="sum",  # noqa: E731
                                           observed=False, fill_value=0).reindex(top[::-1]))
@@ -157,22 +158,51 @@ def _scale_buttons(share: pd.DataFrame, ms: pd.DataFrame) -> dict:
                                          {"label": "log scale (ms)", "method": "restyle", "args": [log]}]}
 
 
-def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:
-    """Per run, per rank: how busy each op class keeps the GPU over time (binned)."""
+def timeline_shown(inputs: list[Input]) -> list[tuple[str, list[Input], int]]:
+    """Per run with timed ranks: (group, the ranks its timeline draws: the first
+    TIMELINE_RANKS, how many timed ranks it has)."""
     out = []
     for group in dict.fromkeys(i.group for i in inputs):
-        members = [i for i in inputs if i.group == group and timeline.timed(i.events).shape[0]]
-        if not members:
-            continue
-        shown = members[:TIMELINE_RANKS]
+        members = [i for i in inputs if i.group == group and i.digest("span") is not None]  # GPU rows timed
+        if members:
+            out.append((group, members[:TIMELINE_RANKS], len(members)))
+    return out
+
+
+def timeline_edges(shown: list[Input], offsets: dict[int, int] | None, n_bins: int = 0) -> np.ndarray:
+    """The bins the shown ranks share: TIMELINE_BINS from the first start to the last end
+    of any of them on one clock (each rank's span, RANK_SUMMARIES "span")."""
+    n_bins = n_bins or TIMELINE_BINS
+    spans = [(i.digest("span"), (offsets or {}).get(i.rank, 0)) for i in shown]
+    first = min(s[0] + o for s, o in spans)
+    last = max(s[1] + o for s, o in spans)
+    return np.linspace(first, max(last, first + n_bins), n_bins + 1).round().astype(np.int64)
+
+
+def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:
+    """Per run, per rank: how busy each op class keeps the GPU over time (binned). A shown
+    rank's bins are its "bins" digest (made where it was read, tracelab.inputs.with_bins),
+    else made here from its events."""
+    out = []
+    for group, shown, n_timed in timeline_shown(inputs):
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
-        events = pd.concat([timeline.timed(i.events) for i in shown], ignore_index=True)
-        bins = timeline.activity_bins(events, TIMELINE_BINS, offsets)
+        edges = timeline_edges(shown, offsets)
+        bins = timeline.on_edges(pd.concat([_bins(i, edges - (offsets or {}).get(i.rank, 0)).assign(rank=i.rank)
+                                            for i in shown], ignore_index=True), edges)
         note = (f"{group + ': ' if group else ''}share of each time bin the GPU runs each op class "
                 f"(stacked; above 1 where classes overlap); clock: {'epoch' if offsets else 'each trace from its start'}"
-                + (f"; first {TIMELINE_RANKS} of {len(members)} ranks" if len(members) > len(shown) else ""))
+                + (f"; first {TIMELINE_RANKS} of {n_timed} ranks" if n_timed > len(shown) else ""))
         out.append((note, _timeline_figure(bins, [i.rank for i in shown], group)))
     return out
+
+
+def _bins(i: Input, edges_ns: np.ndarray) -> pd.DataFrame:
+    """A shown rank's timeline.rank_bins on `edges_ns` (its own clock): made where it was read
+    (summary "bins", with the edges it was made on), else from its events."""
+    made = i.summary.get("bins")
+    if made is not None and np.array_equal(made[0], edges_ns):
+        return made[1]
+    return timeline.rank_bins(i.events, edges_ns)
 
 
 def _timeline_figure(bins: pd.DataFrame, ranks: list[int], group: str) -> dict:

@@ -134,7 +134,7 @@ def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) ->
     df = pd.DataFrame({"input": [i.label for i in inputs], "group": [i.group or "-" for i in inputs],
                        "source": [i.source for i in inputs], "rank": [i.rank for i in inputs],
                        "device": [i.device or "-" for i in inputs],
-                       "timed": [bool(i.events["start_ns"].notna().any()) for i in inputs]})
+                       "timed": [i.timed for i in inputs]})
     if len(inputs) > figures.MANY_RANKS:
         runs = df.groupby("group", sort=False).agg(inputs=("input", "size"), first=("rank", "min"), last=("rank", "max"),
                                                    source=("source", lambda s: ", ".join(sorted(set(s)))),
@@ -252,7 +252,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
 
 def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
     """Timeline and overlap, with a note naming the inputs left out for want of timestamps."""
-    untimed = [i for i in inputs if not i.events["start_ns"].notna().any()]
+    untimed = [i for i in inputs if not i.timed]
     note = (f'<p class="note">The timeline, busy/idle and overlap need start times, which '
             f'{", ".join(sorted({i.source for i in untimed}))} input(s) do not have (a proton profile holds each '
             f'kernel once per scope, summed): left out here: {_e(", ".join(i.label for i in untimed))}. '
@@ -269,21 +269,21 @@ def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]
 
 def _tree_sections(inputs: list[Input]) -> list[str]:
     """Scope trees of the first inputs that have scopes, and the diff tree of two inputs."""
-    scoped = [i for i in inputs if i.events["scope"].fillna("").astype(str).str.len().any()]
+    scoped = [i for i in inputs if i.sums["scope"].fillna("").astype(str).str.len().any()]
     if not scoped:
         return []
     out = ["<h2>Scope tree</h2>", '<p class="note">Inclusive time of every scope and of the kernels under it, '
            "share of the input's total and calls (like proton-viewer); click to open or close.</p>"]
     for i in scoped[:TREES_SHOWN]:
         out.append(f"<details open><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"
-                   f"{scopetree.tree_html(scopetree.scope_tree(i.events))}</details>")
+                   f"{scopetree.tree_html(scopetree.scope_tree(i.sums))}</details>")
     if len(scoped) > TREES_SHOWN:
         out.append(f'<p class="note">{len(scoped) - TREES_SHOWN} more inputs with scopes are not shown.</p>')
     if len(inputs) == 2 and len(scoped) == 2:
         first, second = inputs
         out += [f"<h2>Scope tree diff: {_e(second.label)} against {_e(first.label)}</h2>",
                 '<p class="note">Aligned on the scope path and kernel; red: slower in the second, green: faster.</p>',
-                scopetree.tree_html(scopetree.tree_diff(first.events, second.events), diff=True)]
+                scopetree.tree_html(scopetree.tree_diff(first.sums, second.sums), diff=True)]
     return out
 
 

@@ -45,13 +45,26 @@ def basis(time: pd.DataFrame, steps: dict[str, int | None]) -> tuple[pd.DataFram
 def sigma(events: pd.DataFrame, keys: list[str], per_step: bool) -> pd.Series | None:
     """Per row key: the noise of the row's time (per-step mean, or total) from its step-to-step
     spread; None for an input without steps."""
+    return sigma_of(step_std(events, keys), step_count(events), per_step)
+
+
+def step_std(events: pd.DataFrame, keys: list[str]) -> pd.Series | None:
+    """Per row key: the standard deviation over the input's steps of the row's time per step
+    (a step without the row counts 0); None with fewer than 2 steps. What `sigma` needs of
+    one input, small enough to make where the input is parsed."""
     n = step_count(events)
     if not n or n < 2:
         return None
     frame = pd.DataFrame({**{k: events[k].astype(str) for k in keys}, "step": events["step"],
                           "dur_ns": events["dur_ns"]}).dropna(subset=["step"])
     per = frame.groupby([*keys, "step"])["dur_ns"].sum().unstack("step", fill_value=0)
-    std = per.std(axis=1, ddof=1)
+    return per.std(axis=1, ddof=1)
+
+
+def sigma_of(std: pd.Series | None, n: int | None, per_step: bool) -> pd.Series | None:
+    """sigma from step_std and the step count."""
+    if std is None or not n or n < 2:
+        return None
     return std / np.sqrt(n) if per_step else std * np.sqrt(n)
 
 

@@ -162,13 +162,28 @@ def activity_bins(df: pd.DataFrame, n_bins: int = 400,
     start = _on_one_clock(rows, offsets_ns)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
     edges = np.linspace(start.min(), max(end.max(), start.min() + n_bins), n_bins + 1).round().astype(np.int64)
-    keys = pd.DataFrame({"rank": rows["rank"].to_numpy(), "op_class": rows["op_class"].astype(str).to_numpy()})
-    parts = []
-    for (rank, op_class), idx in keys.groupby(["rank", "op_class"], sort=True).indices.items():
-        covered = _coverage(*merge_intervals(start[idx], end[idx]), edges)
-        parts.append(pd.DataFrame({"rank": rank, "op_class": op_class, "bin_start_ns": edges[:-1],
-                                   "bin_ns": np.diff(edges), "busy_ns": np.diff(covered)}))
-    return pd.concat(parts, ignore_index=True)[cols]
+    parts = [rank_bins(g, edges - (offsets_ns or {}).get(rank, 0)).assign(rank=rank)
+             for rank, g in rows.groupby("rank", sort=True)]
+    return on_edges(pd.concat(parts, ignore_index=True), edges)[cols]
+
+
+def rank_bins(df: pd.DataFrame, edges_ns: np.ndarray) -> pd.DataFrame:
+    """One rank's part of activity_bins, on bin edges given on its own clock: per op_class
+    (sorted) and bin, the busy ns. Columns: op_class, bin, busy_ns."""
+    rows = timed(df)
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    classes = pd.Series(rows["op_class"].astype(str).to_numpy())
+    parts = [pd.DataFrame({"op_class": op_class, "bin": np.arange(len(edges_ns) - 1),
+                           "busy_ns": np.diff(_coverage(*merge_intervals(start[idx], end[idx]), edges_ns))})
+             for op_class, idx in classes.groupby(classes, sort=True).indices.items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["op_class", "bin", "busy_ns"])
+
+
+def on_edges(bins: pd.DataFrame, edges_ns: np.ndarray) -> pd.DataFrame:
+    """rank_bins' rows with each bin's start (on the shared clock of `edges_ns`) and width."""
+    at = bins["bin"].to_numpy(dtype=np.int64)
+    return bins.assign(bin_start_ns=edges_ns[:-1][at], bin_ns=np.diff(edges_ns)[at])
 
 
 def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> np.ndarray:

@@ -171,7 +171,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
 def run_waits(members: list) -> Waits:
     """analyse_digests of one run's inputs (reports.compare.Input): each input's digest as
     its worker made it (summary["waits"]), else made here from its events."""
-    digests = {i.rank: i.summary["waits"] if "waits" in i.summary else rank_digest(i.events) for i in members}
+    digests = {i.rank: i.digest("waits") for i in members}
     return analyse_digests(digests, {i.rank: i.epoch_ns for i in members})
 
 

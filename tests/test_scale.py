@@ -338,3 +338,31 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     assert f"{top['span_ns'] / 1e6:,.3f} (rank {int(top['rank'])})" in text
     clock = steps_text.clock_line(w.clock)
     assert clock.count("rank ") == steps_text.OFFSETS_SHOWN and "12 more ranks" in clock
+
+
+@pytest.mark.parametrize("folders", [["ddp-2gpu-late-torch"], ["gloo-2cpu-late"],
+                                     pytest.param(["train-2gpu-proton", "train-2gpu-torch", "train-2gpu-nsys"],
+                                                  marks=pytest.mark.slow),
+                                     pytest.param(["overlap-2gpu-nsys"], marks=pytest.mark.slow)])
+def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp_path, folders):
+    """The report's path at scale: every rank reduced in its worker (events dropped there),
+    the timeline's few shown ranks binned by reading them again. The page is the one made
+    from every rank's events, byte for byte; compare's JSON too."""
+    from tracelab.inputs import label_inputs, load_groups, write_report
+    from tracelab.reports.compare import comparison
+    from tracelab.reports.text import COMPARE_RENDERERS
+
+    paths = [str(DATA / f) for f in folders]
+    lean_groups = load_groups(paths, keep_events=False)
+    assert all(p.events.empty for g in lean_groups for p in g)
+    full = write_report(paths, tmp_path / "full.html", title="t", groups=load_groups(paths, keep_events=True))
+    lean = write_report(paths, tmp_path / "lean.html", title="t", groups=lean_groups)
+    assert lean.read_bytes() == full.read_bytes()
+    assert ("<h2>Timeline</h2>" in full.read_text()) == any(f.endswith(("torch", "nsys")) and "gloo" not in f
+                                                            for f in folders)
+
+    def as_json(groups):
+        c = comparison(label_inputs(paths, groups), "kernel")
+        return COMPARE_RENDERERS["json"](c, ["kernel"], 0)
+
+    assert as_json(load_groups(paths, keep_events=False)) == as_json(load_groups(paths, keep_events=True))

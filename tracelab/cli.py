@@ -195,9 +195,10 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str]) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
-    one progress bar on stderr over all their files."""
+    one progress bar on stderr over all their files. Without `keep_events` only each rank's
+    summaries, made in the worker that parsed it, reach this process."""
     from pathlib import Path
 
     from .inputs import load_groups, traceless_run
@@ -206,7 +207,7 @@ def _load_groups(paths: list[str]) -> list[list]:
     total = sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        return load_groups(paths, on_loaded=lambda _: bar.advance(task))
+        return load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
 
 
 @app.command()
@@ -242,7 +243,7 @@ def compare(
         return _tree_diff(paths)
     _set_step(step)
     _set_scheduler(scheduler)
-    groups = _with_steps(paths, _picked(paths, _load_groups(paths), rank), n_steps)
+    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
@@ -261,9 +262,17 @@ def _with_steps(paths: list[str], groups: list[list], n_steps: int | None) -> li
     for path, group in zip(paths, groups):
         steps = n_steps or recorded_steps(run_info([path]))
         for p in group:
-            if steps and p.events["step"].isna().all():
+            if steps and not _has_steps(p):
                 p.meta["steps"] = steps
     return groups
+
+
+def _has_steps(p) -> bool:
+    """Whether a profile has step instances: its worker's summary says, else its events."""
+    from .reports.compare import RANK_SUMMARIES
+
+    noise = p.summary["noise"] if "noise" in p.summary else RANK_SUMMARIES["noise"](p.events)
+    return bool(noise["steps"])
 
 
 def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list]:
@@ -334,7 +343,9 @@ def report(
     title: Annotated[Optional[str], typer.Option(help="Report title (default: the inputs' names).")] = None,
     perfetto: Annotated[bool, typer.Option("--perfetto", help="Also write the merged Perfetto trace of the timed "
                                                               "ranks beside the report (OUT.perfetto.json.gz) "
-                                                              "and link each rank to it.")] = False,
+                                                              "and link each rank to it (this keeps every "
+                                                              "rank's events in memory; the report alone keeps "
+                                                              "only small per-rank tables).")] = False,
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
@@ -351,7 +362,7 @@ def report(
         raise UsageError(out, "exists; pass --force to overwrite it")
     _set_step(step)
     _set_scheduler(scheduler)
-    groups = _picked(paths, _load_groups(paths), rank)
+    groups = _picked(paths, _load_groups(paths, keep_events=perfetto), rank)
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
         written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)

@@ -26,13 +26,38 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
 
-def load_groups(paths: list[str | Path], on_loaded=None) -> list[list[Profile]]:
+def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it."""
+    rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
+    `keep_events` the events stay in the workers: the report and compare need only the
+    summaries (the merged Perfetto trace needs the events)."""
     from .load import load_many
     from .reports.compare import RANK_SUMMARIES
 
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES) for p in paths]
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
+                                                        keep_events=keep_events) for p in paths]
+
+
+def with_bins(inputs: list[Input]) -> list[Input]:
+    """The report's timeline draws a few ranks per run (figures.timeline_shown) in bins shared
+    on one clock, known only once every rank's span is: a shown rank loaded without its
+    events is read again, alone, and binned there (summary "bins"); the rest never are."""
+    from functools import partial
+
+    from .load import load_many
+    from .reports import figures, timeline
+
+    for _, shown, _ in figures.timeline_shown(inputs):
+        offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
+        edges = figures.timeline_edges(shown, offsets)
+        for i in shown:
+            if len(i.events) or not i.path:
+                continue
+            own = edges - (offsets or {}).get(i.rank, 0)
+            again = load_many(i.path, workers=1, reduce={"bins": partial(timeline.rank_bins, edges_ns=own)},
+                              keep_events=False)
+            i.summary["bins"] = (own, next(p for p in again if p.rank == i.rank).summary["bins"])
+    return inputs
 
 
 def traceless_run(path: Path) -> bool:
@@ -126,10 +151,11 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     paths = [str(p) for p in paths]
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    groups = groups if groups is not None else load_groups(paths)
+    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
+    inputs = with_bins(inputs)
     merged = _write_perfetto(inputs, Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
@@ -154,8 +180,10 @@ def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
 
     from .reports import perfetto
 
-    if not any(i.events["start_ns"].notna().any() for i in inputs):
+    if not any(i.timed for i in inputs):
         return None
+    if not all(len(i.events) for i in inputs if i.timed):
+        raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
     target = out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
     data = json.dumps(perfetto.trace(inputs), separators=(",", ":"), allow_nan=False).encode()
     return write(target, gzip.compress(data, mtime=0), force=force).name
