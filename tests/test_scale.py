@@ -366,3 +366,46 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
         return COMPARE_RENDERERS["json"](c, ["kernel"], 0)
 
     assert as_json(load_groups(paths, keep_events=False)) == as_json(load_groups(paths, keep_events=True))
+
+
+def test_load_reads_one_file_by_url_through_fsspec():
+    """tracelab.load("memory://...") (any fsspec URL): the same events as the local file, its
+    path the URL, its rank from the URL's file name."""
+    fsspec = pytest.importorskip("fsspec")
+    import tracelab
+
+    local = DATA / "ddp-2gpu-late-torch" / "rank1.pt.trace.json.gz"
+    url = "memory://tracelab-test/run/rank1.pt.trace.json.gz"
+    with fsspec.open(url, "wb") as f:
+        f.write(local.read_bytes())
+    try:
+        by_url, by_path = tracelab.load(url), tracelab.load(local)
+    finally:
+        fsspec.filesystem("memory").rm("/tracelab-test", recursive=True)
+    assert by_url.meta["path"] == url and by_url.rank == by_path.rank == 1
+    assert by_url.events.equals(by_path.events)
+
+
+def _die(events):
+    """A reduce that kills the process running it (a Dask worker), as running out of memory would."""
+    import os
+
+    os._exit(3)
+
+
+@pytest.mark.slow
+def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
+    pytest.importorskip("distributed")
+    import dask
+    from distributed import LocalCluster
+
+    import tracelab
+    from tracelab import remote
+    from tracelab.errors import TraceFormatError
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
+            with pytest.raises(TraceFormatError, match="the Dask worker reading it died") as caught:
+                tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die})
+    assert "rank0" in str(caught.value) and "\n" not in str(caught.value)

@@ -170,11 +170,12 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
 
 def load(path: str | os.PathLike, rank: int | None = None) -> Profile:
     """Read one trace file of one rank into a Profile; `rank` overrides what the file says.
+    `path` may be an fsspec URL (s3://, gs://, file://, memory://...).
 
     A file holding several processes (an nsys capture of a multi-process run) is several
     ranks: `load` refuses it, naming them, and `load_many(path)` gives one Profile per rank.
     """
-    path = Path(path)
+    path = path if remote.is_url(path) else Path(path)  # a URL (fsspec) is read through a local copy
     profiles = _parse_classified(path)
     if len(profiles) > 1:
         ranks = ", ".join(str(p.meta.get("rank")) for p in profiles)

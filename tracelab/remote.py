@@ -73,7 +73,9 @@ def local_copy(url: str) -> Iterator[Path]:
 
 def cluster_map(address: str, fn: Callable, items: list, *args) -> Iterator[Any]:
     """fn(item, *args) for each item on the Dask cluster at `address`, yielded in order as
-    they finish in order; an error raised on a worker is raised here."""
+    they finish in order; an error raised on a worker is raised here. A worker that died on
+    an item (killed, out of memory: Dask gives up after its allowed retries) or a cluster
+    lost midway is a TraceFormatError naming the item, not Dask's traceback."""
     try:
         from distributed import Client
     except ImportError:
@@ -85,7 +87,23 @@ def cluster_map(address: str, fn: Callable, items: list, *args) -> Iterator[Any]
     with client:
         futures = client.map(fn, items, *[[a] * len(items) for a in args], pure=False)
         try:
-            for future in futures:
-                yield future.result()
+            for item, future in zip(items, futures):
+                yield _result(future, item, address)
         finally:
             client.cancel(futures)
+
+
+def _result(future, item: Any, address: str) -> Any:
+    from distributed import CancelledError
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return future.result()
+    except KilledWorker as e:
+        raise TraceFormatError(item, f"the Dask worker reading it died (out of memory, or killed; "
+                                     f"{e.args[-1] if e.args else 'no reason given'})") from None
+    except CancelledError:
+        raise TraceFormatError(item, f"its task was cancelled: the Dask cluster at {address} "
+                                     "lost it (a worker or the scheduler stopped)") from None
+    except (OSError, TimeoutError) as e:  # the connection to the scheduler closed, or timed out
+        raise TraceFormatError(item, f"lost the Dask cluster at {address} while reading it: {e}") from None
