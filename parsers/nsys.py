@@ -51,12 +51,13 @@ PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFF
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
                 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 
-_KERNELS = """
-    SELECT k.start, k.end, k.deviceId AS device, k.streamId AS stream, k.correlationId, k.globalPid,
-           COALESCE(NULLIF(d.value, ''), s.value) AS name
-    FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    LEFT JOIN StringIds d ON d.id = k.demangledName
-    LEFT JOIN StringIds s ON s.id = k.shortName"""
+_NULL = -(2**63)  # what an integer column's NULL reads as in _ints (no time or id is this)
+_KERNELS = f"""
+    SELECT start, end, deviceId AS device, streamId AS stream, IFNULL(correlationId, {_NULL}) AS correlationId,
+           IFNULL(globalPid, {_NULL}) AS globalPid, IFNULL(demangledName, {_NULL}) AS demangled,
+           IFNULL(shortName, {_NULL}) AS short
+    FROM CUPTI_ACTIVITY_KIND_KERNEL"""
+_BATCH_ROWS = 1 << 18  # rows fetched at a time: each batch's tuples become int64 arrays at once
 _MEMCPY = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid,
            bytes, copyKind, srcKind, dstKind
@@ -113,6 +114,45 @@ def _query(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
     return pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
 
 
+def _ints(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
+    """A query of integer columns only (NULLs written as _NULL in the SQL), in bulk: batches of
+    rows straight into int64 arrays, so millions of rows never stand as Python tuples at once
+    (_nsys_check has made sure every value is an integer). A column with NULLs comes back as
+    float64 with NaN there, as pandas.from_records gives it."""
+    cursor = con.execute(sql)
+    names = [d[0] for d in cursor.description]
+    parts = []
+    while rows := cursor.fetchmany(_BATCH_ROWS):
+        parts.append(np.array(rows, dtype=np.int64))
+    data = np.concatenate(parts) if parts else np.empty((0, len(names)), dtype=np.int64)
+    columns = {}
+    for j, name in enumerate(names):
+        column = data[:, j]
+        null = column == _NULL
+        columns[name] = np.where(null, np.nan, column) if null.any() else np.ascontiguousarray(column)
+    return pd.DataFrame(columns)
+
+
+def _kernels(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    """Kernel rows; the name is the demangled name unless empty, else the short one, looked up
+    once per distinct string id (StringIds), not joined per row."""
+    df = _ints(con, _KERNELS)
+    demangled, short = df.pop("demangled"), df.pop("short")
+    strings = _strings(con, tables, np.unique(np.r_[demangled.to_numpy(), short.to_numpy()]))
+    name = demangled.map(strings)
+    missing = name.isna() | (name == "")
+    name[missing] = short[missing].map(strings)
+    return df.assign(name=name.astype(object))
+
+
+def _strings(con: sqlite3.Connection, tables: set[str], ids: np.ndarray) -> dict:
+    """id -> value of the StringIds rows with these ids (NaN ids, from NULLs, have none)."""
+    wanted = {int(i) for i in ids if i == i}
+    if "StringIds" not in tables or not wanted:
+        return {}
+    return {i: v for i, v in con.execute("SELECT id, value FROM StringIds") if i in wanted}
+
+
 def _enum(con: sqlite3.Connection, tables: set[str], table: str, column: str = "label") -> dict[int, str]:
     if table not in tables:
         return {}
@@ -127,7 +167,7 @@ def _activity(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     correlationId, globalPid, bytes."""
     parts = []
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        parts.append(_query(con, _KERNELS).assign(kind="kernel", bytes=np.nan))
+        parts.append(_kernels(con, tables).assign(kind="kernel", bytes=np.nan))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         parts.append(_memcpy(con, tables))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
@@ -223,8 +263,8 @@ def _scopes(ranges: pd.DataFrame, launches: pd.DataFrame) -> list[str]:
 
 def _launches(con: sqlite3.Connection, activity: pd.DataFrame) -> pd.DataFrame:
     """Activity rows with the thread and start time of their launching API call."""
-    calls = _query(con, "SELECT globalTid AS tid, correlationId, start AS launch_ns "
-                        "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL")
+    calls = _ints(con, "SELECT globalTid AS tid, correlationId, start AS launch_ns "
+                       "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL")
     calls["globalPid"] = calls["tid"] & PID_MASK
     calls = calls.drop_duplicates(["globalPid", "correlationId"])
     rows = activity[["globalPid", "correlationId"]].dropna().astype("int64").reset_index(names="row")

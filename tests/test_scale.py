@@ -409,3 +409,37 @@ def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
             with pytest.raises(TraceFormatError, match="the Dask worker reading it died") as caught:
                 tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die})
     assert "rank0" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_nsys_in_bulk_equals_sql_on_a_tiled_export_with_nulls_and_missing_names(tmp_path):
+    """benchmarks/make_nsys_big.py tiles a real export (3 copies in time); a few kernels then
+    get a NULL correlationId and globalPid, one a demangled-name id StringIds lacks, one an
+    empty demangled name. Per kernel name, calls and ns equal SQL over the file with the
+    joins the parser no longer makes; the NULLs are rows with no launch."""
+    import sqlite3
+    import sys
+
+    sys.path.insert(0, str(DATA.parents[1] / "benchmarks"))
+    import make_nsys_big
+
+    import tracelab
+
+    src = DATA / "train-1gpu-steps-nsys" / "rank0.sqlite"
+    big = tmp_path / "big.sqlite"
+    n = make_nsys_big.make(src, big, 3 * 1216)
+    con = sqlite3.connect(big)
+    with con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = NULL, globalPid = NULL WHERE rowid <= 5")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 987654321 WHERE rowid = 7")
+        empty = con.execute("INSERT INTO StringIds (id, value) VALUES (987654322, '')").lastrowid
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 987654322 WHERE rowid = 8")
+    want = dict(((name, (calls, ns)) for name, calls, ns in con.execute(
+        "SELECT COALESCE(NULLIF(d.value, ''), s.value), COUNT(*), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName "
+        "WHERE k.globalPid IS NOT NULL GROUP BY 1")))
+    con.close()
+    assert n == 3 * 1216 and empty
+    events = tracelab.load_many(big)[0].events
+    kernels = events[events["kind"] == "kernel"]
+    got = kernels.groupby(kernels["name"].astype(str))[["count", "dur_ns"]].sum()
+    assert {k: (int(c), int(d)) for k, (c, d) in got.iterrows()} == want
