@@ -410,6 +410,38 @@ def export_perfetto(
                f"{time.perf_counter() - began:.2f} s)", err=True)
 
 
+@export_app.command("parquet")
+def export_parquet(
+    paths: Annotated[list[str], typer.Argument(help="Trace files, run folders or folders of traces (one job: "
+                                                    "each rank once).")],
+    out: Annotated[str, typer.Option("-o", "--output", help="The dataset folder to write: OUT/rank=N/part-0.parquet.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
+    step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
+) -> None:
+    """One Parquet part per rank, OUT/rank=N/part-0.parquet, in tracelab's schema (its dtypes, each
+    trace's meta in the part's metadata), each written by the worker that parsed the rank. Any
+    tracelab command reads OUT as it reads traces; pandas.read_parquet(OUT, columns=[...]),
+    DuckDB (read_parquet('OUT/*/*.parquet', hive_partitioning = true)) and
+    dask.dataframe.read_parquet(OUT) read only the columns they need."""
+    import time
+    from pathlib import Path
+
+    from .dataset import export
+    from .load import expand
+
+    _set_step(step)
+    _set_scheduler(scheduler)
+    began = time.perf_counter()
+    files = expand(paths)
+    with _progress(disable=len(files) < 2) as bar:
+        task = bar.add_task(f"writing {len(files)} traces", total=len(files))
+        written = export(paths, out, force=force, on_loaded=lambda _: bar.advance(task))
+    size = sum(p.stat().st_size for p in written)
+    typer.echo(f"wrote {_shown(Path(out))}: {len(written)} parts, {size / 1e6:.1f} MB, "
+               f"{time.perf_counter() - began:.1f} s", err=True)
+
+
 def _backend_names() -> str:
     from .backends import BACKENDS
 

@@ -36,10 +36,11 @@ PARSERS: dict[str, str] = {
     "hatchet": "tracelab.parsers.hatchet",
     "chrome": "tracelab.parsers.chrome",
     "nsys": "tracelab.parsers.nsys",
+    "parquet": "tracelab.parsers.parquet",  # a part of a tracelab dataset (tracelab/dataset.py)
 }
 
 # file names a folder is searched for (run.json and friends are not traces)
-TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3")
+TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3", ".parquet")
 NOT_TRACES = {"run.json"}
 NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank results (tracelab.results)
                       ".perfetto.json", ".perfetto.json.gz")  # tracelab's own merged export (report --perfetto)
@@ -48,6 +49,7 @@ NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank
 Reduce = Mapping[str, Callable[[pd.DataFrame], Any]]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
@@ -78,6 +80,8 @@ def detect(path: str | os.PathLike) -> str:
         raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
     if head.startswith(_SQLITE_MAGIC):
         return "nsys"
+    if head.startswith(_PARQUET_MAGIC):
+        return "parquet"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"["):
         return "hatchet"
@@ -97,7 +101,7 @@ def _parse(path: Path) -> list[Profile]:
     """Parse one file (or take it from the Parquet cache), unclassified; one Profile
     per process of the file."""
     module = importlib.import_module(PARSERS[detect(path)])
-    entry = cache.key(path, module.__file__)  # the file's identity before parsing; None: not cached
+    entry = cache.key(path, module.__file__) if not module.__name__.endswith(".parquet") else None  # columnar already
     if entry and (cached := cache.get(entry)) is not None:
         return cached
     result = _read(module, path)
@@ -119,7 +123,8 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path):
         events = classify.classified(p.events)
-        summary = {name: fn(events) for name, fn in (reduce or {}).items()}
+        summary = {name: fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)
+                   for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary))
     return out
 
@@ -222,7 +227,8 @@ def _traces_in(folder: Path) -> list[Path]:
 
 def _looks_like_trace(path: Path) -> bool:
     name = path.name.lower()
-    return name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES) and not name.endswith(NOT_TRACE_SUFFIXES)
+    return (name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES) and not name.endswith(NOT_TRACE_SUFFIXES)
+            and not name.startswith(".tmp-"))  # a dataset part being written (tracelab/dataset.py)
 
 
 def load_many(
@@ -237,8 +243,9 @@ def load_many(
 
     `ranks` maps a file path to its rank. Two profiles that resolve to the same
     rank raise RankError, never overwrite each other. `reduce` maps a name to a function
-    of a rank's classified events, run in the worker that parsed it; each Profile's
-    `summary` holds the results by name. With `keep_events=False` the events are dropped
+    of a rank's classified events, run in the worker that parsed it (given the trace's meta
+    too where the function has `with_meta = True`); each Profile's `summary` holds the
+    results by name. With `keep_events=False` the events are dropped
     in the worker (no rows come back): memory then holds the summaries, not the job.
     """
     files = expand(paths)

@@ -1,0 +1,73 @@
+"""A columnar dataset of a job: one Parquet part per rank, DIR/rank=N/part-0.parquet, with
+the schema's dtypes and each trace's meta in the part's metadata. A second pass (any
+tracelab command given DIR), a notebook (pandas.read_parquet(DIR, columns=[...])), DuckDB
+(read_parquet('DIR/*/*.parquet', hive_partitioning = true)) or Dask reads only the columns
+it needs. Each part is written by the worker that parsed the rank (load_many's reduce), so
+the job never meets in one process; the parent only names the parts by rank.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from .errors import OutputError, UsageError
+
+PART = "part-0.parquet"
+
+
+class _Part:
+    """A load_many reduce that writes a rank's classified events (all but the rank column,
+    which the folder name holds) and its meta to a temporary part in `folder`; its path."""
+
+    with_meta = True  # load_many gives it the profile's meta too
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def __call__(self, events, meta: dict) -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from .parsers.parquet import META_KEY
+
+        table = pa.Table.from_pandas(events.drop(columns="rank"), preserve_index=False)
+        plain = json.dumps(meta, default=str).encode()
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: plain})
+        path = Path(self.folder) / f".tmp-{uuid.uuid4().hex}.parquet"
+        pq.write_table(table, path)
+        return str(path)
+
+
+def export(paths: list[str], out: str | os.PathLike, force: bool = False,
+           on_loaded: Callable | None = None) -> list[Path]:
+    """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
+    An existing DIR is replaced only with `force`; written beside it first, then renamed."""
+    from .load import load_many
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise UsageError(out, "exists; pass --force to replace it")
+    if not out.parent.is_dir():
+        raise UsageError(out, f"folder {out.parent} does not exist")
+    staging = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        staging.mkdir()
+        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False)
+        written = []
+        for p in profiles:
+            folder = staging / f"rank={p.rank}"
+            folder.mkdir()
+            os.replace(p.summary["part"], folder / PART)
+            written.append(out / folder.name / PART)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+        return written
+    except OSError as e:
+        raise OutputError(out, f"cannot write: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
