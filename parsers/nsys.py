@@ -51,11 +51,12 @@ PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFF
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
                 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 
-_NULL = -(2**63)  # what an integer column's NULL reads as in _ints (no time or id is this)
-_KERNELS = f"""
-    SELECT start, end, deviceId AS device, streamId AS stream, IFNULL(correlationId, {_NULL}) AS correlationId,
-           IFNULL(globalPid, {_NULL}) AS globalPid, IFNULL(demangledName, {_NULL}) AS demangled,
-           IFNULL(shortName, {_NULL}) AS short
+_KERNELS = """
+    SELECT start, end, deviceId AS device, streamId AS stream,
+           IFNULL(correlationId, 0) AS correlationId, correlationId IS NULL AS "correlationId?",
+           IFNULL(globalPid, 0) AS globalPid, globalPid IS NULL AS "globalPid?",
+           IFNULL(demangledName, 0) AS demangled, demangledName IS NULL AS "demangled?",
+           IFNULL(shortName, 0) AS short, shortName IS NULL AS "short?"
     FROM CUPTI_ACTIVITY_KIND_KERNEL"""
 _BATCH_ROWS = 1 << 18  # rows fetched at a time: each batch's tuples become int64 arrays at once
 _MEMCPY = """
@@ -115,21 +116,25 @@ def _query(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
 
 
 def _ints(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
-    """A query of integer columns only (NULLs written as _NULL in the SQL), in bulk: batches of
-    rows straight into int64 arrays, so millions of rows never stand as Python tuples at once
-    (_nsys_check has made sure every value is an integer). A column with NULLs comes back as
-    float64 with NaN there, as pandas.from_records gives it."""
+    """A query of integer columns only, in bulk: batches of rows straight into int64 arrays, so
+    millions of rows never stand as Python tuples at once (_nsys_check has made sure every value
+    is an integer). A nullable column C is selected as IFNULL(C, 0) AS C beside C IS NULL AS
+    "C?"; where any is NULL, C comes back as float64 with NaN there, as pandas.from_records
+    gives it (any int64 may be real data: no value can stand for NULL)."""
     cursor = con.execute(sql)
     names = [d[0] for d in cursor.description]
     parts = []
     while rows := cursor.fetchmany(_BATCH_ROWS):
         parts.append(np.array(rows, dtype=np.int64))
     data = np.concatenate(parts) if parts else np.empty((0, len(names)), dtype=np.int64)
+    at = {name: j for j, name in enumerate(names)}
     columns = {}
-    for j, name in enumerate(names):
-        column = data[:, j]
-        null = column == _NULL
-        columns[name] = np.where(null, np.nan, column) if null.any() else np.ascontiguousarray(column)
+    for name, j in at.items():
+        if name.endswith("?"):
+            continue
+        column = np.ascontiguousarray(data[:, j])
+        null = data[:, at[name + "?"]].astype(bool) if name + "?" in at else None
+        columns[name] = np.where(null, np.nan, column) if null is not None and null.any() else column
     return pd.DataFrame(columns)
 
 
