@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import Comparison
+from .figures import MANY_RANKS, distribution
 
 
 def _ms(ns: float) -> str:
@@ -127,6 +128,8 @@ def short_labels(labels: list[str]) -> dict[str, str]:
 
 def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
+    if len(c.labels) > MANY_RANKS:
+        return _compare_spread_table(c, shown, keys)
     title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
@@ -156,7 +159,44 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     return t
 
 
+def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -> Table:
+    """Many inputs: per row, how many inputs have it and its smallest, median and largest time
+    over them, the spread and the slowest input, instead of a column per input."""
+    per_step = f"per_step_ns[{c.labels[0]}]" in c.table
+    unit = "ms/step" if per_step else "ms"
+    values = shown[[f"{'per_step_ns' if per_step else 'time_ns'}[{label}]" for label in c.labels]]
+    t = Table(title=Text(f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}) over {len(c.labels):,} "
+                         f"inputs; slowest only where its lead beats the step-to-step noise"),
+              title_justify="left", show_edge=False)
+    for name in ("inputs", f"min ({unit})", f"median ({unit})", f"max ({unit})", "spread", "slowest"):
+        t.add_column(name, justify="right", no_wrap=name == "slowest")
+    t.add_column(" | ".join(keys), overflow="fold")
+    for (_, r), (_, v) in zip(shown.iterrows(), values.iterrows()):
+        t.add_row(f"{int(r['inputs']):,}", _ms(v.min()), _ms(v.median()), _ms(v.max()), _ratio(r["spread"]),
+                  Text(str(r["slowest"])), _key_text(r, keys))
+    return t
+
+
+def _spread_table(title: str, per_input: pd.DataFrame, measures: dict[str, str], ms: list[str]) -> Table:
+    """Many inputs: per run and measure, the spread over its inputs and the outliers (figures.distribution)."""
+    scaled = per_input.assign(**{c: per_input[c] / 1e6 for c in ms})
+    dist = distribution(scaled, measures)
+    t = Table(title=f"{title}: over {len(per_input):,} inputs, per run and measure (beyond 3 MADs: outliers)",
+              title_justify="left", show_edge=False)
+    for name in ("run", "measure", "inputs", "min", "median", "max", "largest", "outliers"):
+        t.add_column(name, justify="right" if name in ("inputs", "min", "median", "max") else "left", overflow="fold")
+    for _, r in dist.iterrows():
+        number = (lambda x: f"{x:,.3f}") if r["measure"].endswith("(ms)") else (lambda x: f"{x:,.3g}")
+        t.add_row(Text(str(r["group"])), r["measure"], f"{int(r['inputs']):,}", number(r["min"]), number(r["median"]),
+                  number(r["max"]), Text(str(r["largest"])), Text(str(r["outliers"])))
+    return t
+
+
 def _totals_table(totals: pd.DataFrame, measured: str) -> Table:
+    if len(totals) > MANY_RANKS:
+        return _spread_table(f"{measured} per input", totals, {"total_ns": "total (ms)", "compute_ns": "compute (ms)",
+                                                              "comm_ns": "communication (ms)"},
+                             ["total_ns", "compute_ns", "comm_ns"])
     t = Table(title=f"{measured} per input", title_justify="left", show_edge=False)
     for name in ("input", "source", "total (ms)", "compute (ms)", "communication (ms)", "/ first"):
         t.add_column(name, justify="left" if name in ("input", "source") else "right")
@@ -166,7 +206,12 @@ def _totals_table(totals: pd.DataFrame, measured: str) -> Table:
     return t
 
 
-def _timeline_table(tl: pd.DataFrame) -> Table:
+def _timeline_table(tl: pd.DataFrame, groups: pd.DataFrame | None = None) -> Table:
+    if len(tl) > MANY_RANKS:
+        per_input = tl.merge(groups, on="label", how="left") if groups is not None else tl.assign(group="")
+        return _spread_table("GPU timeline per input", per_input,
+                             {"busy_ns": "busy (ms)", "idle_share": "idle share", "exposed_ns": "exposed comm (ms)"},
+                             ["busy_ns", "exposed_ns"])
     t = Table(title="GPU timeline per input (union of intervals over streams)", title_justify="left",
               show_edge=False)
     heads = ("input", "busy (ms)", "span (ms)", "idle", "comm (ms)", "overlapped (ms)", "exposed (ms)", "exposed")
@@ -195,7 +240,7 @@ def compare_tables(c: Comparison, keys: list[str], top: int | None = None) -> Gr
     parts = [*legend, _compare_table(c, keys, top), _totals_table(c.totals, c.measured)]
     parts += [Text(straggler_line(r, c.measured)) for _, r in c.stragglers.iterrows()]
     if len(c.timeline):
-        parts.append(_timeline_table(c.timeline))
+        parts.append(_timeline_table(c.timeline, c.totals[["label", "group"]]))
     if len(c.skew):
         parts.append(_skew_table(c.skew))
     return Group(*parts)

@@ -443,3 +443,29 @@ def test_nsys_in_bulk_equals_sql_on_a_tiled_export_with_nulls_and_missing_names(
     kernels = events[events["kind"] == "kernel"]
     got = kernels.groupby(kernels["name"].astype(str))[["count", "dur_ns"]].sum()
     assert {k: (int(c), int(d)) for k, (c, d) in got.iterrows()} == want
+
+
+def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
+    """20 ranks (the late DDP capture's rank 0 nineteen times, its rank 1 as rank 7): the
+    aligned table gives per row its min, median and max over the inputs, the totals and the
+    timeline one row per measure with the outlier rank, the same numbers as the comparison."""
+    import numpy as np
+    from rich.console import Console
+
+    import tracelab
+    from tracelab.reports import compare, text
+    from tracelab.schema import Profile
+
+    zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
+    copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), {**(one if r == 7 else zero).meta,
+                                                                               "rank": r}) for r in range(20)]
+    c = compare.comparison(compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
+    with open(tmp_path / "out.txt", "w") as out:
+        console = Console(width=250, record=True, file=out)
+        console.print(text.compare_tables(c, ["kernel"], 5))
+    page = console.export_text()
+    assert "over 20 inputs" in page and "rank19 (ms)" not in page
+    row = c.table.iloc[0]
+    times = row[[f"time_ns[rank{r}]" for r in range(20)]].astype(float)
+    assert f"{times.max() / 1e6:,.3f}" in page and f"{times.median() / 1e6:,.3f}" in page
+    assert "rank7" in page.split("GPU time per input")[1]  # the outlier of the totals
