@@ -469,3 +469,13 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     times = row[[f"time_ns[rank{r}]" for r in range(20)]].astype(float)
     assert f"{times.max() / 1e6:,.3f}" in page and f"{times.median() / 1e6:,.3f}" in page
     assert "rank7" in page.split("GPU time per input")[1]  # the outlier of the totals
+
+
+def test_the_scheduler_help_names_the_extra_to_install():
+    """Rich took `[dist]` in the help for markup and printed "pip install 'tracelab'"."""
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+
+    result = CliRunner().invoke(app, ["breakdown", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "pip install 'tracelab[dist]'" in result.output

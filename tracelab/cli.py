@@ -74,7 +74,7 @@ SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Addres
                                                                       "(tcp://host:8786) whose workers parse and reduce "
                                                                       "the ranks; default: $TRACELAB_SCHEDULER, else local "
                                                                       "processes. Paths may be fsspec URLs (s3://...). "
-                                                                      "Needs pip install 'tracelab[dist]'.")]
+                                                                      "Needs pip install 'tracelab\\[dist]'.")]
 
 
 def _set_scheduler(address: str | None) -> None:
