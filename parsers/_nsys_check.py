@@ -93,15 +93,18 @@ _NAMES = """
     WHERE typeof(COALESCE(NULLIF(d.value, ''), s.value)) != 'text' LIMIT 1"""
 
 
+def kernel_names(con: sqlite3.Connection, path: Path) -> None:
+    """Raise TraceFormatError naming the first kernel whose name (demangled unless empty, else
+    short) is no text in StringIds: the parser calls it when a name it looked up is not text."""
+    bad = con.execute(_NAMES).fetchone()
+    where = f"row {bad[0]}: name: demangledName {bad[1]!r} and shortName {bad[2]!r} give" if bad else "a name:"
+    raise TraceFormatError(path, f"CUPTI_ACTIVITY_KIND_KERNEL {where} no text in StringIds"
+                                 + (f" ({bad[3]})" if bad else ""))
+
+
 def _check_names(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
-    """Every kernel has a text name in StringIds; no name or range text is longer than the limit."""
-    if "StringIds" not in tables:
-        return
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        bad = con.execute(_NAMES).fetchone()
-        if bad:
-            raise TraceFormatError(path, f"CUPTI_ACTIVITY_KIND_KERNEL row {bad[0]}: name: demangledName "
-                                         f"{bad[1]!r} and shortName {bad[2]!r} give no text in StringIds ({bad[3]})")
+    """No name or range text is longer than the limit (that every kernel's name is text is
+    checked by the parser on the distinct names it looks up: kernel_names)."""
     texts = {"StringIds": "value", "NVTX_EVENTS": "text"}
     for table, column in texts.items():
         if table in tables and column in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}:

@@ -26,6 +26,7 @@ the rank to the caller or the file name (rank 0 for a lone file).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sqlite3
@@ -51,13 +52,10 @@ PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFF
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
                 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 
-_KERNELS = """
-    SELECT start, end, deviceId AS device, streamId AS stream,
-           IFNULL(correlationId, 0) AS correlationId, correlationId IS NULL AS "correlationId?",
-           IFNULL(globalPid, 0) AS globalPid, globalPid IS NULL AS "globalPid?",
-           IFNULL(demangledName, 0) AS demangled, demangledName IS NULL AS "demangled?",
-           IFNULL(shortName, 0) AS short, shortName IS NULL AS "short?"
-    FROM CUPTI_ACTIVITY_KIND_KERNEL"""
+# kernel columns: integers always there, and nullable ones (demangled, short: StringIds ids)
+_KERNEL_COLUMNS = {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId"}
+_KERNEL_NULLABLE = {"correlationId": "correlationId", "globalPid": "globalPid",
+                    "demangled": "demangledName", "short": "shortName"}
 _BATCH_ROWS = 1 << 18  # rows fetched at a time: each batch's tuples become int64 arrays at once
 _MEMCPY = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid,
@@ -103,7 +101,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
         raise TraceFormatError(path, "SQLite file without CUPTI_ACTIVITY_KIND_* tables: not an nsys export "
                                      "(or one made without CUDA trace)")
     _nsys_check.check(con, tables, path)  # every column read below, typed and in range
-    activity = _activity(con, tables)
+    activity = _activity(con, tables, path)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
     activity["scope"], activity["step"] = _regions(con, tables, activity, step_re)
@@ -115,47 +113,68 @@ def _query(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
     return pd.DataFrame.from_records(cursor.fetchall(), columns=[d[0] for d in cursor.description])
 
 
-def _ints(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
-    """A query of integer columns only, in bulk: batches of rows straight into int64 arrays, so
-    millions of rows never stand as Python tuples at once (_nsys_check has made sure every value
-    is an integer). A nullable column C is selected as IFNULL(C, 0) AS C beside C IS NULL AS
-    "C?"; where any is NULL, C comes back as float64 with NaN there, as pandas.from_records
-    gives it (any int64 may be real data: no value can stand for NULL)."""
-    cursor = con.execute(sql)
-    names = [d[0] for d in cursor.description]
-    parts = []
+def _ints(con: sqlite3.Connection, table: str, columns: Mapping[str, str],
+          nullable: Mapping[str, str] | None = None, where: str = "1") -> tuple[dict[str, np.ndarray], dict]:
+    """Integer columns of `table` in bulk (alias -> SQL column), and per nullable column a
+    mask of its NULLs (_nsys_check has made sure every value is an integer or NULL): the
+    rows are counted, then fetched in batches straight into one int64 array per column, so
+    millions of rows never stand as Python tuples at once. A nullable column C is read as
+    IFNULL(C, 0), its NULLs as one bit of one extra column (any int64 may be real data: no
+    value can stand for NULL, and one small flag per row costs less than one per column)."""
+    nullable = nullable or {}
+    select = [f'{c} AS "{a}"' for a, c in columns.items()] + [f'IFNULL({c}, 0) AS "{a}"' for a, c in nullable.items()]
+    if nullable:
+        select.append(" | ".join(f"(({c} IS NULL) << {bit})" for bit, c in enumerate(nullable.values())))
+    n_rows = con.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}").fetchone()[0]
+    data = np.empty((len(select), n_rows), dtype=np.int64)  # one contiguous row per column
+    cursor, at = con.execute(f"SELECT {', '.join(select)} FROM {table} WHERE {where}"), 0
     while rows := cursor.fetchmany(_BATCH_ROWS):
-        parts.append(np.array(rows, dtype=np.int64))
-    data = np.concatenate(parts) if parts else np.empty((0, len(names)), dtype=np.int64)
-    at = {name: j for j, name in enumerate(names)}
-    columns = {}
-    for name, j in at.items():
-        if name.endswith("?"):
-            continue
-        column = np.ascontiguousarray(data[:, j])
-        null = data[:, at[name + "?"]].astype(bool) if name + "?" in at else None
-        columns[name] = np.where(null, np.nan, column) if null is not None and null.any() else column
-    return pd.DataFrame(columns)
+        if at + len(rows) > n_rows:
+            raise sqlite3.DatabaseError(f"{table} grew while it was read")
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=len(rows) * len(select))
+        data[:, at:at + len(rows)] = flat.reshape(len(rows), len(select)).T
+        at += len(rows)
+    if at != n_rows:
+        raise sqlite3.DatabaseError(f"{table} shrank while it was read")
+    out = dict(zip([*columns, *nullable], data))
+    nulls = {a: (data[-1] >> bit & 1).astype(bool) for bit, a in enumerate(nullable)}
+    return out, nulls
 
 
-def _kernels(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
-    """Kernel rows; the name is the demangled name unless empty, else the short one, looked up
-    once per distinct string id (StringIds), not joined per row."""
-    df = _ints(con, _KERNELS)
-    demangled, short = df.pop("demangled"), df.pop("short")
-    strings = _strings(con, tables, np.unique(np.r_[demangled.to_numpy(), short.to_numpy()]))
-    name = demangled.map(strings)
-    missing = name.isna() | (name == "")
-    name[missing] = short[missing].map(strings)
-    return df.assign(name=name.astype(object))
+def _or_nan(values: np.ndarray, null: np.ndarray) -> np.ndarray:
+    """values, as float64 with NaN at its NULLs where it has any (as pandas.from_records gives it)."""
+    return np.where(null, np.nan, values) if null.any() else values
 
 
-def _strings(con: sqlite3.Connection, tables: set[str], ids: np.ndarray) -> dict:
-    """id -> value of the StringIds rows with these ids (NaN ids, from NULLs, have none)."""
-    wanted = {int(i) for i in ids if i == i}
-    if "StringIds" not in tables or not wanted:
-        return {}
-    return {i: v for i, v in con.execute("SELECT id, value FROM StringIds") if i in wanted}
+def _kernels(con: sqlite3.Connection, tables: set[str], path: Path) -> pd.DataFrame:
+    """Kernel rows; the name is the demangled name unless missing or empty, else the short
+    one, looked up once per distinct string id (StringIds), not joined per row."""
+    ints, nulls = _ints(con, "CUPTI_ACTIVITY_KIND_KERNEL", _KERNEL_COLUMNS, _KERNEL_NULLABLE)
+    has_strings = "StringIds" in tables
+    strings = dict(con.execute("SELECT id, value FROM StringIds")) if has_strings else {}
+    name, missing, used = _lookup(ints["demangled"], nulls["demangled"], strings, lambda v: v is not None and v != "")
+    text = all(isinstance(v, str) for v in used if v is not None)
+    if (fallback := np.flatnonzero(missing)).size:
+        name[fallback], _, used = _lookup(ints["short"][fallback], nulls["short"][fallback], strings,
+                                          lambda v: v is not None)
+        text = text and all(isinstance(v, str) for v in used)
+    if has_strings and not text:
+        _nsys_check.kernel_names(con, path)  # raises, naming the first kernel without a text name
+    frame = {a: ints[a] for a in _KERNEL_COLUMNS}
+    frame |= {a: _or_nan(ints[a], nulls[a]) for a in ("correlationId", "globalPid")}
+    return pd.DataFrame(frame).assign(name=name)
+
+
+def _lookup(ids: np.ndarray, null: np.ndarray, strings: dict, usable) -> tuple[np.ndarray, np.ndarray, list]:
+    """Per row, the StringIds value of its id where `usable`, else None, looked up once per
+    distinct id; which rows got None; the distinct values the rows got."""
+    codes, distinct = pd.factorize(ids)
+    values = [v if usable(v) else None for v in (strings.get(int(i)) for i in distinct)]
+    if null.any():
+        codes = np.where(null, len(values), codes)
+        values.append(None)
+    table = np.array(values, dtype=object)
+    return table[codes], np.array([v is None for v in values], dtype=bool)[codes], values
 
 
 def _enum(con: sqlite3.Connection, tables: set[str], table: str, column: str = "label") -> dict[int, str]:
@@ -167,12 +186,12 @@ def _enum(con: sqlite3.Connection, tables: set[str], table: str, column: str = "
 # ---- GPU activity --------------------------------------------------------------
 
 
-def _activity(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+def _activity(con: sqlite3.Connection, tables: set[str], path: Path) -> pd.DataFrame:
     """Kernels, copies and fills in one frame: kind, name, start, end, device, stream,
     correlationId, globalPid, bytes."""
     parts = []
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        parts.append(_kernels(con, tables).assign(kind="kernel", bytes=np.nan))
+        parts.append(_kernels(con, tables, path).assign(kind="kernel", bytes=np.nan))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         parts.append(_memcpy(con, tables))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
@@ -268,8 +287,9 @@ def _scopes(ranges: pd.DataFrame, launches: pd.DataFrame) -> list[str]:
 
 def _launches(con: sqlite3.Connection, activity: pd.DataFrame) -> pd.DataFrame:
     """Activity rows with the thread and start time of their launching API call."""
-    calls = _ints(con, "SELECT globalTid AS tid, correlationId, start AS launch_ns "
-                       "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL")
+    calls = pd.DataFrame(_ints(con, "CUPTI_ACTIVITY_KIND_RUNTIME",
+                               {"tid": "globalTid", "correlationId": "correlationId", "launch_ns": "start"},
+                               where="correlationId IS NOT NULL AND globalTid IS NOT NULL")[0])
     calls["globalPid"] = calls["tid"] & PID_MASK
     calls = calls.drop_duplicates(["globalPid", "correlationId"])
     rows = activity[["globalPid", "correlationId"]].dropna().astype("int64").reset_index(names="row")

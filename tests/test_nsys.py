@@ -279,3 +279,26 @@ def test_broken_input(tmp_path: Path, case: str) -> None:
         nsys.read(path)
     assert err.value.where == str(path) and reason in err.value.reason
     assert _sha(path) == before
+
+
+@pytest.mark.parametrize("value, fallback, kind", [("CAST('k' AS BLOB)", None, "blob"), ("''", "X'6b'", "blob")])
+def test_a_kernel_name_that_is_no_text_names_its_row(tmp_path: Path, value: str, fallback: str | None,
+                                                     kind: str) -> None:
+    """Names are looked up once per distinct id, not joined per row: a demangled name that is
+    no text (a blob), or empty with a short name that is no text, still names the row and what
+    SQLite holds there; the same ids on a good file give each kernel its name."""
+    path = tmp_path / "rank0.sqlite"
+    path.write_bytes((DATA / "decode-1gpu-nsys" / "rank0.sqlite").read_bytes())
+    con = sqlite3.connect(path)
+    with con:
+        row, short = con.execute("SELECT rowid, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid "
+                                 "LIMIT 1 OFFSET 2").fetchone()
+        con.execute(f"INSERT INTO StringIds (id, value) VALUES (987654321, {value})")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 987654321 WHERE rowid = ?", (row,))
+        if fallback is not None:
+            con.execute(f"UPDATE StringIds SET value = {fallback} WHERE id = ?", (short,))
+    con.close()
+    with pytest.raises(TraceFormatError) as err:
+        nsys.read(path)
+    assert f"CUPTI_ACTIVITY_KIND_KERNEL row {row}: name: demangledName 987654321" in err.value.reason
+    assert err.value.reason.endswith(f"no text in StringIds ({kind})")
