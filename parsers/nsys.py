@@ -286,14 +286,39 @@ def _scopes(ranges: pd.DataFrame, launches: pd.DataFrame) -> list[str]:
 
 
 def _launches(con: sqlite3.Connection, activity: pd.DataFrame) -> pd.DataFrame:
-    """Activity rows with the thread and start time of their launching API call."""
-    calls = pd.DataFrame(_ints(con, "CUPTI_ACTIVITY_KIND_RUNTIME",
-                               {"tid": "globalTid", "correlationId": "correlationId", "launch_ns": "start"},
-                               where="correlationId IS NOT NULL AND globalTid IS NOT NULL")[0])
-    calls["globalPid"] = calls["tid"] & PID_MASK
-    calls = calls.drop_duplicates(["globalPid", "correlationId"])
+    """Activity rows with the thread and start time of their launching API call: the first
+    call in the file with the row's process and correlation id."""
+    calls = _ints(con, "CUPTI_ACTIVITY_KIND_RUNTIME", {"tid": "globalTid", "correlationId": "correlationId",
+                                                        "launch_ns": "start"},
+                  where="correlationId IS NOT NULL AND globalTid IS NOT NULL")[0]
     rows = activity[["globalPid", "correlationId"]].dropna().astype("int64").reset_index(names="row")
-    return rows.merge(calls, on=["globalPid", "correlationId"], how="inner")
+    call = _first_match(calls["tid"] & PID_MASK, calls["correlationId"],
+                        rows["globalPid"].to_numpy(), rows["correlationId"].to_numpy())
+    found = call >= 0
+    rows = rows[found].reset_index(drop=True)
+    return rows.assign(tid=calls["tid"][call[found]], launch_ns=calls["launch_ns"][call[found]])
+
+
+def _first_match(pid: np.ndarray, corr: np.ndarray, want_pid: np.ndarray, want_corr: np.ndarray) -> np.ndarray:
+    """Per wanted (pid, corr) pair, the index of its first occurrence in (pid, corr), else -1:
+    by sorting (stable: the first stays first; correlation ids come nearly sorted) and binary
+    search per process, not a hash join (pandas.merge's tables outgrow the caches at millions
+    of rows)."""
+    order = np.lexsort((corr, pid))
+    pid, corr = pid[order], corr[order]
+    first = np.r_[True, (pid[1:] != pid[:-1]) | (corr[1:] != corr[:-1])] if len(order) else np.ones(0, bool)
+    pid, corr, order = pid[first], corr[first], order[first]
+    out = np.full(len(want_pid), -1, dtype=np.int64)
+    by_pid = np.argsort(want_pid, kind="stable")
+    groups = np.flatnonzero(np.r_[True, want_pid[by_pid][1:] != want_pid[by_pid][:-1]]) if len(by_pid) else []
+    for lo_q, hi_q in zip(groups, [*groups[1:], len(by_pid)]):
+        at = by_pid[lo_q:hi_q]
+        lo, hi = np.searchsorted(pid, want_pid[at[0]], "left"), np.searchsorted(pid, want_pid[at[0]], "right")
+        pos = lo + np.searchsorted(corr[lo:hi], want_corr[at])
+        hit = pos < hi
+        hit[hit] = corr[pos[hit]] == want_corr[at[hit]]
+        out[at[hit]] = order[pos[hit]]
+    return out
 
 
 def _sweep(ranges: pd.DataFrame, launch_ns: np.ndarray) -> list[str]:

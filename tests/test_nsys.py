@@ -302,3 +302,24 @@ def test_a_kernel_name_that_is_no_text_names_its_row(tmp_path: Path, value: str,
         nsys.read(path)
     assert f"CUPTI_ACTIVITY_KIND_KERNEL row {row}: name: demangledName 987654321" in err.value.reason
     assert err.value.reason.endswith(f"no text in StringIds ({kind})")
+
+
+def test_first_match_equals_a_dict_of_first_occurrences() -> None:
+    """The launch lookup (sort and binary search per process) against a plain walk: repeated
+    (pid, correlation id) pairs give the first, ids repeat across processes, negative values
+    (an int64 minimum in globalTid is real data) and misses give -1."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    pid = rng.choice(np.array([-(1 << 63), 0, 5 << 24, 9 << 24]), 5000)
+    corr = rng.integers(-20, 400, 5000)
+    want_pid = rng.choice(np.array([-(1 << 63), 0, 5 << 24, 9 << 24, 11 << 24]), 3000)
+    want_corr = rng.integers(-25, 420, 3000)
+    first: dict[tuple[int, int], int] = {}
+    for i, key in enumerate(zip(pid.tolist(), corr.tolist())):
+        first.setdefault(key, i)
+    got = nsys._first_match(pid, corr, want_pid, want_corr)
+    assert got.tolist() == [first.get(k, -1) for k in zip(want_pid.tolist(), want_corr.tolist())]
+    assert (got == -1).any() and (got >= 0).any()
+    assert nsys._first_match(pid[:0], corr[:0], want_pid, want_corr).tolist() == [-1] * 3000
+    assert nsys._first_match(pid, corr, want_pid[:0], want_corr[:0]).tolist() == []
