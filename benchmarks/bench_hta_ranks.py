@@ -3,11 +3,13 @@
 one run on this machine: each command measured for its whole process tree (measure_tree.py:
 wall, CPU of the tree, peak of the summed resident sets), tracelab and HTA alternating.
 
-usage: bench_hta_ranks.py --hta-python /path/to/hta-venv/bin/python DIR [DIR ...]
+usage: bench_hta_ranks.py --hta-python /path/to/hta-venv/bin/python [--tracelab report breakdown] DIR [DIR ...]
 
 DIR: rank folders made by make_ranks.py (HTA reads every trace in its folder). tracelab runs
 with TRACELAB_CACHE=0 (every rank parsed); HTA runs benchmarks/hta_report.py (its temporal,
-idle, overlap and kernel breakdowns). Prints one JSON line per measurement, then a table.
+idle, overlap and kernel breakdowns). --tracelab: which tracelab commands are measured per
+folder (`report DIR -o FILE`, `breakdown DIR`), each before HTA. Prints one JSON line per
+measurement, then a table and HTA's ratio to each tracelab command.
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+HTA = "HTA 0.5.0 (hta_report.py)"
 
 
 def measure(command: list[str]) -> dict:
@@ -30,26 +34,30 @@ def measure(command: list[str]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hta-python", required=True)
+    p.add_argument("--tracelab", nargs="+", choices=["report", "breakdown"], default=["report"])
+    p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()), help="folder of the reports written")
     p.add_argument("dirs", nargs="+", type=Path)
     a = p.parse_args()
     rows = []
     for folder in a.dirs:
         ranks = len(list(folder.glob("*.json.gz")))
-        report = folder.parent / f"{folder.name}-report.html"
-        tl = measure([sys.executable, "-m", "tracelab", "report", str(folder), "-o", str(report), "--force"])
-        hta = measure([a.hta_python, str(HERE / "hta_report.py"), str(folder)])
-        for tool, m in (("tracelab report", tl), ("HTA 0.5.0 (hta_report.py)", hta)):
-            print(json.dumps({"tool": tool, "ranks": ranks, **m}), flush=True)
-            rows.append((ranks, tool, m))
+        report = a.out / f"{folder.name}-report.html"
+        commands = {"report": ["report", str(folder), "-o", str(report), "--force"], "breakdown": ["breakdown", str(folder)]}
+        for command in a.tracelab:
+            rows.append((ranks, f"tracelab {command}", measure([sys.executable, "-m", "tracelab", *commands[command]])))
+            print(json.dumps({"tool": rows[-1][1], "ranks": ranks, **rows[-1][2]}), flush=True)
+        rows.append((ranks, HTA, measure([a.hta_python, str(HERE / "hta_report.py"), str(folder)])))
+        print(json.dumps({"tool": HTA, "ranks": ranks, **rows[-1][2]}), flush=True)
     print("\n| ranks | tool | wall (s) | CPU (s) | peak tree (MB) | largest process (MB) | load avg |")
     print("|---|---|---|---|---|---|---|")
     for ranks, tool, m in rows:
         print(f"| {ranks:,} | {tool} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {m['peak_tree_rss_mb']:,} | "
               f"{m['largest_process_maxrss_mb']:,} | {m['load_avg_1m']:.1f} |")
     for ranks in dict.fromkeys(r for r, _, _ in rows):
-        tl, hta = (m for r, _, m in rows if r == ranks)
-        print(f"\n{ranks:,} ranks: HTA / tracelab CPU {hta['cpu_s'] / tl['cpu_s']:.1f}x, peak memory "
-              f"{hta['peak_tree_rss_mb'] / tl['peak_tree_rss_mb']:.1f}x, wall {hta['wall_s'] / tl['wall_s']:.1f}x")
+        hta = next(m for r, tool, m in rows if r == ranks and tool == HTA)
+        for tool, tl in ((tool, m) for r, tool, m in rows if r == ranks and tool != HTA):
+            print(f"{ranks:,} ranks: HTA / {tool}: CPU {hta['cpu_s'] / tl['cpu_s']:.1f}x, peak memory "
+                  f"{hta['peak_tree_rss_mb'] / tl['peak_tree_rss_mb']:.1f}x, wall {hta['wall_s'] / tl['wall_s']:.1f}x")
 
 
 if __name__ == "__main__":
