@@ -311,6 +311,12 @@ def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:
     return int(start.min()), int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max())
 
 
+def first_start(events: pd.DataFrame) -> int | None:
+    """One rank's first start time, any row (its own clock), None without times."""
+    start = events["start_ns"].dropna()
+    return int(start.min()) if len(start) else None
+
+
 def _waits_digest(events: pd.DataFrame):
     from .waits import rank_digest
 
@@ -320,7 +326,8 @@ def _waits_digest(events: pd.DataFrame):
 # per-rank tables the comparison and the report need, computed in the worker that parses each
 # rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
 RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
-                  "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest}
+                  "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
+                  "first_ns": first_start}
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

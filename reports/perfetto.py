@@ -41,15 +41,16 @@ def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values(["start_ns", "end_ns"], kind="stable")
 
 
-def align(events: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, int], str, pd.DataFrame]:
+def align(comm: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, int], str, pd.DataFrame]:
     """rank -> ns to add to its start_ns, how that was found, and the run's matched
-    collectives on that clock (reports/collectives.py). The traces' epoch starts where every
-    rank gives one and the collectives' ends then agree (collectives.clock_check); else each
-    rank's offset from the collective ends (collectives.end_offsets, the median over them);
-    else each trace from its own first event."""
-    ranks = sorted(int(r) for r in events["rank"].unique())
+    collectives on that clock (reports/collectives.py), from every rank's communication rows
+    (collectives.comm_rows; `epochs` names the run's ranks). The traces' epoch starts where
+    every rank gives one and the collectives' ends then agree (collectives.clock_check); else
+    each rank's offset from the collective ends (collectives.end_offsets, the median over
+    them); else each trace from its own first event."""
+    ranks = sorted(int(r) for r in epochs)
     offsets = clock_offsets([{"rank": r, "trace_start_epoch_ns": epochs.get(r)} for r in ranks])
-    coll = C.collectives(events, offsets)
+    coll = C.match(comm, offsets)
     if offsets is not None and (coll.empty or C.clock_check(coll)["agree"]):
         return offsets, "trace starts on the epoch clock" + (", collective ends agree" if len(coll) else ""), coll
     if coll.empty:
@@ -58,7 +59,7 @@ def align(events: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int
     offsets = {r: base.get(r, 0) + C.end_offsets(coll).get(r, 0) for r in ranks}
     why = "the traces give no common clock" if not base else "their ends disagreed on the epoch clock"
     return offsets, f"estimated from the ends of {coll['collective'].nunique()} collectives ({why})", \
-        C.collectives(events, offsets)
+        C.match(comm, offsets)
 
 
 def parse_window_ms(text: str) -> tuple[int, int]:
@@ -214,12 +215,14 @@ def _link_collectives(b: _Builder, coll: pd.DataFrame, kept: dict[int, pd.DataFr
 
 def _run(b: _Builder, group: str, members: list[Input], first_pid: int, pick: Pick, many_runs: bool) -> dict:
     """Put the run's ranks on one clock (all of them, so a --ranks subset keeps the run's
-    times), then add the picked ranks' processes from first_pid on."""
-    rows = {i.rank: timed_rows(i.events) for i in members}
-    offsets, how, coll = align(pd.concat(rows.values()), {i.rank: i.epoch_ns for i in members})
-    origin = min(int(r["start_ns"].min()) + offsets[k] for k, r in rows.items() if len(r))
+    times: from each rank's summaries, its communication rows and first start), then add
+    the picked ranks' processes from first_pid on (only they need their events)."""
+    offsets, how, coll = align(comm_rows(members), {i.rank: i.epoch_ns for i in members})
+    origin = min(i.digest("first_ns") + offsets[i.rank] for i in members if i.digest("first_ns") is not None)
+    picked = [i for i in members if pick.ranks is None or i.rank in pick.ranks]
+    rows = {i.rank: timed_rows(i.events) for i in picked}
     kept, where, pids = {}, {}, {}
-    for i in (i for i in members if pick.ranks is None or i.rank in pick.ranks):
+    for i in picked:
         mine, shift = rows[i.rank], offsets[i.rank] - origin
         shifted = mine.assign(arrival_ns=mine["start_ns"] + offsets[i.rank], start_ns=mine["start_ns"] + shift,
                               end_ns=mine["end_ns"] + shift)
@@ -232,11 +235,16 @@ def _run(b: _Builder, group: str, members: list[Input], first_pid: int, pick: Pi
             "pids": {str(r): p for r, p in pids.items()}}
 
 
+def comm_rows(members: list[Input]) -> pd.DataFrame:
+    """The run's communication rows, every rank's (its who-waits digest's), each on its own clock."""
+    parts = [i.digest("waits").comm.assign(rank=i.rank) for i in members]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def _check_steps(inputs: list[Input], steps: set[int]) -> None:
     known = set()
     for i in inputs:
-        if "step" in i.events.columns:
-            known.update(int(s) for s in i.events["step"].dropna().unique())
+        known.update(int(s) for s in i.digest("waits").steps["step"].dropna().unique())
     if not known:
         raise UsageError("--steps", "the inputs mark no steps (no step ranges in the traces)")
     if not known & steps:
@@ -256,7 +264,7 @@ def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int
     """The Chrome trace (JSON object format) of the timed inputs, as a dict; inputs without
     timestamps (proton aggregates) are listed in otherData.tracelab.skipped."""
     inputs = list(inputs)
-    timed = [i for i in inputs if i.events["start_ns"].notna().any()]
+    timed = [i for i in inputs if i.timed]
     if not timed:
         raise UsageError("export perfetto", "no input has timestamps (proton profiles are aggregates: "
                                             "export torch.profiler or nsys traces)")

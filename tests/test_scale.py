@@ -479,3 +479,29 @@ def test_the_scheduler_help_names_the_extra_to_install():
 
     result = CliRunner().invoke(app, ["breakdown", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "pip install 'tracelab[dist]'" in result.output
+
+
+@pytest.mark.parametrize("folder, options", [("ddp-2gpu-late-nsys", ["--ranks", "1"]),
+                                             ("tp-2gpu-late-torch", ["--ranks", "0", "--steps", "2-3"])])
+def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_same(tmp_path, folder, options,
+                                                                                   monkeypatch, capsys):
+    """--ranks: every rank's summaries put the run on one clock; only the picked ranks' events
+    are read (again). The file equals the one made from every rank's events."""
+    import json
+
+    from tracelab import inputs as I
+    from tracelab.reports import perfetto
+
+    read = []
+    real = I.with_events
+    monkeypatch.setattr(I, "with_events", lambda inputs, ranks: read.append(ranks) or real(inputs, ranks))
+    lean = tmp_path / "lean.json"
+    from malformed import run_cli_output
+
+    status, _, err = run_cli_output(capsys, "export", "perfetto", str(DATA / folder), "-o", str(lean), *options)
+    assert status == 0, err
+    groups = I.load_groups([str(DATA / folder)], keep_events=True)
+    picks = {"ranks": perfetto.parse_ints("--ranks", options[1]),
+             "steps": perfetto.parse_ints("--steps", options[3]) if len(options) > 2 else None}
+    full = perfetto.trace(I.label_inputs([str(DATA / folder)], groups), **picks)
+    assert json.loads(lean.read_text()) == json.loads(json.dumps(full)) and read == [picks["ranks"]]

@@ -393,7 +393,7 @@ def export_perfetto(
     import time
     from pathlib import Path
 
-    from .inputs import label_inputs, write
+    from .inputs import label_inputs, with_events, write
     from .reports import perfetto
 
     if Path(out).exists() and not force:
@@ -401,7 +401,10 @@ def export_perfetto(
     pick = {"ranks": ranks and perfetto.parse_ints("--ranks", ranks),
             "steps": steps and perfetto.parse_ints("--steps", steps),
             "window_ns": window and perfetto.parse_window_ms(window)}
-    inputs = label_inputs(paths, _load_groups(paths))
+    lean = bool(pick["ranks"])  # a few ranks of many: the others give only their summaries (their clocks)
+    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean))
+    if lean:
+        inputs = with_events(inputs, pick["ranks"])
     began = time.perf_counter()
     doc = perfetto.trace(inputs, **{k: v or None for k, v in pick.items()})
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()

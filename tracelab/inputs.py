@@ -38,6 +38,20 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
                                                         keep_events=keep_events) for p in paths]
 
 
+def with_events(inputs: list[Input], ranks: set[int] | None) -> list[Input]:
+    """Inputs loaded without their events get them back for `ranks` (every rank when None),
+    each file read again alone: `export perfetto --ranks` of a few ranks of a thousand holds
+    only those ranks' events (the rest gave their summaries, which put the run on one clock)."""
+    from .load import load_many
+
+    for i in inputs:
+        if len(i.events) or not i.path or (ranks is not None and i.rank not in ranks):
+            continue
+        again = load_many(i.path, workers=1)
+        i.events = next(p for p in again if p.rank == i.rank).events
+    return inputs
+
+
 def with_bins(inputs: list[Input]) -> list[Input]:
     """The report's timeline draws a few ranks per run (figures.timeline_shown) in bins shared
     on one clock, known only once every rank's span is: a shown rank loaded without its
