@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import Comparison
+from .waits import material_lead
 from .figures import MANY_RANKS, distribution
 
 
@@ -104,9 +105,12 @@ def straggler_line(row: pd.Series, measured: str) -> str:
     if row.get("line"):
         return f"{row['line'].split(':', 1)[0]}{where}:{row['line'].split(':', 1)[1]}"
     if row.get("pattern") == "none":
+        lead = (row["compute_ns"] - row["next_compute_ns"]) / row["compute_ns"] if row["compute_ns"] else 0.0
+        why = (f"a lead of {_pct(lead)}, too small for totals without steps to tell from noise"
+               if not material_lead(row) else f"but not the least communication time ({_ms(row['comm_ns'])} ms)")
         return (f"no clear straggler{where} (from totals, no timeline): {row['label']} has the most "
                 f"non-communication {measured} ({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms "
-                f"next) but not the least communication time ({_ms(row['comm_ns'])} ms)")
+                f"next), {why}")
     line = (f"straggler{where}: {row['label']}: the most non-communication {measured} "
             f"({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms next)")
     if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import collectives as C
+from . import normalise
 from . import steps as S
 from . import verdicts as V
 from .timeline import clock_offsets
@@ -175,6 +176,14 @@ def run_waits(members: list) -> Waits:
     return analyse_digests(digests, {i.rank: i.epoch_ns for i in members})
 
 
+def material_lead(totals_row) -> bool:
+    """Whether the rank with the most compute leads the runner-up by what 'slowest' calls
+    material (normalise.MIN_LEAD of it, and MIN_LEAD_NS): totals have no steps to weigh noise
+    with, so a 0.1% lead (two proton ranks of equal work) names nobody."""
+    lead = totals_row["compute_ns"] - totals_row["next_compute_ns"]
+    return bool(lead > max(normalise.MIN_LEAD * totals_row["compute_ns"], normalise.MIN_LEAD_NS))
+
+
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
                  ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """Per run (inputs of one group, several distinct ranks) its straggler row with a `line`
@@ -182,7 +191,8 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Wa
     given, receives each run's Waits by group (the report's steps section reuses them). Runs whose ranks
     have timed collectives get the who-waits verdict (rank NA unless significant); the
     others (proton, CPU-only traces: no timeline) keep the totals row of compare.stragglers,
-    claimed only where the rank with the most compute also has the least communication."""
+    claimed only where the rank with the most compute leads materially (material_lead) and
+    also has the least communication."""
     rows, first = [], None
     for group, totals_row in totals_rows.set_index("group", drop=False).iterrows():
         members = [i for i in inputs if i.group == group]
@@ -195,7 +205,8 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Wa
                          "pattern": w.verdict["pattern"], "basis": "arrivals at collectives", "line": w.line})
             first = first or {"run": group, **straggler_json(w)}
         else:
-            evident = totals_row["comm_rank_min"] and totals_row["comm_max_ns"] > totals_row["comm_ns"]
+            evident = (material_lead(totals_row) and totals_row["comm_rank_min"]
+                       and totals_row["comm_max_ns"] > totals_row["comm_ns"])
             rows.append({**totals_row.to_dict(), "pattern": "straggler" if evident else "none",
                          "basis": "totals (no timeline)", "line": ""})
     cols = [*totals_rows.columns, "pattern", "basis", "line"]

@@ -341,3 +341,23 @@ def test_the_verdict_line_of_a_thousand_ranks_stays_short() -> None:
     line = verdict_line(v)
     assert "rank 5 at 1, rank 9 at 1, 1,022 other ranks at 0" in line
     assert "rank 5 at 3, 1,023 other ranks at 0 of 4" in line and len(line) < 300
+
+
+@pytest.mark.parametrize("variant, named", [("equal", None), ("alternating", None), ("late", 1)])
+def test_proton_totals_name_a_straggler_only_for_a_material_compute_lead(variant: str, named) -> None:
+    """Proton has no timeline: the totals row named a straggler wherever the rank with the
+    most compute also had the least communication, which two ranks of equal work always show
+    (0.1% more compute, so less waiting). Now the lead must be material (1%, as 'slowest'):
+    the late rank (10.7 ms more per step) is named, equal and alternating work are not."""
+    from tracelab.inputs import label_inputs
+    from tracelab.reports.compare import comparison
+
+    path = _dir(variant, "proton")
+    c = comparison(label_inputs([str(path)], [list(_profiles(variant, "proton"))]), "kernel")
+    row = c.stragglers.iloc[0]
+    compute = c.totals.set_index("rank")["compute_ns"]
+    lead = compute.max() - compute.drop(compute.idxmax()).max()
+    assert (lead > 0.01 * compute.max()) == (named is not None)
+    assert row["pattern"] == ("straggler" if named is not None else "none")
+    if named is not None:
+        assert int(row["rank"]) == named == int(compute.idxmax())
