@@ -158,15 +158,36 @@ def _scale_buttons(share: pd.DataFrame, ms: pd.DataFrame) -> dict:
                                          {"label": "log scale (ms)", "method": "restyle", "args": [log]}]}
 
 
+OUTLIERS_SHOWN = 4  # ranks whose compute is an outlier drawn in the timeline beside the first ranks
+
+
 def timeline_shown(inputs: list[Input]) -> list[tuple[str, list[Input], int]]:
-    """Per run with timed ranks: (group, the ranks its timeline draws: the first
-    TIMELINE_RANKS, how many timed ranks it has)."""
+    """Per run with timed ranks: (group, the ranks its timeline draws, how many timed ranks it
+    has). With more than TIMELINE_RANKS: the ranks whose compute time is an outlier (outliers(),
+    the farthest first, at most OUTLIERS_SHOWN), then the first ranks, in rank order, so a
+    straggler among a thousand is drawn beside the others."""
     out = []
     for group in dict.fromkeys(i.group for i in inputs):
         members = [i for i in inputs if i.group == group and i.digest("span") is not None]  # GPU rows timed
-        if members:
-            out.append((group, members[:TIMELINE_RANKS], len(members)))
+        if not members:
+            continue
+        if len(members) > TIMELINE_RANKS:
+            sums = [i.sums for i in members]
+            compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum()) for s in sums])
+            odd = [members[k] for k in outliers(compute)[:OUTLIERS_SHOWN]]
+            rest = [i for i in members if all(i is not o for o in odd)][:TIMELINE_RANKS - len(odd)]
+            members = sorted(odd + rest, key=lambda i: i.rank)
+        out.append((group, members, len([i for i in inputs if i.group == group and i.digest("span") is not None])))
     return out
+
+
+def outliers(values: pd.Series) -> list:
+    """Index labels of the values beyond 3 scaled median absolute deviations of the median (and
+    at least 5% off it: 5% alone is no outlier), the farthest first."""
+    med = values.median()
+    mad = 1.4826 * (values - med).abs().median()
+    off = (values - med).abs()
+    return off[off > 3 * max(mad, 0.05 * abs(med))].sort_values(ascending=False, kind="stable").index.tolist()
 
 
 def timeline_edges(shown: list[Input], offsets: dict[int, int] | None, n_bins: int = 0) -> np.ndarray:
@@ -191,9 +212,20 @@ def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:
                                             for i in shown], ignore_index=True), edges)
         note = (f"{group + ': ' if group else ''}share of each time bin the GPU runs each op class "
                 f"(stacked; above 1 where classes overlap); clock: {'epoch' if offsets else 'each trace from its start'}"
-                + (f"; first {TIMELINE_RANKS} of {n_timed} ranks" if n_timed > len(shown) else ""))
+                + (f"; {len(shown)} of {n_timed} ranks: {_ranks_text([i.rank for i in shown])}"
+                   if n_timed > len(shown) else ""))
         out.append((note, _timeline_figure(bins, [i.rank for i in shown], group)))
     return out
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """'0-11, 777': runs of consecutive ranks as ranges."""
+    parts, start = [], ranks[0]
+    for a, b in zip(ranks, ranks[1:] + [None]):
+        if b != a + 1:
+            parts.append(f"{start}-{a}" if a > start else str(a))
+            start = b
+    return ", ".join(parts)
 
 
 def _bins(i: Input, edges_ns: np.ndarray) -> pd.DataFrame:
@@ -263,8 +295,7 @@ def distribution(per_input: pd.DataFrame, measures: dict[str, str]) -> pd.DataFr
             if v.isna().all():
                 continue
             med = v.median()
-            mad = 1.4826 * (v - med).abs().median()
-            far = g.loc[(v - med).abs() > 3 * max(mad, 0.05 * abs(med)), "label"]  # 5% off alone is no outlier
+            far = g.loc[outliers(v), "label"]
             rows.append({"group": group or "-", "measure": name, "inputs": int(v.notna().sum()), "min": v.min(),
                          "median": med, "max": v.max(), "largest": str(g.loc[v.idxmax(), "label"]) if v.max() > v.min() else "-",
                          "outliers": ", ".join(map(str, far.head(8))) + (" ..." if len(far) > 8 else "")})

@@ -505,3 +505,22 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
              "steps": perfetto.parse_ints("--steps", options[3]) if len(options) > 2 else None}
     full = perfetto.trace(I.label_inputs([str(DATA / folder)], groups), **picks)
     assert json.loads(lean.read_text()) == json.loads(json.dumps(full)) and read == [picks["ranks"]]
+
+
+def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
+    """20 ranks, the late DDP capture's rank 1 as rank 19: the timeline draws 16 ranks, rank
+    19 among them (its compute is the outlier), and says which."""
+    import numpy as np
+
+    import tracelab
+    from tracelab.reports import compare, figures
+    from tracelab.schema import Profile
+
+    zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
+    copies = [Profile((one if r == 19 else zero).events.assign(rank=np.int32(r)),
+                      {**(one if r == 19 else zero).meta, "rank": r}) for r in range(20)]
+    inputs = compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
+    (_, shown, n), = figures.timeline_shown(inputs)
+    assert n == 20 and [i.rank for i in shown] == [*range(15), 19]
+    (note, _), = figures.timelines(inputs)
+    assert "16 of 20 ranks: 0-14, 19" in note
