@@ -340,7 +340,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     assert clock.count("rank ") == steps_text.OFFSETS_SHOWN and "12 more ranks" in clock
 
 
-@pytest.mark.parametrize("folders", [["ddp-2gpu-late-torch"], ["gloo-2cpu-late"],
+@pytest.mark.parametrize("folders", [["ddp-2gpu-late-torch"], pytest.param(["gloo-2cpu-late"], marks=pytest.mark.slow),
                                      pytest.param(["train-2gpu-proton", "train-2gpu-torch", "train-2gpu-nsys"],
                                                   marks=pytest.mark.slow),
                                      pytest.param(["overlap-2gpu-nsys"], marks=pytest.mark.slow)])

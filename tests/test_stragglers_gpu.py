@@ -305,7 +305,7 @@ def test_the_extra_work_and_idle_add_up_to_the_skew(variant: str, source: str) -
         assert s["extra_work_ns"] + s["extra_idle_ns"] == pytest.approx(s["skew_ns"], abs=5_000), s["step"]
 
 
-@pytest.mark.parametrize("source", ["torch", "nsys"])
+@pytest.mark.parametrize("source", ["torch", pytest.param("nsys", marks=pytest.mark.slow)])
 def test_one_late_rank_among_64_is_named_by_how_often_it_gates(source: str) -> None:
     """64 ranks: the waiting rank 0 of the real late capture 63 times and its late rank 1 as
     rank 37. The signed-rank test could not name anyone here (its smallest p with 8 steps is
