@@ -1,12 +1,16 @@
 """Decoding Kineto trace JSON for parsers/chrome.py: the file's bytes (gunzipped), the
 top-level fields, and the events of chosen categories as columns.
 
-Speed and memory: msgspec first splits `traceEvents` into raw JSON values;
-then, CHUNK_EVENTS at a time, decodes only each event's `cat`, and decodes
-again, into a typed Struct with the few fields and args a row needs, only the
-events of the categories used (GPU rows, annotations, launch calls). So a
-375 MB trace loads in seconds, >10x faster than HTA, and never holds a Python
-object per event of the other categories (benchmarks/RESULTS.md).
+Speed and memory: msgspec first splits `traceEvents` into raw JSON values
+(views of the file's bytes). Then, CHUNK_EVENTS at a time, each run of events
+is decoded once, in place (no copy: `_Source`), into a tagged union on `cat`:
+the chosen categories into a Struct with the few fields and args a row needs,
+every other known category into an empty Struct (its fields skipped unread).
+An event the union refuses (no `cat`, a category not seen yet, a bad field)
+goes the slow way, alone: its `cat` decoded, then its Struct, so a damaged
+event is named exactly. `ts` stays text until `ts_ns` reads it, exactly,
+in one numpy pass. So a 375 MB trace loads in seconds, >10x faster than HTA,
+and never holds a Python object per event beyond a chunk (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from decimal import Decimal
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterable
+from typing import Annotated, Any, ClassVar, Iterable, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -25,6 +29,8 @@ from tracelab import limits
 from tracelab.errors import TraceFormatError
 
 CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
+MISSES_PER_CHUNK = 8  # events the union may refuse in a chunk before the rest goes the slow way
+MAX_SKIPPED_CATEGORIES = 256  # categories learnt into the union; past this, the slow way
 
 # Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
 Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
@@ -32,6 +38,14 @@ Id = Int64 | str | None
 Number = Int64 | float | str | None  # args values Kineto writes as integers; others are ignored
 DurUs = Annotated[float, msgspec.Meta(ge=-limits.MAX_DUR_NS / 1000, le=limits.MAX_DUR_NS / 1000)]
 Nelems = Annotated[float, msgspec.Meta(ge=0, le=2.0**62)] | str | None
+# categories Kineto writes that no collector takes: decoded as empty Structs from the start
+KNOWN_CATEGORIES = ("cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset",
+                    "kernel", "cuda_runtime", "cuda_driver", "cpu_instant_event", "python_function",
+                    "overhead", "ac2g", "async_cpu_to_gpu", "fwdbwd", "Trace", "cuda_sync",
+                    "cuda_profiler_range", "external_correlation", "xpu_runtime", "xpu_driver",
+                    "privateuse1_runtime", "privateuse1_driver", "mtia_runtime", "mtia_ccp_events",
+                    "hpu_op", "glow_runtime", "collective_comm", "Operator", "Runtime", "Kernel",
+                    "Memcpy", "Memset", "Python", "gpu_mem_alloc", "cpu_mem_alloc")
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -48,26 +62,21 @@ class _Args(msgspec.Struct, gc=False):
 
 
 class _Category(msgspec.Struct, gc=False):
-    """Every event is decoded this far, to choose the few decoded in full."""
+    """The slow way decodes every event this far, to choose the ones decoded in full."""
 
     cat: str = ""
 
 
 class _Event(msgspec.Struct, gc=False):
-    """A chosen event in full; `ts` an int as written (old traces: integer epoch us) or a
-    float, exact to the ns below FLOAT_EXACT_US (_decode re-reads others into _ExactEvent)."""
+    """A chosen event in full; `ts` as written (ts_ns reads it: a float cannot hold epoch
+    microseconds to the ns)."""
 
-    cat: str
-    ts: int | float
+    ts: msgspec.Raw
     name: str = ""
     pid: Id = None
     tid: Id = None
     dur: DurUs = 0.0
     args: _Args | None = None
-
-
-class _ExactEvent(_Event, gc=False):
-    ts: Decimal  # a float cannot hold epoch microseconds to the ns
 
 
 class _LaunchArgs(msgspec.Struct, gc=False):
@@ -77,14 +86,10 @@ class _LaunchArgs(msgspec.Struct, gc=False):
 class _Launch(msgspec.Struct, gc=False):
     """A launch call: only what finds it (correlation) and places it (thread, start)."""
 
-    ts: int | float
+    ts: msgspec.Raw
     pid: Id = None
     tid: Id = None
     args: _LaunchArgs | None = None
-
-
-class _ExactLaunch(_Launch, gc=False):
-    ts: Decimal
 
 
 class Trace(msgspec.Struct):
@@ -101,53 +106,85 @@ class Trace(msgspec.Struct):
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
 _CAT, _PID, _TID, _TS, _ARGS, _NAME = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name"))
+_POW10 = 10 ** np.arange(20, dtype=np.uint64)
+_DIGIT, _DOT, _MINUS, _SEP = ord("0"), ord("."), ord("-"), 0  # NUL: in no valid JSON value
 
 
-# |ts| below 2**33 us (2.4 hours, any trace whose ts count from baseTimeNanoseconds): the
-# float of a ts written with 3 decimals, times 1000, is within 1e-3 of its integer ns.
-FLOAT_EXACT_US = 2.0**33
+def ts_ns(texts: Sequence[msgspec.Raw | bytes]) -> list[int]:
+    """`ts` texts (JSON values, microseconds) in integer ns, exact as written, rounded half
+    to even past the ns: plain decimals (what Kineto writes: ints, or 3 decimals) in numpy,
+    texts of one length and layout as one matrix (`_aligned_ns`), the rest byte by byte
+    (`_plain_ns`); others (exponents, more decimals, strings) through Decimal. ValueError
+    for a ts that is no number, or one beyond +-limits.MAX_TIME_NS (damage, not a time)."""
+    if not texts:
+        return []
+    ns = _aligned_ns(texts)
+    if ns is not None:
+        return ns.tolist()
+    ns, plain = _plain_ns(np.frombuffer(b"\0".join(texts) + b"\0", dtype=np.uint8), len(texts))
+    out = ns.astype(np.int64).tolist()
+    for i in np.flatnonzero(~plain).tolist():
+        out[i] = _decimal_ns(texts[i])
+    return out
 
 
-def _fast_ns(events: list[_Event] | list[_Launch]) -> list[int] | None:
-    """`ts` in integer ns from ints or floats, or None where that would not be exact (a
-    fractional ts past FLOAT_EXACT_US, or one with more than 3 decimals) or out of range."""
-    ts = list(map(_TS, events))
-    if all(type(t) is int for t in ts):  # integer microseconds (older Kineto): exact at any size
-        if ts and max(max(ts), -min(ts)) > limits.MAX_TIME_NS // 1000:
-            return None  # the exact path names it
-        return (np.array(ts, dtype=np.int64) * 1000).tolist()
-    ns = np.array(ts, dtype=np.float64) * 1000
-    if len(ns) and not (np.abs(ns).max() < FLOAT_EXACT_US * 1000 and np.abs(ns - np.rint(ns)).max() < 0.01):
+def _aligned_ns(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray | None:
+    """ns of texts that all have one length, digits in the same columns and, if any, the
+    decimal point in the same column, at most 3 from the end; None for any other."""
+    width = len(texts[0])
+    if set(map(len, texts)) != {width}:
         return None
-    return np.rint(ns).astype(np.int64).tolist()
+    chars = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), width)
+    digits = chars - _DIGIT  # uint8: wraps below "0"
+    is_digit, is_dot = (digits < 10).all(axis=0), (chars == _DOT).all(axis=0)
+    dots = np.flatnonzero(is_dot)
+    decimals = width - 1 - int(dots[0]) if len(dots) else 0
+    n_digits = width - len(dots)
+    if not (is_digit | is_dot).all() or len(dots) > 1 or decimals > 3 or n_digits - decimals + 3 > 19:
+        return None  # at most 19 digits of ns: below 1e19, within uint64
+    places = _POW10[3 - decimals:3 - decimals + n_digits][::-1]
+    ns = digits[:, is_digit].astype(np.uint64) @ places
+    return ns.astype(np.int64) if not len(ns) or ns.max() <= limits.MAX_TIME_NS else None
 
 
-def _decode(collector, data: bytes) -> tuple[list, list[int]]:
-    """The events of a JSON array into the collector's Struct, and their `ts` in integer ns:
-    through ints and floats (fast), else again through Decimal (exact, as written), and so
-    directly for the collector's later chunks (a trace's ts are alike: not decoded twice)."""
-    if not collector.exact:
-        try:
-            events = collector.DECODER.decode(data)
-            if (ns := _fast_ns(events)) is not None:
-                return events, ns
-        except msgspec.ValidationError:  # a ts the fast Struct refuses (a string): the exact one says
-            pass
-    collector.exact = True
-    events = collector.EXACT.decode(data)
-    return events, _ts_ns(events)
+def _plain_ns(text: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """ns (uint64) of n NUL-ended numbers, and which were plain: [-]digits[.digits] with at
+    most 3 decimals and at most limits.MAX_TIME_NS ns; the others' ns are meaningless."""
+    sep = text == _SEP
+    ends = np.flatnonzero(sep)  # one per text: NUL is in no valid JSON value
+    starts = np.r_[0, ends[:-1] + 1]
+    digit = (text - _DIGIT) < 10  # uint8 wraps below "0"
+    dot, minus = text == _DOT, text == _MINUS
+    odd = np.add.reduceat((~(digit | dot | minus | sep)).view(np.uint8), starts) > 0
+    negative = minus[starts]
+    odd |= np.add.reduceat(minus.view(np.uint8), starts) > negative
+    odd |= np.add.reduceat(dot.view(np.uint8), starts) > 1
+    through = np.cumsum(digit, dtype=np.int64)  # digits up to and including each byte
+    n_digits = np.diff(np.r_[0, through[ends]])
+    decimals = np.zeros(n, dtype=np.int64)
+    dots = np.flatnonzero(dot)
+    owner = np.searchsorted(ends, dots)
+    decimals[owner] = through[ends[owner]] - through[dots]
+    odd |= (decimals > 3) | (n_digits == 0) | (n_digits - decimals + 3 > 19)
+    after = through[ends][np.repeat(np.arange(n), np.diff(np.r_[-1, ends]))] - through  # digits after each byte
+    places = np.where(digit, np.minimum(after, 19), 0)
+    value = np.add.reduceat(np.where(digit, (text - _DIGIT).astype(np.uint64), 0) * _POW10[places], starts)
+    ns = value * _POW10[np.clip(3 - decimals, 0, 3)]
+    odd |= ns > limits.MAX_TIME_NS
+    ns = np.where(negative, (0 - ns.view(np.int64)).view(np.uint64), ns)
+    return ns, ~odd
 
 
-def _ts_ns(events: list[_ExactEvent] | list[_ExactLaunch]) -> list[int]:
-    """`ts` in integer ns; ValueError past +-limits.MAX_TIME_NS (damage, not a time)."""
+def _decimal_ns(text: msgspec.Raw | bytes) -> int:
     try:
-        ns = [int(t.scaleb(3).to_integral_value()) for t in map(_TS, events)]
+        us = msgspec.json.decode(text, type=Decimal)
+        ns = int(us.scaleb(3).to_integral_value())
+    except msgspec.ValidationError as e:
+        raise ValueError(f"ts: {e}") from None
     except (ArithmeticError, ValueError):  # Infinity, or an exponent past Decimal's range
-        ns = [limits.MAX_TIME_NS + 1] * len(events)
-    bound = limits.MAX_TIME_NS
-    if ns and (max(ns) > bound or min(ns) < -bound):
-        bad = next(t for t, n in zip(map(_TS, events), ns) if not -bound <= n <= bound)
-        raise ValueError(f"ts {bad} us is beyond +-2**62 ns")
+        ns = limits.MAX_TIME_NS + 1
+    if not -limits.MAX_TIME_NS <= ns <= limits.MAX_TIME_NS:
+        raise ValueError(f"ts {bytes(text).decode(errors='replace')[:40]} us is beyond +-2**62 ns")
     return ns
 
 
@@ -155,8 +192,7 @@ def _ts_ns(events: list[_ExactEvent] | list[_ExactLaunch]) -> list[int]:
 class Picked:
     """Events of some categories as columns (lists); repeated names shared."""
 
-    DECODER: ClassVar = msgspec.json.Decoder(list[_Event])
-    EXACT: ClassVar = msgspec.json.Decoder(list[_ExactEvent])
+    STRUCT: ClassVar[type] = _Event
     cat: list[str] = field(default_factory=list)
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
@@ -165,40 +201,36 @@ class Picked:
     name: list[str] = field(default_factory=list)
     args: list[_Args | None] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
-    exact: bool = False  # ts decoded through Decimal (_decode)
 
-    def add(self, data: bytes) -> None:
-        """Add the events of a JSON array."""
-        events, ts_ns = _decode(self, data)
-        self.cat += map(_CAT, events)
-        self.pid += map(_PID, events)
-        self.tid += map(_TID, events)
-        self.dur_us += [e.dur for e in events]
-        self.ts_ns += ts_ns
-        self.name += [self._names.setdefault(e.name, e.name) for e in events]
-        self.args += map(_ARGS, events)
+    def extend(self, events: list[_Event], cats: Iterable[str]) -> None:
+        """Add decoded events, of these categories."""
         if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
             raise ValueError(f"name: {complaint}")
+        self.ts_ns += ts_ns(list(map(_TS, events)))
+        self.cat += cats
+        self.pid += map(_PID, events)
+        self.tid += map(_TID, events)
+        self.dur_us += map(attrgetter("dur"), events)
+        names = list(map(_NAME, events))
+        self.name += map(self._names.setdefault, names, names)
+        self.args += map(_ARGS, events)
 
 
 @dataclass
 class Launches:
     """Launch calls as columns."""
 
-    DECODER: ClassVar = msgspec.json.Decoder(list[_Launch])
-    EXACT: ClassVar = msgspec.json.Decoder(list[_ExactLaunch])
+    STRUCT: ClassVar[type] = _Launch
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
     ts_ns: list[int] = field(default_factory=list)
     args: list[_LaunchArgs | None] = field(default_factory=list)
-    exact: bool = False  # ts decoded through Decimal (_decode)
 
-    def add(self, data: bytes) -> None:
-        """Add the events of a JSON array."""
-        events, ts_ns = _decode(self, data)
+    def extend(self, events: list[_Launch], cats: Iterable[str]) -> None:
+        """Add decoded events (their categories are not kept)."""
+        self.ts_ns += ts_ns(list(map(_TS, events)))
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
-        self.ts_ns += ts_ns
         self.args += map(_ARGS, events)
 
 
@@ -206,7 +238,7 @@ def _array(raws: Iterable[msgspec.Raw]) -> bytes:
     return b"[" + b",".join(raws) + b"]"
 
 
-def read_bytes(path: Path) -> bytes | bytearray:
+def read_bytes(path: Path) -> bytearray:
     """The file's bytes, gunzipped when gzip (limits.read_trace_bytes); a TraceFormatError
     for unreadable, empty, oversized or damaged files."""
     data = limits.read_trace_bytes(path)
@@ -215,7 +247,7 @@ def read_bytes(path: Path) -> bytes | bytearray:
     return data
 
 
-def decode(path: Path, data: bytes) -> Trace:
+def decode(path: Path, data: bytes | bytearray) -> Trace:
     """The top-level fields, `traceEvents` left as raw JSON values for pick()."""
     try:
         return _TRACE_DECODER.decode(data)
@@ -228,7 +260,7 @@ def decode(path: Path, data: bytes) -> Trace:
         raise limits.json_error(path, e) from None
 
 
-def _check_json(path: Path, data: bytes) -> None:
+def _check_json(path: Path, data: bytes | bytearray) -> None:
     """Raise if `data` is not JSON at all (the typed decode stops at the first wrong type)."""
     try:
         msgspec.json.decode(data)
@@ -238,36 +270,155 @@ def _check_json(path: Path, data: bytes) -> None:
         raise limits.json_error(path, e) from None
 
 
-def pick(path: Path, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]]) -> list:
+def _address(buffer: Any) -> int:
+    return np.frombuffer(buffer, dtype=np.uint8).ctypes.data
+
+
+class _Source:
+    """The trace's bytes, from which a run of consecutive events of `traceEvents` decodes as
+    one JSON array without a copy: the byte before the run (`[`, `,` or a space) and the
+    one after it (`]`, `,` or a space) become `[` and `]` for the decode, then are put
+    back. Where the raw values are not views of `data` (a bytes object, or a msgspec that
+    copies), each run is joined into a new array instead."""
+
+    def __init__(self, data: bytes | bytearray, raws: list[msgspec.Raw]):
+        self.data = data if isinstance(data, bytearray) and raws else None
+        if self.data is not None:
+            self.view, self.base = memoryview(self.data), _address(self.data)
+            if self._span(raws) is None:
+                self.data = None
+
+    def _span(self, part: list[msgspec.Raw]) -> tuple[int, int] | None:
+        """Where the run lies in data, with a byte free on either side; None if it does not."""
+        first, last = part[0], part[-1]
+        start, end = _address(first) - self.base, _address(last) - self.base + len(last)
+        if not (0 < start < end < len(self.data)):
+            return None
+        if self.view[start:start + len(first)] != first or self.view[end - len(last):end] != last:
+            return None
+        return start, end
+
+    def decode(self, decoder: msgspec.json.Decoder, part: list[msgspec.Raw]) -> list:
+        span = None if self.data is None else self._span(part)
+        if span is None:
+            return decoder.decode(_array(part))
+        start, end = span
+        before, after = self.data[start - 1], self.data[end]
+        self.data[start - 1], self.data[end] = 0x5B, 0x5D  # "[", "]"
+        try:
+            return decoder.decode(self.view[start - 1:end + 1])
+        finally:
+            self.data[start - 1], self.data[end] = before, after
+
+
+class _Union:
+    """A decoder of events into a tagged union on `cat`: each chosen category into its
+    group's Struct, each other category seen into an empty Struct; unknown categories are
+    learnt from the events it refuses (up to MAX_SKIPPED_CATEGORIES)."""
+
+    def __init__(self, groups: list[tuple[set[str], type]]):
+        self.chosen = {cat: (g, collector.STRUCT) for g, (cats, collector) in enumerate(groups) for cat in cats}
+        self.usable = sum(len(cats) for cats, _ in groups) == len(self.chosen)  # no category in two groups
+        self.skipped = set(KNOWN_CATEGORIES) - set(self.chosen)
+        self._build()
+
+    def learn(self, cats: Iterable[str]) -> None:
+        """Skip these categories from now on, unless chosen or too many are learnt."""
+        new = {c for c in cats if c not in self.chosen and c not in self.skipped}
+        if new and len(self.skipped) + len(new) <= MAX_SKIPPED_CATEGORIES:
+            self.skipped |= new
+            self._build()
+
+    def _build(self) -> None:
+        types: dict[type, tuple[int, str]] = {}
+        for cat, (g, struct) in self.chosen.items():
+            types[msgspec.defstruct(f"_{struct.__name__}_{g}", [], bases=(struct,), tag_field="cat", tag=cat,
+                                    gc=False)] = (g, cat)
+        for cat in sorted(self.skipped):
+            types[msgspec.defstruct("_Skipped", [], tag_field="cat", tag=cat, gc=False)] = (-1, cat)
+        self.group_of = {t: g for t, (g, _) in types.items()}
+        self.cat_of = {t: cat for t, (_, cat) in types.items()}
+        self.decoder = msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[misc]
+
+    def deal(self, events: list, picked: list) -> None:
+        """Hand the decoded events to their groups' collectors."""
+        group = np.fromiter(map(self.group_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
+        for g, out in enumerate(picked):
+            if (mask := group == g).any():
+                chosen = list(compress(events, mask.tolist()))
+                out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
+
+
+_AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
+
+
+def pick(path: Path, data: bytes | bytearray, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]]) -> list:
     """Per (categories, collector) group, the events whose `cat` is among the categories,
-    in a new collector. CHUNK_EVENTS at a time, every event's `cat` is decoded, and the
-    events of each group are decoded again, into the collector's own Struct."""
+    in a new collector (module docstring: the union first, the slow way for what it refuses)."""
     picked = [collector() for _, collector in groups]
+    union, source = _Union(groups), _Source(data, raws)
     for first in range(0, len(raws), CHUNK_EVENTS):
         part = raws[first:first + CHUNK_EVENTS]
-        cats: list[str] = []
         try:
-            cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
-            for (group, _), out in zip(groups, picked):
-                if chosen := list(compress(part, map(group.__contains__, cats))):
-                    out.add(_array(chosen))
+            _pick_chunk(path, part, first, groups, picked, union, source)
         except RecursionError as e:
             raise limits.json_error(path, e) from None
-        except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
-            raise _located(path, part, first, cats, groups) or TraceFormatError(
-                path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
     return picked
+
+
+def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union,
+                source: _Source) -> None:
+    """The chunk through the union; each event it refuses the slow way, alone, up to
+    MISSES_PER_CHUNK; then the rest of the chunk the slow way (which names a bad event:
+    whatever the union path raises for one, the slow way raises again)."""
+    at, misses = 0, 0
+    while union.usable and misses < MISSES_PER_CHUNK and at < len(part):
+        rest = part[at:]
+        refused = None
+        try:
+            try:
+                events = source.decode(union.decoder, rest)
+            except msgspec.ValidationError as e:  # it names the event: `$[i]`
+                if (found := _AT_INDEX.search(str(e))) is None:
+                    break
+                refused, misses = int(found.group(1)), misses + 1
+                events = source.decode(union.decoder, rest[:refused]) if refused else []
+            union.deal(events, picked)
+        except ValueError:  # bad UTF-8, a ts or name out of bounds
+            break
+        if refused is None:
+            return
+        _slow(path, rest[refused:refused + 1], first + at + refused, groups, picked, union)
+        at += refused + 1
+    if at < len(part):
+        _slow(path, part[at:], first + at, groups, picked, union)
+
+
+def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union) -> None:
+    """Every event's `cat` decoded, then the events of each group again, into its Struct."""
+    cats: list[str] = []
+    try:
+        cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
+        for (group, collector), out in zip(groups, picked):
+            chosen = list(map(group.__contains__, cats))
+            if any(chosen):
+                out.extend(msgspec.json.decode(_array(compress(part, chosen)), type=list[collector.STRUCT]),
+                           list(compress(cats, chosen)))
+    except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
+        raise _located(path, part, first, cats, groups) or TraceFormatError(
+            path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
+    union.learn(cats)
 
 
 def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
              groups: list[tuple[set[str], type]]) -> TraceFormatError | None:
-    """The first bad event of a chunk that failed, decoded one by one (the error path only):
+    """The first bad event of a run that failed, decoded one by one (the error path only):
     its index in traceEvents, category, name and the field at fault."""
     for i, (raw, cat) in enumerate(zip(part, cats)):
         for group, collector in groups:
             if cat in group:
                 try:
-                    collector().add(_array([raw]))
+                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat])
                 except ValueError as e:
                     return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
                                                   f"({cat}{_name_of(raw)}): {_plain(e)}")

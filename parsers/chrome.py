@@ -72,8 +72,9 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     names the step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...)."""
     path = Path(path)
     step_re = compile_pattern(step_pattern)
-    trace = decode(path, read_bytes(path))
-    gpu, gpu_ranges, launches, cpu_ranges = pick(path, trace.traceEvents, [
+    data = read_bytes(path)
+    trace = decode(path, data)
+    gpu, gpu_ranges, launches, cpu_ranges = pick(path, data, trace.traceEvents, [
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked)])
     if gpu.cat:
         columns = _gpu_columns(gpu)
@@ -81,7 +82,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
         columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
-        ops = pick(path, trace.traceEvents, [(CPU_OPS, Picked)])[0]
+        ops = pick(path, data, trace.traceEvents, [(CPU_OPS, Picked)])[0]
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())

@@ -59,8 +59,9 @@ def too_large(path: Path, what: str) -> TraceFormatError:
                                   "(set TRACELAB_MAX_TRACE_BYTES to raise it)")
 
 
-def read_trace_bytes(path: Path) -> bytes | bytearray:
-    """The file's bytes, gunzipped as a stream when gzip, at most max_trace_bytes();
+def read_trace_bytes(path: Path) -> bytearray:
+    """The file's bytes, gunzipped as a stream when gzip, at most max_trace_bytes(), in a
+    bytearray (parsers may decode runs of it in place: parsers/_kineto_json._Source);
     TraceFormatError for unreadable, oversized or damaged files."""
     limit = max_trace_bytes()
     try:
@@ -68,10 +69,15 @@ def read_trace_bytes(path: Path) -> bytes | bytearray:
             if f.read(2) == GZIP_MAGIC:
                 f.seek(0)
                 return _gunzip(path, f, limit)
-            if os.fstat(f.fileno()).st_size > limit:
+            if (size := os.fstat(f.fileno()).st_size) > limit:
                 raise too_large(path, "holds")
             f.seek(0)
-            return f.read()
+            out = bytearray(size)
+            del out[f.readinto(out):]
+            out += f.read(limit + 1 - len(out))  # a file that grew since fstat
+            if len(out) > limit:
+                raise too_large(path, "holds")
+            return out
     except OSError as e:
         raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
 

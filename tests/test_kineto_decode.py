@@ -1,0 +1,214 @@
+"""Kineto decoding (parsers/_kineto_json): the one-pass tagged union on `cat` gives the same
+frame as the slow way (every event's `cat` decoded, then the chosen events again), whatever
+events it refuses; `ts` read from its text in numpy equals a Decimal walk of the same text;
+decoding in place leaves the file's bytes as they were. Truths come from the slow way and
+from Decimal, not from the code under test."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tracelab import limits
+from tracelab.errors import TraceFormatError
+from tracelab.parsers import _kineto_json as K
+from tracelab.parsers import chrome
+
+from conftest import DATA, shared_trace
+
+OWN_TRACES = sorted(DATA.glob("*-torch/rank*.pt.trace.json.gz")) + sorted(DATA.glob("gloo-2cpu-*/rank*.json.gz"))
+PUBLIC = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+          "hta/triton_example/triton_example.json.gz", "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+          "hta/rank_unavailable/rank_not_found.json.gz", "hta/trace_diff/control/control.json.gz"]
+
+
+def _slow_way(monkeypatch):
+    """The union switched off: every chunk goes the slow way."""
+    monkeypatch.setattr(K, "MISSES_PER_CHUNK", 0)
+
+
+def _read_both(path: Path, monkeypatch, chunk: int | None = None):
+    if chunk:
+        monkeypatch.setattr(K, "CHUNK_EVENTS", chunk)
+    fast = chrome.read(path)
+    with monkeypatch.context() as m:
+        _slow_way(m)
+        slow = chrome.read(path)
+    return fast, slow
+
+
+def _same(a, b) -> None:
+    assert a.events.equals(b.events) and a.events.dtypes.equals(b.events.dtypes)
+    assert {k: v for k, v in a.meta.items() if k != "path"} == {k: v for k, v in b.meta.items() if k != "path"}
+
+
+def test_own_captures_found():
+    assert len(OWN_TRACES) >= 20
+
+
+@pytest.mark.parametrize("path", OWN_TRACES, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+def test_the_union_gives_the_slow_ways_frame_on_our_captures(path, monkeypatch):
+    _same(*_read_both(path, monkeypatch))
+
+
+@pytest.mark.parametrize("relpath", PUBLIC)
+def test_the_union_gives_the_slow_ways_frame_on_public_traces(relpath, monkeypatch):
+    fast, slow = _read_both(shared_trace(relpath), monkeypatch, chunk=997)  # chunks that split runs anywhere
+    _same(fast, slow)
+    assert len(fast.events) > 0
+
+
+def _event(i: int, cat: str | None, **extra) -> dict:
+    e = {"ph": "X", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1.5,
+         "args": {"device": 0, "stream": 7, "correlation": i}, **extra}
+    if cat is not None:
+        e["cat"] = cat
+    return e
+
+
+def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_events_without_cat_and_unknown_categories_anywhere(tmp_path, monkeypatch, chunk):
+    """Refused events (no cat, categories never seen, a cat that is not a string is not
+    among them: it is an error) at the start, middle and end of chunks, in runs."""
+    rng = random.Random(chunk)
+    cats = ["kernel", "gpu_memcpy", None, "my_new_category", "cpu_op", "cuda_runtime", "another_one", "ac2g"]
+    events = [_event(i, rng.choice(cats)) for i in range(300)] + [{"ph": "M", "name": "process_name", "pid": 0}]
+    path = _write(tmp_path, events)
+    fast, slow = _read_both(path, monkeypatch, chunk=chunk)
+    _same(fast, slow)
+    want = sorted(e["name"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy"))
+    assert sorted(fast.events["name"].astype(str)) == want
+
+
+def test_more_categories_than_the_union_learns(tmp_path, monkeypatch):
+    monkeypatch.setattr(K, "MAX_SKIPPED_CATEGORIES", 40)
+    events = [_event(i, "kernel" if i % 3 == 0 else f"cat{i}") for i in range(600)]
+    fast, slow = _read_both(_write(tmp_path, events), monkeypatch, chunk=50)
+    _same(fast, slow)
+    assert len(fast.events) == 200
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"dur": "long"}, "dur"), ({"ts": None}, "ts"), ({"ts": "soon"}, "ts"), ({"name": 5}, "name"),
+    ({"ts": 1e300}, "beyond"), ({"pid": 2**70}, "pid"),
+])
+@pytest.mark.parametrize("at", [0, 5, 299])
+def test_a_bad_chosen_event_is_named_exactly(tmp_path, monkeypatch, bad, where, at):
+    monkeypatch.setattr(K, "CHUNK_EVENTS", 64)
+    events = [_event(i, "kernel" if i % 2 == 0 else "cpu_op") for i in range(300)]
+    events[at] = {**_event(at, "kernel"), **bad}
+    with pytest.raises(TraceFormatError, match=rf"traceEvents\[{at}\] \(kernel( 'k{at}')?\): .*{where}"):
+        chrome.read(_write(tmp_path, events))
+
+
+def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
+    events = [_event(i, "kernel") for i in range(10)] + [{**_event(10, "cpu_op"), "dur": "long", "ts": None}]
+    assert len(chrome.read(_write(tmp_path, events)).events) == 10
+
+
+def test_decoding_in_place_puts_every_byte_back(tmp_path):
+    src = DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz"
+    data = K.read_bytes(src)
+    before = bytes(data)
+    trace = K.decode(src, data)
+    source = K._Source(data, trace.traceEvents)
+    assert source.data is not None  # msgspec's raw values are views of the bytearray
+    K.pick(src, data, trace.traceEvents, [(set(chrome.GPU_KINDS), K.Picked), (chrome.LAUNCHES, K.Launches)])
+    assert bytes(data) == before
+
+
+def test_bytes_input_is_joined_not_decoded_in_place(monkeypatch):
+    src = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
+    data = bytes(K.read_bytes(src))
+    trace = K.decode(src, data)
+    assert K._Source(data, trace.traceEvents).data is None
+    groups = [(set(chrome.GPU_KINDS), K.Picked)]
+    got = K.pick(src, data, trace.traceEvents, groups)[0]
+    in_place = K.read_bytes(src)
+    want = K.pick(src, in_place, K.decode(src, in_place).traceEvents, groups)[0]
+    assert got.ts_ns == want.ts_ns and got.name == want.name and len(got.name) > 100
+
+
+# ts: numpy against Decimal, on the layouts Kineto writes and on every other JSON number
+
+
+def _decimal(text: str) -> int:
+    return int(Decimal(text).scaleb(3).to_integral_value())
+
+
+def _numbers(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(8)
+        whole = str(rng.randrange(10 ** rng.randrange(1, 16)))  # below 2**62 ns
+        if kind == 0:
+            out.append(whole)
+        elif kind == 1:
+            out.append(f"{whole}.{rng.randrange(10 ** (d := rng.randrange(1, 4))):0{d}d}")
+        elif kind == 2:
+            out.append(f"-{whole}.{rng.randrange(1000):03d}")
+        elif kind == 3:
+            out.append(f"{whole}.{rng.randrange(10 ** 6):06d}")  # more decimals: rounded half even
+        elif kind == 4:
+            out.append(f"{rng.randrange(1, 10)}.{rng.randrange(1000)}e{rng.randrange(0, 12)}")
+        elif kind == 5:
+            out.append(f"{whole}.0")
+        elif kind == 6:
+            out.append("0." + f"{rng.randrange(1000):03d}")
+        else:
+            out.append(f"{rng.randrange(1, 4)}{rng.randrange(10 ** 15):015d}.{rng.randrange(1000):03d}")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ts_ns_of_mixed_numbers_equals_decimal(seed):
+    texts = _numbers(random.Random(seed), 2000)
+    want = [_decimal(t) for t in texts]
+    assert K.ts_ns([t.encode() for t in texts]) == want
+    raws = msgspec.json.decode(("[" + ",".join(texts) + "]").encode(), type=list[msgspec.Raw])
+    assert K.ts_ns(raws) == want
+
+
+@pytest.mark.parametrize("layout", ["{:013d}.{:03d}", "{:016d}", "{:016d}.{:01d}", "{:04d}.{:02d}", "-{:05d}.{:03d}"])
+def test_ts_ns_of_one_layout_equals_decimal(layout):
+    rng = random.Random(layout)
+    texts = [layout.format(rng.randrange(10 ** 12), rng.randrange(10)) for _ in range(3000)]
+    assert K.ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
+
+
+def test_ts_ns_where_one_text_breaks_the_layout():
+    texts = ["1234.567"] * 50 + ["123.4567", "12345.67", "1234567", "1.234567e3"] + ["1234.567"] * 50
+    assert K.ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
+
+
+def test_ts_ns_at_and_past_the_limit():
+    bound_us = Decimal(limits.MAX_TIME_NS) / 1000
+    ok = [str(bound_us), "-" + str(bound_us), "4611686018427387.903", "9999999999999.999"]
+    assert K.ts_ns([t.encode() for t in ok]) == [_decimal(t) for t in ok]
+    for past in ["4611686018427387.905", "9999999999999999.999", "99999999999999999999", "1e400", "-1e17"]:
+        with pytest.raises(ValueError, match="beyond"):
+            K.ts_ns([b"1.5", past.encode()])
+    for odd in ["null", "true", '"soon"', "[1]"]:
+        with pytest.raises(ValueError, match="ts: "):
+            K.ts_ns([b"1.5", odd.encode()])
+    assert K.ts_ns([b'"12.5"']) == [12500]  # a number written as a string, as Decimal reads it
+
+
+def test_ts_of_a_real_trace_equal_a_decimal_walk_of_every_chosen_event():
+    path = DATA / "train-2gpu-torch" / "rank1.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    want = [_decimal(str(e["ts"])) for e in doc["traceEvents"] if e.get("cat") in chrome.LAUNCHES]
+    data = K.read_bytes(path)
+    got = K.pick(path, data, K.decode(path, data).traceEvents, [(chrome.LAUNCHES, K.Launches)])[0].ts_ns
+    assert got == want and len(got) > 500
