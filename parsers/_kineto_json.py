@@ -14,6 +14,7 @@ and never holds a Python object per event beyond a chunk (benchmarks/RESULTS.md)
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -317,28 +318,18 @@ class _Union:
     learnt from the events it refuses (up to MAX_SKIPPED_CATEGORIES)."""
 
     def __init__(self, groups: list[tuple[set[str], type]]):
-        self.chosen = {cat: (g, collector.STRUCT) for g, (cats, collector) in enumerate(groups) for cat in cats}
-        self.usable = sum(len(cats) for cats, _ in groups) == len(self.chosen)  # no category in two groups
-        self.skipped = set(KNOWN_CATEGORIES) - set(self.chosen)
-        self._build()
+        self.chosen = tuple((tuple(sorted(cats)), collector.STRUCT) for cats, collector in groups)
+        names = [cat for cats, _ in self.chosen for cat in cats]
+        self.usable = len(names) == len(set(names))  # no category in two groups
+        self.skipped = frozenset(KNOWN_CATEGORIES) - set(names)
+        self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
 
     def learn(self, cats: Iterable[str]) -> None:
         """Skip these categories from now on, unless chosen or too many are learnt."""
-        new = {c for c in cats if c not in self.chosen and c not in self.skipped}
+        new = {c for c in cats if c not in self.skipped and all(c not in chosen for chosen, _ in self.chosen)}
         if new and len(self.skipped) + len(new) <= MAX_SKIPPED_CATEGORIES:
             self.skipped |= new
-            self._build()
-
-    def _build(self) -> None:
-        types: dict[type, tuple[int, str]] = {}
-        for cat, (g, struct) in self.chosen.items():
-            types[msgspec.defstruct(f"_{struct.__name__}_{g}", [], bases=(struct,), tag_field="cat", tag=cat,
-                                    gc=False)] = (g, cat)
-        for cat in sorted(self.skipped):
-            types[msgspec.defstruct("_Skipped", [], tag_field="cat", tag=cat, gc=False)] = (-1, cat)
-        self.group_of = {t: g for t, (g, _) in types.items()}
-        self.cat_of = {t: cat for t, (_, cat) in types.items()}
-        self.decoder = msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[misc]
+            self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
 
     def deal(self, events: list, picked: list) -> None:
         """Hand the decoded events to their groups' collectors."""
@@ -347,6 +338,22 @@ class _Union:
             if (mask := group == g).any():
                 chosen = list(compress(events, mask.tolist()))
                 out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
+
+
+@functools.lru_cache(maxsize=64)
+def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: frozenset[str]
+                   ) -> tuple[msgspec.json.Decoder, dict[type, int], dict[type, str]]:
+    """The decoder of a list of the union, and per Struct type its group (-1: skipped) and
+    category; made once per process for each choice (a trace rarely teaches a category)."""
+    types: dict[type, tuple[int, str]] = {}
+    for g, (cats, struct) in enumerate(chosen):
+        for cat in cats:
+            types[msgspec.defstruct(f"_{struct.__name__}_{g}", [], bases=(struct,), tag_field="cat", tag=cat,
+                                    gc=False)] = (g, cat)
+    for cat in sorted(skipped):
+        types[msgspec.defstruct("_Skipped", [], tag_field="cat", tag=cat, gc=False)] = (-1, cat)
+    decoder = msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[misc]
+    return decoder, {t: g for t, (g, _) in types.items()}, {t: cat for t, (_, cat) in types.items()}
 
 
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")

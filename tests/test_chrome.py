@@ -70,7 +70,8 @@ def _events(rel: str, cat: str) -> list[dict]:
     return [e for e in _json(rel)["traceEvents"] if e.get("cat") == cat]
 
 
-@pytest.mark.parametrize("rel", GPU_TRACES + CPU_TRACES)
+@pytest.mark.parametrize("rel", [pytest.param(r, marks=pytest.mark.slow) if r == "trace_diff/test/test.json.gz" else r
+                                 for r in GPU_TRACES + CPU_TRACES])  # test.json: control's twin, 35 MB, in the slow set
 @pytest.mark.parametrize("cat", list(KIND_OF_CAT))
 def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:
     events = _events(rel, cat)

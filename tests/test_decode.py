@@ -409,6 +409,7 @@ def test_symm_two_shot_traces_with_fake_tensors():
     assert buffer.meta["val"].shape == (8 * 16,)
 
 
+@pytest.mark.slow  # an inductor compile on the CPU: ~1 s
 def test_symm_two_shot_compiled_by_inductor_sums_in_the_registered_buffer(monkeypatch):
     fake = _FakeSymmOps()
     monkeypatch.setattr(torch.ops, "symm_mem", fake)

@@ -24,7 +24,8 @@ from conftest import DATA, shared_trace
 OWN_TRACES = sorted(DATA.glob("*-torch/rank*.pt.trace.json.gz")) + sorted(DATA.glob("gloo-2cpu-*/rank*.json.gz"))
 PUBLIC = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
           "hta/triton_example/triton_example.json.gz", "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-          "hta/rank_unavailable/rank_not_found.json.gz", "hta/trace_diff/control/control.json.gz"]
+          "hta/rank_unavailable/rank_not_found.json.gz",
+          pytest.param("hta/trace_diff/control/control.json.gz", marks=pytest.mark.slow)]
 
 
 def _slow_way(monkeypatch):
