@@ -40,8 +40,7 @@ def main() -> None:
     from tracelab import limits
     from tracelab.parsers import chrome
 
-    class Split(msgspec.Struct):
-        traceEvents: list[msgspec.Raw]
+    Split = msgspec.defstruct("Split", [("traceEvents", list[msgspec.Raw])])
 
     print("| trace | MB read | bytes (s) | raw split (s) | floor (s) | parse (s) | parse / floor |")
     print("|---|---|---|---|---|---|---|")

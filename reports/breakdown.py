@@ -45,6 +45,20 @@ def _keep_top(group: pd.DataFrame, by: str, top: int) -> pd.DataFrame:
     return pd.concat([head, pd.DataFrame([rest])], ignore_index=True)
 
 
+def spread(table: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Over the ranks of a breakdown() table, per group: how many ranks have it, the least,
+    median and most time of those ranks, the median share, the summed time and the rank
+    with the most; largest summed time first, the (rest) rows of --top last (many ranks: one row per group,
+    not per rank)."""
+    grouped = table.groupby(by, sort=False, observed=True)
+    out = grouped["total_ns"].agg(ranks="size", min_ns="min", median_ns="median", max_ns="max", sum_ns="sum")
+    out["median_share"] = grouped["share"].median()
+    out["largest_rank"] = table.loc[grouped["total_ns"].idxmax(), "rank"].to_numpy()
+    out = out.reset_index()
+    return out.sort_values(["sum_ns"], ascending=False, kind="stable", key=lambda s: s.where(out[by] != REST, -1),
+                           ignore_index=True)
+
+
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: kernel, memcpy, memset and CPU-op time, events, and where
     timestamps exist the busy span (first start to last end), busy time and idle share."""

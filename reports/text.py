@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from .breakdown import spread
 from .compare import Comparison
 from .waits import material_lead
 from .figures import MANY_RANKS, distribution
@@ -45,7 +46,10 @@ def summary_line(row: pd.Series) -> str:
 
 
 def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Group:
-    """One rich table per rank, headed by its summary line."""
+    """One rich table per rank, headed by its summary line; above MANY_RANKS ranks, the
+    spread over the ranks instead (_breakdown_spread)."""
+    if len(summary) > MANY_RANKS:
+        return _breakdown_spread(summary, table, by)
     parts = []
     for _, head in summary.iterrows():
         rows = table[table["rank"] == head["rank"]]
@@ -61,6 +65,30 @@ def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gro
                       Text(str(r[by]) or "(no scope)"))
         parts.append(t)
     return Group(*parts)
+
+
+SUMMARY_MEASURES = {"kernel_ns": "kernels (ms)", "memcpy_ns": "memcpy (ms)", "memset_ns": "memset (ms)",
+                    "cpu_op_ns": "CPU operators (ms)", "busy_ns": "GPU busy (ms)", "span_ns": "span (ms)",
+                    "idle_share": "idle share"}
+
+
+def _breakdown_spread(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Group:
+    """Many ranks: each summary measure's spread over the ranks (and its outlier ranks),
+    then per group the ranks that have it and its least, median and most time."""
+    per_rank = summary.assign(label="rank " + summary["rank"].astype(str), group=summary["source"])
+    measures = {c: name for c, name in SUMMARY_MEASURES.items() if c in per_rank and per_rank[c].fillna(0).any()}
+    head = _spread_table(f"{len(summary):,} ranks", per_rank, measures, [c for c in measures if c.endswith("_ns")])
+    groups = spread(table, by)
+    t = Table(title=Text(f"per {by}, over the {len(summary):,} ranks ({len(groups):,} rows; one rank's own table: "
+                         f"--rank N)"), title_justify="left", show_edge=False)
+    for name in ("ranks", "min (ms)", "median (ms)", "max (ms)", "median share", "most on"):
+        t.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    t.add_column(by, overflow="ellipsis", no_wrap=True, max_width=100)
+    for _, r in groups.iterrows():
+        t.add_row(f"{int(r['ranks']):,}", _ms(r["min_ns"]), _ms(r["median_ns"]), _ms(r["max_ns"]),
+                  _pct(r["median_share"]), f"rank {r['largest_rank']}" if r["max_ns"] > r["min_ns"] else "-",
+                  Text(str(r[by]) or "(no scope)"))
+    return Group(head, t)
 
 
 def breakdown_csv(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from decimal import Decimal
@@ -469,6 +470,32 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     times = row[[f"time_ns[rank{r}]" for r in range(20)]].astype(float)
     assert f"{times.max() / 1e6:,.3f}" in page and f"{times.median() / 1e6:,.3f}" in page
     assert "rank7" in page.split("GPU time per input")[1]  # the outlier of the totals
+
+
+def test_breakdown_of_many_ranks_prints_spreads_not_a_table_per_rank(tmp_path):
+    """20 gz ranks (the late DDP capture's waiting rank nineteen times, its late rank as rank 7):
+    `tracelab breakdown` prints each measure's spread over the ranks and one row per kernel with
+    its least, median and most time, the numbers a pandas groupby of all the events gives."""
+    import importlib.util
+
+    import tracelab
+
+    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
+    make_ranks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ranks)
+    late = DATA / "ddp-2gpu-late-torch"
+    make_ranks.make(tmp_path / "run", 20, [late / "rank0.pt.trace.json.gz"], {7: late / "rank1.pt.trace.json.gz"})
+    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(tmp_path / "run"), "--top", "5"],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, check=True).stdout
+    assert "20 ranks" in out and "over the 20 ranks" in out and out.count("rank 19 (torch") == 0
+    df = tracelab.events(tracelab.load_many(tmp_path / "run", workers=1))
+    per_rank = df[df["kind"] == "kernel"].groupby(["kernel", "rank"], observed=True)["dur_ns"].sum().unstack()
+    first = per_rank.sum(axis=1).idxmax()
+    times = per_rank.loc[first].dropna()
+    row = next(line for line in out.splitlines() if line.rstrip().endswith(str(first)[:60]))
+    assert f"{times.min() / 1e6:,.3f}" in row and f"{times.median() / 1e6:,.3f}" in row and f"{len(times):,}" in row
+    kernels = df[df["kind"] == "kernel"].groupby("rank")["dur_ns"].sum()
+    assert kernels.idxmax() == 7 and "rank 7" in next(line for line in out.splitlines() if "kernels (ms)" in line)
 
 
 def test_the_scheduler_help_names_the_extra_to_install():
