@@ -89,6 +89,57 @@ def parse_ints(option: str, text: str) -> set[int]:
     return out
 
 
+# About 1 GB of JSON (~480 bytes an event, benchmarks/RESULTS.md): Perfetto's UI works in a
+# browser tab of ~2 GB and holds a trace at 2-4x its size (perfetto.dev, "Visualising large traces").
+MAX_EVENTS = 2_000_000
+
+
+def rows_of_steps(events: pd.DataFrame, steps: frozenset[int]) -> pd.DataFrame:
+    """The rows of these steps: what `export perfetto --steps` needs of a rank, kept in the
+    worker that parsed it (inputs.with_events), so a thousand ranks' other steps never travel."""
+    return events[events["step"].isin(list(steps))]
+
+
+def oversize(inputs: Iterable[Input], ranks: set[int] | None, steps: set[int] | None,
+             max_events: int) -> tuple[int, int, str] | None:
+    """When the merged trace of these ranks and steps would be too large for Perfetto's UI
+    (more than max_events rows, estimated from each rank's sums and, with steps, the share
+    of its steps picked): (the rows, the ranks, ranks to pick instead, as "0-2,777": the ranks
+    whose compute is an outlier and the first ones, as many as fit); None if it fits or
+    max_events is 0."""
+    timed = [i for i in inputs if i.timed and (ranks is None or i.rank in ranks)]
+    if not max_events or not timed:
+        return None
+    rows = 0.0
+    for i in timed:
+        share = 1.0
+        if steps is not None:
+            known = set(i.digest("waits").steps["step"].dropna().astype(int))
+            share = len(known & steps) / len(known) if known else 1.0
+        rows += share * float(i.sums["count"].sum())
+    if rows <= max_events:
+        return None
+    from .figures import OUTLIERS_SHOWN, TIMELINE_RANKS, outliers
+
+    fit = max(1, min(TIMELINE_RANKS, int(max_events // (rows / len(timed)))))  # ranks of a typical size that fit
+    compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum()) for s in (i.sums for i in timed)])
+    odd = [timed[k].rank for k in outliers(compute)[:OUTLIERS_SHOWN]]
+    first = [i.rank for i in timed if i.rank not in odd][:max(0, fit - len(odd))]
+    return int(rows), len(timed), _ranges(sorted(set(odd + first)))
+
+
+def _ranges(numbers: list[int]) -> str:
+    """'0-11,777' for [0, 1, ..., 11, 777]."""
+    parts, start = [], None
+    for k, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if k + 1 == len(numbers) or numbers[k + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
 def _select(rows: pd.DataFrame, steps: set[int] | None, window_ns: tuple[int, int] | None) -> pd.DataFrame:
     """Rows of the chosen steps that overlap the window (start_ns already on the run's clock)."""
     if steps is not None:
@@ -241,7 +292,7 @@ def comm_rows(members: list[Input]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _check_steps(inputs: list[Input], steps: set[int]) -> None:
+def check_steps(inputs: list[Input], steps: set[int]) -> None:
     known = set()
     for i in inputs:
         known.update(int(s) for s in i.digest("waits").steps["step"].dropna().unique())
@@ -271,7 +322,7 @@ def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int
     if ranks is not None and not any(i.rank in ranks for i in timed):
         raise UsageError("--ranks", f"none of {sorted(ranks)} is in the timed inputs")
     if steps is not None:
-        _check_steps(timed, steps)
+        check_steps(timed, steps)
     b, pick = _Builder(), Pick(ranks, steps, window_ns)
     groups = list(dict.fromkeys(i.group for i in timed))
     clocks = []

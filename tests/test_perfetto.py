@@ -370,3 +370,76 @@ def test_cli_writes_gzip_and_refuses_to_overwrite(tmp_path):
     assert again.returncode == 2 and "--force" in again.stderr and again.stderr.count("\n") == 1
     bad = subprocess.run(cmd + ["--force", "--window", "9"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--window" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def _twenty_ranks(tmp_path: Path) -> Path:
+    """20 gz ranks of the late DDP capture (its late rank as rank 7), benchmarks/make_ranks.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
+    make_ranks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ranks)
+    late = Path(__file__).parent / "data" / "ddp-2gpu-late-torch"
+    make_ranks.make(tmp_path / "run", 20, [late / "rank0.pt.trace.json.gz"], {7: late / "rank1.pt.trace.json.gz"})
+    return tmp_path / "run"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_an_export_past_max_events_is_refused_naming_ranks_to_pick(tmp_path):
+    run = _twenty_ranks(tmp_path)
+    rows = sum(len(p.events) for p in load_many(run))  # every row is timed here (Kineto)
+    proc = _cli("export", "perfetto", str(run), "-o", str(tmp_path / "all.json"), "--max-events", str(rows // 5))
+    assert proc.returncode == 2 and not (tmp_path / "all.json").exists()
+    line = proc.stderr.strip()
+    assert line.count("\n") == 0 and f"about {rows:,} events from 20 ranks" in line
+    fit = int((rows // 5) // (rows / 20))  # ranks of a typical size that fit: the late one (the outlier) and the first
+    assert fit >= 3 and f"--ranks 0-{fit - 2},7 " in line
+    fits = _cli("export", "perfetto", str(run), "-o", str(tmp_path / "all.json"), "--max-events", str(rows))
+    assert fits.returncode == 0, fits.stderr
+    assert perfetto.MAX_EVENTS == 2_000_000  # the CLI's default, written there so that --help imports no pandas
+    assert "default: 2000000" in _cli("export", "perfetto", "--help").stdout.replace(",", "")
+
+
+@pytest.mark.slow
+def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path):
+    """Of more than 16 traces the export reads each rank's rows of the picked steps in its
+    worker; the file equals the trace made from every rank's events, as before."""
+    run = _twenty_ranks(tmp_path)
+    proc = _cli("export", "perfetto", str(run), "-o", str(tmp_path / "s.json"), "--steps", "2-3")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads((tmp_path / "s.json").read_text())
+    want = json.loads(json.dumps(perfetto.trace(label_inputs([str(run)], [load_many(run)]), steps={2, 3}),
+                                 separators=(",", ":"), allow_nan=False))
+    assert got == want and len(got["traceEvents"]) > 200
+    from functools import partial
+
+    from tracelab.inputs import load_groups, with_events
+
+    lean = label_inputs([str(run)], load_groups([str(run)], keep_events=False))
+    kept = with_events(lean, None, partial(perfetto.rows_of_steps, steps=frozenset({2, 3})))
+    assert all(set(i.events["step"].dropna().astype(int)) == {2, 3} and i.events["step"].notna().all() for i in kept)
+
+
+@pytest.mark.slow
+def test_report_perfetto_of_many_ranks_reads_them_again_or_is_refused(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tracelab.cli import app
+
+    run = _twenty_ranks(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html"), "--perfetto"])
+    assert done.exit_code == 0, done.output
+    merged = json.loads(gzip.decompress((tmp_path / "r.perfetto.json.gz").read_bytes()))
+    want = json.loads(json.dumps(perfetto.trace(label_inputs([str(run)], [load_many(run)])),
+                                 separators=(",", ":"), allow_nan=False))
+    assert merged == want
+    monkeypatch.setattr(perfetto, "MAX_EVENTS", 1000)
+    refused = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "r2.html"), "--perfetto"])
+    assert isinstance(refused.exception, UsageError)  # main() makes it one line and exit status 2
+    assert "--perfetto" in str(refused.exception) and "export perfetto --ranks 7`" in str(refused.exception)
+    assert not (tmp_path / "r2.html").exists()

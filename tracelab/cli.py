@@ -343,9 +343,10 @@ def report(
     title: Annotated[Optional[str], typer.Option(help="Report title (default: the inputs' names).")] = None,
     perfetto: Annotated[bool, typer.Option("--perfetto", help="Also write the merged Perfetto trace of the timed "
                                                               "ranks beside the report (OUT.perfetto.json.gz) "
-                                                              "and link each rank to it (this keeps every "
-                                                              "rank's events in memory; the report alone keeps "
-                                                              "only small per-rank tables).")] = False,
+                                                              "and link each rank to it (this holds every "
+                                                              "rank's events, read again after the report's "
+                                                              "small per-rank tables above 16 traces, and is "
+                                                              "refused past what Perfetto's UI opens).")] = False,
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
@@ -362,7 +363,8 @@ def report(
         raise UsageError(out, "exists; pass --force to overwrite it")
     _set_step(step)
     _set_scheduler(scheduler)
-    groups = _picked(paths, _load_groups(paths, keep_events=perfetto), rank)
+    whole = perfetto and not _many_traces(paths)  # else the merged trace's ranks are read again, if it fits
+    groups = _picked(paths, _load_groups(paths, keep_events=whole), rank)
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
         written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
@@ -384,13 +386,19 @@ def export_perfetto(
     steps: Annotated[Optional[str], typer.Option(help="Only these steps, e.g. 3-5.")] = None,
     window: Annotated[Optional[str], typer.Option(help="Only events overlapping START_MS:END_MS "
                                                        "(on the merged clock, from the run's first event).")] = None,
+    max_events: Annotated[int, typer.Option("--max-events", help="Refuse, naming ranks to pick, when the trace "
+                                                                 "would hold more events than this (Perfetto's UI "
+                                                                 "opens about 2 million); 0: no limit.")] = 2_000_000,
 ) -> None:
     """One Chrome/Perfetto JSON trace of every rank (and run): a process per rank, a track per
     stream, scopes and steps as slices, collectives linked across ranks by flow arrows, ranks
-    on one clock (otherData.tracelab says how). Opens in Perfetto's UI and chrome://tracing."""
+    on one clock (otherData.tracelab says how). Opens in Perfetto's UI and chrome://tracing.
+    Of more than 16 traces, or with --ranks, only the exported ranks' events are held (and with
+    --steps, only those steps' rows)."""
     import gzip
     import json
     import time
+    from functools import partial
     from pathlib import Path
 
     from .inputs import label_inputs, with_events, write
@@ -398,19 +406,44 @@ def export_perfetto(
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
+    if max_events < 0:
+        raise UsageError("--max-events", f"must be 0 (no limit) or more, not {max_events}")
     pick = {"ranks": ranks and perfetto.parse_ints("--ranks", ranks),
             "steps": steps and perfetto.parse_ints("--steps", steps),
             "window_ns": window and perfetto.parse_window_ms(window)}
-    lean = bool(pick["ranks"])  # a few ranks of many: the others give only their summaries (their clocks)
+    lean = bool(pick["ranks"]) or _many_traces(paths)  # summaries first: the others' put the run on one clock
     inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean))
+    if pick["steps"]:  # before any rank is read again
+        perfetto.check_steps([i for i in inputs if i.timed], pick["steps"])
+    if too_big := perfetto.oversize(inputs, pick["ranks"] or None, pick["steps"] or None, max_events):
+        rows, n_ranks, shown = too_big
+        raise UsageError("export perfetto", f"about {rows:,} events from {n_ranks:,} ranks, more than --max-events "
+                                            f"{max_events:,} (Perfetto's UI works in a browser tab of ~2 GB). Pick "
+                                            f"fewer: --ranks {shown} (the first ranks and the outliers), --steps or "
+                                            "--window; or pass --max-events 0 and open the file with "
+                                            "`trace_processor --httpd`")
     if lean:
-        inputs = with_events(inputs, pick["ranks"])
+        keep = partial(perfetto.rows_of_steps, steps=frozenset(pick["steps"])) if pick["steps"] else None
+        with _progress(disable=False) as bar:
+            task = bar.add_task("reading the exported ranks' events", total=None)
+            inputs = with_events(inputs, pick["ranks"] or None, keep, on_loaded=lambda _: bar.advance(task))
     began = time.perf_counter()
     doc = perfetto.trace(inputs, **{k: v or None for k, v in pick.items()})
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     written = write(out, gzip.compress(data, mtime=0) if out.endswith(".gz") else data, force=force)
     typer.echo(f"wrote {_shown(written)} ({len(doc['traceEvents']):,} events, {written.stat().st_size / 1e6:.2f} MB, "
                f"{time.perf_counter() - began:.2f} s)", err=True)
+
+
+def _many_traces(paths: list[str]) -> bool:
+    """More trace files than reports show one by one (figures.MANY_RANKS)."""
+    from pathlib import Path
+
+    from .inputs import traceless_run
+    from .load import expand
+    from .reports.figures import MANY_RANKS
+
+    return sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths) > MANY_RANKS
 
 
 @export_app.command("parquet")

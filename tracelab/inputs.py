@@ -38,17 +38,21 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
                                                         keep_events=keep_events) for p in paths]
 
 
-def with_events(inputs: list[Input], ranks: set[int] | None) -> list[Input]:
-    """Inputs loaded without their events get them back for `ranks` (every rank when None),
-    each file read again alone: `export perfetto --ranks` of a few ranks of a thousand holds
-    only those ranks' events (the rest gave their summaries, which put the run on one clock)."""
+def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None) -> list[Input]:
+    """Inputs loaded without their events get them back for `ranks` (every rank when None):
+    their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
+    thousand holds only those ranks' events (the rest gave their summaries, which put the run
+    on one clock). `keep(events)`, where given, runs in the worker that parses each rank
+    and only its rows come back (e.g. perfetto.rows_of_steps)."""
     from .load import load_many
 
-    for i in inputs:
-        if len(i.events) or not i.path or (ranks is not None and i.rank not in ranks):
-            continue
-        again = load_many(i.path, workers=1)
-        i.events = next(p for p in again if p.rank == i.rank).events
+    needed = [i for i in inputs if not len(i.events) and i.path and (ranks is None or i.rank in ranks)]
+    for group in dict.fromkeys(i.group for i in needed):
+        members = [i for i in needed if i.group == group]
+        again = {p.rank: p for p in load_many(list(dict.fromkeys(i.path for i in members)), on_loaded=on_loaded,
+                                              reduce={"kept": keep} if keep else None, keep_events=keep is None)}
+        for i in members:
+            i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
     return inputs
 
 
@@ -170,7 +174,7 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
     inputs = with_bins(inputs)
-    merged = _write_perfetto(inputs, Path(out), force) if perfetto else None
+    merged = _write_perfetto(_with_perfetto_events(inputs), Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
 
@@ -186,6 +190,22 @@ def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> 
         named += [str(devices[p.rank % len(devices)].get("name", "")) if devices else ""
                   for p in sorted(group, key=lambda p: p.rank)]
     return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
+
+
+def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
+    """The timed ranks' events for the merged trace, read again where they were loaded
+    without; refused (UsageError) when the trace would be too large for Perfetto's UI."""
+    from .reports import perfetto
+
+    if all(len(i.events) for i in inputs if i.timed):
+        return inputs
+    if too_big := perfetto.oversize(inputs, None, None, perfetto.MAX_EVENTS):
+        rows, n_ranks, shown = too_big
+        raise UsageError("--perfetto", f"the merged trace would hold about {rows:,} events from {n_ranks:,} ranks, "
+                                       "more than Perfetto's UI opens: write the report without --perfetto, and "
+                                       f"the ranks you need with `tracelab export perfetto --ranks {shown}`")
+    with_events([i for i in inputs if i.timed], None)
+    return inputs
 
 
 def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
