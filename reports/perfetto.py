@@ -17,8 +17,9 @@ says which, per run, with each rank's offset.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -163,11 +164,21 @@ class Pick:
 
 
 class _Builder:
-    """Collects trace events; pids and tids are small integers named by metadata events."""
+    """Collects trace events; pids and tids are small integers named by metadata events.
+    With a `sink`, flush() hands the events so far to it as JSON text (comma-separated, no
+    brackets) and drops them, so a large trace is never held as Python objects at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[bytes], object] | None = None) -> None:
         self.events: list[dict] = []
         self.flow_id = 0
+        self.sink, self.written = sink, 0
+
+    def flush(self) -> None:
+        if self.sink is None or not self.events:
+            return
+        self.sink((b"," if self.written else b"") + msgspec.json.encode(self.events)[1:-1])
+        self.written += len(self.events)
+        self.events = []
 
     def process(self, pid: int, name: str) -> None:
         self.events += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
@@ -271,17 +282,19 @@ def _run(b: _Builder, group: str, members: list[Input], first_pid: int, pick: Pi
     offsets, how, coll = align(comm_rows(members), {i.rank: i.epoch_ns for i in members})
     origin = min(i.digest("first_ns") + offsets[i.rank] for i in members if i.digest("first_ns") is not None)
     picked = [i for i in members if pick.ranks is None or i.rank in pick.ranks]
-    rows = {i.rank: timed_rows(i.events) for i in picked}
     kept, where, pids = {}, {}, {}
     for i in picked:
-        mine, shift = rows[i.rank], offsets[i.rank] - origin
+        mine, shift = timed_rows(i.events), offsets[i.rank] - origin
         shifted = mine.assign(arrival_ns=mine["start_ns"] + offsets[i.rank], start_ns=mine["start_ns"] + shift,
                               end_ns=mine["end_ns"] + shift)
-        kept[i.rank] = _select(shifted, pick.steps, pick.window_ns)
+        rows = _select(shifted, pick.steps, pick.window_ns)
         pids[i.rank] = first_pid + len(pids)
         name = f"{group} rank {i.rank}" if many_runs and group else f"rank {i.rank}"
-        where[i.rank] = _rank_process(b, pids[i.rank], f"{name} ({i.source})", kept[i.rank])
+        where[i.rank] = _rank_process(b, pids[i.rank], f"{name} ({i.source})", rows)
+        kept[i.rank] = rows[["kernel", "arrival_ns"]]  # what the flows need of it
+        b.flush()
     _link_collectives(b, coll, kept, where, pids)
+    b.flush()
     return {"run": group, "clock": how, "offsets_ns": {str(r): int(o - origin) for r, o in offsets.items()},
             "pids": {str(r): p for r, p in pids.items()}}
 
@@ -314,16 +327,33 @@ def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int
           window_ns: tuple[int, int] | None = None) -> dict:
     """The Chrome trace (JSON object format) of the timed inputs, as a dict; inputs without
     timestamps (proton aggregates) are listed in otherData.tracelab.skipped."""
-    inputs = list(inputs)
+    b = _Builder()
+    meta = _build(b, list(inputs), Pick(ranks, steps, window_ns))
+    return {"traceEvents": b.events, "displayTimeUnit": "ns", "otherData": {"tracelab": meta}}
+
+
+def write_json(put: Callable[[bytes], object], inputs: Iterable[Input], ranks: set[int] | None = None,
+               steps: set[int] | None = None, window_ns: tuple[int, int] | None = None) -> int:
+    """The same trace as trace(), as JSON text handed to `put` rank by rank (a file, a gzip
+    stream), never held whole; the number of trace events."""
+    put(b'{"traceEvents":[')
+    b = _Builder(sink=put)
+    meta = _build(b, list(inputs), Pick(ranks, steps, window_ns))
+    b.flush()
+    put(b'],"displayTimeUnit":"ns","otherData":' + msgspec.json.encode({"tracelab": meta}) + b"}")
+    return b.written
+
+
+def _build(b: _Builder, inputs: list[Input], pick: Pick) -> dict:
+    """Every run's ranks into the builder; otherData.tracelab."""
     timed = [i for i in inputs if i.timed]
     if not timed:
         raise UsageError("export perfetto", "no input has timestamps (proton profiles are aggregates: "
                                             "export torch.profiler or nsys traces)")
-    if ranks is not None and not any(i.rank in ranks for i in timed):
-        raise UsageError("--ranks", f"none of {sorted(ranks)} is in the timed inputs")
-    if steps is not None:
-        check_steps(timed, steps)
-    b, pick = _Builder(), Pick(ranks, steps, window_ns)
+    if pick.ranks is not None and not any(i.rank in pick.ranks for i in timed):
+        raise UsageError("--ranks", f"none of {sorted(pick.ranks)} is in the timed inputs")
+    if pick.steps is not None:
+        check_steps(timed, pick.steps)
     groups = list(dict.fromkeys(i.group for i in timed))
     clocks = []
     for group in groups:
@@ -332,6 +362,6 @@ def trace(inputs: Iterable[Input], ranks: set[int] | None = None, steps: set[int
     exported = {id(i) for i in timed}
     meta = {"clocks": clocks, "collectives": MATCHING, "scopes": SCOPE_NOTE,
             "skipped": [f"{i.label}: no timestamps ({i.source})" for i in inputs if id(i) not in exported]}
-    if window_ns is not None:
-        meta["window_ns"] = [int(window_ns[0]), int(window_ns[1])]
-    return {"traceEvents": b.events, "displayTimeUnit": "ns", "otherData": {"tracelab": meta}}
+    if pick.window_ns is not None:
+        meta["window_ns"] = [int(pick.window_ns[0]), int(pick.window_ns[1])]
+    return meta

@@ -443,3 +443,30 @@ def test_report_perfetto_of_many_ranks_reads_them_again_or_is_refused(tmp_path, 
     assert isinstance(refused.exception, UsageError)  # main() makes it one line and exit status 2
     assert "--perfetto" in str(refused.exception) and "export perfetto --ranks 7`" in str(refused.exception)
     assert not (tmp_path / "r2.html").exists()
+
+
+@pytest.mark.parametrize("pick", [{}, {"ranks": {1}}, {"window_ns": (0, 20_000_000)}])
+def test_the_streamed_json_is_the_trace_dict(pick):
+    """write_json hands the trace to its sink rank by rank; joined, it is trace()'s dict."""
+    data = Path(__file__).parent / "data"
+    paths = [str(data / "train-2gpu-torch"), str(data / "decode-2gpu-nsys")]
+    inputs = label_inputs(paths, [load_many([p]) for p in paths])
+    parts: list[bytes] = []
+    n = perfetto.write_json(parts.append, inputs, **pick)
+    doc = json.loads(b"".join(parts))
+    want = json.loads(json.dumps(perfetto.trace(inputs, **pick)))
+    assert doc == want and n == len(want["traceEvents"]) > 100 and len(parts) >= 4  # head, ranks, tail
+
+
+def test_a_producer_that_fails_leaves_no_file(tmp_path):
+    from tracelab.inputs import write
+
+    def produce(put):
+        put(b"{" * 1000)
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError):
+        write(tmp_path / "t.json.gz", produce, gz=True)
+    assert list(tmp_path.iterdir()) == []
+    written = write(tmp_path / "t.json.gz", lambda put: [put(b'{"a":'), put(b"1}")], gz=True)
+    assert json.loads(gzip.decompress(written.read_bytes())) == {"a": 1}

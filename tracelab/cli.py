@@ -395,8 +395,6 @@ def export_perfetto(
     on one clock (otherData.tracelab says how). Opens in Perfetto's UI and chrome://tracing.
     Of more than 16 traces, or with --ranks, only the exported ranks' events are held (and with
     --steps, only those steps' rows)."""
-    import gzip
-    import json
     import time
     from functools import partial
     from pathlib import Path
@@ -427,11 +425,11 @@ def export_perfetto(
         with _progress(disable=False) as bar:
             task = bar.add_task("reading the exported ranks' events", total=None)
             inputs = with_events(inputs, pick["ranks"] or None, keep, on_loaded=lambda _: bar.advance(task))
-    began = time.perf_counter()
-    doc = perfetto.trace(inputs, **{k: v or None for k, v in pick.items()})
-    data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-    written = write(out, gzip.compress(data, mtime=0) if out.endswith(".gz") else data, force=force)
-    typer.echo(f"wrote {_shown(written)} ({len(doc['traceEvents']):,} events, {written.stat().st_size / 1e6:.2f} MB, "
+    began, events = time.perf_counter(), []
+    written = write(out, lambda put: events.append(perfetto.write_json(put, inputs, **{k: v or None for k, v in
+                                                                                      pick.items()})),
+                    force=force, gz=out.endswith(".gz"))
+    typer.echo(f"wrote {_shown(written)} ({events[0]:,} events, {written.stat().st_size / 1e6:.2f} MB, "
                f"{time.perf_counter() - began:.2f} s)", err=True)
 
 

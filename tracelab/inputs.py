@@ -5,11 +5,13 @@ renders); the CLI and `tracelab run` call these.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
 from .schema import Profile
@@ -124,9 +126,12 @@ def _gathered(folder: Path) -> dict[str, dict]:
         raise TraceFormatError(folder, f"cannot read a rank's results file ({e})") from None
 
 
-def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
+def write(path: str | Path, text: str | bytes | Callable[[Callable[[bytes], object]], object],
+          force: bool = False, gz: bool = False) -> Path:
     """Write text (UTF-8) or bytes atomically (a temporary file beside it, then os.replace);
-    an existing file is replaced only with force."""
+    an existing file is replaced only with force. `text` may also be a producer, called with
+    a function that writes bytes (a large output streamed, never held whole); `gz`
+    compresses (no name or time in the header: the same input gives the same file)."""
     path = Path(path)
     if path.exists() and not force:
         raise UsageError(path, "exists; pass --force to overwrite it")
@@ -139,8 +144,12 @@ def write(path: str | Path, text: str | bytes, force: bool = False) -> Path:
     except OSError as e:
         raise OutputError(path, f"cannot write: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+        with os.fdopen(fd, "wb") as raw, (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if gz
+                                          else nullcontext(raw)) as f:
+            if callable(text):
+                text(f.write)
+            else:
+                f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
         os.chmod(tmp, 0o666 & ~_umask())  # the user's usual file mode (0644), not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException as e:
@@ -209,9 +218,7 @@ def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
 
 
 def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
-    """The merged trace beside the report; its file name, or None when no input is timed."""
-    import gzip
-
+    """The merged trace beside the report, streamed; its file name, or None when no input is timed."""
     from .reports import perfetto
 
     if not any(i.timed for i in inputs):
@@ -219,5 +226,4 @@ def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
     if not all(len(i.events) for i in inputs if i.timed):
         raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
     target = out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
-    data = json.dumps(perfetto.trace(inputs), separators=(",", ":"), allow_nan=False).encode()
-    return write(target, gzip.compress(data, mtime=0), force=force).name
+    return write(target, lambda put: perfetto.write_json(put, inputs), force=force, gz=True).name
