@@ -117,13 +117,18 @@ def ts_ns(texts: Sequence[msgspec.Raw | bytes]) -> list[int]:
     texts of one length and layout as one matrix (`_aligned_ns`), the rest byte by byte
     (`_plain_ns`); others (exponents, more decimals, strings) through Decimal. ValueError
     for a ts that is no number, or one beyond +-limits.MAX_TIME_NS (damage, not a time)."""
+    return _ts_array(texts).tolist()
+
+
+def _ts_array(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray:
+    """ts_ns() as an int64 array."""
     if not texts:
-        return []
+        return np.zeros(0, dtype=np.int64)
     ns = _aligned_ns(texts)
     if ns is not None:
-        return ns.tolist()
+        return ns
     ns, plain = _plain_ns(np.frombuffer(b"\0".join(texts) + b"\0", dtype=np.uint8), len(texts))
-    out = ns.astype(np.int64).tolist()
+    out = ns.astype(np.int64)
     for i in np.flatnonzero(~plain).tolist():
         out[i] = _decimal_ns(texts[i])
     return out
@@ -198,16 +203,21 @@ class Picked:
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
     dur_us: list[float] = field(default_factory=list)
-    ts_ns: list[int] = field(default_factory=list)
+    ts_parts: list[np.ndarray] = field(default_factory=list)
     name: list[str] = field(default_factory=list)
     args: list[_Args | None] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ts_ns(self) -> np.ndarray:
+        """`ts` in integer ns (int64)."""
+        return _joined(self.ts_parts)
 
     def extend(self, events: list[_Event], cats: Iterable[str]) -> None:
         """Add decoded events, of these categories."""
         if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
             raise ValueError(f"name: {complaint}")
-        self.ts_ns += ts_ns(list(map(_TS, events)))
+        self.ts_parts.append(_ts_array(list(map(_TS, events))))
         self.cat += cats
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
@@ -224,15 +234,26 @@ class Launches:
     STRUCT: ClassVar[type] = _Launch
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
-    ts_ns: list[int] = field(default_factory=list)
+    ts_parts: list[np.ndarray] = field(default_factory=list)
     args: list[_LaunchArgs | None] = field(default_factory=list)
+
+    @property
+    def ts_ns(self) -> np.ndarray:
+        """`ts` in integer ns (int64)."""
+        return _joined(self.ts_parts)
 
     def extend(self, events: list[_Launch], cats: Iterable[str]) -> None:
         """Add decoded events (their categories are not kept)."""
-        self.ts_ns += ts_ns(list(map(_TS, events)))
+        self.ts_parts.append(_ts_array(list(map(_TS, events))))
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
         self.args += map(_ARGS, events)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    if len(parts) > 1:  # joined once: the next call finds one part
+        parts[:] = [np.concatenate(parts)]
+    return parts[0] if parts else np.zeros(0, dtype=np.int64)
 
 
 def _array(raws: Iterable[msgspec.Raw]) -> bytes:

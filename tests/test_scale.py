@@ -521,7 +521,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
 
     read = []
     real = I.with_events
-    monkeypatch.setattr(I, "with_events", lambda inputs, ranks: read.append(ranks) or real(inputs, ranks))
+    monkeypatch.setattr(I, "with_events", lambda inputs, ranks, *a, **k: read.append(ranks) or real(inputs, ranks, *a, **k))
     lean = tmp_path / "lean.json"
     from malformed import run_cli_output
 
