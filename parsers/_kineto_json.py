@@ -195,59 +195,49 @@ def _decimal_ns(text: msgspec.Raw | bytes) -> int:
 
 
 @dataclass
-class Picked:
-    """Events of some categories as columns (lists); repeated names shared."""
-
-    STRUCT: ClassVar[type] = _Event
-    cat: list[str] = field(default_factory=list)
-    pid: list = field(default_factory=list)
-    tid: list = field(default_factory=list)
-    dur_us: list[float] = field(default_factory=list)
-    ts_parts: list[np.ndarray] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    args: list[_Args | None] = field(default_factory=list)
-    _names: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ts_ns(self) -> np.ndarray:
-        """`ts` in integer ns (int64)."""
-        return _joined(self.ts_parts)
-
-    def extend(self, events: list[_Event], cats: Iterable[str]) -> None:
-        """Add decoded events, of these categories."""
-        if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
-            raise ValueError(f"name: {complaint}")
-        self.ts_parts.append(_ts_array(list(map(_TS, events))))
-        self.cat += cats
-        self.pid += map(_PID, events)
-        self.tid += map(_TID, events)
-        self.dur_us += map(attrgetter("dur"), events)
-        names = list(map(_NAME, events))
-        self.name += map(self._names.setdefault, names, names)
-        self.args += map(_ARGS, events)
-
-
-@dataclass
 class Launches:
-    """Launch calls as columns."""
+    """Launch calls as columns: only what finds them (args correlation) and places them
+    (process, thread, start)."""
 
     STRUCT: ClassVar[type] = _Launch
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
     ts_parts: list[np.ndarray] = field(default_factory=list)
-    args: list[_LaunchArgs | None] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)
 
     @property
     def ts_ns(self) -> np.ndarray:
         """`ts` in integer ns (int64)."""
         return _joined(self.ts_parts)
 
-    def extend(self, events: list[_Launch], cats: Iterable[str]) -> None:
-        """Add decoded events (their categories are not kept)."""
+    def extend(self, events: list, cats: list[str]) -> None:
+        """Add decoded events, of these categories (not kept here)."""
         self.ts_parts.append(_ts_array(list(map(_TS, events))))
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
         self.args += map(_ARGS, events)
+
+
+@dataclass
+class Picked(Launches):
+    """Events of some categories as columns (lists): a launch's, and their category, name
+    and duration; repeated names shared."""
+
+    STRUCT: ClassVar[type] = _Event
+    cat: list[str] = field(default_factory=list)
+    dur_us: list[float] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    _names: dict[str, str] = field(default_factory=dict)
+
+    def extend(self, events: list[_Event], cats: list[str]) -> None:
+        """Add decoded events, of these categories (nothing is added when one is refused)."""
+        if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
+            raise ValueError(f"name: {complaint}")
+        super().extend(events, cats)
+        self.cat += cats
+        self.dur_us += map(attrgetter("dur"), events)
+        names = list(map(_NAME, events))
+        self.name += map(self._names.setdefault, names, names)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -342,12 +332,13 @@ class _Union:
         self.chosen = tuple((tuple(sorted(cats)), collector.STRUCT) for cats, collector in groups)
         names = [cat for cats, _ in self.chosen for cat in cats]
         self.usable = len(names) == len(set(names))  # no category in two groups
-        self.skipped = frozenset(KNOWN_CATEGORIES) - set(names)
+        self.chosen_names = frozenset(names)
+        self.skipped = frozenset(KNOWN_CATEGORIES) - self.chosen_names
         self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
 
     def learn(self, cats: Iterable[str]) -> None:
         """Skip these categories from now on, unless chosen or too many are learnt."""
-        new = {c for c in cats if c not in self.skipped and all(c not in chosen for chosen, _ in self.chosen)}
+        new = set(cats) - self.skipped - self.chosen_names
         if new and len(self.skipped) + len(new) <= MAX_SKIPPED_CATEGORIES:
             self.skipped |= new
             self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)

@@ -172,13 +172,20 @@ def timeline_shown(inputs: list[Input]) -> list[tuple[str, list[Input], int]]:
         if not members:
             continue
         if len(members) > TIMELINE_RANKS:
-            sums = [i.sums for i in members]
-            compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum()) for s in sums])
-            odd = [members[k] for k in outliers(compute)[:OUTLIERS_SHOWN]]
-            rest = [i for i in members if all(i is not o for o in odd)][:TIMELINE_RANKS - len(odd)]
-            members = sorted(odd + rest, key=lambda i: i.rank)
+            members = outliers_and_first(members, TIMELINE_RANKS)
         out.append((group, members, len([i for i in inputs if i.group == group and i.digest("span") is not None])))
     return out
+
+
+def outliers_and_first(members: list[Input], count: int) -> list[Input]:
+    """The ranks whose compute time (all but communication, from their sums) is an outlier,
+    the farthest first, at most OUTLIERS_SHOWN; then the first others, up to `count` in all;
+    in rank order."""
+    compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum())
+                         for s in (i.sums for i in members)])
+    odd = [members[k] for k in outliers(compute)[:OUTLIERS_SHOWN]]
+    rest = [i for i in members if all(i is not o for o in odd)][:max(0, count - len(odd))]
+    return sorted(odd + rest, key=lambda i: i.rank)
 
 
 def outliers(values: pd.Series) -> list:

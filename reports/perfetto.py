@@ -115,18 +115,15 @@ def oversize(inputs: Iterable[Input], ranks: set[int] | None, steps: set[int] | 
     for i in timed:
         share = 1.0
         if steps is not None:
-            known = set(i.digest("waits").steps["step"].dropna().astype(int))
+            known = _steps_of(i)
             share = len(known & steps) / len(known) if known else 1.0
         rows += share * float(i.sums["count"].sum())
     if rows <= max_events:
         return None
-    from .figures import OUTLIERS_SHOWN, TIMELINE_RANKS, outliers
+    from .figures import TIMELINE_RANKS, outliers_and_first
 
     fit = max(1, min(TIMELINE_RANKS, int(max_events // (rows / len(timed)))))  # ranks of a typical size that fit
-    compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum()) for s in (i.sums for i in timed)])
-    odd = [timed[k].rank for k in outliers(compute)[:OUTLIERS_SHOWN]]
-    first = [i.rank for i in timed if i.rank not in odd][:max(0, fit - len(odd))]
-    return int(rows), len(timed), _ranges(sorted(set(odd + first)))
+    return int(rows), len(timed), _ranges(sorted({i.rank for i in outliers_and_first(timed, fit)}))
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -305,10 +302,13 @@ def comm_rows(members: list[Input]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def _steps_of(i: Input) -> set[int]:
+    """The steps a rank marks (its who-waits digest's step rows)."""
+    return {int(s) for s in i.digest("waits").steps["step"].dropna().unique()}
+
+
 def check_steps(inputs: list[Input], steps: set[int]) -> None:
-    known = set()
-    for i in inputs:
-        known.update(int(s) for s in i.digest("waits").steps["step"].dropna().unique())
+    known = set().union(*map(_steps_of, inputs))
     if not known:
         raise UsageError("--steps", "the inputs mark no steps (no step ranges in the traces)")
     if not known & steps:

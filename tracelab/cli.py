@@ -199,12 +199,9 @@ def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
     summaries, made in the worker that parsed it, reach this process."""
-    from pathlib import Path
+    from .inputs import load_groups
 
-    from .inputs import load_groups, traceless_run
-    from .load import expand
-
-    total = sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
+    total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
         return load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
@@ -433,15 +430,21 @@ def export_perfetto(
                f"{time.perf_counter() - began:.2f} s)", err=True)
 
 
-def _many_traces(paths: list[str]) -> bool:
-    """More trace files than reports show one by one (figures.MANY_RANKS)."""
+def _trace_count(paths: list[str]) -> int:
+    """The trace files the paths hold (a run folder without traces holds none)."""
     from pathlib import Path
 
     from .inputs import traceless_run
     from .load import expand
+
+    return sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
+
+
+def _many_traces(paths: list[str]) -> bool:
+    """More trace files than reports show one by one (figures.MANY_RANKS)."""
     from .reports.figures import MANY_RANKS
 
-    return sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths) > MANY_RANKS
+    return _trace_count(paths) > MANY_RANKS
 
 
 @export_app.command("parquet")
