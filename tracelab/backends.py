@@ -175,7 +175,9 @@ class TorchSession(Session):
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._prof = torch.profiler.profile(activities=activities)
+        # record_shapes: the aten ops' Input Dims and types, from which `tracelab roofline`
+        # computes each kernel's FLOPs and bytes (issue 20)
+        self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
         self._prof.start()
 
     def _stop(self) -> None:
