@@ -3,7 +3,8 @@
 #   a: benchmarks/known_shapes.py under torch, proton (+ proton-viewer -m tflop/s,tbytes/s) and nsys;
 #      benchmarks/graph_scopes.py under torch and nsys, capture inside and outside the trace;
 #      train (tracelab run) with a tiny batch (host-bound) and a large one (GPU-bound) under torch, nsys;
-#   b: decode (tracelab run) tiny --compile under torch, nsys, proton; llama-3.2-1b eager under torch
+#   b: train small bf16 with batch 32 x 1024 (GPU-bound even under torch.profiler) under torch, nsys;
+#      decode (tracelab run) tiny --compile under torch, nsys, proton; llama-3.2-1b eager under torch
 #      and proton; train small bf16 steps under torch and proton (MFU against the trace).
 # Carry .whl and .device-lib.   PART=a bash benchmarks/gpu_round1.sh   ($OUT/*.tar.gz, log.txt)
 set -uo pipefail
@@ -55,6 +56,10 @@ if [ "${PART:-a}" = a ]; then
     run "idle-large-$b" 150 train --ranks 1 --backend $b --out "$W/runs" --top 5 -- "${LARGE[@]}"
   done
 else
+  XL=(--size small --phase step --context-length 1024 --batch-size 32 --dtype bf16 --steps 3 --warmup 2)
+  for b in torch nsys; do
+    run "idle-xl-$b" 150 train --ranks 1 --backend $b --out "$W/runs" --top 5 -- "${XL[@]}"
+  done
   DEC=(--prompt-len 8 --new-tokens 6 --samples 1 --warmup 1)
   for b in torch nsys proton; do
     run "decode-compile-$b" 170 decode --ranks 1 --backend $b --out "$W/runs" --top 5 -- --model tiny --compile "${DEC[@]}"
