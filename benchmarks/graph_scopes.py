@@ -8,7 +8,7 @@ each inside a region `layer0`..`layer3` (record_function for torch, NVTX for nsy
 region `capture`. Then `--steps` steps (`step N` regions) each replay the graph `--replays` times
 and run one eager pass of the same layers in regions `eager/layerI`. With `--capture outside`
 the capture happens before the profiler starts: the trace holds the replays only.
-Writes the trace and expected.json (layers, steps, replays, capture placement).
+Writes the trace and expected.results.json (layers, steps, replays, capture placement).
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def main() -> None:
     expected = {k: getattr(args, k) for k in ("capture", "layers", "steps", "replays", "width")}
     expected["device"] = torch.cuda.get_device_name()
     expected["torch"] = torch.__version__
-    (args.out / "expected.json").write_text(json.dumps(expected, indent=1))
+    (args.out / "expected.results.json").write_text(json.dumps(expected, indent=1))
     print(f"wrote {args.out}")
 
 

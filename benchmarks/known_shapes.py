@@ -1,5 +1,5 @@
 """GPU work of known shapes, each op in a region of its own, under one profiler: the ground truth
-for `tracelab roofline` (issue 20). Writes the trace and `expected.json` (per region: the op, its
+for `tracelab roofline` (issue 20). Writes the trace and `expected.results.json` (per region: the op, its
 shapes and dtype, FLOPs and bytes per call by the textbook formulas, calls).
 
     python benchmarks/known_shapes.py --backend torch|proton|nsys|none --out DIR [--repeat 5]
@@ -182,7 +182,7 @@ def main() -> None:
         proton.finalize()
     expected = {name: {"op": op, "calls": args.repeat, **meta} for name, op, _, meta in work}
     device = {"name": torch.cuda.get_device_name(), "torch": torch.__version__}
-    (args.out / "expected.json").write_text(json.dumps({"device": device, "regions": expected}, indent=1))
+    (args.out / "expected.results.json").write_text(json.dumps({"device": device, "regions": expected}, indent=1))
     print(f"wrote {args.out}")
 
 
