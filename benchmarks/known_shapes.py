@@ -168,8 +168,8 @@ def main() -> None:
     nvtx = torch.autograd.profiler.emit_nvtx(record_shapes=True) if args.backend == "nsys" else contextlib.nullcontext()
     with nvtx:
         for name, op, fn, meta in work:
-            with region(args.backend, name, meta):
-                for _ in range(args.repeat):
+            for _ in range(args.repeat):  # a region per call: proton adds a scope's metrics per entry
+                with region(args.backend, name, meta):
                     fn()
             torch.cuda.synchronize()
     if args.backend == "nsys":
