@@ -60,6 +60,8 @@ class _Args(msgspec.Struct, gc=False):
     dtype: Any = None
     correlation: Number = None
     process_group: Any = msgspec.field(default=None, name="Process Group Name")
+    external_id: Number = msgspec.field(default=None, name="External id")  # the CPU op that launched it
+    bytes: Number = None  # a memcpy's or memset's size
 
 
 class _Category(msgspec.Struct, gc=False):
@@ -91,6 +93,25 @@ class _Launch(msgspec.Struct, gc=False):
     pid: Id = None
     tid: Id = None
     args: _LaunchArgs | None = None
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _OpArgs(msgspec.Struct, gc=False):
+    """What a CPU operator's shapes need (record_shapes=True), kept as raw JSON: decoded only
+    for the operators that launched GPU work (parsers/_shapes.py)."""
+
+    external_id: Number = msgspec.field(default=None, name="External id")
+    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+
+
+class _Op(_Event, gc=False):
+    """A CPU operator: an event whose args are its shapes'."""
+
+    args: _OpArgs | None = None  # type: ignore[assignment]
 
 
 class Trace(msgspec.Struct):
@@ -238,6 +259,13 @@ class Picked(Launches):
         self.dur_us += map(attrgetter("dur"), events)
         names = list(map(_NAME, events))
         self.name += map(self._names.setdefault, names, names)
+
+
+@dataclass
+class Ops(Picked):
+    """CPU operators as columns, with their shapes' args raw (_OpArgs)."""
+
+    STRUCT: ClassVar[type] = _Op
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

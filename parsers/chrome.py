@@ -50,7 +50,8 @@ from tracelab.schema import Profile
 
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
-from ._kineto_json import Launches, Picked, Trace, decode, pick, read_bytes
+from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._shapes import row_work
 from ._steps import assign, compile_pattern, is_step, numbers
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
@@ -74,15 +75,16 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     step_re = compile_pattern(step_pattern)
     data = read_bytes(path)
     trace = decode(path, data)
-    gpu, gpu_ranges, launches, cpu_ranges = pick(path, data, trace.traceEvents, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked)])
+    gpu, gpu_ranges, launches, cpu_ranges, ops = pick(path, data, trace.traceEvents, [
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked),
+        (CPU_OPS, Ops)])
     if gpu.cat:
         columns = _gpu_columns(gpu)
+        columns.update(_work(columns, gpu, ops))
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
         columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
-        ops = pick(path, data, trace.traceEvents, [(CPU_OPS, Picked)])[0]
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
@@ -120,6 +122,18 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
     cols["process_group"] = process_groups(args)
     return cols
+
+
+def _work(cols: dict[str, Any], gpu: Picked, ops: Ops) -> dict[str, Any]:
+    """flops, bytes and dtype per row (parsers/_shapes.py): a kernel's from the shapes of the
+    operator that launched it (record_shapes), a memcpy's or memset's bytes from its own args."""
+    external = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in gpu.args],
+                        dtype=np.int64)
+    flops, moved, dtype = row_work(cols["kind"], gpu.name, cols["dur_ns"], external, ops)
+    own = np.array([float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan for a in gpu.args])
+    copies = cols["kind"] != "kernel"
+    moved[copies] = own[copies]
+    return {"flops": flops, "bytes": moved, "dtype": dtype}
 
 
 def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,

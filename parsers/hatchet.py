@@ -39,6 +39,8 @@ TIME_KEYS = ("time (ns)", "Time (ns)")
 COUNT_KEYS = ("count", "Count")
 DEVICE_ID_KEYS = ("device_id", "DeviceId")
 FLOPS_KEYS = ("flops", "flops8", "flops16", "flops32", "flops64")
+# the width of proton's flopsN metrics as a dtype class (tracelab/devices.py has a peak per class)
+FLOPS_DTYPES = {"flops8": "8-bit", "flops16": "16-bit", "flops32": "fp32", "flops64": "fp64"}
 BYTES_KEY = "bytes"
 LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, not a user scope
 
@@ -196,7 +198,7 @@ def _kernel_row(node: dict, metrics: dict, scope: tuple[str, ...], path: Path) -
     return {"name": name, "scope": "/".join(scope), "device": device,
             "dur_ns": int(round(time_ns)), "count": int(count),
             "flops": work.get("flops", math.nan), "bytes": work.get("bytes", math.nan),
-            "legacy": "Time (ns)" in metrics}
+            "dtype": work.get("dtype", ""), "legacy": "Time (ns)" in metrics}
 
 
 def _is_number(value: Any) -> bool:
@@ -204,12 +206,14 @@ def _is_number(value: Any) -> bool:
 
 
 def _work_metrics(metrics: dict) -> dict[str, float]:
-    """flops (summed over the widths present) and bytes, for those the node has."""
-    flops = [_first(metrics, (key,)) for key in FLOPS_KEYS]
-    flops = [float(v) for v in flops if _is_number(v)]
-    out = {}
+    """flops (summed over the widths present), bytes, and the dtype class of the widest
+    share of the flops (FLOPS_DTYPES), for those the node has."""
+    flops = {key: _first(metrics, (key,)) for key in FLOPS_KEYS}
+    flops = {key: float(v) for key, v in flops.items() if _is_number(v)}
+    out: dict[str, Any] = {}
     if flops:
-        out["flops"] = sum(flops)
+        out["flops"] = sum(flops.values())
+        out["dtype"] = FLOPS_DTYPES.get(max(flops, key=flops.__getitem__), "")
     moved = _first(metrics, (BYTES_KEY,))
     if _is_number(moved):
         out["bytes"] = float(moved)
@@ -227,7 +231,7 @@ def _events(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "rank": -1, "source": "proton", "kind": "kernel", "name": table["name"],
         "scope": table["scope"], "device": table["device"], "stream": pd.NA, "start_ns": pd.NA,
         "dur_ns": table["dur_ns"], "count": table["count"],
-        "flops": table["flops"], "bytes": table["bytes"], "step": table["step"].to_numpy(dtype=object),
+        "flops": table["flops"], "bytes": table["bytes"], "dtype": table["dtype"], "step": table["step"].to_numpy(dtype=object),
     }, n_rows=len(table), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)
 

@@ -546,3 +546,6 @@ def _run_report(run_dir, top: int) -> None:
     written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
                            groups=[profiles])
     typer.echo(f"wrote {_shown(written)}", err=True)
+
+
+from . import cli_roofline  # noqa: E402,F401  (registers `tracelab roofline` on app)

@@ -33,6 +33,7 @@ COLUMNS: dict[str, str] = {
     "flops": "float64",
     "bytes": "float64",
     "msg_bytes": "float64",
+    "dtype": "string",
     "process_group": "string",
     "step": "Int64",
 }
@@ -96,7 +97,7 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
     scope and process_group to "", count to 1.
     """
     n = n_rows if n_rows is not None else _length(columns)
-    defaults = {"scope": "", "process_group": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
+    defaults = {"scope": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
                 "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA}
     out = {}
     for name, dtype in spec.items():

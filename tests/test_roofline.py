@@ -1,0 +1,219 @@
+"""tracelab roofline (issue 20): FLOPs and bytes from the trace itself, checked against the
+shapes the capture script knew and against raw walks of the files; the device's roofs."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+import tracelab
+from tracelab import devices
+from tracelab.errors import UsageError
+from tracelab.reports.roofline import roofline, with_scope_work
+
+from conftest import DATA
+from malformed import run_cli_output
+
+SHAPES = DATA / "roofline-1gpu-torch"
+EXPECTED = json.loads((SHAPES / "expected.results.json").read_text())["regions"]
+H100 = devices.by_option("H100")
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _raw_kernels_by_region() -> dict[str, list[float]]:
+    """Kernel durations (us) per user_annotation region, walked from the raw JSON: kernel ->
+    its launching cpu_op (External id) -> the region around that op's start."""
+    trace = json.load(gzip.open(SHAPES / "rank0.pt.trace.json.gz"))
+    events = trace["traceEvents"]
+    op_ts = {e["args"]["External id"]: e["ts"] for e in events if e.get("cat") == "cpu_op"}
+    regions = [e for e in events if e.get("cat") == "user_annotation"]
+    out: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        ts = op_ts[e["args"]["External id"]]
+        region = next(r["name"] for r in regions if r["ts"] <= ts < r["ts"] + r["dur"])
+        out.setdefault(region, []).append(e["dur"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def by_scope():
+    events = tracelab.load(SHAPES / "rank0.pt.trace.json.gz").events
+    return roofline(events, H100, "scope").rows.set_index("key"), events
+
+
+@pytest.mark.parametrize("region", ["gemm_square_bf16", "gemm_square_fp32", "gemm_skinny_bf16", "linear_bf16",
+                                   "bmm_bf16", "gemv_bf16", "sdpa_bf16"])
+def test_flops_equal_2mnk_and_rates_equal_flops_over_raw_kernel_time(by_scope, region):
+    rows, _ = by_scope
+    expected = EXPECTED[region]
+    assert rows.loc[region, "flops"] == expected["flops"] * expected["calls"]  # exactly: integer shapes
+    raw_s = sum(_raw_kernels_by_region()[region]) / 1e6
+    assert rows.loc[region, "tflop_s"] == pytest.approx(expected["flops"] * expected["calls"] / raw_s / 1e12, rel=0.01)
+
+
+@pytest.mark.parametrize("region", ["gemm_square_bf16", "gemm_square_fp32", "gemm_skinny_bf16", "linear_bf16",
+                                    "bmm_bf16", "add_bf16", "gelu_bf16", "sum_fp32", "sdpa_bf16", "fill_zero"])
+def test_bytes_equal_the_tensors_read_and_written(by_scope, region):
+    _, events = by_scope
+    expected = EXPECTED[region]
+    kernels = events[(events["scope"] == region) & (events["kind"] == "kernel")]  # not cuBLAS's workspace memsets
+    assert kernels["bytes"].sum() == pytest.approx(expected["bytes"] * expected["calls"], rel=1e-12)
+
+
+@pytest.mark.parametrize("region, bound", [("gemm_square_bf16", "compute"), ("gemm_square_fp32", "compute"),
+                                           ("linear_bf16", "compute"), ("sdpa_bf16", "compute"),
+                                           ("gemv_bf16", "memory"), ("gemm_skinny_bf16", "memory"),
+                                           ("add_bf16", "memory"), ("copy_h2d", "memory"), ("copy_d2d", "memory")])
+def test_bound_against_the_h100_ridge(by_scope, region, bound):
+    rows, _ = by_scope
+    assert rows.loc[region, "bound"] == bound
+
+
+def test_lost_time_is_time_beyond_the_roof_and_sorted(by_scope):
+    rows, events = by_scope
+    gemm = rows.loc["gemm_square_bf16"]
+    least_ns = gemm["flops"] / 989.4e3  # H100 SXM dense bf16: 989.4 TFLOP/s = 989.4e3 FLOP/ns
+    kernel_ns = events[(events["scope"] == "gemm_square_bf16") & (events["kind"] == "kernel")]["dur_ns"].sum()
+    memset = rows.loc["gemm_square_bf16", "dur_ns"] - kernel_ns  # cuBLAS's workspace memsets: own bytes
+    assert gemm["roofline_frac"] == pytest.approx(gemm["min_ns"] / gemm["dur_ns"])
+    assert gemm["min_ns"] == pytest.approx(least_ns, rel=1e-3) or gemm["min_ns"] > least_ns
+    assert 0 <= memset < 0.01 * gemm["dur_ns"]
+    lost = rows["lost_ns"].dropna().to_numpy()
+    assert (np.diff(lost) <= 0).all()
+
+
+def test_copies_against_the_host_link_and_hbm(by_scope):
+    rows, _ = by_scope
+    h2d, d2d = rows.loc["copy_h2d"], rows.loc["copy_d2d"]
+    assert h2d["min_ns"] == pytest.approx(h2d["bytes"] / H100.host_link_gb_s)
+    assert d2d["min_ns"] == pytest.approx(2 * d2d["bytes"] / H100.hbm_gb_s)  # read and written
+
+
+def test_unknown_work_is_unknown_not_zero():
+    events = tracelab.load(DATA / "roofline-1gpu-nsys" / "rank0.sqlite").events
+    result = roofline(events, H100, "kernel")
+    kernels = result.rows[result.rows["key"].str.contains("nvjet")]
+    assert len(kernels) and kernels["flops"].isna().all() and kernels["lost_ns"].isna().all()
+    assert (kernels["bound"] == "unknown").all()
+    con = sqlite3.connect(DATA / "roofline-1gpu-nsys" / "rank0.sqlite")
+    copies = con.execute("SELECT sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0]
+    assert events[events["kind"] == "memcpy"]["bytes"].sum() == copies
+    assert result.known_ns < result.gpu_ns
+
+
+def test_proton_scope_metrics_spread_over_the_scope_kernels():
+    profile = tracelab.load(DATA / "roofline-1gpu-proton" / "rank0.hatchet")
+    metrics = profile.meta["scope_metrics"]
+    events = with_scope_work(profile.events, metrics)
+    for scope, m in metrics.items():
+        under = events[(events["scope"] == scope) | events["scope"].str.startswith(scope + "/")]
+        if not len(under):  # proton timed no kernel there (its copies): the work has nowhere to go
+            continue
+        if "flops" in m:
+            assert under["flops"].sum() == pytest.approx(m["flops"])
+        if "bytes" in m:
+            assert under["bytes"].sum() == pytest.approx(m["bytes"])
+    assert set(events.loc[events["scope"] == "gemm_square_bf16", "dtype"]) == {"16-bit"}
+
+
+def test_decode_gb_s_from_the_trace_agrees_with_the_workload():
+    """gpt-fast's 'bandwidth achieved' (weights x tokens/s) against bytes / token span from the trace."""
+    folder = DATA / "decode-1b-1gpu-torch"
+    results = json.loads((folder / "rank0.results.json").read_text())
+    events = tracelab.load(folder / "rank0.pt.trace.json.gz").events
+    tokens = events[events["step"].notna()]
+    for _, token in tokens.groupby("step"):
+        span_ns = (token["start_ns"] + token["dur_ns"]).max() - token["start_ns"].min()
+        assert token["bytes"].sum() / span_ns == pytest.approx(results["bandwidth_gb_s"], rel=0.03)
+        assert token.loc[token["op_class"] == "gemm", "bytes"].sum() == pytest.approx(results["weight_bytes"], rel=0.01)
+
+
+def test_train_flops_from_the_trace_agree_with_the_workload_mfu():
+    folder = DATA / "train-small-1gpu-torch"
+    row = json.loads((folder / "run.json").read_text())["results"]["0"]["rows"][0]
+    events = tracelab.load(folder / "rank0.pt.trace.json.gz").events
+    steps = events[events["step"].notna()].groupby("step")
+    for (_, step), step_ms in zip(steps, row["step_ms"]):
+        assert step["flops"].sum() / 1e12 == pytest.approx(row["model_tflop_per_step"], rel=0.02)
+        span_ms = ((step["start_ns"] + step["dur_ns"]).max() - step["start_ns"].min()) / 1e6
+        mfu = step["flops"].sum() / (span_ms * 1e9) / row["peak_tflops"]
+        assert mfu == pytest.approx(row["model_tflop_per_step"] * 1e12 / (step_ms * 1e9) / row["peak_tflops"], rel=0.03)
+
+
+@pytest.mark.parametrize("name, entry", [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+                                         ("NVIDIA H100 NVL", "H100 NVL"), ("NVIDIA H200", "H200"),
+                                         ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"), ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+                                         ("NVIDIA B200", "B200")])
+def test_device_names_as_cuda_gives_them(name, entry):
+    assert devices.detect({"name": name}).name == entry
+
+
+def test_proton_device_by_arch_and_bandwidth():
+    assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": 3352.32}).name == "H100 SXM"
+    assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": 4814.0}).name == "H200"
+    assert devices.detect({"arch": "75", "memory_bandwidth_gb_s": 320.0}) is None
+    with pytest.raises(UsageError):
+        devices.by_option("TPU v5")
+
+
+def test_cli_json_is_strict_with_the_device_and_rows(capsys):
+    status, out, err = run_cli_output(capsys, "roofline", str(DATA / "roofline-1gpu-nsys"), "--format", "json")
+    assert status == 0, err
+    doc = _strict(out)
+    assert doc["device"]["name"] == "H100 SXM" and doc["device"]["source"] == "trace"
+    assert {"kernel", "dur_ns", "tflop_s", "gb_s", "intensity", "bound", "roofline_frac", "lost_ns"} <= set(doc["rows"][0])
+    assert any(r["flops"] is None for r in doc["rows"])
+
+
+def test_cli_device_option_and_peaks(capsys):
+    status, out, _ = run_cli_output(capsys, "roofline", str(SHAPES), "--format", "json", "--device", "A100")
+    assert status == 0 and _strict(out)["device"]["name"] == "A100 SXM 80GB"
+    status, out, _ = run_cli_output(capsys, "roofline", str(SHAPES), "--format", "json",
+                                    "--peak-tflops", "100", "--peak-gb-s", "1000")
+    rows = {r["kernel"]: r for r in _strict(out)["rows"]}
+    gemm = rows["nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"]
+    assert gemm["min_ns"] == pytest.approx(gemm["flops"] / 100e3)
+
+
+@pytest.mark.parametrize("args, says", [(["--peak-tflops", "100"], "together"), (["--device", "Z80"], "unknown device"),
+                                        (["--by", "step"], "--by"), (["--peak-tflops", "-1", "--peak-gb-s", "5"], "above 0")])
+def test_cli_bad_options_are_one_line(capsys, args, says):
+    status, _, err = run_cli_output(capsys, "roofline", str(SHAPES), *args)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and says in err
+
+
+def test_cpu_trace_has_no_roof(capsys):
+    status, out, err = run_cli_output(capsys, "roofline", str(DATA / "train-cpu-torch"), "--format", "json")
+    assert status == 0, err
+    doc = _strict(out)
+    assert doc["device"] is None or doc["device"]["name"] is None
+    assert all(r["roofline_frac"] is None for r in doc["rows"])
+
+
+def test_shape_formulas_by_hand():
+    from tracelab.parsers._shapes import op_work
+
+    bf16 = json.dumps(["c10::BFloat16"] * 3)
+    flops, moved, dtype = op_work("aten::addmm", json.dumps([[8], [4, 16], [16, 8]]), bf16, "[]")
+    assert (flops, moved, dtype) == (2 * 4 * 8 * 16, 2 * (8 + 64 + 128 + 32), "bf16")
+    flops, _, _ = op_work("aten::_flash_attention_forward", json.dumps([[2, 128, 8, 64]] * 3), bf16, "[]")
+    assert flops == 4 * 2 * 8 * 128 * 128 * 64  # [B, L, H, E]: QK^T and PV
+    flops, _, _ = op_work("aten::scaled_dot_product_attention", json.dumps([[2, 8, 128, 64]] * 3 + [[], [], []]),
+                          bf16, json.dumps(["", "", "", "", "", "True", ""]))
+    assert flops == 4 * 2 * 8 * 128 * 128 * 64 / 2  # causal
+    flops, _, _ = op_work("aten::cudnn_convolution", json.dumps([[1, 3, 32, 32], [16, 3, 3, 3], [], [], [], []]),
+                          json.dumps(["float", "float"]), json.dumps(["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]))
+    assert flops == 2 * 16 * 32 * 32 * 3 * 9
+    assert all(math.isnan(x) for x in op_work("aten::mm", "[[4]]", bf16, "[]")[:2])  # a bad shape: unknown
+    assert math.isnan(op_work("aten::my_op", "[[4]]", bf16, "[]")[0])

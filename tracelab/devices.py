@@ -1,0 +1,114 @@
+"""Device peaks for the roofline (reports/roofline.py): dense FLOP/s per dtype class and memory
+bandwidth, and which device a trace ran on.
+
+Figures are the vendors' datasheet numbers, dense (no 2:4 sparsity), boost clocks; a kernel
+can beat none of them, and real kernels reach 70-90% of them at best. Each entry names its
+source. A dtype class maps a row's `dtype` (events schema) to a peak: "16" for bf16/fp16 and
+proton's 16-bit FLOPs, "8" for fp8/int8 and proton's 8-bit ones.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device's roofs: tflop_s per dtype class, HBM and host-link bandwidth in GB/s."""
+
+    name: str
+    tflop_s: dict[str, float]
+    hbm_gb_s: float
+    host_link_gb_s: float | None
+    source: str
+    arch: str | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def peak_tflop_s(self, dtype: str) -> float | None:
+        return self.tflop_s.get(DTYPE_CLASS.get(dtype, ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "peaks": {"tflop_s": self.tflop_s, "hbm_gb_s": self.hbm_gb_s,
+                                             "host_link_gb_s": self.host_link_gb_s}, "figures_from": self.source}
+
+
+DTYPE_CLASS = {"bf16": "16", "fp16": "16", "16-bit": "16", "fp8": "8", "8-bit": "8", "int8": "8", "uint8": "8",
+               "tf32": "tf32", "fp32": "fp32", "fp64": "fp64"}
+
+_PCIE5_GB_S, _PCIE4_GB_S = 64.0, 32.0  # x16, one direction: 32 GT/s and 16 GT/s, 128b/130b
+DEVICES = [
+    # NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5 column: FP64 34, FP32 67, TF32 989/2,
+    # BF16/FP16 1979/2, FP8 3958/2 TFLOPS (the halves: dense); HBM3 3.35 TB/s; PCIe Gen5
+    Device("H100 SXM", {"fp64": 33.5, "fp32": 66.9, "tf32": 494.7, "16": 989.4, "8": 1978.9}, 3350.0, _PCIE5_GB_S,
+           "NVIDIA H100 datasheet, SXM5, dense", "90", ("h100", "h100-sxm", "h100 80gb hbm3", "h100 sxm5")),
+    # same datasheet, PCIe column: FP64 26, FP32 51, TF32 756/2, BF16 1513/2, FP8 3026/2; HBM2e 2.0 TB/s
+    Device("H100 PCIe", {"fp64": 25.6, "fp32": 51.2, "tf32": 378.0, "16": 756.5, "8": 1513.0}, 2000.0, _PCIE5_GB_S,
+           "NVIDIA H100 datasheet, PCIe, dense", "90", ("h100-pcie", "h100 pcie")),
+    # same datasheet, H100 NVL column, per GPU: FP32 60, TF32 835/2, BF16 1671/2, FP8 3341/2; 3.9 TB/s
+    Device("H100 NVL", {"fp64": 30.0, "fp32": 60.0, "tf32": 417.5, "16": 835.5, "8": 1670.5}, 3900.0, _PCIE5_GB_S,
+           "NVIDIA H100 datasheet, NVL, dense", "90", ("h100-nvl", "h100 nvl")),
+    # NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: the H100 SXM's compute, HBM3e 4.8 TB/s
+    Device("H200", {"fp64": 33.5, "fp32": 66.9, "tf32": 494.7, "16": 989.4, "8": 1978.9}, 4800.0, _PCIE5_GB_S,
+           "NVIDIA H200 datasheet, SXM, dense", "90", ("h200", "h200-sxm", "h200 sxm")),
+    # NVIDIA A100 Tensor Core GPU datasheet (2021): FP64 9.7, FP32 19.5, TF32 156, BF16/FP16 312,
+    # INT8 624 TOPS (dense); 80GB SXM HBM2e 2,039 GB/s; PCIe Gen4
+    Device("A100 SXM 80GB", {"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "16": 312.0, "8": 624.0}, 2039.0,
+           _PCIE4_GB_S, "NVIDIA A100 datasheet, 80GB SXM, dense", "80", ("a100", "a100-80gb", "a100-sxm4-80gb")),
+    Device("A100 40GB", {"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "16": 312.0, "8": 624.0}, 1555.0, _PCIE4_GB_S,
+           "NVIDIA A100 datasheet, 40GB, dense", "80", ("a100-40gb", "a100-sxm4-40gb", "a100-pcie-40gb")),
+    Device("A100 PCIe 80GB", {"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "16": 312.0, "8": 624.0}, 1935.0,
+           _PCIE4_GB_S, "NVIDIA A100 datasheet, 80GB PCIe, dense", "80", ("a100-pcie", "a100 80gb pcie")),
+    # NVIDIA HGX B200 datasheet (2024), per GPU: FP64 40, TF32 2.2/2 PF, BF16/FP16 4.5/2 PF, FP8 9/2 PF
+    # (sparse/2 = dense); FP32 80 TFLOPS; HBM3e 8 TB/s; PCIe Gen5 to the host
+    Device("B200", {"fp64": 40.0, "fp32": 80.0, "tf32": 1100.0, "16": 2250.0, "8": 4500.0}, 8000.0, _PCIE5_GB_S,
+           "NVIDIA HGX B200 datasheet, per GPU, dense", "100", ("b200",)),
+]
+_BY_KEY = {alias: d for d in DEVICES for alias in (d.name.lower(), *d.aliases)}
+# the names CUDA gives (cudaDeviceProp.name) -> table entry; checked in order
+_NAME_PATTERNS = [(re.compile(p, re.IGNORECASE), name) for p, name in [
+    (r"H100.*NVL", "H100 NVL"), (r"H100.*PCIe", "H100 PCIe"), (r"H100", "H100 SXM"), (r"H200", "H200"),
+    (r"A100.*PCIe.*80|A100 80GB PCIe", "A100 PCIe 80GB"), (r"A100.*40GB", "A100 40GB"), (r"A100", "A100 SXM 80GB"),
+    (r"B200", "B200")]]
+
+
+def by_option(name: str) -> Device:
+    """A device named on the command line: H100, H100-PCIe, H200, A100, A100-40GB, B200, ..."""
+    device = _BY_KEY.get(name.strip().lower().replace("_", "-"))
+    if device is None:
+        device = _from_name(name)
+    if device is None:
+        raise UsageError("--device", f"unknown device {name!r}; known: {', '.join(d.name for d in DEVICES)} "
+                                     "(or give --peak-tflops and --peak-gb-s)")
+    return device
+
+
+def _from_name(name: str) -> Device | None:
+    for pattern, entry in _NAME_PATTERNS:
+        if pattern.search(name):
+            return _BY_KEY[entry.lower()]
+    return None
+
+
+def custom(peak_tflop_s: float, peak_gb_s: float, base: Device | None = None) -> Device:
+    """Peaks given as options: one FLOP/s roof for every dtype (or the base device's others)."""
+    classes = ("fp64", "fp32", "tf32", "16", "8")
+    return Device(f"{base.name} (peaks given)" if base else "given peaks", {c: peak_tflop_s for c in classes},
+                  peak_gb_s, base.host_link_gb_s if base else None, "--peak-tflops / --peak-gb-s")
+
+
+def detect(props: dict[str, Any]) -> Device | None:
+    """The table entry for a trace's device properties (Kineto deviceProperties, nsys
+    TARGET_INFO_GPU, run.json devices): by name; else (proton: no name) by architecture and
+    the nearest memory bandwidth (proton-viewer's memory clock x bus width)."""
+    name = props.get("name")
+    if isinstance(name, str) and (found := _from_name(name)):
+        return found
+    arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
+        props.get("memory_bandwidth_gb_s")
+    same = [d for d in DEVICES if d.arch == arch]
+    if not same or not isinstance(bandwidth, (int, float)):
+        return None
+    return min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
