@@ -64,7 +64,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
             _, scope = step_of_scope(scope, step_re)
             rows.append({**_kernel_row(node, metrics, scope, path), "step": None})
         elif extra := {k: v for k, v in _work_metrics(metrics).items() if v}:
-            scope_metrics["/".join(scope + (_name(node, path),))] = extra
+            _add_scope_work(scope_metrics, step_of_scope(scope + (_name(node, path),), step_re)[1], extra)
     if not rows:
         raise TraceFormatError(path, "no kernels recorded (no node carries device_id/DeviceId metrics)")
     meta = {"path": str(path), "source": "proton", "rank": None, "world_size": None,
@@ -72,6 +72,14 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
             "profiler_version": None, "metric_names": _generation(rows),
             "scope_metrics": scope_metrics}
     return Profile(_events(rows), meta)
+
+
+def _add_scope_work(scope_metrics: dict[str, dict[str, Any]], scope: tuple[str, ...], work: dict[str, Any]) -> None:
+    """A scope's flops/bytes, keyed as the kernel rows' scopes are (step scopes left out), so
+    the same scope entered in several steps sums its metrics."""
+    entry = scope_metrics.setdefault("/".join(scope), {})
+    for key, value in work.items():
+        entry[key] = entry.get(key, 0.0) + value if isinstance(value, float) else value
 
 
 def tree(path: str | os.PathLike) -> dict:

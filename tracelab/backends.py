@@ -83,14 +83,17 @@ def _cuda_available() -> bool:
 
 
 @contextlib.contextmanager
-def region(name: str) -> Iterator[None]:
+def region(name: str, work: dict[str, float] | None = None) -> Iterator[None]:
     """Mark a phase of a workload for every profiler at once (see the module docstring).
-    Use it around compiled code, not inside it: a proton scope would break the graph."""
+    Use it around compiled code, not inside it: a proton scope would break the graph.
+    `work`: proton's metrics of ONE entry of the region (flops8/16/32/64, bytes), which
+    proton adds per entry and tracelab roofline spreads over the region's kernels; the
+    other profilers get FLOPs and bytes from the ops' shapes instead."""
     torch = _torch()
     with contextlib.ExitStack() as stack:
         if _active["proton"]:
             import triton.profiler as proton
-            stack.enter_context(proton.scope(name))
+            stack.enter_context(proton.scope(name, work) if work else proton.scope(name))
         if torch._C._autograd._profiler_enabled():
             stack.enter_context(torch.profiler.record_function(name))
         if _cuda_available() and not _active["proton"]:

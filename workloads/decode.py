@@ -259,12 +259,13 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
         token = first(model, prompt, torch.arange(t, device=prompt.device), args.temperature, args.top_k)
     seq[:, t:t + 1] = token
     input_pos = torch.tensor([t], device=prompt.device, dtype=torch.int)
+    work = {"bytes": float(weight_bytes(model))}  # gpt-fast's bytes per token: the weights, read once
     for i in range(1, new_tokens):
         # one step per token: `token N` is the step (parsers/_steps.py), decode_one_token its phase
         with backends.region(f"token {i}"):
             if extra is not None:
                 extra(i)  # late.late_work: the late rank's products, before this token's all-reduces
-            with backends.region("decode_one_token"), attention_backend(args.attention):
+            with backends.region("decode_one_token", work), attention_backend(args.attention):
                 token = step(model, token, input_pos, args.temperature, args.top_k).clone()
         seq[:, t + i:t + i + 1] = token
         input_pos += 1

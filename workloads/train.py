@@ -108,9 +108,13 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
     x, y = batch  # [B, S] token ids and next-token targets
     cast = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
     calls = [0]
+    # proton's FLOPs of one forward (the PaLM count, lm.model_flops); not the backward: proton
+    # files autograd's kernels under the autograd thread's scopes, not under "backward"
+    work = {"flops16" if dtype == "bf16" else "flops32":
+            model_flops(getattr(model, "module", model), x.numel(), x.shape[1], backward=False)}
 
     def step() -> None:
-        with backends.region("forward"), cast:
+        with backends.region("forward", work), cast:
             loss = loss_fn(model(x), y)
         if phase == "forward":
             return
