@@ -108,10 +108,12 @@ class _OpArgs(msgspec.Struct, gc=False):
     concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
-class _Op(_Event, gc=False):
-    """A CPU operator: an event whose args are its shapes'."""
+class _Op(msgspec.Struct, gc=False):
+    """A CPU operator: only its name and its shapes' args (the rest is not read, so a damaged
+    time of an operator costs nothing)."""
 
-    args: _OpArgs | None = None  # type: ignore[assignment]
+    name: Any = ""
+    args: _OpArgs | None = None
 
 
 class Trace(msgspec.Struct):
@@ -262,10 +264,16 @@ class Picked(Launches):
 
 
 @dataclass
-class Ops(Picked):
-    """CPU operators as columns, with their shapes' args raw (_OpArgs)."""
+class Ops:
+    """CPU operators as columns: name and shapes' args (_OpArgs), for parsers/_shapes.py."""
 
     STRUCT: ClassVar[type] = _Op
+    name: list[str] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)
+
+    def extend(self, events: list[_Op], cats: list[str]) -> None:
+        self.name += [n if isinstance(n, str) else "" for n in map(_NAME, events)]
+        self.args += map(_ARGS, events)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -84,7 +84,8 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
         columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
-    else:
+    else:  # the operators again, in full: their times are the rows
+        ops = pick(path, data, trace.traceEvents, [(CPU_OPS, Picked)])[0]
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..schema import Profile
 from . import normalise, timeline
+from .roofline import rank_roofline
 from .steps import has_times
 
 # --by choice -> alignment keys
@@ -46,13 +47,15 @@ class Input:
     steps: int | None = None  # steps covered, given for traces without step instances (proton)
     summary: dict = field(default_factory=dict)  # RANK_SUMMARIES, computed where the rank was parsed
     path: str = ""  # the file it came from
+    meta: dict = field(default_factory=dict)  # the trace's meta (devices, proton's scope metrics)
 
     def digest(self, name: str):
         """RANK_SUMMARIES[name] of this input: as its worker made it, else from its events
         (kept, so each is made once). Reports read inputs through these, never their events,
         so a thousand ranks' events need never meet in one process."""
         if name not in self.summary:
-            self.summary[name] = RANK_SUMMARIES[name](self.events)
+            fn = RANK_SUMMARIES[name]
+            self.summary[name] = fn(self.events, self.meta) if getattr(fn, "with_meta", False) else fn(self.events)
         return self.summary[name]
 
     @property
@@ -67,7 +70,7 @@ class Input:
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), dict(p.summary), str(p.meta.get("path", "")))
+                 device_names(p.meta), p.meta.get("steps"), dict(p.summary), str(p.meta.get("path", "")), p.meta)
 
 
 def device_names(meta: dict) -> str:
@@ -327,7 +330,7 @@ def _waits_digest(events: pd.DataFrame):
 # rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
 RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
-                  "first_ns": first_start}
+                  "first_ns": first_start, "roofline": rank_roofline}
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

@@ -47,7 +47,10 @@ class Roofline:
 def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
     """Proton's scope-level flops/bytes (meta["scope_metrics"], a user's proton.scope(name,
     {"flops16": n})) spread over the kernel rows under that scope that have none of their own,
-    in proportion to their time, as an operator's work is spread over its kernels."""
+    in proportion to their time, as an operator's work is spread over its kernels: for the
+    roofline by scope, where the scope's rows add up to its metrics again (by kernel every
+    kernel of the scope would get the scope's rate, which says nothing about the kernel). The
+    rates are then over the scope's whole kernel time, elementwise kernels included."""
     if not scope_metrics:
         return events
     out = events.copy()
@@ -153,3 +156,24 @@ def to_records(result: Roofline, top: int | None = None) -> list[dict[str, Any]]
         out.append({k: (None if isinstance(v, float) and math.isnan(v) else
                         int(v) if k.endswith("_ns") or k in ("count", "rank") else v) for k, v in row.items()})
     return out
+
+
+def trace_device(meta: dict) -> Device | None:
+    """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
+    from tracelab.devices import detect
+
+    for props in (meta.get("devices") or {}).values():
+        if isinstance(props, dict) and (found := detect(props)):
+            return found
+    return None
+
+
+def rank_roofline(events: pd.DataFrame, meta: dict) -> dict[str, Any]:
+    """One rank's roofline by kernel, made where the rank was parsed (load_many's reduce):
+    the rows, the device's name and its roofs, and the time covered."""
+    device = trace_device(meta)
+    result = roofline(events, device, "kernel", "trace" if device else "unknown")
+    return {"rows": result.rows, "device": device, "gpu_ns": result.gpu_ns, "known_ns": result.known_ns}
+
+
+rank_roofline.with_meta = True  # type: ignore[attr-defined]

@@ -130,7 +130,9 @@ def test_same_kernel_in_two_scopes_and_no_double_count(tmp_path: Path) -> None:
     assert df.loc["attn", "dur_ns"] == 100 and df.loc["mlp/up", "dur_ns"] == 300
     assert math.isnan(df.loc["attn", "flops"]) and df.loc["mlp/up", "flops"] == 3e9
     assert profile.meta["devices"] == {}
-    assert profile.meta["scope_metrics"] == {"attn": {"flops": 1e12}}
+    # the width of the scope's FLOPs (flops16) is kept as its dtype class: the roofline's peak
+    assert profile.meta["scope_metrics"] == {"attn": {"flops": 1e12, "dtype": "16-bit"}}
+    assert df.loc["mlp/up", "dtype"] == "16-bit"  # 2e9 of its 3e9 FLOPs are flops16
 
 
 def test_suffixed_metrics(tmp_path: Path) -> None:

@@ -217,3 +217,59 @@ def test_shape_formulas_by_hand():
     assert flops == 2 * 16 * 32 * 32 * 3 * 9
     assert all(math.isnan(x) for x in op_work("aten::mm", "[[4]]", bf16, "[]")[:2])  # a bad shape: unknown
     assert math.isnan(op_work("aten::my_op", "[[4]]", bf16, "[]")[0])
+
+
+def test_report_has_the_roofline_section_with_a_log_log_plot(tmp_path, capsys):
+    out = tmp_path / "report.html"
+    status, _, err = run_cli_output(capsys, "report", str(SHAPES), "-o", str(out))
+    assert status == 0, err
+    page = out.read_text()
+    assert 'id="roofline"' in page and "work known for 76.726 of 76.726 ms" in page
+    figures = json.loads(page.split('id="tracelab-figures">')[1].split("</script>")[0])
+    roof = [f for f in figures.values() if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "FLOP per byte"]
+    assert len(roof) == 1 and roof[0]["layout"]["yaxis"]["type"] == "log"
+    points = roof[0]["data"][0]
+    events = tracelab.load(SHAPES / "rank0.pt.trace.json.gz").events
+    rows = roofline(events, H100, "kernel").rows
+    plotted = rows[rows["intensity"].notna()]
+    assert sorted(points["y"]) == sorted(plotted["tflop_s"].round(4).tolist())
+    assert any(d.get("name", "").startswith("roof bf16/fp16: 989") for d in roof[0]["data"])
+
+
+def _proton_scope(folder, by="scope"):
+    profile = tracelab.load(DATA / folder / "rank0.hatchet")
+    events = with_scope_work(profile.events, profile.meta["scope_metrics"])
+    return roofline(events, devices.detect(profile.meta["devices"][0]), by).rows.set_index("key"), profile
+
+
+@pytest.mark.parametrize("region", ["gemm_square_bf16", "gemm_square_fp32", "linear_bf16", "bmm_bf16", "sdpa_bf16",
+                                    "gemv_bf16", "add_bf16", "gelu_bf16"])
+def test_proton_known_shapes_rates_over_raw_kernel_time(region):
+    """proton's scope metrics (the script's per-call work, added per entry) over its kernels' time,
+    walked from the raw hatchet JSON: the same FLOPs as 2MNK, the same rates as torch within 1%."""
+    rows, profile = _proton_scope("roofline-1gpu-proton")
+    assert profile.meta["devices"][0]["arch"] == "90"
+    tree = json.loads((DATA / "roofline-1gpu-proton" / "rank0.hatchet").read_text())[0]
+    node = next(c for c in tree["children"] if c["frame"]["name"] == region)
+    kernel_ns = sum(k["metrics"]["time (ns)"] for k in node["children"])
+    expected = EXPECTED[region]
+    if expected.get("flops") and region not in ("add_bf16",):
+        assert rows.loc[region, "flops"] == expected["flops"] * expected["calls"]
+        assert rows.loc[region, "tflop_s"] == pytest.approx(expected["flops"] * expected["calls"] / kernel_ns / 1e3,
+                                                            rel=0.01)
+    assert rows.loc[region, "gb_s"] == pytest.approx(expected["bytes"] * expected["calls"] / kernel_ns, rel=0.01)
+    torch_rows = roofline(tracelab.load(SHAPES / "rank0.pt.trace.json.gz").events, H100, "scope").rows.set_index("key")
+    if region.startswith(("gemm", "linear", "bmm", "sdpa")):  # the same kernels, another run: within 5%
+        assert rows.loc[region, "tflop_s"] == pytest.approx(torch_rows.loc[region, "tflop_s"], rel=0.05)
+        assert rows.loc[region, "bound"] == torch_rows.loc[region, "bound"]
+
+
+def test_our_proton_runs_carry_their_work():
+    rows, _ = _proton_scope("decode-1b-1gpu-proton")
+    results = json.loads((DATA / "decode-1b-1gpu-proton" / "rank0.results.json").read_text())
+    tokens = results["new_tokens"] - 1  # decode_one_token runs for every token after prefill's
+    assert rows.loc["decode_one_token", "bytes"] == results["weight_bytes"] * tokens
+    rows, _ = _proton_scope("train-small-1gpu-proton")
+    run = json.loads((DATA / "train-small-1gpu-proton" / "run.json").read_text())
+    row = run["results"]["0"]["rows"][0]
+    assert rows.loc["forward", "flops"] == pytest.approx(row["model_tflop_per_step"] * 1e12 / 3 * row["steps"])

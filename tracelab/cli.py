@@ -207,6 +207,48 @@ def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
         return load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
 
 
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", help="The device when the trace does not say or to override it: H100 (SXM), H100-PCIe, H100-NVL, "
+                     "H200, A100, A100-40GB, A100-PCIe, B200.")]
+
+
+@app.command()
+def roofline(
+    paths: Paths,
+    by: Annotated[str, typer.Option(help="Group by kernel, scope or op_class.")] = "kernel",
+    top: Annotated[int, typer.Option(help="Show the N rows losing most time (0: all).")] = 20,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    rank: RankOpt = None,
+    device: DeviceOpt = None,
+    peak_tflops: Annotated[Optional[float], typer.Option(help="Peak TFLOP/s (every dtype), with --peak-gb-s.")] = None,
+    peak_gb_s: Annotated[Optional[float], typer.Option(help="Peak memory bandwidth in GB/s, with --peak-tflops.")] = None,
+) -> None:
+    """Was the GPU time well spent? Per kernel / scope / op class: time, FLOPs and bytes from
+    the trace itself (torch.profiler with record_shapes: the shapes of the aten op that launched
+    each kernel; proton: its flops8/16/32/64 and bytes metrics; copies and fills: their sizes),
+    achieved TFLOP/s and GB/s, FLOP/byte, compute- or memory-bound against the device's ridge point,
+    the share of the roofline reached and the time lost beyond it (lost_ns), sorted by lost time.
+    Kernels whose work the trace does not give (most Inductor/Triton kernels without proton
+    metadata; nsys without NVTX shapes) are unknown, never zero; the share of GPU time with known
+    work is printed. The device comes from the trace (Kineto deviceProperties, nsys, proton's
+    device info, a run folder's run.json), else --device; peaks are datasheet dense figures."""
+    from .devices import given_device, meta_device
+    from .reports.roofline import BY_CHOICES, roofline as analyse, with_scope_work
+    from .reports.roofline_text import RENDERERS
+
+    _check_choice("--by", by, BY_CHOICES)
+    _check_choice("--format", fmt, tuple(RENDERERS))
+    top = _top(top)
+    given = given_device(device, peak_tflops, peak_gb_s)
+    results = []
+    for p in _load(paths, rank):
+        found, source = given if given[0] is not None else meta_device(p.meta)
+        # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
+        events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
+        results.append(analyse(events, found, by, source))
+    _emit(RENDERERS[fmt](results, by, top))
+
+
 @app.command()
 def compare(
     paths: Annotated[list[str], typer.Argument(help="Two or more trace files, run folders or folders of traces; "
@@ -547,5 +589,3 @@ def _run_report(run_dir, top: int) -> None:
                            groups=[profiles])
     typer.echo(f"wrote {_shown(written)}", err=True)
 
-
-from . import cli_roofline  # noqa: E402,F401  (registers `tracelab roofline` on app)
