@@ -63,14 +63,23 @@ def _decoded(raw: Any) -> list:
 class Inputs:
     """An operator's inputs: dims, dtypes (None where not a tensor) and concrete values."""
 
-    def __init__(self, dims: list, types: list, concrete: list):
+    def __init__(self, dims: list, types: list | None, concrete: list):
         self.dims = [d if isinstance(d, list) and all(isinstance(x, int) for x in d) else None for d in dims]
-        self.types = [TYPES.get(t) if isinstance(t, str) else None for t in types]
+        # without types (NVTX's emit_nvtx gives sizes only): every non-empty size list is a tensor
+        # of unknown element size, so FLOPs are known and bytes are not
+        self.typed = types is not None
+        unknown = ("", math.nan)
+        self.types = ([TYPES.get(t) if isinstance(t, str) else None for t in types] if self.typed
+                      else [unknown if d else None for d in self.dims])
         self.types += [None] * (len(self.dims) - len(self.types))
         self.concrete = concrete
 
     def tensor(self, i: int) -> list[int] | None:
         return self.dims[i] if i < len(self.dims) and self.types[i] is not None else None
+
+    def elem(self, i: int) -> float:
+        """Bytes per element of input i (NaN when the trace gives no type)."""
+        return self.types[i][1] if i < len(self.types) and self.types[i] is not None else math.nan
 
     def nbytes(self, i: int) -> float:
         dims = self.tensor(i)
@@ -81,7 +90,7 @@ class Inputs:
 
     def dtype(self) -> str:
         """The first floating input's dtype, else the first tensor's; "" when none."""
-        kinds = [self.types[i][0] for i in self.tensors()]
+        kinds = [self.types[i][0] for i in self.tensors() if self.types[i][0]]
         floats = [k for k in kinds if k.startswith(("fp", "bf"))]
         return (floats or kinds or [""])[0]
 
@@ -95,8 +104,9 @@ class Inputs:
 
 
 def op_work(name: str, dims_raw: Any, types_raw: Any, concrete_raw: Any) -> tuple[float, float, str]:
-    """(flops, bytes, dtype) of one operator call; NaN where its shapes do not tell."""
-    inputs = Inputs(_decoded(dims_raw), _decoded(types_raw), _decoded(concrete_raw))
+    """(flops, bytes, dtype) of one operator call; NaN where its shapes do not tell.
+    `types_raw` None: the trace gives sizes only (nsys with emit_nvtx): bytes unknown."""
+    inputs = Inputs(_decoded(dims_raw), None if types_raw is None else _decoded(types_raw), _decoded(concrete_raw))
     for pattern, work in _WORK:
         if pattern.fullmatch(name):
             try:
@@ -111,7 +121,7 @@ def _gemm(name: str, x: Inputs) -> tuple[float, float]:
     op = name.removeprefix("aten::").rstrip("_")
     first = 1 if op in ("addmm", "baddbmm", "addmv") else 0
     a, b = x.tensor(first), x.tensor(first + 1)
-    out_elem = x.types[first][1]
+    out_elem = x.elem(first)
     if op in ("mv", "addmv", "dot"):
         m, k = (a[0], a[1]) if len(a) == 2 else (1, a[0])
         flops, out = 2 * m * k, m
@@ -166,7 +176,7 @@ def _conv(name: str, x: Inputs) -> tuple[float, float]:
                for h, kk, p, s, d in zip(data[2:], weight[2:], padding, stride, dilation)]
     n, o = data[0], weight[0]
     flops = 2 * n * o * math.prod(spatial) * weight[1] * math.prod(weight[2:])
-    return flops, x.nbytes(0) + x.nbytes(1) + n * o * math.prod(spatial) * x.types[0][1]
+    return flops, x.nbytes(0) + x.nbytes(1) + n * o * math.prod(spatial) * x.elem(0)
 
 
 def _fill(name: str, x: Inputs) -> tuple[float, float]:
@@ -178,7 +188,7 @@ def _reduce(name: str, x: Inputs) -> tuple[float, float]:
     axes = x.value(1)
     keep = [n for i, n in enumerate(dims) if isinstance(axes, list) and axes and i not in
             [a % len(dims) for a in axes if isinstance(a, int)]] if dims else []
-    return math.nan, x.nbytes(0) + math.prod(keep) * x.types[0][1]
+    return math.nan, x.nbytes(0) + math.prod(keep) * x.elem(0)
 
 
 def _softmax(name: str, x: Inputs) -> tuple[float, float]:

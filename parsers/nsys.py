@@ -43,6 +43,7 @@ from tracelab.schema import Profile
 
 from . import _nsys_check
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
+from ._shapes import op_work, spread
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers
 
 NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
@@ -105,6 +106,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
     activity["scope"], activity["step"] = _regions(con, tables, activity, step_re)
+    activity["flops"] = _nvtx_flops(con, tables, activity)
     return activity, session_meta(con, tables), device_table(con, tables)
 
 
@@ -259,6 +261,39 @@ def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
     return scopes, steps
 
 
+_SIZES = re.compile(r"^(aten::\w+),.*?, sizes = (\[.*?\])(?:, input_op_ids = .*)?$")
+
+
+def _nvtx_flops(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame) -> np.ndarray:
+    """Per activity row, FLOPs from torch.autograd.profiler.emit_nvtx(record_shapes=True): the
+    `sizes` of the innermost aten range open on the launching thread (parsers/_shapes.py),
+    spread over that call's kernels by time. NVTX gives no dtypes, so bytes stay unknown;
+    NaN where no range carries sizes (the file is not read twice for nothing)."""
+    flops = np.full(len(activity), np.nan)
+    if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables or not con.execute(
+            "SELECT 1 FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+            "WHERE COALESCE(n.text, s.value) LIKE '%, sizes = [%' LIMIT 1").fetchone():
+        return flops
+    ranges = _query(con, _NVTX)
+    shaped = ranges[ranges["text"].notna() & ranges["text"].str.contains(", sizes = [", regex=False)]
+    shaped = shaped.reset_index(drop=True)
+    shaped = shaped.assign(text=[f"{i}|{t}" for i, t in enumerate(shaped["text"])])  # ids survive the sweep
+    launches = _launches(con, activity)
+    launches = launches[(activity["kind"].to_numpy()[launches["row"].to_numpy()] == "kernel")]
+    by_thread = dict(tuple(shaped.groupby("tid", sort=False)))
+    op_of_row = np.full(len(activity), -1, dtype=np.int64)
+    for t, group in launches.groupby("tid", sort=False):
+        if t in by_thread:
+            inner = [path.rsplit("/", 1)[-1] for path in _sweep(by_thread[t], group["launch_ns"].to_numpy())]
+            op_of_row[group["row"].to_numpy()] = [int(p.split("|", 1)[0]) if p else -1 for p in inner]
+    op_flops = np.full(len(shaped), np.nan)
+    for i in np.unique(op_of_row[op_of_row >= 0]).tolist():
+        if found := _SIZES.match(shaped["text"].iat[i].split("|", 1)[1]):
+            op_flops[i] = op_work(found.group(1), found.group(2), None, "[]")[0]
+    dur = (activity["end"] - activity["start"]).to_numpy()
+    return spread(op_of_row, dur, op_flops, np.full(len(shaped), np.nan))[0]
+
+
 def _step_ranges(ranges: pd.DataFrame, step_re: re.Pattern) -> dict[str, np.ndarray]:
     group = ranges["tid"].to_numpy() & PID_MASK
     start_ns = ranges["start"].to_numpy()
@@ -392,6 +427,6 @@ def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
         "scope": rows["scope"].to_numpy(), "device": rows["device"].to_numpy(),
         "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
         "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
-        "bytes": rows["bytes"].to_numpy(), "step": rows["step"].array,
+        "bytes": rows["bytes"].to_numpy(), "flops": rows["flops"].to_numpy(), "step": rows["step"].array,
     }, n_rows=len(rows), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)

@@ -14,7 +14,9 @@ time of the rows that carry that work, `roofline_frac` = min_ns / known_ns (achi
 attainable), `lost_ns` = known_ns - min_ns (the time beyond what the roofline allows: what
 optimising the group could win at most), `bound` from the group's intensity against the
 ridge point (peak FLOP/s / bandwidth) of its dtype: compute or memory; rows with only bytes
-(elementwise, reductions, copies) are memory-bound by nature; with only FLOPs, unknown.
+(elementwise, reductions, copies) are memory-bound by nature; with only FLOPs, unknown. A
+group whose rows with a roof cover less than half its time gets no bound and no share (its
+lost_ns still counts the rows that have one).
 """
 from __future__ import annotations
 
@@ -143,6 +145,11 @@ def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
     out["intensity"] = (both["flops"] / both["bytes"].where(both["bytes"] > 0)).reindex(out.index)
     out["roofline_frac"] = out["min_ns"] / out["min_known_ns"].where(out["min_known_ns"] > 0)
     out["lost_ns"] = out["min_known_ns"] - out["min_ns"]
+    # a group mostly of rows without a roof (a GEMM whose dtype the trace omits, beside cuBLAS's
+    # memsets) is not judged by the few rows that have one
+    partial = out["min_known_ns"] < 0.5 * out["dur_ns"]
+    out.loc[partial, "bound"] = "unknown"
+    out.loc[partial, "roofline_frac"] = np.nan
     out = out.reset_index().sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last",
                                         kind="stable")
     return out.reset_index(drop=True)

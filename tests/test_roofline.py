@@ -8,6 +8,7 @@ import math
 import sqlite3
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tracelab
@@ -104,8 +105,10 @@ def test_unknown_work_is_unknown_not_zero():
     events = tracelab.load(DATA / "roofline-1gpu-nsys" / "rank0.sqlite").events
     result = roofline(events, H100, "kernel")
     kernels = result.rows[result.rows["key"].str.contains("nvjet")]
-    assert len(kernels) and kernels["flops"].isna().all() and kernels["lost_ns"].isna().all()
-    assert (kernels["bound"] == "unknown").all()
+    assert len(kernels) and kernels["bytes"].isna().all() and kernels["lost_ns"].isna().all()
+    assert (kernels["bound"] == "unknown").all()  # FLOPs from NVTX sizes, but no dtype: no roof
+    elementwise = result.rows[result.rows["key"] == "vectorized_elementwise_kernel"]
+    assert elementwise["flops"].isna().all() and elementwise["bytes"].isna().all()
     con = sqlite3.connect(DATA / "roofline-1gpu-nsys" / "rank0.sqlite")
     copies = con.execute("SELECT sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0]
     assert events[events["kind"] == "memcpy"]["bytes"].sum() == copies
@@ -273,3 +276,20 @@ def test_our_proton_runs_carry_their_work():
     run = json.loads((DATA / "train-small-1gpu-proton" / "run.json").read_text())
     row = run["results"]["0"]["rows"][0]
     assert rows.loc["forward", "flops"] == pytest.approx(row["model_tflop_per_step"] * 1e12 / 3 * row["steps"])
+
+
+def test_nsys_flops_from_emit_nvtx_sizes_equal_2mnk():
+    """nsys with emit_nvtx(record_shapes=True): FLOPs from the ranges' sizes, checked against the
+    script's shapes; NVTX has no dtype, so bytes and the roof stay unknown."""
+    events = tracelab.load(DATA / "roofline-1gpu-nsys" / "rank0.sqlite").events
+    rows = roofline(events, H100, "scope").rows
+    rows = rows.assign(region=rows["key"].str.split("/").str[0]).set_index("region")
+    for region in ("gemm_square_bf16", "gemm_square_fp32", "gemm_skinny_bf16", "linear_bf16", "bmm_bf16",
+                   "gemv_bf16", "sdpa_bf16"):
+        expected = EXPECTED[region]
+        assert rows.loc[region, "flops"] == expected["flops"] * expected["calls"]
+        assert rows.loc[region, "bound"] == "unknown" and pd.isna(rows.loc[region, "roofline_frac"])
+    con = sqlite3.connect(DATA / "roofline-1gpu-nsys" / "rank0.sqlite")
+    sized = con.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                        "WHERE COALESCE(n.text, s.value) LIKE 'aten::mm,%sizes = [%'").fetchone()[0]
+    assert sized == 15  # 5 calls each of the square bf16, square fp32 and skinny products
