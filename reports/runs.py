@@ -109,12 +109,12 @@ def profiler_cost(info: dict, runs: list[tuple[str, dict]]) -> str:
 
 
 def _config_rows(runs: list[tuple[str, dict]]) -> dict[str, list]:
-    """Config keys whose values differ between runs, one row each; the rest in one row."""
+    """Config keys whose values differ between runs, one row each (None where a run's
+    workload has no such key: it does not apply); keys every run records alike in one row."""
     configs = [{k: v for k, v in (r.get("config") or {}).items() if k != "backend"} for _, r in runs]
     keys = list(dict.fromkeys(k for c in configs for k in c))
-    differ = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
-    same = [k for k in keys if k not in differ]
-    rows = {f"config: {k}": [c.get(k, "-") for c in configs] for k in differ}
+    same = [k for k in keys if all(k in c for c in configs) and len({repr(c[k]) for c in configs}) == 1]
+    rows = {f"config: {k}": [c.get(k) for c in configs] for k in keys if k not in same}
     if same:
         text = "; ".join(f"{k}={configs[0][k]}" for k in same)
         rows["config" if len(runs) == 1 else "config (same in all)"] = [text] * len(runs)
@@ -147,4 +147,5 @@ def run_table(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     rows.update({k: [(r.get("versions") or {}).get(k, "-") for _, r in runs] for k in versions})
     rows.update(_result_rows(runs))
     rows["profiler cost"] = [profiler_cost(r, runs) for _, r in runs]
-    return pd.DataFrame(rows, index=[n for n, _ in runs]).T
+    # object cells: a row that does not apply to a run stays None (blank), never NaN
+    return pd.DataFrame(list(rows.values()), index=list(rows), columns=[n for n, _ in runs], dtype=object)
