@@ -1,8 +1,6 @@
 """Renderers for the terminal (rich tables), CSV and JSON. Units converted here only."""
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
@@ -10,6 +8,7 @@ from rich.text import Text
 
 from .breakdown import spread
 from .compare import Comparison
+from .jsonout import dumps, records
 from .waits import material_lead
 from .figures import MANY_RANKS, distribution
 
@@ -96,10 +95,7 @@ def breakdown_csv(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
 
 
 def breakdown_json(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
-    doc = {"by": by,
-           "summary": json.loads(summary.to_json(orient="records")),
-           "breakdown": json.loads(table.to_json(orient="records"))}
-    return json.dumps(doc, indent=1)
+    return dumps({"by": by, "summary": records(summary), "breakdown": records(table)})
 
 
 # format name -> renderer(summary, table, by); the CLI's --format choices come from here
@@ -283,14 +279,11 @@ def compare_csv(c: Comparison, keys: list[str], top: int | None = None) -> str:
 
 
 def compare_json(c: Comparison, keys: list[str], top: int | None = None) -> str:
-    def records(df: pd.DataFrame) -> list:
-        return json.loads(df.to_json(orient="records")) if len(df) else []
-
     doc = {"by": c.by, "basis": c.table.attrs.get("basis"), "inputs": records(c.totals),
            "straggler": c.straggler, "stragglers": records(c.stragglers),
            "timeline": records(c.timeline), "collective_skew": records(c.skew),
            "rows": records(c.table if not top else c.table.head(top))}
-    return json.dumps(doc, indent=1)
+    return dumps(doc)
 
 
 # format name -> renderer(comparison, keys, top); the CLI's --format choices come from here
