@@ -16,8 +16,9 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     """GPU time per group and rank, largest first.
 
     Columns: rank, <by>, total_ns, share (of the rank's total), count, mean_ns.
-    With `top`, each rank keeps its `top` largest groups and the rest is one `(rest)` row;
-    None or 0 keeps them all (the CLI's --top 0), as everywhere in tracelab.
+    With `top`, the `top` groups largest over all ranks together are kept on every rank that
+    has them and each rank's other groups are one `(rest)` row (top_rows); None or 0 keeps
+    them all (the CLI's --top 0), as everywhere in tracelab.
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
@@ -27,22 +28,27 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
                  .reset_index())
     grouped[by] = grouped[by].astype(str) if by != "step" else grouped[by].astype("string").fillna(NO_STEP)
     grouped = grouped.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
-    if top:
-        grouped = pd.concat([_keep_top(g, by, top) for _, g in grouped.groupby("rank", sort=True)],
-                            ignore_index=True)
     rank_total = grouped.groupby("rank")["total_ns"].transform("sum")
     grouped["share"] = np.where(rank_total > 0, grouped["total_ns"] / rank_total.where(rank_total > 0, 1), 0.0)
     grouped["mean_ns"] = grouped["total_ns"] / grouped["count"].where(grouped["count"] > 0)
-    return grouped[["rank", by, "total_ns", "share", "count", "mean_ns"]].reset_index(drop=True)
+    return top_rows(grouped[["rank", by, "total_ns", "share", "count", "mean_ns"]].reset_index(drop=True), by, top)
 
 
-def _keep_top(group: pd.DataFrame, by: str, top: int) -> pd.DataFrame:
-    if len(group) <= top:
-        return group
-    head, tail = group.iloc[:top], group.iloc[top:]
-    rest = {"rank": group["rank"].iloc[0], by: REST,
-            "total_ns": tail["total_ns"].sum(), "count": tail["count"].sum()}
-    return pd.concat([head, pd.DataFrame([rest])], ignore_index=True)
+def top_rows(table: pd.DataFrame, by: str, top: int | None) -> pd.DataFrame:
+    """A full breakdown() table (any ranks) cut to the `top` groups with the most time summed
+    over all its ranks, each rank's other groups summed into one (rest) row, last. Chosen
+    over all ranks, so a group's row is on every rank that has it and its spread over the
+    ranks (spread()) describes them all, not the ranks where it made a local top N."""
+    if not top or table.empty:
+        return table
+    summed = table.groupby(by, sort=False)["total_ns"].sum().sort_values(ascending=False, kind="stable")
+    chosen = table[by].isin(summed.index[:top])
+    rest = (table[~chosen].groupby("rank", sort=True)[["total_ns", "share", "count"]].sum().reset_index()
+            .assign(**{by: REST}))
+    rest["mean_ns"] = rest["total_ns"] / rest["count"].where(rest["count"] > 0)
+    out = pd.concat([table[chosen].assign(_rest=0), rest.assign(_rest=1)], ignore_index=True)
+    out = out.sort_values(["rank", "_rest", "total_ns"], ascending=[True, True, False], kind="stable")
+    return out[table.columns].astype({by: table[by].dtype}).reset_index(drop=True)
 
 
 def spread(table: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -76,11 +82,12 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def per_rank(by: str = "kernel", top: int | None = None) -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
-    """summary() and breakdown() as per-rank reductions (tracelab.load_many's `reduce`, run in
-    the worker that parsed each rank). Both group by rank, so the ranks' own tables stacked
-    in rank order (stacked()) are the tables of all the ranks' events together."""
-    return {"summary": summary, "breakdown": partial(breakdown, by=by, top=top)}
+def per_rank(by: str = "kernel") -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
+    """summary() and the full breakdown() as per-rank reductions (tracelab.load_many's
+    `reduce`, run in the worker that parsed each rank). Both group by rank, so the ranks' own
+    tables stacked in rank order (stacked()) are the tables of all the ranks' events
+    together; --top is chosen over them all afterwards (top_rows)."""
+    return {"summary": summary, "breakdown": partial(breakdown, by=by)}
 
 
 def stacked(profiles: list, name: str) -> pd.DataFrame:

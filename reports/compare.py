@@ -162,25 +162,30 @@ def _per_input(events: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     """One row per key present in any input. Columns: the keys; time_ns[L], count[L] and
-    mean_ns[L] (per call) per input label L; per_step_ns[L] when the inputs cover different
-    step counts (then delta, ratio, spread and slowest are per step: reports/normalise.py;
-    `attrs["basis"]` says which); delta_ns[L] and ratio[L] against the first input (ratio
-    NaN where the first has no time); inputs (how many have the row); max_ns, min_ns,
-    spread (max / min, NaN where an input lacks the row); slowest (label of the largest
-    time where its lead beats the step-to-step noise, else ""). Sorted by max_ns, largest first."""
+    mean_ns[L] (per call) per input label L; per_step_ns[L] when the inputs' known step
+    counts differ; delta_ns[L] and ratio[L] against the first input, on totals when every
+    input covers the same known steps and per call otherwise (reports/normalise.basis;
+    `attrs["basis"]` is its note, `attrs["basis_kind"]` "totals" or "per call"; ratio NaN
+    where the first has no time); inputs (how many have the row); max_ns, min_ns (totals);
+    spread (max / min on the same basis, NaN where an input lacks the row); slowest (label
+    of the largest where its lead beats the step-to-step noise, else ""). Sorted by max_ns,
+    largest first."""
     keys = BY[by]
     labels = [i.label for i in inputs]
     per = [_per_input(i.sums, keys) for i in inputs]
     wide = pd.concat(per, axis=1, keys=labels, join="outer").fillna(0)
     time = pd.DataFrame({L: wide[(L, "time_ns")].astype("int64") for L in labels})
     count = pd.DataFrame({L: wide[(L, "count")].astype("int64") for L in labels})
-    # different step counts: compared per step, and said so (reports/normalise.py)
-    cmp, note = normalise.basis(time, {i.label: i.digest("noise")["steps"] or i.steps for i in inputs})
+    steps = {i.label: i.digest("noise")["steps"] or i.steps for i in inputs}
+    if {i.group for i in inputs} == {""} and not any(steps.values()):
+        steps = dict.fromkeys(steps, "one run")  # ranks of one capture cover the same steps, however many
+    b = normalise.basis(time, count, steps)
+    cmp = b.values
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
                      count.add_prefix("count[").add_suffix("]"),
                      (time / count.where(count > 0)).add_prefix("mean_ns[").add_suffix("]")], axis=1)
-    if cmp is not time:
-        out = pd.concat([out, cmp.add_prefix("per_step_ns[").add_suffix("]")], axis=1)
+    if b.per_step is not None:
+        out = pd.concat([out, b.per_step.add_prefix("per_step_ns[").add_suffix("]")], axis=1)
     first = cmp[labels[0]]
     against = {}  # one concat, not a column at a time: 128 ranks would fragment the frame
     for L in labels[1:]:
@@ -190,14 +195,26 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     present = (time > 0) | (count > 0)
     out["inputs"] = present.sum(axis=1)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
-    out["spread"] = cmp.max(axis=1) / cmp.min(axis=1).where(cmp.min(axis=1) > 0)
-    sigmas = {i.label: normalise.sigma_of(i.digest("noise")["std"][by], i.digest("noise")["steps"], cmp is not time)
-              for i in inputs}
-    out["slowest"] = normalise.slowest(cmp, sigmas)  # "" where the lead is within the noise
+    least = cmp.min(axis=1, skipna=False)  # NaN where an input has no call of the row
+    out["spread"] = cmp.max(axis=1) / least.where(least > 0)
+    out["slowest"] = normalise.slowest(cmp, _sigmas(inputs, by, b, count))  # "" where the lead is within the noise
     out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
                                         kind="stable")
     out = out.reset_index(drop=True)
-    out.attrs["basis"] = note
+    out.attrs.update(basis=b.note, basis_kind=b.kind)
+    return out
+
+
+def _sigmas(inputs: list[Input], by: str, b: normalise.Basis, count: pd.DataFrame) -> dict:
+    """Each input's noise of the compared values: of its total (std x sqrt(steps)), and per
+    call that over its calls."""
+    out = {}
+    for i in inputs:
+        s = normalise.sigma_of(i.digest("noise")["std"][by], i.digest("noise")["steps"], False)
+        if s is not None and b.kind == "per call":
+            calls = count[i.label]
+            s = s.reindex(calls.index) / calls.where(calls > 0)
+        out[i.label] = s
     return out
 
 

@@ -282,7 +282,7 @@ def compare_columns(c: Comparison) -> dict[str, str]:
     for i, name in enumerate(c.labels):
         cols[f"time_ns[{name}]"] = f"{name} (ms)"
         if i:
-            cols[f"ratio[{name}]"] = f"{name} / first"
+            cols[f"ratio[{name}]"] = f"{name} / first ({c.table.attrs.get('basis_kind', 'totals')})"
     return {**cols, "spread": "spread", "slowest": "slowest"}
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..errors import UsageError
 from . import figures, roofline_html, scopetree, steps_html, workload_plots
+from .jsonout import strict
 from .runs import run_table
 from .compare import Comparison, Input, comparison, rows_are
 
@@ -61,7 +62,7 @@ document.querySelectorAll('table.sortable').forEach(function(t){
 def script_json(value: Any) -> str:
     """JSON safe inside <script>: no `<`, `>`, `&` (so no `</script>`, no `<!--`) and no
     U+2028/U+2029 line separators."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    text = json.dumps(strict(value), separators=(",", ":"), allow_nan=False, default=str)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)

@@ -13,6 +13,8 @@ names nothing either way; without steps that is the only test.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -27,19 +29,32 @@ def step_count(events: pd.DataFrame) -> int | None:
     return n or None
 
 
-def basis(time: pd.DataFrame, steps: dict[str, int | None]) -> tuple[pd.DataFrame, str]:
-    """The times to compare (columns = input labels) and a note saying on what basis:
-    per step (the mean over each input's steps) when every input has steps and their
-    counts differ, else the totals as they are."""
+@dataclass
+class Basis:
+    """What compare's ratios, spread and slowest are computed on: `values` (columns = input
+    labels), `kind` ("totals" or "per call"), the note the header shows, and the times per
+    step where every input's steps are known (None otherwise): shown beside, never compared."""
+
+    values: pd.DataFrame
+    kind: str
+    note: str
+    per_step: pd.DataFrame | None = None
+
+
+def basis(time: pd.DataFrame, count: pd.DataFrame, steps: dict[str, int | str | None]) -> Basis:
+    """Totals where every input covers the same known number of steps; otherwise each row's
+    mean per call (time / calls), which needs no step count and is right whether the counts
+    differ or one is a guess (a run.json's tokens for a proton capture): the note says which
+    and why. Where all the counts are known, the per-step times come along."""
     counts = {label: steps.get(label) for label in time.columns}
-    if all(counts.values()) and len(set(counts.values())) > 1:
-        per = time / pd.Series(counts, dtype="float64")
-        shown = ", ".join(f"{label} {n}" for label, n in counts.items())
-        return per, f"per step: each input's time divided by its steps ({shown})"
-    if len(set(counts.values())) > 1:
-        shown = ", ".join(f"{label} {n or 'unknown'}" for label, n in counts.items())
-        return time, f"totals: the inputs' steps differ or are unknown ({shown}); compare per call (mean_ns)"
-    return time, "totals"
+    if len(counts) < 2 or (all(counts.values()) and len(set(counts.values())) == 1):
+        return Basis(time, "totals", "totals")
+    per_call = time / count.where(count > 0)
+    known = all(counts.values())
+    shown = ", ".join(f"{label} {n or 'unknown'}" for label, n in counts.items())
+    note = f"per call (mean_ns): the inputs' steps {'differ' if known else 'differ or are unknown'} ({shown})"
+    per_step = time / pd.Series(counts, dtype="float64") if known else None
+    return Basis(per_call, "per call", note, per_step)
 
 
 def sigma(events: pd.DataFrame, keys: list[str], per_step: bool) -> pd.Series | None:

@@ -2,14 +2,13 @@
 Units converted here only."""
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from . import verdicts as V
+from .jsonout import dumps, records
 from .waits import Waits, straggler_json
 
 
@@ -115,7 +114,7 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
         parts.append(bandwidth_table(w.bandwidth))
     untimed = totals is not None and len(totals) and not w.clock.get("collectives")
     lines = [V.waits_from_comm_time(totals)["line"]] if untimed else [clock_line(w.clock), w.line]
-    return Group(*parts, *map(Text, lines))
+    return Group(*parts, *map(Text, lines if w.ranks > 1 else []))  # one rank: nobody to wait on
 
 
 def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
@@ -123,13 +122,10 @@ def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
 
 
 def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
-    def records(df: pd.DataFrame) -> list:
-        return json.loads(df.to_json(orient="records")) if df is not None and len(df) else []
-
-    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) else None
-    return json.dumps({"steps": records(w.steps), "per_step_totals": records(totals),
-                       "straggler": straggler_json(w), "waits_from_comm_time": untimed,
-                       "bandwidth": records(w.bandwidth)}, indent=1)
+    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
+    return dumps({"steps": records(w.steps), "per_step_totals": records(totals),
+                  "straggler": straggler_json(w) if w.ranks > 1 else None, "waits_from_comm_time": untimed,
+                  "bandwidth": records(w.bandwidth)})
 
 
 # format name -> renderer(waits, totals); the CLI's --format choices come from here

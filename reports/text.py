@@ -1,8 +1,6 @@
 """Renderers for the terminal (rich tables), CSV and JSON. Units converted here only."""
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
@@ -10,6 +8,7 @@ from rich.text import Text
 
 from .breakdown import spread
 from .compare import Comparison
+from .jsonout import dumps, records
 from .waits import material_lead
 from .figures import MANY_RANKS, distribution
 
@@ -96,10 +95,7 @@ def breakdown_csv(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
 
 
 def breakdown_json(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
-    doc = {"by": by,
-           "summary": json.loads(summary.to_json(orient="records")),
-           "breakdown": json.loads(table.to_json(orient="records"))}
-    return json.dumps(doc, indent=1)
+    return dumps({"by": by, "summary": records(summary), "breakdown": records(table)})
 
 
 # format name -> renderer(summary, table, by); the CLI's --format choices come from here
@@ -166,15 +162,14 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
              f"{_pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
         title += " (scopes differ between inputs: try --by kernel)"
-    if c.table.attrs.get("basis", "totals") != "totals":  # ratios and slowest per step, or a caveat
-        title += f"; compared {c.table.attrs['basis']}"
+    title += f"; compared {c.table.attrs.get('basis', 'totals')}"  # totals, or per call and why
     title += "; slowest only where its lead beats the step-to-step noise"
     short = short_labels(c.labels)
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
-    per_step = f"per_step_ns[{c.labels[0]}]" in c.table  # different step counts: per step throughout
+    column, unit, cell = _shown_basis(c)
     for i, label in enumerate(c.labels):
-        t.add_column(Text(f"{short[label]} ({'ms/step' if per_step else 'ms'})"), justify="right", overflow="fold")
+        t.add_column(Text(f"{short[label]} ({unit})"), justify="right", overflow="fold")
         if ratios and i:
             t.add_column(Text(f"{short[label]} / first"), justify="right", overflow="fold")
     t.add_column("spread", justify="right")
@@ -183,7 +178,7 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     for _, r in shown.iterrows():
         cells = []
         for i, label in enumerate(c.labels):
-            cells.append(_ms(r[f"{'per_step_ns' if per_step else 'time_ns'}[{label}]"]))
+            cells.append(cell(r[f"{column}[{label}]"]))
             if ratios and i:
                 cells.append(_ratio(r[f"ratio[{label}]"]))
         t.add_row(*cells, _ratio(r["spread"]), Text(short.get(str(r["slowest"]), str(r["slowest"]))),
@@ -191,20 +186,29 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     return t
 
 
+def _shown_basis(c: Comparison):
+    """The columns the table shows, their unit and formatter: the totals (ms), or where the
+    comparison is per call (normalise.basis) each input's mean per call (us), as the ratios are;
+    the totals stay in the totals table, the CSV and the JSON."""
+    if c.table.attrs.get("basis_kind") == "per call":
+        return "mean_ns", "us/call", _us
+    return "time_ns", "ms", _ms
+
+
 def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -> Table:
     """Many inputs: per row, how many inputs have it and its smallest, median and largest time
     over them, the spread and the slowest input, instead of a column per input."""
-    per_step = f"per_step_ns[{c.labels[0]}]" in c.table
-    unit = "ms/step" if per_step else "ms"
-    values = shown[[f"{'per_step_ns' if per_step else 'time_ns'}[{label}]" for label in c.labels]]
+    column, unit, cell = _shown_basis(c)
+    values = shown[[f"{column}[{label}]" for label in c.labels]]
     t = Table(title=Text(f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}) over {len(c.labels):,} "
-                         f"inputs; slowest only where its lead beats the step-to-step noise"),
+                         f"inputs; compared {c.table.attrs.get('basis', 'totals')}; slowest only where its lead "
+                         f"beats the step-to-step noise"),
               title_justify="left", show_edge=False)
     for name in ("inputs", f"min ({unit})", f"median ({unit})", f"max ({unit})", "spread", "slowest"):
         t.add_column(name, justify="right", no_wrap=name == "slowest")
     t.add_column(" | ".join(keys), overflow="fold")
     for (_, r), (_, v) in zip(shown.iterrows(), values.iterrows()):
-        t.add_row(f"{int(r['inputs']):,}", _ms(v.min()), _ms(v.median()), _ms(v.max()), _ratio(r["spread"]),
+        t.add_row(f"{int(r['inputs']):,}", cell(v.min()), cell(v.median()), cell(v.max()), _ratio(r["spread"]),
                   Text(str(r["slowest"])), _key_text(r, keys))
     return t
 
@@ -283,14 +287,11 @@ def compare_csv(c: Comparison, keys: list[str], top: int | None = None) -> str:
 
 
 def compare_json(c: Comparison, keys: list[str], top: int | None = None) -> str:
-    def records(df: pd.DataFrame) -> list:
-        return json.loads(df.to_json(orient="records")) if len(df) else []
-
     doc = {"by": c.by, "basis": c.table.attrs.get("basis"), "inputs": records(c.totals),
            "straggler": c.straggler, "stragglers": records(c.stragglers),
            "timeline": records(c.timeline), "collective_skew": records(c.skew),
            "rows": records(c.table if not top else c.table.head(top))}
-    return json.dumps(doc, indent=1)
+    return dumps(doc)
 
 
 # format name -> renderer(comparison, keys, top); the CLI's --format choices come from here

@@ -33,6 +33,7 @@ class Waits:
     verdict: dict[str, Any]
     line: str = ""
     bandwidth: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: int = 0  # ranks analysed; with one, no question across ranks (clock, straggler) applies
 
 
 @dataclass
@@ -126,7 +127,7 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll = coll.drop(columns=list(_KEEP))
     verdict = V.straggler(gate, coll)
     return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
-                 causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll))
+                 causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
 
 
 def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:

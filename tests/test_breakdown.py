@@ -8,7 +8,9 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import shared_trace
 
@@ -18,6 +20,7 @@ from tracelab.reports.breakdown import REST, breakdown, summary
 
 KINETO = "hta/trace_filter/sampled_rank-1.json.gz"
 NSYS = "nsys-ai/mfu_2gpu_before.sqlite"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _kineto_kernel_sums(path):
@@ -84,3 +87,34 @@ def test_breakdown_table_names_what_its_rows_are(rel, header):
                          capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"})
     head = next(line for line in out.stdout.splitlines() if "time (ms)" in line)
     assert head.split("┃")[-1].strip() == header
+
+
+def test_top_over_many_ranks_is_chosen_over_all_ranks_totals():
+    """20 ranks of one real trace, each with one kernel of its own made 30x longer: every
+    rank's local top 3 differs, but the rows kept are the 3 kernels with the most time summed
+    over all ranks (computed here from the events), on every rank that has them, so a kept
+    kernel's least and median over the ranks describe all of them (issue 22)."""
+    from tracelab.reports.breakdown import spread, top_rows
+
+    one = tracelab.load(DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz").events
+    one = one[one["kind"] == "kernel"]
+    names = one.groupby(one["kernel"].astype(str))["dur_ns"].sum().sort_values().index[:20]
+    ranks = []
+    for r, boosted in enumerate(names):
+        dur = one["dur_ns"].where(one["kernel"].astype(str) != boosted, one["dur_ns"] * 30)
+        ranks.append(one.assign(rank=r, dur_ns=dur))
+    df = pd.concat(ranks, ignore_index=True)
+    table = breakdown(df, by="kernel", top=3)
+    summed = df.groupby(df["kernel"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    assert set(table["kernel"]) - {REST} == set(summed.index[:3])
+    for name in summed.index[:3]:
+        per_rank = df[df["kernel"].astype(str) == name].groupby("rank")["dur_ns"].sum()
+        row = spread(table, "kernel").set_index("kernel").loc[name]
+        assert (row["ranks"], row["min_ns"], row["median_ns"]) == (len(per_rank), per_rank.min(), per_rank.median())
+    for r, g in table.groupby("rank"):
+        assert g["total_ns"].sum() == df.loc[df["rank"] == r, "dur_ns"].sum()  # nothing lost: (rest) holds the others
+        assert g["share"].sum() == pytest.approx(1.0)
+    assert top_rows(breakdown(df, by="kernel"), "kernel", 3).equals(table)
+    local = breakdown(df[df["rank"] == 0], by="kernel", top=3)  # one rank: its own top, as before
+    mine = df[df["rank"] == 0].groupby(df["kernel"].astype(str))["dur_ns"].sum().nlargest(3)
+    assert set(local["kernel"]) - {REST} == set(mine.index)

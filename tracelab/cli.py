@@ -167,7 +167,7 @@ def breakdown(
     """Per rank: GPU time, share, count and mean per kernel / op class / scope,
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from .load import events
-    from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary
+    from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
     from .reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -179,8 +179,9 @@ def breakdown(
         df = events(_load(paths, rank))
         return _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce=per_rank(by, top), keep_events=False)
-    _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), stacked(profiles, "breakdown"), by))
+    profiles = _load(paths, reduce=per_rank(by), keep_events=False)
+    table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
+    _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
 
 
 def _top(top: int) -> int | None:
