@@ -19,6 +19,7 @@ import pandas as pd
 from ..schema import Profile
 from . import normalise, timeline
 from .steps import has_times
+from .idle import RankIdle  # issue 21
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -328,6 +329,7 @@ def _waits_digest(events: pd.DataFrame):
 RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
                   "first_ns": first_start}
+RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

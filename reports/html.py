@@ -20,6 +20,7 @@ import pandas as pd
 from ..errors import UsageError
 from . import figures, scopetree, steps_html, workload_plots
 from .runs import run_table
+from . import idle_html  # issue 21
 from .compare import Comparison, Input, comparison, rows_are
 
 TOP_KERNELS_TABLE = 200
@@ -242,6 +243,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     out += _timeline_sections(inputs, c, figs) + _tree_sections(inputs)
     out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
+    out += idle_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 21
     if len(c.skew):
         out += ["<h2>Collective skew across ranks</h2>", table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:

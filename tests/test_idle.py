@@ -300,3 +300,18 @@ def test_the_host_frame_survives_the_cache(tmp_path: Path, monkeypatch) -> None:
     again = tracelab.load(_trace("small", "nsys"))
     pd.testing.assert_frame_equal(first.host, again.host)
     pd.testing.assert_frame_equal(first.events, again.events)
+
+
+def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", str(DATA / "idle-1gpu-small-torch"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    figures = json.loads(re.search(r'id="tracelab-figures">(.*?)</script>', page, re.S).group(1))
+    bars = next(f for f in figures.values() if f["layout"]["title"]["text"].startswith("per step: GPU busy"))
+    names = [d["name"] for d in bars["data"]]
+    assert names == ["GPU busy", "idle: host", "idle: launch", "idle: sync", "idle: dependency", "idle: other"]
+    steps = results["small", "torch"].steps
+    host = next(d for d in bars["data"] if d["name"] == "idle: host")["y"]
+    assert host == pytest.approx((steps["idle_host_ns"] / 1e6).tolist(), abs=1e-4)
+    assert "host-bound in 4 of 4 steps" in page and page.count("a suggestion, not a measurement") == 1
