@@ -315,3 +315,20 @@ def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path)
     host = next(d for d in bars["data"] if d["name"] == "idle: host")["y"]
     assert host == pytest.approx((steps["idle_host_ns"] / 1e6).tolist(), abs=1e-4)
     assert "host-bound in 4 of 4 steps" in page and page.count("a suggestion, not a measurement") == 1
+
+
+def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp_path: Path) -> None:
+    from tracelab.dataset import export
+
+    export([str(_trace("small", "nsys"))], tmp_path / "ds")
+    doc = _strict(CliRunner().invoke(app, ["idle", str(tmp_path / "ds"), "--format", "json"]).stdout)
+    direct = results["small", "nsys"].steps
+    host_and_sync = direct["idle_host_ns"] + direct["idle_sync_ns"]
+    assert [r["idle_host_ns"] for r in doc["steps"]] == host_and_sync.tolist() and doc["host_ops"] == []
+    assert [r["idle_launch_ns"] for r in doc["steps"]] == direct["idle_launch_ns"].tolist()
+    assert any("no host intervals" in n for n in doc["notes"])
+
+
+def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
+    doc = _strict(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
+    assert doc["steps"] == [] and all("no GPU activity" in n for n in doc["notes"])
