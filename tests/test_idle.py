@@ -332,3 +332,22 @@ def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp
 def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
     doc = _strict(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
     assert doc["steps"] == [] and all("no GPU activity" in n for n in doc["notes"])
+
+
+def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
+    from tracelab.reports.idle_text import IDLE_RENDERERS
+
+    one = _frame([(7, 0, 100, -50, 10), (7, 300, 100, 250, 20)])
+    frames = [one.assign(rank=np.int32(r), start_ns=one["start_ns"] + r, launch_start_ns=one["launch_start_ns"] + r)
+              for r in range(17)]
+    result = I.idle(pd.concat(frames, ignore_index=True), {r: _host([]) for r in range(17)})
+    assert len(result.steps) == 17 and (result.steps["idle_host_ns"] == 150).all()
+    table = CliRunner().invoke(app, ["idle", "--help"]).stdout
+    assert all(word in table for word in ("host:", "sync:", "launch:", "dependency:", "other:", "bound"))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(IDLE_RENDERERS["table"](result, 3))
+    assert "medians over the ranks" in console.export_text()
+    assert _strict(IDLE_RENDERERS["json"](result, 3))["steps"][0]["bound"] in I.BOUNDS
+    assert IDLE_RENDERERS["csv"](result, 3).count("\n") == 18

@@ -321,27 +321,24 @@ def steps(
     _emit(STEPS_RENDERERS[fmt](w, totals))
 
 
-IDLE_HELP = """Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all
-streams' GPU work between the step's first GPU start and last GPU end, as in `tracelab steps`), split
-by cause. Each gap ends where the next GPU op starts; L is the start of that op's launch call:
-
-\b
-  host        before L: the host had not yet begun to launch the op (and was in no sync call);
-  sync        before L, while the host was blocked in a synchronising call (cudaDeviceSynchronize,
-              cudaStreamSynchronize, cudaEventSynchronize, a blocking cudaMemcpy, cudaFree);
-  launch      from L: the launch call was still running when the GPU went idle (launch latency);
-  dependency  from L: the op was queued before the GPU went idle, and nothing on its own stream
-              ran up to then: it waited on another stream, an event or a peer (waits at
-              collectives are inside the collective kernels: see tracelab steps);
-  other       from L: queued behind its own stream's op that ended the busy time (the GPU's own
-              gap between queued ops), or gaps whose op has no launch call in the trace.
-
-The causes add up to idle exactly. bound per step is the largest of gpu (busy minus exposed
-communication), communication (exposed communication + dependency) and host (host + launch +
-sync). Then, per rank, kernel launch statistics (kernels per step, launch-to-start delay median
-and p90, CPU time of the launch calls, kernels shorter than their own launch call) and the CPU
-ops, ranges (record_function, NVTX) and OS calls that cover the host-caused idle, top N; and a
-hint when steps are host-bound. torch.profiler and nsys traces; proton records no launches."""
+IDLE_HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all streams' GPU "
+             "work between the step's first GPU start and last GPU end, as in tracelab steps), split by cause. Each "
+             "gap ends where the next GPU op starts; L is the start of that op's launch call.\n\n"
+             "host: before L, the host had not yet begun to launch the op (and was in no sync call).\n\n"
+             "sync: before L, the host was blocked in a synchronising call (cudaDeviceSynchronize, "
+             "cudaStreamSynchronize, cudaEventSynchronize, a blocking cudaMemcpy, cudaFree).\n\n"
+             "launch: from L, the launch call was still running when the GPU went idle (launch latency).\n\n"
+             "dependency: from L, the op was queued before the GPU went idle and nothing on its own stream ran up "
+             "to then: it waited on another stream, an event or a peer (waits at collectives are inside the "
+             "collective kernels: see tracelab steps).\n\n"
+             "other: from L, queued behind its own stream's op that ended the busy time (the GPU's own gap between "
+             "queued ops); or the op has no launch call in the trace.\n\n"
+             "The causes add up to the idle time exactly. bound per step is the largest of gpu (busy minus exposed "
+             "communication), communication (exposed communication + dependency) and host (host + launch + sync). "
+             "Then per rank: kernel launch statistics (kernels per step, launch-to-start delay median and p90, CPU "
+             "time of the launch calls, kernels shorter than their own launch call), the CPU ops, ranges "
+             "(record_function, NVTX) and OS calls covering the host-caused idle (top N), and a hint when steps "
+             "are host-bound. torch.profiler and nsys traces; proton records no launches.")
 
 
 @app.command(help=IDLE_HELP)
