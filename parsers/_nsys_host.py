@@ -41,9 +41,22 @@ def read(con: sqlite3.Connection, activity: pd.DataFrame, path: Path, counters: 
          ) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
     """activity with its launch calls (with_launches), and the host frames by pid (host_frames);
     `step_pattern` as the parser's (its step ranges are kind `step`)."""
-    tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = _usable(con, {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")})
     runtime = calls(con, tables, path)
     return with_launches(activity, runtime), host_frames(con, tables, runtime, counters, compile_pattern(step_pattern))
+
+
+# the columns each table must have to be read here (an export without them is read without it)
+_NEEDS = {_RUNTIME: {"globalTid", "correlationId", "start", "end", "nameId"},
+          "OSRT_API": {"globalTid", "start", "end", "nameId"}, "NVTX_EVENTS": {"globalTid", "start", "end", "eventType"}}
+
+
+def _usable(con: sqlite3.Connection, tables: set[str]) -> set[str]:
+    """The tables this module reads that have the columns it needs, with StringIds."""
+    if "StringIds" not in tables:
+        return set()
+    return {t for t, needs in _NEEDS.items()
+            if t in tables and needs <= {r[1] for r in con.execute(f"PRAGMA table_info({t})")}} | {"StringIds"}
 
 
 def _check(con: sqlite3.Connection, tables: set[str], path: Path) -> None:

@@ -45,6 +45,7 @@ LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "d
                   "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
 OP_KINDS = ("cpu_op", "range", "osrt")  # host frame kinds that say what the host was doing
 TOP_OPS = 50  # names kept per rank, in the worker
+WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
 HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
         "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step may "
         "help; this is a suggestion, not a measurement")
@@ -86,10 +87,14 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
         return Idle(_empty(STEP_COLUMNS), _empty(OP_COLUMNS), _empty(LAUNCH_COLUMNS),
                     [f"no idle breakdown: {why}"])
     sync = host[host["kind"] == "sync"] if host is not None else None
-    gaps = step_gaps(rows[rows["step"].notna()], *_union_of(sync))
-    steps = _step_table(rows, gaps)
+    stepless = not rows["step"].notna().any()
+    windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
+    gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
+    steps = _step_table(windows, gaps)
+    if stepless:  # one window, the whole trace: its step is NA
+        steps["step"] = pd.array([pd.NA] * len(steps), dtype="Int64")
     ops = host_ops(gaps, host, rank, top)
-    return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, steps))
+    return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
@@ -234,11 +239,11 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
         columns=LAUNCH_COLUMNS)
 
 
-def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, steps: pd.DataFrame) -> list[str]:
+def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:
     notes = []
-    if not len(steps):
-        notes.append(f"no steps in this trace (no range matches the step pattern; see --step): "
-                     "idle is reported per step only")
+    if stepless:
+        notes.append("no steps in this trace (no range matches the step pattern; see --step): the whole "
+                     "trace, first GPU start to last GPU end, is one window (step null)")
     if not rows["launch_start_ns"].notna().any():
         notes.append(f"no launch calls in this trace (none matched by correlation id): "
                      "its idle is all idle_other_ns")

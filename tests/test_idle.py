@@ -21,6 +21,7 @@ from tracelab import cache, classify, schema
 from tracelab.cli import app
 from tracelab.errors import TraceFormatError
 from tracelab.reports import idle as I
+from tracelab.reports.idle_text import idle_json
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = {("small", "torch"): "host", ("large", "torch"): "gpu", ("small", "nsys"): "host", ("large", "nsys"): "gpu"}
@@ -351,3 +352,16 @@ def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
     assert "medians over the ranks" in console.export_text()
     assert _strict(IDLE_RENDERERS["json"](result, 3))["steps"][0]["bound"] in I.BOUNDS
     assert IDLE_RENDERERS["csv"](result, 3).count("\n") == 18
+
+
+def test_a_trace_without_steps_is_one_window(results) -> None:
+    events = tracelab.load(_trace("small", "nsys")).events.assign(step=pd.NA)
+    events["step"] = events["step"].astype("Int64")
+    host = tracelab.load(_trace("small", "nsys")).host
+    result = I.idle(events, {0: host})
+    row = result.steps.iloc[0]
+    assert len(result.steps) == 1 and pd.isna(row["step"]) and any("one window" in n for n in result.notes)
+    assert sum(row[c] for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
+    steps = results["small", "nsys"].steps  # the steps' idle lies inside the whole trace's
+    assert row["idle_ns"] > steps["idle_ns"].sum() and row["busy_ns"] == steps["busy_ns"].sum()
+    assert _strict(idle_json(result))["steps"][0]["step"] is None

@@ -323,7 +323,8 @@ def steps(
 
 IDLE_HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all streams' GPU "
              "work between the step's first GPU start and last GPU end, as in tracelab steps), split by cause. Each "
-             "gap ends where the next GPU op starts; L is the start of that op's launch call.\n\n"
+             "gap ends where the next GPU op starts; L is the start of that op's launch call. A trace without steps "
+             "is one window, first GPU start to last GPU end.\n\n"
              "host: before L, the host had not yet begun to launch the op (and was in no sync call).\n\n"
              "sync: before L, the host was blocked in a synchronising call (cudaDeviceSynchronize, "
              "cudaStreamSynchronize, cudaEventSynchronize, a blocking cudaMemcpy, cudaFree).\n\n"
