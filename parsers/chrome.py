@@ -91,7 +91,8 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
-    return Profile(_frame(columns, meta["rank"]), meta, host=_host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re))
+    host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
+    return Profile(_frame(columns, meta["rank"]), meta, host=host)
 
 
 def _check_durations(path: Path, columns: dict[str, Any]) -> None:

@@ -393,6 +393,7 @@ def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
         "scope": rows["scope"].to_numpy(), "device": rows["device"].to_numpy(),
         "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
         "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
-        "bytes": rows["bytes"].to_numpy(), "step": rows["step"].array, **_nsys_host.launch_columns(rows, trace_start_ns),
+        "bytes": rows["bytes"].to_numpy(), "step": rows["step"].array,
+        **_nsys_host.launch_columns(rows, trace_start_ns),
     }, n_rows=len(rows), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)
