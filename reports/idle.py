@@ -248,7 +248,7 @@ def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> lis
         notes.append(f"no launch calls in this trace (none matched by correlation id): "
                      "its idle is all idle_other_ns")
     if host is None:
-        notes.append(f"no host intervals in this input (a tracelab dataset keeps none): "
+        notes.append("no host intervals in this input (a tracelab dataset, or events without their Profile.host): "
                      "sync idle counts as host, and no CPU ops are named")
     return notes
 
