@@ -92,7 +92,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
     steps = _step_table(windows, gaps)
     if stepless:  # one window, the whole trace: its step is NA
-        steps["step"] = pd.array([pd.NA] * len(steps), dtype="Int64")
+        steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top)
     return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
 
