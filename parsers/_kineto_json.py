@@ -108,12 +108,10 @@ class _OpArgs(msgspec.Struct, gc=False):
     concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
-class _Op(msgspec.Struct, gc=False):
-    """A CPU operator: only its name and its shapes' args (the rest is not read, so a damaged
-    time of an operator costs nothing)."""
+class _Op(_Event, gc=False):
+    """A CPU operator, its args the shapes' (_OpArgs)."""
 
-    name: Any = ""
-    args: _OpArgs | None = None
+    args: _OpArgs | None = None  # type: ignore[assignment]
 
 
 class Trace(msgspec.Struct):
@@ -264,16 +262,11 @@ class Picked(Launches):
 
 
 @dataclass
-class Ops:
-    """CPU operators as columns: name and shapes' args (_OpArgs), for parsers/_shapes.py."""
+class Ops(Picked):
+    """CPU operators as columns, their args the shapes' (_OpArgs, raw until parsers/_shapes.py
+    reads those of the operators that launched GPU work)."""
 
     STRUCT: ClassVar[type] = _Op
-    name: list[str] = field(default_factory=list)
-    args: list[Any] = field(default_factory=list)
-
-    def extend(self, events: list[_Op], cats: list[str]) -> None:
-        self.name += [n if isinstance(n, str) else "" for n in map(_NAME, events)]
-        self.args += map(_ARGS, events)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

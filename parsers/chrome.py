@@ -48,6 +48,7 @@ from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
+from . import _host
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
@@ -76,22 +77,25 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges, ops = pick(path, data, trace.traceEvents, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked),
-        (CPU_OPS, Ops)])
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
+        (CPU_OPS, Ops)])  # launches with name and dur; CPU operators with their shapes: the host frame
+    # (parsers/_host.py) and the kernels' work (parsers/_shapes.py)
     if gpu.cat:
         columns = _gpu_columns(gpu)
         columns.update(_work(columns, gpu, ops))
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
         columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
-    else:  # the operators again, in full: their times are the rows
-        ops = pick(path, data, trace.traceEvents, [(CPU_OPS, Picked)])[0]
+    else:
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns
+    if gpu.cat:
+        columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
-    return Profile(_frame(columns, meta["rank"]), meta)
+    host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
+    return Profile(_frame(columns, meta["rank"]), meta, host=host)
 
 
 def _check_durations(path: Path, columns: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.schema import Profile
 
-from . import _nsys_check
+from . import _nsys_check, _nsys_host
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
 from ._shapes import op_work, spread
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers
@@ -85,11 +85,12 @@ def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
     try:
         with closing(_connect(path)) as con:
             activity, file_meta, devices = _read_tables(con, path, compile_pattern(step_pattern))
+            activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, step_pattern)  # issue 21
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
     except UnicodeDecodeError as e:  # a text_factory decode; sqlite3's own is an OperationalError
         raise TraceFormatError(path, f"invalid UTF-8 in a string ({e.reason})") from None
-    return _profiles(activity, file_meta, devices, path, ranks)
+    return _nsys_host.with_host(_profiles(activity, file_meta, devices, path, ranks), hosts)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -428,5 +429,6 @@ def _events(rows: pd.DataFrame, trace_start_ns: int, rank: int) -> pd.DataFrame:
         "stream": rows["stream"].to_numpy(), "start_ns": (rows["start"] - trace_start_ns).to_numpy(),
         "dur_ns": (rows["end"] - rows["start"]).to_numpy(), "count": 1,
         "bytes": rows["bytes"].to_numpy(), "flops": rows["flops"].to_numpy(), "step": rows["step"].array,
+        **_nsys_host.launch_columns(rows, trace_start_ns),
     }, n_rows=len(rows), spec=schema.PARSED)
     return schema.validate(df, schema.PARSED)

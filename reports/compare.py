@@ -20,6 +20,7 @@ from ..schema import Profile
 from . import normalise, timeline
 from .roofline import rank_roofline
 from .steps import has_times
+from .idle import RankIdle  # issue 21
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -348,6 +349,7 @@ def _waits_digest(events: pd.DataFrame):
 RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
                   "first_ns": first_start, "roofline": rank_roofline}
+RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from ..errors import UsageError
 from . import figures, roofline_html, scopetree, steps_html, workload_plots
 from .jsonout import strict
 from .runs import run_table
+from . import idle_html  # issue 21
 from .compare import Comparison, Input, comparison, rows_are
 
 TOP_KERNELS_TABLE = 200
@@ -244,6 +245,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
     out += _timeline_sections(inputs, c, figs) + _tree_sections(inputs)
     out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
     out += roofline_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 20
+    out += idle_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 21
     if len(c.skew):
         out += ["<h2>Collective skew across ranks</h2>", table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:

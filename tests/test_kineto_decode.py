@@ -114,7 +114,7 @@ def test_a_bad_chosen_event_is_named_exactly(tmp_path, monkeypatch, bad, where, 
 
 
 def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
-    events = [_event(i, "kernel") for i in range(10)] + [{**_event(10, "cpu_op"), "dur": "long", "ts": None}]
+    events = [_event(i, "kernel") for i in range(10)] + [{**_event(10, "python_function"), "dur": "long", "ts": None}]
     assert len(chrome.read(_write(tmp_path, events)).events) == 10
 
 

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .schema import PARSED, Profile, validate
+from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "4"  # bump when the schema or a parser's output changes
+VERSION = "5"  # bump when the schema or a parser's output changes
 DEFAULT_MAX_BYTES = 4 * 1024**3
 RACY_S = 2.0
 STALE_TMP_S = 15 * 60
@@ -105,8 +105,8 @@ def get(entry_key: str) -> list[Profile] | None:
     entry = _dir() / entry_key
     try:
         metas = json.loads((entry / "meta.json").read_text())
-        profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta)
-                    for i, meta in enumerate(metas)]
+        profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta,
+                            host=_host(entry / f"{i}.host.parquet")) for i, meta in enumerate(metas)]
     except (OSError, ValueError, KeyError):
         return None
     try:
@@ -114,6 +114,14 @@ def get(entry_key: str) -> list[Profile] | None:
     except OSError:
         pass
     return profiles
+
+
+def _host(path: Path) -> pd.DataFrame | None:
+    """The cached host frame, None where the parser gave none (no file)."""
+    if not path.exists():
+        return None
+    host = pd.read_parquet(path)
+    return validate_host(host.assign(kind=host["kind"].cat.set_categories(HOST_KINDS)))
 
 
 def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -> None:
@@ -136,6 +144,8 @@ def _write(final: Path, profiles: list[Profile]) -> None:
     try:
         for i, p in enumerate(profiles):
             p.events.to_parquet(tmp / f"{i}.parquet", index=False)
+            if p.host is not None:  # the host frame beside the events (schema.HOST_COLUMNS)
+                p.host.to_parquet(tmp / f"{i}.host.parquet", index=False)
         (tmp / "meta.json").write_text(json.dumps([p.meta for p in profiles], default=str))
         os.replace(tmp, final)  # fails when a parallel load wrote it first: theirs is as good
     finally:

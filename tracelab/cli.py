@@ -344,6 +344,7 @@ def steps(
     from .inputs import run_info
     from .reports.steps import per_step_totals, recorded_steps
     from .reports.steps_text import STEPS_RENDERERS
+    from .reports.idle import RankIdle, idle_columns
     from .reports.waits import RANK_SUMMARIES, analyse_digests
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
@@ -351,14 +352,60 @@ def steps(
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     _set_step(step)
     _set_scheduler(scheduler)
-    profiles = _load(paths, rank, reduce=RANK_SUMMARIES, keep_events=False)  # each rank digested in its worker
+    profiles = _load(paths, rank, reduce={**RANK_SUMMARIES, "idle": RankIdle(0)}, keep_events=False)  # in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
+    if len(w.steps):  # issue 21: the idle columns beside each step row
+        w.steps = idle_columns(w.steps, {p.rank: p.summary["idle"] for p in profiles})
     _emit(STEPS_RENDERERS[fmt](w, totals))
+
+
+IDLE_HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all streams' GPU "
+             "work between the step's first GPU start and last GPU end, as in tracelab steps), split by cause. Each "
+             "gap ends where the next GPU op starts; L is the start of that op's launch call. A trace without steps "
+             "is one window, first GPU start to last GPU end.\n\n"
+             "host: before L, the host had not yet begun to launch the op (and was in no sync call).\n\n"
+             "sync: before L, the host was blocked in a synchronising call (cudaDeviceSynchronize, "
+             "cudaStreamSynchronize, cudaEventSynchronize, a blocking cudaMemcpy, cudaFree).\n\n"
+             "launch: from L, the launch call was still running when the GPU went idle (launch latency).\n\n"
+             "dependency: from L, the op was queued before the GPU went idle and nothing on its own stream ran up "
+             "to then: it waited on another stream, an event or a peer (waits at collectives are inside the "
+             "collective kernels: see tracelab steps).\n\n"
+             "other: from L, queued behind its own stream's op that ended the busy time (the GPU's own gap between "
+             "queued ops); or the op has no launch call in the trace.\n\n"
+             "The causes add up to the idle time exactly. bound per step is the largest of gpu (busy minus exposed "
+             "communication), communication (exposed communication + dependency) and host (host + launch + sync). "
+             "Then per rank: kernel launch statistics (kernels per step, launch-to-start delay median and p90, CPU "
+             "time of the launch calls, kernels shorter than their own launch call), the CPU ops, ranges "
+             "(record_function, NVTX) and OS calls covering the host-caused idle (top N), and a hint when steps "
+             "are host-bound. torch.profiler and nsys traces; proton records no launches.")
+
+
+@app.command(help=IDLE_HELP)
+def idle(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    top: Annotated[int, typer.Option(help="The N host ops covering the most host-caused idle, per rank (0: all).")] = 10,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    from .reports.idle import RankIdle, combine, labelled
+    from .reports.idle_text import IDLE_RENDERERS
+
+    _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
+    top = _top(top)
+    _set_step(step)
+    _set_scheduler(scheduler)
+    parts = []  # each input on its own: two runs may both hold rank 0
+    for path in paths:
+        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False)  # reduced in the workers
+        parts.append((path, combine({p.rank: p.summary["idle"] for p in profiles})))
+    _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
 
 def _tree_diff(paths: list[str]) -> None:

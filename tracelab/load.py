@@ -123,10 +123,18 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path):
         events = classify.classified(p.events)
-        summary = {name: fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)
-                   for name, fn in (reduce or {}).items()}
-        out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary))
+        summary = {name: _reduced(fn, events, p) for name, fn in (reduce or {}).items()}
+        out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
+                           p.host if keep_events else None))
     return out
+
+
+def _reduced(fn: Callable, events: pd.DataFrame, p: Profile) -> Any:
+    """fn(events), or fn(events, meta) where fn has `with_meta`, or fn(events, meta, host)
+    where it has `with_host` (the host frame, schema.HOST_COLUMNS, or None)."""
+    if getattr(fn, "with_host", False):
+        return fn(events, p.meta, p.host)
+    return fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)
 
 
 def _parse_any(path: Path | str) -> list[Profile]:
@@ -244,7 +252,8 @@ def load_many(
     `ranks` maps a file path to its rank. Two profiles that resolve to the same
     rank raise RankError, never overwrite each other. `reduce` maps a name to a function
     of a rank's classified events, run in the worker that parsed it (given the trace's meta
-    too where the function has `with_meta = True`); each Profile's `summary` holds the
+    too where the function has `with_meta = True`, and its host frame with `with_host = True`);
+    each Profile's `summary` holds the
     results by name. With `keep_events=False` the events are dropped
     in the worker (no rows come back): memory then holds the summaries, not the job.
     """

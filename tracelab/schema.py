@@ -36,6 +36,8 @@ COLUMNS: dict[str, str] = {
     "dtype": "string",
     "process_group": "string",
     "step": "Int64",
+    "launch_start_ns": "Int64",  # the CUDA runtime/driver call that launched the row: start, same clock as start_ns
+    "launch_dur_ns": "Int64",  # its duration (CPU); NA where the trace has no launch for the row (proton: never)
 }
 
 _CATEGORIES = {"source": SOURCES, "kind": KINDS, "op_class": OP_CLASSES}
@@ -60,6 +62,8 @@ class Profile:
     meta: dict[str, Any] = field(default_factory=dict)
     # small per-rank tables computed where the rank was parsed (load_many's `reduce`), by name
     summary: dict[str, Any] = field(default_factory=dict)
+    # the host's intervals (HOST_COLUMNS: sync calls, CPU ops, ranges); None where the source has none
+    host: pd.DataFrame | None = None
 
     @property
     def rank(self) -> int:
@@ -93,12 +97,13 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
     """Build a frame of `spec`'s columns (COLUMNS, or PARSED in a parser) from column arrays;
     missing optional columns get their empty value.
 
-    Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step to NA,
+    Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step/launch_* to NA,
     scope and process_group to "", count to 1.
     """
     n = n_rows if n_rows is not None else _length(columns)
     defaults = {"scope": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
-                "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA}
+                "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
+                "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
     out = {}
     for name, dtype in spec.items():
         values = columns.get(name, defaults.get(name))
@@ -147,4 +152,38 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
         raise SchemaError("negative dur_ns")
     if len(df) and (df["count"] < 0).any():
         raise SchemaError("negative count")
+    return df
+
+
+# The second per-rank frame: what the host was doing (reports/idle.py). One row per host
+# interval: a synchronising CUDA call (`sync`), a CPU operator (`cpu_op`, Kineto), a user
+# range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
+# runtime call (`osrt`, nsys). Same clock as
+# the events' start_ns; tid is the thread (Kineto tid, nsys globalTid).
+HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt")
+HOST_COLUMNS: dict[str, str] = {"kind": "category", "name": "string", "tid": "int64", "start_ns": "int64",
+                                "dur_ns": "int64"}
+
+
+def host_frame(kind: Any, name: Any, tid: Any, start_ns: Any, dur_ns: Any) -> pd.DataFrame:
+    """A host frame (HOST_COLUMNS) from column arrays, sorted by start, checked."""
+    df = pd.DataFrame({"kind": pd.Categorical(np.asarray(kind, dtype=object), categories=list(HOST_KINDS)),
+                       "name": pd.array(np.asarray(name, dtype=object), dtype="string"),
+                       "tid": np.asarray(tid, dtype=np.int64), "start_ns": np.asarray(start_ns, dtype=np.int64),
+                       "dur_ns": np.asarray(dur_ns, dtype=np.int64)})
+    return validate_host(df.sort_values("start_ns", kind="stable", ignore_index=True))
+
+
+def validate_host(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise SchemaError unless df is a host frame (HOST_COLUMNS, kinds of HOST_KINDS, no
+    negative duration, no NA); return df."""
+    if list(df.columns) != list(HOST_COLUMNS):
+        raise SchemaError(f"host frame columns {list(df.columns)}, expected {list(HOST_COLUMNS)}")
+    wrong = {c: str(df[c].dtype) for c, t in HOST_COLUMNS.items() if not _dtype_ok(df[c], t)}
+    if wrong:
+        raise SchemaError(f"host frame: mistyped columns {wrong}")
+    if set(df["kind"].cat.categories) - set(HOST_KINDS) or df["kind"].isna().any() or df["name"].isna().any():
+        raise SchemaError(f"host frame: kind outside {HOST_KINDS}, or a missing kind or name")
+    if len(df) and (df["dur_ns"] < 0).any():
+        raise SchemaError("host frame: negative dur_ns")
     return df

@@ -1,0 +1,65 @@
+"""What the host was doing, for reports/idle.py: the launch call of each GPU row (start and
+duration, on the events' clock) and the host frame (schema.HOST_COLUMNS) of a Kineto trace;
+`is_sync` for both Kineto and nsys names.
+
+A synchronising call blocks its thread until the GPU reaches a point: cudaDeviceSynchronize,
+cudaStreamSynchronize, cudaEventSynchronize (and the driver's cuCtx/cuStream/cuEventSynchronize),
+the blocking copies and fills (cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH, ..., never an *Async
+one, which blocks only for pageable host memory, which the trace does not say) and cudaFree
+(it synchronises the device). nsys adds a version suffix (`cudaStreamSynchronize_v3020`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracelab import schema
+
+from ._kineto import to_ints
+from ._steps import is_step
+
+SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
+                       r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
+
+
+def is_sync(names: list[str]) -> np.ndarray:
+    """Mask of the CUDA runtime/driver call names that block the host (module docstring)."""
+    return np.array([SYNC_CALL.fullmatch(n) is not None and "Async" not in n for n in names], dtype=bool)
+
+
+def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[str, pd.arrays.IntegerArray]:
+    """Per GPU row, its launch call's start (since `origin_ns`, the events' origin) and
+    duration; NA where `launch` (the call's index in `launches`, _kineto.launch_index) is -1."""
+    found = launch >= 0
+    start = pd.array([pd.NA] * len(launch), dtype="Int64")
+    dur = start.copy()
+    start[found] = np.asarray(launches.ts_ns, dtype=np.int64)[launch[found]] - origin_ns
+    dur[found] = _dur_ns(launches)[launch[found]]
+    return {"launch_start_ns": start, "launch_dur_ns": dur}
+
+
+def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.Pattern) -> pd.DataFrame:
+    """The host frame of a Kineto trace: its synchronising runtime/driver calls (`calls`),
+    CPU operators (cpu_op) and record_function ranges (user_annotation; `step` where
+    `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
+    tid = to_ints(calls.tid + ops.tid + ranges.tid)  # one id space
+    n_calls, n_ops = len(calls.tid), len(ops.tid)
+    parts = [("sync", calls, tid[:n_calls], is_sync(calls.name)),
+             ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
+    kind, name, tids, start, dur = [], [], [], [], []
+    for k, picked, t, mask in parts:
+        mask = np.ones(len(picked.name), dtype=bool) if mask is None else mask
+        kinds = np.where(is_step(picked.name, step_re), "step", k) if k == "range" else np.full(len(mask), k)
+        kind += kinds[mask].tolist()
+        name += [n for n, m in zip(picked.name, mask.tolist()) if m]
+        tids.append(t[mask])
+        start.append(np.asarray(picked.ts_ns, dtype=np.int64)[mask] - origin_ns)
+        dur.append(_dur_ns(picked)[mask])
+    return schema.host_frame(kind, name, np.concatenate(tids), np.concatenate(start), np.concatenate(dur))
+
+
+def _dur_ns(picked: Any) -> np.ndarray:
+    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)

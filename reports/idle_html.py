@@ -1,0 +1,76 @@
+"""The report's idle section (reports/html.py calls `sections`): per timed input, a stacked
+bar per step (GPU busy, then each idle cause, reports/idle.py), the launch statistics and
+the host ops over host-caused idle, and the notes. Rendering only."""
+from __future__ import annotations
+
+from html import escape
+from typing import Callable
+
+import pandas as pd
+
+from .figures import CATEGORY_AXIS, axis_label, label
+from .idle import HINT, Idle, combine
+
+SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
+MAX_STEPS = 64  # steps per input drawn
+BARS = {"busy_ns": ("GPU busy", "#4c78a8"), "idle_host_ns": ("idle: host", "#e45756"),
+        "idle_launch_ns": ("idle: launch", "#f58518"), "idle_sync_ns": ("idle: sync", "#b279a2"),
+        "idle_dependency_ns": ("idle: dependency", "#72b7b2"), "idle_other_ns": ("idle: other", "#bab0ac")}
+LAUNCH_COLUMNS = {"label": "input", "kernels_per_step": "kernels / step", "delay_median_ns": "launch to start, median (us)",
+                  "delay_p90_ns": "launch to start, p90 (us)", "launch_cpu_per_step_ns": "launch calls' CPU / step (ms)",
+                  "short_kernels": "kernels shorter than their launch", "short_kernels_gpu_ns": "their GPU time (ms)"}
+OP_COLUMNS = {"label": "input", "kind": "kind", "name": "host op or range", "covered_ns": "host-caused idle covered (ms)"}
+TOP_OPS = 10
+
+
+def _bars(steps: pd.DataFrame) -> dict:
+    """Stacked bars, one per (input, step): busy, then each cause, in ms."""
+    x = [axis_label(f"{lab} step {s}") for lab, s in zip(steps["label"], steps["step"])]
+    data = [{"type": "bar", "name": name, "x": x, "y": (steps[c] / 1e6).round(4).tolist(), "marker": {"color": color},
+             "hovertemplate": "%{x}: %{y} ms<extra>" + name + "</extra>"} for c, (name, color) in BARS.items()]
+    return {"data": data, "layout": {"title": {"text": "per step: GPU busy, then idle by cause (ms)"}, "barmode": "stack",
+                                     "xaxis": CATEGORY_AXIS, "height": 440, "margin": {"l": 60, "r": 20, "t": 50, "b": 90}}}
+
+
+def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    steps, launches, ops, notes = [], [], [], []
+    for i in inputs:
+        one: Idle = combine({i.rank: i.digest("idle")})
+        name = label(i.label)
+        steps.append(one.steps[one.steps["step"] < sorted(one.steps["step"])[:MAX_STEPS][-1] + 1].assign(label=i.label)
+                     if len(one.steps) else one.steps)
+        launches.append(one.launches.assign(label=i.label))
+        ops.append(one.ops.head(TOP_OPS).assign(label=i.label))
+        notes += [f"{name}: {escape(n)}" for n in one.notes if n != HINT]
+    notes += [escape(HINT)] if any((s["bound"] == "host").any() for s in steps if len(s)) else []
+    return (*(pd.concat(f, ignore_index=True) for f in (steps, launches, ops)), notes)
+
+
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
+    """The idle section for the timed inputs (the first SHOWN_INPUTS), or nothing when none is."""
+    timed = [i for i in inputs if i.timed]
+    untimed = [label(i.label) for i in inputs if not i.timed]
+    if not timed:
+        return ["<h2>Why was the GPU idle?</h2>", f'<p class="note">{", ".join(untimed)}: no idle breakdown: '
+                "proton records no launches and no timestamps</p>"] if untimed else []
+    steps, launches, ops, notes = _result(timed[:SHOWN_INPUTS])
+    notes += [f'{", ".join(untimed)}: no idle breakdown: proton records no launches and no timestamps'] if untimed else []
+    out = ["<h2>Why was the GPU idle?</h2>",
+           '<p class="note">Per step: GPU busy, then the idle time by cause. host: the host had not begun to launch '
+           "the next op; sync: the host was blocked in a synchronising call; launch: launched onto an empty queue, "
+           "not started; dependency: queued, waiting on another stream, an event or a peer; other: queued behind "
+           "its own stream, or no launch call known (tracelab idle --help).</p>"]
+    if len(timed) > SHOWN_INPUTS:
+        out.append(f'<p class="note">the first {SHOWN_INPUTS} of {len(timed)} timed inputs; '
+                   "tracelab idle gives every rank</p>")
+    if len(steps) and "label" in steps:
+        out.append(figure(_bars(steps), ""))
+        out += [f"<p>{escape(str(lab))}: " + ", ".join(f"{bound}-bound in {n} of {len(g)} steps" for bound, n in
+                                                      g["bound"].value_counts().items()) + "</p>"
+                for lab, g in steps.groupby("label", sort=False)]
+    if len(launches):
+        out.append(table(launches, {c: h for c, h in LAUNCH_COLUMNS.items() if c in launches}))
+    if len(ops):
+        out.append(table(ops, OP_COLUMNS))
+    return out + [f'<p class="note">{n}</p>' for n in notes]
+

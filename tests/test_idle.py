@@ -1,0 +1,367 @@
+"""GPU idle by cause (reports/idle.py, tracelab idle): on the H100 captures of a host-bound
+and a GPU-bound training run under torch.profiler and nsys, each cause against a plain walk
+of the raw JSON / SQLite written here; the rule on hand-made frames; broken inputs."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import tracelab
+from tracelab import cache, classify, schema
+from tracelab.cli import app
+from tracelab.errors import TraceFormatError
+from tracelab.reports import idle as I
+from tracelab.reports.idle_text import idle_json
+
+DATA = Path(__file__).parent / "data"
+CAPTURES = {("small", "torch"): "host", ("large", "torch"): "gpu", ("small", "nsys"): "host", ("large", "nsys"): "gpu"}
+SYNC_NAMES = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
+              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}
+STEP = re.compile(r"step (\d+)")
+
+
+def _trace(size: str, source: str) -> Path:
+    folder = DATA / f"idle-1gpu-{size}-{source}"
+    return next(f for f in folder.glob("rank0.*") if not f.name.endswith(".results.json"))
+
+
+# ---- the plain walk: a step's gaps, one by one, from raw rows ------------------------------------
+
+
+def _walk(ops: list[dict], syncs: list[tuple[int, int]]) -> dict[str, int]:
+    """ops: one step's GPU rows {start, end, stream, launch, launch_end (None: unknown)}."""
+    ops = sorted(ops, key=lambda o: (o["start"], o["launch"] is None, o["launch"] or 0))
+    out = defaultdict(int)
+    busy_end, stream_end = ops[0]["end"], {ops[0]["stream"]: ops[0]["end"]}
+    for o in ops[1:]:
+        if o["start"] > busy_end:
+            g0, g1 = busy_end, o["start"]
+            if o["launch"] is None:
+                out["idle_other_ns"] += g1 - g0
+            else:
+                a = min(max(o["launch"], g0), g1)
+                sync = sum(max(0, min(e, a) - max(s, g0)) for s, e in syncs)
+                out["idle_sync_ns"] += sync
+                out["idle_host_ns"] += a - g0 - sync
+                if o["launch_end"] > g0:
+                    out["idle_launch_ns"] += g1 - a
+                elif stream_end.get(o["stream"], -1) >= g0:
+                    out["idle_other_ns"] += g1 - a
+                else:
+                    out["idle_dependency_ns"] += g1 - a
+        busy_end = max(busy_end, o["end"])
+        stream_end[o["stream"]] = max(stream_end.get(o["stream"], -1), o["end"])
+    return out
+
+
+def _by_step(ops: list[dict], steps: list[tuple[int, int, int]], syncs: list) -> dict[int, dict]:
+    """ops grouped by the step range holding their launch (ops without a launch left out), walked."""
+    grouped = defaultdict(list)
+    for o in ops:
+        for number, s, e in steps:
+            if o["launch"] is not None and s <= o["launch"] < e:
+                grouped[number].append(o)
+    return {n: _walk(rows, syncs) for n, rows in grouped.items()}
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def _kineto_walk(path: Path) -> dict[int, dict]:
+    events = json.load(gzip.open(path))["traceEvents"]
+    launches = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches.setdefault(e["args"]["correlation"], (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
+    ops = []
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            launch = launches.get(e["args"].get("correlation"))
+            ops.append({"start": _ns(e["ts"]), "end": _ns(e["ts"]) + _ns(e["dur"]), "stream": e["args"]["stream"],
+                        "launch": launch and launch[0], "launch_end": launch and launch[1]})
+    steps = [(int(m.group(1)), _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events
+             if e.get("cat") == "user_annotation" and (m := STEP.fullmatch(e["name"]))]
+    syncs = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["name"] in SYNC_NAMES]
+    return _by_step(ops, steps, syncs)
+
+
+def _nsys_walk(path: Path) -> dict[int, dict]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    launches, syncs = {}, []
+    for corr, start, end, name in con.execute("SELECT correlationId, start, end, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                              "r JOIN StringIds s ON s.id = r.nameId ORDER BY r.rowid"):
+        launches.setdefault(corr, (start, end))
+        if re.sub(r"_v\d+$", "", name) in SYNC_NAMES:
+            syncs.append((start, end))
+    ops = []
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if table in tables:
+            for start, end, stream, corr in con.execute(f"SELECT start, end, streamId, correlationId FROM {table}"):
+                launch = launches.get(corr)
+                ops.append({"start": start, "end": end, "stream": stream, "launch": launch and launch[0],
+                            "launch_end": launch and launch[1]})
+    steps = [(int(m.group(1)), s, e) for text, s, e in con.execute(
+        "SELECT COALESCE(n.text, t.value), n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds t ON t.id = n.textId "
+        "WHERE n.eventType IN (59, 60)") if text and (m := STEP.fullmatch(text))]
+    con.close()
+    return _by_step(ops, steps, syncs)
+
+
+WALKS = {"torch": _kineto_walk, "nsys": _nsys_walk}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    out = {}
+    for size, source in CAPTURES:
+        profiles = tracelab.load_many(_trace(size, source), reduce={"idle": I.RankIdle()})
+        out[size, source] = I.combine({p.rank: p.summary["idle"] for p in profiles})
+    return out
+
+
+@pytest.mark.parametrize("size,source", list(CAPTURES))
+def test_each_cause_equals_a_plain_walk_of_the_raw_trace(results, size: str, source: str) -> None:
+    steps = results[size, source].steps.set_index("step")
+    walked = WALKS[source](_trace(size, source))
+    assert sorted(walked) == sorted(steps.index) and len(walked) >= 3
+    for number, causes in walked.items():
+        row = steps.loc[number]
+        assert sum(int(row[c]) for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
+        for cause in I.CAUSES:
+            assert abs(row[cause] - causes[cause]) <= 0.01 * row["idle_ns"], (number, cause, row[cause], causes[cause])
+
+
+@pytest.mark.parametrize("size,source", list(CAPTURES))
+def test_host_bound_and_gpu_bound_are_named_right(results, size: str, source: str) -> None:
+    result = results[size, source]
+    assert set(result.steps["bound"]) == {CAPTURES[size, source]}
+    assert (I.HINT in result.notes) == (CAPTURES[size, source] == "host")
+    host = result.steps["idle_host_ns"] + result.steps["idle_launch_ns"]
+    if CAPTURES[size, source] == "host":  # tiny batch: the GPU idles most of the step, waiting on the host
+        assert (host > 0.8 * result.steps["idle_ns"]).all() and (result.steps["idle_ns"] > 0.8 * result.steps["span_ns"]).all()
+    else:
+        assert (result.steps["idle_ns"] < 0.05 * result.steps["span_ns"]).all()
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_torch_and_nsys_agree_on_the_same_workload(results, size: str) -> None:
+    torch, nsys = results[size, "torch"], results[size, "nsys"]
+    assert (torch.steps["kernels"].to_numpy() == nsys.steps["kernels"].to_numpy()).all()
+    assert torch.launches["kernels_per_step"].iloc[0] == nsys.launches["kernels_per_step"].iloc[0]
+    busy_t, busy_n = torch.steps["busy_ns"].median(), nsys.steps["busy_ns"].median()
+    assert abs(busy_t - busy_n) < 0.02 * busy_n
+    if size == "small":  # launch latency is the GPU's and the driver's, not the profiler's: within 15%
+        launch_t, launch_n = torch.steps["idle_launch_ns"].median(), nsys.steps["idle_launch_ns"].median()
+        assert abs(launch_t - launch_n) < 0.15 * launch_n
+
+
+def test_launch_statistics_equal_the_launch_columns_by_hand() -> None:
+    events = tracelab.load(_trace("small", "torch")).events
+    kernels = events[events["kind"] == "kernel"]
+    raw = json.load(gzip.open(_trace("small", "torch")))["traceEvents"]
+    durs = {e["args"]["correlation"]: _ns(e["dur"]) for e in raw if e.get("cat") in ("cuda_runtime", "cuda_driver")
+            and "correlation" in e.get("args", {})}
+    kernel_raw = [e for e in raw if e.get("cat") == "kernel"]
+    stats = I.launch_stats(kernels, 0).iloc[0]
+    assert stats["launch_cpu_ns"] == sum(durs[e["args"]["correlation"]] for e in kernel_raw)
+    assert stats["short_kernels"] == sum(_ns(e["dur"]) < durs[e["args"]["correlation"]] for e in kernel_raw)
+    assert stats["kernels_per_step"] == len(kernel_raw) / 4
+    delay = (kernels["start_ns"] - kernels["launch_start_ns"]).to_numpy(dtype=float)
+    assert stats["delay_median_ns"] == np.median(delay) and 0 < stats["delay_median_ns"] < stats["delay_p90_ns"]
+
+
+def test_host_ops_cover_only_host_caused_idle(results) -> None:
+    for (size, source), result in results.items():
+        ops = result.ops
+        host_total = int(result.steps["idle_host_ns"].sum())
+        assert len(ops) and (ops["host_idle_ns"] == host_total).all(), (size, source)
+        assert (ops["covered_ns"] <= host_total).all() and (ops["covered_ns"] > 0).all()
+    kinds = set(results["small", "torch"].ops["kind"])
+    assert "cpu_op" in kinds and set(results["small", "nsys"].ops["kind"]) == {"range"}  # nsys: NVTX only
+
+
+# ---- the rule, on hand-made frames ---------------------------------------------------------------
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    """rows: (stream, start, dur, launch_start or None, launch_dur or None), all in step 0."""
+    stream, start, dur, launch, launch_dur = zip(*rows)
+    return schema.validate(classify.classified(schema.coerce({
+        "rank": 0, "source": "torch", "kind": "kernel", "name": "k", "device": 0, "stream": list(stream),
+        "start_ns": list(start), "dur_ns": list(dur), "step": 0, "launch_start_ns": list(launch),
+        "launch_dur_ns": list(launch_dur)}, n_rows=len(rows), spec=schema.PARSED)))
+
+
+def _host(rows: list[tuple]) -> pd.DataFrame:
+    kind, name, start, dur = zip(*rows) if rows else ((), (), (), ())
+    return schema.host_frame(kind, name, [1] * len(rows), start, dur)
+
+
+def test_each_cause_on_a_hand_made_step() -> None:
+    events = _frame([
+        (7, 0, 100, -50, 10),      # busy 0-100
+        (7, 300, 100, 250, 20),    # gap 100-300: sync 120-180, host rest to 250, launch 250-300
+        (7, 410, 90, 150, 10),     # gap 400-410: queued behind its own stream: other
+        (8, 600, 50, 450, 10),     # gap 500-600: queued on another stream, nothing ran on it: dependency
+        (7, 700, 10, None, None),  # gap 650-700: no launch call known: other
+    ])
+    host = _host([("sync", "cudaStreamSynchronize", 120, 60), ("cpu_op", "aten::mm", 100, 150),
+                  ("cpu_op", "aten::mm", 110, 50), ("step", "step 0", 0, 1000)])
+    result = I.idle(events, {0: host})
+    row = result.steps.iloc[0]
+    assert (row["idle_sync_ns"], row["idle_host_ns"], row["idle_launch_ns"], row["idle_dependency_ns"],
+            row["idle_other_ns"]) == (60, 90, 50, 100, 10 + 50)
+    assert row["idle_ns"] == 360 and row["bound"] == "gpu"  # busy 350 against host 200
+    ops = result.ops.set_index("name")
+    assert list(ops.index) == ["aten::mm"] and ops.loc["aten::mm", "covered_ns"] == 90  # nested once, less the sync
+    assert "step 0" not in set(result.ops["name"])
+
+
+def test_bound_is_the_largest_share() -> None:
+    gpu = _frame([(7, 0, 1000, -10, 5), (7, 1010, 1000, 1005, 5)])
+    assert I.idle(gpu, {0: _host([])}).steps["bound"].tolist() == ["gpu"]
+    host = _frame([(7, 0, 10, -10, 5), (7, 1010, 10, 1005, 5)])
+    assert I.idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
+
+
+# ---- the command: strict JSON, proton, broken inputs ---------------------------------------------
+
+
+def _strict(text: str):
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_is_strict_and_steps_json_carries_the_idle_columns() -> None:
+    result = CliRunner().invoke(app, ["idle", str(DATA / "idle-1gpu-small-nsys"), "--format", "json", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    doc = _strict(result.stdout)
+    assert len(doc["steps"]) == 4 and len(doc["host_ops"]) == 3 and doc["launches"][0]["kernels_per_step"] == 297
+    steps = CliRunner().invoke(app, ["steps", str(DATA / "idle-1gpu-small-nsys"), "--format", "json"])
+    rows = json.loads(steps.stdout)["steps"]  # its clock line's NaN is issue 22's
+    by_step = {r["step"]: r for r in doc["steps"]}
+    for r in rows:
+        assert {c: r[c] for c in (*I.CAUSES, "idle_ns", "bound")} == {c: by_step[r["step"]][c]
+                                                                       for c in (*I.CAUSES, "idle_ns", "bound")}
+
+
+def test_proton_says_it_records_no_launches_in_one_line() -> None:
+    result = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), "--format", "json"])
+    doc = _strict(result.stdout)
+    assert result.exit_code == 0 and doc["steps"] == [] and doc["launches"] == []
+    assert doc["notes"] == ["rank 0: no idle breakdown: proton records no launches and no timestamps"]
+    table = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), str(DATA / "idle-1gpu-small-torch")])
+    assert table.exit_code == 0 and "proton records no launches" in table.stdout and "0.000 │ host" not in table.stdout
+
+
+def test_a_trace_without_launch_calls_is_all_other_and_says_so(tmp_path: Path) -> None:
+    doc = json.load(gzip.open(_trace("small", "torch")))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cuda_runtime", "cuda_driver")]
+    broken = tmp_path / "rank0.pt.trace.json"
+    broken.write_text(json.dumps(doc))
+    profile = tracelab.load(broken)
+    assert profile.events["launch_start_ns"].isna().all()
+    result = I.idle(profile.events, {0: profile.host})
+    assert any("no launch calls" in n for n in result.notes)
+    # no launch, so no step either (steps follow the launch): nothing to split, and it says so
+    assert (result.steps["idle_other_ns"] == result.steps["idle_ns"]).all()
+
+
+def test_a_damaged_runtime_table_names_its_row(tmp_path: Path) -> None:
+    broken = tmp_path / "rank0.sqlite"
+    shutil.copy(_trace("small", "nsys"), broken)
+    con = sqlite3.connect(broken)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = start - 5 WHERE rowid = 3")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceFormatError, match=r"CUPTI_ACTIVITY_KIND_RUNTIME row 3: end"):
+        tracelab.load(broken)
+
+
+def test_the_host_frame_survives_the_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    monkeypatch.setattr(cache, "RACY_S", -1e9)
+    first = tracelab.load(_trace("small", "nsys"))
+    assert list(tmp_path.glob("*/0.host.parquet"))
+    again = tracelab.load(_trace("small", "nsys"))
+    pd.testing.assert_frame_equal(first.host, again.host)
+    pd.testing.assert_frame_equal(first.events, again.events)
+
+
+def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", str(DATA / "idle-1gpu-small-torch"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    figures = json.loads(re.search(r'id="tracelab-figures">(.*?)</script>', page, re.S).group(1))
+    bars = next(f for f in figures.values() if f["layout"]["title"]["text"].startswith("per step: GPU busy"))
+    names = [d["name"] for d in bars["data"]]
+    assert names == ["GPU busy", "idle: host", "idle: launch", "idle: sync", "idle: dependency", "idle: other"]
+    steps = results["small", "torch"].steps
+    host = next(d for d in bars["data"] if d["name"] == "idle: host")["y"]
+    assert host == pytest.approx((steps["idle_host_ns"] / 1e6).tolist(), abs=1e-4)
+    assert "host-bound in 4 of 4 steps" in page and page.count("a suggestion, not a measurement") == 1
+
+
+def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp_path: Path) -> None:
+    from tracelab.dataset import export
+
+    export([str(_trace("small", "nsys"))], tmp_path / "ds")
+    doc = _strict(CliRunner().invoke(app, ["idle", str(tmp_path / "ds"), "--format", "json"]).stdout)
+    direct = results["small", "nsys"].steps
+    host_and_sync = direct["idle_host_ns"] + direct["idle_sync_ns"]
+    assert [r["idle_host_ns"] for r in doc["steps"]] == host_and_sync.tolist() and doc["host_ops"] == []
+    assert [r["idle_launch_ns"] for r in doc["steps"]] == direct["idle_launch_ns"].tolist()
+    assert any("no host intervals" in n for n in doc["notes"])
+
+
+def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
+    doc = _strict(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
+    assert doc["steps"] == [] and all("no GPU activity" in n for n in doc["notes"])
+
+
+def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
+    from tracelab.reports.idle_text import IDLE_RENDERERS
+
+    one = _frame([(7, 0, 100, -50, 10), (7, 300, 100, 250, 20)])
+    frames = [one.assign(rank=np.int32(r), start_ns=one["start_ns"] + r, launch_start_ns=one["launch_start_ns"] + r)
+              for r in range(17)]
+    result = I.idle(pd.concat(frames, ignore_index=True), {r: _host([]) for r in range(17)})
+    assert len(result.steps) == 17 and (result.steps["idle_host_ns"] == 150).all()
+    table = CliRunner().invoke(app, ["idle", "--help"]).stdout
+    assert all(word in table for word in ("host:", "sync:", "launch:", "dependency:", "other:", "bound"))
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(IDLE_RENDERERS["table"](result, 3))
+    assert "medians over the ranks" in console.export_text()
+    assert _strict(IDLE_RENDERERS["json"](result, 3))["steps"][0]["bound"] in I.BOUNDS
+    assert IDLE_RENDERERS["csv"](result, 3).count("\n") == 18
+
+
+def test_a_trace_without_steps_is_one_window(results) -> None:
+    events = tracelab.load(_trace("small", "nsys")).events.assign(step=pd.NA)
+    events["step"] = events["step"].astype("Int64")
+    host = tracelab.load(_trace("small", "nsys")).host
+    result = I.idle(events, {0: host})
+    row = result.steps.iloc[0]
+    assert len(result.steps) == 1 and pd.isna(row["step"]) and any("one window" in n for n in result.notes)
+    assert sum(row[c] for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
+    steps = results["small", "nsys"].steps  # the steps' idle lies inside the whole trace's
+    assert row["idle_ns"] > steps["idle_ns"].sum() and row["busy_ns"] == steps["busy_ns"].sum()
+    assert _strict(idle_json(result))["steps"][0]["step"] is None
