@@ -97,15 +97,29 @@ def profiler_cost(info: dict, runs: list[tuple[str, dict]]) -> str:
     """'-35.1% tokens/s (168 under none)' or why it cannot be said."""
     if info.get("backend") == "none":
         return "(no profiler)"
+    if baseline(info, runs) is None or not RESULTS.get(str(info.get("workload"))):
+        return "- (no run of this config under backend none)"
+    if (cost := cost_of(info, runs)) is None:
+        return "-"
+    return f"{100 * cost['change']:+.1f}% {cost['measure']} ({cost['theirs']:,.4g} under none, {cost['baseline']})"
+
+
+def cost_of(info: dict, runs: list[tuple[str, dict]]) -> dict | None:
+    """The profiler's cost as numbers: change (mine / theirs - 1 of the workload's first
+    result), measure, mine, theirs, baseline (the run under none); None where it cannot be
+    said (backend none, no baseline, no result). reports/findings.py states it unless a
+    `within_noise` key says so."""
     base = baseline(info, runs)
     results = RESULTS.get(str(info.get("workload")))
-    if base is None or not results:
-        return "- (no run of this config under backend none)"
+    if info.get("backend") == "none" or base is None or not results:
+        return None
     label, value, _ = results[0]
     mine, theirs = value(results_of(info)), value(results_of(base[1]))
     if mine is None or not theirs:
-        return "-"
-    return f"{100 * (mine / theirs - 1):+.1f}% {label.split(' (')[0]} ({theirs:,.4g} under none, {base[0]})"
+        return None
+    unit = label.split(" (")[1].rstrip(")") if label.endswith(("(ms)", "(GB)", "(GB/s)", "(us)")) else ""
+    return {"change": mine / theirs - 1, "measure": label.split(" (")[0], "unit": unit, "mine": mine,
+            "theirs": theirs, "baseline": base[0]}
 
 
 def _config_rows(runs: list[tuple[str, dict]]) -> dict[str, list]:
@@ -148,3 +162,17 @@ def run_table(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     rows.update(_result_rows(runs))
     rows["profiler cost"] = [profiler_cost(r, runs) for _, r in runs]
     return pd.DataFrame(rows, index=[n for n, _ in runs]).T
+
+
+LAST_ROWS = ("started", "wall time (s)")  # differ in every pair of runs, tell the least
+
+
+def shared_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """run_table's rows split: those whose values differ between the runs (in order, LAST_ROWS
+    last), and one line 'field: value; ...' of what every run shares."""
+    same = [f for f, row in table.iterrows() if len({repr(v) for v in row.tolist()}) == 1]
+    parts = [f"{table.loc[f].iloc[0]}" if f.startswith("config") else f"{f}: {table.loc[f].iloc[0]}" for f in same
+             if table.loc[f].iloc[0] is not None]
+    differ = [f for f in table.index if f not in same]
+    order = [f for f in differ if f not in LAST_ROWS] + [f for f in differ if f in LAST_ROWS]
+    return table.loc[order], "; ".join(parts)

@@ -86,7 +86,7 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable,
         if len(w.collectives) or len(w.steps):
             out += _run(group, w, figure, table)
     if out:
-        out = ["<h2>Steps: who waits on whom</h2>",
+        out = ['<h2 id="steps">Steps: who waits on whom</h2>',
                '<p class="note">Per step and rank: step time and wait at collectives; per step the rank the others '
                "waited for and why; a straggler is named only when it gates a significant majority of steps.</p>"] + out
     return out
