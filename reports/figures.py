@@ -193,9 +193,9 @@ def kernel_heatmap(events: pd.DataFrame, drawn: list[str] | None = None) -> dict
              "colorbar": {"title": {"text": first["args"][0]["colorbar.title.text"]}},
              "customdata": [[[t, int(c), u, d] for t, c, u, d in zip(*r)] for r in
                             zip(ms.round(4).values.tolist(), calls.values.tolist(), per_call_us.round(2).values.tolist(),
-                                _none(diff.round(1)).values.tolist())],
+                                _against_text(diff, ms).values.tolist())],
              "hovertemplate": "%{y}<br>%{x}: %{customdata[0]} ms, %{customdata[1]} calls, "
-                              "%{customdata[2]} us per call, %{customdata[3]}% against the row's median<extra></extra>"}]
+                              "%{customdata[2]} us per call, %{customdata[3]}<extra></extra>"}]
     if len(ms.columns) <= 8:
         data[0] |= {"text": [[f"{t:.3g} ms" for t in row] for row in ms.values], "texttemplate": "%{text}",
                     "textfont": {"size": 10}}
@@ -217,6 +217,12 @@ def against_median(ms: pd.DataFrame) -> pd.DataFrame:
     return ms.sub(median, axis=0).div(median.where(median > 0), axis=0) * 100
 
 
+def _against_text(diff: pd.DataFrame, ms: pd.DataFrame) -> pd.DataFrame:
+    """The hover's words for each cell against its row's median."""
+    words = diff.map(lambda d: f"{d:+.1f}% against the row's median" if pd.notna(d) else "")
+    return words.where(diff.notna(), np.where(ms > 0, "the row's median is 0 (most inputs lack it)", "none"))
+
+
 def _none(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype(object).where(df.notna(), None)
 
@@ -228,7 +234,9 @@ def _heatmap_views(share: pd.DataFrame, ms: pd.DataFrame, diff: pd.DataFrame) ->
     lo, hi = (float(log_ms.min().min()), float(log_ms.max().max())) if log_ms.notna().any().any() else (0.0, 1.0)
     view = lambda z, scale, lo, hi, mid, title: {  # noqa: E731
         "z": [z], "colorscale": [scale], "zmin": lo, "zmax": hi, "zmid": mid, "colorbar.title.text": title}
-    clipped = _none(diff.clip(-DIFF_CLIP, DIFF_CLIP).round(1)).values.tolist()
+    # a time where the row's median is none (a kernel only some inputs run): as far above as the scale goes
+    only_here = pd.DataFrame(np.where(ms > 0, DIFF_CLIP, 0.0), index=ms.index, columns=ms.columns)
+    clipped = diff.clip(-DIFF_CLIP, DIFF_CLIP).round(1).fillna(only_here).values.tolist()
     return [{"label": "against the row's median", "method": "restyle",
              "args": [view(clipped, DIVERGING, -DIFF_CLIP, DIFF_CLIP, 0, "% vs median")]},
             {"label": "colour per row", "method": "restyle",
