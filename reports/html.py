@@ -49,7 +49,8 @@ var cfg={displaylogo:false,responsive:true};
 var made=Object.keys(data).map(function(id){
   var f=data[id];return Plotly.newPlot(document.getElementById(id),f.data,f.layout,cfg);});
 Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));
-  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));});
+  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));
+  document.body.setAttribute('data-height',String(document.documentElement.scrollHeight));});
 document.querySelectorAll('table.sortable').forEach(function(t){
   t.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
     var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);

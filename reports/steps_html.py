@@ -9,6 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .figures import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
 
@@ -20,6 +21,10 @@ WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "s
 def _heatmap(steps: pd.DataFrame, column: str, title: str) -> dict:
     """Step x rank heatmap of one step-table column, in ms."""
     wide = steps.pivot(index="step", columns="rank", values=column).sort_index() / 1e6
+    if len(wide.columns) > MANY_RANKS:  # the outlier ranks and the first ones, as columns wide enough to read
+        drawn = ranks_drawn(wide.mean())
+        title += f" ({len(drawn)} of {len(wide.columns):,} ranks: the outliers by their mean, then the first)"
+        wide = wide[drawn]
     data = [{"type": "heatmap", "z": wide.round(4).values.tolist(), "x": [f"rank {r}" for r in wide.columns],
              "y": [f"step {s}" for s in wide.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
              "hovertemplate": "%{y}, %{x}: %{z} ms<extra></extra>"}]
