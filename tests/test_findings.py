@@ -164,3 +164,28 @@ def test_findings_on_top_linked_and_rendered_in_chromium(paths, command, chromiu
     shot = ARTIFACTS / f"findings-{paths[0].name}.png"
     open_page(chromium, out, screenshot=shot)
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_charts_of_many_ranks_draw_the_late_rank_beside_the_first(tmp_path):
+    """20 ranks (the late DDP capture's waiting rank, its late rank as rank 7): every chart with a
+    bar, column or box per rank draws at most 16 of them, rank 7 among them, and says so; the
+    findings name rank 7."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
+    make_ranks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ranks)
+    make_ranks.make(tmp_path / "run", 20, [LATE / "rank0.pt.trace.json.gz"], {7: LATE / "rank1.pt.trace.json.gz"})
+    text = write_report([str(tmp_path / "run")], tmp_path / "r.html").read_text()
+    figs = json.loads(text.split('id="tracelab-figures">', 1)[1].split("</script>", 1)[0])
+    per_rank = 0
+    for fig in figs.values():
+        for trace in fig["data"]:
+            names = [str(x) for x in trace.get("x", []) if str(x).startswith("rank")]
+            if len(set(names)) > 2:
+                per_rank += 1
+                assert len(set(names)) <= 16 and "rank7" in {n.replace(" ", "") for n in names}
+    assert per_rank >= 4  # op classes, heatmap, overlap, step x rank heatmaps
+    assert "16 of 20 inputs drawn" in text and "16 of 20 ranks" in text
+    assert "rank 7 is the straggler" in text.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
