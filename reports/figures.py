@@ -82,13 +82,13 @@ def drawn(inputs: list[Input]) -> tuple[list[str], str]:
                                        "time is an outlier, then the first ranks; the tables cover every input")
 
 
-def ranks_drawn(per_rank: pd.Series) -> list:
+def ranks_drawn(per_rank: pd.Series, always: list | None = None) -> list:
     """Of a value per rank (index: rank), the ranks a chart draws: all up to MANY_RANKS; above,
-    the outliers (outliers(), at most OUTLIERS_SHOWN, the farthest first), then the first
-    ranks, MANY_RANKS in all, in rank order."""
+    `always` (the straggler), the outliers (outliers(), at most OUTLIERS_SHOWN, the farthest
+    first), then the first ranks, MANY_RANKS in all, in rank order."""
     if len(per_rank) <= MANY_RANKS:
         return list(per_rank.index)
-    odd = outliers(per_rank)[:OUTLIERS_SHOWN]
+    odd = list(dict.fromkeys([*(always or []), *outliers(per_rank)[:OUTLIERS_SHOWN]]))
     rest = [r for r in per_rank.index if r not in odd][:MANY_RANKS - len(odd)]
     return sorted(odd + rest)
 

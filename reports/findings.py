@@ -247,18 +247,24 @@ def difference_findings(ev: Evidence) -> list[Finding]:
 def profiler_cost_findings(ev: Evidence) -> list[Finding]:
     """What each profiler cost against a run of the same config under backend none
     (reports/runs.cost_of, the run table's row), left out where it says within the noise;
-    ranked by that share of the run's traced span."""
-    out = []
+    the runs against one baseline in one sentence, the largest cost first, ranked by that
+    share of the runs' longest traced span."""
+    by_base: dict[str, list[tuple[str, dict, dict]]] = {}
     for name, info in ev.runs:
         cost = cost_of(info, ev.runs)
-        if cost is None or cost.get("within_noise"):
-            continue
-        span = _run_span_ns(ev, name)
-        unit = f" {cost['unit']}" if cost.get("unit") else ""
-        text = (f"{name}: {info.get('backend')} changes {cost['measure']} by {100 * cost['change']:+.1f}% against the "
-                f"same config under none ({cost['mine']:,.4g}{unit} against {cost['theirs']:,.4g}{unit}, "
-                f"{cost['baseline']})")
-        out.append(Finding(text, int(abs(cost["change"]) * span), SECTIONS["runs"], cost))
+        if cost is not None and not cost.get("within_noise"):
+            by_base.setdefault(cost["baseline"], []).append((name, info, cost))
+    out = []
+    for base, costs in by_base.items():
+        costs.sort(key=lambda c: -abs(c[2]["change"]))
+        unit = f" {costs[0][2]['unit']}" if costs[0][2].get("unit") else ""
+        each = [f"{info.get('backend')} {100 * cost['change']:+.1f}% ({cost['mine']:,.4g}{unit}, {name})"
+                for name, info, cost in costs]
+        text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
+                f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
+        at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
+        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "runs": {
+            name: cost for name, _, cost in costs}}))
     return out
 
 
