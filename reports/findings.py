@@ -108,7 +108,7 @@ def _verdict_finding(group: str, w) -> Finding | None:
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
                 f"{v['gated_units']} {unit}s, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
-                + _why(w.causes, r))
+                + _why(w.causes, r, unit))
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
@@ -120,20 +120,21 @@ def _verdict_finding(group: str, w) -> Finding | None:
     return None
 
 
-def _why(causes: pd.DataFrame, rank: int) -> str:
-    """'; its GPU works 10.7 ms more per step before them (extra_work)' from verdicts.why, or ''."""
+def _why(causes: pd.DataFrame, rank: int, unit: str) -> str:
+    """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
+    (the mean over the units it gates), or ''."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
     if not len(mine):
         return ""
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
     device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
     if work < idle:
-        return f"; its {device} sits idle {_ms(idle)} longer before them (the host launched late)"
+        return f"; its {device} sits idle {_ms(idle)} longer before them per {unit} (the host launched late)"
     names = pd.Series(dtype="float64")
     for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
-    return f"; its {device} does {_ms(work)} more work before them{top}"
+    return f"; its {device} does {_ms(work)} more work before them per {unit}{top}"
 
 
 def _totals_finding(row: pd.Series) -> Finding:

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
-from . import figures, scopetree, steps_html, workload_plots
+from . import figures, scopetree, side_by_side, steps_html, workload_plots
 from .runs import run_table, shared_rows
 from .compare import Comparison, Input, comparison, rows_are
 from .findings import Evidence, Finding, findings
@@ -254,20 +254,20 @@ def findings_html(found: list[Finding]) -> str:
 
 def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
     events = figures.labelled_events(inputs)
-    drawn, note = figures.drawn(inputs)
+    drawn, note = side_by_side.drawn(inputs)
     what = c.measured
     out = [f'<h2 id="op-classes">{what} per input, by op class</h2>',
-           _figure(figs, figures.op_class_bars(figures.only(events, drawn)), note),
+           _figure(figs, figures.op_class_bars(side_by_side.only(events, drawn)), note),
            _per_input_table(c.totals, TOTALS_COLUMNS, ["total_ns", "compute_ns", "comm_ns"])]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
-    if (steps_fig := figures.step_time_boxes(inputs)) is not None:
+    if (steps_fig := side_by_side.step_time_boxes(inputs)) is not None:
         out += ['<h2 id="step-times">Step time</h2>', _figure(figs, steps_fig)]
     rows = rows_are(events)
     columns = {**figures.top_kernel_columns([i.label for i in inputs]), "kernel": rows[:-1]}
     heat_note = (f"{what}, input x {rows[:-1]}; " + ("opens on each input against the row's median (red: more, "
                  "blue: less); the buttons switch to the colour per row or one log scale; " if len(inputs) > 1 else "")
                  + "times of different inputs are never added together" + (f"; {note}" if note else ""))
-    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, figures.kernel_heatmap(events, drawn), heat_note),
+    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
     out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10

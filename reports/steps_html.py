@@ -9,7 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .figures import ranks_drawn
+from .side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
 

@@ -138,7 +138,7 @@ ACROSS_RUNS = {"train": ("step time per run, as the workload timed it (each step
 def across_runs(runs: list[tuple[str, dict]]) -> list[tuple[str, str, dict]]:
     """(workload, note, figure) per workload that two or more of the runs ran: a box per run of
     the workload's own measure (ACROSS_RUNS), so runs compare in one chart, not one chart each."""
-    from .figures import box_chart
+    from .side_by_side import box_chart
     from .runs import results_of
 
     out = []

@@ -17,7 +17,7 @@ import pytest
 
 from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
-from tracelab.reports import figures, html, scopetree
+from tracelab.reports import figures, html, scopetree, side_by_side
 from tracelab.reports.compare import Input
 from tracelab.reports.runs import run_table
 from tracelab.schema import coerce
@@ -129,7 +129,7 @@ def decode3() -> list[Input]:
 
 def test_heatmap_colours_each_row_by_its_largest(decode3):
     events = figures.labelled_events(decode3)
-    made = figures.kernel_heatmap(events)
+    made = side_by_side.kernel_heatmap(events)
     fig = made["data"][0]
     per_row = made["layout"]["updatemenus"][0]["buttons"][1]["args"][0]["z"][0]
     for y, z, cells in zip(fig["y"], per_row, fig["customdata"]):
@@ -315,7 +315,7 @@ def test_results_come_from_rank_files_when_run_json_has_none(tmp_path):
 
 def test_heatmap_switches_to_one_log_scale(decode3):
     events = figures.labelled_events(decode3)
-    fig = figures.kernel_heatmap(events)
+    fig = side_by_side.kernel_heatmap(events)
     against, per_row, log = (b["args"][0] for b in fig["layout"]["updatemenus"][0]["buttons"])
     assert against["z"][0] == fig["data"][0]["z"] and per_row["colorbar.title.text"] == "of row max"
     for cells, logs in zip(fig["data"][0]["customdata"], log["z"][0]):
@@ -328,7 +328,7 @@ def test_heatmap_opens_on_each_input_against_the_row_median(decode3):
     """Three profilers of one decode: each cell's colour is its time against the median of its
     row, in percent, computed here from the events; equal inputs are 0 (white)."""
     events = figures.labelled_events(decode3)
-    fig = figures.kernel_heatmap(events)["data"][0]
+    fig = side_by_side.kernel_heatmap(events)["data"][0]
     assert fig["zmid"] == 0 and fig["zmin"] == -fig["zmax"] and fig["colorbar"]["title"]["text"] == "% vs median"
     sums = events.groupby(["kernel", "label"], observed=True)["dur_ns"].sum()
     for y, z in zip(fig["y"], fig["z"]):
