@@ -29,6 +29,7 @@ from .runs import cost_of
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
 MIN_IDLE_SHARE = 0.10  # an idle GPU under this share of the rank's span is no finding
+MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of the first input's GPU time is no finding
 
 # section ids of the report (reports/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
@@ -217,32 +218,52 @@ def _pct(part: float, whole: float) -> str:
 
 def difference_findings(ev: Evidence) -> list[Finding]:
     """Between runs or profilers (inputs of several groups or sources): the kernel whose time
-    differs most where compare names a slowest input (its lead beyond the step-to-step
-    noise), against the first input; per step where the inputs' step counts differ."""
-    inputs = ev.inputs
-    if len({i.group for i in inputs}) < 2 and len({i.source for i in inputs}) < 2:
-        return []
+    differs most between the first input and an input of another run (of the same rank where
+    there is one), where compare names one of the two the slowest (its lead beyond the
+    step-to-step noise); per step where the inputs' step counts differ. Ranks of one run
+    differing are the straggler's finding, not this one."""
+    first, others = _across_runs(ev.inputs)
     t = ev.kernels
-    first = inputs[0].label
-    deltas = [c for c in t.columns if c.startswith("delta_ns[")]
-    if t.empty or not deltas:
+    if not others or t.empty:
         return []
-    beyond = t[t["slowest"].astype(str) != ""]
-    if beyond.empty:
+    rows = t[t["slowest"].astype(str).isin([first, *others])].set_index("kernel")
+    per_step = f"per_step_ns[{first}]" in t
+    whole = float(t[f"per_step_ns[{first}]" if per_step else f"time_ns[{first}]"].sum())
+    deltas = rows[[f"delta_ns[{o}]" for o in others]].rename(columns=lambda c: c[len("delta_ns["):-1]).stack()
+    deltas = deltas[deltas.abs() >= MIN_DIFF_SHARE * whole]  # beyond the noise, and material
+    if deltas.empty:
         return []
-    stacked = beyond.set_index("kernel")[deltas].abs().stack()
-    (kernel, column), _ = max(stacked.items(), key=lambda kv: kv[1])
-    other = column[len("delta_ns["):-1]
-    row = beyond.set_index("kernel").loc[kernel]
-    delta, ratio = float(row[column]), row.get(f"ratio[{other}]")
-    per_step = "per step" in str(t.attrs.get("basis", ""))
-    ratio_text = f", x{ratio:.2f}" if pd.notna(ratio) else ""
-    text = (f"{kernel} takes {_ms(abs(delta))} {'more' if delta > 0 else 'less'}{' per step' if per_step else ''} "
-            f"in {other} than in {first}{ratio_text} (slowest: {row['slowest']}, beyond the step-to-step noise)")
-    steps = min((i.digest("noise")["steps"] or i.steps or 1) for i in inputs) if per_step else 1
+    kernel, other = deltas.abs().idxmax()
+    delta, ratio = float(deltas[(kernel, other)]), rows.loc[kernel].get(f"ratio[{other}]")
+    each = " per step" if per_step else ""
+    if ratio == 0 or pd.isna(ratio):  # the kernel runs in one of the two only
+        there, absent = (first, other) if ratio == 0 else (other, first)
+        text = f"{_short(kernel)} runs in {there} ({_ms(abs(delta))}{each}) and not in {absent}"
+    else:
+        text = (f"{_short(kernel)} takes {_ms(abs(delta))} {'more' if delta > 0 else 'less'}{each} in {other} than "
+                f"in {first} (x{ratio:.2f}, beyond the step-to-step noise)")
+    steps = min((i.digest("noise")["steps"] or i.steps or 1) for i in ev.inputs) if per_step else 1
     return [Finding(text, int(abs(delta) * steps), SECTIONS["comparison"],
                     {"kernel": kernel, "against": first, "input": other, "delta_ns": delta,
                      "basis": str(t.attrs.get("basis", ""))})]
+
+
+def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:
+    """The first input's label, and the labels of the inputs of other runs (or sources) to set
+    beside it: those of its rank where any has it, else all of them."""
+    if not inputs or (len({i.group for i in inputs}) < 2 and len({i.source for i in inputs}) < 2):
+        return "", []
+    head = inputs[0]
+    others = [i for i in inputs[1:] if i.group != head.group or i.source != head.source]
+    same_rank = [i.label for i in others if i.rank == head.rank]
+    return head.label, same_rank or [i.label for i in others]
+
+
+NAME_CHARS = 80
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
 
 
 def profiler_cost_findings(ev: Evidence) -> list[Finding]:
@@ -295,6 +316,10 @@ def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
     return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
 
 
+NONE = ("no straggler or alternation, no exposed communication or idle GPU worth a line, no difference beyond "
+        "the noise, no profiler cost measured")
+
+
 def lines(found: list[Finding]) -> list[str]:
     """The findings as the terminal prints them (the report shows the same text)."""
-    return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))] if found else []
+    return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))] if found else [f"findings: none ({NONE})"]

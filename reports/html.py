@@ -21,7 +21,7 @@ from ..errors import UsageError
 from . import figures, scopetree, side_by_side, steps_html, workload_plots
 from .runs import run_table, shared_rows
 from .compare import Comparison, Input, comparison, rows_are
-from .findings import Evidence, Finding, findings
+from .findings import NONE, Evidence, Finding, findings
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -245,9 +245,7 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
 def findings_html(found: list[Finding]) -> str:
     """The findings on top: each sentence links to the section that proves it."""
     if not found:
-        return ('<section id="findings"><h2>Findings</h2><p class="note">No finding: no straggler or alternation, '
-                "no exposed communication or idle GPU worth a line, no difference beyond the noise, no profiler "
-                "cost measured.</p></section>")
+        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(NONE)}.</p></section>'
     items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
     return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
 

@@ -111,11 +111,29 @@ def test_no_difference_claimed_where_profilers_agree():
     assert not [f for f in _found(TRAIN4) if f.section == "comparison"]
 
 
+def test_a_difference_between_runs_per_step_from_the_json():
+    """A small and a large batch of one model (4 and 3 steps): the kernel that differs most, per
+    step, as the raw JSON's kernel durations over its `step N` ranges give it."""
+    runs = [DATA / "idle-1gpu-small-torch", DATA / "idle-1gpu-large-torch"]
+    (diff,) = [f for f in _found(runs) if f.section == "comparison"]
+    per_step = []
+    for run in runs:
+        with gzip.open(run / "rank0.pt.trace.json.gz", "rt") as f:
+            events = json.load(f)["traceEvents"]
+        steps = {e["name"] for e in events if e.get("cat") == "user_annotation" and re.fullmatch(r"step \d+", e["name"])}
+        kernel_us = sum(e["dur"] for e in events if e.get("cat") == "kernel" and diff.evidence["kernel"] in e["name"])
+        per_step.append(kernel_us / len(steps))
+    assert diff.evidence["kernel"] == "vectorized_elementwise_kernel" and "per step" in diff.evidence["basis"]
+    assert diff.evidence["delta_ns"] == pytest.approx((per_step[1] - per_step[0]) * 1e3, rel=1e-3)
+    assert diff.text.startswith(f"vectorized_elementwise_kernel takes {(per_step[1] - per_step[0]) / 1e3:,.1f} ms "
+                                "more per step in idle-1gpu-large-torch than in idle-1gpu-small-torch")
+
+
 def test_ranked_by_time_at_stake_and_capped():
     made = [F.Finding(f"finding {n}", n * 1000, "runs") for n in range(12)]
     found = F.findings(None, sources=(lambda ev: made[:6], lambda ev: made[6:]))
     assert [f.at_stake_ns for f in found] == [11000, 10000, 9000, 8000, 7000, 6000, 5000, 4000]
-    assert F.lines(found)[0] == "findings:" and F.lines(found)[1] == "  1. finding 11" and F.lines([]) == []
+    assert F.lines(found)[0] == "findings:" and F.lines(found)[1] == "  1. finding 11" and F.lines([]) == [f"findings: none ({F.NONE})"]
 
 
 def _terminal(command: str, paths: list[Path]) -> list[str]:

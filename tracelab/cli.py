@@ -197,8 +197,7 @@ def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: 
     if fmt != "table":
         return
     found = findings_of(paths, groups if groups is not None else regroup(paths, profiles), comparison)
-    if found:
-        _emit("\n" + "\n".join(lines(found)))
+    _emit("\n" + "\n".join(lines(found)))
 
 
 def _top(top: int) -> int | None:
