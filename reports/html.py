@@ -39,6 +39,9 @@ pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:10
 #findings h2{border:0;margin-top:8px}#findings ol{font-size:16px;line-height:1.5;padding-left:24px}
 #findings a{color:#222;text-decoration:none;border-bottom:1px dotted #999}#findings a:hover{background:#fde9b5}
 p.shared{font-size:13px;color:#444;overflow-wrap:anywhere}
+dl.run{display:grid;grid-template-columns:repeat(3,1fr);gap:2px 24px;font-size:13px;margin:4px 0 8px}
+dl.run div{display:flex;gap:8px;border-bottom:1px solid #eee;padding:2px 0}dl.run dt{font-weight:600;min-width:140px}
+dl.run dd{margin:0;overflow-wrap:anywhere}dl.run div.wide{grid-column:1/-1}
 """ + scopetree.TREE_STYLE
 
 # sorts a table.sortable by the clicked column: numbers by data-v, text otherwise
@@ -112,14 +115,20 @@ def _cell(value: Any, header: str, text: bool) -> str:
 
 
 def _runs_html(runs: list[tuple[str, dict]]) -> str:
-    """The run table (one column per run) and each run.json folded away below it."""
-    df, shared = shared_rows(run_table(runs)) if len(runs) > 1 else (run_table(runs), "")
-    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
-    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
-                   for field, row in zip(df.index, df.values.tolist()))
+    """The run table (one column per run: what differs first, what all share in one line), or
+    for one run its fields in a compact grid; each run.json folded away below it."""
     raw = "".join(f'<details><summary>run.json of {_e(name)}</summary><table>'
                   + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
                             for k, v in info.items()) + "</table></details>" for name, info in runs)
+    if len(runs) == 1:
+        df = run_table(runs)
+        cells = "".join(f'<div{" class=wide" if len(_run_value(value)) > 60 else ""}><dt>{_e(field)}</dt>'
+                        f"<dd>{_run_value(value)}</dd></div>" for field, value in zip(df.index, df.iloc[:, 0].tolist()))
+        return f'<p><b>{_e(runs[0][0])}</b></p><dl class="run">{cells}</dl>{raw}'
+    df, shared = shared_rows(run_table(runs))
+    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
+    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
+                   for field, row in zip(df.index, df.values.tolist()))
     same = f'<p class="shared"><b>Same in all {len(runs)} runs:</b> {_e(shared)}</p>' if shared else ""
     return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{same}{raw}'
 
