@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..schema import OP_CLASSES
 from . import normalise, timeline
-from .compare import Comparison, Input, measured, rows_are
+from .compare import Comparison, Input, measured
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}
@@ -114,48 +114,6 @@ def top_kernel_columns(labels: list[str]) -> dict[str, str]:
         return cols | {"slowest": "slowest"}
     return cols | {"per_input_ns": "mean per input (ms)", "max_ns": "max input (ms)", "min_ns": "min input (ms)",
                    "slowest": "slowest", "inputs": "inputs", "mean_ns": "per call (us)"}
-
-
-def kernel_heatmap(events: pd.DataFrame) -> dict:
-    """Input x kernel heatmap of the top kernels, coloured per row (each kernel's time as a
-    share of its largest input's), so a small kernel's differences show beside NCCL's; a
-    button switches to one log scale over all cells. The time (ms), calls and time per call
-    are in the hover text (and printed in the cells when there are few inputs)."""
-    top = (events.groupby(["kernel", "label"], observed=True)["dur_ns"].sum().groupby(level="kernel").max()
-           .nlargest(HEATMAP_KERNELS).index)  # by their largest input's time, as the top table
-    mine = events[events["kernel"].isin(top)]
-    pivot = lambda col: (mine.pivot_table(index="kernel", columns="label", values=col, aggfunc="sum",  # noqa: E731
-                                          observed=False, fill_value=0).reindex(top[::-1]))
-    ms, calls = pivot("dur_ns") / 1e6, pivot("count")
-    share = ms.div(ms.max(axis=1).where(ms.max(axis=1) > 0), axis=0).fillna(0)
-    per_call_us = (ms * 1e3 / calls.where(calls > 0)).fillna(0)
-    data = [{"type": "heatmap", "z": share.round(4).values.tolist(), "x": [axis_label(x) for x in ms.columns],
-             "y": [label(k) for k in ms.index], "colorscale": "Viridis", "zmin": 0, "zmax": 1,
-             "colorbar": {"title": {"text": "of row max"}},
-             "customdata": [[[t, int(c), u] for t, c, u in zip(*r)] for r in
-                            zip(ms.round(4).values.tolist(), calls.values.tolist(), per_call_us.round(2).values.tolist())],
-             "hovertemplate": "%{y}<br>%{x}: %{customdata[0]} ms, %{customdata[1]} calls, "
-                              "%{customdata[2]} us per call<extra></extra>"}]
-    if len(ms.columns) <= 8:
-        data[0] |= {"text": [[f"{t:.3g} ms" for t in row] for row in ms.values], "texttemplate": "%{text}",
-                    "textfont": {"size": 10}}
-    title = f"Top {rows_are(events)}: {measured(events)} per input, colour per row (share of the row's largest)"
-    return {"data": data, "layout": _layout(title, height=160 + 22 * len(top), xaxis=CATEGORY_AXIS,
-                                            yaxis={"type": "category", "automargin": True},
-                                            updatemenus=[_scale_buttons(share, ms)],
-                                            margin={"l": 60, "r": 20, "t": 96, "b": 60})}
-
-
-def _scale_buttons(share: pd.DataFrame, ms: pd.DataFrame) -> dict:
-    """Buttons: colour per row (share of the row's largest) or one log10 scale over all cells."""
-    log_ms = np.log10(ms.where(ms > 0)).round(3)
-    lo, hi = (float(log_ms.min().min()), float(log_ms.max().max())) if log_ms.notna().any().any() else (0.0, 1.0)
-    per_row = {"z": [share.round(4).values.tolist()], "zmin": 0, "zmax": 1, "colorbar.title.text": "of row max"}
-    log = {"z": [log_ms.astype(object).where(log_ms.notna(), None).values.tolist()], "zmin": lo, "zmax": hi,
-           "colorbar.title.text": "log10 ms"}
-    return {"type": "buttons", "direction": "right", "x": 0, "y": 1.01, "xanchor": "left", "yanchor": "bottom",
-            "pad": {"b": 2}, "buttons": [{"label": "colour per row", "method": "restyle", "args": [per_row]},
-                                         {"label": "log scale (ms)", "method": "restyle", "args": [log]}]}
 
 
 OUTLIERS_SHOWN = 4  # ranks whose compute is an outlier drawn in the timeline beside the first ranks

@@ -18,11 +18,12 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
-from . import figures, roofline_html, scopetree, steps_html, workload_plots
+from . import figures, roofline_html, scopetree, side_by_side, steps_html, workload_plots
 from .jsonout import strict
-from .runs import run_table
+from .runs import run_table, shared_rows
 from . import idle_html  # issue 21
 from .compare import Comparison, Input, comparison, rows_are
+from .findings import NONE, Evidence, Finding, findings
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -36,6 +37,13 @@ td.t,th.t{text-align:left;overflow-wrap:anywhere;min-width:120px;max-width:640px
 th{background:#f4f4f4;position:sticky;top:0;overflow-wrap:normal;word-break:normal;min-width:64px}
 table.sortable th{cursor:pointer}table.sortable td.t:first-child{min-width:280px}table.runs td{text-align:left;max-width:420px}table.runs th.f{text-align:left}
 pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:100%}
+#findings{background:#fff8e6;border:1px solid #f0d9a0;border-radius:6px;padding:4px 16px 8px}
+#findings h2{border:0;margin-top:8px}#findings ol{font-size:16px;line-height:1.5;padding-left:24px}
+#findings a{color:#222;text-decoration:none;border-bottom:1px dotted #999}#findings a:hover{background:#fde9b5}
+p.shared{font-size:13px;color:#444;overflow-wrap:anywhere}
+dl.run{display:grid;grid-template-columns:repeat(3,1fr);gap:2px 24px;font-size:13px;margin:4px 0 8px}
+dl.run div{display:flex;gap:8px;border-bottom:1px solid #eee;padding:2px 0}dl.run dt{font-weight:600;min-width:140px}
+dl.run dd{margin:0;overflow-wrap:anywhere}dl.run div.wide{grid-column:1/-1}
 """ + scopetree.TREE_STYLE
 
 # sorts a table.sortable by the clicked column: numbers by data-v, text otherwise
@@ -46,7 +54,8 @@ var cfg={displaylogo:false,responsive:true};
 var made=Object.keys(data).map(function(id){
   var f=data[id];return Plotly.newPlot(document.getElementById(id),f.data,f.layout,cfg);});
 Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));
-  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));});
+  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));
+  document.body.setAttribute('data-height',String(document.documentElement.scrollHeight));});
 document.querySelectorAll('table.sortable').forEach(function(t){
   t.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
     var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);
@@ -108,15 +117,22 @@ def _cell(value: Any, header: str, text: bool) -> str:
 
 
 def _runs_html(runs: list[tuple[str, dict]]) -> str:
-    """The run table (one column per run) and each run.json folded away below it."""
-    df = run_table(runs)
-    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
-    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
-                   for field, row in zip(df.index, df.values.tolist()))
+    """The run table (one column per run: what differs first, what all share in one line), or
+    for one run its fields in a compact grid; each run.json folded away below it."""
     raw = "".join(f'<details><summary>run.json of {_e(name)}</summary><table>'
                   + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
                             for k, v in info.items()) + "</table></details>" for name, info in runs)
-    return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{raw}'
+    if len(runs) == 1:
+        df = run_table(runs)
+        cells = "".join(f'<div{" class=wide" if len(_run_value(value)) > 60 else ""}><dt>{_e(field)}</dt>'
+                        f"<dd>{_run_value(value)}</dd></div>" for field, value in zip(df.index, df.iloc[:, 0].tolist()))
+        return f'<p><b>{_e(runs[0][0])}</b></p><dl class="run">{cells}</dl>{raw}'
+    df, shared = shared_rows(run_table(runs))
+    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
+    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
+                   for field, row in zip(df.index, df.values.tolist()))
+    same = f'<p class="shared"><b>Same in all {len(runs)} runs:</b> {_e(shared)}</p>' if shared else ""
+    return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{same}{raw}'
 
 
 def _run_value(value: Any) -> str:
@@ -181,17 +197,23 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
 
     runs = runs if runs is not None else ([("run", info)] if info else [])
     figs: dict[str, dict] = {}
-    plots = [(f"{name}: {note}" if len(runs) > 1 else note, fig)
-             for name, run in runs for note, fig in workload_plots.workload_figures(run)]
+    across = workload_plots.across_runs(runs)
+    combined = {workload for workload, _, _ in across}
+    plots = [(note, fig) for _, note, fig in across]
+    plots += [(f"{name}: {note}" if len(runs) > 1 else note, fig) for name, run in runs
+              if run.get("workload") not in combined for note, fig in workload_plots.workload_figures(run)]
     if not inputs and not plots:
         raise UsageError("report", "no traces and no workload figures to report on")
-    body = [f"<h1>{_e(title)}</h1>", "<h2>Runs</h2>" if len(runs) > 1 else "<h2>Run</h2>"]
+    c = comparison(inputs, by="kernel") if inputs else None
+    body = [f"<h1>{_e(title)}</h1>"]
+    body += [findings_html(findings(Evidence(inputs, c, runs)))] if c is not None else []
+    body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
     body += [_runs_html(runs)] if runs else []
     body += [_inputs_html(inputs, paths, perfetto)]
     if plots:
-        body += ["<h2>Workload figures</h2>"] + [_figure(figs, fig, note) for note, fig in plots]
-    if inputs:
-        body += _sections(inputs, comparison(inputs, by="kernel"), figs)
+        body += ['<h2 id="workload">Workload figures</h2>'] + [_figure(figs, fig, note) for note, fig in plots]
+    if c is not None:
+        body += _sections(inputs, c, figs)
     scripts = [get_plotlyjs(), _SCRIPT]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_policy(scripts)}">'
@@ -231,41 +253,58 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
             "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
 
 
+def findings_html(found: list[Finding]) -> str:
+    """The findings on top: each sentence links to the section that proves it."""
+    if not found:
+        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(NONE)}.</p></section>'
+    items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
+    return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
+
+
 def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
     events = figures.labelled_events(inputs)
+    drawn, note = side_by_side.drawn(inputs)
     what = c.measured
-    out = [f"<h2>{what} per input, by op class</h2>", _figure(figs, figures.op_class_bars(events)),
+    out = [f'<h2 id="op-classes">{what} per input, by op class</h2>',
+           _figure(figs, figures.op_class_bars(side_by_side.only(events, drawn)), note),
            _per_input_table(c.totals, TOTALS_COLUMNS, ["total_ns", "compute_ns", "comm_ns"])]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
+    if (steps_fig := side_by_side.step_time_boxes(inputs)) is not None:
+        out += ['<h2 id="step-times">Step time</h2>', _figure(figs, steps_fig)]
     rows = rows_are(events)
     columns = {**figures.top_kernel_columns([i.label for i in inputs]), "kernel": rows[:-1]}
-    out += [f"<h2>Top {rows}</h2>", _figure(figs, figures.kernel_heatmap(events), f"{what}, input x {rows[:-1]}; "
-            "times of different inputs are never added together"),
+    heat_note = (f"{what}, input x {rows[:-1]}; " + ("opens on each input against the row's median (red: more, "
+                 "blue: less); the buttons switch to the colour per row or one log scale; " if len(inputs) > 1 else "")
+                 + "times of different inputs are never added together" + (f"; {note}" if note else ""))
+    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
-    out += _timeline_sections(inputs, c, figs) + _tree_sections(inputs)
+    out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
     out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
     out += roofline_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 20
     out += idle_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 21
     if len(c.skew):
-        out += ["<h2>Collective skew across ranks</h2>", table(c.skew, figures.SKEW_COLUMNS)]
+        out += ['<h2 id="skew">Collective skew across ranks</h2>', table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:
-        out += ["<h2>Comparison (aligned on kernel, against the first input)</h2>",
+        out += ['<h2 id="comparison">Comparison (aligned on kernel, against the first input)</h2>',
                 table(c.table.head(COMPARE_ROWS), figures.compare_columns(c), sortable=True)]
     return out
 
 
-def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
+def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict], drawn: list[str],
+                       note_drawn: str) -> list[str]:
     """Timeline and overlap, with a note naming the inputs left out for want of timestamps."""
     untimed = [i for i in inputs if not i.timed]
     note = (f'<p class="note">The timeline, busy/idle and overlap need start times, which '
             f'{", ".join(sorted({i.source for i in untimed}))} input(s) do not have (a proton profile holds each '
             f'kernel once per scope, summed): left out here: {_e(", ".join(i.label for i in untimed))}. '
             "Capture with --backend torch or nsys for them.</p>") if untimed else ""
-    out = ["<h2>Timeline</h2>", note] if note or len(c.timeline) else []
+    out = ['<h2 id="timeline">Timeline</h2>', note] if note or len(c.timeline) else []
     if len(c.timeline):
         out += [_figure(figs, fig, label) for label, fig in figures.timelines(inputs)]
         tl = c.timeline.merge(c.totals[["label", "group"]], on="label", how="left")
-        out += ["<h2>Busy, idle and communication overlap</h2>", _figure(figs, figures.overlap_bars(c.timeline)),
+        shown = c.timeline[c.timeline["label"].isin(drawn)]
+        out += ['<h2 id="overlap">Busy, idle and communication overlap</h2>',
+                _figure(figs, figures.overlap_bars(shown), note_drawn),
                 _per_input_table(tl, figures.TIMELINE_COLUMNS,
                                  ["busy_ns", "span_ns", "comm_ns", "overlap_ns", "exposed_ns"])]
     return out
@@ -276,7 +315,7 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
     scoped = [i for i in inputs if i.sums["scope"].fillna("").astype(str).str.len().any()]
     if not scoped:
         return []
-    out = ["<h2>Scope tree</h2>", '<p class="note">Inclusive time of every scope and of the kernels under it, '
+    out = ['<h2 id="scope-tree">Scope tree</h2>', '<p class="note">Inclusive time of every scope and of the kernels under it, '
            "share of the input's total and calls (like proton-viewer); click to open or close.</p>"]
     for i in scoped[:TREES_SHOWN]:
         out.append(f"<details open><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"

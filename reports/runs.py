@@ -119,20 +119,39 @@ def profiler_cost(info: dict, runs: list[tuple[str, dict]]) -> str:
     there is; or why it cannot be said."""
     if info.get("backend") == "none":
         return "(no profiler)"
+    if baseline(info, runs) is None or not RESULTS.get(str(info.get("workload"))):
+        return "- (no run of this config under backend none)"
+    if (cost := cost_of(info, runs)) is None:
+        return "-"
+    if "text" in cost:
+        return cost["text"]
+    return (f"{100 * cost['change']:+.1f}% {cost['measure']} ({cost['theirs']:,.4g} under none, {cost['baseline']}); "
+            "one value per run: whether beyond the noise is unknown")
+
+
+def cost_of(info: dict, runs: list[tuple[str, dict]]) -> dict | None:
+    """The profiler's cost as numbers: change (mine / theirs - 1), measure, mine, theirs,
+    baseline (the run under none), and where both runs recorded per-step samples the medians'
+    test (`within_noise`, `text`: sampled_cost); None where it cannot be said (backend none,
+    no baseline, no result). reports/findings.py states it unless `within_noise` is true."""
     base = baseline(info, runs)
     results = RESULTS.get(str(info.get("workload")))
-    if base is None or not results:
-        return "- (no run of this config under backend none)"
+    if info.get("backend") == "none" or base is None or not results:
+        return None
     what, samples = SAMPLES.get(str(info.get("workload")), ("", lambda figs: None))
-    mine, theirs = samples(results_of(info)), samples(results_of(base[1]))
-    if mine and theirs and len(mine) > 1 and len(theirs) > 1:
-        return sampled_cost(what, theirs, mine, base[0])
+    mine_s, theirs_s = samples(results_of(info)), samples(results_of(base[1]))
+    if mine_s and theirs_s and len(mine_s) > 1 and len(theirs_s) > 1:
+        d = median_difference(theirs_s, mine_s)
+        return {"change": d["relative"], "measure": what, "unit": "ms", "mine": d["median_b"],
+                "theirs": d["median_a"], "baseline": base[0], "within_noise": bool(d["within_noise"]),
+                "text": sampled_cost(what, theirs_s, mine_s, base[0])}
     label, value, _ = results[0]
     mine, theirs = value(results_of(info)), value(results_of(base[1]))
     if mine is None or not theirs:
-        return "-"
-    return (f"{100 * (mine / theirs - 1):+.1f}% {label.split(' (')[0]} ({theirs:,.4g} under none, {base[0]}); "
-            f"one value per run: whether beyond the noise is unknown")
+        return None
+    unit = label.split(" (")[1].rstrip(")") if label.endswith(("(ms)", "(GB)", "(GB/s)", "(us)")) else ""
+    return {"change": mine / theirs - 1, "measure": label.split(" (")[0], "unit": unit, "mine": mine,
+            "theirs": theirs, "baseline": base[0]}
 
 
 def sampled_cost(what: str, base_ms: list[float], mine_ms: list[float], base_name: str) -> str:
@@ -190,3 +209,17 @@ def run_table(runs: list[tuple[str, dict]]) -> pd.DataFrame:
     rows["profiler cost"] = [profiler_cost(r, runs) for _, r in runs]
     # object cells: a row that does not apply to a run stays None (blank), never NaN
     return pd.DataFrame(list(rows.values()), index=list(rows), columns=[n for n, _ in runs], dtype=object)
+
+
+LAST_ROWS = ("started", "wall time (s)")  # differ in every pair of runs, tell the least
+
+
+def shared_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """run_table's rows split: those whose values differ between the runs (in order, LAST_ROWS
+    last), and one line 'field: value; ...' of what every run shares."""
+    same = [f for f, row in table.iterrows() if len({repr(v) for v in row.tolist()}) == 1]
+    parts = [f"{table.loc[f].iloc[0]}" if f.startswith("config") else f"{f}: {table.loc[f].iloc[0]}" for f in same
+             if table.loc[f].iloc[0] is not None]
+    differ = [f for f in table.index if f not in same]
+    order = [f for f in differ if f not in LAST_ROWS] + [f for f in differ if f in LAST_ROWS]
+    return table.loc[order], "; ".join(parts)

@@ -9,6 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
 
@@ -17,9 +18,14 @@ WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "s
                      "kernels": "scopes and kernels that differ"}
 
 
-def _heatmap(steps: pd.DataFrame, column: str, title: str) -> dict:
+def _heatmap(steps: pd.DataFrame, column: str, title: str, always: tuple = ()) -> dict:
     """Step x rank heatmap of one step-table column, in ms."""
     wide = steps.pivot(index="step", columns="rank", values=column).sort_index() / 1e6
+    if len(wide.columns) > MANY_RANKS:  # the outlier ranks and the first ones, as columns wide enough to read
+        drawn = ranks_drawn(wide.mean(), [r for r in always if r in wide.columns])
+        title += (f" ({len(drawn)} of {len(wide.columns):,} ranks: {'the straggler, ' if always else ''}the outliers "
+                  "by their mean, then the first)")
+        wide = wide[drawn]
     data = [{"type": "heatmap", "z": wide.round(4).values.tolist(), "x": [f"rank {r}" for r in wide.columns],
              "y": [f"step {s}" for s in wide.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
              "hovertemplate": "%{y}, %{x}: %{z} ms<extra></extra>"}]
@@ -61,8 +67,9 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
         shown = w.steps[w.steps["step"] < sorted(w.steps["step"].unique())[:MAX_HEATMAP_STEPS][-1] + 1]
         note = (f"the first {MAX_HEATMAP_STEPS} of {w.steps['step'].nunique()} steps"
                 if len(shown) < len(w.steps) else "")
-        out += [figure(_heatmap(shown, "span_ns", "step time (first to last GPU activity of the step)"), note),
-                figure(_heatmap(shown, "wait_ns", "wait at collectives"), note)]
+        late = (w.verdict["rank"],) if w.verdict.get("rank") is not None else ()
+        out += [figure(_heatmap(shown, "span_ns", "step time (first to last GPU activity of the step)", late), note),
+                figure(_heatmap(shown, "wait_ns", "wait at collectives", late), note)]
     ww = _who_waits(w)
     if len(ww):
         waits = {c: f"wait r{c[6:]} (ms)" for c in ww.columns if c.startswith("wait_r")}
@@ -86,7 +93,7 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable,
         if len(w.collectives) or len(w.steps):
             out += _run(group, w, figure, table)
     if out:
-        out = ["<h2>Steps: who waits on whom</h2>",
+        out = ['<h2 id="steps">Steps: who waits on whom</h2>',
                '<p class="note">Per step and rank: step time and wait at collectives; per step the rank the others '
                "waited for and why; a straggler is named only when it gates a significant majority of steps.</p>"] + out
     return out

@@ -114,3 +114,38 @@ def workload_figures(run: dict) -> list[tuple[str, dict]]:
         return []
     made = [(note, make(first)) for note, make in plots]
     return [(note, fig) for note, fig in made if fig is not None]
+
+
+def _train_steps(figs: list[dict]) -> list[float]:
+    """Rank 0's step times (ms) of a train run of one configuration, [] for a sweep."""
+    rows_ = figs[0].get("rows") if figs else None
+    if not isinstance(rows_, list) or len(rows_) != 1 or not isinstance(rows_[0].get("step_ms"), list):
+        return []
+    return [float(x) for x in rows_[0]["step_ms"] if isinstance(x, (int, float))]
+
+
+def _decode_tokens(figs: list[dict]) -> list[float]:
+    return [float(f["tokens_per_s"]) for f in figs if isinstance(f.get("tokens_per_s"), (int, float))]
+
+
+# workload -> (note, axis, values per run from its ranks' results, the runs it takes): the
+# workload's own figure, one chart with every run side by side, in place of a chart per run
+ACROSS_RUNS = {"train": ("step time per run, as the workload timed it (each step a point; a run under backend "
+                         "none beside the profiled ones shows what profiling costs)", "step time (ms)", _train_steps, 1),
+               "decode": ("tokens/s per run (each rank a point)", "tokens/s", _decode_tokens, 2)}
+
+
+def across_runs(runs: list[tuple[str, dict]]) -> list[tuple[str, str, dict]]:
+    """(workload, note, figure) per workload of the runs (that two or more ran, for decode): a box
+    per run of the workload's own measure (ACROSS_RUNS), so runs compare in one chart, not one
+    chart each; none where a run of it lacks the measure (a sweep of several configurations)."""
+    from .side_by_side import box_chart
+    from .runs import results_of
+
+    out = []
+    for workload, (note, axis, values, least) in ACROSS_RUNS.items():
+        boxes = {name: v for name, info in runs if info.get("workload") == workload
+                 and (v := values(results_of(info)))}
+        if len(boxes) >= least and len(boxes) == sum(info.get("workload") == workload for _, info in runs):
+            out.append((workload, note, box_chart(boxes, note.split(" (")[0], axis)))
+    return out

@@ -17,7 +17,7 @@ import pytest
 
 from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
-from tracelab.reports import figures, html, scopetree
+from tracelab.reports import figures, html, scopetree, side_by_side
 from tracelab.reports.compare import Input
 from tracelab.reports.runs import run_table
 from tracelab.schema import coerce
@@ -46,7 +46,9 @@ def test_each_run_is_a_column_with_its_own_results(tmp_path):
     row = re.search(r"tokens/s \(mean of ranks\)</th>(.*?)</tr>", table).group(1)
     want = [f"{np.mean([f['tokens_per_s'] for f in _run_json(p)['figures'].values()]):,.4g}" for p in DECODE_3]
     assert re.findall(r"<td>(.*?)</td>", row) == want
-    assert re.search(r"GPUs</th>(<td>1 x NVIDIA H100 80GB HBM3</td>){3}", table)
+    shared = text.split('<p class="shared">', 1)[1].split("</p>", 1)[0]  # what every run shares: one line
+    assert "GPUs: 1 x NVIDIA H100 80GB HBM3" in shared and "GPUs</th>" not in table
+    assert table.index("backend</th>") < table.index("tokens/s") < table.index("started</th>")  # differences first
     assert "nsys</th><td>-</td><td>-</td><td>NVIDIA Nsight Systems" in table
 
 
@@ -127,10 +129,12 @@ def decode3() -> list[Input]:
 
 def test_heatmap_colours_each_row_by_its_largest(decode3):
     events = figures.labelled_events(decode3)
-    fig = figures.kernel_heatmap(events)["data"][0]
-    for y, z, cells in zip(fig["y"], fig["z"], fig["customdata"]):
+    made = side_by_side.kernel_heatmap(events)
+    fig = made["data"][0]
+    per_row = made["layout"]["updatemenus"][0]["buttons"][1]["args"][0]["z"][0]
+    for y, z, cells in zip(fig["y"], per_row, fig["customdata"]):
         assert max(z) == pytest.approx(1.0)
-        for x, (ms, calls, _) in zip(fig["x"], cells):
+        for x, (ms, calls, _, _) in zip(fig["x"], cells):
             mine = events[(events["label"] == x) & (events["kernel"] == html.html.unescape(y))]
             if len(mine) and not y.endswith("\u2026"):
                 assert ms == pytest.approx(mine["dur_ns"].sum() / 1e6, abs=1e-4) and calls == mine["count"].sum()
@@ -183,7 +187,7 @@ def test_proton_scope_tree_matches_the_hatchet_file(decode3):
 def test_report_has_scope_trees_a_diff_and_a_timestamps_note(tmp_path):
     text = _report([DATA / "decode-2gpu-proton" / "rank0.hatchet", DATA / "decode-2gpu-proton" / "rank1.hatchet"],
                    tmp_path)
-    assert "<h2>Scope tree</h2>" in text and text.count('<div class="tree">') == 3
+    assert '<h2 id="scope-tree">Scope tree</h2>' in text and text.count('<div class="tree">') == 3
     assert "Scope tree diff: rank1 against rank0" in text
     assert "need start times, which proton input(s) do not have" in text and "left out here: rank0, rank1" in text
 
@@ -311,13 +315,30 @@ def test_results_come_from_rank_files_when_run_json_has_none(tmp_path):
 
 def test_heatmap_switches_to_one_log_scale(decode3):
     events = figures.labelled_events(decode3)
-    fig = figures.kernel_heatmap(events)
-    per_row, log = (b["args"][0] for b in fig["layout"]["updatemenus"][0]["buttons"])
-    assert per_row["z"][0] == fig["data"][0]["z"]
+    fig = side_by_side.kernel_heatmap(events)
+    against, per_row, log = (b["args"][0] for b in fig["layout"]["updatemenus"][0]["buttons"])
+    assert against["z"][0] == fig["data"][0]["z"] and per_row["colorbar.title.text"] == "of row max"
     for cells, logs in zip(fig["data"][0]["customdata"], log["z"][0]):
-        for (ms, _, _), z in zip(cells, logs):
+        for (ms, _, _, _), z in zip(cells, logs):
             assert (z is None) if ms == 0 else z == pytest.approx(np.log10(ms), abs=0.01)
     assert log["zmin"] < log["zmax"] and log["colorbar.title.text"] == "log10 ms"
+
+
+def test_heatmap_opens_on_each_input_against_the_row_median(decode3):
+    """Three profilers of one decode: each cell's colour is its time against the median of its
+    row, in percent, computed here from the events; equal inputs are 0 (white)."""
+    events = figures.labelled_events(decode3)
+    fig = side_by_side.kernel_heatmap(events)["data"][0]
+    assert fig["zmid"] == 0 and fig["zmin"] == -fig["zmax"] and fig["colorbar"]["title"]["text"] == "% vs median"
+    sums = events.groupby(["kernel", "label"], observed=True)["dur_ns"].sum()
+    for y, z in zip(fig["y"], fig["z"]):
+        if y.endswith("\u2026"):
+            continue
+        ns = [float(sums.get((html.html.unescape(y), x), 0)) for x in fig["x"]]
+        median = float(np.median(ns))
+        for got, mine in zip(z, ns):
+            want = 100.0 if median == 0 and mine else 0.0 if median == 0 else 100 * (mine / median - 1)
+            assert got == pytest.approx(max(-100.0, min(100.0, want)), abs=0.06)
 
 
 def test_a_merged_trace_in_a_run_folder_is_not_read_back_as_a_rank(tmp_path):

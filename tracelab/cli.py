@@ -168,6 +168,7 @@ def breakdown(
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from .load import events
     from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
+    from .reports.compare import RANK_SUMMARIES
     from .reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -176,12 +177,28 @@ def breakdown(
     _set_step(step)
     _set_scheduler(scheduler)
     if rank is not None:  # one rank picked out of the inputs: its events
-        df = events(_load(paths, rank))
-        return _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+        profiles = _load(paths, rank)
+        df = events(profiles)
+        _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
+        return _findings(fmt, paths, profiles)
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce=per_rank(by), keep_events=False)
+    profiles = _load(paths, reduce={**per_rank(by), **RANK_SUMMARIES}, keep_events=False)
     table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
     _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
+    _findings(fmt, paths, profiles)
+
+
+def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: list | None = None,
+              comparison=None) -> None:
+    """The findings lines (reports/findings.py), the report's sentences, after a table's output
+    (CSV and JSON stay as they are)."""
+    from .inputs import findings_of, regroup
+    from .reports.findings import lines
+
+    if fmt != "table":
+        return
+    found = findings_of(paths, groups if groups is not None else regroup(paths, profiles), comparison)
+    _emit("\n" + "\n".join(lines(found)))
 
 
 def _top(top: int) -> int | None:
@@ -288,7 +305,9 @@ def compare(
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
     by = by or default_by(inputs)
-    _emit(COMPARE_RENDERERS[fmt](comparison(inputs, by), BY[by], top))
+    c = comparison(inputs, by)
+    _emit(COMPARE_RENDERERS[fmt](c, BY[by], top))
+    _findings(fmt, paths, groups=groups, comparison=c)
 
 
 def _with_steps(paths: list[str], groups: list[list], n_steps: int | None) -> list[list]:
@@ -352,7 +371,10 @@ def steps(
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     _set_step(step)
     _set_scheduler(scheduler)
-    profiles = _load(paths, rank, reduce={**RANK_SUMMARIES, "idle": RankIdle(0)}, keep_events=False)  # in its worker
+    from .reports.compare import RANK_SUMMARIES as FOR_FINDINGS
+
+    profiles = _load(paths, rank, reduce={**FOR_FINDINGS, **RANK_SUMMARIES, "idle": RankIdle(0)},
+                     keep_events=False)  # digested in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
@@ -362,6 +384,7 @@ def steps(
     if len(w.steps):  # issue 21: the idle columns beside each step row
         w.steps = idle_columns(w.steps, {p.rank: p.summary["idle"] for p in profiles})
     _emit(STEPS_RENDERERS[fmt](w, totals))
+    _findings(fmt, paths, profiles)
 
 
 IDLE_HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all streams' GPU "
@@ -636,4 +659,4 @@ def _run_report(run_dir, top: int) -> None:
     written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
                            groups=[profiles])
     typer.echo(f"wrote {_shown(written)}", err=True)
-
+    _findings("table", [str(run_dir)], groups=[profiles])

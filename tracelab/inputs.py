@@ -227,3 +227,35 @@ def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
         raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
     target = out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
     return write(target, lambda put: perfetto.write_json(put, inputs), force=force, gz=True).name
+
+
+def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profile]]:
+    """Profiles loaded from all the paths together, back into one list per path (by the file
+    each came from), as load_groups would give them; a profile of no path's files joins the first."""
+    from .load import expand
+
+    owner: dict[str, str] = {}
+    for p in map(str, paths):
+        if not traceless_run(Path(p)):
+            owner.update({os.path.abspath(f): p for f in expand(p) if os.path.abspath(f) not in owner})
+    out: dict[str, list[Profile]] = {str(p): [] for p in paths}
+    for prof in profiles:
+        out[owner.get(os.path.abspath(str(prof.meta.get("path"))), str(paths[0]))].append(prof)
+    return [out[str(p)] for p in paths]
+
+
+def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None) -> list:
+    """The findings (reports/findings.py) of the profiles loaded per path, labelled as the
+    report labels them, so every command prints the report's sentences; `comparison`, a
+    Comparison of those same inputs (any --by), is reused where its labels match."""
+    from .reports.compare import comparison as compare_inputs
+    from .reports.findings import Evidence, findings
+
+    paths = [str(p) for p in paths]
+    kept = [(p, g) for p, g in zip(paths, groups) if g]
+    if not kept:
+        return []
+    inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept)
+    if comparison is None or comparison.labels != [i.label for i in inputs]:
+        comparison = compare_inputs(inputs, "kernel")
+    return findings(Evidence(inputs, comparison, run_infos(paths)))

@@ -1,0 +1,325 @@
+"""The answer first: a few sentences, each with its number, ranked by the time at stake.
+
+Pure: the analyses tracelab already made (a Comparison with its per-run who-waits, the
+inputs' digests, the run folders' run.json) in, a list of Finding out. The report puts
+them on top (each linked to the section that proves it) and the CLI prints the same
+text at the end of `run`, `breakdown`, `compare` and `steps`.
+
+Each source is one function `(Evidence) -> list[Finding]` in SOURCES. A source states only
+what its analysis already decided (the straggler verdict of reports/verdicts.py, the
+`slowest` of compare, which is named only beyond the step-to-step noise, the profiler
+cost of reports/runs.py); it re-decides nothing, and says nothing where the data cannot
+support it: the finding is left out, not hedged.
+
+    found = findings(Evidence(inputs, comparison(inputs, "kernel"), run_infos))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from .collectives import collective_type
+from .compare import Comparison, Input, compare
+from .runs import cost_of
+
+MAX_FINDINGS = 8
+MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
+MIN_IDLE_SHARE = 0.10  # an idle GPU under this share of the rank's span is no finding
+MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of the first input's GPU time is no finding
+
+# section ids of the report (reports/html.py puts them on its headings)
+SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
+            "totals": "op-classes"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One sentence with its number; `at_stake_ns` ranks it (the time it is about, over the
+    capture); `section` is the id of the report section that proves it; `evidence` the
+    numbers behind it (JSON-able)."""
+    text: str
+    at_stake_ns: int
+    section: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Evidence:
+    """What the sources read, made once per command: the labelled inputs, their Comparison
+    (any --by: only its by-independent parts and its who-waits are read here), and the run
+    folders' (name, run.json)."""
+    inputs: list[Input]
+    comparison: Comparison
+    runs: list[tuple[str, dict]] = field(default_factory=list)
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """The comparison aligned on kernel, whatever --by the command was given, so that
+        every command states the same differences."""
+        c = self.comparison
+        return c.table if c.by == "kernel" else compare(self.inputs, "kernel")
+
+    @cached_property
+    def per_input(self) -> pd.DataFrame:
+        """Per input: label, group, rank, and its timeline (span, communication, exposed) where timed."""
+        t = self.comparison.totals[["label", "group", "rank"]]
+        tl = self.comparison.timeline
+        return t.merge(tl, on="label", how="left") if len(tl) else t
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e7 else f"{ns / 1e6:,.2f} ms"
+
+
+def _run(group: str) -> str:
+    return f"{group}: " if group else ""
+
+
+def _unit(verdict: dict) -> str:
+    return "step" if verdict["basis"] == "steps" else "collective"
+
+
+def straggler_findings(ev: Evidence) -> list[Finding]:
+    """The run's who-waits verdict (reports/verdicts.straggler), stated only where it is a
+    straggler or an alternation; for runs without timestamps (proton), the totals row's
+    straggler where compare's rule claimed one."""
+    out = []
+    for _, row in ev.comparison.stragglers.iterrows():
+        w = ev.comparison.waits.get(row["group"])
+        if w is not None and len(w.collectives):
+            made = _verdict_finding(row["group"], w)
+        elif row["pattern"] == "straggler":
+            made = _totals_finding(row)
+        else:
+            made = None
+        out += [made] if made else []
+    return out
+
+
+def _verdict_finding(group: str, w) -> Finding | None:
+    v = w.verdict
+    unit = _unit(v)
+    gated = w.gating.dropna(subset=["gating_rank"])
+    if v["pattern"] == "straggler":
+        r = v["rank"]
+        skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
+        text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
+                f"{v['gated_units']} {unit}s, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
+                + _why(w.causes, r, unit))
+        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
+    if v["pattern"] == "alternating":
+        skew = int(gated["gating_skew_ns"].sum())
+        counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1])[:4]
+                           if n)
+        text = (f"{_run(group)}no single straggler: the last rank alternates between consecutive {unit}s "
+                f"({counts} of {v['gated_units']}), {_ms(skew)} of skew in all")
+        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
+    return None
+
+
+def _why(causes: pd.DataFrame, rank: int, unit: str) -> str:
+    """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
+    (the mean over the units it gates), or ''."""
+    mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
+    if not len(mine):
+        return ""
+    work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
+    device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
+    if work < idle:
+        return f"; its {device} sits idle {_ms(idle)} longer before them per {unit} (the host launched late)"
+    names = pd.Series(dtype="float64")
+    for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
+        names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
+    top = f" ({names.idxmax()})" if len(names) else ""
+    return f"; its {device} does {_ms(work)} more work before them per {unit}{top}"
+
+
+def _totals_finding(row: pd.Series) -> Finding:
+    lead = int(row["compute_ns"] - row["next_compute_ns"])
+    text = (f"{_run(row['group'])}{row['label']} computes {_ms(lead)} more than any other rank and spends the least "
+            f"in communication ({_ms(row['comm_max_ns'] - row['comm_ns'])} less than the rank that waits most): "
+            "the others wait for it (from totals; no timestamps to say in which steps)")
+    return Finding(text, lead, SECTIONS["totals"], {"compute_ns": int(row["compute_ns"]),
+                                                      "next_compute_ns": int(row["next_compute_ns"])})
+
+
+def exposed_findings(ev: Evidence) -> list[Finding]:
+    """Per run, the rank with the most exposed communication (not overlapped by compute):
+    its wait per step at its collectives (who-waits) and the exposed share of its
+    communication (the timeline), where that is over MIN_EXPOSED_SHARE of its span."""
+    df = ev.per_input
+    if "exposed_ns" not in df:
+        return []
+    out = []
+    for group, g in df.dropna(subset=["exposed_ns"]).groupby("group", sort=False):
+        top = g.loc[g["exposed_ns"].idxmax()]
+        if not top["comm_ns"] or top["exposed_ns"] < MIN_EXPOSED_SHARE * top["span_ns"]:
+            continue
+        share = f"{100 * top['exposed_ns'] / top['comm_ns']:.0f}%"
+        wait = _wait_text(ev.comparison.waits.get(group), int(top["rank"]))
+        median = (f" (median over its {len(g):,} ranks: {_ms(g['exposed_ns'].median())})" if len(g) > 2 else "")
+        text = (f"{_run(group)}rank {int(top['rank'])} {wait}{share} of its communication is exposed, "
+                f"{_ms(top['exposed_ns'])} of its {_ms(top['span_ns'])} span{median}")
+        out.append(Finding(text, int(top["exposed_ns"]), SECTIONS["overlap"],
+                           {"rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),
+                            "comm_ns": int(top["comm_ns"]), "span_ns": int(top["span_ns"])}))
+    return out
+
+
+def _wait_text(w, rank: int) -> str:
+    """'waits 3.0 ms per step at allreduce, ' (the collective type it waits at most), or ''."""
+    if w is None or not len(w.collectives) or not len(w.steps):
+        return ""
+    mine = w.steps[w.steps["rank"] == rank]
+    coll = w.collectives[w.collectives["rank"] == rank]
+    if not len(mine) or not mine["wait_ns"].sum():
+        return ""
+    kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
+    return f"waits {_ms(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
+
+
+def idle_share_findings(ev: Evidence) -> list[Finding]:
+    """Per run, the rank whose GPU idles longest within its span (the timeline's union of
+    busy intervals), where that is over MIN_IDLE_SHARE of the span; runs side by side in one
+    sentence. Why it idled is issue 21's idle_findings (reports/idle.py), which replaces
+    this one in SOURCES."""
+    df = ev.per_input
+    if "idle_ns" not in df:
+        return []
+    runs = []
+    for group, g in df.dropna(subset=["idle_ns"]).groupby("group", sort=False):
+        top = g.loc[g["idle_ns"].idxmax()]
+        if top["span_ns"] and top["idle_ns"] >= MIN_IDLE_SHARE * top["span_ns"]:
+            runs.append((group, top, g))
+    if not runs:
+        return []
+    if len(runs) == 1:
+        group, top, g = runs[0]
+        median = f" (median over its {len(g):,} ranks: {_ms(g['idle_ns'].median())})" if len(g) > 2 else ""
+        text = (f"{_run(group)}rank {int(top['rank'])}'s GPU is idle {_pct(top['idle_ns'], top['span_ns'])} of its "
+                f"{_ms(top['span_ns'])} span ({_ms(top['idle_ns'])}; busy {_ms(top['busy_ns'])}){median}")
+    else:
+        text = "the GPU sits idle in " + ("every timed run" if len(runs) == df["idle_ns"].notna().groupby(
+            df["group"]).any().sum() else f"{len(runs)} runs") + ": " + "; ".join(f"{group} rank {int(top['rank'])} {_pct(top['idle_ns'], top['span_ns'])} of "
+                                   f"{_ms(top['span_ns'])}" for group, top, _ in runs)
+    most = max((top for _, top, _ in runs), key=lambda t: t["idle_ns"])
+    return [Finding(text, int(most["idle_ns"]), SECTIONS["overlap"],
+                    {"runs": {group: {"rank": int(top["rank"]), "idle_ns": int(top["idle_ns"]),
+                                      "span_ns": int(top["span_ns"])} for group, top, _ in runs}})]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%"
+
+
+def difference_findings(ev: Evidence) -> list[Finding]:
+    """Between runs or profilers (inputs of several groups or sources): the kernel whose time
+    differs most between the first input and an input of another run (of the same rank where
+    there is one), where compare names one of the two the slowest (its lead beyond the
+    step-to-step noise); per step where the inputs' step counts differ. Ranks of one run
+    differing are the straggler's finding, not this one."""
+    first, others = _across_runs(ev.inputs)
+    t = ev.kernels
+    if not others or t.empty:
+        return []
+    rows = t[t["slowest"].astype(str).isin([first, *others])].set_index("kernel")
+    per_step = f"per_step_ns[{first}]" in t
+    whole = float(t[f"per_step_ns[{first}]" if per_step else f"time_ns[{first}]"].sum())
+    deltas = rows[[f"delta_ns[{o}]" for o in others]].rename(columns=lambda c: c[len("delta_ns["):-1]).stack()
+    deltas = deltas[deltas.abs() >= MIN_DIFF_SHARE * whole]  # beyond the noise, and material
+    if deltas.empty:
+        return []
+    kernel, other = deltas.abs().idxmax()
+    delta, ratio = float(deltas[(kernel, other)]), rows.loc[kernel].get(f"ratio[{other}]")
+    each = " per step" if per_step else ""
+    if ratio == 0 or pd.isna(ratio):  # the kernel runs in one of the two only
+        there, absent = (first, other) if ratio == 0 else (other, first)
+        text = f"{_short(kernel)} runs in {there} ({_ms(abs(delta))}{each}) and not in {absent}"
+    else:
+        text = (f"{_short(kernel)} takes {_ms(abs(delta))} {'more' if delta > 0 else 'less'}{each} in {other} than "
+                f"in {first} (x{ratio:.2f}, beyond the step-to-step noise)")
+    steps = min((i.digest("noise")["steps"] or i.steps or 1) for i in ev.inputs) if per_step else 1
+    return [Finding(text, int(abs(delta) * steps), SECTIONS["comparison"],
+                    {"kernel": kernel, "against": first, "input": other, "delta_ns": delta,
+                     "basis": str(t.attrs.get("basis", ""))})]
+
+
+def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:
+    """The first input's label, and the labels of the inputs of other runs (or sources) to set
+    beside it: those of its rank where any has it, else all of them."""
+    if not inputs or (len({i.group for i in inputs}) < 2 and len({i.source for i in inputs}) < 2):
+        return "", []
+    head = inputs[0]
+    others = [i for i in inputs[1:] if i.group != head.group or i.source != head.source]
+    same_rank = [i.label for i in others if i.rank == head.rank]
+    return head.label, same_rank or [i.label for i in others]
+
+
+NAME_CHARS = 80
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
+
+
+def profiler_cost_findings(ev: Evidence) -> list[Finding]:
+    """What each profiler cost against a run of the same config under backend none
+    (reports/runs.cost_of, the run table's row), left out where it says within the noise;
+    the runs against one baseline in one sentence, the largest cost first, ranked by that
+    share of the runs' longest traced span."""
+    by_base: dict[str, list[tuple[str, dict, dict]]] = {}
+    for name, info in ev.runs:
+        cost = cost_of(info, ev.runs)
+        if cost is not None and not cost.get("within_noise"):
+            by_base.setdefault(cost["baseline"], []).append((name, info, cost))
+    out = []
+    for base, costs in by_base.items():
+        costs.sort(key=lambda c: -abs(c[2]["change"]))
+        unit = f" {costs[0][2]['unit']}" if costs[0][2].get("unit") else ""
+        each = [f"{info.get('backend')} {100 * cost['change']:+.1f}% ({cost['mine']:,.4g}{unit}, {name})"
+                for name, info, cost in costs]
+        text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
+                f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
+        at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
+        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "runs": {
+            name: cost for name, _, cost in costs}}))
+    return out
+
+
+def _run_span_ns(ev: Evidence, folder: str) -> float:
+    """The longest traced span of the inputs read from run folder `folder` (0 without)."""
+    labels = {i.label for i in ev.inputs if i.path and Path(i.path).parent.name == folder}
+    df = ev.per_input
+    if "span_ns" not in df or not labels:
+        return 0.0
+    span = df.loc[df["label"].isin(labels), "span_ns"].max()
+    return 0.0 if pd.isna(span) else float(span)
+
+
+# Each source: (Evidence) -> list[Finding]. Two more plug in here, one function each:
+#   idle_findings (issue 21, reports/idle.py): the largest idle cause per run ("rank 0's GPU
+#     idles 41 ms per step waiting for the host to launch"), section "idle"; it replaces
+#     idle_share_findings;
+#   roofline_findings (issue 20, reports/roofline.py): the kernels losing most time to their
+#     roofline (lost_ns), section "roofline".
+SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
+    straggler_findings, exposed_findings, idle_share_findings, difference_findings, profiler_cost_findings)
+
+
+def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
+    """At most MAX_FINDINGS findings of every source, the most time at stake first."""
+    found = [f for source in sources for f in source(ev)]
+    return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
+
+
+NONE = ("no straggler or alternation, no exposed communication or idle GPU worth a line, no difference beyond "
+        "the noise, no profiler cost measured")
+
+
+def lines(found: list[Finding]) -> list[str]:
+    """The findings as the terminal prints them (the report shows the same text)."""
+    return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))] if found else [f"findings: none ({NONE})"]
