@@ -24,6 +24,7 @@ import pandas as pd
 
 from .collectives import collective_type
 from .compare import Comparison, Input, compare
+from .findings_more import idle_findings, roofline_findings
 from .runs import cost_of
 
 MAX_FINDINGS = 8
@@ -33,7 +34,7 @@ MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of the first inp
 
 # section ids of the report (reports/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
-            "totals": "op-classes"}
+            "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
 
 
 @dataclass(frozen=True)
@@ -306,8 +307,13 @@ def _run_span_ns(ev: Evidence, folder: str) -> float:
 #     idle_share_findings;
 #   roofline_findings (issue 20, reports/roofline.py): the kernels losing most time to their
 #     roofline (lost_ns), section "roofline".
+def _idle(ev: Evidence) -> list[Finding]:
+    """Idle by cause (issue 21) where the runs' steps give it, else the idle share alone."""
+    return idle_findings(ev) or idle_share_findings(ev)
+
+
 SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
-    straggler_findings, exposed_findings, idle_share_findings, difference_findings, profiler_cost_findings)
+    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings)
 
 
 def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:

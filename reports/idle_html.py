@@ -51,11 +51,11 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) 
     timed = [i for i in inputs if i.timed]
     untimed = [label(i.label) for i in inputs if not i.timed]
     if not timed:
-        return ["<h2>Why was the GPU idle?</h2>", f'<p class="note">{", ".join(untimed)}: no idle breakdown: '
+        return ['<h2 id="idle">Why was the GPU idle?</h2>', f'<p class="note">{", ".join(untimed)}: no idle breakdown: '
                 "proton records no launches and no timestamps</p>"] if untimed else []
     steps, launches, ops, notes = _result(timed[:SHOWN_INPUTS])
     notes += [f'{", ".join(untimed)}: no idle breakdown: proton records no launches and no timestamps'] if untimed else []
-    out = ["<h2>Why was the GPU idle?</h2>",
+    out = ['<h2 id="idle">Why was the GPU idle?</h2>',
            '<p class="note">Per step: GPU busy, then the idle time by cause. host: the host had not begun to launch '
            "the next op; sync: the host was blocked in a synchronising call; launch: launched onto an empty queue, "
            "not started; dependency: queued, waiting on another stream, an event or a peer; other: queued behind "
