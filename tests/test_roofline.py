@@ -157,7 +157,9 @@ def test_train_flops_from_the_trace_agree_with_the_workload_mfu():
 @pytest.mark.parametrize("name, entry", [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
                                          ("NVIDIA H100 NVL", "H100 NVL"), ("NVIDIA H200", "H200"),
                                          ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"), ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
-                                         ("NVIDIA B200", "B200")])
+                                         ("NVIDIA B200", "B200"), ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+                                         ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10", "A10"),
+                                         ("AMD Instinct MI300X", "MI300X")])
 def test_device_names_as_cuda_gives_them(name, entry):
     assert devices.detect({"name": name}).name == entry
 
@@ -166,6 +168,8 @@ def test_proton_device_by_arch_and_bandwidth():
     assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": 3352.32}).name == "H100 SXM"
     assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": 4814.0}).name == "H200"
     assert devices.detect({"arch": "75", "memory_bandwidth_gb_s": 320.0}) is None
+    assert devices.detect({"type": "HIP", "name": "AMD Radeon Graphics", "arch": "90"}) is None  # gfx90a
+    assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # not A10
     with pytest.raises(UsageError):
         devices.by_option("TPU v5")
 

@@ -67,13 +67,36 @@ DEVICES = [
     # (sparse/2 = dense); FP32 80 TFLOPS; HBM3e 8 TB/s; PCIe Gen5 to the host
     Device("B200", {"fp64": 40.0, "fp32": 80.0, "tf32": 1100.0, "16": 2250.0, "8": 4500.0}, 8000.0, _PCIE5_GB_S,
            "NVIDIA HGX B200 datasheet, per GPU, dense", "100", ("b200",)),
+    # NVIDIA L40S datasheet (2023): FP32 91.6, TF32 366/2, BF16/FP16 733/2, FP8 1466/2 (dense); GDDR6 864 GB/s
+    Device("L40S", {"fp32": 91.6, "tf32": 183.0, "16": 362.0, "8": 733.0}, 864.0, _PCIE4_GB_S,
+           "NVIDIA L40S datasheet, dense", "89", ("l40s",)),
+    # NVIDIA L4 datasheet (2023): FP32 30.3, TF32 120/2, BF16/FP16 242/2, FP8 485/2 (dense); 300 GB/s
+    Device("L4", {"fp32": 30.3, "tf32": 60.0, "16": 121.0, "8": 242.5}, 300.0, _PCIE4_GB_S,
+           "NVIDIA L4 datasheet, dense", "89", ("l4",)),
+    # NVIDIA A10 datasheet (2021): FP32 31.2, TF32 62.5, BF16/FP16 125, INT8 250 (dense); GDDR6 600 GB/s
+    Device("A10", {"fp32": 31.2, "tf32": 62.5, "16": 125.0, "8": 250.0}, 600.0, _PCIE4_GB_S,
+           "NVIDIA A10 datasheet, dense", "86", ("a10",)),
+    # NVIDIA V100 datasheet (2020), SXM2: FP64 7.8, FP32 15.7, tensor (fp16) 125; HBM2 900 GB/s; PCIe
+    # Gen3 x16 to the host (15.75 GB/s one way). No bf16 tensor cores: "16" is fp16's.
+    Device("V100 SXM2", {"fp64": 7.8, "fp32": 15.7, "16": 125.0}, 900.0, 15.75,
+           "NVIDIA V100 datasheet, SXM2", "70", ("v100", "v100-sxm2")),
+    Device("V100 PCIe", {"fp64": 7.0, "fp32": 14.0, "16": 112.0}, 900.0, 15.75,
+           "NVIDIA V100 datasheet, PCIe", "70", ("v100-pcie",)),
+    # AMD Instinct MI300X datasheet (2023): FP64 matrix 163.4, FP32 163.4, TF32 653.7, FP16/BF16 1307.4,
+    # FP8 2614.9 (dense); HBM3 5.3 TB/s; PCIe Gen5
+    Device("MI300X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "16": 1307.4, "8": 2614.9}, 5300.0, _PCIE5_GB_S,
+           "AMD Instinct MI300X datasheet, dense", None, ("mi300x",)),
+    # AMD Instinct MI250X datasheet (2021): FP64/FP32 matrix 95.7, FP16/BF16 383; HBM2e 3.2768 TB/s
+    Device("MI250X", {"fp64": 95.7, "fp32": 95.7, "16": 383.0}, 3276.8, _PCIE4_GB_S,
+           "AMD Instinct MI250X datasheet", None, ("mi250x",)),
 ]
 _BY_KEY = {alias: d for d in DEVICES for alias in (d.name.lower(), *d.aliases)}
 # the names CUDA gives (cudaDeviceProp.name) -> table entry; checked in order
 _NAME_PATTERNS = [(re.compile(p, re.IGNORECASE), name) for p, name in [
     (r"H100.*NVL", "H100 NVL"), (r"H100.*PCIe", "H100 PCIe"), (r"H100", "H100 SXM"), (r"H200", "H200"),
     (r"A100.*PCIe.*80|A100 80GB PCIe", "A100 PCIe 80GB"), (r"A100.*40GB", "A100 40GB"), (r"A100", "A100 SXM 80GB"),
-    (r"B200", "B200")]]
+    (r"B200", "B200"), (r"L40S", "L40S"), (r"\bL4\b", "L4"), (r"\bA10\b(?!0)", "A10"),
+    (r"V100.*PCIE", "V100 PCIe"), (r"V100", "V100 SXM2"), (r"MI300X", "MI300X"), (r"MI250X?", "MI250X")]]
 
 
 def by_option(name: str) -> Device:
@@ -108,6 +131,8 @@ def detect(props: dict[str, Any]) -> Device | None:
     name = props.get("name")
     if isinstance(name, str) and (found := _from_name(name)):
         return found
+    if props.get("type") not in (None, "CUDA"):  # an AMD gfx90a is no sm_90: by name only
+        return None
     arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
         props.get("memory_bandwidth_gb_s")
     same = [d for d in DEVICES if d.arch == arch]
