@@ -24,6 +24,7 @@ import pandas as pd
 
 from .collectives import collective_type
 from .compare import Comparison, Input, compare
+from .finding import Finding
 from .findings_more import idle_findings, roofline_findings
 from .runs import cost_of
 
@@ -35,17 +36,6 @@ MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of the first inp
 # section ids of the report (reports/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
             "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One sentence with its number; `at_stake_ns` ranks it (the time it is about, over the
-    capture); `section` is the id of the report section that proves it; `evidence` the
-    numbers behind it (JSON-able)."""
-    text: str
-    at_stake_ns: int
-    section: str
-    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -322,8 +312,8 @@ def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
     return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
 
 
-NONE = ("no straggler or alternation, no exposed communication or idle GPU worth a line, no difference beyond "
-        "the noise, no profiler cost measured")
+NONE = ("nothing beyond the thresholds: no late rank, exposed communication, idle GPU or time lost to the "
+        "roofline worth a line, no difference beyond the noise, no profiler cost measured")
 
 
 def lines(found: list[Finding]) -> list[str]:
