@@ -18,6 +18,7 @@ from tracelab.reports.roofline import roofline, with_scope_work
 
 from conftest import DATA
 from malformed import run_cli_output
+from test_html import chromium  # noqa: F401  (the fixture)
 
 SHAPES = DATA / "roofline-1gpu-torch"
 EXPECTED = json.loads((SHAPES / "expected.results.json").read_text())["regions"]
@@ -297,3 +298,18 @@ def test_nsys_flops_from_emit_nvtx_sizes_equal_2mnk():
     sized = con.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
                         "WHERE COALESCE(n.text, s.value) LIKE 'aten::mm,%sizes = [%'").fetchone()[0]
     assert sized == 15  # 5 calls each of the square bf16, square fp32 and skinny products
+
+
+@pytest.mark.slow
+def test_roofline_and_idle_sections_render_in_chromium(chromium, tmp_path, capsys):
+    """The report of a host-bound H100 train capture: its roofline plot (log axes, the roofs) and
+    the idle bars draw in a real headless Chromium with no console error and no request."""
+    from test_html import check_rendered
+
+    out = tmp_path / "report.html"
+    status, _, err = run_cli_output(capsys, "report", str(DATA / "idle-1gpu-small-torch"), "-o", str(out))
+    assert status == 0, err
+    page = out.read_text()
+    assert 'id="roofline"' in page and 'id="idle"' in page
+    got = check_rendered(chromium, out)
+    assert "FLOP per byte" in got["dom"]  # the roofline plot's axis, drawn by plotly
