@@ -106,6 +106,7 @@ class _OpArgs(msgspec.Struct, gc=False):
     dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
 
 
 class _Op(_Event, gc=False):

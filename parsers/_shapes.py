@@ -13,7 +13,8 @@ so the formulas are for those operators, with the layouts they take:
     cudnn_convolution / convolution                  2*N*O*prod(out spatial)*(C/groups)*prod(kernel)
     elementwise and reductions                       bytes only: tensor inputs read + the output written
 
-An operator that launches several kernels has its work spread over them in proportion to
+Where no formula applies, the `flops` arg torch.profiler(with_flops=True) wrote on the operator
+is taken. An operator that launches several kernels has its work spread over them in proportion to
 their time; memcpy and memset rows keep their own `bytes` from the trace. Anything else is
 unknown (NaN), never zero.
 """
@@ -256,6 +257,8 @@ def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id:
     for i in used.tolist():
         args = ops.args[i]
         op_flops[i], op_bytes[i], op_dtype[i] = op_work(ops.name[i], args.dims, args.types, args.concrete)
+        if math.isnan(op_flops[i]) and type(args.flops) in (int, float) and args.flops >= 0:
+            op_flops[i] = float(args.flops)  # torch's own count (with_flops=True) where we have no formula
     flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes)
     dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if len(op_ids) else "", "")
     tf32 = np.array([d == "fp32" and bool(_TF32.search(n)) for d, n in zip(dtype, name)], dtype=bool)

@@ -313,3 +313,21 @@ def test_roofline_and_idle_sections_render_in_chromium(chromium, tmp_path, capsy
     assert 'id="roofline"' in page and 'id="idle"' in page
     got = check_rendered(chromium, out)
     assert "FLOP per byte" in got["dom"]  # the roofline plot's axis, drawn by plotly
+
+
+def test_torch_flops_arg_where_no_formula_applies(tmp_path):
+    """An operator tracelab has no formula for, with the `flops` torch.profiler(with_flops=True)
+    wrote: its kernel gets those FLOPs; a broken shape beside it stays unknown."""
+    trace = json.load(gzip.open(SHAPES / "rank0.pt.trace.json.gz"))
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::gelu":
+            e["name"], e["args"]["flops"] = "aten::my_gelu", 1234
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::add":
+            e["args"]["Input Dims"] = "not a list"
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    events = tracelab.load(path).events
+    gelu = events[(events["scope"] == "gelu_bf16") & (events["kind"] == "kernel")]
+    add = events[(events["scope"] == "add_bf16") & (events["kind"] == "kernel")]
+    assert gelu["flops"].tolist() == [1234.0] * 5 and gelu["bytes"].isna().all()
+    assert add["flops"].isna().all() and add["bytes"].isna().all()
