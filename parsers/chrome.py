@@ -50,6 +50,7 @@ from tracelab.schema import Profile
 
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
+from ._kineto_graphs import scope_launches
 from ._kineto_json import Launches, Picked, Trace, decode, pick, read_bytes
 from ._steps import assign, compile_pattern, is_step, numbers
 
@@ -75,11 +76,12 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges = pick(path, data, trace.traceEvents, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Launches), ({USER_ANNOTATION}, Picked)])
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked)])
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
-        columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
+        graphs = _graph_replays(columns, launch, launches)
+        columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
         ops = pick(path, data, trace.traceEvents, [(CPU_OPS, Picked)])[0]
@@ -88,6 +90,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns
     meta = _meta(path, trace, origin_ns)
+    meta["notes"] = graphs.notes if gpu.cat else []
     return Profile(_frame(columns, meta["rank"]), meta)
 
 
@@ -120,6 +123,13 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
     cols["process_group"] = process_groups(args)
     return cols
+
+
+def _graph_replays(cols: dict[str, Any], launch: np.ndarray, launches: Picked):
+    """Per GPU row, the launch whose scope it takes: a CUDA-graph replay's row, the launch that
+    captured its node where the capture is in the trace (parsers/_kineto_graphs.py)."""
+    return scope_launches(launches.name, to_ints(launches.pid), to_ints(launches.tid), launches.ts_ns, launch,
+                          cols["kind"], cols["start_ns"], np.asarray(cols["stream"]))
 
 
 def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,
