@@ -24,8 +24,10 @@ RULES: dict[str, tuple[str, str]] = {
     "globalTid": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
     "correlationId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
     "bytes": ("{c} IS NULL OR " + _INT + " AND {c} >= 0", "a whole number of bytes or NULL"),
+    "graphNodeId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
+    "originalGraphNodeId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
 }
-_ACTIVITY = ("start", "end", "deviceId", "streamId", "globalPid", "correlationId", "bytes")
+_ACTIVITY = ("start", "end", "deviceId", "streamId", "globalPid", "correlationId", "bytes", "graphNodeId")
 # table -> (columns checked, which rows the parser reads, the columns that choice needs)
 TABLES: dict[str, tuple[tuple[str, ...], str, set[str]]] = {
     "CUPTI_ACTIVITY_KIND_KERNEL": (_ACTIVITY, "1", set()),
@@ -35,6 +37,8 @@ TABLES: dict[str, tuple[tuple[str, ...], str, set[str]]] = {
                                     "correlationId IS NOT NULL AND globalTid IS NOT NULL",
                                     {"correlationId", "globalTid"}),
     "NVTX_EVENTS": (("start", "globalTid"), "eventType IN (59, 60)", {"eventType"}),
+    "CUDA_GRAPH_NODE_EVENTS": (("start", "globalTid", "graphNodeId", "originalGraphNodeId"),
+                               "graphNodeId IS NOT NULL AND globalTid IS NOT NULL", {"graphNodeId", "globalTid"}),
 }
 _NVTX_END = ("end IS NULL OR " + _TIME.format(c="end") + " AND end >= start",
              "NULL or an integer time within +-2**62 ns, at or after start")

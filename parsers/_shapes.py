@@ -218,31 +218,36 @@ _WORK = [(_GEMM, _gemm), (_ATTN_FWD_BHLE, _attn_forward), (_ATTN_FWD_BLHE, _attn
          (_LAYER_NORM, _layer_norm), (_ELEMENTWISE, _elementwise)]
 
 
-def spread(op_of_row: np.ndarray, dur_ns: np.ndarray, op_flops: np.ndarray, op_bytes: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, its operator's (flops, bytes) times the row's share of the operator's rows' time
-    (`op_of_row` -1: no operator, NaN); an operator whose rows took no time splits evenly."""
+def spread(op_of_row: np.ndarray, dur_ns: np.ndarray, op_flops: np.ndarray, op_bytes: np.ndarray,
+           call: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, its operator's (flops, bytes) times the row's share of the time of the rows of
+    the same call (`call`: one id per execution of the operator, e.g. each CUDA-graph replay;
+    default: the operator) (`op_of_row` -1: no operator, NaN); a call whose rows took no time
+    splits evenly."""
     flops, moved = np.full(len(op_of_row), np.nan), np.full(len(op_of_row), np.nan)
     has = op_of_row >= 0
     if not has.any():
         return flops, moved
-    ops, inverse = np.unique(op_of_row[has], return_inverse=True)
+    keys = op_of_row if call is None else np.stack([op_of_row, call], axis=1)
+    _, inverse = np.unique(keys[has], return_inverse=True, axis=0 if call is not None else None)
+    inverse = inverse.reshape(-1)
     dur = dur_ns[has].astype(np.float64)
-    total = np.bincount(inverse, weights=dur, minlength=len(ops))
-    count = np.bincount(inverse, minlength=len(ops))
+    total = np.bincount(inverse, weights=dur)
+    count = np.bincount(inverse)
     share = np.where(total[inverse] > 0, dur / np.where(total[inverse] > 0, total[inverse], 1), 1 / count[inverse])
-    flops[has], moved[has] = op_flops[ops][inverse] * share, op_bytes[ops][inverse] * share
+    flops[has], moved[has] = op_flops[op_of_row[has]] * share, op_bytes[op_of_row[has]] * share
     return flops, moved
 
 
 _TF32 = re.compile(r"tf32|xmma.*_tf32|s1688|s16816.*tf32", re.IGNORECASE)
 
 
-def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id: np.ndarray, ops: Any
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id: np.ndarray, ops: Any,
+             call: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU row: (flops, bytes, dtype) from the operator with its `External id` (`ops`:
     the trace's cpu_op events, parsers/_kineto_json.Ops); kernels only (memcpy and memset
-    rows have their own bytes). A fp32 GEMM whose kernel name says tf32 is tf32."""
+    rows have their own bytes). `call` tells executions of one operator apart (each CUDA
+    graph replay of a captured one). A fp32 GEMM whose kernel name says tf32 is tf32."""
     op_ids = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in ops.args],
                       dtype=np.int64)
     ids, first = np.unique(op_ids, return_index=True)  # the first operator of each id
@@ -259,7 +264,7 @@ def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id:
         op_flops[i], op_bytes[i], op_dtype[i] = op_work(ops.name[i], args.dims, args.types, args.concrete)
         if math.isnan(op_flops[i]) and type(args.flops) in (int, float) and args.flops >= 0:
             op_flops[i] = float(args.flops)  # torch's own count (with_flops=True) where we have no formula
-    flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes)
+    flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes, call)
     dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if len(op_ids) else "", "")
     tf32 = np.array([d == "fp32" and bool(_TF32.search(n)) for d, n in zip(dtype, name)], dtype=bool)
     dtype[tf32] = "tf32"

@@ -51,6 +51,7 @@ from tracelab.schema import Profile
 from . import _host
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
+from ._kineto_graphs import scope_launches
 from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
 from ._shapes import row_work
 from ._steps import assign, compile_pattern, is_step, numbers
@@ -82,9 +83,12 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     # (parsers/_host.py) and the kernels' work (parsers/_shapes.py)
     if gpu.cat:
         columns = _gpu_columns(gpu)
-        columns.update(_work(columns, gpu, ops))
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
-        columns["scope"] = _scopes(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
+        graphs = _graph_replays(columns, launch, launches)
+        replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
+        columns.update(_work(columns, gpu, ops, _external_ids(gpu, launch, graphs.scope_launch, launches),
+                             np.where(replay, launch, -1)))
+        columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
@@ -94,6 +98,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
+    meta["notes"] = graphs.notes if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     return Profile(_frame(columns, meta["rank"]), meta, host=host)
 
@@ -129,16 +134,38 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     return cols
 
 
-def _work(cols: dict[str, Any], gpu: Picked, ops: Ops) -> dict[str, Any]:
+def _ids(args: list) -> np.ndarray:
+    return np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in args],
+                    dtype=np.int64)
+
+
+def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, launches: Picked) -> np.ndarray:
+    """Per GPU row, the External id of the operator whose shapes give its work: its own; a CUDA
+    graph replay's, the operator around the launch that captured its node (as for its scope)."""
+    external = _ids(gpu.args)
+    replay = (scope_launch >= 0) & (scope_launch != launch)
+    if replay.any():
+        external[replay] = _ids([launches.args[i] for i in scope_launch[replay].tolist()])
+    return external
+
+
+def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, external: np.ndarray, call: np.ndarray) -> dict[str, Any]:
     """flops, bytes and dtype per row (parsers/_shapes.py): a kernel's from the shapes of the
-    operator that launched it (record_shapes), a memcpy's or memset's bytes from its own args."""
-    external = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in gpu.args],
-                        dtype=np.int64)
-    flops, moved, dtype = row_work(cols["kind"], gpu.name, cols["dur_ns"], external, ops)
+    operator that launched it (record_shapes), a memcpy's or memset's bytes from its own args.
+    `call`: per row, its graph replay's launch (-1 outside replays): each replay executes the
+    captured operators once more."""
+    flops, moved, dtype = row_work(cols["kind"], gpu.name, cols["dur_ns"], external, ops, call)
     own = np.array([float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan for a in gpu.args])
     copies = cols["kind"] != "kernel"
     moved[copies] = own[copies]
     return {"flops": flops, "bytes": moved, "dtype": dtype}
+
+
+def _graph_replays(cols: dict[str, Any], launch: np.ndarray, launches: Picked):
+    """Per GPU row, the launch whose scope it takes: a CUDA-graph replay's row, the launch that
+    captured its node where the capture is in the trace (parsers/_kineto_graphs.py)."""
+    return scope_launches(launches.name, to_ints(launches.pid), to_ints(launches.tid), launches.ts_ns, launch,
+                          cols["kind"], cols["start_ns"], np.asarray(cols["stream"]))
 
 
 def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,

@@ -41,7 +41,7 @@ from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.schema import Profile
 
-from . import _nsys_check, _nsys_host
+from . import _nsys_check, _nsys_graphs, _nsys_host
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
 from ._shapes import op_work, spread
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers
@@ -106,9 +106,9 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     activity = _activity(con, tables, path)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
-    activity["scope"], activity["step"] = _regions(con, tables, activity, step_re)
+    activity["scope"], activity["step"], notes = _regions(con, tables, activity, step_re)
     activity["flops"] = _nvtx_flops(con, tables, activity)
-    return activity, session_meta(con, tables), device_table(con, tables)
+    return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)
 
 
 def _query(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
@@ -243,14 +243,16 @@ _EMIT_NVTX_COUNTERS = r", (?:seq|op_id) = \d+|, sizes = \[.*\]$"
 
 
 def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
-             step_re: re.Pattern) -> tuple[np.ndarray, pd.arrays.IntegerArray]:
-    """Per activity row, its scope and step: the NVTX ranges open at its launch (_scopes),
-    and the step range open then on any thread of its process (parsers/_steps.py)."""
+             step_re: re.Pattern) -> tuple[np.ndarray, pd.arrays.IntegerArray, list[str]]:
+    """Per activity row, its scope and step: the NVTX ranges open at its launch (_scopes; a
+    CUDA-graph replay's row: at its node's capture, parsers/_nsys_graphs.py), and the step
+    range open at its launch on any thread of its process (parsers/_steps.py); notes."""
     scopes = np.full(len(activity), "", dtype=object)
     steps = pd.array([None] * len(activity), dtype="Int64")
     if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return scopes, steps
+        return scopes, steps, []
     launches = _launches(con, activity)
+    captured, notes = _nsys_graphs.capture_points(con, tables, activity, launches)
     ranges = _query(con, _NVTX)
     ranges = ranges[ranges["text"].notna() & (ranges["end"] > ranges["start"])]  # an open range: end = max
     ranges = ranges.assign(text=ranges["text"].str.replace(_EMIT_NVTX_COUNTERS, "", regex=True))
@@ -258,8 +260,8 @@ def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
     rows = launches["row"].to_numpy()
     steps[rows] = assign(launches["globalPid"].to_numpy(), launches["launch_ns"].to_numpy(),
                          _step_ranges(ranges[step], step_re))
-    scopes[rows] = _scopes(ranges[~step], launches)
-    return scopes, steps
+    scopes[rows] = _scopes(ranges[~step], captured)
+    return scopes, steps, notes
 
 
 _SIZES = re.compile(r"^(aten::\w+),.*?, sizes = (\[.*?\])(?:, input_op_ids = .*)?$")

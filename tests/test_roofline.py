@@ -331,3 +331,15 @@ def test_torch_flops_arg_where_no_formula_applies(tmp_path):
     add = events[(events["scope"] == "add_bf16") & (events["kind"] == "kernel")]
     assert gelu["flops"].tolist() == [1234.0] * 5 and gelu["bytes"].isna().all()
     assert add["flops"].isna().all() and add["bytes"].isna().all()
+
+
+def test_cuda_graph_replays_get_their_captured_ops_work():
+    """A graph captured inside the trace and replayed once per step (tests/data/graph-1gpu-torch):
+    each replay's Linear has the captured addmm's 2MNK, like the eager pass of the same layer."""
+    expected = json.loads((DATA / "graph-1gpu-torch" / "expected.results.json").read_text())
+    events = tracelab.load(DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz").events
+    per_layer = 2 * 64 * expected["width"] * expected["width"] * expected["steps"] * expected["replays"]
+    for layer in range(expected["layers"]):
+        replayed = events[events["scope"] == f"capture/layer{layer}"]
+        eager = events[events["scope"] == f"eager/layer{layer}"]
+        assert replayed["flops"].sum() == pytest.approx(per_layer) and eager["flops"].sum() == pytest.approx(per_layer)

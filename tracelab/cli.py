@@ -109,7 +109,18 @@ def _load(paths: list[str], rank: int | None = None, **work):
         with _progress() as bar:
             task = bar.add_task(f"loading {len(files)} traces", total=len(files))
             profiles = load_many(files, on_loaded=lambda _: bar.advance(task), **work)
+    _say_notes(profiles)
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
+
+
+def _say_notes(profiles) -> None:
+    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say),
+    one line each on stderr, each distinct line once."""
+    from .terminal import printable
+
+    lines = [f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ()]
+    for line in dict.fromkeys(lines):
+        typer.echo(printable(line), err=True)
 
 
 def _err_console():
@@ -222,7 +233,9 @@ def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
     total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        return load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
+        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
+    _say_notes([p for group in groups for p in group])
+    return groups
 
 
 DeviceOpt = Annotated[Optional[str], typer.Option(
