@@ -23,7 +23,10 @@ test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 r
 steps among 64 ranks happens by chance with p = 64 x 64^-6. Which test applies depends on
 the rank count only, never on the data.
 Magnitudes count: a rank 3 ms late in six steps and 0.3 ms early in two is late, which
-a sign test on 6 of 8 would not say. Otherwise "alternating" where consecutive gated steps switch gating
+a sign test on 6 of 8 would not say. Short captures (3 to 5 steps, where those tests cannot
+reach ALPHA) have a second way to a straggler: the block test of reports/evidence.py (a t-test
+over steps of the rank's per-step lateness, p < 0.01, with the rank last at most collectives
+and late beyond the clock and step-to-step noise in every step); the line states the evidence. Otherwise "alternating" where consecutive gated steps switch gating
 rank at least ALTERNATING_SHARE of the time and more often than chance (binomial against
 1 - 1/ranks per move, p < ALPHA), else "no clear straggler" with the counts. Without
 steps every collective is its own unit (basis "collectives"). Times are the GPU's, or
@@ -37,6 +40,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from . import evidence as E
 from .timeline import _coverage, merge_intervals
 
 ALPHA = 0.05
@@ -185,7 +189,13 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
     if p_of[top] < ALPHA and counts[top] > n / 2:
-        return {**out, "rank": top, "pattern": "straggler"}
+        return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
+    block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
+    out["block"] = block if block.get("rank") is not None else None
+    if block["named"]:  # few steps: the block test over steps and the size against the noise (reports/evidence.py)
+        return {**out, "rank": block["rank"], "pattern": "straggler", "p_value": block["p_value"],
+                "lateness_ns": block["lateness_ns"], "test": "block t-test of its per-step lateness",
+                "evidence": block}
     seq = gated.sort_values("unit")["gating_rank"].astype(int).to_numpy()
     switches, moves = int((seq[1:] != seq[:-1]).sum()), max(len(seq) - 1, 0)
     if moves >= 3:  # more switches of the last rank than chance (1 - 1/ranks per move) gives?
@@ -328,9 +338,11 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     p = "" if v["p_value"] is None else f", p = {v['p_value']:.3g}"
     if v["pattern"] == "straggler":
         r = v["rank"]
-        text = (f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
-                f"{_ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average "
-                f"({v.get('test') or 'signed-rank test of its lateness'}{p})")
+        text = (f"straggler: rank {r}: {E.evidence_phrase(v['evidence'])} "
+                if v.get("evidence") and unit == "steps" else
+                f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
+                f"{_ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average ")
+        text += f"({v.get('test') or 'signed-rank test of its lateness'}{p})"
         if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
             work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
             device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
@@ -349,7 +361,8 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
     return (f"no clear straggler: no rank is significantly late in most {unit} "
-            f"(gated: {counts} of {v['gated_units']}{p}{at_collectives})")
+            f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){E.not_enough(v.get('block'))}")
+
 
 
 def waits_from_comm_time(per_rank: pd.DataFrame) -> dict[str, Any]:

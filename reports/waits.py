@@ -18,6 +18,7 @@ import pandas as pd
 from . import collectives as C
 from . import normalise
 from . import steps as S
+from . import evidence as E
 from . import verdicts as V
 from .timeline import clock_offsets
 
@@ -118,7 +119,7 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll = _from_common_start(coll, digests, clock["offsets_ns"])
     steps = S.with_waits(_steps_of(digests), coll)
     floor = V.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
-    coll = coll.assign(noise_floor_ns=floor)
+    coll = coll.assign(noise_floor_ns=floor, span_noise_ns=E.span_noise_ns(steps))
     clock["noise_ns"] = V.noise_ns(coll)
     gate = V.gating(coll)
     with_time = [d for d in digests.values() if len(d.comm) or len(d.steps)]
@@ -164,7 +165,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
             "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],
             "gated_by_rank": {str(r): n for r, n in v["gated_by_rank"].items()},
             "last_at_collectives": {str(r): n for r, n in v["last_at_collectives"].items()},
-            "collectives": v["collectives"],
+            "collectives": v["collectives"], "evidence": v.get("evidence"), "block_test": v.get("block"),
             "clock": {k: (val if not isinstance(val, dict) else {str(r): o for r, o in val.items()})
                       for k, val in w.clock.items()},
             "steps": steps}

@@ -119,7 +119,10 @@ def test_one_rank_late_before_each_all_reduce(equal_base, idle: bool, cause: str
     if not idle:
         assert all(next(iter(k)) == EXTRA_KERNEL for k in w.causes["kernels"])
         assert f"{EXTRA_KERNEL} +" in w.line
-    assert w.line.startswith("straggler: rank 1 gates 15 of 15 steps")
+    # issue 22: the line states the evidence (collectives it was last at, steps, lateness, noise)
+    per_step_ms = n_collectives * LATE_NS / 15 / 1e6
+    assert w.line.startswith(f"straggler: rank 1: last at {n_collectives}/{n_collectives} all-reduces in 15/15 steps, "
+                             f"{per_step_ms:,.1f} ms later per step")
     # the waiting rank waits about LATE_NS per collective; the late one hardly at all
     waits = w.steps.groupby("rank")["wait_ns"].sum()
     assert waits[0] == pytest.approx(n_collectives * LATE_NS, rel=0.02) and waits[1] < waits[0] / 50
