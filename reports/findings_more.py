@@ -4,10 +4,9 @@
 states only what they decided; below its threshold a source says nothing."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
+from .finding import Finding
 from .idle import CAUSES, combine
 
 MIN_IDLE_SHARE = 0.10  # idle under this share of the step is no finding
@@ -30,8 +29,6 @@ def _run(group: str, several: bool) -> str:
 def idle_findings(ev) -> list:
     """Per run, the rank idling most per step, its idle split by its largest cause, and how
     many steps were host-, GPU- or communication-bound."""
-    from .findings import Finding
-
     groups = {i.group for i in ev.inputs}
     best: dict[str, tuple] = {}
     for i in ev.inputs:
@@ -59,8 +56,6 @@ def idle_findings(ev) -> list:
 def roofline_findings(ev) -> list:
     """Per run, the kernel losing most time to its roofline (lost_ns), where that is a
     material share of its rank's GPU time and the device is known."""
-    from .findings import Finding
-
     groups = {i.group for i in ev.inputs}
     best: dict[str, tuple] = {}
     for i in ev.inputs:
