@@ -224,4 +224,7 @@ def test_charts_of_many_ranks_draw_the_late_rank_beside_the_first(tmp_path):
                 assert len(set(names)) <= 16 and "rank7" in {n.replace(" ", "") for n in names}
     assert per_rank >= 4  # op classes, heatmap, overlap, step x rank heatmaps
     assert "16 of 20 inputs drawn" in text and "16 of 20 ranks" in text
+    assert text.count("work known for") == 1 and "20 inputs: work known for" in text  # the roofline's coverage: one line
+    roofline = text.split('<h2 id="roofline">', 1)[1].split("<h2", 1)[0]
+    assert roofline.count("<tr>") <= 31  # its table: the drawn ranks' worst rows, not ten per rank
     assert "rank 7 is the straggler" in text.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
