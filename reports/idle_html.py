@@ -54,6 +54,16 @@ def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, lis
     return (*(pd.concat(f, ignore_index=True) for f in (steps, launches, ops)), notes)
 
 
+def _bound_lines(steps: pd.DataFrame) -> list[str]:
+    """'host-bound in 8 of 8 steps: rank0, rank1': one line per distinct count of bounds,
+    naming the inputs that have it (one line per input where each differs)."""
+    said: dict[str, list[str]] = {}
+    for lab, g in steps.groupby("label", sort=False):
+        text = ", ".join(f"{bound}-bound in {n} of {len(g)} steps" for bound, n in g["bound"].value_counts().items())
+        said.setdefault(text, []).append(str(lab))
+    return [f"<p>{escape(', '.join(labels))}: {escape(text)}</p>" for text, labels in said.items()]
+
+
 def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) -> list[str]:
     """The idle section for the timed inputs (above SHOWN_INPUTS the outlier ranks and the
     first ones), or nothing when none is."""
@@ -75,12 +85,11 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable) 
                    "is an outlier, then the first ranks; tracelab idle gives every rank</p>")
     if len(steps) and "label" in steps:
         out.append(figure(_bars(steps), ""))
-        out += [f"<p>{escape(str(lab))}: " + ", ".join(f"{bound}-bound in {n} of {len(g)} steps" for bound, n in
-                                                      g["bound"].value_counts().items()) + "</p>"
-                for lab, g in steps.groupby("label", sort=False)]
+        out += _bound_lines(steps)
     if len(launches):
         out.append(table(launches, {c: h for c, h in LAUNCH_COLUMNS.items() if c in launches}))
-    if len(ops):
-        out.append(table(ops, OP_COLUMNS))
+    if len(ops):  # several inputs: the host ops over the most idle of any of them, not ten per input
+        out.append(table(ops.sort_values("covered_ns", ascending=False, kind="stable").head(2 * TOP_OPS)
+                         if ops["label"].nunique() > 1 else ops, OP_COLUMNS))
     return out + [f'<p class="note">{n}</p>' for n in notes]
 
