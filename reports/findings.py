@@ -15,56 +15,18 @@ support it: the finding is left out, not hedged.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pandas as pd
 
 from .collectives import collective_type
-from .compare import Comparison, Input, compare
-from .finding import Finding
+from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import idle_findings, roofline_findings
-from .runs import cost_of
+from .findings_runs import difference_findings, profiler_cost_findings
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
 MIN_IDLE_SHARE = 0.10  # an idle GPU under this share of the rank's span is no finding
-MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of the first input's GPU time is no finding
-
-# section ids of the report (reports/html.py puts them on its headings)
-SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
-            "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
-
-
-@dataclass
-class Evidence:
-    """What the sources read, made once per command: the labelled inputs, their Comparison
-    (any --by: only its by-independent parts and its who-waits are read here), and the run
-    folders' (name, run.json)."""
-    inputs: list[Input]
-    comparison: Comparison
-    runs: list[tuple[str, dict]] = field(default_factory=list)
-
-    @cached_property
-    def kernels(self) -> pd.DataFrame:
-        """The comparison aligned on kernel, whatever --by the command was given, so that
-        every command states the same differences."""
-        c = self.comparison
-        return c.table if c.by == "kernel" else compare(self.inputs, "kernel")
-
-    @cached_property
-    def per_input(self) -> pd.DataFrame:
-        """Per input: label, group, rank, and its timeline (span, communication, exposed) where timed."""
-        t = self.comparison.totals[["label", "group", "rank"]]
-        tl = self.comparison.timeline
-        return t.merge(tl, on="label", how="left") if len(tl) else t
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e7 else f"{ns / 1e6:,.2f} ms"
-
 
 def _run(group: str) -> str:
     return f"{group}: " if group else ""
@@ -194,8 +156,9 @@ def idle_share_findings(ev: Evidence) -> list[Finding]:
         text = (f"{_run(group)}rank {int(top['rank'])}'s GPU is idle {_pct(top['idle_ns'], top['span_ns'])} of its "
                 f"{_ms(top['span_ns'])} span ({_ms(top['idle_ns'])}; busy {_ms(top['busy_ns'])}){median}")
     else:
-        text = "the GPU sits idle in " + ("every timed run" if len(runs) == df["idle_ns"].notna().groupby(
-            df["group"]).any().sum() else f"{len(runs)} runs") + ": " + "; ".join(f"{group} rank {int(top['rank'])} {_pct(top['idle_ns'], top['span_ns'])} of "
+        timed_runs = int(df["idle_ns"].notna().groupby(df["group"]).any().sum())
+        text = "the GPU sits idle in " + ("every timed run" if len(runs) == timed_runs else f"{len(runs)} runs") \
+            + ": " + "; ".join(f"{group} rank {int(top['rank'])} {_pct(top['idle_ns'], top['span_ns'])} of "
                                    f"{_ms(top['span_ns'])}" for group, top, _ in runs)
     most = max((top for _, top, _ in runs), key=lambda t: t["idle_ns"])
     return [Finding(text, int(most["idle_ns"]), SECTIONS["overlap"],
@@ -207,96 +170,8 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%"
 
 
-def difference_findings(ev: Evidence) -> list[Finding]:
-    """Between runs or profilers (inputs of several groups or sources): the kernel whose time
-    differs most between the first input and an input of another run (of the same rank where
-    there is one), where compare names one of the two the slowest (its lead beyond the
-    step-to-step noise); per step where the inputs' step counts differ. Ranks of one run
-    differing are the straggler's finding, not this one."""
-    first, others = _across_runs(ev.inputs)
-    t = ev.kernels
-    if not others or t.empty:
-        return []
-    rows = t[t["slowest"].astype(str).isin([first, *others])].set_index("kernel")
-    per_step = f"per_step_ns[{first}]" in t
-    whole = float(t[f"per_step_ns[{first}]" if per_step else f"time_ns[{first}]"].sum())
-    deltas = rows[[f"delta_ns[{o}]" for o in others]].rename(columns=lambda c: c[len("delta_ns["):-1]).stack()
-    deltas = deltas[deltas.abs() >= MIN_DIFF_SHARE * whole]  # beyond the noise, and material
-    if deltas.empty:
-        return []
-    kernel, other = deltas.abs().idxmax()
-    delta, ratio = float(deltas[(kernel, other)]), rows.loc[kernel].get(f"ratio[{other}]")
-    each = " per step" if per_step else ""
-    if ratio == 0 or pd.isna(ratio):  # the kernel runs in one of the two only
-        there, absent = (first, other) if ratio == 0 else (other, first)
-        text = f"{_short(kernel)} runs in {there} ({_ms(abs(delta))}{each}) and not in {absent}"
-    else:
-        text = (f"{_short(kernel)} takes {_ms(abs(delta))} {'more' if delta > 0 else 'less'}{each} in {other} than "
-                f"in {first} (x{ratio:.2f}, beyond the step-to-step noise)")
-    steps = min((i.digest("noise")["steps"] or i.steps or 1) for i in ev.inputs) if per_step else 1
-    return [Finding(text, int(abs(delta) * steps), SECTIONS["comparison"],
-                    {"kernel": kernel, "against": first, "input": other, "delta_ns": delta,
-                     "basis": str(t.attrs.get("basis", ""))})]
-
-
-def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:
-    """The first input's label, and the labels of the inputs of other runs (or sources) to set
-    beside it: those of its rank where any has it, else all of them."""
-    if not inputs or (len({i.group for i in inputs}) < 2 and len({i.source for i in inputs}) < 2):
-        return "", []
-    head = inputs[0]
-    others = [i for i in inputs[1:] if i.group != head.group or i.source != head.source]
-    same_rank = [i.label for i in others if i.rank == head.rank]
-    return head.label, same_rank or [i.label for i in others]
-
-
-NAME_CHARS = 80
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
-
-
-def profiler_cost_findings(ev: Evidence) -> list[Finding]:
-    """What each profiler cost against a run of the same config under backend none
-    (reports/runs.cost_of, the run table's row), left out where it says within the noise;
-    the runs against one baseline in one sentence, the largest cost first, ranked by that
-    share of the runs' longest traced span."""
-    by_base: dict[str, list[tuple[str, dict, dict]]] = {}
-    for name, info in ev.runs:
-        cost = cost_of(info, ev.runs)
-        if cost is not None and not cost.get("within_noise"):
-            by_base.setdefault(cost["baseline"], []).append((name, info, cost))
-    out = []
-    for base, costs in by_base.items():
-        costs.sort(key=lambda c: -abs(c[2]["change"]))
-        unit = f" {costs[0][2]['unit']}" if costs[0][2].get("unit") else ""
-        each = [f"{info.get('backend')} {100 * cost['change']:+.1f}% ({cost['mine']:,.4g}{unit}, {name})"
-                for name, info, cost in costs]
-        text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
-                f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
-        at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
-        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "runs": {
-            name: cost for name, _, cost in costs}}))
-    return out
-
-
-def _run_span_ns(ev: Evidence, folder: str) -> float:
-    """The longest traced span of the inputs read from run folder `folder` (0 without)."""
-    labels = {i.label for i in ev.inputs if i.path and Path(i.path).parent.name == folder}
-    df = ev.per_input
-    if "span_ns" not in df or not labels:
-        return 0.0
-    span = df.loc[df["label"].isin(labels), "span_ns"].max()
-    return 0.0 if pd.isna(span) else float(span)
-
-
-# Each source: (Evidence) -> list[Finding]. Two more plug in here, one function each:
-#   idle_findings (issue 21, reports/idle.py): the largest idle cause per run ("rank 0's GPU
-#     idles 41 ms per step waiting for the host to launch"), section "idle"; it replaces
-#     idle_share_findings;
-#   roofline_findings (issue 20, reports/roofline.py): the kernels losing most time to their
-#     roofline (lost_ns), section "roofline".
+# Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause, issue 21;
+# the roofline, issue 20) and findings_runs.py (between runs); a new one is one more function.
 def _idle(ev: Evidence) -> list[Finding]:
     """Idle by cause (issue 21) where the runs' steps give it, else the idle share alone."""
     return idle_findings(ev) or idle_share_findings(ev)
@@ -312,10 +187,11 @@ def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
     return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
 
 
-NONE = ("nothing beyond the thresholds: no late rank, exposed communication, idle GPU or time lost to the "
-        "roofline worth a line, no difference beyond the noise, no profiler cost measured")
+NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"
 
 
 def lines(found: list[Finding]) -> list[str]:
     """The findings as the terminal prints them (the report shows the same text)."""
-    return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))] if found else [f"findings: none ({NONE})"]
+    if not found:
+        return [f"findings: none ({NONE})"]
+    return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))]

@@ -55,12 +55,13 @@ def idle_findings(ev) -> list:
 
 def roofline_findings(ev) -> list:
     """Per run, the kernel losing most time to its roofline (lost_ns), where that is a
-    material share of its rank's GPU time and the device is known."""
+    material share of its rank's GPU time, the device is known and the kernel has a share
+    of its roof (roofline.py gives none where rows with a roof cover under half its time)."""
     groups = {i.group for i in ev.inputs}
     best: dict[str, tuple] = {}
     for i in ev.inputs:
         d = i.digest("roofline")
-        rows = d["rows"].dropna(subset=["lost_ns"])
+        rows = d["rows"].dropna(subset=["lost_ns", "roofline_frac"])  # a kernel without a roof share is not judged
         if d["device"] is None or not len(rows) or not d["gpu_ns"]:
             continue
         top = rows.loc[rows["lost_ns"].idxmax()]

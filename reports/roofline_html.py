@@ -11,6 +11,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from . import side_by_side
+from .figures import MANY_RANKS
 from .roofline import to_records, Roofline
 
 PLOTTED_INPUTS = 4  # inputs with a plot of their own; the rest in the table only
@@ -66,9 +68,21 @@ def _coverage(label: str, digest: dict) -> str:
             f"({100 * share:.1f}%); device {device.name + ' [' + device.source + ']' if device else 'unknown'}")
 
 
+def _coverage_spread(digests: list[tuple[str, dict]]) -> str:
+    """Many inputs: the share of GPU time with known work over them, in one line."""
+    shares = pd.Series([d["known_ns"] / d["gpu_ns"] for _, d in digests]) * 100
+    devices = sorted({d["device"].name if d["device"] else "unknown" for _, d in digests})
+    return (f"{len(digests):,} inputs: work known for {shares.min():.1f}% to {shares.max():.1f}% of their GPU time "
+            f"(median {shares.median():.1f}%); device {', '.join(devices)}")
+
+
 def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable) -> list[str]:
-    digests = [(i.label, i.digest("roofline")) for i in inputs]
-    digests = [(label, d) for label, d in digests if d["gpu_ns"]]
+    """The roofline section; above MANY_RANKS inputs, the coverage as one line and the plots and
+    table of the drawn ranks only (the outlier ranks, then the first: side_by_side.drawn)."""
+    kept = [i for i in inputs if i.digest("roofline")["gpu_ns"]]
+    drawn, note = side_by_side.drawn(kept)
+    digests = [(i.label, i.digest("roofline")) for i in kept]
+    many = len(digests) > MANY_RANKS
     if not digests or not any(d["known_ns"] for _, d in digests):
         return ["<h2 id=\"roofline\">Roofline</h2>", '<p class="note">No FLOPs or bytes in these traces (torch.profiler '
                 "needs record_shapes=True, proton flops/bytes metrics): no roofline.</p>"] if digests else []
@@ -76,7 +90,9 @@ def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable) -
            '<p class="note">FLOPs and bytes from the traces themselves (the shapes of the aten op that launched '
            "each kernel; proton's metrics; copies' sizes); kernels whose work the trace does not give are left out, "
            "never counted as zero. Lost time: kernel time beyond what the device's roofline allows.</p>"]
-    out += [f'<p class="note">{escape(_coverage(label, d))}</p>' for label, d in digests]
+    out += ([f'<p class="note">{escape(_coverage_spread(digests))}; {escape(note)}</p>'] if many else
+            [f'<p class="note">{escape(_coverage(label, d))}</p>' for label, d in digests])
+    digests = [(label, d) for label, d in digests if label in set(drawn)]
     for label, d in digests[:PLOTTED_INPUTS]:
         if (fig := figure(label, d)) is not None:
             out.append(figure_html(fig, ""))
@@ -85,5 +101,5 @@ def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable) -
             if r["lost_ns"] is not None]
     if rows:
         frame = pd.DataFrame(rows).sort_values("lost_ns", ascending=False, kind="stable")
-        out.append(table(frame[list(COLUMNS)], COLUMNS))
+        out.append(table(frame[list(COLUMNS)].head(3 * TABLE_ROWS if many else None), COLUMNS))
     return out

@@ -76,9 +76,8 @@ def test_exposed_communication_from_the_json(late):
 
 
 def test_idle_share_from_the_json():
-    """The idle share alone (what a run without steps gets; with steps, idle by cause speaks:
-    tests/test_findings_more.py)."""
-    (idle,) = F.findings(None, sources=(lambda ev: F.idle_share_findings(_evidence([LATE])),))
+    """The idle share alone (what stands where no step gives idle by cause), from the JSON."""
+    (idle,) = F.idle_share_findings(_evidence([LATE]))
     kernels = _kernels(LATE / "rank0.pt.trace.json.gz", ("kernel", "gpu_memcpy", "gpu_memset"))
     span_us = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
     share = 1 - _union_us(kernels) / span_us
@@ -102,18 +101,23 @@ def test_an_alternation_is_stated_with_its_counts():
 
 
 def test_profiler_cost_from_run_json():
-    """One sentence for the runs against one run under none, each change as the means of the
-    step times in run.json give it, the largest first."""
+    """One sentence for the runs against one run under none whose cost the medians' test puts
+    beyond the noise (runs.cost_of's within_noise, not decided here), each change as the
+    medians of the step times in run.json give it, the largest first."""
+    from tracelab.reports.runs import cost_of
+
+    infos = [(p.name, json.loads((p / "run.json").read_text())) for p in TRAIN4]
+    beyond = [name for name, info in infos[1:] if not cost_of(info, infos)["within_noise"]]
     (cost,) = [f for f in _found(TRAIN4) if f.section == "runs"]
-    none = json.loads((TRAIN4[0] / "run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
-    assert cost.evidence["baseline"] == TRAIN4[0].name and set(cost.evidence["runs"]) == {p.name for p in TRAIN4[1:]}
+    assert beyond and set(cost.evidence["runs"]) == set(beyond) and cost.evidence["baseline"] == TRAIN4[0].name
+    none = np.median(infos[0][1]["results"]["0"]["rows"][0]["step_ms"])
     changes = {}
-    for run in TRAIN4[1:]:
-        mine = json.loads((run / "run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
-        changes[run.name] = np.mean(mine) / np.mean(none) - 1
-        assert f"{100 * changes[run.name]:+.1f}% ({np.mean(mine):,.4g} ms, {run.name})" in cost.text
-    order = [cost.text.index(name) for name in sorted(changes, key=lambda n: -abs(changes[n]))]
-    assert order == sorted(order) and f"under none ({np.mean(none):,.4g} ms, " in cost.text
+    for name, info in infos[1:]:
+        mine = np.median(info["results"]["0"]["rows"][0]["step_ms"])
+        changes[name] = mine / none - 1
+        assert (f"{100 * changes[name]:+.1f}% ({mine:,.4g} ms, {name})" in cost.text) == (name in beyond)
+    order = [cost.text.index(name) for name in sorted(beyond, key=lambda n: -abs(changes[n]))]
+    assert order == sorted(order) and f"under none ({none:,.4g} ms, " in cost.text
 
 
 def test_no_difference_claimed_where_profilers_agree():
@@ -122,22 +126,22 @@ def test_no_difference_claimed_where_profilers_agree():
     assert not [f for f in _found(TRAIN4) if f.section == "comparison"]
 
 
-def test_a_difference_between_runs_per_step_from_the_json():
-    """A small and a large batch of one model (4 and 3 steps): the kernel that differs most, per
-    step, as the raw JSON's kernel durations over its `step N` ranges give it."""
+def test_a_difference_between_runs_per_call_from_the_json():
+    """A small and a large batch of one model (4 and 3 steps: compared per call): the kernel
+    whose difference costs most, its time per call in each as the raw JSON's kernel durations
+    and counts give it."""
     runs = [DATA / "idle-1gpu-small-torch", DATA / "idle-1gpu-large-torch"]
     (diff,) = [f for f in _found(runs) if f.section == "comparison"]
-    per_step = []
+    per_call, calls = [], 0
     for run in runs:
-        with gzip.open(run / "rank0.pt.trace.json.gz", "rt") as f:
-            events = json.load(f)["traceEvents"]
-        steps = {e["name"] for e in events if e.get("cat") == "user_annotation" and re.fullmatch(r"step \d+", e["name"])}
-        kernel_us = sum(e["dur"] for e in events if e.get("cat") == "kernel" and diff.evidence["kernel"] in e["name"])
-        per_step.append(kernel_us / len(steps))
-    assert diff.evidence["kernel"] == "vectorized_elementwise_kernel" and "per step" in diff.evidence["basis"]
-    assert diff.evidence["delta_ns"] == pytest.approx((per_step[1] - per_step[0]) * 1e3, rel=1e-3)
-    assert diff.text.startswith(f"vectorized_elementwise_kernel takes {(per_step[1] - per_step[0]) / 1e3:,.1f} ms "
-                                "more per step in idle-1gpu-large-torch than in idle-1gpu-small-torch")
+        durs = [e["dur"] for e in _kernels(run / "rank0.pt.trace.json.gz") if diff.evidence["kernel"] in e["name"]]
+        per_call.append(sum(durs) / len(durs))
+        calls = len(durs)
+    assert diff.evidence["kernel"] == "vectorized_elementwise_kernel" and "per call" in diff.evidence["basis"]
+    assert diff.evidence["delta_ns"] == pytest.approx((per_call[1] - per_call[0]) * 1e3, rel=1e-3)
+    assert diff.text.startswith(f"vectorized_elementwise_kernel takes {per_call[1] - per_call[0]:,.1f} us more per "
+                                "call in idle-1gpu-large-torch than in idle-1gpu-small-torch")
+    assert f"over its {calls:,} calls there" in diff.text
 
 
 def test_ranked_by_time_at_stake_and_capped():
@@ -220,4 +224,7 @@ def test_charts_of_many_ranks_draw_the_late_rank_beside_the_first(tmp_path):
                 assert len(set(names)) <= 16 and "rank7" in {n.replace(" ", "") for n in names}
     assert per_rank >= 4  # op classes, heatmap, overlap, step x rank heatmaps
     assert "16 of 20 inputs drawn" in text and "16 of 20 ranks" in text
+    assert text.count("work known for") == 1 and "20 inputs: work known for" in text  # the roofline's coverage: one line
+    roofline = text.split('<h2 id="roofline">', 1)[1].split("<h2", 1)[0]
+    assert roofline.count("<tr>") <= 31  # its table: the drawn ranks' worst rows, not ten per rank
     assert "rank 7 is the straggler" in text.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
