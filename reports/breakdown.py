@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-BY_CHOICES = ("kernel", "op_class", "scope", "step")
+BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step
 REST = "(rest)"
 
@@ -21,6 +21,8 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
+    if by == "module_type":
+        df = df.assign(module_type=module_type(df["module"]))
     keys = ["rank", by]
     grouped = (df.groupby(keys, observed=True, sort=False, dropna=False)
                  .agg(total_ns=("dur_ns", "sum"), count=("count", "sum"))
@@ -34,6 +36,17 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     grouped["share"] = np.where(rank_total > 0, grouped["total_ns"] / rank_total.where(rank_total > 0, 1), 0.0)
     grouped["mean_ns"] = grouped["total_ns"] / grouped["count"].where(grouped["count"] > 0)
     return grouped[["rank", by, "total_ns", "share", "count", "mean_ns"]].reset_index(drop=True)
+
+
+NO_MODULE = "(no module)"
+_LAYER_INDEX = r"(?:(?<=\.)|^)\d+(?=\.|$)"
+
+
+def module_type(module: pd.Series) -> pd.Series:
+    """A module path (tracelab/provenance.py) with its layer indices as `*` (`layers.3.attention`
+    -> `layers.*.attention`): like modules of every layer under one name; "" -> (no module)."""
+    named = module.astype(str).str.replace(_LAYER_INDEX, "*", regex=True)
+    return named.where(named != "", NO_MODULE)
 
 
 def _keep_top(group: pd.DataFrame, by: str, top: int) -> pd.DataFrame:
