@@ -40,14 +40,14 @@ def main() -> None:
     that succeeds follow its output, one line each."""
     import warnings
 
-    from .terminal import error_line, warning_lines
+    from .terminal import error_line, printable, warning_lines
 
     with warnings.catch_warnings(record=True) as caught:
         try:
             app()
         except SystemExit as done:
             if not done.code:
-                for line in warning_lines(caught):
+                for line in [*map(printable, dict.fromkeys(_NOTES)), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
         except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
@@ -113,14 +113,13 @@ def _load(paths: list[str], rank: int | None = None, **work):
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
-def _say_notes(profiles) -> None:
-    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say),
-    one line each on stderr, each distinct line once."""
-    from .terminal import printable
+_NOTES: list[str] = []  # what the parsers noted about the inputs, said after the output (main)
 
-    lines = [f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ()]
-    for line in dict.fromkeys(lines):
-        typer.echo(printable(line), err=True)
+
+def _say_notes(profiles) -> None:
+    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say):
+    one line each on stderr once the command has succeeded, each distinct line once."""
+    _NOTES.extend(f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ())
 
 
 def _err_console():
