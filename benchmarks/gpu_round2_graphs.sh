@@ -15,9 +15,7 @@ BUDGET_S=${BUDGET_S:-560}
 mkdir -p "$OUT" "$W/runs" "$W/cap"
 source benchmarks/device_prelude.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-elapsed() { echo $(( $(date +%s) - START )); }
-budget() { if (( $(elapsed) > BUDGET_S - $1 )); then echo "SKIPPED (budget): $2"; return 1; fi; }
-NSYS=${TRACELAB_NSYS:-nsys}
+source "$REPO/benchmarks/gpu_common.sh"  # elapsed, budget, nsys_cap
 DEC=(--model tiny --compile --prompt-len 8 --new-tokens 6 --samples 1 --warmup 1)
 layers() {  # layers RUN_DIR: kernels and ms per layer (module layers.N...), their sum, the total
   python3 - "$1" <<'EOF'
@@ -50,13 +48,6 @@ for b in torch nsys proton; do
   run "decode-compile-$b" 170 decode --ranks 1 --backend $b --out "$W/runs" --top 5 -- "${DEC[@]}"
 done
 run "decode-compile-torch-noprov" 150 decode --ranks 1 --backend torch --out "$W/runs" --top 5 -- "${DEC[@]}" --no-provenance
-nsys_cap() {  # nsys_cap DIR python-args...: profile the cudaProfilerApi range, export SQLite
-  local dir=$1; shift
-  timeout 200 "$NSYS" profile --trace=cuda,nvtx,osrt --sample=none --cpuctxsw=none --capture-range=cudaProfilerApi \
-    --capture-range-end=stop --cuda-graph-trace=node -o "$dir/rank0" python3 "$@" > "$dir/nsys.log" 2>&1
-  "$NSYS" export --type sqlite -o "$dir/rank0.sqlite" "$dir/rank0.nsys-rep" >> "$dir/nsys.log" 2>&1
-  rm -f "$dir/rank0.nsys-rep"; tail -2 "$dir/nsys.log"
-}
 if budget 90 graph_scopes; then
   for c in inside outside; do
     timeout 120 python3 "$REPO/benchmarks/graph_scopes.py" --backend torch --capture $c --out "$W/cap/graph-$c-torch" 2>&1 | tail -1
