@@ -135,3 +135,15 @@ def test_cli_breakdown_by_module_type_is_strict_json(capsys):
     assert done.value.code == 0
     rows = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert "layers.*.attention.wqkv" in json.dumps(rows)
+
+
+@pytest.mark.parametrize("stack_path, path", [
+    ("L['model'].layers[3].attention", "layers.3.attention"),
+    ("L['model']._modules['layers']._modules['3'].feed_forward.w1", "layers.3.feed_forward.w1"),
+    ("L['self'].norm", "norm"),
+    ("L['model']", ""),
+])
+def test_module_paths_from_dynamo_stacks(stack_path, path):
+    from tracelab.workloads.provenance import _innermost
+    assert _innermost({"key": (stack_path, type("Attention", (), {}))}) == (path, "Attention")
+    assert _innermost({}) == ("", "")

@@ -79,10 +79,17 @@ class _Artifacts(logging.Handler):
             mapping = json.loads(getattr(record, "payload", "") or "{}")
         except ValueError:
             return
-        calls = [(key.rpartition(":"), nodes) for key, nodes in (mapping.get("cppCodeToPost") or {}).items()]
-        calls.sort(key=lambda c: int(c[0][2]) if c[0][2].isdigit() else 0)  # the handle: call order
+        calls = [(*_handle(key), list(nodes)) for key, nodes in (mapping.get("cppCodeToPost") or {}).items()]
+        calls.sort(key=lambda c: c[1])  # the handle: call order (stable where a torch writes none)
         if calls:
-            self.graphs.append([(name, list(nodes)) for (name, _, _), nodes in calls])
+            self.graphs.append([(name, nodes) for name, _, nodes in calls])
+
+
+def _handle(key: str) -> tuple[str, int]:
+    """`name:7` -> (name, 7): Inductor's provenance keys carry the call's debug handle (torch
+    2.9 and later); a key without one is the name, at handle 0."""
+    name, sep, handle = key.rpartition(":")
+    return (name, int(handle)) if sep and handle.isdigit() else (key, 0)
 
 
 class Recorder:
@@ -115,7 +122,10 @@ def record(out_dir: Path, rank: int) -> Recorder:
     from torch._logging._internal import trace_log
 
     recorder = Recorder(Path(out_dir) / NAME.format(rank=rank))
-    inductor.trace.provenance_tracking_level = 1
+    if hasattr(inductor.trace, "provenance_tracking_level"):
+        inductor.trace.provenance_tracking_level = 1
+    else:  # torch before 2.9: a switch
+        inductor.trace.provenance_tracking = True
     inductor.fx_graph_cache = False
     inductor.cpp.enable_kernel_profile = True
     inductor.post_grad_custom_post_pass = recorder.pass_
