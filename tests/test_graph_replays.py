@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import sqlite3
+from contextlib import closing
 from collections import Counter
 from pathlib import Path
 
@@ -157,7 +158,11 @@ def _nsys_walk(path: Path) -> Counter:
     """(scope, step) -> GPU rows: a row with a graph node id takes the NVTX ranges open on the
     thread and at the time its first original node was created, if the process's first CUDA
     call came before; any other row (and one captured before that) the ranges at its launch."""
-    con = sqlite3.connect(path)
+    with closing(sqlite3.connect(path)) as con:
+        return _nsys_walk_in(con)
+
+
+def _nsys_walk_in(con: sqlite3.Connection) -> Counter:
     ranges: dict[int, list] = {}
     for tid, start, end, text in con.execute("SELECT globalTid, start, end, text FROM NVTX_EVENTS "
                                              "WHERE eventType IN (59, 60) AND text IS NOT NULL"):
@@ -207,8 +212,9 @@ def test_nsys_capture_outside_says_so():
 def _copy(tmp_path: Path, sql: str) -> Path:
     out = tmp_path / "rank0.sqlite"
     shutil.copy(DATA / "graph-1gpu-nsys" / "rank0.sqlite", out)
-    with sqlite3.connect(out) as con:
+    with closing(sqlite3.connect(out)) as con:
         con.execute(sql)
+        con.commit()
     return out
 
 
