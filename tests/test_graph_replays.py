@@ -179,7 +179,9 @@ def _nsys_walk_in(con: sqlite3.Connection) -> Counter:
             tid, at = calls[corr]
             held = ranges.get(tid, [])
             step = _open_ranges([r for r in held if STEP.fullmatch(r[2])], at)
-            while node in original:
+            seen = set()
+            while node in original and node not in seen:  # a clone cycle (a damaged file) ends here
+                seen.add(node)
                 node = original[node]
             if node in made and made[node][1] >= first_call:
                 tid, at = made[node]
