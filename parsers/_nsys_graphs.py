@@ -85,4 +85,4 @@ def _notes(replayed_rows: int, outside_rows: int) -> list[str]:
     if not outside_rows:
         return []
     return [f"{outside_rows} of {replayed_rows} CUDA-graph node rows were captured outside the trace "
-            "(no node creation in it): they keep the replay's scope"]
+            "(before its first CUDA call): they keep the replay's scope"]

@@ -208,7 +208,7 @@ def test_nsys_and_kineto_agree_on_the_graph():
 def test_nsys_capture_outside_says_so():
     profile = nsys.read(DATA / "graph-outside-1gpu-nsys" / "rank0.sqlite")[0]
     assert profile.meta["notes"] == ["120 of 120 CUDA-graph node rows were captured outside the trace "
-                                     "(no node creation in it): they keep the replay's scope"]
+                                     "(before its first CUDA call): they keep the replay's scope"]
 
 
 def _copy(tmp_path: Path, sql: str) -> Path:
@@ -229,7 +229,7 @@ def test_nsys_broken_graph_tables(tmp_path, sql, outside):
     path = _copy(tmp_path, sql)
     profile = nsys.read(path)[0]
     assert profile.meta["notes"] == [f"{outside} of 120 CUDA-graph node rows were captured outside the trace "
-                                     "(no node creation in it): they keep the replay's scope"]
+                                     "(before its first CUDA call): they keep the replay's scope"]
     if "DROP" not in sql:
         assert _counts(profile.events) == _nsys_walk(path)
 
