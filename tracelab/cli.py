@@ -167,7 +167,8 @@ def _emit(rendered) -> None:
 @app.command()
 def breakdown(
     paths: Paths,
-    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope or step.")] = "kernel",
+    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope, step or "
+                                                    "module_type (a compiled run's modules, layer indices as *).")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N largest groups per rank, the rest as one row (0: all).")] = 15,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,
