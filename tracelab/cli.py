@@ -42,6 +42,7 @@ def main() -> None:
 
     from .terminal import error_line, printable, warning_lines
 
+    _NOTES.clear()  # this command's own (a test may run several in one process)
     with warnings.catch_warnings(record=True) as caught:
         try:
             app()
