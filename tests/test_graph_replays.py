@@ -238,3 +238,14 @@ def test_nsys_graph_node_id_of_the_wrong_type(tmp_path):
     path = _copy(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 'x' WHERE rowid = 200")
     with pytest.raises(tracelab.errors.TraceFormatError, match="row 200: graphNodeId 'x'"):
         nsys.read(path)
+
+
+@pytest.mark.parametrize("call, node, graph_launch", [
+    ("cudaLaunchKernel", True, False), ("cuLaunchKernelEx", True, False), ("cudaLaunchKernelExC", True, False),
+    ("hipModuleLaunchKernel", True, False), ("cudaMemsetAsync", True, False), ("cuMemsetD32Async", True, False),
+    ("cudaMemcpyAsync", True, False), ("cudaLaunchHostFunc", False, False), ("cudaEventRecord", False, False),
+    ("cudaGraphLaunch", False, True), ("hipGraphLaunch", False, True), ("cudaMemcpy", False, False),
+])
+def test_which_calls_make_nodes_and_launch_graphs(call, node, graph_launch):
+    from tracelab.parsers import _kineto_graphs as g
+    assert (bool(g._NODE_CALL.fullmatch(call)), bool(g._GRAPH_LAUNCH.fullmatch(call))) == (node, graph_launch)
