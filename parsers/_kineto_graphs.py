@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_BEGIN = re.compile(r"cu(?:da)?StreamBeginCapture\w*")
-_END = re.compile(r"cu(?:da)?StreamEndCapture\w*")
-_GRAPH_LAUNCH = re.compile(r"cu(?:da)?GraphLaunch\w*")
+_API = r"(?:cuda|cu|hip)"  # runtime, driver, ROCm (whose calls Kineto files as cuda_runtime too)
+_BEGIN = re.compile(_API + r"StreamBeginCapture\w*")
+_END = re.compile(_API + r"StreamEndCapture\w*")
+_GRAPH_LAUNCH = re.compile(_API + r"GraphLaunch\w*")
 # calls that add a node that runs on the GPU when captured (host functions and events do not)
-_NODE_CALL = re.compile(r"cu(?:da)?(?:Launch\w*Kernel\w*|Memcpy\w*Async\w*|Memset\w*Async\w*)")
+_NODE_CALL = re.compile(_API + r"(?:Ext|Module)?(?:Launch\w*Kernel\w*|Memcpy\w*Async\w*|Memset\w*Async\w*)")
 
 
 @dataclass

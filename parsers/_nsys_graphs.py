@@ -78,11 +78,13 @@ def _first_call_ns(con: sqlite3.Connection, tid: np.ndarray) -> np.ndarray:
     first = dict(con.execute("SELECT globalTid & ?, MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME "
                              "WHERE globalTid IS NOT NULL GROUP BY 1", (PID_MASK,)).fetchall())
     big = np.iinfo(np.int64).max
-    return np.array([first.get(int(t) & PID_MASK, big) if t >= 0 else big for t in tid.tolist()], dtype=np.int64)
+    processes, at = np.unique(tid & PID_MASK, return_inverse=True)  # looked up once per process
+    found = np.array([first.get(int(p), big) for p in processes], dtype=np.int64)[at.reshape(-1)]
+    return np.where(tid >= 0, found, big)
 
 
 def _notes(replayed_rows: int, outside_rows: int) -> list[str]:
     if not outside_rows:
         return []
     return [f"{outside_rows} of {replayed_rows} CUDA-graph node rows were captured outside the trace "
-            "(no node creation in it): they keep the replay's scope"]
+            "(before its first CUDA call): they keep the replay's scope"]

@@ -66,6 +66,9 @@ USER_ANNOTATION = "user_annotation"  # record_function ranges on the CPU thread
 LAUNCHES = {"cuda_runtime", "cuda_driver", "Runtime", "xpu_runtime", "xpu_driver",
             "privateuse1_runtime", "privateuse1_driver"}
 CPU_OPS = {"cpu_op", "Operator"}
+# torch.compile's CPU operators around a compiled graph's own (Inductor's kernels, with
+# torch._inductor.config.cpp.enable_kernel_profile, and its library calls)
+COMPILED_WRAPPERS = re.compile(r"Torch-Compiled Region: .*|## Call CompiledFxGraph .* ##|CompiledFunction")
 COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on their backend's worker thread
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
@@ -226,7 +229,7 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
     pid, thread = to_ints(ops.pid + annotations.pid), to_ints(ops.tid + annotations.tid)  # one id space
     start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]
     dur_ns = np.r_[_dur_ns(ops), _dur_ns(annotations)]
-    keep = np.r_[cpu_top_level(pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
+    keep = np.r_[_top_level_ops(ops.name, pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
                  _collective_ranges(annotations, thread[n_ops:], set(thread[:n_ops].tolist()))]
     steps = _step_ranges(annotations, pid[n_ops:], step_re)
     ranges = _ranges(annotations, pid[n_ops:], thread[n_ops:], step_re)
@@ -234,6 +237,17 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
             "stream": thread[keep], "start_ns": start_ns[keep], "dur_ns": dur_ns[keep],
             "scope": thread_scopes(pid[keep], thread[keep], start_ns[keep], ranges),
             "msg_bytes": np.nan, "step": assign(pid[keep], start_ns[keep], steps)}
+
+
+def _top_level_ops(names: list[str], pid: np.ndarray, thread: np.ndarray, start_ns: np.ndarray,
+                   dur_ns: np.ndarray) -> np.ndarray:
+    """Mask of the top-level CPU operators, torch.compile's wrappers (COMPILED_WRAPPERS) seen
+    through: the compiled graph's kernels and library calls are the rows, not one region."""
+    wrapper = np.array([COMPILED_WRAPPERS.fullmatch(n) is not None for n in names], dtype=bool)
+    top = np.zeros(len(names), dtype=bool)
+    if (inner := np.flatnonzero(~wrapper)).size:
+        top[inner] = cpu_top_level(pid[inner], thread[inner], start_ns[inner], dur_ns[inner])
+    return top
 
 
 def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[int]) -> np.ndarray:

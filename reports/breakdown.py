@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-BY_CHOICES = ("kernel", "op_class", "scope", "step")
+BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step
 REST = "(rest)"
 
@@ -22,6 +22,8 @@ def breakdown(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> p
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, not {by!r}")
+    if by == "module_type":
+        df = df.assign(module_type=module_type(df["module"]))
     keys = ["rank", by]
     grouped = (df.groupby(keys, observed=True, sort=False, dropna=False)
                  .agg(total_ns=("dur_ns", "sum"), count=("count", "sum"))
@@ -49,6 +51,17 @@ def top_rows(table: pd.DataFrame, by: str, top: int | None) -> pd.DataFrame:
     out = pd.concat([table[chosen].assign(_rest=0), rest.assign(_rest=1)], ignore_index=True)
     out = out.sort_values(["rank", "_rest", "total_ns"], ascending=[True, True, False], kind="stable")
     return out[table.columns].astype({by: table[by].dtype}).reset_index(drop=True)
+
+
+NO_MODULE = "(no module)"
+_LAYER_INDEX = r"(?:(?<=\.)|^)\d+(?=\.|$)"
+
+
+def module_type(module: pd.Series) -> pd.Series:
+    """A module path (tracelab/provenance.py) with its layer indices as `*` (`layers.3.attention`
+    -> `layers.*.attention`): like modules of every layer under one name; "" -> (no module)."""
+    named = module.astype(str).str.replace(_LAYER_INDEX, "*", regex=True)
+    return named.where(named != "", NO_MODULE)
 
 
 def spread(table: pd.DataFrame, by: str) -> pd.DataFrame:

@@ -37,7 +37,7 @@ import pandas as pd
 from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "5"  # bump when the schema or a parser's output changes
+VERSION = "6"  # bump when the schema or a parser's output changes
 DEFAULT_MAX_BYTES = 4 * 1024**3
 RACY_S = 2.0
 STALE_TMP_S = 15 * 60

@@ -40,14 +40,15 @@ def main() -> None:
     that succeeds follow its output, one line each."""
     import warnings
 
-    from .terminal import error_line, warning_lines
+    from .terminal import error_line, printable, warning_lines
 
+    _NOTES.clear()  # this command's own (a test may run several in one process)
     with warnings.catch_warnings(record=True) as caught:
         try:
             app()
         except SystemExit as done:
             if not done.code:
-                for line in warning_lines(caught):
+                for line in [*map(printable, dict.fromkeys(_NOTES)), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
         except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
@@ -113,14 +114,13 @@ def _load(paths: list[str], rank: int | None = None, **work):
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
-def _say_notes(profiles) -> None:
-    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say),
-    one line each on stderr, each distinct line once."""
-    from .terminal import printable
+_NOTES: list[str] = []  # what the parsers noted about the inputs, said after the output (main)
 
-    lines = [f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ()]
-    for line in dict.fromkeys(lines):
-        typer.echo(printable(line), err=True)
+
+def _say_notes(profiles) -> None:
+    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say):
+    one line each on stderr once the command has succeeded, each distinct line once."""
+    _NOTES.extend(f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ())
 
 
 def _err_console():
@@ -168,7 +168,8 @@ def _emit(rendered) -> None:
 @app.command()
 def breakdown(
     paths: Paths,
-    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope or step.")] = "kernel",
+    by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope, step or "
+                                                    "module_type (a compiled run's modules, layer indices as *).")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N largest groups per rank, the rest as one row (0: all).")] = 15,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     rank: RankOpt = None,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify, remote
+from . import cache, classify, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .schema import Profile, SchemaError, empty, validate
@@ -43,6 +43,7 @@ PARSERS: dict[str, str] = {
 TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3", ".parquet")
 NOT_TRACES = {"run.json"}
 NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank results (tracelab.results)
+                      ".provenance.json",  # Inductor's kernel -> module map of a compiled run (tracelab.provenance)
                       ".perfetto.json", ".perfetto.json.gz")  # tracelab's own merged export (report --perfetto)
 
 # name -> function of one rank's classified events, run where the rank is parsed (load_many)
@@ -122,7 +123,7 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
         classify.use_patterns(patterns)
     out = []
     for p in _parse_any(path):
-        events = classify.classified(p.events)
+        events = classify.classified(_with_provenance(p, path))
         summary = {name: _reduced(fn, events, p) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
                            p.host if keep_events else None))
@@ -135,6 +136,17 @@ def _reduced(fn: Callable, events: pd.DataFrame, p: Profile) -> Any:
     if getattr(fn, "with_host", False):
         return fn(events, p.meta, p.host)
     return fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)
+
+
+def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
+    """The events, Inductor's kernels attributed to modules where a provenance file sits beside
+    the trace (tracelab/provenance.py; meta["provenance"] names it)."""
+    if remote.is_url(path) or (found := provenance.find(Path(path))) is None:
+        return profile.events
+    events, notes = provenance.apply(profile.events, provenance.read(found))
+    profile.meta["provenance"] = str(found)
+    profile.meta["notes"] = [*profile.meta.get("notes", []), *notes]
+    return events
 
 
 def _parse_any(path: Path | str) -> list[Profile]:

@@ -25,6 +25,7 @@ COLUMNS: dict[str, str] = {
     "kernel": "category",
     "op_class": "category",
     "scope": "string",
+    "module": "string",
     "device": "int16",
     "stream": "Int64",
     "start_ns": "Int64",
@@ -98,11 +99,11 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
     missing optional columns get their empty value.
 
     Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step/launch_* to NA,
-    scope and process_group to "", count to 1.
+    scope, module, process_group and dtype to "", count to 1.
     """
     n = n_rows if n_rows is not None else _length(columns)
-    defaults = {"scope": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA, "count": 1,
-                "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
+    defaults = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
+                "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
                 "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
     out = {}
     for name, dtype in spec.items():

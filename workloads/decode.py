@@ -23,7 +23,7 @@ from torch import Tensor
 from tracelab import backends, results
 from tracelab.errors import UsageError
 
-from . import checkpoint, harness, late
+from . import checkpoint, harness, late, provenance
 from .common import Dist, device_name, env_rank, exit_now
 from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
 from .tp import ALLREDUCE, GROUP_ALLREDUCE, install_all_reduce, unshardable
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="compile the decode step (mode=reduce-overhead: CUDA graphs, fullgraph)")
     p.add_argument("--compile-prefill", action="store_true", help="compile the prefill as well")
+    p.add_argument("--no-provenance", dest="provenance", action="store_false",
+                   help="with --compile: skip Inductor's kernel-to-module map (rank{r}.provenance.json, "
+                        "workloads/provenance.py), which bypasses the FX graph cache while compiling")
     p.add_argument("--matvec", choices=MATVECS, default="inductor",
                    help="the weight products of a decode step: inductor (compiled into Triton reductions, "
                         "coordinate-descent tuned, as gpt-fast), cublas (torch's matmul), triton (tracelab's "
@@ -309,7 +312,8 @@ def run(args: argparse.Namespace, d: Dist) -> None:
 def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
     model = build_model(args, d)
     model.setup_caches(args.batch_size, args.prompt_len + args.new_tokens)
-    steps = compiled_steps(args)
+    steps = compiled_steps(args)  # compiles lazily, at the first call: the recorder sees it
+    recorder = provenance.record(args.out, d.rank) if args.compile and args.provenance else None
     prompt = torch.randint(0, model.args.vocab_size, (args.batch_size, args.prompt_len),
                            generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
     extra = late.late_work(args.late, args.late_work, d.rank, d.device)
@@ -319,6 +323,8 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
             say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
         with prof.window():
             timed = [timed_sample(model, prompt, steps, args, extra) for _ in range(args.samples)]
+    if recorder is not None:
+        recorder.write()  # every compile is done: the warm-up's, and the window's if there was none
     return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
 
 
