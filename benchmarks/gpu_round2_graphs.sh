@@ -44,6 +44,12 @@ run() {  # run LABEL TIMEOUT_S tracelab-run-args...: the run, then breakdowns of
   python3 -m tracelab breakdown "$dir" --by module_type --top 25 2>&1 | tail -30
   layers "$dir"
 }
+# issue 21: idle with known causes (syncs, then host work), under torch and nsys, then tracelab idle
+timeout 90 python3 "$REPO/benchmarks/idle_causes.py" --backend torch --out "$W/cap/idle-sync-torch" 2>&1 | tail -1
+mkdir -p "$W/cap/idle-sync-nsys"; nsys_cap "$W/cap/idle-sync-nsys" "$REPO/benchmarks/idle_causes.py" --backend nsys --out "$W/cap/idle-sync-nsys"
+for d in "$W/cap/idle-sync-torch" "$W/cap/idle-sync-nsys"; do
+  echo "=== tracelab idle $d"; timeout 60 python3 -m tracelab idle "$d" 2>&1 | cut -c1-180 | head -40
+done
 for b in torch nsys proton; do
   run "decode-compile-$b" 170 decode --ranks 1 --backend $b --out "$W/runs" --top 5 -- "${DEC[@]}"
 done
