@@ -365,3 +365,23 @@ def test_a_trace_without_steps_is_one_window(results) -> None:
     steps = results["small", "nsys"].steps  # the steps' idle lies inside the whole trace's
     assert row["idle_ns"] > steps["idle_ns"].sum() and row["busy_ns"] == steps["busy_ns"].sum()
     assert _strict(idle_json(result))["steps"][0]["step"] is None
+
+
+@pytest.mark.parametrize("capture", ["idle-sync-1gpu-torch", "idle-sync-1gpu-nsys"])
+def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
+    """benchmarks/idle_causes.py on an H100: per step `syncs` x (.item(), then host_ms of sleep).
+    The host's sleeps are idle_host_ns (at least syncs x host_ms a step); the synchronising
+    calls' return is idle_sync_ns, non-zero under both profilers."""
+    import json as _json
+
+    from tracelab.reports.idle import idle as idle_of
+
+    folder = DATA / capture
+    expected = _json.loads((folder / "expected.results.json").read_text())
+    profile = tracelab.load(next(p for p in folder.iterdir() if p.name.startswith("rank0.")))
+    steps = idle_of(profile.events, {profile.rank: profile.host}).steps
+    assert len(steps) == expected["steps"]
+    assert (steps["idle_host_ns"] >= expected["syncs"] * expected["host_ms"] * 1e6).all()
+    assert (steps["idle_sync_ns"] > 0).all() and (steps["bound"] == "host").all()
+    causes = steps[["idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns"]]
+    assert (causes.sum(axis=1) == steps["idle_ns"]).all()
