@@ -147,3 +147,20 @@ def test_module_paths_from_dynamo_stacks(stack_path, path):
     from tracelab.workloads.provenance import _innermost
     assert _innermost({"key": (stack_path, type("Attention", (), {}))}) == (path, "Attention")
     assert _innermost({}) == ("", "")
+
+
+@pytest.mark.parametrize("backend", ["torch", "nsys", "proton"])
+def test_gpu_compiled_decode_layers_have_equal_kernels(backend):
+    """H100 captures of `tracelab run decode --compile` with the map (tests/data/decode-compile-prov-1gpu-*):
+    the two layers get the same kernel count, and attributed + unattributed rows are the whole trace."""
+    import tracelab
+
+    from conftest import DATA
+
+    folder = DATA / f"decode-compile-prov-1gpu-{backend}"
+    events = tracelab.load_many(folder)[0].events
+    layer = events["module"].str.extract(r"^layers\.(\d+)")[0]
+    per_layer = events.assign(layer=layer).dropna(subset=["layer"]).groupby("layer")["count"].sum()
+    assert len(per_layer) == 2 and per_layer.iloc[0] == per_layer.iloc[1] > 0
+    attributed = events["module"] != ""
+    assert events.loc[attributed, "dur_ns"].sum() + events.loc[~attributed, "dur_ns"].sum() == events["dur_ns"].sum()
