@@ -67,6 +67,7 @@ def test_nsys_summary_per_rank_matches_sql():
     assert ((got["idle_share"] >= 0) & (got["idle_share"] <= 1)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("by", ["kernel", "op_class", "scope"])
 def test_cli_json_totals(by):
     path = shared_trace(KINETO)

@@ -88,6 +88,7 @@ def _assert_one_clear_line(result: subprocess.CompletedProcess, path: Path, reas
     assert reason.lower() in lines[0].lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_gives_one_line_and_exit_2(case, tmp_path):
     make, reason = CASES[case]
@@ -114,6 +115,7 @@ def test_two_files_claiming_one_rank(tmp_path):
     (["--format", "xml"], "--format"),
     (["--top", "-1"], "--top"),
 ])
+@pytest.mark.slow
 def test_bad_options(args, fragment):
     result = _tracelab("breakdown", str(shared_trace(GOOD_KINETO)), *args)
     assert result.returncode == 2

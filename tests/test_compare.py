@@ -286,6 +286,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 @pytest.mark.parametrize("case", ["one input", "missing file", "not a trace", "empty folder", "bad --by",
                                   "bad --format", "--tree on nsys"])
+@pytest.mark.slow
 def test_bad_input_one_line_exit_2(tmp_path, case):
     import subprocess
     import sys

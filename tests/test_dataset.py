@@ -36,6 +36,7 @@ def test_a_dataset_reads_back_as_the_traces(tmp_path, folder):
             {k: v for k, v in b.meta.items() if k not in drop}, default=str))
 
 
+@pytest.mark.slow
 def test_answers_from_the_dataset_equal_the_traces(tmp_path):
     """Who waits on whom and the breakdown, through the CLI, on the dataset and on the traces."""
     export([str(DATA / "ddp-2gpu-late-nsys")], tmp_path / "ds")

@@ -159,6 +159,7 @@ def small_mount(tmp_path):
 
 @pytest.mark.parametrize("options, reason", [((), "No space left on device"), (("ro",), "Read-only file system")],
                          ids=["full disk", "read-only folder"])
+@pytest.mark.slow
 def test_report_on_a_full_or_read_only_disk_is_one_line(small_mount, options, reason):
     out = small_mount(*options) / "report.html"
     _one_line(_tracelab("report", str(ONE_RANK), "-o", str(out)), f"{out}: cannot write: {reason}")

@@ -20,6 +20,7 @@ RUNS = [pytest.param("train-2gpu-torch", marks=pytest.mark.slow), "train-2gpu-pr
         pytest.param("train-2gpu-nsys", marks=pytest.mark.slow), "train-cpu-torch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", RUNS)
 def test_the_analyses_warn_nothing(run: str) -> None:
     folder = DATA / run

@@ -345,6 +345,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
                                      pytest.param(["train-2gpu-proton", "train-2gpu-torch", "train-2gpu-nsys"],
                                                   marks=pytest.mark.slow),
                                      pytest.param(["overlap-2gpu-nsys"], marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp_path, folders):
     """The report's path at scale: every rank reduced in its worker (events dropped there),
     the timeline's few shown ranks binned by reading them again. The page is the one made
@@ -472,6 +473,7 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     assert "rank7" in page.split("GPU time per input")[1]  # the outlier of the totals
 
 
+@pytest.mark.slow
 def test_breakdown_of_many_ranks_prints_spreads_not_a_table_per_rank(tmp_path):
     """20 gz ranks (the late DDP capture's waiting rank nineteen times, its late rank as rank 7):
     `tracelab breakdown` prints each measure's spread over the ranks and one row per kernel with
@@ -510,6 +512,7 @@ def test_the_scheduler_help_names_the_extra_to_install():
 
 @pytest.mark.parametrize("folder, options", [("ddp-2gpu-late-nsys", ["--ranks", "1"]),
                                              ("tp-2gpu-late-torch", ["--ranks", "0", "--steps", "2-3"])])
+@pytest.mark.slow
 def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_same(tmp_path, folder, options,
                                                                                    monkeypatch, capsys):
     """--ranks: every rank's summaries put the run on one clock; only the picked ranks' events

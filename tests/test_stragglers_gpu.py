@@ -80,6 +80,7 @@ def _raw_waits(variant: str, source: str) -> list[dict[int, int]]:
 CASES = [(v, s) for v in ("late", "alternating", "equal") for s in ("torch", "nsys")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant, source", CASES)
 def test_per_step_wait_equals_the_raw_files(variant: str, source: str) -> None:
     _, js = _analysed(variant, source)
