@@ -40,7 +40,8 @@ def _truncated_gzip(tmp: Path) -> Path:
 
 
 def _random_bytes(tmp: Path) -> Path:
-    (p := tmp / "random.json").write_bytes(os.urandom(4096))
+    # a first byte that no format starts with: random bytes that happen to open with "{" or "[" read as JSON
+    (p := tmp / "random.json").write_bytes(b"\x00" + os.urandom(4095))
     return p
 
 
