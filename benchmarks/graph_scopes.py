@@ -96,14 +96,19 @@ def main() -> None:
             with region(args.backend, "eager"):
                 forward(args.backend, stack, x)
         torch.cuda.synchronize()
+    finish(prof, args, ("capture", "layers", "steps", "replays", "width"))
+
+
+def finish(prof, args, keys) -> None:
+    """Stop the profiler (writing torch's trace), then expected.results.json: the options
+    named by `keys`, the device and torch's version."""
     if prof is None:
         torch.cuda.profiler.stop()
     else:
         prof.stop()
         prof.export_chrome_trace(str(args.out / "rank0.pt.trace.json.gz"))
-    expected = {k: getattr(args, k) for k in ("capture", "layers", "steps", "replays", "width")}
-    expected["device"] = torch.cuda.get_device_name()
-    expected["torch"] = torch.__version__
+    expected = {k: getattr(args, k) for k in keys}
+    expected.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
     (args.out / "expected.results.json").write_text(json.dumps(expected, indent=1))
     print(f"wrote {args.out}")
 

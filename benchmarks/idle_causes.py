@@ -11,13 +11,12 @@ expected.results.json (steps, syncs per step, host ms).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
-from graph_scopes import region, start  # same regions and profiler start as the graph capture
+from graph_scopes import finish, region, start  # same regions, profiler start and end as the graph capture
 
 
 def main() -> None:
@@ -40,16 +39,7 @@ def main() -> None:
                 (a @ a).sum().item()  # the host waits here for the GPU
                 time.sleep(args.host_ms / 1e3)  # then works on the host while the GPU idles
     torch.cuda.synchronize()
-    if prof is None:
-        torch.cuda.profiler.stop()
-    else:
-        prof.stop()
-        prof.export_chrome_trace(str(args.out / "rank0.pt.trace.json.gz"))
-    expected = {k: getattr(args, k) for k in ("steps", "syncs", "host_ms")}
-    expected.update(device=torch.cuda.get_device_name(), torch=torch.__version__)
-    (args.out / "expected.results.json").write_text(json.dumps(expected, indent=1))
-    print(f"wrote {args.out}")
-
+    finish(prof, args, ("steps", "syncs", "host_ms"))
 
 if __name__ == "__main__":
     main()
