@@ -83,7 +83,10 @@ def read_trace_bytes(path: Path) -> bytearray:
 
 
 def _gunzip(path: Path, f, limit: int) -> bytearray:
-    """Inflate every gzip member of `f` into one buffer, never past `limit` bytes."""
+    """Inflate every gzip member of `f` (RFC 1952: members one after another, as zcat reads
+    them) into one buffer, never past `limit` bytes. At a member's end zlib puts the rest of
+    the input in `unused_data` and nothing in `unconsumed_tail`; only that rest starts the next
+    member (keeping both read the rest twice, doubling it at every member)."""
     out = bytearray()
     inflate, fresh, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), True, b""
     while True:
@@ -96,10 +99,11 @@ def _gunzip(path: Path, f, limit: int) -> bytearray:
         fresh = False
         if len(out) > limit:
             raise too_large(path, "inflates to")
-        pending = inflate.unconsumed_tail
         if inflate.eof:  # a member ended: what follows is the next member
-            pending = inflate.unused_data + pending
+            pending = inflate.unused_data
             inflate, fresh = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+        else:
+            pending = inflate.unconsumed_tail
     if not fresh:
         raise TraceFormatError(path, "truncated gzip: the compressed stream ends early")
     return out

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify, provenance, remote
+from . import cache, classify, limits, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .schema import Profile, SchemaError, empty, validate
@@ -52,18 +52,30 @@ Reduce = Mapping[str, Callable[[pd.DataFrame], Any]]
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
+_BLANK = b"\xef\xbb\xbf \t\r\n"  # what may precede a JSON document
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def _peek(path: Path, n_bytes: int = 4096) -> bytes:
+    """The first `n_bytes` of the file's content (inflated when gzip) after its leading
+    whitespace, however long (a valid trace after 4 KiB of spaces is still a trace), at most
+    max_trace_bytes() read; empty when the file holds nothing else."""
     with open(path, "rb") as f:
-        head = f.read(n_bytes)
-    if head.startswith(_GZIP_MAGIC):
-        try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, n_bytes)
-        except zlib.error as e:
-            raise TraceFormatError(path, f"damaged gzip header ({e})") from None
-    return head
+        pending = f.read(n_bytes)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if pending.startswith(_GZIP_MAGIC) else None
+        text, seen = b"", 0
+        while pending:
+            try:
+                chunk = inflate.decompress(pending, n_bytes) if inflate else pending
+            except zlib.error as e:
+                raise TraceFormatError(path, f"damaged gzip header ({e})") from None
+            text, seen = (text + chunk) if text else chunk.lstrip(_BLANK), seen + len(chunk)
+            if len(text) >= n_bytes or (inflate and inflate.eof):
+                break
+            if seen > limits.max_trace_bytes():
+                raise limits.too_large(path, "holds")
+            pending = (inflate.unconsumed_tail if inflate else b"") or f.read(n_bytes)
+    return text[:n_bytes]
 
 
 def detect(path: str | os.PathLike) -> str:
@@ -83,7 +95,7 @@ def detect(path: str | os.PathLike) -> str:
         return "nsys"
     if head.startswith(_PARQUET_MAGIC):
         return "parquet"
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    text = head.lstrip(_BLANK)
     if text.startswith(b"["):
         return "hatchet"
     if text.startswith(b"{"):
