@@ -94,7 +94,12 @@ def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    """Read-only, and immutable (no lock, no -shm or -wal file made beside it, so a read-only
+    folder works and nothing is left behind) unless a -wal file holds pages not yet in the
+    database, which only a WAL-aware read sees."""
+    wal = path.with_name(path.name + "-wal")
+    immutable = "" if wal.exists() and wal.stat().st_size else "&immutable=1"
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True)
 
 
 def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tuple[pd.DataFrame, dict[str, Any], dict]:

@@ -8,12 +8,12 @@ proton's 16-bit FLOPs, "8" for fp8/int8 and proton's 8-bit ones.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import runfolder
 from .errors import UsageError
 
 
@@ -162,11 +162,8 @@ def meta_device(meta: dict) -> tuple[Device | None, str]:
         if isinstance(props, dict) and (found := detect(props)):
             return found, "trace"
     run_json = Path(str(meta.get("path", ""))).parent / "run.json"
-    try:
-        devices = json.loads(run_json.read_text()).get("devices") or []
-    except (OSError, ValueError, AttributeError):
-        devices = []
-    for props in devices if isinstance(devices, list) else []:
+    devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
+    for props in devices:
         if isinstance(props, dict) and (found := detect(props)):
             return found, "run.json"
     return None, "unknown"

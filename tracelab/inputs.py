@@ -6,14 +6,13 @@ renders); the CLI and `tracelab run` call these.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
+from .errors import NoTracesError, OutputError, UsageError
 from .schema import Profile
 
 if TYPE_CHECKING:
@@ -98,10 +97,9 @@ def run_info(paths: list[str | Path]) -> dict | None:
     for p in map(Path, paths):
         candidate = p / "run.json" if p.is_dir() else None
         if candidate and candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError) as e:
-                raise TraceFormatError(candidate, f"cannot read the run description ({e})") from None
+            from .runfolder import run_json
+
+            return run_json(candidate)
     return None
 
 
@@ -120,10 +118,7 @@ def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
 def _gathered(folder: Path) -> dict[str, dict]:
     from .results import gather
 
-    try:
-        return gather(folder)
-    except (OSError, ValueError) as e:
-        raise TraceFormatError(folder, f"cannot read a rank's results file ({e})") from None
+    return gather(folder)
 
 
 def write(path: str | Path, text: str | bytes | Callable[[Callable[[bytes], object]], object],

@@ -13,6 +13,7 @@ small tables rather than re-walking every rank's events itself.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import re
@@ -237,7 +238,7 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
                 raise NoTracesError(p, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this folder")
             files.extend(found)
         elif not p.exists():
-            raise TraceFormatError(p, "no such file or folder")
+            raise TraceFormatError(p, _broken_link(p) or "no such file or folder")
         else:
             files.append(p)
     if not files:
@@ -253,8 +254,27 @@ def _traces_in(folder: Path) -> list[Path]:
 
     found = []
     for root, _, names in os.walk(folder, onerror=refuse):
-        found += [f for f in map(Path(root).joinpath, names) if _looks_like_trace(f) and f.is_file()]
+        for f in map(Path(root).joinpath, names):
+            if _looks_like_trace(f) and (reason := _broken_link(f)):
+                raise TraceFormatError(f, reason)  # a rank missing without a word otherwise
+            if _looks_like_trace(f) and f.is_file():
+                found.append(f)
     return sorted(found)
+
+
+def _broken_link(path: Path) -> str | None:
+    """Why a symbolic link cannot be followed (to nothing, or in a loop); None otherwise."""
+    if not path.is_symlink():
+        return None
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 on a loop
+        return f"a symbolic link in a loop ({os.readlink(path)})"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"a symbolic link in a loop ({os.readlink(path)})"
+        return f"a symbolic link to nothing ({os.readlink(path)}: {e.strerror})"
+    return None
 
 
 def _looks_like_trace(path: Path) -> bool:
