@@ -107,7 +107,9 @@ def _plain(node: dict, path: Path) -> dict:
     for child in _children(node, path):
         plain = _plain(child, path)
         children.extend(plain["children"] if plain["frame"]["name"] == LAUNCH_METADATA else [plain])
-    frame = {"name": _name(node, path), "type": str(node["frame"].get("type", "function"))}
+    if not (name := _name(node, path)):  # llnl-hatchet drops an empty name, then fails to find it
+        raise TraceFormatError(path, "a frame with an empty name: a tree diff aligns nodes by name")
+    frame = {"name": name, "type": str(node["frame"].get("type", "function"))}
     return {"frame": frame, "metrics": metrics, "children": children}
 
 

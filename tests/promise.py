@@ -40,3 +40,9 @@ def assert_refused(capsys, folder: Path, args: list[str], fragment: str, status:
     after = {k: v for k, v in tree(folder).items() if not k.startswith(ignore)}
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
     return lines[0]
+
+
+def one_process(monkeypatch) -> None:
+    """load_many parses in this process (no worker pool to start): the corpus stays fast."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setenv("TRACELAB_CACHE", "0")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from promise import assert_refused
+from promise import assert_refused, one_process
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 PROTON2 = m.DATA / "decode-2gpu-proton"
@@ -133,7 +133,7 @@ FILES = {**{f"kineto: {k}": v for k, v in KINETO.items()}, **{f"hatchet: {k}": v
 
 @pytest.mark.parametrize("case", list(FILES))
 def test_value_checked_where_it_enters(case, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    one_process(monkeypatch)
     make, fragment = FILES[case]
     path = make(tmp_path)
     line = assert_refused(capsys, tmp_path, ["breakdown", str(path)], fragment)
@@ -156,7 +156,7 @@ ACCEPTED = {
 
 @pytest.mark.parametrize("case", list(ACCEPTED))
 def test_harmless_value_loads(case, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    one_process(monkeypatch)
     path = ACCEPTED[case](tmp_path)
     status, _, err = m.run_cli_output(capsys, "breakdown", str(path), "--format", "csv")
     assert status == 0, err

@@ -35,6 +35,7 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
     from .load import load_many
     from .reports.compare import RANK_SUMMARIES
 
+    run_infos(paths)  # each run folder's own files checked before any trace is parsed
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
                                                         keep_events=keep_events) for p in paths]
 
