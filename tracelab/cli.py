@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
 
-from .errors import UsageError
+from .errors import Interrupted, UsageError
 
 app = typer.Typer(
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
@@ -43,7 +46,7 @@ def main() -> None:
     from .terminal import error_line, printable, warning_lines
 
     _NOTES.clear()  # this command's own (a test may run several in one process)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _interruptible():
         try:
             app()
         except SystemExit as done:
@@ -51,6 +54,10 @@ def main() -> None:
                 for line in [*map(printable, dict.fromkeys(_NOTES)), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
+        except Interrupted as stop:  # what was half written is gone (tracelab/outputs.py)
+            typer.echo(f"tracelab: error: stopped by {signal.Signals(stop.signum).name}; no output was left "
+                       "half written", err=True)
+            sys.exit(128 + stop.signum)
         except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
@@ -59,6 +66,26 @@ def main() -> None:
                 raise  # a bug in tracelab: its traceback is the report
             typer.echo(line, err=True)
             sys.exit(EXIT_BAD_INPUT)
+
+
+@contextmanager
+def _interruptible():
+    """SIGINT and SIGTERM raise errors.Interrupted for the command's length (main thread only;
+    a signal ignored when tracelab started stays ignored); the old handlers put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, handler) for s in caught}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "
@@ -481,8 +508,9 @@ def report(
     the comparison of runs."""
     from pathlib import Path
 
-    from .inputs import write_report
+    from .inputs import check_output, write_report
 
+    check_output(out, paths)
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     _set_step(step)
@@ -523,9 +551,10 @@ def export_perfetto(
     from functools import partial
     from pathlib import Path
 
-    from .inputs import label_inputs, with_events, write
+    from .inputs import check_output, label_inputs, with_events, write
     from .reports import perfetto
 
+    check_output(out, paths)
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     if max_events < 0:

@@ -17,6 +17,7 @@ import errno
 import importlib
 import os
 import re
+import signal
 import warnings
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -326,7 +327,7 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
             if on_loaded:
                 on_loaded(f)
         return out
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals) as pool:
         futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns(), keep) for f in files]
         out = []
         try:
@@ -334,10 +335,20 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
                 out.append(_result(fut, f))
                 if on_loaded:
                     on_loaded(f)
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, Exception):  # interrupted: the workers' files are not waited for
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)  # the first error is the answer
             raise
         return out
+
+
+def _worker_signals() -> None:
+    """A worker leaves SIGINT to the parent (which stops the pool: a Ctrl-C reaches the whole
+    process group, and each worker would print its traceback) and dies quietly on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce | None,
