@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from .csvout import csv_text
 from .idle import CAUSES, Idle
 
 MANY_RANKS = 16  # above this many ranks, per step the spread over ranks instead of a row per rank
@@ -101,7 +102,7 @@ def idle_tables(result: Idle, top: int | None = 10) -> Group:
 
 
 def idle_csv(result: Idle, top: int | None = 10) -> str:
-    return result.steps.to_csv(index=False)
+    return csv_text(result.steps)
 
 
 def _records(df: pd.DataFrame) -> list:

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from .breakdown import spread
 from .compare import Comparison
+from .csvout import csv_text
 from .jsonout import dumps, records
 from .waits import material_lead
 from .figures import MANY_RANKS, distribution
@@ -91,7 +92,7 @@ def _breakdown_spread(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gr
 
 
 def breakdown_csv(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
-    return table.to_csv(index=False)
+    return csv_text(table)
 
 
 def breakdown_json(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
@@ -283,7 +284,7 @@ def compare_tables(c: Comparison, keys: list[str], top: int | None = None) -> Gr
 
 
 def compare_csv(c: Comparison, keys: list[str], top: int | None = None) -> str:
-    return (c.table if not top else c.table.head(top)).to_csv(index=False)
+    return csv_text(c.table if not top else c.table.head(top))
 
 
 def compare_json(c: Comparison, keys: list[str], top: int | None = None) -> str:

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import Interrupted, UsageError
+from .reports.csvout import NOTE as CSV_NOTE
 
 app = typer.Typer(
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
@@ -88,6 +89,7 @@ def _interruptible():
             signal.signal(s, h)
 
 
+FORMAT_HELP = "table, csv or json. " + CSV_NOTE + "."
 Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "
                                                   "or folders holding them (a run folder, say).")]
 RankOpt = Annotated[Optional[int], typer.Option("--rank", help="Only this rank, picked from every input (a "
@@ -198,7 +200,7 @@ def breakdown(
     by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope, step or "
                                                     "module_type (a compiled run's modules, layer indices as *).")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N largest groups per rank, the rest as one row (0: all).")] = 15,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
@@ -276,7 +278,7 @@ def roofline(
     paths: Paths,
     by: Annotated[str, typer.Option(help="Group by kernel, scope or op_class.")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N rows losing most time (0: all).")] = 20,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     device: DeviceOpt = None,
     peak_tflops: Annotated[Optional[float], typer.Option(help="Peak TFLOP/s (every dtype), with --peak-gb-s.")] = None,
@@ -315,7 +317,7 @@ def compare(
     by: Annotated[Optional[str], typer.Option(help="Align rows on scope,kernel (default for one profiler), "
                                                    "kernel (default across profilers), op_class or scope.")] = None,
     top: Annotated[int, typer.Option(help="Show the N largest rows (0: all).")] = 25,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     tree: Annotated[bool, typer.Option("--tree", help="For two proton files: the tree of differences "
                                                        "(like proton-viewer --diff-profile).")] = False,
     rank: RankOpt = None,
@@ -385,7 +387,7 @@ def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list
 @app.command()
 def steps(
     paths: Paths,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
@@ -455,7 +457,7 @@ def idle(
     rank: RankOpt = None,
     step: StepOpt = None,
     top: Annotated[int, typer.Option(help="The N host ops covering the most host-caused idle, per rank (0: all).")] = 10,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from .reports.idle import RankIdle, combine, labelled
