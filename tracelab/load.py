@@ -59,12 +59,12 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def _peek(path: Path, n_bytes: int = 4096) -> bytes:
-    """The first `n_bytes` of the file's content (inflated when gzip) after its leading
-    whitespace, however long (a valid trace after 4 KiB of spaces is still a trace), at most
-    max_trace_bytes() read; empty when the file holds nothing else."""
+    """The first `n_bytes` of the file's content (inflated when gzip, through every member)
+    after its leading whitespace, however long (a valid trace after 4 KiB of spaces is still
+    a trace), at most max_trace_bytes() read; empty when the file holds nothing else."""
     with open(path, "rb") as f:
         pending = f.read(n_bytes)
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if pending.startswith(_GZIP_MAGIC) else None
+        inflate = _gzip_member() if pending.startswith(_GZIP_MAGIC) else None
         text, seen = b"", 0
         while pending:
             try:
@@ -72,12 +72,19 @@ def _peek(path: Path, n_bytes: int = 4096) -> bytes:
             except zlib.error as e:
                 raise TraceFormatError(path, f"damaged gzip header ({e})") from None
             text, seen = (text + chunk) if text else chunk.lstrip(_BLANK), seen + len(chunk)
-            if len(text) >= n_bytes or (inflate and inflate.eof):
+            if len(text) >= n_bytes:
                 break
             if seen > limits.max_trace_bytes():
                 raise limits.too_large(path, "holds")
-            pending = (inflate.unconsumed_tail if inflate else b"") or f.read(n_bytes)
+            if inflate and inflate.eof:  # the next gzip member, if any
+                pending, inflate = inflate.unused_data or f.read(n_bytes), _gzip_member()
+            else:
+                pending = (inflate.unconsumed_tail if inflate else b"") or f.read(n_bytes)
     return text[:n_bytes]
+
+
+def _gzip_member():
+    return zlib.decompressobj(16 + zlib.MAX_WBITS)
 
 
 def detect(path: str | os.PathLike) -> str:
