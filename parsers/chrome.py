@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, schema
+from tracelab import limits, memory, schema
 from tracelab.errors import TraceFormatError
 from tracelab.schema import Profile
 
@@ -84,6 +84,9 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
         (CPU_OPS, Ops)])  # launches with name and dur; CPU operators with their shapes: the host frame
     # (parsers/_host.py) and the kernels' work (parsers/_shapes.py)
+    del data  # the picked columns hold what is needed of the file's bytes and events
+    trace.traceEvents = []
+    memory.check_rows(path, len(gpu.cat) + len(launches.cat) + len(ops.cat) + len(cpu_ranges.cat), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(correlations(gpu.args), correlations(launches.args))

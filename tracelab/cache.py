@@ -82,6 +82,14 @@ def _inflated_bytes(path: Path, st: os.stat_result) -> int:
         return max(st.st_size, int.from_bytes(f.read(4), "little"))
 
 
+def inflated_size(path: Path) -> int:
+    """_inflated_bytes of a file by its path (0 when it cannot be read: the load says why)."""
+    try:
+        return _inflated_bytes(Path(path), Path(path).stat())
+    except OSError:
+        return 0
+
+
 def _identity(path: Path, st: os.stat_result) -> str:
     return f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 

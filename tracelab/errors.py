@@ -44,6 +44,10 @@ class OutputError(TracelabError):
     read-only folder, a full disk, a size limit (`ulimit -f`)."""
 
 
+class MemoryLimitError(TracelabError):
+    """A trace whose rows would need more memory than the machine has left (tracelab/memory.py)."""
+
+
 class RunError(TracelabError):
     """A launched workload failed; `where` is the run folder or rank."""
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify, limits, provenance, remote
+from . import cache, classify, limits, memory, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .schema import Profile, SchemaError, empty, validate
@@ -327,6 +327,8 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
     if address := remote.scheduler():
         return _parse_on_cluster(address, files, on_loaded, reduce, keep)
     workers = min(workers or os.cpu_count() or 1, len(files))
+    if workers > 1:  # as many at once as the memory left holds
+        workers = memory.parallel_files([cache.inflated_size(f) for f in files], workers)
     if workers <= 1:
         out = []
         for f in files:
