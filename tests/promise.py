@@ -46,3 +46,11 @@ def one_process(monkeypatch) -> None:
     """load_many parses in this process (no worker pool to start): the corpus stays fast."""
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     monkeypatch.setenv("TRACELAB_CACHE", "0")
+
+
+def spread(cases, every: int) -> list:
+    """The cases as pytest params, all but every `every`-th marked slow: the default run tries
+    a spread of each table (its first case among them), `pytest -m slow` the rest."""
+    import pytest
+
+    return [pytest.param(c, marks=() if i % every == 0 else pytest.mark.slow) for i, c in enumerate(cases)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from promise import assert_refused, one_process
+from promise import assert_refused, one_process, spread
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 PROTON2 = m.DATA / "decode-2gpu-proton"
@@ -131,7 +131,7 @@ FILES = {**{f"kineto: {k}": v for k, v in KINETO.items()}, **{f"hatchet: {k}": v
          **{f"nsys: {k}": v for k, v in NSYS_META.items()}}
 
 
-@pytest.mark.parametrize("case", list(FILES))
+@pytest.mark.parametrize("case", spread(list(FILES), 3))
 def test_value_checked_where_it_enters(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = FILES[case]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from promise import assert_refused, one_process
+from promise import assert_refused, one_process, spread
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 PROTON1 = m.DATA / "decode-1gpu-proton"
@@ -95,7 +95,7 @@ def _not_json(tmp: Path) -> Path:
 RUN_FILES["run.json not JSON"] = (_not_json, "cannot read it as JSON")
 
 
-@pytest.mark.parametrize("case", list(RUN_FILES))
+@pytest.mark.parametrize("case", spread(list(RUN_FILES), 4))
 def test_run_folder_file_checked(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = RUN_FILES[case]
@@ -122,7 +122,7 @@ LINKS = {
 
 
 @pytest.mark.parametrize("command", ["breakdown", "steps"])
-@pytest.mark.parametrize("case", list(LINKS))
+@pytest.mark.parametrize("case", spread(list(LINKS), 2))
 def test_broken_link_is_one_line(case, command, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = LINKS[case]
@@ -162,7 +162,7 @@ def _breakdown_ranks(capsys, run: Path) -> list[str]:
     return [str(p.rank) for p in load_many(run, workers=1)]
 
 
-@pytest.mark.parametrize("case", list(BAD_METAS))
+@pytest.mark.parametrize("case", spread(list(BAD_METAS), 4))
 def test_cache_entry_that_does_not_validate_is_a_miss(case, cached_run, capsys):
     pytest.importorskip("pyarrow")
     run, cache_dir = cached_run

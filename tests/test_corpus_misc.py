@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from promise import assert_refused, one_process
+from promise import assert_refused, one_process, spread
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 STEPS = m.DATA / "decode-1gpu-steps-torch"
@@ -69,7 +69,7 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("case", list(OPTIONS))
+@pytest.mark.parametrize("case", spread(list(OPTIONS), 3))
 def test_option_bounded_before_use(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = OPTIONS[case]
@@ -96,7 +96,7 @@ GZIP_GOOD = {
 }
 
 
-@pytest.mark.parametrize("case", list(GZIP_GOOD))
+@pytest.mark.parametrize("case", spread(list(GZIP_GOOD), 2))
 def test_gzip_members_read_as_zcat_reads_them(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     data = _plain_kineto()
@@ -137,7 +137,7 @@ GZIP_BAD = {
 }
 
 
-@pytest.mark.parametrize("case", list(GZIP_BAD))
+@pytest.mark.parametrize("case", spread(list(GZIP_BAD), 2))
 def test_damaged_gzip_is_one_line(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = GZIP_BAD[case]
@@ -178,7 +178,7 @@ def _named(formula: str):
 
 
 @pytest.mark.parametrize("command", ["breakdown", "roofline", "idle", "steps"])
-@pytest.mark.parametrize("formula", FORMULAS, ids=lambda f: repr(f[:8]))
+@pytest.mark.parametrize("formula", spread(FORMULAS, 3), ids=lambda f: repr(f[:8]))
 def test_csv_cells_that_are_formulas_are_neutralised(formula, command, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     path = _named(formula)(tmp_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from promise import assert_refused, one_process, tree
+from promise import assert_refused, one_process, spread, tree
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 KINETO = m.KINETO  # decode-1gpu-torch/rank0.pt.trace.json.gz
@@ -89,7 +89,7 @@ OVER_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("case", list(OVER_INPUTS))
+@pytest.mark.parametrize("case", spread(list(OVER_INPUTS), 3))
 def test_output_never_over_an_input(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     make, fragment = OVER_INPUTS[case]
@@ -155,7 +155,7 @@ FAULT_POINTS = {
 
 
 @pytest.mark.parametrize("signame", list(SIGNALS))
-@pytest.mark.parametrize("point", list(FAULT_POINTS))
+@pytest.mark.parametrize("point", spread(list(FAULT_POINTS), 3))
 def test_a_signal_leaves_nothing_half_written(point, signame, tmp_path, capsys, monkeypatch):
     if "parquet" in point:
         pytest.importorskip("pyarrow")
