@@ -54,6 +54,7 @@ Reduce = Mapping[str, Callable[[pd.DataFrame], Any]]
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
+_PEEK_STEP_BYTES = 1024**2
 _BLANK = b"\xef\xbb\xbf \t\r\n"  # what may precede a JSON document
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
@@ -62,13 +63,14 @@ def _peek(path: Path, n_bytes: int = 4096) -> bytes:
     """The first `n_bytes` of the file's content (inflated when gzip, through every member)
     after its leading whitespace, however long (a valid trace after 4 KiB of spaces is still
     a trace), at most max_trace_bytes() read; empty when the file holds nothing else."""
+    step = max(n_bytes, _PEEK_STEP_BYTES)  # through long whitespace in big steps
     with open(path, "rb") as f:
         pending = f.read(n_bytes)
         inflate = _gzip_member() if pending.startswith(_GZIP_MAGIC) else None
         text, seen = b"", 0
         while pending:
             try:
-                chunk = inflate.decompress(pending, n_bytes) if inflate else pending
+                chunk = inflate.decompress(pending, step) if inflate else pending
             except zlib.error as e:
                 raise TraceFormatError(path, f"damaged gzip header ({e})") from None
             text, seen = (text + chunk) if text else chunk.lstrip(_BLANK), seen + len(chunk)
@@ -77,9 +79,9 @@ def _peek(path: Path, n_bytes: int = 4096) -> bytes:
             if seen > limits.max_trace_bytes():
                 raise limits.too_large(path, "holds")
             if inflate and inflate.eof:  # the next gzip member, if any
-                pending, inflate = inflate.unused_data or f.read(n_bytes), _gzip_member()
+                pending, inflate = inflate.unused_data or f.read(step), _gzip_member()
             else:
-                pending = (inflate.unconsumed_tail if inflate else b"") or f.read(n_bytes)
+                pending = (inflate.unconsumed_tail if inflate else b"") or f.read(step)
     return text[:n_bytes]
 
 
