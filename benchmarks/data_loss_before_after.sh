@@ -1,10 +1,14 @@
 #!/bin/bash
-# before (main) and after (h29) for each data-loss case of issue 29
-D=/work/w29/tests/data
+# The data-loss cases of issue 29, each run with two tracelab installs: BEFORE (a venv whose
+# editable tracelab is the code before the fix) and AFTER (this checkout's). Usage:
+#   BEFORE=/path/to/old/.venv bash benchmarks/data_loss_before_after.sh [OUT]
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+D=$REPO/tests/data
+OUT=${1:-/tmp/tracelab-dataloss}
 for who in before after; do
-  if [ $who = before ]; then V=/work/main/.venv; else V=/work/w29/.venv; fi
+  if [ $who = before ]; then V=${BEFORE:?set BEFORE to the old venv}; else V=${AFTER:-$REPO/.venv}; fi
   T=$V/bin/tracelab; P=$V/bin/python
-  W=/tmp/h29/dl/$who; rm -rf $W; mkdir -p $W; cd $W
+  W=$OUT/$who; rm -rf $W; mkdir -p $W; cd $W
   export TRACELAB_CACHE=0
   echo "=== $who"
   echo "--- 1. export parquet run/ -o run/ --force"
@@ -30,7 +34,7 @@ PY
   rm -rf l; cp -r $D/decode-2gpu-torch l; ln -s gone.json l/rank2.pt.trace.json
   $T breakdown l --format csv 2>&1 | cut -d, -f1 | sort -u | tr '\n' ' '; echo "exit ${PIPESTATUS[0]}"
   echo "--- 5. two-member gzip (zcat reads it)"
-  $P -c "import sys; sys.path.insert(0, '/work/w29/benchmarks'); import mem_kernels as m; from pathlib import Path; m.write_trace(Path('plain.json'), 100000)"; n=$(stat -c %s plain.json)
+  $P -c "import sys; sys.path.insert(0, '$REPO/benchmarks'); import mem_kernels as m; from pathlib import Path; m.write_trace(Path('plain.json'), 100000)"; n=$(stat -c %s plain.json)
   (head -c $((n/2)) plain.json | gzip; tail -c +$((n/2+1)) plain.json | gzip) > two.json.gz
   $T breakdown two.json.gz --format csv 2>&1 | tail -1 | cut -c1-150; echo "exit ${PIPESTATUS[0]}"
   echo "--- 6. 160 gzip members of 5 MiB each ([, spaces, ]), 0.8 MB (ulimit -v 4 GB)"
