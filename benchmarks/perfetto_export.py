@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tracelab.inputs import label_inputs, write
-from tracelab.load import load_many
+from tracelab.loading import load_many
 from tracelab.reports import perfetto
 
 ROOT = Path(__file__).resolve().parents[1]

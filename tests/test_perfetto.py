@@ -20,7 +20,7 @@ import pytest
 
 from tracelab.errors import UsageError
 from tracelab.inputs import label_inputs
-from tracelab.load import load_many
+from tracelab.loading import load_many
 from tracelab.reports import perfetto, slices
 from tracelab.reports.compare import Input
 from tracelab.schema import coerce

@@ -70,7 +70,7 @@ def test_import_tracelab_and_the_cli_leave_pandas_unimported():
     code = ("import sys, tracelab, tracelab.cli, tracelab.terminal; print(sorted(m for m in ('pandas', 'numpy') "
             "if m in sys.modules)); print(tracelab.load.__module__, tracelab.COLUMNS['rank'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[:2] == ["[]", "tracelab.load int32"]
+    assert out[:2] == ["[]", "tracelab.loading int32"]
 
 
 def test_the_cli_still_turns_a_schema_error_into_one_line():
@@ -98,8 +98,9 @@ def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, mon
 
 
 def test_tracelab_load_stays_the_function_once_its_module_is_imported():
-    code = "import tracelab, tracelab.load, tracelab.cli; from tracelab.load import expand; print(callable(tracelab.load))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+    code = ("import tracelab, tracelab.loading, tracelab.cli; from tracelab.loading import expand; "
+            "print(callable(tracelab.load), tracelab.load is tracelab.loading.load)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True True\n"
 
 
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():

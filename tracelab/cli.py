@@ -100,7 +100,7 @@ def _set_step(step: str | None) -> None:
 def _load(paths: list[str], rank: int | None = None, **work):
     """Load with a progress bar on stderr when there are several files; --rank picks one rank.
     `work`: load_many's reduce and keep_events."""
-    from .load import expand, load_many
+    from .loading import expand, load_many
     from .pick import pick_rank
 
     files = expand(paths)
@@ -178,7 +178,7 @@ def breakdown(
 ) -> None:
     """Per rank: GPU time, share, count and mean per kernel / op class / scope,
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
-    from .load import events
+    from .loading import events
     from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
     from .reports.compare import RANK_SUMMARIES
     from .reports.text import BREAKDOWN_RENDERERS
@@ -448,7 +448,7 @@ def idle(
 def _tree_diff(paths: list[str]) -> None:
     from pathlib import Path
 
-    from .load import detect
+    from .loading import detect
     from .parsers.hatchet import tree
     from .reports.text import tree_diff_text
     from .reports.treediff import tree_diff
@@ -562,7 +562,7 @@ def _trace_count(paths: list[str]) -> int:
     from pathlib import Path
 
     from .inputs import traceless_run
-    from .load import expand
+    from .loading import expand
 
     return sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
 
@@ -592,7 +592,7 @@ def export_parquet(
     from pathlib import Path
 
     from .dataset import export
-    from .load import expand
+    from .loading import expand
 
     _set_step(step)
     _set_scheduler(scheduler)
@@ -661,7 +661,7 @@ def _results_line(f: dict) -> str:
 
 def _run_report(run_dir, top: int) -> None:
     """Each rank's breakdown on the terminal, and report.html in the run folder."""
-    from .load import events
+    from .loading import events
     from .reports.breakdown import breakdown as analyse, summary
     from .reports.text import BREAKDOWN_RENDERERS
 

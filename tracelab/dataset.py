@@ -46,7 +46,7 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
            on_loaded: Callable | None = None) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
     An existing DIR is replaced only with `force`; written beside it first, then renamed."""
-    from .load import load_many
+    from .loading import load_many
 
     out = Path(out)
     if out.exists() and not force:

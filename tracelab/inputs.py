@@ -33,7 +33,7 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
     rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
     `keep_events` the events stay in the workers: the report and compare need only the
     summaries (the merged Perfetto trace needs the events)."""
-    from .load import load_many
+    from .loading import load_many
     from .reports.compare import RANK_SUMMARIES
 
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
@@ -46,7 +46,7 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
     thousand holds only those ranks' events (the rest gave their summaries, which put the run
     on one clock). `keep(events)`, where given, runs in the worker that parses each rank
     and only its rows come back (e.g. perfetto.rows_of_steps)."""
-    from .load import load_many
+    from .loading import load_many
 
     needed = [i for i in inputs if not len(i.events) and i.path and (ranks is None or i.rank in ranks)]
     for group in dict.fromkeys(i.group for i in needed):
@@ -64,7 +64,7 @@ def with_bins(inputs: list[Input]) -> list[Input]:
     events is read again, alone, and binned there (summary "bins"); the rest never are."""
     from functools import partial
 
-    from .load import load_many
+    from .loading import load_many
     from .reports import figures, timeline
 
     for _, shown, _ in figures.timeline_shown(inputs):
@@ -82,7 +82,7 @@ def with_bins(inputs: list[Input]) -> list[Input]:
 
 def traceless_run(path: Path) -> bool:
     """A run folder with no trace in it (a run under backend none): its run.json still counts."""
-    from .load import expand
+    from .loading import expand
 
     if not (path.is_dir() and (path / "run.json").is_file()):
         return False
@@ -232,7 +232,7 @@ def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
 def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profile]]:
     """Profiles loaded from all the paths together, back into one list per path (by the file
     each came from), as load_groups would give them; a profile of no path's files joins the first."""
-    from .load import expand
+    from .loading import expand
 
     owner: dict[str, str] = {}
     for p in map(str, paths):
