@@ -19,7 +19,6 @@ Prints a Markdown table for benchmarks/RESULTS.md. Not a test: minutes on 2 core
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -138,7 +137,6 @@ def main() -> None:
     f.add_argument("--perms", type=int, default=10)
     f.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    os.environ.setdefault("TRACELAB_STEP_PATTERN", "")
     show(args.folder, args.steps) if args.cmd == "show" else false_positives(args.perms, args.seed)
 
 

@@ -47,17 +47,19 @@ def report_imports() -> tuple[int, int]:
     return len([m for m in known if not (REPORTS / m.replace(".", "/") / "__init__.py").exists()]), len(pairs)
 
 
-def step_files() -> list[str]:
-    """Files (outside tests and benchmarks) that name the step pattern's route."""
-    out = subprocess.run(["git", "grep", "-l", "-E", r"STEP_PATTERN_ENV|TRACELAB_STEP_PATTERN|step_pattern|_set_step",
-                          "--", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+def step_files(pattern: str) -> list[str]:
+    """Files (outside tests and benchmarks) whose text matches `pattern` (git grep -E)."""
+    out = subprocess.run(["git", "grep", "-l", "-E", pattern, "--", "*.py"], cwd=ROOT, capture_output=True,
+                         text=True).stdout.split()
     return [f for f in out if not re.match(r"(tests|benchmarks)/", f)]
 
 
 if __name__ == "__main__":
     modules, pairs = report_imports()
     cli = len((ROOT / "tracelab" / "cli.py").read_text().splitlines())
-    files = step_files()
+    named = step_files(r"STEP_PATTERN_ENV|TRACELAB_STEP_PATTERN|step_pattern|_set_step|Options\b")
+    env = step_files(r"STEP_PATTERN_ENV|TRACELAB_STEP_PATTERN")
     print(f"reports modules: {modules}; imports among them (distinct pairs): {pairs}")
     print(f"tracelab/cli.py lines: {cli}")
-    print(f"files naming the --step route: {len(files)}: {' '.join(files)}")
+    print(f"files naming the --step route: {len(named)}: {' '.join(named)}")
+    print(f"files reading or writing its environment variable: {len(env)}: {' '.join(env)}")

@@ -76,11 +76,11 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
 
     from tracelab.cli import _with_steps
     from tracelab.inputs import label_inputs, load_groups
+    from tracelab.options import Options
 
-    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
     data = Path(__file__).resolve().parent / "data"
     paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]
-    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths)], None)
+    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths, options=Options(step_pattern="decode_one_token"))], None)
     torch = groups[1][0]
     torch.events = torch.events[torch.events["step"].isin([0, 1, 2])]
     proton = groups[0][0]

@@ -141,7 +141,8 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     import tracelab
     from distributed import LocalCluster
 
-    from tracelab import classify, remote
+    from tracelab import classify
+    from tracelab.options import Options
     from tracelab.reports.compare import RANK_SUMMARIES
 
     folder = DATA / "train-2gpu-torch"
@@ -150,10 +151,9 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     try:
         local = tracelab.load_many(folder, workers=2, reduce=RANK_SUMMARIES)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
-            on_cluster = tracelab.load_many(folder, reduce=RANK_SUMMARIES)
-            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_SUMMARIES)  # fsspec file:// URL
-            monkeypatch.delenv(remote.SCHEDULER_ENV)
+            on = Options(scheduler=cluster.scheduler_address)
+            on_cluster = tracelab.load_many(folder, reduce=RANK_SUMMARIES, options=on)
+            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_SUMMARIES, options=on)  # fsspec file:// URL
             cli = [_breakdown_csv(folder), _breakdown_csv(folder, "--scheduler", cluster.scheduler_address)]
     finally:
         classify.reset_patterns()
@@ -169,12 +169,13 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
 def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     pytest.importorskip("distributed")
     import tracelab
-    from tracelab import remote
+    from tracelab import options
     from tracelab.errors import UsageError
 
-    monkeypatch.setenv(remote.SCHEDULER_ENV, "tcp://127.0.0.1:9")
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
-        tracelab.load_many(DATA / "train-2gpu-torch")
+        tracelab.load_many(DATA / "train-2gpu-torch", options=options.Options(scheduler="tcp://127.0.0.1:9"))
+    monkeypatch.setenv(options.SCHEDULER_ENV, "tcp://127.0.0.1:9")  # the CLI's default, read once there
+    assert options.from_environment().scheduler == "tcp://127.0.0.1:9"
 
 
 @pytest.mark.parametrize("case", TS_CASES)
@@ -403,14 +404,14 @@ def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
     from distributed import LocalCluster
 
     import tracelab
-    from tracelab import remote
     from tracelab.errors import TraceFormatError
+    from tracelab.options import Options
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
             with pytest.raises(TraceFormatError, match="the Dask worker reading it died") as caught:
-                tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die})
+                tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die},
+                                   options=Options(scheduler=cluster.scheduler_address))
     assert "rank0" in str(caught.value) and "\n" not in str(caught.value)
 
 

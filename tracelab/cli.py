@@ -78,31 +78,24 @@ SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Addres
                                                                       "Needs pip install 'tracelab\\[dist]'.")]
 
 
-def _set_scheduler(address: str | None) -> None:
-    """--scheduler: load_many reads it from the environment (tracelab.remote.scheduler)."""
-    if address:
-        from .remote import SCHEDULER_ENV
+def _options(step: str | None = None, scheduler: str | None = None):
+    """The command's Options (tracelab/options.py), built once: --step and --scheduler, else the
+    user's TRACELAB_STEP_PATTERN and TRACELAB_SCHEDULER. A bad pattern is one line here, not in a worker."""
+    from .options import from_environment
+    from .parsers._steps import compile_pattern
 
-        os.environ[SCHEDULER_ENV] = address
-
-
-def _set_step(step: str | None) -> None:
-    """--step: the parsers (in load_many's workers too) read it from the environment."""
-    if step is not None:
-        import os
-
-        from .parsers._steps import STEP_PATTERN_ENV, compile_pattern
-
-        compile_pattern(step)  # a bad pattern is one line here, not in a worker
-        os.environ[STEP_PATTERN_ENV] = step
+    options = from_environment(step, scheduler)
+    compile_pattern(options.step_pattern)
+    return options
 
 
 def _load(paths: list[str], rank: int | None = None, **work):
     """Load with a progress bar on stderr when there are several files; --rank picks one rank.
-    `work`: load_many's reduce and keep_events."""
+    `work`: load_many's reduce, keep_events and options (default: the environment's)."""
     from .loading import expand, load_many
     from .pick import pick_rank
 
+    work.setdefault("options", _options())
     files = expand(paths)
     if len(files) == 1:
         profiles = load_many(files, **work)  # a file of several processes gives one Profile per rank
@@ -186,15 +179,14 @@ def breakdown(
     _check_choice("--by", by, BY_CHOICES)
     _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
     top = _top(top)
-    _set_step(step)
-    _set_scheduler(scheduler)
+    options = _options(step, scheduler)
     if rank is not None:  # one rank picked out of the inputs: its events
-        profiles = _load(paths, rank)
+        profiles = _load(paths, rank, options=options)
         df = events(profiles)
         _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
         return _findings(fmt, paths, profiles)
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce={**per_rank(by), **RANK_SUMMARIES}, keep_events=False)
+    profiles = _load(paths, reduce={**per_rank(by), **RANK_SUMMARIES}, keep_events=False, options=options)
     table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
     _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
     _findings(fmt, paths, profiles)
@@ -225,7 +217,7 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True, options=None) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
     summaries, made in the worker that parsed it, reach this process."""
@@ -234,7 +226,8 @@ def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
     total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
+        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events,
+                             options=options or _options())
     _say_notes([p for group in groups for p in group])
     return groups
 
@@ -312,9 +305,8 @@ def compare(
     top = _top(top)
     if tree:
         return _tree_diff(paths)
-    _set_step(step)
-    _set_scheduler(scheduler)
-    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False), rank), n_steps)
+    options = _options(step, scheduler)
+    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False, options=options), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
@@ -383,12 +375,11 @@ def steps(
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
-    _set_step(step)
-    _set_scheduler(scheduler)
+    options = _options(step, scheduler)
     from .reports.compare import RANK_SUMMARIES as FOR_FINDINGS
 
     profiles = _load(paths, rank, reduce={**FOR_FINDINGS, **RANK_SUMMARIES, "idle": RankIdle(0)},
-                     keep_events=False)  # digested in its worker
+                     keep_events=False, options=options)  # digested in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
@@ -436,11 +427,11 @@ def idle(
 
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
-    _set_step(step)
-    _set_scheduler(scheduler)
+    options = _options(step, scheduler)
     parts = []  # each input on its own: two runs may both hold rank 0
     for path in paths:
-        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False)  # reduced in the workers
+        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False,
+                         options=options)  # reduced in the workers
         parts.append((path, combine({p.rank: p.summary["idle"] for p in profiles})))
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
@@ -485,12 +476,12 @@ def report(
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    _set_step(step)
-    _set_scheduler(scheduler)
+    options = _options(step, scheduler)
     whole = perfetto and not _many_traces(paths)  # else the merged trace's ranks are read again, if it fits
-    groups = _picked(paths, _load_groups(paths, keep_events=whole), rank)
+    groups = _picked(paths, _load_groups(paths, keep_events=whole, options=options), rank)
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
-        written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
+        written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto,
+                               options=options)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
 
 
@@ -534,7 +525,8 @@ def export_perfetto(
             "steps": steps and perfetto.parse_ints("--steps", steps),
             "window_ns": window and perfetto.parse_window_ms(window)}
     lean = bool(pick["ranks"]) or _many_traces(paths)  # summaries first: the others' put the run on one clock
-    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean))
+    options = _options()
+    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean, options=options))
     if pick["steps"]:  # before any rank is read again
         perfetto.check_steps([i for i in inputs if i.timed], pick["steps"])
     if too_big := perfetto.oversize(inputs, pick["ranks"] or None, pick["steps"] or None, max_events):
@@ -548,7 +540,8 @@ def export_perfetto(
         keep = partial(perfetto.rows_of_steps, steps=frozenset(pick["steps"])) if pick["steps"] else None
         with _progress(disable=False) as bar:
             task = bar.add_task("reading the exported ranks' events", total=None)
-            inputs = with_events(inputs, pick["ranks"] or None, keep, on_loaded=lambda _: bar.advance(task))
+            inputs = with_events(inputs, pick["ranks"] or None, keep, on_loaded=lambda _: bar.advance(task),
+                                 options=options)
     began, events = time.perf_counter(), []
     written = write(out, lambda put: events.append(perfetto.write_json(put, inputs, **{k: v or None for k, v in
                                                                                       pick.items()})),
@@ -594,13 +587,12 @@ def export_parquet(
     from .dataset import export
     from .loading import expand
 
-    _set_step(step)
-    _set_scheduler(scheduler)
+    options = _options(step, scheduler)
     began = time.perf_counter()
     files = expand(paths)
     with _progress(disable=len(files) < 2) as bar:
         task = bar.add_task(f"writing {len(files)} traces", total=len(files))
-        written = export(paths, out, force=force, on_loaded=lambda _: bar.advance(task))
+        written = export(paths, out, force=force, on_loaded=lambda _: bar.advance(task), options=options)
     size = sum(p.stat().st_size for p in written)
     typer.echo(f"wrote {_shown(Path(out))}: {len(written)} parts, {size / 1e6:.1f} MB, "
                f"{time.perf_counter() - began:.1f} s", err=True)
@@ -665,12 +657,13 @@ def _run_report(run_dir, top: int) -> None:
     from .reports.breakdown import breakdown as analyse, summary
     from .reports.text import BREAKDOWN_RENDERERS
 
-    profiles = _load([str(run_dir)])
+    options = _options()
+    profiles = _load([str(run_dir)], options=options)
     df = events(profiles)
     _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
     from .inputs import write_report
 
     written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
-                           groups=[profiles])
+                           groups=[profiles], options=options)
     typer.echo(f"wrote {_shown(written)}", err=True)
     _findings("table", [str(run_dir)], groups=[profiles])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import OutputError, UsageError
+from .options import DEFAULT, Options
 
 PART = "part-0.parquet"
 
@@ -43,7 +44,7 @@ class _Part:
 
 
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
-           on_loaded: Callable | None = None) -> list[Path]:
+           on_loaded: Callable | None = None, options: Options = DEFAULT) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
     An existing DIR is replaced only with `force`; written beside it first, then renamed."""
     from .loading import load_many
@@ -56,7 +57,8 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
     staging = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         staging.mkdir()
-        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False)
+        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False,
+                             options=options)
         written = []
         for p in profiles:
             folder = staging / f"rank={p.rank}"

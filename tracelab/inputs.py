@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
+from .options import DEFAULT, Options
 from .schema import Profile
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
 
-def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True) -> list[list[Profile]]:
+def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
+                options: Options = DEFAULT) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
     rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
     `keep_events` the events stay in the workers: the report and compare need only the
@@ -37,31 +39,34 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
     from .reports.compare import RANK_SUMMARIES
 
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
-                                                        keep_events=keep_events) for p in paths]
+                                                        keep_events=keep_events, options=options) for p in paths]
 
 
-def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None) -> list[Input]:
+def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
+                options: Options = DEFAULT) -> list[Input]:
     """Inputs loaded without their events get them back for `ranks` (every rank when None):
     their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
     thousand holds only those ranks' events (the rest gave their summaries, which put the run
     on one clock). `keep(events)`, where given, runs in the worker that parses each rank
-    and only its rows come back (e.g. perfetto.rows_of_steps)."""
+    and only its rows come back (e.g. perfetto.rows_of_steps). `options`: as they were loaded."""
     from .loading import load_many
 
     needed = [i for i in inputs if not len(i.events) and i.path and (ranks is None or i.rank in ranks)]
     for group in dict.fromkeys(i.group for i in needed):
         members = [i for i in needed if i.group == group]
         again = {p.rank: p for p in load_many(list(dict.fromkeys(i.path for i in members)), on_loaded=on_loaded,
-                                              reduce={"kept": keep} if keep else None, keep_events=keep is None)}
+                                              reduce={"kept": keep} if keep else None, keep_events=keep is None,
+                                              options=options)}
         for i in members:
             i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
     return inputs
 
 
-def with_bins(inputs: list[Input]) -> list[Input]:
+def with_bins(inputs: list[Input], options: Options = DEFAULT) -> list[Input]:
     """The report's timeline draws a few ranks per run (figures.timeline_shown) in bins shared
     on one clock, known only once every rank's span is: a shown rank loaded without its
-    events is read again, alone, and binned there (summary "bins"); the rest never are."""
+    events is read again, alone (with the `options` it was loaded with), and binned there
+    (summary "bins"); the rest never are."""
     from functools import partial
 
     from .loading import load_many
@@ -75,7 +80,7 @@ def with_bins(inputs: list[Input]) -> list[Input]:
                 continue
             own = edges - (offsets or {}).get(i.rank, 0)
             again = load_many(i.path, workers=1, reduce={"bins": partial(timeline.rank_bins, edges_ns=own)},
-                              keep_events=False)
+                              keep_events=False, options=options)
             i.summary["bins"] = (own, next(p for p in again if p.rank == i.rank).summary["bins"])
     return inputs
 
@@ -167,23 +172,24 @@ def _umask() -> int:
 
 
 def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 groups: list[list[Profile]] | None = None, perfetto: bool = False) -> Path:
+                 groups: list[list[Profile]] | None = None, perfetto: bool = False,
+                 options: Options = DEFAULT) -> Path:
     """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
     loaded per path) are given, read the run folder's run.json, render the HTML report and
     write it atomically. `tracelab report` and `tracelab run` call this. With `perfetto`, the
     merged Perfetto trace of the timed ranks is written beside it (<out>.perfetto.json.gz)
-    and the report links each rank to it."""
+    and the report links each rank to it. `options`: how the traces are (or were) loaded."""
     from .reports import html
 
     paths = [str(p) for p in paths]
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto)
+    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto, options=options)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    inputs = with_bins(inputs)
-    merged = _write_perfetto(_with_perfetto_events(inputs), Path(out), force) if perfetto else None
+    inputs = with_bins(inputs, options)
+    merged = _write_perfetto(_with_perfetto_events(inputs, options), Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
 
@@ -201,7 +207,7 @@ def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> 
     return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
 
 
-def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
+def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
     """The timed ranks' events for the merged trace, read again where they were loaded
     without; refused (UsageError) when the trace would be too large for Perfetto's UI."""
     from .reports import perfetto
@@ -213,7 +219,7 @@ def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
         raise UsageError("--perfetto", f"the merged trace would hold about {rows:,} events from {n_ranks:,} ranks, "
                                        "more than Perfetto's UI opens: write the report without --perfetto, and "
                                        f"the ranks you need with `tracelab export perfetto --ranks {shown}`")
-    with_events([i for i in inputs if i.timed], None)
+    with_events([i for i in inputs if i.timed], None, options=options)
     return inputs
 
 

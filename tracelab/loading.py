@@ -29,6 +29,7 @@ import pandas as pd
 from . import cache, classify, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
+from .options import DEFAULT, Options
 from .schema import Profile, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
@@ -98,14 +99,14 @@ def rank_from_name(path: str | os.PathLike) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _parse(path: Path) -> list[Profile]:
-    """Parse one file (or take it from the Parquet cache), unclassified; one Profile
-    per process of the file."""
+def _parse(path: Path, options: Options = DEFAULT) -> list[Profile]:
+    """Parse one file with `options` (or take it from the Parquet cache), unclassified; one
+    Profile per process of the file."""
     module = importlib.import_module(PARSERS[detect(path)])
-    entry = cache.key(path, module.__file__) if not module.__name__.endswith(".parquet") else None  # columnar already
+    entry = cache.key(path, module.__file__, options) if not module.__name__.endswith(".parquet") else None  # columnar already
     if entry and (cached := cache.get(entry)) is not None:
         return cached
-    result = _read(module, path)
+    result = _read(module, path, options)
     profiles = result if isinstance(result, list) else [result]
     if entry:
         cache.put(entry, path, module.__file__, profiles)
@@ -113,7 +114,7 @@ def _parse(path: Path) -> list[Profile]:
 
 
 def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None,
-                      keep_events: bool = True) -> list[Profile]:
+                      keep_events: bool = True, options: Options = DEFAULT) -> list[Profile]:
     """_parse, then the events classified (kernel, op_class) and reduced into small tables
     (Profile.summary): in the worker that parsed the file, so the caller's process only
     gathers results. `patterns`: the caller's classify.user_patterns(), for a worker
@@ -122,7 +123,7 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     if patterns is not None:
         classify.use_patterns(patterns)
     out = []
-    for p in _parse_any(path):
+    for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))
         summary = {name: _reduced(fn, events, p) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
@@ -149,22 +150,22 @@ def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
     return events
 
 
-def _parse_any(path: Path | str) -> list[Profile]:
+def _parse_any(path: Path | str, options: Options = DEFAULT) -> list[Profile]:
     """_parse of a local file, or of a URL's local copy (tracelab.remote), named by its URL."""
     if not remote.is_url(path):
-        return _parse(path)
+        return _parse(path, options)
     with remote.local_copy(path) as local:
-        profiles = _parse(local)
+        profiles = _parse(local, options)
     for p in profiles:
         p.meta["path"] = path
     return profiles
 
 
-def _read(module, path: Path):
-    """module.read(path); what a parser lets through despite its checks (a parser's bug on
+def _read(module, path: Path, options: Options):
+    """module.read(path, options); what a parser lets through despite its checks (a parser's bug on
     an input nobody foresaw) still names the file, and memory running out says so."""
     try:
-        return module.read(path)
+        return module.read(path, options)
     except MemoryError:
         raise TraceFormatError(path, "out of memory while reading it") from None
     except RecursionError:
@@ -193,15 +194,16 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     return profile
 
 
-def load(path: str | os.PathLike, rank: int | None = None) -> Profile:
-    """Read one trace file of one rank into a Profile; `rank` overrides what the file says.
-    `path` may be an fsspec URL (s3://, gs://, file://, memory://...).
+def load(path: str | os.PathLike, rank: int | None = None, options: Options = DEFAULT) -> Profile:
+    """Read one trace file of one rank into a Profile; `rank` overrides what the file says;
+    `options` (tracelab.options: the step pattern) as read. `path` may be an fsspec URL
+    (s3://, gs://, file://, memory://...).
 
     A file holding several processes (an nsys capture of a multi-process run) is several
     ranks: `load` refuses it, naming them, and `load_many(path)` gives one Profile per rank.
     """
     path = path if remote.is_url(path) else Path(path)  # a URL (fsspec) is read through a local copy
-    profiles = _parse_classified(path)
+    profiles = _parse_classified(path, options=options)
     if len(profiles) > 1:
         ranks = ", ".join(str(p.meta.get("rank")) for p in profiles)
         raise RankError(path, f"holds {len(profiles)} processes (ranks {ranks}); "
@@ -258,6 +260,7 @@ def load_many(
     on_loaded: Callable[[Path], None] | None = None,
     reduce: Reduce | None = None,
     keep_events: bool = True,
+    options: Options = DEFAULT,
 ) -> list[Profile]:
     """Read many trace files (folders are searched) in parallel processes, one Profile per rank.
 
@@ -268,10 +271,11 @@ def load_many(
     each Profile's `summary` holds the
     results by name. With `keep_events=False` the events are dropped
     in the worker (no rows come back): memory then holds the summaries, not the job.
+    `options` (tracelab.options: the step pattern, the Dask scheduler) reach every worker as a value.
     """
     files = expand(paths)
     ranks = {str(Path(k)): v for k, v in (ranks or {}).items()}
-    parsed = _parse_all(files, workers, on_loaded, (reduce, keep_events))
+    parsed = _parse_all(files, workers, on_loaded, (reduce, keep_events, options))
     profiles = []
     for path, found in zip(files, parsed):
         for p in found:
@@ -280,22 +284,23 @@ def load_many(
     return _check_unique(profiles)
 
 
-def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Reduce | None, bool]
+def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Reduce | None, bool, Options]
                ) -> list[list[Profile]]:
-    """_parse_classified(f, *work) of every file, in order: locally or on a Dask cluster."""
-    reduce, keep = work
-    if address := remote.scheduler():
-        return _parse_on_cluster(address, files, on_loaded, reduce, keep)
+    """_parse_classified of every file with `work` (reduce, keep_events, options), in order:
+    locally or on the Dask cluster that options.scheduler names."""
+    reduce, keep, options = work
+    if options.scheduler:
+        return _parse_on_cluster(options.scheduler, files, on_loaded, work)
     workers = min(workers or os.cpu_count() or 1, len(files))
     if workers <= 1:
         out = []
         for f in files:
-            out.append(_parse_classified(f, reduce, None, keep))
+            out.append(_parse_classified(f, reduce, None, keep, options))
             if on_loaded:
                 on_loaded(f)
         return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns(), keep) for f in files]
+        futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns(), keep, options) for f in files]
         out = []
         try:
             for f, fut in zip(files, futures):
@@ -308,12 +313,14 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
         return out
 
 
-def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce | None,
-                      keep: bool) -> list[list[Profile]]:
-    """_parse_recording of every file on the Dask cluster at `address` (tracelab.remote)."""
+def _parse_on_cluster(address: str, files: list[Path], on_loaded, work: tuple[Reduce | None, bool, Options]
+                      ) -> list[list[Profile]]:
+    """_parse_recording of every file on the Dask cluster at `address` (tracelab.remote), with
+    `work` (reduce, keep_events, options) sent to the workers as values."""
+    reduce, keep, options = work
     out = []
     for f, (profiles, caught) in zip(files, remote.cluster_map(address, _parse_recording, files, reduce,
-                                                                classify.user_patterns(), keep)):
+                                                                classify.user_patterns(), keep, options)):
         _warn_again(f, caught)
         out.append(profiles)
         if on_loaded:
@@ -322,11 +329,12 @@ def _parse_on_cluster(address: str, files: list[Path], on_loaded, reduce: Reduce
 
 
 def _parse_recording(path: Path, reduce: Reduce | None = None, patterns: list[tuple[str, str]] | None = None,
-                     keep_events: bool = True) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
+                     keep_events: bool = True, options: Options = DEFAULT
+                     ) -> tuple[list[Profile], list[tuple[str, type[Warning]]]]:
     """_parse_classified in a worker process, with the warnings it raised: they are raised again
     in the caller's process (where the CLI prints each as one line), not printed by the worker."""
     with warnings.catch_warnings(record=True) as caught:
-        profiles = _parse_classified(path, reduce, patterns, keep_events)
+        profiles = _parse_classified(path, reduce, patterns, keep_events, options)
     return profiles, [(str(w.message), w.category) for w in caught]
 
 
