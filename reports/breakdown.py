@@ -7,6 +7,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import OnEvents
+
 BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step
 REST = "(rest)"
@@ -95,12 +97,12 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def per_rank(by: str = "kernel") -> dict[str, Callable[[pd.DataFrame], pd.DataFrame]]:
+def per_rank(by: str = "kernel") -> dict[str, Callable]:
     """summary() and the full breakdown() as per-rank reductions (tracelab.load_many's
     `reduce`, run in the worker that parsed each rank). Both group by rank, so the ranks' own
     tables stacked in rank order (stacked()) are the tables of all the ranks' events
     together; --top is chosen over them all afterwards (top_rows)."""
-    return {"summary": summary, "breakdown": partial(breakdown, by=by)}
+    return {"summary": OnEvents(summary), "breakdown": OnEvents(partial(breakdown, by=by))}
 
 
 def stacked(profiles: list, name: str) -> pd.DataFrame:

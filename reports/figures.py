@@ -13,7 +13,8 @@ import pandas as pd
 
 from ..schema import OP_CLASSES
 from . import normalise, timeline
-from .compare import Comparison, Input, measured
+from .compare import Comparison, measured
+from .session import Input
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}
@@ -157,7 +158,7 @@ def outliers(values: pd.Series) -> list:
 
 def timeline_edges(shown: list[Input], offsets: dict[int, int] | None, n_bins: int = 0) -> np.ndarray:
     """The bins the shown ranks share: TIMELINE_BINS from the first start to the last end
-    of any of them on one clock (each rank's span, RANK_SUMMARIES "span")."""
+    of any of them on one clock (each rank's span, RANK_DIGESTS "span")."""
     n_bins = n_bins or TIMELINE_BINS
     spans = [(i.digest("span"), (offsets or {}).get(i.rank, 0)) for i in shown]
     first = min(s[0] + o for s, o in spans)

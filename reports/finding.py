@@ -9,7 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from .compare import Comparison, Input, compare
+from .compare import Comparison, compare
+from .session import Input
 
 # section ids of the report (reports/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",

@@ -5,7 +5,8 @@ inputs' digests, the run folders' run.json) in, a list of Finding out. The repor
 them on top (each linked to the section that proves it) and the CLI prints the same
 text at the end of `run`, `breakdown`, `compare` and `steps`.
 
-Each source is one function `(Evidence) -> list[Finding]` in SOURCES. A source states only
+Each source is one function `(Evidence) -> list[Finding]` that its topic registers
+(reports/topics.py: all_sources() gathers them in TOPICS order). A source states only
 what its analysis already decided (the straggler verdict of reports/verdicts.py, the
 `slowest` of compare, which is named only beyond the step-to-step noise, the profiler
 cost of reports/runs.py); it re-decides nothing, and says nothing where the data cannot
@@ -21,8 +22,8 @@ import pandas as pd
 
 from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
-from .findings_more import idle_findings, roofline_findings
-from .findings_runs import difference_findings, profiler_cost_findings
+from .findings_more import idle_findings
+from .topics import TOPICS
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -139,7 +140,7 @@ def idle_share_findings(ev: Evidence) -> list[Finding]:
     """Per run, the rank whose GPU idles longest within its span (the timeline's union of
     busy intervals), where that is over MIN_IDLE_SHARE of the span; runs side by side in one
     sentence. Why it idled is issue 21's idle_findings (reports/idle.py), which replaces
-    this one in SOURCES."""
+    this one (idle_or_share)."""
     df = ev.per_input
     if "idle_ns" not in df:
         return []
@@ -171,19 +172,21 @@ def _pct(part: float, whole: float) -> str:
 
 
 # Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause, issue 21;
-# the roofline, issue 20) and findings_runs.py (between runs); a new one is one more function.
-def _idle(ev: Evidence) -> list[Finding]:
+# the roofline, issue 20) and findings_runs.py (between runs); a topic registers its own
+# (reports/topics.py): a new one is one more function and one name in its Topic.
+def idle_or_share(ev: Evidence) -> list[Finding]:
     """Idle by cause (issue 21) where the runs' steps give it, else the idle share alone."""
     return idle_findings(ev) or idle_share_findings(ev)
 
 
-SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
-    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings)
+def all_sources() -> list[Callable[[Evidence], list[Finding]]]:
+    """Every topic's findings sources, in TOPICS order (reports/topics.py)."""
+    return [source for topic in TOPICS for source in topic.findings_sources()]
 
 
-def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
-    """At most MAX_FINDINGS findings of every source, the most time at stake first."""
-    found = [f for source in sources for f in source(ev)]
+def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None) -> list[Finding]:
+    """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first."""
+    found = [f for source in (all_sources() if sources is None else sources) for f in source(ev)]
     return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
 
 

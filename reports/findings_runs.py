@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .compare import Input
+from .session import Input
 from .finding import SECTIONS, Finding, ms as _ms
 from .runs import cost_of
 

@@ -18,11 +18,12 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UsageError
-from . import figures, roofline_html, scopetree, side_by_side, steps_html, workload_plots
+from . import figures, scopetree, side_by_side, workload_plots
 from .jsonout import strict
 from .runs import run_table, shared_rows
-from . import idle_html  # issue 21
-from .compare import Comparison, Input, comparison, rows_are
+from .compare import Comparison, comparison, rows_are
+from .session import Input
+from .topics import TOPICS
 from .findings import NONE, Evidence, Finding, findings
 
 TOP_KERNELS_TABLE = 200
@@ -279,9 +280,9 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
     out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
-    out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
-    out += roofline_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 20
-    out += idle_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 21
+    for topic in TOPICS:  # each topic's own section (reports/topics.py), in their order
+        if render_section := topic.section_renderer():
+            out += render_section(inputs, lambda fig, note: _figure(figs, fig, note), table, c)
     if len(c.skew):
         out += ['<h2 id="skew">Collective skew across ranks</h2>', table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import RankData
+
 from .steps import step_rows
 from .timeline import merge_intervals, timed
 
@@ -66,13 +68,11 @@ class Idle:
 class RankIdle:
     """load_many's reduce: one rank's idle() summary, made in the worker that parsed it."""
 
-    with_host = True  # tracelab.load gives it the rank's meta and host frame
-
     def __init__(self, top: int = TOP_OPS):
         self.top = top
 
-    def __call__(self, events: pd.DataFrame, meta: dict | None = None, host: pd.DataFrame | None = None) -> Idle:
-        return rank_idle(events, host, (meta or {}).get("source"), self.top)
+    def __call__(self, rank: RankData) -> Idle:
+        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top)
 
 
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,

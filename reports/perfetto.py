@@ -26,7 +26,7 @@ import pandas as pd
 from ..errors import UsageError
 from . import collectives as C
 from .slices import lanes, scope_slices, step_slices
-from .compare import Input
+from .session import Input
 from .timeline import clock_offsets
 
 MATCHING = ("reports/collectives.py: the i-th launch of a communication kernel of one message size on one "

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
+from tracelab.schema import RankData
 
 BY_CHOICES = ("kernel", "scope", "op_class")
 MEMORY_CLASSES = ("elementwise", "reduction", "memory")
@@ -175,12 +176,10 @@ def trace_device(meta: dict) -> Device | None:
     return None
 
 
-def rank_roofline(events: pd.DataFrame, meta: dict) -> dict[str, Any]:
+def rank_roofline(rank: RankData) -> dict[str, Any]:
     """One rank's roofline by kernel, made where the rank was parsed (load_many's reduce):
     the rows, the device's name and its roofs, and the time covered."""
-    device = trace_device(meta)
-    result = roofline(events, device, "kernel", "trace" if device else "unknown")
+    device = trace_device(rank.meta)
+    result = roofline(rank.events, device, "kernel", "trace" if device else "unknown")
     return {"rows": result.rows, "device": device, "gpu_ns": result.gpu_ns, "known_ns": result.known_ns}
 
-
-rank_roofline.with_meta = True  # type: ignore[attr-defined]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .compare import Input, measured, rows_are
+from .compare import measured, rows_are
+from .session import Input
 from .figures import (CATEGORY_AXIS, HEATMAP_KERNELS, MANY_RANKS, OUTLIERS_SHOWN, _layout, axis_label, label, outliers,
                       outliers_and_first)
 

@@ -80,6 +80,11 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
     return out + [f'<p class="note">{escape(clock_line(w.clock))}</p>', f"<p><b>{escape(w.line)}</b></p>"]
 
 
+def section(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison) -> list[str]:
+    """The report's steps section (reports/topics.py), each run's Waits from the Comparison."""
+    return sections(inputs, figure, table, comparison.waits)
+
+
 def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable,
              analysed: dict[str, Waits] | None = None) -> list[str]:
     """The steps section for every run (group) of two or more timed ranks of one profiler;

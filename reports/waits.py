@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import OnEvents
+
 from . import collectives as C
 from . import normalise
 from . import steps as S
@@ -139,7 +141,7 @@ def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
 
 
 # per-rank tables `tracelab steps` needs, made in the worker that parses each rank (load_many's reduce)
-RANK_SUMMARIES = {"waits": rank_digest, "kernel_totals": S.kernel_totals, "timed": S.has_times}
+STEP_DIGESTS = {"waits": OnEvents(rank_digest), "kernel_totals": OnEvents(S.kernel_totals), "timed": OnEvents(S.has_times)}
 
 
 def straggler_json(w: Waits) -> dict[str, Any]:
@@ -172,7 +174,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
 
 
 def run_waits(members: list) -> Waits:
-    """analyse_digests of one run's inputs (reports.compare.Input): each input's digest as
+    """analyse_digests of one run's inputs (reports.session.Input): each input's digest as
     its worker made it (summary["waits"]), else made here from its events."""
     digests = {i.rank: i.digest("waits") for i in members}
     return analyse_digests(digests, {i.rank: i.epoch_ns for i in members})

@@ -348,13 +348,13 @@ def test_across_profilers_join_on_canonical_names():
     (["/a/rank0.json", "/x/a/rank0.json"], ["/a/rank0", "x/a/rank0"]),
 ])
 def test_path_labels(paths, labels):
-    from tracelab.reports.compare import path_labels
+    from tracelab.reports.session import path_labels
 
     assert path_labels([Path(p) for p in paths], [False] * len(paths)) == labels
 
 
 def test_path_labels_relative_and_folders(monkeypatch):
-    from tracelab.reports.compare import path_labels
+    from tracelab.reports.session import path_labels
 
     monkeypatch.chdir(ROOT / "tests")
     run = ROOT / "tests" / "data" / "train-2gpu-torch"

@@ -9,7 +9,8 @@ import pytest
 
 import tracelab
 from tracelab.reports import normalise
-from tracelab.reports.compare import Input, compare
+from tracelab.reports.compare import compare
+from tracelab.reports.session import Input
 
 from conftest import shared_trace
 

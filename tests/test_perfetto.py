@@ -22,7 +22,7 @@ from tracelab.errors import UsageError
 from tracelab.inputs import label_inputs
 from tracelab.loading import load_many
 from tracelab.reports import perfetto, slices
-from tracelab.reports.compare import Input
+from tracelab.reports.session import Input
 from tracelab.schema import coerce
 
 from conftest import shared_trace

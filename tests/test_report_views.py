@@ -18,7 +18,7 @@ import pytest
 from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
 from tracelab.reports import figures, html, scopetree, side_by_side
-from tracelab.reports.compare import Input
+from tracelab.reports.session import Input
 from tracelab.reports.runs import run_table
 from tracelab.schema import coerce
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.parsers import chrome
+from tracelab.reports import session
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -108,12 +109,12 @@ def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     from tracelab.reports import compare, timeline
 
     folder = DATA / "train-2gpu-torch"
-    profiles = tracelab.load_many(folder, workers=2, reduce=compare.RANK_SUMMARIES)
+    profiles = tracelab.load_many(folder, workers=2, reduce=session.RANK_DIGESTS)
     for p in profiles:
         assert p.summary["timeline"].equals(timeline.rank_timeline(p.events).drop(columns="rank"))
     bare = tracelab.load_many(folder, workers=2)
     assert all(not p.summary for p in bare)
-    labelled = [compare.label([folder], [True], [ps]) for ps in (profiles, bare)]
+    labelled = [session.label([folder], [True], [ps]) for ps in (profiles, bare)]
     with_summaries, without = (compare._timelines(inputs) for inputs in labelled)
     assert with_summaries.equals(without) and len(with_summaries) == 2
 
@@ -143,17 +144,17 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
 
     from tracelab import classify
     from tracelab.options import Options
-    from tracelab.reports.compare import RANK_SUMMARIES
+    from tracelab.reports.session import RANK_DIGESTS
 
     folder = DATA / "train-2gpu-torch"
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     classify.add_pattern("^ncclDevKernel", "other")  # the caller's patterns reach the cluster's workers
     try:
-        local = tracelab.load_many(folder, workers=2, reduce=RANK_SUMMARIES)
+        local = tracelab.load_many(folder, workers=2, reduce=RANK_DIGESTS)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
             on = Options(scheduler=cluster.scheduler_address)
-            on_cluster = tracelab.load_many(folder, reduce=RANK_SUMMARIES, options=on)
-            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_SUMMARIES, options=on)  # fsspec file:// URL
+            on_cluster = tracelab.load_many(folder, reduce=RANK_DIGESTS, options=on)
+            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_DIGESTS, options=on)  # fsspec file:// URL
             cli = [_breakdown_csv(folder), _breakdown_csv(folder, "--scheduler", cluster.scheduler_address)]
     finally:
         classify.reset_patterns()
@@ -196,7 +197,7 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     from tracelab.reports import compare, html, steps_html, waits
 
     folder = DATA / "gloo-2cpu-late"
-    inputs = compare.label([folder], [True], [tracelab.load_many(folder, workers=1)])
+    inputs = session.label([folder], [True], [tracelab.load_many(folder, workers=1)])
     calls = []
     real = waits.analyse_digests
     monkeypatch.setattr(waits, "analyse_digests", lambda *a: calls.append(1) or real(*a))
@@ -219,14 +220,14 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     from tracelab.reports import compare, timeline
 
     folder = DATA / "train-2gpu-torch"
-    with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (compare.RANK_SUMMARIES, None))
-    inputs = compare.label([folder], [True], [with_rows])
+    with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (session.RANK_DIGESTS, None))
+    inputs = session.label([folder], [True], [with_rows])
     offsets = timeline.clock_offsets([p.meta for p in bare])
     whole = timeline.skew_summary(timeline.collective_skew(pd.concat([p.events for p in bare], ignore_index=True),
                                                            offsets))
     got = compare._skews(inputs)
     assert len(whole) > 0 and got.drop(columns=["group", "clock"]).equals(whole)
-    assert compare._skews(compare.label([folder], [True], [bare])).equals(got)
+    assert compare._skews(session.label([folder], [True], [bare])).equals(got)
     assert all(len(p.summary["comm_kernels"]) < len(p.events) / 3 for p in with_rows)
 
 
@@ -285,7 +286,7 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
 
     lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": waits.rank_digest}, keep_events=False)
     assert all(p.events.empty for p in lean)
-    members = compare.label([DATA / folder], [True], [lean])
+    members = session.label([DATA / folder], [True], [lean])
     epochs = {i.rank: i.epoch_ns for i in members}
     slim = waits.run_waits(members)
     whole = waits.analyse(tracelab.events(tracelab.load_many(DATA / folder, workers=1)), epochs)
@@ -307,7 +308,7 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
     copies = [zero] + [Profile(one.events.assign(rank=r), {**one.meta, "rank": r}) for r in range(1, 20)]
-    inputs = compare.label([DATA / "gloo-2cpu-late"], [True], [copies])
+    inputs = session.label([DATA / "gloo-2cpu-late"], [True], [copies])
     figs: dict = {}
     page = "".join(steps_html.sections(inputs, lambda fig, note: html._figure(figs, fig, note), html.table))
     assert "median wait (ms)" in page and "waited most" in page and "rank 0" in page
@@ -463,7 +464,7 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), {**(one if r == 7 else zero).meta,
                                                                                "rank": r}) for r in range(20)]
-    c = compare.comparison(compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
+    c = compare.comparison(session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
     with open(tmp_path / "out.txt", "w") as out:
         console = Console(width=250, record=True, file=out)
         console.print(text.compare_tables(c, ["kernel"], 5))
@@ -551,7 +552,7 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 19 else zero).events.assign(rank=np.int32(r)),
                       {**(one if r == 19 else zero).meta, "rank": r}) for r in range(20)]
-    inputs = compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
+    inputs = session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
     (_, shown, n), = figures.timeline_shown(inputs)
     assert n == 20 and [i.rank for i in shown] == [*range(15), 19]
     (note, _), = figures.timelines(inputs)

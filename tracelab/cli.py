@@ -173,7 +173,7 @@ def breakdown(
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from .loading import events
     from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
-    from .reports.compare import RANK_SUMMARIES
+    from .reports.session import RANK_DIGESTS
     from .reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -186,7 +186,7 @@ def breakdown(
         _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
         return _findings(fmt, paths, profiles)
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce={**per_rank(by), **RANK_SUMMARIES}, keep_events=False, options=options)
+    profiles = _load(paths, reduce={**per_rank(by), **RANK_DIGESTS}, keep_events=False, options=options)
     table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
     _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
     _findings(fmt, paths, profiles)
@@ -334,9 +334,10 @@ def _with_steps(paths: list[str], groups: list[list], n_steps: int | None) -> li
 
 def _has_steps(p) -> bool:
     """Whether a profile has step instances: its worker's summary says, else its events."""
-    from .reports.compare import RANK_SUMMARIES
+    from .reports.session import RANK_DIGESTS
+    from .schema import RankData
 
-    noise = p.summary["noise"] if "noise" in p.summary else RANK_SUMMARIES["noise"](p.events)
+    noise = p.summary["noise"] if "noise" in p.summary else RANK_DIGESTS["noise"](RankData(p.events, p.meta, p.host))
     return bool(noise["steps"])
 
 
@@ -370,15 +371,15 @@ def steps(
     from .reports.steps import per_step_totals, recorded_steps
     from .reports.steps_text import STEPS_RENDERERS
     from .reports.idle import RankIdle, idle_columns
-    from .reports.waits import RANK_SUMMARIES, analyse_digests
+    from .reports.waits import STEP_DIGESTS, analyse_digests
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     options = _options(step, scheduler)
-    from .reports.compare import RANK_SUMMARIES as FOR_FINDINGS
+    from .reports.session import RANK_DIGESTS
 
-    profiles = _load(paths, rank, reduce={**FOR_FINDINGS, **RANK_SUMMARIES, "idle": RankIdle(0)},
+    profiles = _load(paths, rank, reduce={**RANK_DIGESTS, **STEP_DIGESTS, "idle": RankIdle(0)},
                      keep_events=False, options=options)  # digested in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})

@@ -24,12 +24,11 @@ class _Part:
     """A load_many reduce that writes a rank's classified events (all but the rank column,
     which the folder name holds) and its meta to a temporary part in `folder`; its path."""
 
-    with_meta = True  # load_many gives it the profile's meta too
-
     def __init__(self, folder: str):
         self.folder = folder
 
-    def __call__(self, events, meta: dict) -> str:
+    def __call__(self, rank) -> str:  # schema.RankData
+        events, meta = rank.events, rank.meta
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Callable
 
 from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
 from .options import DEFAULT, Options
-from .schema import Profile
+from .schema import OnEvents, Profile
 
 if TYPE_CHECKING:
-    from .reports.compare import Input
+    from .reports.session import Input
 
 
 def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
-    """The profiles loaded from each path, labelled (reports.compare.label); a folder's
+    """The profiles loaded from each path, labelled (reports.session.label); a folder's
     label is its name, a file's its stem."""
-    from .reports.compare import label
+    from .reports.session import label
 
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
@@ -32,13 +32,13 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
                 options: Options = DEFAULT) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
+    rank's RANK_DIGESTS (reports.session) computed in the worker that parsed it. Without
     `keep_events` the events stay in the workers: the report and compare need only the
     summaries (the merged Perfetto trace needs the events)."""
     from .loading import load_many
-    from .reports.compare import RANK_SUMMARIES
+    from .reports.session import RANK_DIGESTS
 
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_DIGESTS,
                                                         keep_events=keep_events, options=options) for p in paths]
 
 
@@ -55,7 +55,7 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
     for group in dict.fromkeys(i.group for i in needed):
         members = [i for i in needed if i.group == group]
         again = {p.rank: p for p in load_many(list(dict.fromkeys(i.path for i in members)), on_loaded=on_loaded,
-                                              reduce={"kept": keep} if keep else None, keep_events=keep is None,
+                                              reduce={"kept": OnEvents(keep)} if keep else None, keep_events=keep is None,
                                               options=options)}
         for i in members:
             i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
@@ -79,7 +79,7 @@ def with_bins(inputs: list[Input], options: Options = DEFAULT) -> list[Input]:
             if len(i.events) or not i.path:
                 continue
             own = edges - (offsets or {}).get(i.rank, 0)
-            again = load_many(i.path, workers=1, reduce={"bins": partial(timeline.rank_bins, edges_ns=own)},
+            again = load_many(i.path, workers=1, reduce={"bins": OnEvents(partial(timeline.rank_bins, edges_ns=own))},
                               keep_events=False, options=options)
             i.summary["bins"] = (own, next(p for p in again if p.rank == i.rank).summary["bins"])
     return inputs

@@ -30,7 +30,7 @@ from . import cache, classify, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .options import DEFAULT, Options
-from .schema import Profile, SchemaError, empty, validate
+from .schema import Profile, RankData, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
 PARSERS: dict[str, str] = {
@@ -47,8 +47,9 @@ NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank
                       ".provenance.json",  # Inductor's kernel -> module map of a compiled run (tracelab.provenance)
                       ".perfetto.json", ".perfetto.json.gz")  # tracelab's own merged export (report --perfetto)
 
-# name -> function of one rank's classified events, run where the rank is parsed (load_many)
-Reduce = Mapping[str, Callable[[pd.DataFrame], Any]]
+# name -> function of one rank (schema.RankData: its classified events, meta and host frame),
+# run where the rank is parsed (load_many); schema.OnEvents wraps a function of the events alone
+Reduce = Mapping[str, Callable[[RankData], Any]]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
@@ -125,18 +126,11 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))
-        summary = {name: _reduced(fn, events, p) for name, fn in (reduce or {}).items()}
+        rank = RankData(events, p.meta, p.host)
+        summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
                            p.host if keep_events else None))
     return out
-
-
-def _reduced(fn: Callable, events: pd.DataFrame, p: Profile) -> Any:
-    """fn(events), or fn(events, meta) where fn has `with_meta`, or fn(events, meta, host)
-    where it has `with_host` (the host frame, schema.HOST_COLUMNS, or None)."""
-    if getattr(fn, "with_host", False):
-        return fn(events, p.meta, p.host)
-    return fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)
 
 
 def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
@@ -266,8 +260,8 @@ def load_many(
 
     `ranks` maps a file path to its rank. Two profiles that resolve to the same
     rank raise RankError, never overwrite each other. `reduce` maps a name to a function
-    of a rank's classified events, run in the worker that parsed it (given the trace's meta
-    too where the function has `with_meta = True`, and its host frame with `with_host = True`);
+    of one rank, `fn(rank: schema.RankData)` (its classified events, meta and host frame; wrap
+    a function of the events alone in schema.OnEvents), run in the worker that parsed it;
     each Profile's `summary` holds the
     results by name. With `keep_events=False` the events are dropped
     in the worker (no rows come back): memory then holds the summaries, not the job.
