@@ -60,7 +60,7 @@ def late_rank(events, n_ranks: int, late_ns: int = 200_000):
 
 def measure(folder: Path, late: bool = False) -> dict:
     import tracelab
-    from tracelab.reports.waits import analyse
+    from tracelab.reports.steps.waits import analyse
 
     from tracelab.options import Options
 

@@ -85,7 +85,7 @@ def _add_scope_work(scope_metrics: dict[str, dict[str, Any]], scope: tuple[str, 
 
 def tree(path: str | os.PathLike) -> dict:
     """The file's call tree for tree-level tools (llnl-hatchet's GraphFrame.from_literal, as
-    reports/treediff.py uses it), decoded and checked as by read(): `{frame: {name, type},
+    reports/html/treediff.py uses it), decoded and checked as by read(): `{frame: {name, type},
     metrics, children}` from the root, metric names as Triton 3.2+ spells them, only scalar
     metrics without the ` (exc)`/` (pty)` variants, launch-metadata frames replaced by their
     children (proton's bookkeeping, not scopes)."""

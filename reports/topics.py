@@ -1,7 +1,7 @@
 """Every question tracelab answers, registered in one place: a `Topic` names its per-rank digests
 (made in the worker that parses each rank, read through reports/session.Input.digest), its
-findings sources and its report section. reports/session.py, reports/findings.py and
-reports/html.py iterate TOPICS; nothing else names a topic's modules to hook it in.
+findings sources and its report section. reports/session.py, reports/findings/findings.py and
+reports/html/html.py iterate TOPICS; nothing else names a topic's modules to hook it in.
 
 Digests are objects (analyses, picklable for the workers); findings and sections are named
 "module:function" under tracelab.reports and imported when used, so this registry sits below
@@ -18,11 +18,12 @@ from typing import Any, Callable
 
 from tracelab.schema import OnEvents
 
-from . import digests, timeline
-from .idle import RankIdle
-from .roofline import rank_roofline
-from .steps import has_times
-from .waits import rank_digest
+from .compare import digests
+from .idle.idle import RankIdle
+from .roofline.roofline import rank_roofline
+from .steps import timeline
+from .steps.steps import has_times
+from .steps.waits import rank_digest
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,12 @@ TOPICS: tuple[Topic, ...] = (
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
                       "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times)}),
     Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start)},
-          findings=("findings:straggler_findings", "findings:exposed_findings"), section="steps_html:section"),
-    Topic("roofline", {"roofline": rank_roofline}, findings=("findings_more:roofline_findings",),
-          section="roofline_html:sections"),
-    Topic("idle", {"idle": RankIdle()}, findings=("findings:idle_or_share",), section="idle_html:sections"),
-    Topic("runs", findings=("findings_runs:difference_findings", "findings_runs:profiler_cost_findings")),
+          findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings"),
+          section="steps.steps_html:section"),
+    Topic("roofline", {"roofline": rank_roofline}, findings=("findings.findings_more:roofline_findings",),
+          section="roofline.roofline_html:sections"),
+    Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
+          section="idle.idle_html:sections"),
+    Topic("results", findings=("findings.findings_runs:difference_findings",
+                               "findings.findings_runs:profiler_cost_findings")),
 )

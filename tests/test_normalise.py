@@ -9,7 +9,7 @@ import pytest
 
 import tracelab
 from tracelab.reports import normalise
-from tracelab.reports.compare import compare
+from tracelab.reports.compare.compare import compare
 from tracelab.reports.session import Input
 
 from conftest import shared_trace
@@ -75,7 +75,7 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     noise, and the note says what was compared."""
     from pathlib import Path
 
-    from tracelab.cli import _with_steps
+    from tracelab.commands.compare import _with_steps
     from tracelab.inputs import label_inputs, load_groups
     from tracelab.options import Options
 
@@ -124,7 +124,7 @@ def test_per_call_table_says_so() -> None:
 
     from rich.console import Console
 
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import compare_json, compare_tables
 
     ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events

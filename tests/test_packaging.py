@@ -15,7 +15,7 @@ import tracelab
 
 ROOT = Path(__file__).resolve().parents[1]
 # every subpackage, and one module of each, imported by name
-IMPORTS = "import tracelab.parsers.chrome, tracelab.reports.breakdown, tracelab.workloads; import tracelab.reports"
+IMPORTS = "import tracelab.parsers.chrome, tracelab.reports.breakdown.breakdown, tracelab.workloads; import tracelab.reports"
 # an editable install (pip install -e .) adds a finder that maps the folders in; `pip install .` does not
 WITHOUT_EDITABLE_FINDER = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if " \
                           "not getattr(f, '__module__', '').startswith('__editable__')]"
@@ -63,7 +63,7 @@ def test_built_package_imports_from_the_root_and_from_elsewhere(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                             "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    assert (target / "tracelab" / "reports" / "breakdown.py").is_file()
+    assert (target / "tracelab" / "reports" / "breakdown" / "breakdown.py").is_file()
     code = WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; print(tracelab.reports.__file__)"
     elsewhere = _python(code, cwd=tmp_path, path=[str(target)])
     assert elsewhere.returncode == 0, elsewhere.stderr

@@ -15,7 +15,7 @@ import pytest
 import tracelab
 from tracelab import provenance
 from tracelab.errors import TraceFormatError
-from tracelab.reports.breakdown import breakdown, module_type
+from tracelab.reports.breakdown.breakdown import breakdown, module_type
 
 RUN = Path(__file__).parent / "data" / "decode-compile-cpu-torch"
 

@@ -12,7 +12,9 @@ import pytest
 
 import tracelab
 from tracelab import inputs
-from tracelab.reports import compare, html, session, text
+from tracelab.reports.compare import compare
+from tracelab.reports.html import html
+from tracelab.reports import session, text
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [DATA / "train-2gpu-torch", DATA / "train-2gpu-proton"]

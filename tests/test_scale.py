@@ -16,6 +16,7 @@ import pytest
 
 from tracelab.parsers import chrome
 from tracelab.reports import session
+from tracelab.schema import OnEvents
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -106,7 +107,8 @@ def test_tracelab_load_stays_the_function_once_its_module_is_imported():
 
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     import tracelab
-    from tracelab.reports import compare, timeline
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import timeline
 
     folder = DATA / "train-2gpu-torch"
     profiles = tracelab.load_many(folder, workers=2, reduce=session.RANK_DIGESTS)
@@ -194,7 +196,9 @@ def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
 
 def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypatch):
     import tracelab
-    from tracelab.reports import compare, html, steps_html, waits
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import html
+    from tracelab.reports.steps import steps_html, waits
 
     folder = DATA / "gloo-2cpu-late"
     inputs = session.label([folder], [True], [tracelab.load_many(folder, workers=1)])
@@ -217,7 +221,8 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     import pandas as pd
 
     import tracelab
-    from tracelab.reports import compare, timeline
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import timeline
 
     folder = DATA / "train-2gpu-torch"
     with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (session.RANK_DIGESTS, None))
@@ -235,7 +240,7 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
 @pytest.mark.parametrize("by,top", [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)])
 def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, top):
     import tracelab
-    from tracelab.reports import breakdown as B
+    from tracelab.reports.breakdown import breakdown as B
 
     path = DATA / folder
     reduced = tracelab.load_many(path, workers=2, reduce=B.per_rank(by), keep_events=False)
@@ -251,7 +256,7 @@ def test_n_ranks_made_from_one_give_n_times_its_breakdown(tmp_path):
     import importlib.util
 
     import tracelab
-    from tracelab.reports import breakdown as B
+    from tracelab.reports.breakdown import breakdown as B
 
     spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
     make_ranks = importlib.util.module_from_spec(spec)
@@ -282,9 +287,10 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     import pandas as pd
 
     import tracelab
-    from tracelab.reports import compare, waits
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import waits
 
-    lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": waits.rank_digest}, keep_events=False)
+    lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": OnEvents(waits.rank_digest)}, keep_events=False)
     assert all(p.events.empty for p in lean)
     members = session.label([DATA / folder], [True], [lean])
     epochs = {i.rank: i.epoch_ns for i in members}
@@ -303,7 +309,9 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     import re
 
     import tracelab
-    from tracelab.reports import compare, html, steps_html
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import html
+    from tracelab.reports.steps import steps_html
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
@@ -323,7 +331,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     import numpy as np
 
     import tracelab
-    from tracelab.reports import steps_text, waits
+    from tracelab.reports.steps import steps_text, waits
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
@@ -354,7 +362,7 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
     from tracelab.inputs import label_inputs, load_groups, write_report
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import COMPARE_RENDERERS
 
     paths = [str(DATA / f) for f in folders]
@@ -391,7 +399,7 @@ def test_load_reads_one_file_by_url_through_fsspec():
     assert by_url.events.equals(by_path.events)
 
 
-def _die(events):
+def _die(rank):
     """A reduce that kills the process running it (a Dask worker), as running out of memory would."""
     import os
 
@@ -458,7 +466,8 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     from rich.console import Console
 
     import tracelab
-    from tracelab.reports import compare, text
+    from tracelab.reports.compare import compare
+    from tracelab.reports import text
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
@@ -523,7 +532,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
     import json
 
     from tracelab import inputs as I
-    from tracelab.reports import perfetto
+    from tracelab.reports.perfetto import perfetto
 
     read = []
     real = I.with_events
@@ -546,7 +555,8 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     import numpy as np
 
     import tracelab
-    from tracelab.reports import compare, figures
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import figures
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)

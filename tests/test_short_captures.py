@@ -18,7 +18,7 @@ from shifted import make_late, ranks_from_one
 import tracelab
 from tracelab.options import Options
 from tracelab.reports import evidence as E
-from tracelab.reports.waits import analyse
+from tracelab.reports.steps.waits import analyse
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

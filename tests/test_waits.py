@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 import tracelab
 from tracelab.cli import app
 from tracelab.options import Options
-from tracelab.reports import collectives as C
+from tracelab.reports.steps import collectives as C
 from tracelab.reports import verdicts as V
-from tracelab.reports.waits import analyse, straggler_json
+from tracelab.reports.steps.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
 DECODE = DATA / "decode-2gpu-torch"
@@ -187,7 +187,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
     tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
     standard deviations."""
     from tracelab.inputs import run_info
-    from tracelab.reports.steps import recorded_steps
+    from tracelab.reports.steps.steps import recorded_steps
 
     per_step, noise = defaultdict(dict), []
     for src in ("torch", "nsys", "proton"):

@@ -1,6 +1,6 @@
 """The file side of the reports: which inputs are folders, a run folder's run.json, and
 writing what a renderer returned. Reports themselves only take frames and return
-strings (reports/compare.py labels inputs from what is given here; reports/html.py
+strings (reports/compare/compare.py labels inputs from what is given here; reports/html/html.py
 renders); the CLI and `tracelab run` call these.
 """
 from __future__ import annotations
@@ -70,7 +70,8 @@ def with_bins(inputs: list[Input], options: Options = DEFAULT) -> list[Input]:
     from functools import partial
 
     from .loading import load_many
-    from .reports import figures, timeline
+    from .reports.html import figures
+    from .reports.steps import timeline
 
     for _, shown, _ in figures.timeline_shown(inputs):
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
@@ -179,7 +180,7 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     write it atomically. `tracelab report` and `tracelab run` call this. With `perfetto`, the
     merged Perfetto trace of the timed ranks is written beside it (<out>.perfetto.json.gz)
     and the report links each rank to it. `options`: how the traces are (or were) loaded."""
-    from .reports import html
+    from .reports.html import html
 
     paths = [str(p) for p in paths]
     if Path(out).exists() and not force:
@@ -210,7 +211,7 @@ def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> 
 def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
     """The timed ranks' events for the merged trace, read again where they were loaded
     without; refused (UsageError) when the trace would be too large for Perfetto's UI."""
-    from .reports import perfetto
+    from .reports.perfetto import perfetto
 
     if all(len(i.events) for i in inputs if i.timed):
         return inputs
@@ -225,7 +226,7 @@ def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
 
 def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
     """The merged trace beside the report, streamed; its file name, or None when no input is timed."""
-    from .reports import perfetto
+    from .reports.perfetto import perfetto
 
     if not any(i.timed for i in inputs):
         return None
@@ -251,11 +252,11 @@ def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profi
 
 
 def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None) -> list:
-    """The findings (reports/findings.py) of the profiles loaded per path, labelled as the
+    """The findings (reports/findings/findings.py) of the profiles loaded per path, labelled as the
     report labels them, so every command prints the report's sentences; `comparison`, a
     Comparison of those same inputs (any --by), is reused where its labels match."""
-    from .reports.compare import comparison as compare_inputs
-    from .reports.findings import Evidence, findings
+    from .reports.compare.compare import comparison as compare_inputs
+    from .reports.findings.findings import Evidence, findings
 
     paths = [str(p) for p in paths]
     kept = [(p, g) for p, g in zip(paths, groups) if g]

@@ -180,7 +180,7 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
     return df
 
 
-# The second per-rank frame: what the host was doing (reports/idle.py). One row per host
+# The second per-rank frame: what the host was doing (reports/idle/idle.py). One row per host
 # interval: a synchronising CUDA call (`sync`), a CPU operator (`cpu_op`, Kineto), a user
 # range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
 # runtime call (`osrt`, nsys). Same clock as

@@ -9,7 +9,7 @@ Each source is one function `(Evidence) -> list[Finding]` that its topic registe
 (reports/topics.py: all_sources() gathers them in TOPICS order). A source states only
 what its analysis already decided (the straggler verdict of reports/verdicts.py, the
 `slowest` of compare, which is named only beyond the step-to-step noise, the profiler
-cost of reports/runs.py); it re-decides nothing, and says nothing where the data cannot
+cost of reports/results/runs.py); it re-decides nothing, and says nothing where the data cannot
 support it: the finding is left out, not hedged.
 
     found = findings(Evidence(inputs, comparison(inputs, "kernel"), run_infos))
@@ -20,10 +20,10 @@ from typing import Callable
 
 import pandas as pd
 
-from .collectives import collective_type
+from ..steps.collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import idle_findings
-from .topics import TOPICS
+from ..topics import TOPICS
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -139,7 +139,7 @@ def _wait_text(w, rank: int) -> str:
 def idle_share_findings(ev: Evidence) -> list[Finding]:
     """Per run, the rank whose GPU idles longest within its span (the timeline's union of
     busy intervals), where that is over MIN_IDLE_SHARE of the span; runs side by side in one
-    sentence. Why it idled is issue 21's idle_findings (reports/idle.py), which replaces
+    sentence. Why it idled is issue 21's idle_findings (reports/idle/idle.py), which replaces
     this one (idle_or_share)."""
     df = ev.per_input
     if "idle_ns" not in df:

@@ -17,14 +17,14 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import UsageError
+from ...errors import UsageError
 from . import figures, scopetree, side_by_side, workload_plots
-from .jsonout import strict
-from .runs import run_table, shared_rows
-from .compare import Comparison, comparison, rows_are
-from .session import Input
-from .topics import TOPICS
-from .findings import NONE, Evidence, Finding, findings
+from ..jsonout import strict
+from ..results.runs import run_table, shared_rows
+from ..compare.compare import Comparison, comparison, rows_are
+from ..session import Input
+from ..topics import TOPICS
+from ..findings.findings import NONE, Evidence, Finding, findings
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -332,6 +332,6 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
 
 
 def _straggler(row: pd.Series, measured: str) -> str:
-    from .text import straggler_line
+    from ..text import straggler_line
 
     return straggler_line(row, measured)

@@ -12,8 +12,8 @@ from typing import Callable
 
 import pandas as pd
 
-from ..results import of_run
-from .stats import LEVEL, median_difference
+from ...results import of_run
+from ..stats import LEVEL, median_difference
 
 RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 
@@ -133,7 +133,7 @@ def cost_of(info: dict, runs: list[tuple[str, dict]]) -> dict | None:
     """The profiler's cost as numbers: change (mine / theirs - 1), measure, mine, theirs,
     baseline (the run under none), and where both runs recorded per-step samples the medians'
     test (`within_noise`, `text`: sampled_cost); None where it cannot be said (backend none,
-    no baseline, no result). reports/findings.py states it unless `within_noise` is true."""
+    no baseline, no result). reports/findings/findings.py states it unless `within_noise` is true."""
     base = baseline(info, runs)
     results = RESULTS.get(str(info.get("workload")))
     if info.get("backend") == "none" or base is None or not results:

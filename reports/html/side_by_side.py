@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .compare import measured, rows_are
-from .session import Input
+from ..compare.compare import measured, rows_are
+from ..session import Input
 from .figures import (CATEGORY_AXIS, HEATMAP_KERNELS, MANY_RANKS, OUTLIERS_SHOWN, _layout, axis_label, label, outliers,
                       outliers_and_first)
 
@@ -48,7 +48,7 @@ def only(events: pd.DataFrame, labels: list[str] | None) -> pd.DataFrame:
 
 def step_time_boxes(inputs: list[Input]) -> dict | None:
     """One chart for the question "how long is a step, and how steady?": the traced step time
-    (first to last GPU activity of the step, reports/steps.py) of every run side by side, a
+    (first to last GPU activity of the step, reports/steps/steps.py) of every run side by side, a
     box per run (all its ranks' steps), or per rank for one run of up to MANY_RANKS ranks;
     every step a point where there are few. None where no input has steps."""
     one_run = len({i.group for i in inputs}) == 1 and len(inputs) <= MANY_RANKS

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import normalise, timeline
+from .. import normalise
+from ..steps import timeline
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {

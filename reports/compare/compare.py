@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import normalise, timeline
+from .. import normalise
+from ..steps import timeline
 from .digests import BY
-from .session import Input
+from ..session import Input
 
 
 
@@ -166,7 +167,7 @@ class Comparison:
 
 
 def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
-    from .waits import run_verdicts
+    from ..steps.waits import run_verdicts
 
     totals_df = totals(inputs)
     analysed: dict = {}

@@ -1,13 +1,13 @@
-"""Two more sources of findings (reports/findings.py's SOURCES): why the GPU was idle
-(reports/idle.py, issue 21) and the kernels losing most time to their roofline
-(reports/roofline.py, issue 20). Each reads the per-rank digests the report already made and
+"""Two more sources of findings (reports/findings/findings.py's SOURCES): why the GPU was idle
+(reports/idle/idle.py, issue 21) and the kernels losing most time to their roofline
+(reports/roofline/roofline.py, issue 20). Each reads the per-rank digests the report already made and
 states only what they decided; below its threshold a source says nothing."""
 from __future__ import annotations
 
 import pandas as pd
 
 from .finding import Finding
-from .idle import CAUSES, combine
+from ..idle.idle import CAUSES, combine
 
 MIN_IDLE_SHARE = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding

@@ -1,15 +1,15 @@
-"""Findings between runs (reports/findings.py's SOURCES): the kernel that differs most
+"""Findings between runs (reports/findings/findings.py's SOURCES): the kernel that differs most
 between runs or profilers beyond the noise, and what each profiler cost against a run under
-backend none. Each states what compare and reports/runs.py decided, nothing more."""
+backend none. Each states what compare and reports/results/runs.py decided, nothing more."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from .session import Input
+from ..session import Input
 from .finding import SECTIONS, Finding, ms as _ms
-from .runs import cost_of
+from ..results.runs import cost_of
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
 NAME_CHARS = 80

@@ -5,7 +5,7 @@
 A process per (run, rank), a track per stream, kernels, copies and sets as complete
 ("X") events; scopes as slices over the kernels they hold on their stream, and steps
 (where the events carry a `step` column) on a track of their own; each collective
-matched across the ranks of a run (reports/collectives.py) linked by flow events. Pure:
+matched across the ranks of a run (reports/steps/collectives.py) linked by flow events. Pure:
 no file is read or written here (the CLI writes the dict).
 
 Clocks: each trace's start_ns counts from its own first event. A run's ranks are put on
@@ -23,13 +23,13 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..errors import UsageError
-from . import collectives as C
-from .slices import lanes, scope_slices, step_slices
-from .session import Input
-from .timeline import clock_offsets
+from ...errors import UsageError
+from ..steps import collectives as C
+from ..html.slices import lanes, scope_slices, step_slices
+from ..session import Input
+from ..steps.timeline import clock_offsets
 
-MATCHING = ("reports/collectives.py: the i-th launch of a communication kernel of one message size on one "
+MATCHING = ("reports/steps/collectives.py: the i-th launch of a communication kernel of one message size on one "
             "rank is the i-th such launch on every other rank of its run (streams need not have the same id)")
 SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
 
@@ -44,7 +44,7 @@ def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
 
 def align(comm: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, int], str, pd.DataFrame]:
     """rank -> ns to add to its start_ns, how that was found, and the run's matched
-    collectives on that clock (reports/collectives.py), from every rank's communication rows
+    collectives on that clock (reports/steps/collectives.py), from every rank's communication rows
     (collectives.comm_rows; `epochs` names the run's ranks). The traces' epoch starts where
     every rank gives one and the collectives' ends then agree (collectives.clock_check); else
     each rank's offset from the collective ends (collectives.end_offsets, the median over
@@ -120,7 +120,7 @@ def oversize(inputs: Iterable[Input], ranks: set[int] | None, steps: set[int] | 
         rows += share * float(i.sums["count"].sum())
     if rows <= max_events:
         return None
-    from .figures import TIMELINE_RANKS, outliers_and_first
+    from ..html.figures import TIMELINE_RANKS, outliers_and_first
 
     fit = max(1, min(TIMELINE_RANKS, int(max_events // (rows / len(timed)))))  # ranks of a typical size that fit
     return int(rows), len(timed), _ranges(sorted({i.rank for i in outliers_and_first(timed, fit)}))

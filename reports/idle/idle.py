@@ -36,8 +36,8 @@ import pandas as pd
 
 from tracelab.schema import RankData
 
-from .steps import step_rows
-from .timeline import merge_intervals, timed
+from ..steps.steps import step_rows
+from ..steps.timeline import merge_intervals, timed
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]

@@ -1,4 +1,4 @@
-"""Renderers of `tracelab roofline` (reports/roofline.py): a rich table, CSV, strict JSON."""
+"""Renderers of `tracelab roofline` (reports/roofline/roofline.py): a rich table, CSV, strict JSON."""
 from __future__ import annotations
 
 import json

@@ -7,8 +7,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from . import verdicts as V
-from .jsonout import dumps, records
+from .. import verdicts as V
+from ..jsonout import dumps, records
 from .waits import Waits, straggler_json
 
 

@@ -1,4 +1,4 @@
-"""What a finding is, and what the findings' sources read (reports/findings.py gathers them;
+"""What a finding is, and what the findings' sources read (reports/findings/findings.py gathers them;
 findings_more.py and findings_runs.py add sources): kept apart so that each source module
 imports it, never the module that gathers them."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from .compare import Comparison, compare
-from .session import Input
+from ..compare.compare import Comparison, compare
+from ..session import Input
 
-# section ids of the report (reports/html.py puts them on its headings)
+# section ids of the report (reports/html/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
             "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
 

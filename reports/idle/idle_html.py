@@ -1,5 +1,5 @@
-"""The report's idle section (reports/html.py calls `sections`): per timed input, a stacked
-bar per step (GPU busy, then each idle cause, reports/idle.py), the launch statistics and
+"""The report's idle section (reports/html/html.py calls `sections`): per timed input, a stacked
+bar per step (GPU busy, then each idle cause, reports/idle/idle.py), the launch statistics and
 the host ops over host-caused idle, and the notes. Rendering only."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Callable
 
 import pandas as pd
 
-from . import side_by_side
-from .figures import CATEGORY_AXIS, axis_label, label
+from ..html import side_by_side
+from ..html.figures import CATEGORY_AXIS, axis_label, label
 from .idle import HINT, Idle, combine
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note

@@ -18,10 +18,10 @@ import pandas as pd
 from tracelab.schema import OnEvents
 
 from . import collectives as C
-from . import normalise
+from .. import normalise
 from . import steps as S
-from . import evidence as E
-from . import verdicts as V
+from .. import evidence as E
+from .. import verdicts as V
 from .timeline import clock_offsets
 
 

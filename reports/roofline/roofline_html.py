@@ -1,4 +1,4 @@
-"""The report's roofline section (reports/html.py calls `sections`): per input, a log-log
+"""The report's roofline section (reports/html/html.py calls `sections`): per input, a log-log
 roofline plot (one point per kernel with known FLOPs and bytes, sized by its time, the device's
 roofs drawn, the numbers on hover) and the kernels losing most time to their roofline.
 Rendering only: the rows come from reports/roofline.rank_roofline, made per rank."""
@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from . import side_by_side
-from .figures import MANY_RANKS
+from ..html import side_by_side
+from ..html.figures import MANY_RANKS
 from .roofline import to_records, Roofline
 
 PLOTTED_INPUTS = 4  # inputs with a plot of their own; the rest in the table only

@@ -1,6 +1,6 @@
-"""The report's steps section (reports/html.py calls `sections`): per run of several timed
+"""The report's steps section (reports/html/html.py calls `sections`): per run of several timed
 ranks, step x rank heatmaps of step time and wait, the who-waits table per step, the
-clock and the verdict with its numbers (reports/waits.py). Rendering only."""
+clock and the verdict with its numbers (reports/steps/waits.py). Rendering only."""
 from __future__ import annotations
 
 from html import escape
@@ -9,7 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .side_by_side import ranks_drawn
+from ..html.side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
 
