@@ -157,7 +157,7 @@ def cached_run(tmp_path, monkeypatch):
 
 
 def _breakdown_ranks(capsys, run: Path) -> list[str]:
-    from tracelab.load import load_many
+    from tracelab.loading import load_many
 
     return [str(p.rank) for p in load_many(run, workers=1)]
 

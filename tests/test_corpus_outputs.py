@@ -136,13 +136,13 @@ def _full_disk(*_, **__):
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 FAULT_POINTS = {
-    "export perfetto while streaming": ("tracelab.reports.perfetto:write_json", _put_some,
+    "export perfetto while streaming": ("tracelab.reports.perfetto.perfetto:write_json", _put_some,
                                         lambda t: ["export", "perfetto", str(_trace(t)), "-o", str(t / "m.json.gz")]),
-    "export perfetto while loading": ("tracelab.load:_parse_classified", None,
+    "export perfetto while loading": ("tracelab.loading:_parse_classified", None,
                                       lambda t: ["export", "perfetto", str(_trace(t)), "-o", str(t / "m.json")]),
-    "report while rendering": ("tracelab.reports.html:render", None,
+    "report while rendering": ("tracelab.reports.html.html:render", None,
                                lambda t: ["report", str(_trace(t)), "-o", str(t / "r.html")]),
-    "report --perfetto while streaming the trace": ("tracelab.reports.perfetto:write_json", _put_some,
+    "report --perfetto while streaming the trace": ("tracelab.reports.perfetto.perfetto:write_json", _put_some,
                                                     lambda t: ["report", str(_trace(t)), "-o", str(t / "r.html"),
                                                                "--perfetto"]),
     "export parquet while writing a part": ("tracelab.dataset:_swap", None,
@@ -150,7 +150,7 @@ FAULT_POINTS = {
     "export parquet --force over a dataset": ("tracelab.dataset:_swap", None,
                                               lambda t: ["export", "parquet", str(_trace(t)), "-o", str(_dataset(t)),
                                                          "--force"]),
-    "breakdown while loading": ("tracelab.load:_parse_classified", None, lambda t: ["breakdown", str(_trace(t))]),
+    "breakdown while loading": ("tracelab.loading:_parse_classified", None, lambda t: ["breakdown", str(_trace(t))]),
 }
 
 

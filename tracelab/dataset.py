@@ -16,6 +16,7 @@ from typing import Callable
 
 from . import outputs
 from .errors import OutputError, UsageError
+from .options import DEFAULT, Options
 
 PART = "part-0.parquet"
 
@@ -24,12 +25,11 @@ class _Part:
     """A load_many reduce that writes a rank's classified events (all but the rank column,
     which the folder name holds) and its meta to a temporary part in `folder`; its path."""
 
-    with_meta = True  # load_many gives it the profile's meta too
-
     def __init__(self, folder: str):
         self.folder = folder
 
-    def __call__(self, events, meta: dict) -> str:
+    def __call__(self, rank) -> str:  # schema.RankData
+        events, meta = rank.events, rank.meta
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -44,11 +44,11 @@ class _Part:
 
 
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
-           on_loaded: Callable | None = None) -> list[Path]:
+           on_loaded: Callable | None = None, options: Options = DEFAULT) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
     An existing DIR is replaced only with `force`, and only when it is a dataset (never an
     input, a folder holding one or any other folder); written beside it first, then renamed."""
-    from .load import load_many
+    from .loading import load_many
 
     out = outputs.check_output(out, paths, folder=True)
     if out.exists() and not force:
@@ -62,7 +62,8 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
     staging = _beside(out)
     try:
         staging.mkdir()
-        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False)
+        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False,
+                             options=options)
         written = []
         for p in profiles:
             folder = staging / f"rank={p.rank}"

@@ -36,7 +36,7 @@ Content = Union[str, bytes, Callable[[Callable[[bytes], object]], object]]
 def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], folder: bool = False) -> Path:
     """`out` if writing it (a file, or with `folder` a folder replaced whole) can harm no
     input; else UsageError naming the input. Inputs that are URLs are not local files."""
-    from .load import _looks_like_trace
+    from .loading import _looks_like_trace
     from .remote import is_url
 
     out = Path(out)
@@ -68,7 +68,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _files(folder: str) -> list[Path]:
     """The trace files of an input folder (its errors are the load's to report)."""
-    from .load import expand
+    from .loading import expand
 
     try:
         return expand(folder)
@@ -172,6 +172,29 @@ def signals_held() -> Iterator[None]:
             signal.signal(s, h)
         if pending:
             os.kill(os.getpid(), pending[0])
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise errors.Interrupted for the block (cli.main: the command's length;
+    main thread only; a signal ignored when tracelab started stays ignored), so every
+    `finally` above removes what was half written; the old handlers put back after."""
+    from .errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, handler) for s in caught}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def sweep(folder: Path) -> list[str]:
