@@ -139,7 +139,8 @@ def test_broken_link_given_by_name(tmp_path, capsys):
 
 BAD_METAS = {"[]": "[]", "a rank as text": '[{"rank": "zero", "path": "p", "source": "torch"}]',
              "an object": '{"rank": 0}', "null": "null", "not JSON": "[{", "a list of numbers": "[1]",
-             "no path": '[{"rank": 0, "source": "torch"}]', "rank 1.5": '[{"rank": 1.5, "path": "p", "source": "torch"}]',
+             "no path": '[{"rank": 0, "source": "torch"}]',
+             "rank 1.5": '[{"rank": 1.5, "path": "p", "source": "torch"}]',
              "two metas for one part": None, "empty file": ""}
 
 

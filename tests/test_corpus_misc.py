@@ -188,7 +188,7 @@ def test_csv_cells_that_are_formulas_are_neutralised(formula, command, tmp_path,
     cells = [c for row in csv.reader(io.StringIO(out)) for c in row]
     assert not any(c.startswith(("=", "+", "@", "\t", "\r")) or (c.startswith("-") and not _number(c))
                    for c in cells), [c for c in cells if c[:1] in "=+-@\t\r"]
-    if command == "breakdown" and formula[0] not in "\t\r":  # the kernel named so is there, made inert (names are stripped)
+    if command == "breakdown" and formula[0] not in "\t\r":  # the kernel so named is there, inert (names are stripped)
         assert any(c.startswith("'" + formula[:1]) for c in cells), cells
 
 
