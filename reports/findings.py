@@ -23,7 +23,7 @@ from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import idle_findings, roofline_findings
 from .findings_runs import difference_findings, profiler_cost_findings
-from .fixes import SOURCES as FIX_SOURCES
+from .fixes.findings import SOURCES as FIX_SOURCES
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding

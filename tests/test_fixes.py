@@ -6,6 +6,7 @@ import gzip
 import json
 import re
 
+import numpy as np
 import pytest
 
 from tracelab.inputs import findings_of, load_groups
@@ -86,3 +87,72 @@ def test_unaligned_tensor_core_gemms_name_padding():
 def test_simt_align1_kernels_are_no_alignment_finding(folder):
     """cutlass_80_simt_sgemm_*_align1: SIMT kernels are align1 whatever the shapes."""
     assert not _by_fix(_found(DATA / folder), "unaligned")
+
+
+# ---- DDP: the gradient all-reduce exposed after backward ------------------------------------------
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, steps: int = 3):
+    """One rank's hand-made steps of 10 ms: forward 0-2 ms, backward 2-6 ms (4 kernels), one
+    all-reduce that starts after backward (plus `late_ns`, the time the other rank waits) and
+    runs `allreduce_ns`, then the optimizer."""
+    from tracelab import classify, schema
+    from tracelab.schema import Profile
+    rows = []
+    for s in range(steps):
+        t = s * 10_000_000
+        rows.append(("gemm_fwd", "forward", t, 2_000_000, np.nan))
+        rows += [(f"gemm_bwd{k}", "backward", t + 2_000_000 + k * 1_000_000, 1_000_000, np.nan) for k in range(4)]
+        ar_start = t + 6_000_000 + late_ns
+        rows.append((AR, "backward/nccl:all_reduce", ar_start, allreduce_ns, msg_bytes))
+        rows.append(("adam", "optimizer", ar_start + allreduce_ns, 500_000, np.nan))
+    name, scope, start, dur, msg = zip(*rows)
+    step = [int(st // 10_000_000) for st in start]
+    events = schema.validate(classify.classified(schema.coerce({
+        "rank": rank, "source": "torch", "kind": "kernel", "name": list(name), "device": 0, "stream": 7,
+        "scope": list(scope), "start_ns": list(start), "dur_ns": list(dur), "step": step,
+        "msg_bytes": list(msg)}, n_rows=len(rows), spec=schema.PARSED)))
+    return Profile(events, {"source": "torch", "rank": rank, "trace_start_epoch_ns": 10**18, "path": ""})
+
+
+def _ddp_found(profiles) -> list:
+    from tracelab.reports.compare import comparison, label
+    from tracelab.reports.finding import Evidence
+    from tracelab.reports.fixes.ddp import ddp_findings
+    inputs = label(["run"], [True], [profiles])
+    return ddp_findings(Evidence(inputs, comparison(inputs, "kernel")))
+
+
+def test_one_bucket_after_backward_names_bucket_cap():
+    """Both ranks arrive together; each all-reduce of 8 MiB takes 2 ms after backward, beside no
+    compute kernel: 2 ms exposed per 10.5 ms step, nothing of it waiting."""
+    found = _ddp_found([_ddp_rank(r, 0, 2_000_000, 8 * 2**20) for r in (0, 1)])
+    assert len(found) == 1
+    e = found[0].evidence
+    assert e["exposed_ns"] == e["fixable_ns"] == 2_000_000 and e["wait_ns"] == 0
+    assert found[0].at_stake_ns == 3 * 2_000_000
+    assert "bucket_cap_mb below the gradients' size (its gradients are 8.0 MiB)" in found[0].text
+
+
+def test_waiting_for_a_late_rank_is_no_bucket_finding():
+    """Rank 1 arrives 3 ms late: rank 0's all-reduce runs 3.04 ms, 3 ms of it waiting; 40 us
+    of transfer is under 5% of the step: the straggler's finding, not this one."""
+    late = [_ddp_rank(0, 0, 3_040_000, 8 * 2**20), _ddp_rank(1, 3_000_000, 40_000, 8 * 2**20)]
+    assert not _ddp_found(late)
+
+
+@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch", "ddp-2gpu-late-nsys", "tp-2gpu-late-torch",
+                                    "train-2gpu-torch"])
+def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
+    """Our 2-GPU runs: the all-reduce's exposed time is the wait for the other rank (one 5.6 MB
+    bucket takes 39 us once both arrive), or a TP decode with no backward."""
+    assert not _by_fix(_found(DATA / folder), "gradient all-reduce")
+
+
+def test_no_ddp_finding_from_one_rank_of_the_job():
+    """HTA's rank 0 of 2, DDP with 5 buckets per step, 84% exposed: how much is waiting for rank
+    1 this input cannot tell, so no bucket advice."""
+    path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
+    assert not _by_fix(_found(path), "gradient all-reduce")
