@@ -22,6 +22,7 @@ from .roofline import rank_roofline
 from .steps import has_times
 from .idle import RankIdle  # issue 21
 from .fixes.ddp_steps import rank_ddp
+from .fixes.replays import rank_replays
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -351,7 +352,7 @@ RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kerne
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
                   "first_ns": first_start, "roofline": rank_roofline}
 RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
-RANK_SUMMARIES["ddp"] = rank_ddp  # issue 28: what the findings that name a fix read (reports/fixes/)
+RANK_SUMMARIES.update(ddp=rank_ddp, replays=rank_replays)  # issue 28: what the findings naming a fix read
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

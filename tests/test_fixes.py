@@ -156,3 +156,51 @@ def test_no_ddp_finding_from_one_rank_of_the_job():
     1 this input cannot tell, so no bucket advice."""
     path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
     assert not _by_fix(_found(path), "gradient all-reduce")
+
+
+# ---- host-bound steps of short kernels: CUDA graphs ------------------------------------------------
+
+
+def _short_kernels(path) -> tuple[int, int]:
+    """(kernels launched one by one, those shorter than their launch call), from the JSON: each
+    kernel's launch call by correlation id."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    launches = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = e
+    kernels = [e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") in launches]
+    ts = [launches[k["args"]["correlation"]]["ts"] for k in kernels]
+    alone = [k for k, t in zip(kernels, ts) if ts.count(t) == 1]
+    return len(alone), sum(round(k["dur"] * 1000) < round(launches[k["args"]["correlation"]]["dur"] * 1000)
+                           for k in alone)
+
+
+def test_host_bound_short_kernels_name_cuda_graphs(capsys):
+    from malformed import run_cli_output
+    folder = DATA / "idle-1gpu-small-torch"
+    found = _by_fix(_found(folder), "reduce-overhead")
+    assert len(found) == 1
+    launched, short = _short_kernels(folder / "rank0.pt.trace.json.gz")
+    e = found[0].evidence
+    assert (e["launched"], e["short_kernels"]) == (launched, short)
+    status, out, _ = run_cli_output(capsys, "idle", str(folder), "--format", "json")
+    steps = [s for s in json.loads(out)["steps"] if s["bound"] == "host"]
+    stake = [s["idle_host_ns"] + s["idle_launch_ns"] for s in steps]
+    assert found[0].at_stake_ns == sum(stake) and e["stake_ns_per_step"] == pytest.approx(sum(stake) / len(stake))
+    assert f"at most {sum(stake) / len(stake) / 1e6:,.1f} ms per step" in found[0].text and "upper bound" in found[0].text
+
+
+@pytest.mark.parametrize("folder", ["idle-1gpu-large-torch", "idle-1gpu-large-nsys", "decode-1gpu-proton"])
+def test_no_graphs_finding_on_gpu_bound_or_untimed_steps(folder):
+    assert not _by_fix(_found(DATA / folder), "reduce-overhead")
+
+
+def test_replayed_kernels_are_not_counted_as_launched_one_by_one():
+    """graph-1gpu-torch: each step replays a 20-kernel graph (one cudaGraphLaunch) beside its eager
+    run: the replayed kernels share their launch call and stay out of the short-kernel count."""
+    found = _by_fix(_found(DATA / "graph-1gpu-torch"), "reduce-overhead")
+    launched, short = _short_kernels(DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz")
+    assert found and (found[0].evidence["launched"], found[0].evidence["short_kernels"]) == (launched, short)
+    assert found[0].evidence["replayed"] == 100
