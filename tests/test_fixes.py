@@ -204,3 +204,45 @@ def test_replayed_kernels_are_not_counted_as_launched_one_by_one():
     launched, short = _short_kernels(DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz")
     assert found and (found[0].evidence["launched"], found[0].evidence["short_kernels"]) == (launched, short)
     assert found[0].evidence["replayed"] == 100
+
+
+def _odd_copy(tmp_path, n: int):
+    """roofline-1gpu-torch with the bf16 8192^3 mm's second operand recorded as [8192, n] (its
+    kernels' times are the real ones): a hand-made shape on a real trace."""
+    folder = DATA / "roofline-1gpu-torch"
+    with gzip.open(folder / "rank0.pt.trace.json.gz") as f:
+        trace = json.load(f)
+    ids = set()
+    for e in trace["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and args.get("Input Dims") == [[8192, 8192], [8192, 8192]] \
+                and args.get("Input type", [""])[0] == "c10::BFloat16":
+            args["Input Dims"] = [[8192, 8192], [8192, n]]
+            ids.add(args["External id"])
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "rank0.pt.trace.json").write_text(json.dumps(trace))
+    kernel_ns = sum(round(e["dur"] * 1000) for e in trace["traceEvents"]
+                    if e.get("cat") == "kernel" and e["args"].get("External id") in ids)
+    return out, kernel_ns
+
+
+def test_odd_gemm_shape_names_the_dimension_and_its_padding(tmp_path):
+    run, kernel_ns = _odd_copy(tmp_path, 8190)
+    found = _by_fix(_found(run), "no multiple of 16 bytes")
+    assert len(found) == 1 and kernel_ns > 0
+    shape = found[0].evidence["odd_shapes"][0]
+    assert (shape["m"], shape["n"], shape["k"], shape["dtype"], shape["odd"]) == (8192, 8190, 8192, "bf16", ["N"])
+    assert shape["dur_ns"] == kernel_ns == found[0].at_stake_ns and shape["calls"] == 5
+    assert "N = 8,190 -> 8,192" in found[0].text
+
+
+def test_even_gemm_shapes_are_no_finding(tmp_path):
+    run, _ = _odd_copy(tmp_path, 8192 - 64)  # a multiple of 8: aligned
+    assert not _by_fix(_found(run), "no multiple of 16 bytes")
+    assert tracelab_meta(run)["odd_gemms"] == []
+
+
+def tracelab_meta(run) -> dict:
+    import tracelab
+    return tracelab.load(run / "rank0.pt.trace.json").meta

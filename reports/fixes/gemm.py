@@ -155,17 +155,53 @@ def _roof_text(work: pd.DataFrame, device) -> str:
             f"instead of {ms(e['known_ns'])}")
 
 
+def _odd_shapes(i) -> list[dict]:
+    """The trace's GEMM shapes with an odd N or K (parsers/_gemm_dims.py, Kineto with shapes)."""
+    return [o for o in (i.meta.get("odd_gemms") or []) if isinstance(o, dict) and o.get("dur_ns")]
+
+
+def _pad(o: dict) -> str:
+    """'N = 50257 -> 50304' for each odd dimension: the next multiple of 64."""
+    return ", ".join(f"{d} = {o[d.lower()]:,} -> {-(-o[d.lower()] // 64) * 64:,}" for d in o["odd"])
+
+
+def _shapes_text(shapes: list[dict], total: int) -> str:
+    time = sum(o["dur_ns"] for o in shapes)
+    top = shapes[0]
+    more = f" and {len(shapes) - 1} more shape{'s' if len(shapes) > 2 else ''}" if len(shapes) > 1 else ""
+    return (f"{top['op']} with M = {top['m']:,}, N = {top['n']:,}, K = {top['k']:,} ({top['dtype'] or 'dtype unknown'}; "
+            f"N and K must be multiples of {top['multiple']}){more} {'take' if more else 'takes'} {ms(time)}, "
+            f"{_share(time, total)} of its GPU time: pad ({_pad(top)})")
+
+
 def alignment_findings(ev) -> list[Finding]:
-    """Per run, the rank whose tensor-core GEMMs take most time on align1/align2 kernels, where
-    that is at least MIN_SHARE of its GPU time: pad the dimension that is no multiple of 16 bytes."""
+    """Per run, the rank whose GEMMs lose most time to alignment, where that is at least
+    MIN_SHARE of its GPU time: GEMM shapes with a dimension that is no multiple of 16 bytes (where
+    the trace gives shapes), and tensor-core GEMMs on align1/align2 kernels; pad the dimension.
+    The two may be the same kernels: the time at stake is the larger, never their sum."""
     several = len({i.group for i in ev.inputs}) > 1
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        sums = i.sums
+        total = gpu_ns(sums)
+        k = gemm_kernels(sums)
+        odd_kernels, shapes = k[k["unaligned"]], _odd_shapes(i)
+        stake = max(int(odd_kernels["dur_ns"].sum()), sum(o["dur_ns"] for o in shapes))
+        if total and stake >= MIN_SHARE * total and (i.group not in best or stake > best[i.group][1]):
+            best[i.group] = (i, stake, total, odd_kernels, shapes)
     out = []
-    for group, (i, odd, total) in _pick(ev, lambda k: k["unaligned"]).items():
-        time = int(odd["dur_ns"].sum())
-        text = (f"{_run(group, several)}rank {i.rank}'s tensor-core GEMMs run on unaligned kernels: {_names(odd)} "
-                f"{ms(time)}, {_share(time, total)} of its GPU time; such align1/align2 kernels are "
-                "chosen where a matrix dimension is no multiple of 16 bytes (8 bf16 or 4 fp32 elements): pad it "
-                "(e.g. the vocabulary or hidden size to a multiple of 64) to get the vectorised kernels")
-        out.append(Finding(text, time, SECTIONS["roofline"], {
-            "rank": i.rank, "kernels": odd["kernel"].astype(str).tolist(), "unaligned_ns": time, "gpu_ns": total}))
+    for group, (i, stake, total, odd_kernels, shapes) in best.items():
+        parts = [_shapes_text(shapes, total)] if shapes else []
+        if len(odd_kernels):
+            time = int(odd_kernels["dur_ns"].sum())
+            parts.append(f"{'its ' if shapes else ''}tensor-core GEMMs run on unaligned kernels: {_names(odd_kernels)} {ms(time)}, "
+                         f"{_share(time, total)} of its GPU time; such align1/align2 kernels are chosen where a "
+                         "matrix dimension is no multiple of 16 bytes (8 bf16 or 4 fp32 elements): pad it (e.g. the "
+                         "vocabulary or hidden size to a multiple of 64) to get the vectorised kernels")
+        head = (f"{_run(group, several)}rank {i.rank}'s GEMMs have a dimension that is no multiple of 16 bytes: "
+                if shapes else f"{_run(group, several)}rank {i.rank}'s ")
+        out.append(Finding(head + "; ".join(parts), stake, SECTIONS["roofline"], {
+            "rank": i.rank, "kernels": odd_kernels["kernel"].astype(str).tolist(),
+            "unaligned_ns": int(odd_kernels["dur_ns"].sum()), "odd_shapes": shapes,
+            "odd_shapes_ns": sum(o["dur_ns"] for o in shapes), "gpu_ns": total}))
     return out
