@@ -138,9 +138,9 @@ def _fix(device) -> str:
 
 
 def _roof_evidence(work: pd.DataFrame) -> dict:
-    known = work[work["tc_min_ns"].notna()]
+    known = work[work["tc_min_ns"].notna()]  # known_ns: the time of the rows whose work the trace gives
     return {"flops": float(known["flops"].sum()) if len(known) else None,
-            "known_ns": int(known["dur_ns"].sum()), "tc_min_ns": float(known["tc_min_ns"].sum()) if len(known) else None}
+            "known_ns": int(known["known_ns"].sum()), "tc_min_ns": float(known["tc_min_ns"].sum()) if len(known) else None}
 
 
 def _roof_text(work: pd.DataFrame, device) -> str:
