@@ -20,7 +20,10 @@ TENSOR_CORE_ALIGN1 = re.compile(r"tensorop.*align[12](?![0-9])", re.IGNORECASE)
 
 def _found(*paths) -> list:
     paths = [str(p) for p in paths]
-    return findings_of(paths, load_groups(paths))
+    found = findings_of(paths, load_groups(paths))
+    for f in found:
+        json.dumps(f.evidence, allow_nan=False)  # strict JSON, as every --format json
+    return found
 
 
 def _by_fix(found: list, word: str) -> list:
