@@ -35,7 +35,9 @@ for b in torch nsys; do
   dir=$(ls -dt "$W"/runs/a-$b/*/ 2>/dev/null | head -1)
   [ -n "$dir" ] && [ -f "$dir/rank0.results.json" ] || continue
   echo "=== +$(elapsed)s $dir"; python3 "$REPO/benchmarks/trust_figures.py" tokens "$dir"
-  timeout 20 python3 -m tracelab steps "$dir" 2>&1 | cut -c1-160 | head -40
+  timeout 20 python3 -m tracelab steps "$dir" 2>&1 | cut -c1-160 | head -12
+  timeout 20 python3 -m tracelab steps "$dir" --format json > "$W/steps-$b.json" 2>/dev/null \
+    && python3 "$REPO/benchmarks/trust_figures.py" steps "$W/steps-$b.json" "$dir"
 done
 
 # (b) the compiled decode's roofline, Inductor's work from the provenance map

@@ -1,6 +1,7 @@
 """The figures benchmarks/gpu_trust.sh prints for issue 28's must-show, from a run folder:
 
     python benchmarks/trust_figures.py tokens RUN_DIR             the run's own tokens/s and ms per token
+    python benchmarks/trust_figures.py steps STEPS_JSON RUN_DIR   tracelab steps' per-token times beside them
     python benchmarks/trust_figures.py decode ROOFLINE_JSON RUN_DIR
 
 `decode` takes `tracelab roofline RUN_DIR --by scope --top 0 --format json` and prints the share
@@ -23,6 +24,23 @@ def tokens(run: Path) -> str:
     r = _results(run)
     return (f"run's own: {r['tokens_per_s']:.1f} tokens/s = {1e3 / r['tokens_per_s']:.3f} ms per token "
             f"({r['new_tokens']} new tokens per sample, samples {[round(s, 4) for s in r['sample_s']]} s)")
+
+
+def steps(steps_json: Path, run: Path) -> str:
+    """`tracelab steps RUN_DIR --format json`'s step times (first to last GPU activity of each
+    `token N` step) against the run's own time per token (s per sample / new tokens, the prefill
+    included, so a few % above a decode step)."""
+    rows = json.loads(steps_json.read_text())["steps"]
+    r = _results(run)
+    per_token_ms = 1e3 / r["tokens_per_s"]
+    spans = sorted(x["span_ns"] / 1e6 for x in rows if x["span_ns"] is not None)
+    if not spans:
+        return "no steps"
+    median = spans[len(spans) // 2]
+    return (f"tracelab steps: {len(spans)} steps (expected {(r['new_tokens'] - 1) * len(r['sample_s'])}: tokens 1.."
+            f"{r['new_tokens'] - 1} per sample), median {median:.3f} ms, mean {sum(spans) / len(spans):.3f} ms, "
+            f"min {spans[0]:.3f}, max {spans[-1]:.3f}; run's own {per_token_ms:.3f} ms per token: median "
+            f"{100 * (median / per_token_ms - 1):+.1f}% (must be within 5%)")
 
 
 def decode(roofline_json: Path, run: Path) -> list[str]:
@@ -51,4 +69,9 @@ def decode(roofline_json: Path, run: Path) -> list[str]:
 
 if __name__ == "__main__":
     what, *args = sys.argv[1:]
-    print(tokens(Path(args[0])) if what == "tokens" else "\n".join(decode(Path(args[0]), Path(args[1]))))
+    if what == "tokens":
+        print(tokens(Path(args[0])))
+    elif what == "steps":
+        print(steps(Path(args[0]), Path(args[1])))
+    else:
+        print("\n".join(decode(Path(args[0]), Path(args[1]))))
