@@ -145,3 +145,28 @@ def test_kineto_launch_range_work(tmp_path):
     events = tracelab.load(path).events
     row = events[events["name"] == "triton_poi_fused_add_cos_sin_0"]
     assert len(row) == 1 and row["bytes"].iloc[0] == pytest.approx(1200) and np.isnan(row["flops"].iloc[0])
+
+
+@pytest.mark.slow
+def test_the_recorder_sees_inductor_s_output_code(tmp_path):
+    """A CPU compile (in its own process: record() sets Inductor's global config): the handler gets
+    the generated code, and a C++ kernel has no work to give."""
+    import subprocess
+    import sys
+    code = f"""
+import json, torch
+from pathlib import Path
+import tracelab.workloads.provenance as P
+seen = []
+real = P.kernel_work
+P.kernel_work = lambda code: (seen.append(code), real(code))[1]
+recorder = P.record(Path({str(tmp_path)!r}), 0)
+torch.compile(lambda x: (x * 2 + 1).sum(), fullgraph=True)(torch.randn(64))
+written = json.loads(recorder.write().read_text())
+print(json.dumps({{"codes": len(seen), "cpp": sum("cpp_fused" in c for c in seen), "work": written["work"],
+                  "version": written["version"]}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"codes": 1, "cpp": 1, "work": {}, "version": 2}
