@@ -121,8 +121,9 @@ def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, step
 
 
 def _ddp_found(profiles) -> list:
-    from tracelab.reports.compare import comparison, label
-    from tracelab.reports.finding import Evidence
+    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.session import label
+    from tracelab.reports.findings.finding import Evidence
     from tracelab.reports.fixes.ddp import ddp_findings
     inputs = label(["run"], [True], [profiles])
     return ddp_findings(Evidence(inputs, comparison(inputs, "kernel")))

@@ -7,9 +7,8 @@ time and the numbers behind it, from the per-rank digests the report already mak
   torch.compile(mode="reduce-overhead");
 - ddp.py: the gradient all-reduce exposed after backward: DDP's bucket size and overlap.
 
-Each source is `(Evidence) -> list[Finding]` (reports/finding.py), gathered in findings.SOURCES,
-which reports/findings.py adds to its own; the per-rank digests they read beside the report's
-(ddp_steps.rank_ddp) are registered in reports/compare.RANK_SUMMARIES. This package's own
-__init__ imports nothing, so that compare.py can import a digest from it. Each says nothing below its threshold or where the data
+Each source is `(Evidence) -> list[Finding]` (reports/findings/finding.py); they and the per-rank
+digests they read beside the report's (ddp_steps.rank_ddp, replays.rank_replays) are registered
+as the topic "fixes" in reports/topics.py. Each says nothing below its threshold or where the data
 cannot support it (unknown work is never read as zero)."""
 from __future__ import annotations

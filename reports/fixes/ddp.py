@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, ms
 from .ddp_steps import WHOLE
 
 MIN_SHARE = 0.05  # exposed gradient all-reduce (less waiting) under this share of the step is no finding

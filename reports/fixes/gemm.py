@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, ms
 
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
 TENSOR_CORE = re.compile(r"tensorop|hmma|gmma|nvjet|tf32|bf16|f16f16|s1688|s16816|h1688|h16816|imma|wgmma|e4m3",

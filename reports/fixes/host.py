@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..finding import SECTIONS, Finding, ms
-from ..idle import combine
+from ..findings.finding import SECTIONS, Finding, ms
+from ..idle.idle import combine
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
