@@ -257,3 +257,29 @@ def test_wal_mode_export_leaves_nothing_beside_it(tmp_path, capsys, monkeypatch)
     status, _, err = m.run_cli_output(capsys, "breakdown", str(path), "--format", "csv")
     assert status == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before == ["rank0.sqlite"]
+
+
+# ---- memory: rows against the memory left ------------------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda t: _trace(t), lambda t: str(shutil.copy(m.NSYS, t / "rank0.sqlite"))],
+                         ids=["kineto", "nsys"])
+def test_rows_that_would_not_fit_are_one_line(make, tmp_path, capsys, monkeypatch):
+    from tracelab import memory
+
+    one_process(monkeypatch)
+    path = make(tmp_path)
+    monkeypatch.setenv(memory.ENV, str(memory.BASE_BYTES + 10 * memory.ROW_PEAK_BYTES))  # room for 10 rows
+    line = assert_refused(capsys, tmp_path, ["breakdown", path], "GB of memory to read")
+    assert line.startswith(f"tracelab: error: {path}: ") and memory.ENV in line
+    monkeypatch.setenv(memory.ENV, "0")  # the check off
+    assert m.run_cli_output(capsys, "breakdown", path, "--format", "csv")[0] == 0
+
+
+def test_files_read_at_once_fit_in_memory(monkeypatch):
+    from tracelab import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10 * memory.peak_bytes(10**6))
+    one_million_rows = 10**6 * memory.JSON_BYTES_PER_ROW
+    assert memory.parallel_files([one_million_rows] * 64, 16) == 10
+    assert memory.parallel_files([100 * one_million_rows], 16) == 1  # at least one: check_rows judges it
+    assert memory.parallel_files([1000] * 4, 4) == 4
