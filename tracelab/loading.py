@@ -149,6 +149,7 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))
+        p.events = events.iloc[:0]  # the parser's frame let go: only the classified one is held while reducing
         rank = RankData(events, p.meta, p.host)
         summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
