@@ -4,10 +4,10 @@ left, and a trace that would not fit is one line instead of a machine swapping o
 out-of-memory kill (issue 29).
 
 ROW_PEAK_BYTES is the peak resident memory of `tracelab breakdown` per GPU row of a Kineto
-trace of tiny kernels (the most rows per byte of JSON there is): 1,347 MB for 1 million
-rows, 3,758 MB for 3 million, 7,154 MB for 6 million (benchmarks/mem_kernels.py,
-benchmarks/RESULTS.md, issue 29), ~1.2 KB a row once the interpreter's own ~150 MB is
-counted out.
+trace of tiny kernels (the most rows per byte of JSON there is): 884 MB for 1 million
+rows, 2,333 MB for 3 million, 4,334 MB for 6 million (benchmarks/mem_kernels.py,
+benchmarks/RESULTS.md, issue 29), 700-735 bytes a row once the interpreter's own ~150 MB
+is counted out.
 
 TRACELAB_MAX_MEMORY_BYTES sets the peak the check allows one process (default: what it
 holds plus the kernel's MemAvailable, or the cgroup's room where less); 0 switches it off.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import MemoryLimitError
 
-ROW_PEAK_BYTES = 1200
+ROW_PEAK_BYTES = 750
 BASE_BYTES = 150 * 1024**2  # the interpreter, numpy, pandas and tracelab before any trace
 ENV = "TRACELAB_MAX_MEMORY_BYTES"
 
