@@ -188,7 +188,7 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
 
 def _shown_basis(c: Comparison):
     """The columns the table shows, their unit and formatter: the totals (ms), or where the
-    comparison is per call (normalise.basis) each input's mean per call (us), as the ratios are;
+    comparison is per call (stats.noise.basis) each input's mean per call (us), as the ratios are;
     the totals stay in the totals table, the CSV and the JSON."""
     if c.table.attrs.get("basis_kind") == "per call":
         return "mean_ns", "us/call", _us

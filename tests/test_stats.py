@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tracelab.reports.results.runs import profiler_cost, results_of
-from tracelab.reports.stats import mann_whitney_p, median_difference, shift_interval, u_counts
+from tracelab.reports.stats.tests import mann_whitney_p, median_difference, shift_interval, u_counts
 
 DATA = Path(__file__).resolve().parent / "data"
 

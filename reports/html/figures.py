@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ...schema import OP_CLASSES
-from .. import normalise
+from ..stats import noise
 from ..steps import timeline
 from ..compare.compare import Comparison, measured
 from ..session import Input
@@ -102,7 +102,7 @@ def top_kernels(events: pd.DataFrame, n: int) -> pd.DataFrame:
     out["per_input_ns"] = time.sum(axis=1) / len(time.columns)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     out["mean_ns"] = time.sum(axis=1) / calls.sum(axis=1).where(calls.sum(axis=1) > 0)
-    out["slowest"] = normalise.slowest(time.rename(columns=str), {}).astype(str)  # "" where the lead is noise
+    out["slowest"] = noise.slowest(time.rename(columns=str), {}).astype(str)  # "" where the lead is noise
     return out.sort_values("max_ns", ascending=False).head(n).reset_index()
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from ...results import of_run
-from ..stats import LEVEL, median_difference
+from ..stats.tests import LEVEL, median_difference
 
 RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 

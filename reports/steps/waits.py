@@ -18,7 +18,7 @@ import pandas as pd
 from tracelab.schema import OnEvents
 
 from . import collectives as C
-from .. import normalise
+from ..stats import noise
 from . import steps as S
 from .. import evidence as E
 from .. import verdicts as V
@@ -182,10 +182,10 @@ def run_waits(members: list) -> Waits:
 
 def material_lead(totals_row) -> bool:
     """Whether the rank with the most compute leads the runner-up by what 'slowest' calls
-    material (normalise.MIN_LEAD of it, and MIN_LEAD_NS): totals have no steps to weigh noise
+    material (noise.MIN_LEAD of it, and MIN_LEAD_NS): totals have no steps to weigh noise
     with, so a 0.1% lead (two proton ranks of equal work) names nobody."""
     lead = totals_row["compute_ns"] - totals_row["next_compute_ns"]
-    return bool(lead > max(normalise.MIN_LEAD * totals_row["compute_ns"], normalise.MIN_LEAD_NS))
+    return bool(lead > max(noise.MIN_LEAD * totals_row["compute_ns"], noise.MIN_LEAD_NS))
 
 
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
