@@ -15,7 +15,7 @@ differ) or more idle GPU time (the host launched late).
 The run's straggler is the rank that is significantly late and gates most of the steps:
 per step each rank's lateness (its arrivals less the other ranks' mean, summed over the
 step's collectives), a one-sided Wilcoxon signed-rank test that it leans late (exact;
-Bonferroni over the ranks), p < ALPHA, and the rank gates more than half the gated steps.
+Bonferroni over the ranks), p < STRAGGLER_ALPHA, and the rank gates more than half the gated steps.
 Above SIGNED_RANK_UP_TO ranks the test is instead how often the rank gates: a binomial tail
 of its gated steps against 1/ranks per step (Bonferroni over the ranks). The signed-rank
 test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 ranks need
@@ -24,58 +24,31 @@ steps among 64 ranks happens by chance with p = 64 x 64^-6. Which test applies d
 the rank count only, never on the data.
 Magnitudes count: a rank 3 ms late in six steps and 0.3 ms early in two is late, which
 a sign test on 6 of 8 would not say. Short captures (3 to 5 steps, where those tests cannot
-reach ALPHA) have a second way to a straggler: the block test of reports/evidence.py (a t-test
+reach STRAGGLER_ALPHA) have a second way to a straggler: the block test of reports/evidence.py (a t-test
 over steps of the rank's per-step lateness, p < 0.01, with the rank last at most collectives
 and late beyond the clock and step-to-step noise in every step); the line states the evidence. Otherwise "alternating" where consecutive gated steps switch gating
 rank at least ALTERNATING_SHARE of the time and more often than chance (binomial against
-1 - 1/ranks per move, p < ALPHA), else "no clear straggler" with the counts. Without
+1 - 1/ranks per move, p < STRAGGLER_ALPHA), else "no clear straggler" with the counts. Without
 steps every collective is its own unit (basis "collectives"). Times are the GPU's, or
 the CPU's in a CPU-only run (gloo), and the causes say which.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from . import evidence as E
+from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
+from .stats.noise import noise_ns
+from .stats.tests import binomial_tail, signed_rank_p
 from .steps.timeline import _coverage, merge_intervals
 
-ALPHA = 0.05
 SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)
-MIN_SKEW_NS = 1_000
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
 TOP_KERNELS = 3
-SIGMAS = 2.0
 
-
-def noise_ns(coll: pd.DataFrame) -> float:
-    """Skew below which a collective has no last rank: twice the median end spread (how
-    well the ranks' clocks agree), at least MIN_SKEW_NS, and at least the step-to-step
-    noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
-    if coll.empty:
-        return float(MIN_SKEW_NS)
-    ends = coll.groupby("collective")["end_ns"]
-    spread = ends.max() - ends.min()
-    floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
-    return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
-
-
-def step_noise_ns(steps: pd.DataFrame) -> float:
-    """How much arrivals may differ by chance: SIGMAS x the steadiest rank's step-to-step
-    variation of its compute time (reports/steps.step_table), from differences of steps two
-    apart (so that lateness alternating by design is not taken for noise), robustly (1.4826
-    x the median absolute deviation, / sqrt 2 for a difference); 0 with too few steps."""
-    if steps.empty:
-        return 0.0
-    wide = steps.pivot_table(index="step", columns="rank", values="compute_ns").sort_index()
-    diff = (wide - wide.shift(2)).dropna()
-    if len(diff) < 3:
-        return 0.0
-    robust = 1.4826 * (diff - diff.median()).abs().median() / math.sqrt(2)
-    return float(SIGMAS * robust.min())
 
 
 def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
@@ -114,10 +87,6 @@ def waits(coll: pd.DataFrame) -> pd.DataFrame:
     return w.astype("int64")
 
 
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
-
 
 def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     """Unit x rank: how much later than the mean of the other ranks the rank arrived at the
@@ -128,45 +97,12 @@ def lateness(coll: pd.DataFrame) -> pd.DataFrame:
                                                                     aggfunc="sum", fill_value=0)
 
 
-EXACT_UP_TO = 100  # values; above, the signed-rank test's normal approximation (exact costs ~n^3)
-
-
-def signed_rank_p(x: np.ndarray) -> float:
-    """One-sided p of Wilcoxon's signed-rank test that the values lean positive: P(W+ >= the
-    observed W+) when each value's sign is a coin toss, exact (counts of the subset sums of
-    the ranks; tied values get average ranks, counted in halves) up to EXACT_UP_TO nonzero
-    values, above that the normal approximation with the tie correction and a continuity
-    correction (a job of 1,000 steps and 1,000 ranks would take hours exactly); zeros are dropped."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x[x != 0]
-    if not len(x):
-        return 1.0
-    ranks = pd.Series(np.abs(x)).rank().to_numpy()
-    if len(x) > EXACT_UP_TO:
-        return _signed_rank_normal_p(ranks, x > 0)
-    ranks2 = np.rint(2 * ranks).astype(np.int64)  # doubled: whole numbers
-    counts = np.zeros(int(ranks2.sum()) + 1)
-    counts[0] = 1.0
-    for r in ranks2:
-        counts = counts + np.r_[np.zeros(r), counts[:-r]]
-    return float(counts[int(ranks2[x > 0].sum()):].sum() / counts.sum())
-
-
-def _signed_rank_normal_p(ranks: np.ndarray, positive: np.ndarray) -> float:
-    """P(W+ >= observed) by the normal approximation: mean n(n+1)/4, variance n(n+1)(2n+1)/24
-    less sum(t^3 - t)/48 over groups of t tied values; 0.5 continuity correction."""
-    n = len(ranks)
-    ties = pd.Series(ranks).value_counts().to_numpy(dtype=np.float64)
-    var = n * (n + 1) * (2 * n + 1) / 24 - float((ties ** 3 - ties).sum()) / 48
-    z = (float(ranks[positive].sum()) - 0.5 - n * (n + 1) / 4) / math.sqrt(var)
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
 
 def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     """The run's verdict: pattern (straggler, alternating, none), rank (int or None), the
     test's numbers (units gated per rank; p value of the signed-rank test of the most likely
     rank's per-unit lateness, Bonferroni over the ranks; its mean lateness) and the
-    per-collective last counts. A straggler needs p < ALPHA and to gate most gated units."""
+    per-collective last counts. A straggler needs p < STRAGGLER_ALPHA and to gate most gated units."""
     ranks = sorted(int(r) for r in coll["rank"].unique()) if len(coll) else []
     pc = per_collective(coll) if len(coll) else pd.DataFrame(columns=["last_rank", "step"])
     basis = "steps" if len(pc) and pc["step"].notna().any() else "collectives"
@@ -176,7 +112,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     n = int(sum(counts.values()))
     out = {"rank": None, "pattern": "none", "basis": basis, "test": "", "units": int(len(gate)), "gated_units": n,
            "gated_by_rank": counts, "last_at_collectives": last, "collectives": int(len(pc)),
-           "p_value": None, "lateness_ns": None, "alternation_p": None, "alpha": ALPHA}
+           "p_value": None, "lateness_ns": None, "alternation_p": None, "alpha": STRAGGLER_ALPHA}
     if len(ranks) < 2 or n == 0:
         return out
     late = lateness(coll)
@@ -188,7 +124,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         test = f"binomial test of the {'steps' if basis == 'steps' else 'collectives'} it gates against 1 in {len(ranks)}"
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
-    if p_of[top] < ALPHA and counts[top] > n / 2:
+    if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2:
         return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
     block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
     out["block"] = block if block.get("rank") is not None else None
@@ -200,7 +136,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     switches, moves = int((seq[1:] != seq[:-1]).sum()), max(len(seq) - 1, 0)
     if moves >= 3:  # more switches of the last rank than chance (1 - 1/ranks per move) gives?
         out["alternation_p"] = binomial_tail(switches, moves, 1 - 1 / len(ranks))
-        if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < ALPHA:
+        if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < STRAGGLER_ALPHA:
             out["pattern"] = "alternating"
     return out
 

@@ -13,7 +13,8 @@ from typing import Callable
 import pandas as pd
 
 from ...results import of_run
-from ..stats.tests import LEVEL, median_difference
+from ..stats import INTERVAL_LEVEL
+from ..stats.tests import median_difference
 
 RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 
@@ -161,7 +162,7 @@ def sampled_cost(what: str, base_ms: list[float], mine_ms: list[float], base_nam
     head = f"{100 * d['relative']:+.1f}% {what} (median {d['median_b']:,.2f} ms against {d['median_a']:,.2f} ms " \
            f"under none, {base_name}; "
     if d["confidence"] is None:
-        tail = f"{d['n_b']} against {d['n_a']} samples: too few for a {LEVEL:.0%} interval, p = {d['p_value']:.2g})"
+        tail = f"{d['n_b']} against {d['n_a']} samples: too few for a {INTERVAL_LEVEL:.0%} interval, p = {d['p_value']:.2g})"
     else:
         tail = (f"{d['confidence']:.0%} interval of the difference {d['low']:+,.2f} to {d['high']:+,.2f} ms"
                 f"{' holds 0' if d['within_noise'] else ''}, {d['n_b']} against {d['n_a']} samples)")

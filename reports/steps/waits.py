@@ -18,9 +18,8 @@ import pandas as pd
 from tracelab.schema import OnEvents
 
 from . import collectives as C
-from ..stats import noise
+from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise
 from . import steps as S
-from .. import evidence as E
 from .. import verdicts as V
 from .timeline import clock_offsets
 
@@ -120,9 +119,9 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll, clock = _on_one_clock(_comm_of(digests), epochs)
     coll = _from_common_start(coll, digests, clock["offsets_ns"])
     steps = S.with_waits(_steps_of(digests), coll)
-    floor = V.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
-    coll = coll.assign(noise_floor_ns=floor, span_noise_ns=E.span_noise_ns(steps))
-    clock["noise_ns"] = V.noise_ns(coll)
+    floor = noise.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
+    coll = coll.assign(noise_floor_ns=floor, span_noise_ns=noise.span_noise_ns(steps))
+    clock["noise_ns"] = noise.noise_ns(coll)
     gate = V.gating(coll)
     with_time = [d for d in digests.values() if len(d.comm) or len(d.steps)]
     device = "CPU" if with_time and all(d.device == "CPU" for d in with_time) else "GPU"
@@ -182,10 +181,10 @@ def run_waits(members: list) -> Waits:
 
 def material_lead(totals_row) -> bool:
     """Whether the rank with the most compute leads the runner-up by what 'slowest' calls
-    material (noise.MIN_LEAD of it, and MIN_LEAD_NS): totals have no steps to weigh noise
+    material (stats.MIN_LEAD_SHARE of it, and stats.MIN_LEAD_NS): totals have no steps to weigh noise
     with, so a 0.1% lead (two proton ranks of equal work) names nobody."""
     lead = totals_row["compute_ns"] - totals_row["next_compute_ns"]
-    return bool(lead > max(noise.MIN_LEAD * totals_row["compute_ns"], noise.MIN_LEAD_NS))
+    return bool(lead > max(MIN_LEAD_SHARE * totals_row["compute_ns"], MIN_LEAD_NS))
 
 
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None
