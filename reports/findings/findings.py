@@ -27,7 +27,7 @@ from ..topics import TOPICS
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
-MIN_IDLE_SHARE = 0.10  # an idle GPU under this share of the rank's span is no finding
+MIN_IDLE_SHARE_OF_SPAN = 0.10  # an idle GPU under this share of the rank's span is no finding
 
 def _run(group: str) -> str:
     return f"{group}: " if group else ""
@@ -138,7 +138,7 @@ def _wait_text(w, rank: int) -> str:
 
 def idle_share_findings(ev: Evidence) -> list[Finding]:
     """Per run, the rank whose GPU idles longest within its span (the timeline's union of
-    busy intervals), where that is over MIN_IDLE_SHARE of the span; runs side by side in one
+    busy intervals), where that is over MIN_IDLE_SHARE_OF_SPAN of the span; runs side by side in one
     sentence. Why it idled is issue 21's idle_findings (reports/idle/idle.py), which replaces
     this one (idle_or_share)."""
     df = ev.per_input
@@ -147,7 +147,7 @@ def idle_share_findings(ev: Evidence) -> list[Finding]:
     runs = []
     for group, g in df.dropna(subset=["idle_ns"]).groupby("group", sort=False):
         top = g.loc[g["idle_ns"].idxmax()]
-        if top["span_ns"] and top["idle_ns"] >= MIN_IDLE_SHARE * top["span_ns"]:
+        if top["span_ns"] and top["idle_ns"] >= MIN_IDLE_SHARE_OF_SPAN * top["span_ns"]:
             runs.append((group, top, g))
     if not runs:
         return []

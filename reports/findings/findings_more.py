@@ -9,7 +9,7 @@ import pandas as pd
 from .finding import Finding
 from ..idle.idle import CAUSES, combine
 
-MIN_IDLE_SHARE = 0.10  # idle under this share of the step is no finding
+MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
 CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
@@ -38,7 +38,7 @@ def idle_findings(ev) -> list:
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()
-        if idle >= MIN_IDLE_SHARE * span and (i.group not in best or idle > best[i.group][1]):
+        if idle >= MIN_IDLE_SHARE_OF_STEP * span and (i.group not in best or idle > best[i.group][1]):
             best[i.group] = (i, idle, span, steps)
     out = []
     for group, (i, idle, span, steps) in best.items():
