@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from .fmt import duration
 from .stats import BLOCK_ALPHA
 from .stats.noise import clock_spread_ns, floor_ns, step_threshold_ns
 from .stats.tests import block_p
@@ -84,7 +85,7 @@ def _kind(types: pd.Series) -> str:
 def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
     """'last at 39/39 all-reduces in 3/3 steps, 30.0 ms later per step, 1,700x the clock noise'."""
     text = (f"last at {e['last_at']}/{e['collectives']} {e['kind']} in {e['late_steps']}/{e['steps']} {unit}, "
-            f"{e['lateness_ns'] / 1e6:,.1f} ms later per {unit[:-1]}")
+            f"{duration(e['lateness_ns'])} later per {unit[:-1]}")
     if e.get("x_clock"):
         text += f", {e['x_clock']:,.0f}x the clock noise"
     if e.get("x_step_noise"):

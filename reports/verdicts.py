@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from . import evidence as E
+from .fmt import ms
 from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
 from .stats.noise import noise_ns
 from .stats.tests import binomial_tail, signed_rank_p
@@ -240,16 +241,12 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
     return pd.DataFrame(out, columns=cols)
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
-
-
 def _summed(per_unit: pd.Series) -> str:
     """'name +x ms, ...': the names' extra ns (dicts, one per unit) summed, the 3 largest."""
     total = pd.Series(dtype="int64")
     for extra in per_unit:
         total = total.add(pd.Series(extra, dtype="int64"), fill_value=0)
-    return ", ".join(f"{k} +{_ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
+    return ", ".join(f"{k} +{ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
 
 
 COUNTS_SHOWN = 8  # ranks a verdict line names with their counts
@@ -277,13 +274,13 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
         text = (f"straggler: rank {r}: {E.evidence_phrase(v['evidence'])} "
                 if v.get("evidence") and unit == "steps" else
                 f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
-                f"{_ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average ")
+                f"{ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average ")
         text += f"({v.get('test') or 'signed-rank test of its lateness'}{p})"
         if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
             work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
             device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
-            kinds = (f"more {device} work before its collectives ({_ms(work)} more busy over those {unit}"
-                     if work >= idle else f"an idle {device} before its collectives ({_ms(idle)} more idle: host or "
+            kinds = (f"more {device} work before its collectives ({ms(work)} more busy over those {unit}"
+                     if work >= idle else f"an idle {device} before its collectives ({ms(idle)} more idle: host or "
                                           f"launch delay over those {unit}")
             named = "; ".join(f"{what}: {_summed(mine[what])}" for what in ("kernels", "scopes") if _summed(mine[what]))
             text += f"; why: {kinds}" + (f"; {named})" if named and work >= idle else ")")
@@ -318,7 +315,7 @@ def waits_from_comm_time(per_rank: pd.DataFrame) -> dict[str, Any]:
     excess = {int(r): int(round(v - comm[least])) for r, v in comm.items()}
     most = max(excess, key=excess.get)
     line = (f"no timestamps (proton): a collective kernel spins until the last rank arrives, so its time holds the "
-            f"wait: rank {most} spent {_ms(excess[most])} per step more in communication than rank {least}, "
+            f"wait: rank {most} spent {ms(excess[most])} per step more in communication than rank {least}, "
             f"the rank the others waited for on average; in which steps, and whether beyond the noise, needs a "
             f"timed trace (torch or nsys)")
     return {"least_rank": least, "excess_ns_per_step": excess, "line": line}

@@ -20,6 +20,7 @@ from tracelab.schema import OnEvents
 from . import collectives as C
 from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise
 from . import steps as S
+from ..fmt import us
 from .. import verdicts as V
 from .timeline import clock_offsets
 
@@ -102,7 +103,7 @@ def _on_one_clock(rows: pd.DataFrame, epochs: Mapping[int, int | None]) -> tuple
         offsets = {r: (offsets or {}).get(r, 0) + d for r, d in C.end_offsets(coll).items()}
         coll = C.match(rows, offsets, _KEEP)
         basis = ("estimated from collective ends: " + ("the traces give no common clock" if basis != "epoch"
-                 else f"their ends disagreed by {check['median_end_spread_ns'] / 1e3:.1f} us (median) on the epoch clock"))
+                 else f"their ends disagreed by {us(check['median_end_spread_ns'])} (median) on the epoch clock"))
         check = C.clock_check(coll)
     return coll, {**check, "basis": basis, "offsets_ns": offsets or {}}
 
