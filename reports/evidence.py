@@ -28,7 +28,6 @@ from typing import Any
 
 import pandas as pd
 
-from .fmt import duration
 from .stats import BLOCK_ALPHA
 from .stats.noise import clock_spread_ns, floor_ns, step_threshold_ns
 from .stats.tests import block_p
@@ -82,17 +81,6 @@ def _kind(types: pd.Series) -> str:
     return _PLURAL.get(next(iter(kinds)), "collectives") if len(kinds) == 1 else "collectives"
 
 
-def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
-    """'last at 39/39 all-reduces in 3/3 steps, 30.0 ms later per step, 1,700x the clock noise'."""
-    text = (f"last at {e['last_at']}/{e['collectives']} {e['kind']} in {e['late_steps']}/{e['steps']} {unit}, "
-            f"{duration(e['lateness_ns'])} later per {unit[:-1]}")
-    if e.get("x_clock"):
-        text += f", {e['x_clock']:,.0f}x the clock noise"
-    if e.get("x_step_noise"):
-        text += f", {e['x_step_noise']:,.1f}x the step-to-step noise"
-    return text
-
-
 
 def typed(pc: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     if "type" not in coll:
@@ -112,12 +100,3 @@ def evidence_of(late: pd.DataFrame, pc: pd.DataFrame, coll: pd.DataFrame, rank: 
     return evidence(late[rank], typed(pc, coll), rank, clock_spread_ns(coll), floor_ns(coll))
 
 
-def not_enough(block: dict[str, Any] | None) -> str:
-    """'; rank 1: last at 3/3 ... , but ...': what the block test saw of the likeliest rank and
-    what it lacked, where that rank was late in every step (else the counts say enough)."""
-    if not block or block["late_steps"] < block["steps"]:
-        return ""
-    lacking = (f"late beyond the noise in {block['steps_beyond_noise']} of them" if block["steps_beyond_noise"] <
-               block["steps"] else "not last at most of the collectives" if block["last_at"] <= block["collectives"] / 2
-               else f"too uneven over too few steps: block t-test p = {block['p_value']:.2g}")
-    return f"; rank {block['rank']}: {evidence_phrase(block)}, but {lacking}"

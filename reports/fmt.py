@@ -15,9 +15,10 @@ def _missing(x) -> bool:
         return True
 
 
-def ms(ns: float) -> str:
-    """'1,234.568 ms': to the microsecond."""
-    return f"{ns / 1e6:,.3f} ms"
+def ms(ns: float, places: int = 3) -> str:
+    """'1,234.568 ms': to the microsecond, or to `places` decimals ('8.0 ms' with 1: the
+    straggler's lateness per step, whose noise is far above a microsecond)."""
+    return f"{ns / 1e6:,.{places}f} ms"
 
 
 def us(ns: float) -> str:

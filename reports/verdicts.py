@@ -1,7 +1,7 @@
 """Who waits on whom, per step, and whether one rank is the straggler of the run.
 
 Input: the matched collectives (collectives.collectives) and the events they came from.
-Pure functions; the verdict is a plain dict, its text made by `verdict_line`.
+Pure functions; the verdict is a plain dict, its text made by `verdict_line` (reports/steps/straggler_text.py).
 
 Per collective, the last rank to arrive made the others wait `skew` = last - first
 arrival. A skew under the noise is nobody's: the clocks' uncertainty (twice the median
@@ -239,62 +239,6 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
                     "kernels": _extra(*by_kernel, unit, n_others, work),
                     "scopes": _extra(*by_scope, unit, n_others, work)})
     return pd.DataFrame(out, columns=cols)
-
-
-def _summed(per_unit: pd.Series) -> str:
-    """'name +x ms, ...': the names' extra ns (dicts, one per unit) summed, the 3 largest."""
-    total = pd.Series(dtype="int64")
-    for extra in per_unit:
-        total = total.add(pd.Series(extra, dtype="int64"), fill_value=0)
-    return ", ".join(f"{k} +{ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
-
-
-COUNTS_SHOWN = 8  # ranks a verdict line names with their counts
-
-
-def _counted(by_rank: dict[int, int]) -> str:
-    """'rank 3 at 6, rank 0 at 2': the ranks with the most, largest first; with many ranks the
-    first COUNTS_SHOWN that have any, and how many others have none."""
-    ordered = sorted(by_rank.items(), key=lambda kv: -kv[1])
-    shown = ordered if len(ordered) <= COUNTS_SHOWN else [kv for kv in ordered[:COUNTS_SHOWN] if kv[1]]
-    text = ", ".join(f"rank {r} at {n}" for r, n in shown)
-    rest = len(ordered) - len(shown)
-    if rest:
-        text += f"{', ' if shown else ''}{rest:,} {'other ' if shown else ''}ranks at {'at most ' if ordered[len(shown)][1] else ''}{ordered[len(shown)][1]}"
-    return text
-
-
-def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
-    """One sentence with its numbers: the straggler and why, "alternating", or no single straggler."""
-    unit = "steps" if v["basis"] == "steps" else "collectives"
-    counts = _counted(v["gated_by_rank"])
-    p = "" if v["p_value"] is None else f", p = {v['p_value']:.3g}"
-    if v["pattern"] == "straggler":
-        r = v["rank"]
-        text = (f"straggler: rank {r}: {E.evidence_phrase(v['evidence'])} "
-                if v.get("evidence") and unit == "steps" else
-                f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
-                f"{ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average ")
-        text += f"({v.get('test') or 'signed-rank test of its lateness'}{p})"
-        if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
-            work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
-            device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
-            kinds = (f"more {device} work before its collectives ({ms(work)} more busy over those {unit}"
-                     if work >= idle else f"an idle {device} before its collectives ({ms(idle)} more idle: host or "
-                                          f"launch delay over those {unit}")
-            named = "; ".join(f"{what}: {_summed(mine[what])}" for what in ("kernels", "scopes") if _summed(mine[what]))
-            text += f"; why: {kinds}" + (f"; {named})" if named and work >= idle else ")")
-        return text
-    if v["pattern"] == "alternating":
-        return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "
-                f"switches p = {v['alternation_p']:.3g} against chance)")
-    if not v["gated_units"]:
-        return f"no clear straggler: no {unit[:-1]} has a rank late beyond the noise (clocks, step-to-step variation)"
-    last = _counted(v["last_at_collectives"])
-    at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
-                      if unit == "steps" else "")
-    return (f"no clear straggler: no rank is significantly late in most {unit} "
-            f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){E.not_enough(v.get('block'))}")
 
 
 

@@ -19,6 +19,10 @@ def test_ms_is_to_the_microsecond(ns, text):
     assert fmt.ms(ns) == text
 
 
+def test_ms_to_fewer_places():
+    assert fmt.ms(8_049_999, 1) == "8.0 ms" and fmt.ms(1_234_567_891, 0) == "1,235 ms"
+
+
 @pytest.mark.parametrize("ns, text", [
     (999_949, "999.9 us"),          # under 1 ms: us
     (1_000_000, "1.00 ms"),         # 1 to 10 ms: two places

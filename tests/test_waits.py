@@ -410,7 +410,7 @@ def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() 
 
 def test_verdict_line_names_the_device_whatever_the_first_units_cause() -> None:
     """The line said "an idle work" where the first gated step was more work and the sum was idle."""
-    from tracelab.reports.verdicts import verdict_line
+    from tracelab.reports.steps.straggler_text import verdict_line
 
     v = {"pattern": "straggler", "rank": 1, "basis": "steps", "gated_by_rank": {0: 0, 1: 2}, "gated_units": 2,
          "lateness_ns": 1e6, "p_value": 0.01, "last_at_collectives": {}, "collectives": 2, "alternation_p": None}

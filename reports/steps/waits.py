@@ -21,6 +21,7 @@ from . import collectives as C
 from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise
 from . import steps as S
 from ..fmt import us
+from .straggler_text import verdict_line
 from .. import verdicts as V
 from .timeline import clock_offsets
 
@@ -130,7 +131,7 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll = coll.drop(columns=list(_KEEP))
     verdict = V.straggler(gate, coll)
     return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
-                 causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
+                 causes, verdict, verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
 
 
 def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
