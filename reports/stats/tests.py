@@ -18,6 +18,7 @@ steps for any interval at that level (2 against 2), there is none, and the answe
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -63,19 +64,35 @@ def shift_interval(a: np.ndarray, b: np.ndarray, level: float = INTERVAL_LEVEL) 
     return float(diffs[k - 1]), float(diffs[len(diffs) - k]), float(1 - 2 * tail[k - 1])
 
 
-def median_difference(a, b, level: float = INTERVAL_LEVEL) -> dict:
-    """b against a: both medians, their difference (b - a) and relative change, the shift's
-    interval and its confidence (None when the samples cannot give one), the test's p, and
-    `within_noise`: whether the interval holds 0 (without an interval: p >= 1 - level)."""
+@dataclass(frozen=True)
+class Shift:
+    """The verdict of median_difference: b against a. `relative`: None where a's median is 0;
+    `low`, `high`, `confidence`: the shift's interval, None where the samples cannot give one."""
+
+    median_a: float
+    median_b: float
+    relative: float | None
+    low: float | None
+    high: float | None
+    confidence: float | None
+    p_value: float
+    n_a: int
+    n_b: int
+    within_noise: bool
+
+
+def median_difference(a, b, level: float = INTERVAL_LEVEL) -> Shift:
+    """b against a: both medians, their relative change, the shift's interval and its
+    confidence, the test's p, and `within_noise`: whether the interval holds 0 (without an
+    interval: p >= 1 - level)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     med_a, med_b = float(np.median(a)), float(np.median(b))
     interval = shift_interval(a, b, level)
     p = mann_whitney_p(a, b)
     within = interval[0] <= 0 <= interval[1] if interval else p >= 1 - level
-    return {"median_a": med_a, "median_b": med_b, "diff": med_b - med_a,
-            "relative": (med_b / med_a - 1) if med_a else None, "low": interval and interval[0],
-            "high": interval and interval[1], "confidence": interval and interval[2], "p_value": p,
-            "n_a": len(a), "n_b": len(b), "within_noise": bool(within)}
+    low, high, confidence = interval if interval else (None, None, None)
+    return Shift(med_a, med_b, (med_b / med_a - 1) if med_a else None, low, high, confidence, p, len(a), len(b),
+                 bool(within))
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
