@@ -166,7 +166,7 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
 
 def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     model, batch, sync, optimizer = build(args, cfg["size"], cfg["phase"], cfg["ddp"], d)
-    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
+    extra = late.extra(args, d.rank, d.device)
     step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra)
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     results.write(args.out, d.rank, {
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
-        "late": args.late, "late_work": args.late_work, "rows": rows})
+        "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms, "rows": rows})
 
 
 def _line(r: dict) -> str:

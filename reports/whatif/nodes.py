@@ -184,3 +184,18 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
         event_row=np.arange(len(cpu), dtype=np.int64),
         launch=launch, chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
+
+
+class RankGraphReduce:
+    """load_many's reduce: one rank's graph, made in the worker that parsed it."""
+
+    with_host = True  # tracelab.load gives it the rank's meta and host frame
+
+    def __call__(self, events: pd.DataFrame, meta: dict | None = None, host: pd.DataFrame | None = None) -> RankGraph:
+        from ..roofline import trace_device
+
+        meta = meta or {}
+        graph = rank_graph(events, host, meta.get("rank"), trace_device(meta))
+        if meta.get("source") == "proton":
+            graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
+        return graph
