@@ -28,7 +28,7 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {w: {"late": "none", "late_work": 0} for w in ("train", "decode")}
+ADDED = {w: {"late": "none", "late_work": 0, "host_stall_ms": None} for w in ("train", "decode")}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -38,7 +38,9 @@ _EVERY = {
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
 _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
-         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)")}
+         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
+         "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
+                                    "host_stall region (--host-stall-ms); null: none")}
 
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,
