@@ -85,7 +85,7 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame) -> pd.DataFrame:
     replayed_ns = (win["end_ns"] - win["begin_ns"]).to_numpy(dtype=np.float64)
     path = step_paths(g, base, r, win, wait_estimate(g))
     comp = composition(path, win)
-    top = top_items(path, win)
+    top = top_items(path, win, g)
     unexplained = _unexplained(g, measured_win)
     error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
     out = pd.DataFrame({"step": win["step"].to_numpy(), "step_ns": step_ns, "replayed_ns": replayed_ns,

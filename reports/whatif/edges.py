@@ -27,6 +27,7 @@ import numpy as np
 from .nodes import COLL, GPU, HOST_OP, NONE, SYNC, RankGraph
 
 UNEXPLAINED_NS = 20_000
+TAIL_NS = 200_000  # an op may start this long before a running op of another stream ends (its SMs freeing)
 MAX_UNEXPLAINED = 0.02
 LAUNCH_FLOOR_PCT = 5  # the percentile of launch-to-start delays taken as the least
 
@@ -93,8 +94,10 @@ def rank_edges(g: RankGraph) -> Edges:
 
 
 def _explain(g: RankGraph, ed: Edges, pred: np.ndarray, device: np.ndarray, residual: np.ndarray) -> None:
-    """Device nodes that started UNEXPLAINED_NS after both edges: a wait edge from the latest
-    op of another chain of the rank that ended before them, else unexplained delay."""
+    """Device nodes that started UNEXPLAINED_NS after both edges: a wait edge from the op of
+    another chain of the rank whose end is nearest their start (one that ended before: an
+    event; one still running, up to TAIL_NS before its end: its SMs freeing), where that
+    explains more; else their delay stays as measured."""
     late = np.flatnonzero(device & (residual > UNEXPLAINED_NS))
     if not len(late):
         return
@@ -102,12 +105,14 @@ def _explain(g: RankGraph, ed: Edges, pred: np.ndarray, device: np.ndarray, resi
     by_end = dev[np.argsort(g.end_ns[dev], kind="stable")]
     ends = g.end_ns[by_end]
     for i in late.tolist():
-        j = int(np.searchsorted(ends, g.start_ns[i], side="right")) - 1
-        while j >= 0 and g.chain[by_end[j]] == g.chain[i]:
-            j -= 1
-        wait = g.start_ns[i] - ends[j] if j >= 0 else None
-        if wait is not None and wait < residual[i]:
-            ed.xe_src[i], ed.xe_off_ns[i] = by_end[j], wait
+        lo = int(np.searchsorted(ends, g.start_ns[i] - residual[i], side="left"))
+        hi = int(np.searchsorted(ends, g.start_ns[i] + TAIL_NS, side="right"))
+        cand = by_end[lo:hi]
+        cand = cand[(g.chain[cand] != g.chain[i]) & (g.start_ns[cand] < g.start_ns[i])]
+        if len(cand):
+            j = int(cand[np.argmin(np.abs(g.end_ns[cand] - g.start_ns[i]))])
+            wait = int(g.start_ns[i] - g.end_ns[j])
+            ed.xe_src[i], ed.xe_off_ns[i] = j, wait
             _relax(g, ed, pred, i)
             ed.unexplained_ns[i] = max(0, wait - UNEXPLAINED_NS)
         elif not ed.launch_bound[i]:  # a launch-bound op's delay is its launch latency, as measured

@@ -197,11 +197,40 @@ def composition(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def top_items(paths: dict[int, Path], win: pd.DataFrame, n: int = 5) -> dict[int, list[dict]]:
-    """Per step, the `n` (category, rank, name) with the most path time in its window."""
+def host_names(g: Graph, seg: pd.DataFrame) -> np.ndarray:
+    """Each segment's name, host time named by the innermost range, CPU op or OS call of its
+    rank's host frame that covers its middle (the latest-begun of those covering it)."""
+    names = seg["name"].to_numpy(dtype=object).copy()
+    host = np.flatnonzero((seg["category"] == "host").to_numpy())
+    for r in np.unique(seg["rank"].to_numpy()[host]).tolist():
+        spans = g.ranks[r].host_spans
+        if not len(spans):
+            continue
+        off = g.offsets_ns.get(r, 0)
+        order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
+        s0 = spans["start_ns"].to_numpy(dtype=np.int64)[order] + off
+        s1 = spans["end_ns"].to_numpy(dtype=np.int64)[order] + off
+        label = spans["name"].to_numpy(dtype=object)[order]
+        mine = host[seg["rank"].to_numpy()[host] == r]
+        names[mine] = "(no CPU op or range)"
+        mid = (seg["t0_ns"].to_numpy()[mine] + seg["t1_ns"].to_numpy()[mine]) // 2
+        at = np.searchsorted(s0, mid, side="right") - 1
+        found = np.full(len(mine), -1)
+        for back in range(16):  # nested spans: the innermost holding mid is among the last begun
+            k = at - back
+            hit = (found < 0) & (k >= 0) & (s1[np.maximum(k, 0)] > mid)
+            found[hit] = k[hit]
+        names[mine[found >= 0]] = label[found[found >= 0]]
+    return names
+
+
+def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -> dict[int, list[dict]]:
+    """Per step, the `n` (category, rank, name) with the most path time in its window (host
+    time under the host span that holds it: host_names)."""
     out = {}
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = paths[int(step)].segments
+        seg = seg.assign(name=host_names(g, seg))
         ns = np.clip(np.minimum(seg["t1_ns"], e) - np.maximum(seg["t0_ns"], b), 0, None).to_numpy()
         frame = seg.assign(ns=ns)[ns > 0]
         agg = frame.groupby(["category", "rank", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(n)
