@@ -23,6 +23,7 @@ from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import idle_findings, roofline_findings
 from .findings_runs import difference_findings, profiler_cost_findings
+from .whatif.findings import with_savings
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -183,7 +184,7 @@ SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
 
 def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
     """At most MAX_FINDINGS findings of every source, the most time at stake first."""
-    found = [f for source in sources for f in source(ev)]
+    found = with_savings(ev, [(source.__name__, source(ev)) for source in sources])  # issue 27: ranked by saving
     return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
 
 

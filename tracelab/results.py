@@ -28,7 +28,8 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {w: {"late": "none", "late_work": 0, "host_stall_ms": None} for w in ("train", "decode")}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "capturable": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -58,7 +59,8 @@ RESULTS: dict[str, dict[str, Field]] = {
                "bandwidth_gb_s": Field("GB/s", "weight_bytes x steps per second, as gpt-fast"),
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
-              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE},
+              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
+              "capturable": Field("", "AdamW(capturable=True) (--capturable)")},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},
     "overlap": {**_SWEEP, "dtype": Field("", "element type")},

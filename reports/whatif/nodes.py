@@ -187,14 +187,21 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
 
 
 class RankGraphReduce:
-    """load_many's reduce: one rank's graph, made in the worker that parsed it."""
+    """load_many's reduce: one rank's graph, made in the worker that parsed it; None for a rank
+    of a job of more than `max_ranks` (the findings' replay keeps no graphs of big jobs)."""
 
     with_host = True  # tracelab.load gives it the rank's meta and host frame
 
-    def __call__(self, events: pd.DataFrame, meta: dict | None = None, host: pd.DataFrame | None = None) -> RankGraph:
+    def __init__(self, max_ranks: int | None = None):
+        self.max_ranks = max_ranks
+
+    def __call__(self, events: pd.DataFrame, meta: dict | None = None, host: pd.DataFrame | None = None
+                 ) -> RankGraph | None:
         from ..roofline import trace_device
 
         meta = meta or {}
+        if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
+            return None
         graph = rank_graph(events, host, meta.get("rank"), trace_device(meta))
         if meta.get("source") == "proton":
             graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue 27's GPU must-show, on one 2-GPU H100 machine (device kind nvidia-h100-x2), in about 240 s:
+#  (1) a host-bound training step (train, tiny, batch 1, full step with AdamW(capturable=True)) traced
+#      eagerly under torch, and the same step timed without a profiler eager, as one whole-step CUDA
+#      graph and under torch.compile(mode="reduce-overhead") (benchmarks/whatif_graph_step.py);
+#  (2) a 2-rank DDP job whose rank 1 does ~10.7 ms of extra GPU work (`extra_work`, --late rank1
+#      --late-work 4) while the step is host-bound, and (4) the same job without it;
+#  (3) the same job whose rank 1 synchronises, then its host sleeps 10 ms (`host_stall`,
+#      --host-stall-ms 1:10);
+# then `tracelab whatif` of each (JSON and table). Carry .whl and .device-lib.
+#   bash benchmarks/gpu_whatif.sh   # $OUT/log.txt, $OUT/graph_step.jsonl, $OUT/whatif.tar.gz
+set -uo pipefail
+OUT=${OUT:-/tmp/whatif-out}
+W=/tmp/whatif
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-230}
+mkdir -p "$OUT" "$W/runs" "$W/json"
+exec > >(tee "$OUT/log.txt") 2>&1
+[[ -n "${SKIP_PRELUDE:-}" ]] && { REPO=$PWD; cd "$W"; } || source benchmarks/device_prelude.sh  # SKIP_PRELUDE: a CPU test here
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
+source "$REPO/benchmarks/gpu_common.sh"  # elapsed, budget
+CAP=${CAP---capturable}  # CAP= (empty) for a CPU test: AdamW(capturable=True) needs a GPU
+STEP=(--size tiny --batch-size 1 --phase step $CAP)
+DDP=(--size tiny --phase step --context-length 64 --steps 8 --warmup 2 --ddp bucketed $CAP)
+trace() {  # trace NAME RANKS LIMIT_S train-args...: a torch-traced run into $W/runs/NAME
+  local name=$1 ranks=$2 limit=$3; shift 3
+  budget "$limit" "$name" || return 0
+  echo; echo "=== +$(elapsed)s $name: tracelab run train --ranks $ranks --backend torch -- $*"
+  timeout "$limit" python3 -m tracelab run train --ranks "$ranks" --backend torch --out "$W/runs/$name" --top 3 \
+    -- "$@" 2>&1 | grep -vE "^\[default[0-9]\]:$" | tail -6
+}
+whatif() {  # whatif NAME SCENARIO...: the table, and the JSON kept
+  local dir; dir=$(ls -d "$W/runs/$1"/*/ 2>/dev/null | head -1); shift
+  [[ -n "$dir" ]] || { echo "no run folder"; return 0; }
+  local args=(); for s in "$@"; do args+=(--scenario "$s"); done
+  echo "=== +$(elapsed)s tracelab whatif $dir ${args[*]}"
+  python3 -m tracelab whatif "$dir" "${args[@]}" 2>&1 | cut -c1-200 | tail -30
+  python3 -m tracelab whatif "$dir" "${args[@]}" --format json > "$W/json/$(basename "$(dirname "$dir")").json" 2>/dev/null
+}
+trace step-eager 1 60 "${STEP[@]}" --steps 8 --warmup 3
+if budget 70 graph-step; then
+  echo; echo "=== +$(elapsed)s whatif_graph_step.py ${STEP[*]:0:4}"
+  timeout 90 python3 "$REPO/benchmarks/whatif_graph_step.py" --size tiny --batch-size 1 --steps 30 --warmup 5 \
+    2>/dev/null | tee "$OUT/graph_step.jsonl" | cut -c1-200
+fi
+trace ddp-late 2 50 "${DDP[@]}" --late rank1 --late-work 4
+trace ddp-none 2 50 "${DDP[@]}" --late none
+trace ddp-stall 2 50 "${DDP[@]}" --host-stall-ms 1:10
+whatif step-eager no-host-gaps
+whatif ddp-late "remove:extra_work@1" balance no-host-gaps
+whatif ddp-none
+whatif ddp-stall "remove:host_stall@1" balance
+(cd "$W" && find runs -name '*.nsys-rep' -delete; rm -f runs/*/*/report.html; tar czf "$OUT/whatif.tar.gz" runs json)
+echo "=== +$(elapsed)s done"; ls -la "$OUT"
