@@ -185,3 +185,52 @@ def test_proton_inputs_say_they_have_no_timeline() -> None:
     proton = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-proton"), "--format", "json"])
     assert proton.exit_code == 0
     assert any("proton records no timeline" in n for n in _strict(proton.stdout)["notes"])
+
+
+# ---- the workloads' hooks: --host-stall-ms R:MS, --late-every N ----------------------------------
+
+
+@pytest.mark.parametrize("argv, stalled, worked", [
+    (["--host-stall-ms", "1:30"], [0, 1, 2, 3], []),
+    (["--host-stall-ms", "1:30", "--late-every", "2"], [0, 2], []),
+    (["--late", "rank1", "--late-work", "1", "--late-every", "3"], [], [0, 3]),
+    (["--host-stall-ms", "0:30"], [], [])])
+def test_the_late_rank_stalls_and_works_on_the_steps_asked(monkeypatch, argv, stalled, worked) -> None:
+    import argparse
+    import contextlib
+    import time
+
+    import torch
+
+    from tracelab.workloads import late as L
+    p = argparse.ArgumentParser()
+    L.add_arguments(p)
+    args = p.parse_args(argv)
+    L.check(args)
+    seen: list[tuple[str, int]] = []
+    step = [0]
+    monkeypatch.setattr(L.backends, "region", lambda name: seen.append((name, step[0])) or contextlib.nullcontext())
+    extra = L.extra(args, 1, torch.device("cpu"))
+    t0 = time.perf_counter()
+    for i in range(4):
+        step[0] = i
+        extra(i)
+    assert [i for name, i in seen if name == "host_stall"] == stalled
+    assert [i for name, i in seen if name == "extra_work"] == worked
+    assert time.perf_counter() - t0 >= 0.030 * len(stalled)
+
+
+@pytest.mark.parametrize("argv, option", [(["--host-stall-ms", "x:1"], "--host-stall-ms"),
+                                          (["--host-stall-ms", "1"], "--host-stall-ms"),
+                                          (["--host-stall-ms=-1:5"], "--host-stall-ms"),
+                                          (["--late-every", "0"], "--late-every")])
+def test_bad_late_options_are_refused(argv, option) -> None:
+    import argparse
+
+    from tracelab.errors import UsageError
+    from tracelab.workloads import late as L
+    p = argparse.ArgumentParser()
+    L.add_arguments(p)
+    with pytest.raises(UsageError) as e:
+        L.check(p.parse_args(argv))
+    assert e.value.where == option

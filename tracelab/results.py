@@ -28,8 +28,8 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "capturable": False},
-         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None}}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -41,7 +41,8 @@ _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one 
 _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
          "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
          "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
-                                    "host_stall region (--host-stall-ms); null: none")}
+                                    "host_stall region (--host-stall-ms); null: none"),
+         "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,

@@ -3,7 +3,8 @@ collectives: the late rank does extra matrix products, in an `extra_work` region
 step's collectives (train: before the backward and its gradient all-reduce; decode: before
 each token's step and its tensor-parallel all-reduces); or, with --host-stall-ms R:MS, rank R's
 host waits for its device and then sleeps MS ms in a `host_stall` region at that point (a
-host stall after a sync: the GPU idles meanwhile)."""
+host stall after a sync: the GPU idles meanwhile). --late-every N does either every N-th step
+only: the steps between are the same job without it, measured under the same conditions."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late-work", type=int, default=4,
                    help="the extra work: this many products of two 4096x4096 fp32 matrices on a GPU "
                         "(1024x1024 on the CPU), in an `extra_work` region (default: 4)")
+    p.add_argument("--late-every", type=int, default=1, metavar="N",
+                   help="the extra work and the host stall happen every N-th step (or token) only, from the "
+                        "first: the steps between are the same job without them, under the same conditions "
+                        "(default: 1, every step)")
     p.add_argument("--host-stall-ms", default=None, metavar="R:MS",
                    help="rank R synchronises its device, then its host sleeps MS milliseconds in a `host_stall` "
                         "region, at the same point of every step (default: none)")
@@ -34,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     if args.late_work < 0:
         raise UsageError("--late-work", f"must be 0 or more, not {args.late_work}")
+    if args.late_every < 1:
+        raise UsageError("--late-every", f"must be 1 or more, not {args.late_every}")
     stall_of(args.host_stall_ms)
 
 
@@ -56,8 +63,11 @@ def extra(args: argparse.Namespace, rank: int, device: torch.device) -> Callable
     (--host-stall-ms), in that order."""
     work = late_work(args.late, args.late_work, rank, device)
     stall = stall_of(getattr(args, "host_stall_ms", None))
+    every = getattr(args, "late_every", 1)
 
     def both(i: int) -> None:
+        if i % every:
+            return
         work(i)
         if stall is not None and stall[0] == rank:
             with backends.region("host_stall"):
