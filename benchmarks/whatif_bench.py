@@ -38,7 +38,8 @@ def graphs_of(profiles):
 
 def repro() -> None:
     errors, flagged, n_steps = [], [], 0
-    for folder in sorted(d for d in DATA.iterdir() if d.is_dir()):
+    for folder in sorted(d for d in DATA.iterdir() if d.is_dir() and d.name not in ("public", "proton-legacy")
+                         and not d.name.endswith(("-proton", "-none"))):
         profiles = [p for p in tracelab.load_many(folder) if p.meta.get("source") != "proton"]
         if not profiles:
             continue
