@@ -45,6 +45,16 @@ def default_scenarios(g: Graph) -> list[Scenario]:
     return [parse(name) for name in DEFAULTS if applies[name]]
 
 
+def path_steps(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> pd.DataFrame:
+    """The step table (STEP_COLUMNS) of the unchanged replay alone: no scenario."""
+    g = join(graphs, epochs)
+    if not len(g):
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    base = measured(g)
+    r = replay(g, base)
+    return _step_table(g, base, r, windows(g, r.start_ns, r.end_ns), with_top=False)
+
+
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None
            ) -> WhatIf:
     """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
@@ -79,13 +89,13 @@ def _step_ns(win: pd.DataFrame, steps: pd.Series) -> np.ndarray:
     return pd.Series(ns, index=win["step"].to_numpy()).reindex(steps.to_numpy()).to_numpy(dtype=np.float64)
 
 
-def _step_table(g: Graph, base, r, win: pd.DataFrame) -> pd.DataFrame:
+def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> pd.DataFrame:
     measured_win = windows(g, g.start_ns, g.end_ns)
     step_ns = _step_ns(measured_win, win["step"])
     replayed_ns = (win["end_ns"] - win["begin_ns"]).to_numpy(dtype=np.float64)
     path = step_paths(g, base, r, win, wait_estimate(g))
     comp = composition(path, win)
-    top = top_items(path, win, g)
+    top = top_items(path, win, g) if with_top else {}
     unexplained = _unexplained(g, measured_win)
     error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
     out = pd.DataFrame({"step": win["step"].to_numpy(), "step_ns": step_ns, "replayed_ns": replayed_ns,

@@ -33,8 +33,7 @@ import pandas as pd
 from tracelab.errors import UsageError
 
 from .. import collectives as C
-from ..idle import covered
-from ..timeline import merge_intervals
+from ..timeline import covered, merge_intervals
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
