@@ -33,9 +33,9 @@ LAUNCH_FLOOR_PCT = 5  # the percentile of launch-to-start delays taken as the le
 
 
 @dataclass
-class Edges:
-    """Per node (local indices): chain gap, launch (start->start), wait (end->start) and sync
-    (end->end) edges with their offsets; `pinned` nodes start at their measured time."""
+class EdgeArrays:
+    """Per node: the chain gap, the launch (start->start), wait (end->start) and sync (end->end)
+    edges' sources (-1: none) and offsets, and whether it is pinned at its measured start."""
 
     gap_ns: np.ndarray
     xs_src: np.ndarray
@@ -45,6 +45,12 @@ class Edges:
     y_src: np.ndarray
     y_off_ns: np.ndarray
     pinned: np.ndarray
+
+
+@dataclass
+class Edges(EdgeArrays):
+    """One rank's (or, joined, every rank's) edges as measured, and what the builder found."""
+
     launch_floor_ns: np.ndarray  # per node, its rank's least launch-to-start delay
     unexplained_ns: np.ndarray
     launch_bound: np.ndarray  # bool: a device node whose launch edge binds

@@ -20,6 +20,7 @@ import numpy as np
 
 from tracelab.errors import TracelabError
 
+from .edges import EdgeArrays
 from .join import Graph
 
 NEG = -(1 << 60)
@@ -27,19 +28,12 @@ MAX_ROUNDS = 100_000
 
 
 @dataclass
-class Params:
-    """Per node: duration, chain, and each edge's source (-1: none) and offset, in ns."""
+class Params(EdgeArrays):
+    """What one replay runs on: the edges (EdgeArrays) with each node's duration, chain and
+    collective (-1: none), in ns."""
 
     dur_ns: np.ndarray
     chain: np.ndarray
-    gap_ns: np.ndarray
-    xs_src: np.ndarray
-    xs_off_ns: np.ndarray
-    xe_src: np.ndarray
-    xe_off_ns: np.ndarray
-    y_src: np.ndarray
-    y_off_ns: np.ndarray
-    pinned: np.ndarray
     group: np.ndarray
 
     def copy(self) -> "Params":
