@@ -19,7 +19,7 @@ from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC
 from tracelab.reports.whatif.replay import measured, replay
 
-from malformed import run_cli
+from malformed import run_cli, run_cli_output
 
 DATA = Path(__file__).parent / "data"
 TIMED = sorted(d.name for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
@@ -234,3 +234,11 @@ def test_bad_late_options_are_refused(argv, option) -> None:
     with pytest.raises(UsageError) as e:
         L.check(p.parse_args(argv))
     assert e.value.where == option
+
+
+def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
+    status, out, err = run_cli_output(capsys, "whatif", str(DATA / "decode-1gpu-proton"), str(DATA / "decode-1gpu-torch"),
+                                      "--format", "csv")
+    assert status == 0 and "warning" not in err
+    rows = out.strip().splitlines()
+    assert rows[0].startswith("input,name,args") and all(r.startswith(str(DATA / "decode-1gpu-torch")) for r in rows[1:])

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..jsonout import dumps, strict
-from .analyse import WhatIf
+from .analyse import SCENARIO_COLUMNS, WhatIf
 from .path import CATEGORIES
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
@@ -63,9 +63,10 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
 
 def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
     """The scenarios, one row per input and scenario (the steps are in the JSON)."""
-    frames = [w.scenarios.assign(input=path)[["input", *w.scenarios.columns]] for path, w in parts]
+    frames = [w.scenarios.assign(input=path)[["input", *SCENARIO_COLUMNS]] for path, w in parts if len(w.scenarios)]
     buf = io.StringIO()
-    pd.concat(frames, ignore_index=True).to_csv(buf, index=False)
+    (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS])).to_csv(
+        buf, index=False)
     return buf.getvalue()
 
 
