@@ -242,3 +242,12 @@ def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
     assert status == 0 and "warning" not in err
     rows = out.strip().splitlines()
     assert rows[0].startswith("input,name,args") and all(r.startswith(str(DATA / "decode-1gpu-torch")) for r in rows[1:])
+
+
+def test_a_scenario_that_matches_nothing_says_so() -> None:
+    graphs, epochs, _ = _graphs(DATA / "gloo-2cpu-late")
+    w = whatif(graphs, epochs, ["remove:extra_work@0", "remove:extra_work@1"])  # only rank 1 does extra work
+    assert [n for n in w.notes if n.startswith("scenario ")] == [
+        "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
+        "it changes nothing"]
+    assert w.scenarios.set_index("args").loc["extra_work@0", "saving_ns"] == 0

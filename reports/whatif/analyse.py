@@ -80,7 +80,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         rs = replay(g, p)
         per_step[label] = _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
     table = _scenario_table(steps, runs, per_step)
-    notes = g.notes + _notes(g, steps)
+    notes = g.notes + _notes(g, steps) + [f"scenario {s.label}: nothing in these inputs matches it (names, kernels, "
+                                          "scopes, host ranges): it changes nothing" for s in chosen
+                                          if s.matched is not None and not s.matched(g)]
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, r.rounds)
 
 

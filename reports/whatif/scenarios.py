@@ -49,6 +49,7 @@ class Scenario:
     name: str
     arg: str
     apply: Callable[[Graph, Params], None]
+    matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
 
     @property
     def label(self) -> str:
@@ -64,12 +65,13 @@ def parse(spec: str) -> Scenario:
     if name == "remove" and arg:
         pattern, _, rank = arg.rpartition("@") if re.search(r"@\d+$", arg) else (arg, "", "")
         regex = _regex(pattern)
-        return Scenario(name, arg, lambda g, p: _remove(g, p, regex, int(rank) if rank else None))
+        at = int(rank) if rank else None
+        return Scenario(name, arg, lambda g, p: _remove(g, p, regex, at), lambda g: _count(g, regex, at, spans=True))
     if name == "scale" and "=" in arg:
         pattern, _, factor = arg.rpartition("=")
         f = _number(factor, spec)
         regex = _regex(pattern)
-        return Scenario(name, arg, lambda g, p: _scale(g, p, regex, f))
+        return Scenario(name, arg, lambda g, p: _scale(g, p, regex, f), lambda g: _count(g, regex, None, spans=False))
     if name == "busbw" and arg:
         gb_s = _number(arg, spec)
         if gb_s <= 0:
@@ -105,6 +107,15 @@ def _matching(g: Graph, regex: re.Pattern, rank: int | None) -> np.ndarray:
     names = pd.Series(g.name.astype(str)).str.contains(regex) | pd.Series(g.scope.astype(str)).str.contains(regex)
     hit = names.to_numpy() & _work(g)
     return hit & (g.rank == rank) if rank is not None else hit
+
+
+def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
+    """Ops (and, with `spans`, host ranges, CPU ops and OS calls) matching `regex`, on `rank` or all."""
+    n = int(_matching(g, regex, rank).sum())
+    if spans:
+        n += sum(int(rg.host_spans["name"].str.contains(regex).sum()) for r, rg in g.ranks.items()
+                 if rank is None or r == rank)
+    return n
 
 
 def _no_host_gaps(g: Graph, p: Params) -> None:
