@@ -24,7 +24,7 @@ from .scenarios import DEFAULTS, Scenario, parse
 
 MAX_ERROR = 0.02
 STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed",
-                *[f"{c}_ns" for c in CATEGORIES], "path_ranks", "path_chains", "top"]
+                *[f"{c}_ns" for c in CATEGORIES], "compute_by_class", "path_ranks", "path_chains", "top"]
 SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac"]
 
 
@@ -96,7 +96,7 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     step_ns = _step_ns(measured_win, win["step"])
     replayed_ns = (win["end_ns"] - win["begin_ns"]).to_numpy(dtype=np.float64)
     path = step_paths(g, base, r, win, wait_estimate(g))
-    comp = composition(path, win)
+    comp = composition(path, win, g)
     top = top_items(path, win, g) if with_top else {}
     unexplained = _unexplained(g, measured_win)
     error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
@@ -105,6 +105,7 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     out["claimed"] = (out["error_frac"] <= MAX_ERROR) & (out["unexplained_ns"] <= MAX_UNEXPLAINED * out["step_ns"])
     for c in CATEGORIES:
         out[f"{c}_ns"] = comp[c].to_numpy() if len(comp) else 0
+    out["compute_by_class"] = comp["compute_by_class"].to_numpy() if len(comp) else [{}] * len(out)
     out["path_ranks"] = comp["ranks"].to_numpy() if len(comp) else [[]] * len(out)
     out["path_chains"] = [[g.chain_labels[c] for c in cs] for cs in comp["chains"]] if len(comp) else [[]] * len(out)
     out["top"] = [top.get(int(s), []) for s in out["step"]]

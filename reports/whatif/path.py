@@ -180,9 +180,10 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
                          "end_ns": ends.to_numpy(dtype=np.int64)})
 
 
-def composition(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
+def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:
     """Per window and category, its path's ns inside it (a segment running backwards, where
-    concurrent host calls overlap, counts negative); columns step + CATEGORIES."""
+    concurrent host calls overlap, counts negative); columns step + CATEGORIES, the compute by
+    op class (`compute_by_class`), and the ranks and chains the path runs through."""
     rows = []
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = paths[int(step)].segments
@@ -191,7 +192,10 @@ def composition(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
         ns = sign * np.clip(np.minimum(hi, e) - np.maximum(lo, b), 0, None)
         inside = ns != 0
         by = pd.Series(ns[inside]).groupby(seg["category"].to_numpy()[inside]).sum()
+        compute = inside & (seg["category"] == "compute").to_numpy()
+        classes = pd.Series(ns[compute]).groupby(g.op_class[seg["node"].to_numpy()[compute]]).sum()
         rows.append({"step": int(step), **{c: int(by.get(c, 0)) for c in CATEGORIES},
+                     "compute_by_class": {str(k): int(v) for k, v in classes.sort_values(ascending=False).items()},
                      "ranks": sorted(set(seg["rank"].to_numpy()[inside].tolist())),
                      "chains": sorted(set(seg["chain"].to_numpy()[inside].tolist()))})
     return pd.DataFrame(rows)

@@ -73,7 +73,8 @@ def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
 def _doc(w: WhatIf) -> dict:
     steps = [{"step": None if s.step < 0 else int(s.step), "step_ns": s.step_ns, "replayed_ns": s.replayed_ns,
               "claimed": bool(s.claimed), "unexplained_ns": int(s.unexplained_ns),
-              "path": {k: int(getattr(s, k)) for k in PATH_KEYS}, "path_ranks": list(s.path_ranks),
+              "path": {k: int(getattr(s, k)) for k in PATH_KEYS}, "compute_by_class": dict(s.compute_by_class),
+              "path_ranks": list(s.path_ranks),
               "path_chains": list(s.path_chains), "top": s.top} for s in w.steps.itertuples(index=False)]
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac}
