@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
 source "$REPO/benchmarks/gpu_common.sh"  # elapsed, budget
 CAP=${CAP---capturable}  # CAP= (empty) for a CPU test: AdamW(capturable=True) needs a GPU
 STEP=(--size tiny --batch-size 1 --phase step $CAP)
-DDP=(--size tiny --phase step --context-length 64 --steps 12 --warmup 2 --ddp bucketed $CAP)
+DDP=(--size tiny --phase step --context-length 64 --steps 12 --warmup 2 --ddp bucketed)  # as tests/data/ddp-2gpu-*
 trace() {  # trace NAME RANKS LIMIT_S train-args...: a torch-traced run into $W/runs/NAME
   local name=$1 ranks=$2 limit=$3; shift 3
   budget "$limit" "$name" || return 0
