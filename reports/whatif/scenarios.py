@@ -210,6 +210,7 @@ def _overlap_comm(g: Graph, p: Params) -> None:
     p.gap_ns[pred_comm & ~comm] = np.minimum(p.gap_ns[pred_comm & ~comm], 0)
     p.gap_ns[comm] = np.minimum(p.gap_ns[comm], 0)
     p.chain[comm] = p.chain[comm] + int(g.chain.max()) + 1
+    p.pinned[comm & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
 
 
 def _busbw(g: Graph, p: Params, gb_s: float) -> None:
