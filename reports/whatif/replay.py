@@ -100,7 +100,10 @@ def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
 def _prepare(idx: np.ndarray, g: Graph, p: Params, src: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     gap = p.gap_ns[idx].astype(np.int64)
     gap[0] = 0
-    return {"anchor": np.where(p.pinned[idx], g.start_ns[idx], NEG), "xs": src["xs_src"][idx],
+    anchor = np.where(p.pinned[idx], g.start_ns[idx], NEG)
+    if p.xs_src[idx[0]] < 0 and p.xe_src[idx[0]] < 0:  # a chain's first node bound by nothing starts as measured
+        anchor[0] = g.start_ns[idx[0]]
+    return {"anchor": anchor, "xs": src["xs_src"][idx],
             "xs_off": p.xs_off_ns[idx], "xe": src["xe_src"][idx], "xe_off": p.xe_off_ns[idx], "y": src["y_src"][idx],
             "y_off": p.y_off_ns[idx], "gap": gap, "dur": p.dur_ns[idx].astype(np.int64),
             "cum": np.cumsum(gap + p.dur_ns[idx]) - p.dur_ns[idx][0],
