@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import tracelab
-from tracelab.reports.roofline import trace_device
+from tracelab.reports.roofline.roofline import trace_device
 from tracelab.reports.whatif import rank_graph, whatif
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"

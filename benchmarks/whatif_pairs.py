@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import tracelab
-from tracelab.reports.roofline import trace_device
+from tracelab.reports.roofline.roofline import trace_device
 from tracelab.reports.whatif import rank_graph, whatif
 
 

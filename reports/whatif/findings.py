@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..finding import Finding
+from ..findings.finding import Finding
 from .analyse import WhatIf, whatif
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
-SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "_idle": "no-host-gaps",
+SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline"}
 TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
         "overlap-comm": "communication hidden behind compute",

@@ -13,8 +13,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .. import collectives as C
-from ..timeline import clock_offsets
+from ..steps import collectives as C
+from ..steps.timeline import clock_offsets
 from .edges import Edges, rank_edges
 from .nodes import COLL, NONE, RankGraph
 

@@ -27,10 +27,11 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
+from tracelab.schema import RankData
 
-from ..collectives import CPU_COLLECTIVE
-from ..roofline import _min_ns  # the per-row least time, as `tracelab roofline` computes it
-from ..timeline import timed
+from ..steps.collectives import CPU_COLLECTIVE
+from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
+from ..steps.timeline import timed
 
 # node kinds
 LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
@@ -190,19 +191,14 @@ class RankGraphReduce:
     """load_many's reduce: one rank's graph, made in the worker that parsed it; None for a rank
     of a job of more than `max_ranks` (the findings' replay keeps no graphs of big jobs)."""
 
-    with_host = True  # tracelab.load gives it the rank's meta and host frame
-
     def __init__(self, max_ranks: int | None = None):
         self.max_ranks = max_ranks
 
-    def __call__(self, events: pd.DataFrame, meta: dict | None = None, host: pd.DataFrame | None = None
-                 ) -> RankGraph | None:
-        from ..roofline import trace_device
-
-        meta = meta or {}
+    def __call__(self, rank: RankData) -> RankGraph | None:
+        meta = rank.meta or {}
         if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
             return None
-        graph = rank_graph(events, host, meta.get("rank"), trace_device(meta))
+        graph = rank_graph(rank.events, rank.host, meta.get("rank"), trace_device(meta))
         if meta.get("source") == "proton":
             graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
         return graph

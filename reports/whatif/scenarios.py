@@ -32,8 +32,8 @@ import pandas as pd
 
 from tracelab.errors import UsageError
 
-from .. import collectives as C
-from ..timeline import covered, merge_intervals
+from ..steps import collectives as C
+from ..steps.timeline import covered, merge_intervals
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
