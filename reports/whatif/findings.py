@@ -15,7 +15,7 @@ SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-com
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline"}
 TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
         "overlap-comm": "communication hidden behind compute",
-        "no-host-gaps": "no host gaps (a whole-step CUDA graph or torch.compile's reduce-overhead)",
+        "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
         "roofline": "every kernel whose work is known at its roofline time"}
 
 
