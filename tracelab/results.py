@@ -28,7 +28,8 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {w: {"late": "none", "late_work": 0} for w in ("train", "decode")}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -38,7 +39,10 @@ _EVERY = {
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
 _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
-         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)")}
+         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
+         "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
+                                    "host_stall region (--host-stall-ms); null: none"),
+         "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,
@@ -56,7 +60,8 @@ RESULTS: dict[str, dict[str, Field]] = {
                "bandwidth_gb_s": Field("GB/s", "weight_bytes x steps per second, as gpt-fast"),
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
-              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE},
+              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
+              "capturable": Field("", "AdamW(capturable=True) (--capturable)")},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},
     "overlap": {**_SWEEP, "dtype": Field("", "element type")},

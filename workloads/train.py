@@ -56,6 +56,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "on several ranks, none on one)")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for --ddp bucketed (default: 25)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
+    p.add_argument("--capturable", action="store_true",
+                   help="AdamW(capturable=True), the optimizer a CUDA graph of the whole step needs (GPU only): "
+                        "an eager trace of the same kernels as benchmarks/whatif_graph_step.py's graphed step")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
@@ -77,6 +80,8 @@ def _validate(args: argparse.Namespace) -> argparse.Namespace:
         if value <= 0:
             raise UsageError(option, f"must be positive, not {value}")
     late.check(args)
+    if args.capturable and not harness.gpu_available():
+        raise UsageError("--capturable", "AdamW(capturable=True) needs a GPU")
     if args.warmup < 0:
         raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
     if args.batch_size % world_size:
@@ -157,7 +162,7 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
     if ddp != "none":
         broadcast_parameters(model)
         sync = make_sync(ddp, model, args.bucket_mb)
-    optimizer = torch.optim.AdamW(model.parameters()) if phase == "step" else None
+    optimizer = torch.optim.AdamW(model.parameters(), capturable=args.capturable) if phase == "step" else None
     g = torch.Generator().manual_seed(args.seed + 1 + d.rank)  # each rank its own share of the batch
     local = args.batch_size // d.world_size
     tokens = torch.randint(args.vocab_size, (local, args.context_length + 1), generator=g).to(d.device)
@@ -166,7 +171,7 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
 
 def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     model, batch, sync, optimizer = build(args, cfg["size"], cfg["phase"], cfg["ddp"], d)
-    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
+    extra = late.extra(args, d.rank, d.device)
     step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra)
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
@@ -213,7 +218,9 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     results.write(args.out, d.rank, {
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
-        "late": args.late, "late_work": args.late_work, "rows": rows})
+        "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms,
+        "late_every": args.late_every,
+        "capturable": args.capturable, "rows": rows})
 
 
 def _line(r: dict) -> str:
