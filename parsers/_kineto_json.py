@@ -115,6 +115,24 @@ class _Op(_Event, gc=False):
     args: _OpArgs | None = None  # type: ignore[assignment]
 
 
+class _MemArgs(msgspec.Struct, gc=False):
+    """A `[memory]` instant event's args (profile_memory=True): the block's address and size
+    (negative: a free), the device's totals after it, the device."""
+
+    addr: Int64 | None = msgspec.field(default=None, name="Addr")
+    bytes: Int64 | None = msgspec.field(default=None, name="Bytes")
+    allocated: Int64 | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: Int64 | None = msgspec.field(default=None, name="Total Reserved")
+    device_id: Int64 | None = msgspec.field(default=None, name="Device Id")
+    device_type: Int64 | None = msgspec.field(default=None, name="Device Type")
+
+
+class _Instant(_Event, gc=False):
+    """A CPU instant event, its args the memory event's (_MemArgs)."""
+
+    args: _MemArgs | None = None  # type: ignore[assignment]
+
+
 class Trace(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
     schemaVersion: Any = None
@@ -268,6 +286,13 @@ class Ops(Picked):
     reads those of the operators that launched GPU work)."""
 
     STRUCT: ClassVar[type] = _Op
+
+
+@dataclass
+class Instants(Picked):
+    """CPU instant events as columns, their args a memory event's (_MemArgs)."""
+
+    STRUCT: ClassVar[type] = _Instant
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -126,13 +126,15 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
         events = classify.classified(_with_provenance(p, path))
         summary = {name: _reduced(fn, events, p) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
-                           p.host if keep_events else None))
+                           p.host if keep_events else None, p.memory if keep_events else None))
     return out
 
 
 def _reduced(fn: Callable, events: pd.DataFrame, p: Profile) -> Any:
     """fn(events), or fn(events, meta) where fn has `with_meta`, or fn(events, meta, host)
     where it has `with_host` (the host frame, schema.HOST_COLUMNS, or None)."""
+    if getattr(fn, "with_memory", False):  # the memory frame too (schema.MEMORY_COLUMNS, or None)
+        return fn(events, p.meta, p.host, p.memory)
     if getattr(fn, "with_host", False):
         return fn(events, p.meta, p.host)
     return fn(events, p.meta) if getattr(fn, "with_meta", False) else fn(events)

@@ -65,6 +65,8 @@ class Profile:
     summary: dict[str, Any] = field(default_factory=dict)
     # the host's intervals (HOST_COLUMNS: sync calls, CPU ops, ranges); None where the source has none
     host: pd.DataFrame | None = None
+    # the allocator's events (MEMORY_COLUMNS: allocations and frees); None where the trace recorded none
+    memory: pd.DataFrame | None = None
 
     @property
     def rank(self) -> int:
@@ -161,7 +163,8 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
 # range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
 # runtime call (`osrt`, nsys). Same clock as
 # the events' start_ns; tid is the thread (Kineto tid, nsys globalTid).
-HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt")
+HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt", "alloc")  # alloc: an allocator call that does not
+# synchronise (cudaMalloc, cuMemCreate, ...; cudaFree synchronises and is `sync`), reports/memory
 HOST_COLUMNS: dict[str, str] = {"kind": "category", "name": "string", "tid": "int64", "start_ns": "int64",
                                 "dur_ns": "int64"}
 
@@ -187,4 +190,48 @@ def validate_host(df: pd.DataFrame) -> pd.DataFrame:
         raise SchemaError(f"host frame: kind outside {HOST_KINDS}, or a missing kind or name")
     if len(df) and (df["dur_ns"] < 0).any():
         raise SchemaError("host frame: negative dur_ns")
+    return df
+
+
+# The third per-rank frame: the allocator's events (reports/memory/). One row per allocation
+# (bytes > 0) or free (bytes < 0), on the events' clock; the totals after the event where the
+# source gives them (Kineto: both; a snapshot: both, replayed; nsys: CUDA's allocations, which
+# are what PyTorch calls reserved, so allocated is NA); device -1 for the CPU; tid NA where
+# unknown; step the step range around it (parsers/_steps.py), NA outside any; op, scope and module open at the time, "" where the trace does not say.
+MEMORY_COLUMNS: dict[str, str] = {"time_ns": "int64", "addr": "Int64", "bytes": "int64",
+                                  "total_allocated_bytes": "Int64", "total_reserved_bytes": "Int64",
+                                  "device": "int16", "tid": "Int64", "step": "Int64", "op": "string", "scope": "string",
+                                  "module": "string"}
+
+
+def memory_frame(columns: dict[str, Any], n_rows: int) -> pd.DataFrame:
+    """A memory frame (MEMORY_COLUMNS) from column arrays (scalars broadcast; addr, totals and
+    tid default to NA, op/scope/module to ""), sorted by time (stable), checked."""
+    defaults = {"addr": pd.NA, "total_allocated_bytes": pd.NA, "total_reserved_bytes": pd.NA, "tid": pd.NA, "step": pd.NA,
+                "op": "", "scope": "", "module": ""}
+    out = {}
+    for name, dtype in MEMORY_COLUMNS.items():
+        values = columns.get(name, defaults.get(name))
+        if values is None:
+            raise SchemaError(f"memory frame: column {name!r} has no values and no default")
+        if np.isscalar(values) or values is pd.NA:
+            values = [values] * n_rows
+        out[name] = pd.array(values, dtype=dtype) if dtype in ("string", "Int64") else np.asarray(values, dtype=dtype)
+    df = pd.DataFrame(out).sort_values("time_ns", kind="stable", ignore_index=True)
+    return validate_memory(df)
+
+
+def validate_memory(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise SchemaError unless df is a memory frame (MEMORY_COLUMNS, in order and typed, no
+    negative total, no NA op/scope/module); return df."""
+    if list(df.columns) != list(MEMORY_COLUMNS):
+        raise SchemaError(f"memory frame columns {list(df.columns)}, expected {list(MEMORY_COLUMNS)}")
+    wrong = {c: str(df[c].dtype) for c, t in MEMORY_COLUMNS.items() if not _dtype_ok(df[c], t)}
+    if wrong:
+        raise SchemaError(f"memory frame: mistyped columns {wrong}")
+    for total in ("total_allocated_bytes", "total_reserved_bytes"):
+        if len(df) and (df[total].fillna(0) < 0).any():
+            raise SchemaError(f"memory frame: negative {total}")
+    if df[["op", "scope", "module"]].isna().any().any():
+        raise SchemaError("memory frame: a missing op, scope or module")
     return df

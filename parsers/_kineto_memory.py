@@ -1,0 +1,94 @@
+"""The memory frame (schema.MEMORY_COLUMNS) of a Kineto trace, for parsers/chrome.py.
+
+torch.profiler(profile_memory=True) writes one `[memory]` instant event (cat
+`cpu_instant_event`) per allocation and free of its allocators: args Addr, Bytes (negative
+for a free), Total Allocated and Total Reserved (the device's totals after the event), Device
+Id and Device Type (c10::DeviceType: 0 CPU, 1 CUDA). The CPU allocator reports 0 reserved: it
+caches nothing, so a CPU row's reserved total is NA, not 0. Each event is placed like a
+kernel's launch call: the outermost CPU operator open on its thread at its time (`op`), the
+record_function ranges open then (`scope`, other threads nested in the main thread's, as for
+the kernels) and the step range around it on any thread of its process (`step`). Kineto names
+no module; `module` stays "".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracelab import limits, schema
+from tracelab.errors import TraceFormatError
+
+from ._kineto import cpu_top_level, thread_scopes
+from ._steps import assign
+
+MEMORY_EVENT = "[memory]"
+CPU_DEVICE_TYPE = 0
+
+
+def is_memory(names: list[str]) -> np.ndarray:
+    """Mask of the instant events that are allocator events."""
+    return np.array([n == MEMORY_EVENT for n in names], dtype=bool)
+
+
+def frame(path: Path, instants: Any, mask: np.ndarray, at: dict[str, np.ndarray], origin_ns: int,
+          ops: dict[str, Any], ranges: dict[str, Any], steps: dict[str, np.ndarray]):
+    """The memory frame of the `mask`ed instants (a _kineto_json.Instants), placed at `at`
+    (pid, tid, ts_ns) among the CPU operators `ops` (pid, tid, start_ns, dur_ns, name), the
+    annotation `ranges` (_kineto.scopes' dict) and the `steps` (_steps.assign's dict)."""
+    args = [a for a, m in zip(instants.args, mask.tolist()) if m]
+    columns = _args(path, args, at["ts_ns"], origin_ns)
+    columns["tid"] = at["tid"]
+    columns["op"] = outermost_ops(at["pid"], at["tid"], at["ts_ns"], ops)
+    columns["scope"] = thread_scopes(at["pid"], at["tid"], at["ts_ns"], ranges) if len(ranges["name"]) else ""
+    columns["step"] = assign(at["pid"], at["ts_ns"], steps)
+    return schema.memory_frame(columns, len(args))
+
+
+def _args(path: Path, args: list, ts_ns: np.ndarray, origin_ns: int) -> dict[str, Any]:
+    """The memory columns from the events' args, each checked (a TraceFormatError names the
+    first bad event by its time)."""
+    for i, a in enumerate(args):
+        problem = _problem(a)
+        if problem:
+            raise TraceFormatError(path, f"{MEMORY_EVENT} event at ts {ts_ns[i] / 1000:.3f} us: {problem}")
+    cpu = np.array([a.device_type == CPU_DEVICE_TYPE for a in args], dtype=bool)
+    device = np.array([-1 if c else (a.device_id if a.device_id is not None else 0) for a, c in zip(args, cpu)],
+                      dtype=np.int64)
+    reserved = [None if c else a.reserved for a, c in zip(args, cpu)]  # the CPU allocator caches nothing
+    return {"time_ns": ts_ns - origin_ns, "addr": [a.addr for a in args], "bytes": [a.bytes for a in args],
+            "total_allocated_bytes": [a.allocated for a in args], "total_reserved_bytes": reserved, "device": device}
+
+
+def _problem(a: Any) -> str | None:
+    """What is wrong with one event's args, or None."""
+    if a is None or a.bytes is None:
+        return "no Bytes in its args"
+    for name, value in (("Total Allocated", a.allocated), ("Total Reserved", a.reserved)):
+        if value is not None and value < 0:
+            return f"{name} {value} is negative"
+    if a.device_id is not None and not limits.INT16[0] <= a.device_id <= limits.INT16[1]:
+        return f"Device Id {a.device_id} is outside {limits.INT16}"
+    return None
+
+
+def outermost_ops(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ops: dict[str, Any]) -> np.ndarray:
+    """Per event, the name of the top-level CPU operator on its process and thread whose span
+    holds its time (start <= at < end), "" where none does."""
+    out = np.full(len(at_ns), "", dtype=object)
+    if not len(ops["name"]) or not len(at_ns):
+        return out
+    top = np.flatnonzero(cpu_top_level(ops["pid"], ops["tid"], ops["start_ns"], ops["dur_ns"]))
+    names = np.asarray(ops["name"], dtype=object)
+    for key in set(zip(pid.tolist(), tid.tolist())):
+        rows = np.flatnonzero((pid == key[0]) & (tid == key[1]))
+        mine = top[(ops["pid"][top] == key[0]) & (ops["tid"][top] == key[1])]
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(ops["start_ns"][mine], kind="stable")]
+        pos = np.searchsorted(ops["start_ns"][mine], at_ns[rows], side="right") - 1
+        ok = pos >= 0
+        hit = ok & (at_ns[rows] < np.where(ok, ops["start_ns"][mine][pos] + ops["dur_ns"][mine][pos], 0))
+        out[rows[hit]] = names[mine[pos[hit]]]
+    return out
