@@ -37,6 +37,7 @@ PARSERS: dict[str, str] = {
     "chrome": "tracelab.parsers.chrome",
     "nsys": "tracelab.parsers.nsys",
     "parquet": "tracelab.parsers.parquet",  # a part of a tracelab dataset (tracelab/dataset.py)
+    "snapshot": "tracelab.parsers.snapshot",  # a PyTorch memory snapshot pickle, read without running it
 }
 
 # file names a folder is searched for (run.json and friends are not traces)
@@ -52,6 +53,7 @@ Reduce = Mapping[str, Callable[[pd.DataFrame], Any]]
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
+_PICKLE_PROTO, _PICKLE_VERSIONS = b"\x80", (b"\x02", b"\x03", b"\x04", b"\x05")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -83,6 +85,8 @@ def detect(path: str | os.PathLike) -> str:
         return "nsys"
     if head.startswith(_PARQUET_MAGIC):
         return "parquet"
+    if head[:1] == _PICKLE_PROTO and head[1:2] in _PICKLE_VERSIONS:
+        return "snapshot"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"["):
         return "hatchet"
