@@ -445,6 +445,41 @@ def idle(
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
 
+MEMORY_HELP = ("Where did the memory go? Per rank and step: allocated at the step's start and end, the peak and "
+               "when it happened (the op and scope running then), reserved at the peak and what the caching allocator "
+               "held back (reserved - allocated), the blocks live at the peak grouped by scope, op and module (top N "
+               "by bytes; '(allocated before the trace)' is what was allocated before the profiler started: weights, "
+               "optimizer state), and the allocator's own calls (cudaMalloc/cudaFree: count, CPU time, how many "
+               "synchronised). Then the peak per rank, each input's peaks against the first input's, and what stands "
+               "out (a rank >10% above the others, reserved >20% above allocated, allocator calls inside steps). "
+               "torch.profiler(profile_memory=True) traces, nsys --cuda-memory-usage=true exports (CUDA's "
+               "allocations: reserved only) and PyTorch memory snapshot pickles (read without running any code); "
+               "proton records no memory. A trace without steps is one window.")
+
+
+@app.command(help=MEMORY_HELP)
+def memory(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    top: Annotated[int, typer.Option(help="The N largest groups live at each peak, per scope, op and module (0: all).")] = 10,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    from .reports.memory import RankMemoryDigest, combine
+    from .reports.memory.text import MEMORY_RENDERERS
+
+    _check_choice("--format", fmt, tuple(MEMORY_RENDERERS))
+    top = _top(top)
+    _set_step(step)
+    _set_scheduler(scheduler)
+    parts = []  # each input on its own: two runs may both hold rank 0
+    for path in paths:
+        profiles = _load([path], rank, reduce={"memory": RankMemoryDigest(top)}, keep_events=False)
+        parts.append((path, {p.rank: p.summary["memory"] for p in profiles}))
+    _emit(MEMORY_RENDERERS[fmt](combine(parts), top))
+
+
 def _tree_diff(paths: list[str]) -> None:
     from pathlib import Path
 
@@ -623,6 +658,9 @@ def run(
     nnodes: Annotated[Optional[str], typer.Option(help="torchrun --nnodes, for several nodes.")] = None,
     rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-endpoint HOST:PORT.")] = None,
     top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown (0: all).")] = 10,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Record memory events (torch: "
+                                         "profile_memory=True; nsys: --cuda-memory-usage=true); run.json says which.")]
+    = True,
 ) -> None:
     """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
     Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16;
@@ -633,7 +671,7 @@ def run(
     from .workload_options import WorkloadHelp
 
     top = _top(top)
-    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv)
+    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv, memory)
     try:
         result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
     except WorkloadHelp as h:

@@ -79,7 +79,11 @@ def _peak(row: pd.Series) -> float:
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:,.2f} GiB" if abs(n) >= 2**28 else f"{n / 2**20:,.1f} MiB"
+    """A size in words: GiB from a quarter GiB up, then MiB, KiB, bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale / 4:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
 
 
 def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
