@@ -21,6 +21,7 @@ from . import normalise, timeline
 from .roofline import rank_roofline
 from .steps import has_times
 from .idle import RankIdle  # issue 21
+from .memory import RankMemoryDigest  # issue 32
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -350,6 +351,7 @@ RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kerne
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
                   "first_ns": first_start, "roofline": rank_roofline}
 RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
+RANK_SUMMARIES["memory"] = RankMemoryDigest()  # issue 32: the report's memory section (reports/memory/html.py)
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from . import figures, roofline_html, scopetree, side_by_side, steps_html, workl
 from .jsonout import strict
 from .runs import run_table, shared_rows
 from . import idle_html  # issue 21
+from .memory import html as memory_html  # issue 32
 from .compare import Comparison, Input, comparison, rows_are
 from .findings import NONE, Evidence, Finding, findings
 
@@ -282,6 +283,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
     out += steps_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table, c.waits)  # issue 10
     out += roofline_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 20
     out += idle_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 21
+    out += memory_html.sections(inputs, lambda fig, note: _figure(figs, fig, note), table)  # issue 32
     if len(c.skew):
         out += ['<h2 id="skew">Collective skew across ranks</h2>', table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:
