@@ -13,7 +13,8 @@ from .compare import Comparison, Input, compare
 
 # section ids of the report (reports/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
-            "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
+            "totals": "op-classes", "idle": "idle", "roofline": "roofline",
+            "memory": "memory"}
 
 
 @dataclass(frozen=True)

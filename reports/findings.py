@@ -23,6 +23,7 @@ from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import idle_findings, roofline_findings
 from .findings_runs import difference_findings, profiler_cost_findings
+from .memory.findings import memory_findings
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -178,7 +179,8 @@ def _idle(ev: Evidence) -> list[Finding]:
 
 
 SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
-    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings)
+    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings,
+    memory_findings)  # memory: issue 32
 
 
 def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
