@@ -126,9 +126,11 @@ def _replay(path: Path, device: int, actions: Any, segments: list) -> pd.DataFra
     allocated, reserved = _final_totals(path, device, segments)
     total_alloc = allocated - d_alloc.sum() + np.cumsum(d_alloc)
     total_reserved = reserved - d_reserved.sum() + np.cumsum(d_reserved)
-    if len(parsed) and (total_alloc.min() < 0 or total_reserved.min() < 0):
-        raise TraceFormatError(path, f"device_traces[{device}]: the actions free more than the snapshot's "
-                                     "segments and blocks ever held (a damaged snapshot)")
+    lowest = min(allocated - d_alloc.sum(), reserved - d_reserved.sum(), *total_alloc[:1], *total_reserved[:1],
+                 total_alloc.min(initial=0), total_reserved.min(initial=0))
+    if lowest < 0:
+        raise TraceFormatError(path, f"device_traces[{device}]: its actions and the segments at the dump disagree "
+                                     "(the allocated or reserved total would be negative): a damaged snapshot")
     keep = np.flatnonzero(d_alloc != 0)
     return pd.DataFrame({"time_us": [parsed[i][2] for i in keep], "index": keep, "addr": [parsed[i][3] for i in keep],
                          "bytes": d_alloc[keep], "total_allocated_bytes": total_alloc[keep],

@@ -78,6 +78,11 @@ def _peak(row: pd.Series) -> float:
     return row["peak_allocated_bytes"] if pd.notna(row["peak_allocated_bytes"]) else row["peak_reserved_bytes"]
 
 
+def _of(name: str) -> str:
+    """The input's prefix of a sentence ("" for the ranks of one unnamed run)."""
+    return f"{name}: " if name else ""
+
+
 def gib(n: float) -> str:
     """A size in words: GiB from a quarter GiB up, then MiB, KiB, bytes."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -97,7 +102,7 @@ def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
             others = float(level.drop(i).median())
             if others > 0 and level[i] > (1 + IMBALANCE) * others:
                 over = level[i] / others - 1
-                out.append((f"{name}: rank {row['rank']} peaks at {gib(level[i])} of memory, {100 * over:.0f}% above "
+                out.append((f"{_of(name)}rank {row['rank']} peaks at {gib(level[i])} of memory, {100 * over:.0f}% above "
                             f"the other ranks' median ({gib(others)}): it holds more than the others", 0,
                             {"input": name, "rank": int(row["rank"]), "peak_bytes": int(level[i]),
                              "others_median_bytes": int(others)}))
@@ -111,7 +116,7 @@ def fragmentation(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
         alloc, reserved = row["peak_allocated_bytes"], row["peak_reserved_bytes"]
         if pd.isna(alloc) or pd.isna(reserved) or alloc <= 0 or reserved <= (1 + FRAGMENTATION) * alloc:
             continue
-        out.append((f"{row['input']}: rank {row['rank']} reserves {gib(reserved)} at its peak for {gib(alloc)} "
+        out.append((f"{_of(row['input'])}rank {row['rank']} reserves {gib(reserved)} at its peak for {gib(alloc)} "
                     f"allocated ({100 * (reserved / alloc - 1):.0f}% more): the caching allocator holds "
                     f"{gib(reserved - alloc)} it cannot use (fragmentation); {EXPANDABLE} is the suggestion", 0,
                     {"input": row["input"], "rank": int(row["rank"]), "reserved_bytes": int(reserved),
@@ -129,7 +134,7 @@ def allocator_misses(steps: pd.DataFrame) -> list[tuple[str, int, dict]]:
         if not len(hit):
             continue
         calls, ns, sync = (int(hit[c].sum()) for c in ("alloc_calls", "alloc_ns", "alloc_sync_calls"))
-        out.append((f"{name}: rank {rank} calls the CUDA allocator {calls:,} times inside {len(hit)} of {len(later)} "
+        out.append((f"{_of(name)}rank {rank} calls the CUDA allocator {calls:,} times inside {len(hit)} of {len(later)} "
                     f"steps after the first ({ns / 1e6:,.2f} ms, {sync} of them synchronising): the caching "
                     "allocator is missing (sizes that do not repeat, empty_cache, or no caching)", ns,
                     {"input": name, "rank": int(rank), "alloc_calls": calls, "alloc_ns": ns, "sync_calls": sync}))

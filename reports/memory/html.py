@@ -49,7 +49,7 @@ def _runs(inputs: list) -> list[tuple[str, dict[int, RankMemory]]]:
     """The inputs by run (their group; "" for the ranks of one run), each rank's digest by rank."""
     groups: dict[str, dict[int, RankMemory]] = {}
     for i in inputs:
-        groups.setdefault(i.group or "this run", {})[i.rank] = i.digest("memory")
+        groups.setdefault(i.group, {})[i.rank] = i.digest("memory")
     return list(groups.items())
 
 
