@@ -115,22 +115,29 @@ class _Op(_Event, gc=False):
     args: _OpArgs | None = None  # type: ignore[assignment]
 
 
+MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
+
+
 class _MemArgs(msgspec.Struct, gc=False):
     """A `[memory]` instant event's args (profile_memory=True): the block's address and size
-    (negative: a free), the device's totals after it, the device."""
+    (negative: a free), the device's totals after it, the device; MISSING where absent."""
 
-    addr: Int64 | None = msgspec.field(default=None, name="Addr")
-    bytes: Int64 | None = msgspec.field(default=None, name="Bytes")
-    allocated: Int64 | None = msgspec.field(default=None, name="Total Allocated")
-    reserved: Int64 | None = msgspec.field(default=None, name="Total Reserved")
-    device_id: Int64 | None = msgspec.field(default=None, name="Device Id")
-    device_type: Int64 | None = msgspec.field(default=None, name="Device Type")
+    addr: Int64 = msgspec.field(default=MISSING, name="Addr")
+    bytes: Int64 = msgspec.field(default=MISSING, name="Bytes")
+    allocated: Int64 = msgspec.field(default=MISSING, name="Total Allocated")
+    reserved: Int64 = msgspec.field(default=MISSING, name="Total Reserved")
+    device_id: Int64 = msgspec.field(default=MISSING, name="Device Id")
+    device_type: Int64 = msgspec.field(default=MISSING, name="Device Type")
 
 
-class _Instant(_Event, gc=False):
-    """A CPU instant event, its args the memory event's (_MemArgs)."""
+class _Instant(msgspec.Struct, gc=False):
+    """A CPU instant event: only what a memory event needs (no duration)."""
 
-    args: _MemArgs | None = None  # type: ignore[assignment]
+    ts: msgspec.Raw
+    name: str = ""
+    pid: Id = None
+    tid: Id = None
+    args: _MemArgs | None = None
 
 
 class Trace(msgspec.Struct):
@@ -289,10 +296,16 @@ class Ops(Picked):
 
 
 @dataclass
-class Instants(Picked):
-    """CPU instant events as columns, their args a memory event's (_MemArgs)."""
+class Instants(Launches):
+    """CPU instant events as columns (a launch's, and the name), their args a memory event's
+    (_MemArgs)."""
 
     STRUCT: ClassVar[type] = _Instant
+    name: list[str] = field(default_factory=list)
+
+    def extend(self, events: list, cats: list[str]) -> None:
+        super().extend(events, cats)
+        self.name += map(_NAME, events)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -12,19 +12,23 @@ no module; `module` stays "".
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 
 from ._kineto import cpu_top_level, thread_scopes
+from ._kineto_json import MISSING, _MemArgs
 from ._steps import assign
 
 MEMORY_EVENT = "[memory]"
 CPU_DEVICE_TYPE = 0
+_NO_ARGS = _MemArgs()
 
 
 def is_memory(names: list[str]) -> np.ndarray:
@@ -49,28 +53,36 @@ def frame(path: Path, instants: Any, mask: np.ndarray, at: dict[str, np.ndarray]
 def _args(path: Path, args: list, ts_ns: np.ndarray, origin_ns: int) -> dict[str, Any]:
     """The memory columns from the events' args, each checked (a TraceFormatError names the
     first bad event by its time)."""
-    for i, a in enumerate(args):
-        problem = _problem(a)
-        if problem:
-            raise TraceFormatError(path, f"{MEMORY_EVENT} event at ts {ts_ns[i] / 1000:.3f} us: {problem}")
-    cpu = np.array([a.device_type == CPU_DEVICE_TYPE for a in args], dtype=bool)
-    device = np.array([-1 if c else (a.device_id if a.device_id is not None else 0) for a, c in zip(args, cpu)],
-                      dtype=np.int64)
-    reserved = [None if c else a.reserved for a, c in zip(args, cpu)]  # the CPU allocator caches nothing
-    return {"time_ns": ts_ns - origin_ns, "addr": [a.addr for a in args], "bytes": [a.bytes for a in args],
-            "total_allocated_bytes": [a.allocated for a in args], "total_reserved_bytes": reserved, "device": device}
+    args = [_NO_ARGS if a is None else a for a in args]
+    addr, nbytes, allocated, reserved, device_id, device_type = (
+        np.fromiter(map(attrgetter(f), args), dtype=np.int64, count=len(args)) for f in _FIELDS)
+    _check(path, ts_ns, nbytes, allocated, reserved, device_id)
+    cpu = device_type == CPU_DEVICE_TYPE
+    return {"time_ns": ts_ns - origin_ns, "addr": _nullable(addr), "bytes": nbytes,
+            "total_allocated_bytes": _nullable(allocated),
+            "total_reserved_bytes": _nullable(np.where(cpu, MISSING, reserved)),  # the CPU allocator caches nothing
+            "device": np.where(cpu, -1, np.where(device_id == MISSING, 0, device_id))}
 
 
-def _problem(a: Any) -> str | None:
-    """What is wrong with one event's args, or None."""
-    if a is None or a.bytes is None:
-        return "no Bytes in its args"
-    for name, value in (("Total Allocated", a.allocated), ("Total Reserved", a.reserved)):
-        if value is not None and value < 0:
-            return f"{name} {value} is negative"
-    if a.device_id is not None and not limits.INT16[0] <= a.device_id <= limits.INT16[1]:
-        return f"Device Id {a.device_id} is outside {limits.INT16}"
-    return None
+_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_id", "device_type")
+
+
+def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.arrays.IntegerArray(values.copy(), values == MISSING)
+
+
+def _check(path: Path, ts_ns: np.ndarray, nbytes: np.ndarray, allocated: np.ndarray, reserved: np.ndarray,
+           device_id: np.ndarray) -> None:
+    """Raise for the first event without Bytes, with a negative total or a device outside int16."""
+    problems = [(nbytes == MISSING, lambda i: "no Bytes in its args"),
+                ((allocated < 0) & (allocated != MISSING), lambda i: f"Total Allocated {allocated[i]} is negative"),
+                ((reserved < 0) & (reserved != MISSING), lambda i: f"Total Reserved {reserved[i]} is negative"),
+                (((device_id < limits.INT16[0]) | (device_id > limits.INT16[1])) & (device_id != MISSING),
+                 lambda i: f"Device Id {device_id[i]} is outside {limits.INT16}")]
+    bad = [(int(np.argmax(mask)), say) for mask, say in problems if mask.any()]
+    if bad:
+        i, say = min(bad, key=lambda b: b[0])
+        raise TraceFormatError(path, f"{MEMORY_EVENT} event at ts {ts_ns[i] / 1000:.3f} us: {say(i)}")
 
 
 def outermost_ops(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ops: dict[str, Any]) -> np.ndarray:
