@@ -62,7 +62,7 @@ def _timeline(inputs: list) -> dict:
         color, x = COLORS[n % len(COLORS)], (d.timeline["time_ns"] / 1e6).round(4).tolist()
         for column, dash in (("allocated_bytes", "solid"), ("reserved_bytes", "dot")):
             if d.timeline[column].notna().any():
-                data.append({"type": "scattergl", "mode": "lines", "name": f"{label(i.label)} {column[:-6]}", "x": x,
+                data.append({"type": "scatter", "mode": "lines", "name": f"{label(i.label)} {column[:-6]}", "x": x,
                              "y": (d.timeline[column].astype("float64") / 2**20).round(3).tolist(),
                              "line": {"color": color, "dash": dash, "shape": "hv"}})
         data.append(_peak_marker(i.label, d, color))
