@@ -322,3 +322,16 @@ def test_fragmentation_and_allocator_rules():
     assert [f[2]["rank"] for f in m.found] == [0] and "expandable_segments:True" in m.found[0][0]
     m = across.combine([("run", {0: _digest(_steps(0, 100, calls=(5, 0, 0))), 1: _digest(_steps(1, 100, calls=(5, 2, 0)))})])
     assert [(f[2]["rank"], f[2]["alloc_calls"], f[1]) for f in m.found] == [(1, 2, 2000)]
+
+
+def test_a_steps_allocator_calls_are_those_inside_its_host_range():
+    """cudaMalloc runs before the allocator reports the block: the step's span is its host range."""
+    mem = schema.memory_frame({"time_ns": [100, 200, 1100], "addr": [1, 1, 2], "bytes": [64, -64, 32],
+                               "total_allocated_bytes": [64, 0, 32], "total_reserved_bytes": [2048, 2048, 2048],
+                               "device": 0, "step": [1, 1, 2]}, 3)
+    host = schema.host_frame(["step", "alloc", "step", "alloc", "sync"], ["step 1", "cudaMalloc", "step 2", "cudaMalloc",
+                             "cudaFree"], 1, [50, 60, 1000, 990, 1050], [300, 30, 300, 5, 20])
+    steps = analysis.rank_memory(mem, host, 0).steps.set_index("step")
+    assert steps.loc[1, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 30, 0]
+    assert steps.loc[2, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 20, 1]  # 990 is before it
+    assert steps.loc[1, "held_back_bytes"] == 2048 - 64

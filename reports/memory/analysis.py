@@ -70,7 +70,7 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
     device = main_device(memory)
     mem = memory[memory["device"] == device].reset_index(drop=True)
     level = _level(mem)
-    spans = step_spans(mem)
+    spans = with_host_spans(step_spans(mem), host)
     rows, tops = [], []
     for _, span in spans.iterrows():
         row, live = _step(mem, level, span, host, top)
@@ -113,6 +113,22 @@ def step_spans(mem: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"step": pd.array(list(g.groups), dtype="Int64"), "first": g["index"].min().to_numpy(),
                          "last": g["index"].max().to_numpy(), "start_ns": g["time_ns"].min().to_numpy(),
                          "end_ns": g["time_ns"].max().to_numpy()})
+
+
+def with_host_spans(spans: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+    """The steps' spans widened to their step ranges on the host (kind `step`) where the host
+    frame has them: a step's allocator calls start before its first memory event (cudaMalloc
+    runs, then the allocator reports the block). A host range is the step whose span it holds."""
+    if host is None or spans["step"].isna().all():
+        return spans
+    ranges = host[host["kind"] == "step"]
+    out = spans.copy()
+    for k, row in spans.iterrows():
+        holds = ranges[(ranges["start_ns"] <= row["start_ns"]) & (ranges["start_ns"] + ranges["dur_ns"] >= row["end_ns"])]
+        if len(holds):
+            inner = holds.loc[holds["dur_ns"].idxmin()]  # the innermost range that holds it
+            out.loc[k, ["start_ns", "end_ns"]] = [int(inner["start_ns"]), int(inner["start_ns"] + inner["dur_ns"])]
+    return out
 
 
 def _step(mem: pd.DataFrame, level: np.ndarray, span: pd.Series, host: pd.DataFrame | None,
