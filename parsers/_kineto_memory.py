@@ -22,13 +22,22 @@ import pandas as pd
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 
-from ._kineto import cpu_top_level, thread_scopes
+from ._kineto import cpu_top_level, thread_scopes, to_ints
 from ._kineto_json import MISSING, _MemArgs
 from ._steps import assign
 
 MEMORY_EVENT = "[memory]"
 CPU_DEVICE_TYPE = 0
 _NO_ARGS = _MemArgs()
+
+
+def ids(*labels: list) -> np.ndarray:
+    """_kineto.to_ints of the lists joined: each list as integers where all are (the usual
+    case, without joining long lists), else of the joined labels."""
+    try:
+        return np.concatenate([np.array(part, dtype=np.int64) for part in labels])
+    except (TypeError, ValueError):
+        return to_ints([label for part in labels for label in part])
 
 
 def is_memory(names: list[str]) -> np.ndarray:
@@ -41,7 +50,7 @@ def frame(path: Path, instants: Any, mask: np.ndarray, at: dict[str, np.ndarray]
     """The memory frame of the `mask`ed instants (a _kineto_json.Instants), placed at `at`
     (pid, tid, ts_ns) among the CPU operators `ops` (pid, tid, start_ns, dur_ns, name), the
     annotation `ranges` (_kineto.scopes' dict) and the `steps` (_steps.assign's dict)."""
-    args = [a for a, m in zip(instants.args, mask.tolist()) if m]
+    args = instants.args if mask.all() else [a for a, m in zip(instants.args, mask.tolist()) if m]
     columns = _args(path, args, at["ts_ns"], origin_ns)
     columns["tid"] = at["tid"]
     columns["op"] = outermost_ops(at["pid"], at["tid"], at["ts_ns"], ops)

@@ -113,8 +113,8 @@ def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origi
     mask = _kineto_memory.is_memory(instants.name)
     if not mask.any():
         return None
-    pid = to_ints(instants.pid + ops.pid + annotations.pid)  # one id space
-    tid = to_ints(instants.tid + ops.tid + annotations.tid)
+    pid = _kineto_memory.ids(instants.pid, ops.pid, annotations.pid)  # one id space
+    tid = _kineto_memory.ids(instants.tid, ops.tid, annotations.tid)
     n, m = len(instants.pid), len(instants.pid) + len(ops.pid)
     at = {"pid": pid[:n][mask], "tid": tid[:n][mask], "ts_ns": np.asarray(instants.ts_ns, dtype=np.int64)[mask]}
     on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": _dur_ns(ops),
