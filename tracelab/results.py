@@ -30,6 +30,10 @@ OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name
 # fields added after run folders were made, and what those runs did: nobody was made late
 ADDED = {w: {"late": "none", "late_work": 0} for w in ("train", "decode")}
 ADDED["train"]["extra_memory_mb"] = {}  # issue 32
+# row fields added since, and what older rows held of them: nothing recorded (issue 32)
+ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
+                                          "step_peak_allocated_bytes", "step_end_reserved_bytes",
+                                          "step_peak_reserved_bytes", "memory_snapshot")}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -128,7 +132,8 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     """A record with the names of today (old unit spellings renamed), in rows too."""
     out = {**ADDED.get(record.get("workload"), {}), **{OLD_NAMES.get(k, k): v for k, v in record.items()}}
     if isinstance(out.get("rows"), list):
-        out["rows"] = [{OLD_NAMES.get(k, k): v for k, v in row.items()} for row in out["rows"]]
+        added = ADDED_ROWS.get(record.get("workload"), {})
+        out["rows"] = [{**added, **{OLD_NAMES.get(k, k): v for k, v in row.items()}} for row in out["rows"]]
     return out
 
 
