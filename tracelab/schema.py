@@ -95,18 +95,21 @@ def _categorical(values: Any, categories: tuple[str, ...] | None) -> pd.Categori
     return pd.Categorical(values, categories=list(categories))
 
 
+_DEFAULTS = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
+             "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
+             "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
+
+
 def coerce(columns: dict[str, Any], n_rows: int | None = None,
-           spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
+           spec: dict[str, str] = COLUMNS, defaults: dict[str, Any] | None = None) -> pd.DataFrame:
     """Build a frame of `spec`'s columns (COLUMNS, or PARSED in a parser) from column arrays;
     missing optional columns get their empty value.
 
     Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step/launch_* to NA,
-    scope, module, process_group and dtype to "", count to 1.
+    scope, module, process_group and dtype to "", count to 1 (`defaults` replaces these).
     """
     n = n_rows if n_rows is not None else _length(columns)
-    defaults = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
-                "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
-                "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
+    defaults = defaults if defaults is not None else _DEFAULTS
     out = {}
     for name, dtype in spec.items():
         values = columns.get(name, defaults.get(name))
@@ -204,21 +207,15 @@ MEMORY_COLUMNS: dict[str, str] = {"time_ns": "int64", "addr": "Int64", "bytes": 
                                   "module": "string"}
 
 
+_MEMORY_DEFAULTS = {"addr": pd.NA, "total_allocated_bytes": pd.NA, "total_reserved_bytes": pd.NA, "tid": pd.NA,
+                    "step": pd.NA, "op": "", "scope": "", "module": ""}
+
+
 def memory_frame(columns: dict[str, Any], n_rows: int) -> pd.DataFrame:
-    """A memory frame (MEMORY_COLUMNS) from column arrays (scalars broadcast; addr, totals and
-    tid default to NA, op/scope/module to ""), sorted by time (stable), checked."""
-    defaults = {"addr": pd.NA, "total_allocated_bytes": pd.NA, "total_reserved_bytes": pd.NA, "tid": pd.NA, "step": pd.NA,
-                "op": "", "scope": "", "module": ""}
-    out = {}
-    for name, dtype in MEMORY_COLUMNS.items():
-        values = columns.get(name, defaults.get(name))
-        if values is None:
-            raise SchemaError(f"memory frame: column {name!r} has no values and no default")
-        if np.isscalar(values) or values is pd.NA:
-            values = [values] * n_rows
-        out[name] = pd.array(values, dtype=dtype) if dtype in ("string", "Int64") else np.asarray(values, dtype=dtype)
-    df = pd.DataFrame(out).sort_values("time_ns", kind="stable", ignore_index=True)
-    return validate_memory(df)
+    """A memory frame (MEMORY_COLUMNS) from column arrays (scalars broadcast; addr, totals, tid
+    and step default to NA, op/scope/module to ""), sorted by time (stable), checked."""
+    df = coerce(columns, n_rows, MEMORY_COLUMNS, _MEMORY_DEFAULTS)
+    return validate_memory(df.sort_values("time_ns", kind="stable", ignore_index=True))
 
 
 def validate_memory(df: pd.DataFrame) -> pd.DataFrame:
