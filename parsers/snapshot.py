@@ -34,6 +34,7 @@ import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 ALLOCATED = {"alloc": 1, "free_requested": -1}
@@ -68,7 +69,7 @@ def plain_load(path: Path) -> Any:
         raise TraceFormatError(path, f"not a readable pickle ({type(e).__name__}: {str(e)[:80]})") from None
 
 
-def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
+def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one memory snapshot pickle (module docstring)."""
     path = Path(path)
     snap = plain_load(path)

@@ -20,8 +20,8 @@ import tracelab
 from tracelab import cache, schema
 from tracelab.errors import TracelabError, TraceFormatError
 from tracelab.parsers import snapshot
-from tracelab.reports.memory import across, analysis
-from tracelab.reports.memory.text import JSON_STEP_KEYS
+from tracelab.reports.memory import across, memory as analysis
+from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
 from malformed import run_cli, run_cli_output
 

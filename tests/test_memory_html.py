@@ -1,4 +1,4 @@
-"""The report's memory section (reports/memory/html.py) opened in headless Chromium: the
+"""The report's memory section (reports/memory/memory_html.py) opened in headless Chromium: the
 timeline plot renders with no console message and no request, each rank's allocated line and
 its peak marker (hover: what was live there) are drawn, and the imbalance is stated."""
 from __future__ import annotations

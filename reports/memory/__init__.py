@@ -5,6 +5,6 @@ and `html` render."""
 from __future__ import annotations
 
 from .across import Memory, combine
-from .analysis import RankMemory, RankMemoryDigest, rank_memory
+from .memory import RankMemory, RankMemoryDigest, rank_memory
 
 __all__ = ["Memory", "RankMemory", "RankMemoryDigest", "combine", "rank_memory"]

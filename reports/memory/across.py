@@ -1,4 +1,4 @@
-"""Memory across ranks and runs: the ranks' digests (analysis.RankMemory) of each input
+"""Memory across ranks and runs: the ranks' digests (memory.RankMemory) of each input
 side by side, the peak per rank, the difference between runs, and what stands out. Pure.
 
 What stands out (each a sentence with its numbers, `found`):
@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .analysis import STEP_COLUMNS, TOP_COLUMNS, RankMemory
+from .memory import STEP_COLUMNS, TOP_COLUMNS, RankMemory
 
 IMBALANCE = 0.10
 FRAGMENTATION = 0.20
 PEAK_COLUMNS = ["input", "rank", "device", "peak_allocated_bytes", "peak_reserved_bytes", "step", "peak_during"]
 EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+SECTION = "memory"  # the report's section id
 
 
 @dataclass
@@ -152,3 +153,23 @@ def runs(peaks: pd.DataFrame) -> pd.DataFrame:
     out["delta_bytes"] = out["peak_bytes"] - out["base"]
     out["ratio"] = np.where(out["base"] > 0, out["peak_bytes"] / out["base"], np.nan)
     return out[columns]
+
+
+def with_memory(inputs: list) -> tuple[list, list[str]]:
+    """The inputs whose traces hold memory events, and one note per kind of input without."""
+    have, notes = [], {}
+    for i in inputs:
+        d: RankMemory = i.digest("memory")
+        if len(d.steps):
+            have.append(i)
+        else:
+            notes.setdefault(d.notes[0] if d.notes else "no memory events", []).append(i.label)
+    return have, [f"{', '.join(map(str, labels))}: {note}" for note, labels in notes.items()]
+
+
+def by_run(inputs: list) -> list[tuple[str, dict[int, RankMemory]]]:
+    """The inputs by run (their group; "" for the ranks of one run), each rank's digest by rank."""
+    groups: dict[str, dict[int, RankMemory]] = {}
+    for i in inputs:
+        groups.setdefault(i.group, {})[i.rank] = i.digest("memory")
+    return list(groups.items())

@@ -4,13 +4,12 @@ has no time at stake (0, ranked after every finding about time); allocator calls
 have their CPU time."""
 from __future__ import annotations
 
-from ..finding import Evidence, Finding
-from .across import combine
-from .html import SECTION, _runs, _with_memory
+from ..findings.finding import Evidence, Finding
+from .across import SECTION, by_run, combine, with_memory
 
 
 def memory_findings(ev: Evidence) -> list[Finding]:
-    have, _ = _with_memory(ev.inputs)
+    have, _ = with_memory(ev.inputs)
     if not have:
         return []
-    return [Finding(text, at_stake_ns, SECTION, evidence) for text, at_stake_ns, evidence in combine(_runs(have)).found]
+    return [Finding(text, at_stake_ns, SECTION, evidence) for text, at_stake_ns, evidence in combine(by_run(have)).found]
