@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _load, _emit, _findings, _top, _check_choice
+from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
+                     _findings, _top, _check_choice)
 
 
 def breakdown(
@@ -115,11 +116,7 @@ def idle(
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
     options = _options(step, scheduler)
-    parts = []  # each input on its own: two runs may both hold rank 0
-    for path in paths:
-        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False,
-                         options=options)  # reduced in the workers
-        parts.append((path, combine({p.rank: p.summary["idle"] for p in profiles})))
+    parts = [(path, combine(by_rank)) for path, by_rank in _digests_per_input(paths, rank, "idle", RankIdle(top), options)]
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
 
@@ -150,8 +147,4 @@ def memory(
     _check_choice("--format", fmt, tuple(MEMORY_RENDERERS))
     top = _top(top)
     options = _options(step, scheduler)
-    parts = []  # each input on its own: two runs may both hold rank 0
-    for path in paths:
-        profiles = _load([path], rank, reduce={"memory": RankMemoryDigest(top)}, keep_events=False, options=options)
-        parts.append((path, {p.rank: p.summary["memory"] for p in profiles}))
-    _emit(MEMORY_RENDERERS[fmt](combine(parts), top))
+    _emit(MEMORY_RENDERERS[fmt](combine(_digests_per_input(paths, rank, "memory", RankMemoryDigest(top), options)), top))
