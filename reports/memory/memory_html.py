@@ -50,7 +50,7 @@ def _timeline(inputs: list) -> dict:
         shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": s / 1e6, "x1": e / 1e6, "y0": 0, "y1": 1,
                    "fillcolor": "#888", "opacity": 0.08 if k % 2 else 0.16, "line": {"width": 0}}
                   for k, (s, e) in enumerate(zip(spans["start_ns"], spans["end_ns"])) if pd.notna(s)]
-    return {"data": data, "layout": {"title": {"text": "memory over time (MiB; solid: allocated, dotted: reserved; "
+    return {"data": data, "layout": {"title": {"text": "memory over time (MiB; solid: allocated, dotted: reserved; the first input's "
                                                "steps shaded; the marker: each input's peak)"},
                                      "xaxis": {"title": {"text": "ms since the trace's start"}},
                                      "yaxis": {"title": {"text": "MiB"}}, "shapes": shapes, "height": 460,
