@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, memory, schema
+from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
@@ -89,7 +90,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
     del data  # the picked columns hold what is needed of the file's bytes and events
     trace.traceEvents = []
-    memory.check_rows(path, sum(len(x.cat) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
+    check_rows(path, sum(len(x.pid) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(correlations(gpu.args), correlations(launches.args))

@@ -37,8 +37,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab import memory, schema
+from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
+from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
@@ -114,7 +115,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     activity = _activity(con, tables, path)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
-    memory.check_rows(path, len(activity), "GPU rows")
+    check_rows(path, len(activity), "GPU rows")
     activity["scope"], activity["step"], notes = _regions(con, tables, activity, step_re)
     activity["flops"] = _nvtx_flops(con, tables, activity)
     return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)

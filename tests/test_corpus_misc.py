@@ -177,12 +177,12 @@ def _named(formula: str):
     return m.kineto(change)
 
 
-@pytest.mark.parametrize("command", ["breakdown", "roofline", "idle", "steps"])
+@pytest.mark.parametrize("command", ["breakdown", "roofline", "idle", "steps", "whatif"])
 @pytest.mark.parametrize("formula", spread(FORMULAS, 3), ids=lambda f: repr(f[:8]))
 def test_csv_cells_that_are_formulas_are_neutralised(formula, command, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     path = _named(formula)(tmp_path)
-    top = ["--top", "0"] if command != "steps" else []
+    top = ["--top", "0"] if command not in ("steps", "whatif") else []
     status, out, err = m.run_cli_output(capsys, command, str(path), "--format", "csv", *top)
     assert status == 0, err
     cells = [c for row in csv.reader(io.StringIO(out)) for c in row]
@@ -210,7 +210,7 @@ def _number(text: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("command", ["breakdown", "roofline", "compare", "steps", "idle"])
+@pytest.mark.parametrize("command", ["breakdown", "roofline", "compare", "steps", "idle", "whatif", "memory"])
 def test_csv_help_says_so(command, capsys):
     status, out, _ = m.run_cli_output(capsys, command, "--help")
     assert status == 0 and "OWASP" in out

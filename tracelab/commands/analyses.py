@@ -138,7 +138,7 @@ def whatif(
     rank: RankOpt = None,
     step: StepOpt = None,
     scenario: Annotated[Optional[list[str]], typer.Option("--scenario", help="A scenario (repeat for several).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..errors import RankError
@@ -183,7 +183,7 @@ def memory(
     rank: RankOpt = None,
     step: StepOpt = None,
     top: Annotated[int, typer.Option(help="The N largest groups live at each peak, per scope, op and module (0: all).")] = 10,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..reports.memory import RankMemoryDigest, combine
