@@ -22,6 +22,7 @@ from .compare import digests
 from .fixes.ddp_steps import rank_ddp
 from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
+from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
 from .steps import timeline
 from .steps.steps import has_times
@@ -66,4 +67,6 @@ TOPICS: tuple[Topic, ...] = (
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
                     "fixes.ddp:ddp_findings")),
+    Topic("memory", {"memory": RankMemoryDigest()}, findings=("memory.findings:memory_findings",),
+          section="memory.memory_html:sections"),  # issue 32
 )

@@ -30,6 +30,11 @@ OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name
 # fields added after run folders were made, and what those runs did: nobody was made late
 ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
          "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
+ADDED["train"]["extra_memory_mb"] = {}  # issue 32
+# row fields added since, and what older rows held of them: nothing recorded (issue 32)
+ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
+                                          "step_peak_allocated_bytes", "step_end_reserved_bytes",
+                                          "step_peak_reserved_bytes", "memory_snapshot")}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -61,7 +66,8 @@ RESULTS: dict[str, dict[str, Field]] = {
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
               "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
-              "capturable": Field("", "AdamW(capturable=True) (--capturable)")},
+              "capturable": Field("", "AdamW(capturable=True) (--capturable)"),
+              "extra_memory_mb": Field("MiB", "rank -> MiB it holds more through each step (--extra-memory-mb)")},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},
     "overlap": {**_SWEEP, "dtype": Field("", "element type")},
@@ -78,7 +84,14 @@ ROWS: dict[str, dict[str, Field]] = {
               "model_tflop_per_step": Field("TFLOP", "model FLOPs per step"),
               "achieved_tflops": Field("TFLOP/s", "model FLOPs / step time"),
               "peak_tflops": Field("TFLOP/s", "the device's peak"), "peak_source": Field("", "where the peak came from"),
-              "mfu": Field("", "achieved / peak"), "peak_mem_bytes": Field("bytes", "peak GPU memory (None on the CPU)")},
+              "mfu": Field("", "achieved / peak"), "peak_mem_bytes": Field("bytes", "peak GPU memory (None on the CPU)"),
+              # issue 32: torch.cuda's counters around each timed step (lists; None on the CPU)
+              "step_start_allocated_bytes": Field("bytes", "memory_allocated() before each step"),
+              "step_end_allocated_bytes": Field("bytes", "memory_allocated() after each step"),
+              "step_peak_allocated_bytes": Field("bytes", "max_memory_allocated() over each step"),
+              "step_end_reserved_bytes": Field("bytes", "memory_reserved() after each step"),
+              "step_peak_reserved_bytes": Field("bytes", "max_memory_reserved() over each step"),
+              "memory_snapshot": Field("", "the last step's memory snapshot file (--memory-snapshot), else None")},
     "allreduce": {"impl": Field("", "implementation"), "msg_bytes": Field("bytes", "message size"),
                   "iters": Field("", "timed calls"), "latency_us": Field("us", "slowest rank's median"),
                   "rank_latency_us": Field("us", "this rank's median"), "algbw_gb_s": Field("GB/s", "msg_bytes / latency"),
@@ -124,7 +137,8 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     """A record with the names of today (old unit spellings renamed), in rows too."""
     out = {**ADDED.get(record.get("workload"), {}), **{OLD_NAMES.get(k, k): v for k, v in record.items()}}
     if isinstance(out.get("rows"), list):
-        out["rows"] = [{OLD_NAMES.get(k, k): v for k, v in row.items()} for row in out["rows"]]
+        added = ADDED_ROWS.get(record.get("workload"), {})
+        out["rows"] = [{**added, **{OLD_NAMES.get(k, k): v for k, v in row.items()}} for row in out["rows"]]
     return out
 
 

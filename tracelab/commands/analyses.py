@@ -1,11 +1,12 @@
-"""Commands of one analysis each: breakdown, roofline, idle."""
+"""Commands of one analysis each: breakdown, roofline, idle, memory."""
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
 
-from .common import Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _load, _emit, _findings, _top, _check_choice
+from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
+                     _findings, _top, _check_choice)
 
 
 def breakdown(
@@ -117,11 +118,7 @@ def idle(
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
     options = _options(step, scheduler)
-    parts = []  # each input on its own: two runs may both hold rank 0
-    for path in paths:
-        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False,
-                         options=options)  # reduced in the workers
-        parts.append((path, combine({p.rank: p.summary["idle"] for p in profiles})))
+    parts = [(path, combine(by_rank)) for path, by_rank in _digests_per_input(paths, rank, "idle", RankIdle(top), options)]
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
 
@@ -168,3 +165,31 @@ def whatif(
         parts.append((label, replay_whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles},
                                            scenario or None)))
     _emit(WHATIF_RENDERERS[fmt](parts))
+
+MEMORY_HELP = ("Where did the memory go? Per rank and step: allocated at the step's start and end, the peak and "
+               "when it happened (the op and scope running then), reserved at the peak and what the caching allocator "
+               "held back (reserved - allocated), the blocks live at the peak grouped by scope, op and module (top N "
+               "by bytes; '(allocated before the trace)' is what was allocated before the profiler started: weights, "
+               "optimizer state), and the allocator's own calls (cudaMalloc/cudaFree: count, CPU time, how many "
+               "synchronised). Then the peak per rank, each input's peaks against the first input's, and what stands "
+               "out (a rank >10% above the others, reserved >20% above allocated, allocator calls inside steps). "
+               "torch.profiler(profile_memory=True) traces, nsys --cuda-memory-usage=true exports (CUDA's "
+               "allocations: reserved only) and PyTorch memory snapshot pickles (read without running any code); "
+               "proton records no memory. A trace without steps is one window.")
+
+
+def memory(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    top: Annotated[int, typer.Option(help="The N largest groups live at each peak, per scope, op and module (0: all).")] = 10,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    from ..reports.memory import RankMemoryDigest, combine
+    from ..reports.memory.memory_text import MEMORY_RENDERERS
+
+    _check_choice("--format", fmt, tuple(MEMORY_RENDERERS))
+    top = _top(top)
+    options = _options(step, scheduler)
+    _emit(MEMORY_RENDERERS[fmt](combine(_digests_per_input(paths, rank, "memory", RankMemoryDigest(top), options)), top))
