@@ -54,7 +54,7 @@ from ._kineto import (collective_bytes, correlations, cpu_top_level, device_tabl
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
 from ._shapes import row_work
-from ._steps import assign, compile_pattern, is_step, numbers
+from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -101,7 +101,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
-    meta["notes"] = graphs.notes if gpu.cat else []
+    meta["notes"] = (graphs.notes if gpu.cat else []) + _step_notes(cpu_ranges, step_re)
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     return Profile(_frame(columns, meta["rank"]), meta, host=host)
 
@@ -201,8 +201,17 @@ def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) ->
     """The step ranges among the annotations: group (process or device), start, end, step number."""
     mask = is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)[mask]
-    return {"group": group[mask], "start_ns": start_ns, "end_ns": start_ns + _dur_ns(annotations)[mask],
-            "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, step_re)}
+    end_ns = start_ns + _dur_ns(annotations)[mask]
+    return {"group": group[mask], "start_ns": start_ns, "end_ns": end_ns,
+            "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, end_ns, step_re)}
+
+
+def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[str]:
+    """A note where the step ranges repeat their numbers (parsers/_steps.py)."""
+    mask = is_step(annotations.name, step_re)
+    steps = _step_ranges(annotations, to_ints(annotations.pid), step_re)
+    return repeat_note(list(compress(annotations.name, mask)), steps["group"], steps["start_ns"], steps["step"],
+                       step_re)
 
 
 def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,
