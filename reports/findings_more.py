@@ -71,7 +71,7 @@ def roofline_findings(ev) -> list:
     out = []
     for group, (i, top, d) in best.items():
         rate = (f"{top['tflop_s']:,.1f} TFLOP/s" if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
-                else f"{top['gb_s']:,.0f} GB/s")
+                else f"{top['gb_s']:,.0f} GB/s read+written")
         frac = "" if pd.isna(top["roofline_frac"]) else f", {100 * top['roofline_frac']:.1f}% of its roof"
         text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {_ms(top['lost_ns'])} to its roofline on "
                 f"rank {i.rank} ({int(top['count']):,} calls, {_ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "

@@ -9,7 +9,9 @@ Per event row, the least time the device allows is
     min_ns = max(flops / peak FLOP/s of its dtype, traffic bytes / bandwidth)
 over the terms that are known, where traffic is a kernel's or memset's bytes against HBM, a
 device-to-device copy's twice its size (read and written) against HBM, and a copy to or from
-the host its size against the host link. A group sums its rows: achieved rates over the
+the host its size against the host link. The `bytes` column is that traffic (a device-to-device
+copy's read plus written), so `gb_s` and `roofline_frac` count bytes one way: gb_s / bandwidth is
+the memory term of roofline_frac. A group sums its rows: achieved rates over the
 time of the rows that carry that work, `roofline_frac` = min_ns / known_ns (achieved over
 attainable), `lost_ns` = known_ns - min_ns (the time beyond what the roofline allows: what
 optimising the group could win at most), `bound` from the group's intensity against the
@@ -30,6 +32,9 @@ import pandas as pd
 from tracelab.devices import Device
 
 BY_CHOICES = ("kernel", "scope", "op_class")
+GB_S_HEADER = "GB/s r+w"  # the column's convention, said where it is shown
+GB_S_NOTE = ("GB/s: bytes read + written over the time (a device-to-device copy twice its size, a copy to or "
+             "from the host its size over the host link), as the roof fraction counts them")
 MEMORY_CLASSES = ("elementwise", "reduction", "memory")
 COLUMNS = ["rank", "key", "dur_ns", "count", "known_ns", "flops", "bytes", "tflop_s", "gb_s", "intensity",
            "bound", "roofline_frac", "min_ns", "lost_ns", "dtype"]
@@ -110,10 +115,11 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
+    hbm, host = _traffic(gpu)
     frame = pd.DataFrame({
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
         "known_ns": np.where(known, dur, 0.0),
-        "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": gpu["bytes"].to_numpy(dtype=np.float64),
+        "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": np.where(np.isnan(hbm), host, hbm),
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
         "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
         "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": gpu["dtype"].astype(str).to_numpy()})

@@ -13,11 +13,11 @@ import pandas as pd
 
 from . import side_by_side
 from .figures import MANY_RANKS
-from .roofline import to_records, Roofline
+from .roofline import GB_S_HEADER, GB_S_NOTE, to_records, Roofline
 
 PLOTTED_INPUTS = 4  # inputs with a plot of their own; the rest in the table only
 TABLE_ROWS = 10
-COLUMNS = {"input": "input", "key": "kernel", "dur_ns": "time (ms)", "tflop_s": "TFLOP/s", "gb_s": "GB/s",
+COLUMNS = {"input": "input", "key": "kernel", "dur_ns": "time (ms)", "tflop_s": "TFLOP/s", "gb_s": GB_S_HEADER,
            "intensity": "FLOP/B", "bound": "bound", "roofline_frac": "of roof %", "lost_ns": "lost (ms)"}
 
 
@@ -89,7 +89,8 @@ def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable) -
     out = ['<h2 id="roofline">Roofline: was the GPU time well spent?</h2>',
            '<p class="note">FLOPs and bytes from the traces themselves (the shapes of the aten op that launched '
            "each kernel; proton's metrics; copies' sizes); kernels whose work the trace does not give are left out, "
-           "never counted as zero. Lost time: kernel time beyond what the device's roofline allows.</p>"]
+           "never counted as zero. Lost time: kernel time beyond what the device's roofline allows. "
+           f"{escape(GB_S_NOTE)}.</p>"]
     out += ([f'<p class="note">{escape(_coverage_spread(digests))}; {escape(note)}</p>'] if many else
             [f'<p class="note">{escape(_coverage(label, d))}</p>' for label, d in digests])
     digests = [(label, d) for label, d in digests if label in set(drawn)]

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .roofline import Roofline, to_records
+from .roofline import GB_S_HEADER, GB_S_NOTE, Roofline, to_records
 
 
 def _num(x: float, fmt: str) -> str:
@@ -22,7 +22,7 @@ def device_line(r: Roofline) -> str:
                 "B200|... or --peak-tflops and --peak-gb-s")
     peaks = ", ".join(f"{k} {v:,.1f}" for k, v in r.device.tflop_s.items())
     return (f"device: {r.device.name} (from the {r.device_from}), peak TFLOP/s {peaks}; HBM {r.device.hbm_gb_s:,.0f} GB/s"
-            f" [{r.device.source}]")
+            f" [{r.device.source}]\n{GB_S_NOTE}")
 
 
 def coverage_line(r: Roofline) -> str:
@@ -36,7 +36,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
     parts: list = []
     for r in results:
         t = Table(title=Text(device_line(r) + "\n" + coverage_line(r)), title_justify="left", show_edge=False)
-        for col in ("time (ms)", "count", "TFLOP/s", "GB/s", "FLOP/B", "bound", "of roof", "lost (ms)"):
+        for col in ("time (ms)", "count", "TFLOP/s", GB_S_HEADER, "FLOP/B", "bound", "of roof", "lost (ms)"):
             t.add_column(col, justify="right")
         t.add_column(by)
         for row in to_records(r, top):
