@@ -21,7 +21,10 @@ import pandas as pd
 
 from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
-from .findings_more import idle_findings, roofline_findings
+from .findings_more import CAUSE_TEXT, idle_findings, roofline_findings
+from .idle import CAUSES, combine
+
+HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle.step_bound
 from .findings_runs import difference_findings, profiler_cost_findings
 
 MAX_FINDINGS = 8
@@ -44,7 +47,7 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
     for _, row in ev.comparison.stragglers.iterrows():
         w = ev.comparison.waits.get(row["group"])
         if w is not None and len(w.collectives):
-            made = _verdict_finding(row["group"], w)
+            made = _verdict_finding(row["group"], w, _idle_cause(ev, row["group"], w.verdict.get("rank")))
         elif row["pattern"] == "straggler":
             made = _totals_finding(row)
         else:
@@ -53,7 +56,17 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
     return out
 
 
-def _verdict_finding(group: str, w) -> Finding | None:
+def _idle_cause(ev: Evidence, group: str, rank) -> str | None:
+    """The largest idle cause (reports/idle.CAUSES) over the steps of `rank` of `group`, where
+    its idle digest gives causes; None where it does not."""
+    found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
+    steps = combine({rank: found[0].digest("idle")}).steps if found else None
+    if steps is None or not len(steps) or not steps["idle_ns"].sum():
+        return None
+    return max(CAUSES, key=lambda c: steps[c].sum())
+
+
+def _verdict_finding(group: str, w, idle_cause: str | None = None) -> Finding | None:
     v = w.verdict
     unit = _unit(v)
     gated = w.gating.dropna(subset=["gating_rank"])
@@ -62,7 +75,7 @@ def _verdict_finding(group: str, w) -> Finding | None:
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
                 f"{v['gated_units']} {unit}s, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
-                + _why(w.causes, r, unit))
+                + _why(w.causes, r, unit, idle_cause))
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
@@ -74,21 +87,34 @@ def _verdict_finding(group: str, w) -> Finding | None:
     return None
 
 
-def _why(causes: pd.DataFrame, rank: int, unit: str) -> str:
+def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: str | None = None) -> str:
     """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
-    (the mean over the units it gates), or ''."""
+    (the mean over the units it gates), or ''. More idle is said in the words of the rank's
+    largest idle cause (`idle_cause`, reports/idle.py), so this never says "the host launched
+    late" where the idle view blames something else."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
     if not len(mine):
         return ""
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
     device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
     if work < idle:
-        return f"; its {device} sits idle {_ms(idle)} longer before them per {unit} (the host launched late)"
+        return f"; its {device} sits idle {_ms(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
     names = pd.Series(dtype="float64")
     for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
     return f"; its {device} does {_ms(work)} more work before them per {unit}{top}"
+
+
+def _idle_words(device: str, idle_cause: str | None) -> str:
+    """Why a rank's device sat idle, as its idle causes say."""
+    if device == "CPU":
+        return "time outside its CPU operators"
+    if idle_cause is None:
+        return "the trace does not say why"
+    if idle_cause in HOST_CAUSES:
+        return "the host launched late"
+    return f"its idle mostly {CAUSE_TEXT[idle_cause]}"
 
 
 def _totals_finding(row: pd.Series) -> Finding:

@@ -19,9 +19,13 @@ starting together, the one launched first). With L = the start of that op's laun
   which ended at g0 (the GPU's own gap between queued ops, HTA's "kernel wait"), and gaps
   whose next op has no launch call in the trace.
 
-They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is the largest of
-gpu (busy_ns - exposed_comm_ns), communication (exposed_comm_ns + idle_dependency_ns) and
-host (idle_host_ns + idle_launch_ns + idle_sync_ns); idle_other_ns counts for none.
+They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step (`step_bound`, the one
+rule, until a critical path replaces it) is `host` where the host-caused idle (idle_host_ns +
+idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of the step and no less than the
+communication's (exposed_comm_ns + idle_dependency_ns): a GPU that drains its queue waiting for the
+host that often is paced by the host between those gaps too, so faster kernels would win little.
+Else the largest of gpu (busy_ns - exposed_comm_ns), communication and host; idle_other_ns counts
+for none. So a step whose idle is mostly the host's is never called gpu-bound.
 
 What the host was doing: the CPU ops, ranges and OS calls of the host frame that overlap
 the host-caused gaps (idle_host_ns intervals), each name's intervals united, ranked by the
@@ -45,6 +49,7 @@ LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "d
                   "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
 OP_KINDS = ("cpu_op", "range", "osrt")  # host frame kinds that say what the host was doing
 TOP_OPS = 50  # names kept per rank, in the worker
+HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
 HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
         "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step may "
@@ -166,11 +171,20 @@ def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     out = base.merge(sums, left_on=["step", "rank"], right_index=True, how="left").fillna(0)
     out["idle_ns"] = out["span_ns"] - out["busy_ns"]
     out["idle_host_ns"] = out["pre_ns"] - out["idle_sync_ns"]
-    score = np.c_[out["busy_ns"] - out["exposed_comm_ns"], out["exposed_comm_ns"] + out["idle_dependency_ns"],
-                  out["idle_host_ns"] + out["idle_launch_ns"] + out["idle_sync_ns"]]
-    out["bound"] = np.array(BOUNDS)[np.argmax(score, axis=1)]
+    out["bound"] = step_bound(out)
     ints = [c for c in STEP_COLUMNS if c.endswith("_ns") or c in ("kernels", "step", "rank")]
     return out.astype({c: "int64" for c in ints})[STEP_COLUMNS]
+
+
+def step_bound(steps: pd.DataFrame) -> np.ndarray:
+    """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
+    communication or host (module docstring). The one place the rule lives."""
+    gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
+    comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
+    host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
+    largest = np.array(BOUNDS)[np.argmax(np.c_[gpu, comm, host], axis=1)]
+    paced = (host >= HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)) & (host >= comm) & (host > 0)
+    return np.where(paced, "host", largest)
 
 
 def host_idle_intervals(gaps: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray

@@ -25,6 +25,10 @@ def _us(ns) -> str:
     return "-" if ns is None or pd.isna(ns) else f"{ns / 1e3:,.1f}"
 
 
+def _pct(part, whole) -> str:
+    return "-" if not whole or pd.isna(whole) or pd.isna(part) else f"{100 * part / whole:.0f}%"
+
+
 def _step(step) -> str:
     return "whole trace" if pd.isna(step) else str(step)
 
@@ -49,21 +53,23 @@ def steps_table(steps: pd.DataFrame) -> Table:
     if steps["rank"].nunique() > MANY_RANKS:
         return _spread_table(steps)
     t = _table("GPU idle per step and rank, by cause (ms; the causes add up to idle)",
-               [*_heads(steps), "step", "rank", "step time", "busy", "idle", *CAUSE_HEADS.values(), "bound"])
+               [*_heads(steps), "step", "rank", "step time", "busy", "idle", "% of step", *CAUSE_HEADS.values(),
+                "bound"])
     for _, r in steps.iterrows():
         t.add_row(*_input(r), _step(r["step"]), str(r["rank"]), _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
-                  *(_ms(r[c]) for c in CAUSES), r["bound"])
+                  _pct(r["idle_ns"], r["span_ns"]), *(_ms(r[c]) for c in CAUSES), r["bound"])
     return t
 
 
 def _spread_table(steps: pd.DataFrame) -> Table:
     """Many ranks: per step, the ranks' median idle and causes, the most idle rank, the bounds."""
     t = _table("GPU idle per step over ranks (ms; medians over the ranks)",
-               ["step", "ranks", "idle", *CAUSE_HEADS.values(), "rank with most idle", "bound (ranks)"])
+               ["step", "ranks", "idle", "% of step", *CAUSE_HEADS.values(), "rank with most idle", "bound (ranks)"])
     for step, g in steps.groupby("step", sort=True, dropna=False):
         most = g.loc[g["idle_ns"].idxmax()]
         bounds = ", ".join(f"{b} {n}" for b, n in g["bound"].value_counts().items())
-        t.add_row(_step(step), f"{len(g):,}", _ms(g["idle_ns"].median()), *(_ms(g[c].median()) for c in CAUSES),
+        t.add_row(_step(step), f"{len(g):,}", _ms(g["idle_ns"].median()),
+                  _pct((g["idle_ns"] / g["span_ns"]).median(), 1), *(_ms(g[c].median()) for c in CAUSES),
                   f"{int(most['rank'])} ({_ms(most['idle_ns'])})", bounds)
     return t
 

@@ -166,7 +166,8 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     """The run's verdict: pattern (straggler, alternating, none), rank (int or None), the
     test's numbers (units gated per rank; p value of the signed-rank test of the most likely
     rank's per-unit lateness, Bonferroni over the ranks; its mean lateness) and the
-    per-collective last counts. A straggler needs p < ALPHA and to gate most gated units."""
+    per-collective last counts. A straggler needs p < ALPHA, to gate most gated units and a
+    positive mean lateness."""
     ranks = sorted(int(r) for r in coll["rank"].unique()) if len(coll) else []
     pc = per_collective(coll) if len(coll) else pd.DataFrame(columns=["last_rank", "step"])
     basis = "steps" if len(pc) and pc["step"].notna().any() else "collectives"
@@ -188,7 +189,8 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         test = f"binomial test of the {'steps' if basis == 'steps' else 'collectives'} it gates against 1 in {len(ranks)}"
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
-    if p_of[top] < ALPHA and counts[top] > n / 2:
+    if p_of[top] < ALPHA and counts[top] > n / 2 and out["lateness_ns"] > 0:  # late on average too: the
+        # others lose time to it (last often, yet earlier on average, it costs them nothing in all)
         return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
     block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
     out["block"] = block if block.get("rank") is not None else None
@@ -360,6 +362,10 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     last = _counted(v["last_at_collectives"])
     at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
+    if (v["p_value"] or 1) < v.get("alpha", ALPHA) and v.get("lateness_ns") is not None and v["lateness_ns"] <= 0:
+        return (f"no clear straggler: the rank last most often is earlier than the others on average "
+                f"({_ms(v['lateness_ns'])} per {unit[:-1]}; gated: {counts} of {v['gated_units']}{p}): "
+                f"the others lose no time to it in all{at_collectives}")
     return (f"no clear straggler: no rank is significantly late in most {unit} "
             f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){E.not_enough(v.get('block'))}")
 

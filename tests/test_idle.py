@@ -224,7 +224,8 @@ def test_each_cause_on_a_hand_made_step() -> None:
     row = result.steps.iloc[0]
     assert (row["idle_sync_ns"], row["idle_host_ns"], row["idle_launch_ns"], row["idle_dependency_ns"],
             row["idle_other_ns"]) == (60, 90, 50, 100, 10 + 50)
-    assert row["idle_ns"] == 360 and row["bound"] == "gpu"  # busy 350 against host 200
+    # busy 350 against host 200: the host-caused idle is 28% of the 710 ns step, over HOST_BOUND_SHARE
+    assert row["idle_ns"] == 360 and row["bound"] == "host"
     ops = result.ops.set_index("name")
     assert list(ops.index) == ["aten::mm"] and ops.loc["aten::mm", "covered_ns"] == 90  # nested once, less the sync
     assert "step 0" not in set(result.ops["name"])
@@ -235,6 +236,21 @@ def test_bound_is_the_largest_share() -> None:
     assert I.idle(gpu, {0: _host([])}).steps["bound"].tolist() == ["gpu"]
     host = _frame([(7, 0, 10, -10, 5), (7, 1010, 10, 1005, 5)])
     assert I.idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
+
+
+@pytest.mark.parametrize("busy, comm, host, dependency, want", [
+    (900, 0, 50, 0, "gpu"),                 # host-caused idle 5% of the step: the GPU is the bound
+    (530, 0, 410, 0, "host"),               # most of the step busy, yet 41% waiting for the host: host
+    (500, 300, 150, 0, "communication"),    # host 15%, but communication waits more
+    (350, 100, 150, 200, "communication"),  # exposed comm and dependency 300 against gpu 250, host 150
+    (0, 0, 0, 0, "gpu"),
+])
+def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, want):
+    span = busy + host + dependency + 10
+    step = pd.DataFrame({"span_ns": [span], "busy_ns": [busy], "exposed_comm_ns": [comm], "idle_host_ns": [host],
+                         "idle_launch_ns": [0], "idle_sync_ns": [0], "idle_dependency_ns": [dependency],
+                         "idle_other_ns": [10]})
+    assert I.step_bound(step).tolist() == [want]
 
 
 # ---- the command: strict JSON, proton, broken inputs ---------------------------------------------
