@@ -7,6 +7,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import recorded
+
 BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step
 REST = "(rest)"
@@ -90,6 +92,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         out[f"{kind}_ns"] = by_kind[kind] if kind in by_kind else 0
     out["events"] = df.groupby("rank").size()
     out["source"] = df.groupby("rank", observed=True)["source"].first().astype(str)
+    for kind in ("memcpy", "memset"):  # a source that never records them: unknown (NaN), not 0
+        out[f"{kind}_ns"] = out[f"{kind}_ns"].astype("float64").where(
+            [recorded(s, kind) for s in out["source"]])
     out = out.join(idle(df).set_index("rank")[["span_ns", "busy_ns", "idle_share"]])
     return out.reset_index()
 

@@ -216,8 +216,22 @@ def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:
 NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"
 
 
-def lines(found: list[Finding]) -> list[str]:
-    """The findings as the terminal prints them (the report shows the same text)."""
+UNTIMED = ("{sources} records no timeline: the idle GPU and its causes, the exposed communication, who waited "
+           "in which step and the step-to-step noise cannot be answered from it; of what it records (kernel "
+           "time per scope), nothing stands out beyond the thresholds of each finding")
+
+
+def none_text(untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> str:
+    """Why there is no finding: nothing stands out, or (inputs without a timeline only, proton)
+    which questions those inputs cannot answer, never a bare "none"."""
+    if untimed_sources and not timed:
+        return UNTIMED.format(sources=" and ".join(sorted(untimed_sources)))
+    return NONE
+
+
+def lines(found: list[Finding], untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> list[str]:
+    """The findings as the terminal prints them (the report shows the same text); `untimed_sources`
+    and `timed` (any input with a timeline) say why there are none (none_text)."""
     if not found:
-        return [f"findings: none ({NONE})"]
+        return [f"findings: none ({none_text(untimed_sources, timed)})"]
     return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))]

@@ -23,7 +23,7 @@ from .jsonout import strict
 from .runs import run_table, shared_rows
 from . import idle_html  # issue 21
 from .compare import Comparison, Input, comparison, rows_are
-from .findings import NONE, Evidence, Finding, findings
+from .findings import Evidence, Finding, findings, none_text
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -206,7 +206,7 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
         raise UsageError("report", "no traces and no workload figures to report on")
     c = comparison(inputs, by="kernel") if inputs else None
     body = [f"<h1>{_e(title)}</h1>"]
-    body += [findings_html(findings(Evidence(inputs, c, runs)))] if c is not None else []
+    body += [findings_html(findings(Evidence(inputs, c, runs)), inputs)] if c is not None else []
     body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
     body += [_runs_html(runs)] if runs else []
     body += [_inputs_html(inputs, paths, perfetto)]
@@ -253,10 +253,13 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
             "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
 
 
-def findings_html(found: list[Finding]) -> str:
-    """The findings on top: each sentence links to the section that proves it."""
+def findings_html(found: list[Finding], inputs: list[Input] = ()) -> str:
+    """The findings on top: each sentence links to the section that proves it; where there are
+    none, why (findings.none_text: what the inputs cannot answer)."""
     if not found:
-        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(NONE)}.</p></section>'
+        untimed = {i.source for i in inputs if not i.timed}
+        why = none_text(untimed, timed=any(i.timed for i in inputs) or not inputs)
+        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(why)}.</p></section>'
     items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
     return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
 

@@ -97,10 +97,24 @@ def clock_line(clock: dict) -> str:
             f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
 
 
-def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
+UNTIMED_STEPS = ("no step instances: proton records no timeline (each kernel is summed per scope over the run), so "
+                 "step times, which rank was late in which step and the step-to-step noise cannot be answered "
+                 "from it; capture with --backend torch or nsys for them")
+
+
+UNTIMED_WAITS = ("no timestamps (proton): which rank waited at which collective, and whether beyond the noise, "
+                 "cannot be answered from it; give --steps N (or a run folder whose run.json says the steps) for "
+                 "the waits from communication time per step, or capture with --backend torch or nsys")
+
+
+def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> Group:
+    """`untimed`: no input has a timeline (proton): what cannot be answered is said, not "none"."""
     parts = []
+    untimed = untimed or (totals is not None and len(totals) > 0)
     if len(w.steps):
         parts.append(step_rank_table(w.steps))
+    elif untimed:  # untimed inputs: steps are summed away, not absent
+        parts.append(Text(UNTIMED_STEPS))
     else:
         parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
     if totals is not None and len(totals):
@@ -112,19 +126,23 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
         parts.append(who_waits_table(doc))
     if len(w.bandwidth):
         parts.append(bandwidth_table(w.bandwidth))
-    untimed = totals is not None and len(totals) and not w.clock.get("collectives")
-    lines = [V.waits_from_comm_time(totals)["line"]] if untimed else [clock_line(w.clock), w.line]
+    if untimed and not w.clock.get("collectives"):
+        lines = [V.waits_from_comm_time(totals)["line"] if totals is not None and len(totals) else UNTIMED_WAITS]
+    else:
+        lines = [clock_line(w.clock), w.line]
     return Group(*parts, *map(Text, lines if w.ranks > 1 else []))  # one rank: nobody to wait on
 
 
-def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
+def steps_csv(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> str:
     return (w.steps if len(w.steps) or totals is None else totals).to_csv(index=False)
 
 
-def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
-    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
+def steps_json(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> str:
+    """`untimed` (proton): no straggler verdict (null), as there is no timeline to make one from."""
+    from_totals = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
     return dumps({"steps": records(w.steps), "per_step_totals": records(totals),
-                  "straggler": straggler_json(w) if w.ranks > 1 else None, "waits_from_comm_time": untimed,
+                  "straggler": straggler_json(w) if w.ranks > 1 and not untimed else None,
+                  "waits_from_comm_time": from_totals,
                   "bandwidth": records(w.bandwidth)})
 
 

@@ -6,6 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.schema import recorded
+
 from .breakdown import spread
 from .compare import Comparison
 from .jsonout import dumps, records
@@ -35,8 +37,10 @@ def summary_line(row: pd.Series) -> str:
     if _cpu_only(row):
         parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
     else:
-        parts = [f"kernels {_ms(row['kernel_ns'])} ms", f"memcpy {_ms(row['memcpy_ns'])} ms"]
-    if row.get("memset_ns", 0):
+        parts = [f"kernels {_ms(row['kernel_ns'])} ms",
+                 f"memcpy {_ms(row['memcpy_ns'])} ms" if recorded(row["source"], "memcpy")
+                 else f"memcpy not recorded ({row['source']} records kernels only)"]
+    if row.get("memset_ns", 0) and not pd.isna(row.get("memset_ns")):
         parts.append(f"memset {_ms(row['memset_ns'])} ms")
     if not pd.isna(row.get("span_ns")):
         parts.append(f"GPU busy {_ms(row['busy_ns'])} ms of a {_ms(row['span_ns'])} ms span "

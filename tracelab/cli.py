@@ -206,11 +206,15 @@ def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: 
     (CSV and JSON stay as they are)."""
     from .inputs import findings_of, regroup
     from .reports.findings import lines
+    from .schema import recorded
 
     if fmt != "table":
         return
-    found = findings_of(paths, groups if groups is not None else regroup(paths, profiles), comparison)
-    _emit("\n" + "\n".join(lines(found)))
+    groups = groups if groups is not None else regroup(paths, profiles)
+    found = findings_of(paths, groups, comparison)
+    sources = {str(p.meta.get("source")) for g in groups for p in g}
+    untimed = {s for s in sources if not recorded(s, "timeline")}
+    _emit("\n" + "\n".join(lines(found, untimed, timed=bool(sources - untimed))))
 
 
 def _top(top: int) -> int | None:
@@ -397,7 +401,7 @@ def steps(
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
     if len(w.steps):  # issue 21: the idle columns beside each step row
         w.steps = idle_columns(w.steps, {p.rank: p.summary["idle"] for p in profiles})
-    _emit(STEPS_RENDERERS[fmt](w, totals))
+    _emit(STEPS_RENDERERS[fmt](w, totals, untimed=untimed))
     _findings(fmt, paths, profiles)
 
 
