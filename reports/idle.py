@@ -45,8 +45,8 @@ CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns"
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
 BOUNDS = ("gpu", "communication", "host")
 OP_COLUMNS = ["rank", "kind", "name", "covered_ns", "host_idle_ns"]
-LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "delay_median_ns", "delay_p90_ns",
-                  "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
+LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "graph_launches", "delay_median_ns",
+                  "delay_p90_ns", "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
 OP_KINDS = ("cpu_op", "range", "osrt")  # host frame kinds that say what the host was doing
 TOP_OPS = 50  # names kept per rank, in the worker
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
@@ -233,24 +233,38 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
 def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     """One row (LAUNCH_COLUMNS): kernels per step; of the kernels whose launch call is known,
     the launch-to-start delay (median, p90: how far ahead the host ran, a queue-depth proxy),
-    the CPU time of their launch calls, and the kernels shorter than their own launch call."""
+    the CPU time of their launch calls, and the kernels shorter than their own launch call.
+    A launch call that started several kernels (a CUDA-graph replay: every node shares its
+    cudaGraphLaunch) counts once, its delay to its first kernel; its kernels are not "shorter
+    than their launch", since the one call launched them all (`graph_launches` counts them)."""
     kernels = rows[rows["kind"] == "kernel"]
     n_steps = int(kernels["step"].nunique())
     known = kernels[kernels["launch_start_ns"].notna()]
-    delay = (known["start_ns"] - known["launch_start_ns"]).to_numpy(dtype=np.float64)
-    launch_dur = known["launch_dur_ns"].to_numpy(dtype=np.int64)
-    short = known["dur_ns"].to_numpy(dtype=np.int64) < launch_dur
-    cpu_ns = int(launch_dur.sum())
+    calls = launch_calls(known)
+    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).to_numpy(dtype=np.float64)
+    launch_dur = calls["launch_dur_ns"].to_numpy(dtype=np.int64)
+    single = known.merge(calls[calls["kernels"] == 1][["launch_start_ns", "launch_dur_ns"]],
+                         on=["launch_start_ns", "launch_dur_ns"])
+    short = single["dur_ns"].to_numpy(dtype=np.int64) < single["launch_dur_ns"].to_numpy(dtype=np.int64)
     return pd.DataFrame([{
         "rank": rank, "steps": n_steps, "kernels": len(kernels),
         "kernels_per_step": kernels["step"].notna().sum() / n_steps if n_steps else None,
-        "launched": len(known), "delay_median_ns": float(np.median(delay)) if len(delay) else None,
+        "launched": len(known), "graph_launches": int((calls["kernels"] > 1).sum()),
+        "delay_median_ns": float(np.median(delay)) if len(delay) else None,
         "delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
-        "launch_cpu_ns": cpu_ns if len(known) else None,
-        "launch_cpu_per_step_ns": (int(launch_dur[known["step"].notna().to_numpy()].sum()) / n_steps
+        "launch_cpu_ns": int(launch_dur.sum()) if len(known) else None,
+        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"].to_numpy()].sum()) / n_steps
                                    if n_steps and len(known) else None),
-        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(known["dur_ns"].to_numpy()[short].sum())}],
+        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(single["dur_ns"].to_numpy()[short].sum())}],
         columns=LAUNCH_COLUMNS)
+
+
+def launch_calls(known: pd.DataFrame) -> pd.DataFrame:
+    """One row per launch call (its start and CPU duration identify it) of the kernels whose
+    launch is known: how many kernels it started, the first one's start, whether in a step."""
+    g = known.assign(in_step=known["step"].notna()).groupby(["launch_start_ns", "launch_dur_ns"], sort=False)
+    return g.agg(kernels=("start_ns", "size"), first_start_ns=("start_ns", "min"),
+                 in_step=("in_step", "any")).reset_index()
 
 
 def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:

@@ -74,13 +74,19 @@ def _spread_table(steps: pd.DataFrame) -> Table:
     return t
 
 
+def _graphs(r: pd.Series) -> str:
+    n = r.get("graph_launches")
+    return f" ({int(n):,} graph launches, counted once)" if n is not None and not pd.isna(n) and n else ""
+
+
 def launch_table(launches: pd.DataFrame) -> Table:
     t = _table("kernel launches per rank (delay = kernel start - launch call start: how far ahead the host ran)",
                [*_heads(launches), "rank", "kernels/step", "launched", "delay median (us)", "delay p90 (us)", "launch CPU (ms/step)",
                 "kernels shorter than their launch", "their GPU time (ms)"])
     for _, r in launches.iterrows():
         t.add_row(*_input(r), str(int(r["rank"])), "-" if pd.isna(r["kernels_per_step"]) else f"{r['kernels_per_step']:,.1f}",
-                  f"{int(r['launched']):,} of {int(r['kernels']):,}", _us(r["delay_median_ns"]), _us(r["delay_p90_ns"]),
+                  f"{int(r['launched']):,} of {int(r['kernels']):,}" + _graphs(r), _us(r["delay_median_ns"]),
+                  _us(r["delay_p90_ns"]),
                   _ms(r["launch_cpu_per_step_ns"]), f"{int(r['short_kernels']):,}", _ms(r["short_kernels_gpu_ns"]))
     return t
 

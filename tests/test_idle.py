@@ -401,3 +401,28 @@ def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
     assert (steps["idle_sync_ns"] > 0).all() and (steps["bound"] == "host").all()
     causes = steps[["idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns"]]
     assert (causes.sum(axis=1) == steps["idle_ns"]).all()
+
+
+def test_a_graph_launch_counts_once_and_its_kernels_are_not_shorter_than_it() -> None:
+    # one cudaGraphLaunch (1000-1100) replaying 3 kernels; two kernel launches: one longer than its kernel
+    events = _frame([(7, 1200, 10, 1000, 100), (7, 1210, 10, 1000, 100), (7, 1220, 10, 1000, 100),
+                     (7, 1300, 20, 1250, 50), (7, 1400, 30, 1390, 5)])
+    row = I.launch_stats(events, 0).iloc[0]
+    assert row["launch_cpu_ns"] == 100 + 50 + 5 and row["graph_launches"] == 1 and row["launched"] == 5
+    assert row["short_kernels"] == 1 and row["short_kernels_gpu_ns"] == 20  # not the three replayed kernels
+    assert row["delay_median_ns"] == 50  # per call: 200 (the graph's first kernel), 50, 10
+
+
+def test_launch_cpu_is_each_launch_call_once_on_a_graph_capture() -> None:
+    """The launch calls' CPU time equals the runtime calls' durations read from the JSON, each
+    call once however many kernels it started (cudaGraphLaunch replays)."""
+    path = DATA / "decode-1gpu-steps-torch" / "rank0.pt.trace.json.gz"
+    raw = json.loads(gzip.open(path).read())["traceEvents"]
+    kernel_ids = {e["args"]["correlation"] for e in raw if e.get("cat") == "kernel"}
+    calls = [e for e in raw if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and e.get("args", {}).get("correlation") in kernel_ids]
+    graph = [e for e in calls if e["name"] == "cudaGraphLaunch"]
+    events = tracelab.load(path).events
+    row = I.launch_stats(events, 0).iloc[0]
+    assert graph and row["graph_launches"] == len(graph)
+    assert row["launch_cpu_ns"] == pytest.approx(sum(round(e["dur"] * 1000) for e in calls), abs=len(calls))
