@@ -141,7 +141,7 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
         share = f"{100 * top['exposed_ns'] / top['comm_ns']:.0f}%"
         wait = _wait_text(ev.comparison.waits.get(group), int(top["rank"]))
         median = (f" (median over its {len(g):,} ranks: {_ms(g['exposed_ns'].median())})" if len(g) > 2 else "")
-        text = (f"{_run(group)}rank {int(top['rank'])} {wait}{share} of its communication is exposed, "
+        text = (f"{_run(group)}rank {int(top['rank'])}{' ' + wait if wait else ': '}{share} of its communication is exposed, "
                 f"{_ms(top['exposed_ns'])} of its {_ms(top['span_ns'])} span{median}")
         out.append(Finding(text, int(top["exposed_ns"]), SECTIONS["overlap"],
                            {"rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),

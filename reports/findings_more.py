@@ -43,10 +43,13 @@ def idle_findings(ev) -> list:
     out = []
     for group, (i, idle, span, steps) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
-        bounds = ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {_ms(idle)} per step of "
-                f"{_ms(span)} ({100 * idle / span:.0f}%), {_ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
-                f"({bounds} steps)")
+        stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
+        bounds = (f"{steps['bound'].iloc[0]}-bound over the whole trace, which has no steps" if stepless else
+                  ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
+                  + " steps")
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {_ms(idle)} "
+                f"{'of its' if stepless else 'per step of'} {_ms(span)}{' span' if stepless else ''} "
+                f"({100 * idle / span:.0f}%), {_ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} ({bounds})")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                             **{c: float(steps[c].mean()) for c in CAUSES}}))

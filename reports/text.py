@@ -11,6 +11,7 @@ from tracelab.schema import recorded
 from .breakdown import spread
 from .compare import Comparison
 from .jsonout import dumps, records
+from .normalise import MIN_LEAD
 from .waits import material_lead
 from .figures import MANY_RANKS, distribution
 
@@ -158,6 +159,15 @@ def short_labels(labels: list[str]) -> dict[str, str]:
     return {label: chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i, label in enumerate(labels)}
 
 
+def slowest_rule(table: pd.DataFrame) -> str:
+    """How 'slowest' was decided: against the step-to-step noise only where every input's steps
+    give one (normalise.slowest), else on the material lead alone."""
+    if table.attrs.get("noise", True):
+        return "slowest only where its lead beats the step-to-step noise"
+    return (f"slowest where its lead is over {100 * MIN_LEAD:.0f}% (and beyond the step-to-step noise where an "
+            "input's steps give one; some have no steps)")
+
+
 def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     if len(c.labels) > MANY_RANKS:
@@ -167,7 +177,7 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
         title += " (scopes differ between inputs: try --by kernel)"
     title += f"; compared {c.table.attrs.get('basis', 'totals')}"  # totals, or per call and why
-    title += "; slowest only where its lead beats the step-to-step noise"
+    title += "; " + slowest_rule(c.table)
     short = short_labels(c.labels)
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
@@ -205,8 +215,7 @@ def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -
     column, unit, cell = _shown_basis(c)
     values = shown[[f"{column}[{label}]" for label in c.labels]]
     t = Table(title=Text(f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}) over {len(c.labels):,} "
-                         f"inputs; compared {c.table.attrs.get('basis', 'totals')}; slowest only where its lead "
-                         f"beats the step-to-step noise"),
+                         f"inputs; compared {c.table.attrs.get('basis', 'totals')}; {slowest_rule(c.table)}"),
               title_justify="left", show_edge=False)
     for name in ("inputs", f"min ({unit})", f"median ({unit})", f"max ({unit})", "spread", "slowest"):
         t.add_column(name, justify="right", no_wrap=name == "slowest")

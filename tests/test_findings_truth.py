@@ -1,0 +1,44 @@
+"""Findings that are not findings are left out (issue 28): a collective kernel's difference
+between profilers (its time is the ranks' waits, which each profiler's pace moves), a noise
+claim where the inputs have no steps, a sentence without a verb, "per step" of a trace
+without steps."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from tracelab.classify import classify_one
+from tracelab.inputs import findings_of, load_groups
+from tracelab.reports import findings_runs
+
+from conftest import DATA
+
+
+def _found(paths):
+    return findings_of(paths, load_groups(paths, keep_events=False))
+
+
+def test_a_collective_kernels_wait_is_no_difference_between_profilers():
+    # one job under proton and torch: ncclDevKernel_AllReduce took 42.5 ms more under torch (its waits)
+    runs = [DATA / "ddp-2gpu-equal-proton", DATA / "ddp-2gpu-equal-torch"]
+    diffs = [f for f in _found(runs) if f.section == "comparison"]
+    assert not [f for f in diffs if classify_one(f.evidence["kernel"]) == "communication"]
+
+
+def test_exposed_communication_has_a_verb_without_a_wait():
+    found = [f for f in _found([DATA / "allreduce-2gpu-torch"]) if "of its communication is exposed" in f.text]
+    assert found and all(re.match(r"rank \d+(: | waits )", f.text) for f in found)
+
+
+def test_no_noise_claim_without_steps():
+    row = pd.Series({"time_ns[a]": 10.0, "time_ns[b]": 20.0, "delta_ns[b]": 10.0, "ratio[b]": 2.0, "count[b]": 4})
+    assert "noise" not in findings_runs._difference_text("k", row, "a", "b", False, 10.0, noise=False).split(";")[0]
+    assert "beyond the step-to-step noise" not in findings_runs._difference_text("k", row, "a", "b", True, 40.0,
+                                                                                  noise=False)
+    assert "beyond the step-to-step noise" in findings_runs._difference_text("k", row, "a", "b", False, 10.0)
+
+
+def test_a_trace_without_steps_idles_over_its_span_not_per_step():
+    (idle,) = [f for f in _found([DATA / "decode-1gpu-torch"]) if f.section == "idle"]
+    assert "per step" not in idle.text and "of its" in idle.text and "no steps" in idle.text
