@@ -49,6 +49,16 @@ class Roofline:
     device_from: str
     gpu_ns: int
     known_ns: int
+    missing_hint: str = ""  # how the trace's source would record the work it lacks (MISSING_WORK)
+
+
+# per source, how its traces would give the kernels' work (FLOPs and bytes) they lack
+MISSING_WORK = {
+    "torch": "torch.profiler(record_shapes=True) would give the aten ops' shapes, and with them the work",
+    "nsys": ("torch.autograd.profiler.emit_nvtx(record_shapes=True) would give the ops' sizes (FLOPs; bytes need "
+             "dtypes, which NVTX does not carry)"),
+    "proton": ("proton's flops/bytes metrics would give it: a Triton kernel's launch_metadata hook, or "
+               "proton.scope(name, {'flops16': n, 'bytes': b}) around the work")}
 
 
 def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
@@ -126,7 +136,9 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     rows = _grouped(frame)
     rank = int(events["rank"].iloc[0]) if len(events) else 0
     rows.insert(0, "rank", rank)
-    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()))
+    source = str(events["source"].iloc[0]) if len(events) else ""
+    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()),
+                    MISSING_WORK.get(source, ""))
 
 
 def _dominant(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -181,12 +193,24 @@ def trace_device(meta: dict) -> Device | None:
     return None
 
 
-def rank_roofline(events: pd.DataFrame, meta: dict) -> dict[str, Any]:
-    """One rank's roofline by kernel, made where the rank was parsed (load_many's reduce):
-    the rows, the device's name and its roofs, and the time covered."""
-    device = trace_device(meta)
-    result = roofline(events, device, "kernel", "trace" if device else "unknown")
-    return {"rows": result.rows, "device": device, "gpu_ns": result.gpu_ns, "known_ns": result.known_ns}
+class RankRoofline:
+    """load_many's reduce: one rank's roofline by kernel, made where the rank was parsed: the
+    rows, the device and where it came from, the time covered and how the missing work would
+    be recorded. The device is `device` (report --device) where given, else found as
+    `tracelab roofline` finds it (tracelab/devices.meta_device: the trace, else run.json)."""
+
+    with_meta = True
+
+    def __init__(self, device: Device | None = None):
+        self.device = device
+
+    def __call__(self, events: pd.DataFrame, meta: dict | None = None) -> dict[str, Any]:
+        from tracelab.devices import meta_device
+
+        device, found = (self.device, "option") if self.device is not None else meta_device(meta or {})
+        result = roofline(events, device, "kernel", found)
+        return {"rows": result.rows, "device": device, "device_from": found, "gpu_ns": result.gpu_ns,
+                "known_ns": result.known_ns, "missing_hint": result.missing_hint}
 
 
-rank_roofline.with_meta = True  # type: ignore[attr-defined]
+rank_roofline = RankRoofline()

@@ -64,8 +64,11 @@ def figure(label: str, digest: dict) -> dict | None:
 def _coverage(label: str, digest: dict) -> str:
     share = digest["known_ns"] / digest["gpu_ns"] if digest["gpu_ns"] else math.nan
     device = digest["device"]
+    hint = digest.get("missing_hint") if share < 0.95 else ""
+    found = f" (from the {digest['device_from']})" if device and digest.get("device_from") else ""
     return (f"{label}: work known for {digest['known_ns'] / 1e6:,.3f} of {digest['gpu_ns'] / 1e6:,.3f} ms GPU time "
-            f"({100 * share:.1f}%); device {device.name + ' [' + device.source + ']' if device else 'unknown'}")
+            f"({100 * share:.1f}%){'; ' + hint if hint else ''}; device "
+            f"{device.name + found + ' [' + device.source + ']' if device else 'unknown'}")
 
 
 def _coverage_spread(digests: list[tuple[str, dict]]) -> str:

@@ -9,6 +9,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.devices import class_label
+
 from .roofline import GB_S_HEADER, GB_S_NOTE, Roofline, to_records
 
 
@@ -20,7 +22,7 @@ def device_line(r: Roofline) -> str:
     if r.device is None:
         return ("device: unknown (the trace names none): rates shown, no roofline; give --device H100|H200|A100|"
                 "B200|... or --peak-tflops and --peak-gb-s")
-    peaks = ", ".join(f"{k} {v:,.1f}" for k, v in r.device.tflop_s.items())
+    peaks = ", ".join(f"{class_label(k)} {v:,.1f}" for k, v in r.device.tflop_s.items())
     return (f"device: {r.device.name} (from the {r.device_from}), peak TFLOP/s {peaks}; HBM {r.device.hbm_gb_s:,.0f} GB/s"
             f" [{r.device.source}]\n{GB_S_NOTE}")
 
@@ -29,7 +31,8 @@ def coverage_line(r: Roofline) -> str:
     share = r.known_ns / r.gpu_ns if r.gpu_ns else math.nan
     return (f"rank {int(r.rows['rank'].iloc[0]) if len(r.rows) else '-'}: work known for "
             f"{r.known_ns / 1e6:,.3f} ms of {r.gpu_ns / 1e6:,.3f} ms GPU time ({_num(100 * share, '.1f')}%); "
-            "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero")
+            "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero"
+            + (f"; {r.missing_hint}" if r.missing_hint and share < 0.95 else ""))
 
 
 def tables(results: list[Roofline], by: str, top: int | None) -> Group:

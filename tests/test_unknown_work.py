@@ -55,3 +55,12 @@ def test_a_capture_without_input_dims_has_no_kernel_work():
     events = tracelab.load(path).events
     kernels = events[events["kind"] == "kernel"]
     assert len(kernels) and kernels["bytes"].isna().all() and kernels["flops"].isna().all()
+
+
+def test_the_roofline_says_how_to_record_the_missing_work_and_names_dtypes(capsys):
+    from malformed import run_cli_output
+    status, out, _ = run_cli_output(capsys, "roofline", str(DATA / "ddp-2gpu-late-torch"))
+    flat = " ".join(out.split())
+    assert status == 0 and "torch.profiler(record_shapes=True) would give" in flat
+    assert "bf16/fp16 989.4" in flat or "bf16/fp16 " in flat  # not "16 989.4"
+    assert not any(f" {c} " in flat.split("HBM")[0].split("peak TFLOP/s")[1] for c in ("16", "8"))

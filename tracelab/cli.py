@@ -229,7 +229,7 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True, device=None) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
     summaries, made in the worker that parsed it, reach this process."""
@@ -238,7 +238,7 @@ def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
     total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
+        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events, device=device)
     _say_notes([p for group in groups for p in group])
     return groups
 
@@ -478,6 +478,7 @@ def report(
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """One self-contained HTML file that works offline: the runs side by side (results, profiler
     cost against a run under backend none), GPU time by op class per rank, top kernels (heatmap,
@@ -492,7 +493,9 @@ def report(
     _set_step(step)
     _set_scheduler(scheduler)
     whole = perfetto and not _many_traces(paths)  # else the merged trace's ranks are read again, if it fits
-    groups = _picked(paths, _load_groups(paths, keep_events=whole), rank)
+    from .devices import given_device
+
+    groups = _picked(paths, _load_groups(paths, keep_events=whole, device=given_device(device, None, None)[0]), rank)
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
         written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)

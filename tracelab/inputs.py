@@ -28,15 +28,19 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
 
-def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True) -> list[list[Profile]]:
+def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
+                device=None) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
     rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
     `keep_events` the events stay in the workers: the report and compare need only the
-    summaries (the merged Perfetto trace needs the events)."""
+    summaries (the merged Perfetto trace needs the events). `device` (a devices.Device: report
+    --device) is the roofline's device instead of the one the traces or run.json name."""
     from .load import load_many
     from .reports.compare import RANK_SUMMARIES
+    from .reports.roofline import RankRoofline
 
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
+    reduce = {**RANK_SUMMARIES, "roofline": RankRoofline(device)} if device is not None else RANK_SUMMARIES
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
                                                         keep_events=keep_events) for p in paths]
 
 
