@@ -84,6 +84,15 @@ def bandwidth_table(bw: pd.DataFrame) -> Table:
     return t
 
 
+def _clock_basis(basis: str) -> str:
+    """Whether the ranks' offsets were measured (each trace's own wall-clock start) or estimated."""
+    if basis == "epoch":
+        return "measured: each trace's own wall-clock (epoch) start puts the ranks on one clock"
+    if basis == "trace start":
+        return "assumed: the traces give no common clock, each rank starts at its first event"
+    return basis  # "estimated from collective ends: ..." (reports/waits.py)
+
+
 def clock_line(clock: dict) -> str:
     if not clock.get("collectives"):
         return "clock: no collectives matched across ranks"
@@ -93,7 +102,7 @@ def clock_line(clock: dict) -> str:
         values = [o for _, o in shown]
         offsets += (f", ... {len(shown) - OFFSETS_SHOWN} more ranks; all within {min(values) / 1e3:+,.1f} to "
                     f"{max(values) / 1e3:+,.1f} us")
-    return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
+    return (f"clock: {_clock_basis(clock['basis'])} (offsets {offsets}); collective ends agree to "
             f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
 
 

@@ -42,3 +42,12 @@ def test_no_noise_claim_without_steps():
 def test_a_trace_without_steps_idles_over_its_span_not_per_step():
     (idle,) = [f for f in _found([DATA / "decode-1gpu-torch"]) if f.section == "idle"]
     assert "per step" not in idle.text and "of its" in idle.text and "no steps" in idle.text
+
+
+def test_the_clock_line_says_whether_offsets_were_measured_or_estimated():
+    from tracelab.reports.steps_text import clock_line
+    clock = {"collectives": 4, "offsets_ns": {0: 11_536_000, 1: 0}, "median_end_spread_ns": 200.0,
+             "max_end_spread_ns": 900.0}
+    assert clock_line({**clock, "basis": "epoch"}).startswith("clock: measured: each trace's own wall-clock")
+    estimated = clock_line({**clock, "basis": "estimated from collective ends: the traces give no common clock"})
+    assert estimated.startswith("clock: estimated from collective ends")
