@@ -96,6 +96,10 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         out[f"{kind}_ns"] = out[f"{kind}_ns"].astype("float64").where(
             [recorded(s, kind) for s in out["source"]])
     out = out.join(idle(df).set_index("rank")[["span_ns", "busy_ns", "idle_share"]])
+    cpu = df[df["kind"] == "cpu_op"]  # what cpu_op_ns adds up: top-level ops per thread, threads summed
+    ends = cpu["start_ns"] + cpu["dur_ns"]
+    out["cpu_threads"] = cpu.groupby("rank")["stream"].nunique()
+    out["cpu_span_ns"] = ends.groupby(cpu["rank"]).max() - cpu.groupby("rank")["start_ns"].min()
     return out.reset_index()
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .collectives import collective_type
 from .finding import SECTIONS, Evidence, Finding, ms as _ms
-from .findings_more import CAUSE_TEXT, idle_findings, roofline_findings
+from .findings_more import CAUSE_TEXT, cpu_comm_findings, idle_findings, roofline_findings
 from .idle import CAUSES, combine
 
 HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle.step_bound
@@ -204,7 +204,8 @@ def _idle(ev: Evidence) -> list[Finding]:
 
 
 SOURCES: tuple[Callable[[Evidence], list[Finding]], ...] = (
-    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings)
+    straggler_findings, exposed_findings, _idle, roofline_findings, difference_findings, profiler_cost_findings,
+    cpu_comm_findings)
 
 
 def findings(ev: Evidence, sources=SOURCES) -> list[Finding]:

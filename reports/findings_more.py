@@ -86,3 +86,36 @@ def roofline_findings(ev) -> list:
     return out
 
 
+
+
+MIN_CPU_COMM_SHARE = 0.20  # communication under this share of a CPU-only rank's operator time is no finding
+
+
+def cpu_comm_findings(ev) -> list:
+    """Per run of CPU-only traces (gloo: no GPU, so neither idle nor exposure), the rank that
+    spends the largest share of its CPU operator time in communication operators, where that is
+    over MIN_CPU_COMM_SHARE: the time a rank sits inside a collective (waiting for the others,
+    then moving data), named with the operator that takes most of it."""
+    groups = {i.group for i in ev.inputs}
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        sums = i.sums
+        cpu = sums[sums["kind"].astype(str) == "cpu_op"]
+        if not len(cpu) or len(cpu) != len(sums) or not cpu["dur_ns"].sum():
+            continue
+        comm = cpu[cpu["op_class"].astype(str) == "communication"]
+        share = comm["dur_ns"].sum() / cpu["dur_ns"].sum()
+        if share >= MIN_CPU_COMM_SHARE and (i.group not in best or share > best[i.group][1]):
+            best[i.group] = (i, share, comm, cpu)
+    out = []
+    for group, (i, share, comm, cpu) in best.items():
+        top = comm.groupby("kernel", observed=True)[["dur_ns", "count"]].sum().sort_values("dur_ns").iloc[-1:]
+        name, top_ns, calls = str(top.index[0]), int(top["dur_ns"].iloc[0]), int(top["count"].iloc[0])
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank} spends {100 * share:.0f}% of its CPU operator time in "
+                f"communication ({_ms(comm['dur_ns'].sum())} of {_ms(cpu['dur_ns'].sum())}; {name} "
+                f"{_ms(top_ns)} over {calls:,} calls): its wait for the other ranks and the transfer together "
+                "(who waits on whom splits them)")
+        out.append(Finding(text, int(comm["dur_ns"].sum()), "steps",
+                           {"rank": i.rank, "comm_ns": int(comm["dur_ns"].sum()), "cpu_op_ns": int(cpu["dur_ns"].sum()),
+                            "operator": name, "operator_ns": top_ns, "calls": calls}))
+    return out

@@ -33,10 +33,20 @@ def _cpu_only(row: pd.Series) -> bool:
     return bool(row.get("cpu_op_ns", 0)) and not row["kernel_ns"]
 
 
+def _cpu_what(row: pd.Series) -> str:
+    """What the CPU-operator total adds up: top-level operators of each thread, threads summed,
+    beside the span they ran over (several threads' sum may exceed it)."""
+    threads, span = row.get("cpu_threads"), row.get("cpu_span_ns")
+    if threads is None or pd.isna(threads) or span is None or pd.isna(span):
+        return ""
+    n = int(threads)
+    return (f": top-level operators of {n} thread{'s, summed' if n > 1 else ''}, over a {_ms(span)} ms span")
+
+
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
     if _cpu_only(row):
-        parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
+        parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms{_cpu_what(row)} (no GPU activity in this trace)"]
     else:
         parts = [f"kernels {_ms(row['kernel_ns'])} ms",
                  f"memcpy {_ms(row['memcpy_ns'])} ms" if recorded(row["source"], "memcpy")

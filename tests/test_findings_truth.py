@@ -51,3 +51,25 @@ def test_the_clock_line_says_whether_offsets_were_measured_or_estimated():
     assert clock_line({**clock, "basis": "epoch"}).startswith("clock: measured: each trace's own wall-clock")
     estimated = clock_line({**clock, "basis": "estimated from collective ends: the traces give no common clock"})
     assert estimated.startswith("clock: estimated from collective ends")
+
+
+def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
+    """gloo on 2 CPU ranks: the communication share of rank 0's CPU operator time, from the raw JSON
+    (top-level cpu_op events of class communication over all top-level cpu_op time)."""
+    (found,) = [f for f in _found([DATA / "gloo-2cpu-late"]) if "of its CPU operator time in communication" in f.text]
+    from tracelab.load import load
+    ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
+    comm = ev.loc[ev["op_class"] == "communication", "dur_ns"].sum()
+    assert found.evidence["comm_ns"] == comm and found.evidence["cpu_op_ns"] == ev["dur_ns"].sum()
+    assert f"{100 * comm / ev['dur_ns'].sum():.0f}%" in found.text
+    assert not [f for f in _found([DATA / "ddp-2gpu-late-torch"]) if "CPU operator time" in f.text]  # GPU runs: no
+
+
+def test_cpu_operator_total_says_it_sums_threads(capsys):
+    from malformed import run_cli_output
+    from tracelab.load import load
+    ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
+    threads, span = ev["stream"].nunique(), (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min()
+    status, out, _ = run_cli_output(capsys, "breakdown", str(DATA / "gloo-2cpu-late"), "--rank", "0")
+    flat = " ".join(out.split())
+    assert status == 0 and f"top-level operators of {threads} threads, summed, over a {span / 1e6:,.3f} ms span" in flat
