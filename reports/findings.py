@@ -56,25 +56,27 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
     return out
 
 
-def _idle_cause(ev: Evidence, group: str, rank) -> str | None:
-    """The largest idle cause (reports/idle.CAUSES) over the steps of `rank` of `group`, where
-    its idle digest gives causes; None where it does not."""
+def _idle_cause(ev: Evidence, group: str, rank) -> tuple[str, str] | None:
+    """(the largest idle cause (reports/idle.CAUSES), the bound of most steps) of `rank` of
+    `group`, where its idle digest gives causes; None where it does not."""
     found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
     steps = combine({rank: found[0].digest("idle")}).steps if found else None
     if steps is None or not len(steps) or not steps["idle_ns"].sum():
         return None
-    return max(CAUSES, key=lambda c: steps[c].sum())
+    return max(CAUSES, key=lambda c: steps[c].sum()), str(steps["bound"].mode().iloc[0])
 
 
-def _verdict_finding(group: str, w, idle_cause: str | None = None) -> Finding | None:
+def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -> Finding | None:
     v = w.verdict
     unit = _unit(v)
     gated = w.gating.dropna(subset=["gating_rank"])
     if v["pattern"] == "straggler":
         r = v["rank"]
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
+        of_which = (f"the {v['gated_units']} {unit}s where a rank was late beyond the noise"
+                    if v.get("units") and v["gated_units"] < v["units"] else f"{v['gated_units']} {unit}s")
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
-                f"{v['gated_units']} {unit}s, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
+                f"{of_which}, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit, idle_cause))
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     if v["pattern"] == "alternating":
@@ -87,7 +89,7 @@ def _verdict_finding(group: str, w, idle_cause: str | None = None) -> Finding | 
     return None
 
 
-def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: str | None = None) -> str:
+def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str] | None = None) -> str:
     """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
     (the mean over the units it gates), or ''. More idle is said in the words of the rank's
     largest idle cause (`idle_cause`, reports/idle.py), so this never says "the host launched
@@ -106,15 +108,19 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: str | None = No
     return f"; its {device} does {_ms(work)} more work before them per {unit}{top}"
 
 
-def _idle_words(device: str, idle_cause: str | None) -> str:
-    """Why a rank's device sat idle, as its idle causes say."""
+def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
+    """Why a rank's device sat idle, as its idle causes say; where its steps are mostly bound by
+    something else (reports/idle.step_bound), that is said too, so that the idle finding's
+    "gpu-bound" and this sentence do not read as a contradiction."""
     if device == "CPU":
         return "time outside its CPU operators"
     if idle_cause is None:
         return "the trace does not say why"
-    if idle_cause in HOST_CAUSES:
-        return "the host launched late"
-    return f"its idle mostly {CAUSE_TEXT[idle_cause]}"
+    cause, bound = idle_cause
+    if cause in HOST_CAUSES:
+        return ("the host launched late" if bound == "host" else
+                f"the host ran late there, though overall its {'GPU' if bound == 'gpu' else bound} is the bound")
+    return f"its idle mostly {CAUSE_TEXT[cause]}"
 
 
 def _totals_finding(row: pd.Series) -> Finding:

@@ -141,7 +141,7 @@ def _check_exposed(f, events) -> None:
 def _check_roofline(f, events) -> None:
     device = next(d for d in devices.DEVICES if d.name == f.evidence["device"])
     lost, roofed, total = _lost_ns(events[f.evidence["rank"]], f.evidence["kernel"], device)
-    assert f.evidence["lost_ns"] == pytest.approx(lost, rel=1e-6)
+    assert f.evidence["lost_ns"] == pytest.approx(lost, rel=1e-6, abs=1)  # the finding keeps whole ns
     assert roofed >= 0.5 * total  # not resting on unknown work: rows with a roof cover most of its time
 
 
