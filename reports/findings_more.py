@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .finding import Finding
+from .finding import SECTIONS, Finding
 from .idle import CAUSES, combine
 
 MIN_IDLE_SHARE = 0.10  # idle under this share of the step is no finding
@@ -115,7 +115,7 @@ def cpu_comm_findings(ev) -> list:
                 f"communication ({_ms(comm['dur_ns'].sum())} of {_ms(cpu['dur_ns'].sum())}; {name} "
                 f"{_ms(top_ns)} over {calls:,} calls): its wait for the other ranks and the transfer together "
                 "(who waits on whom splits them)")
-        out.append(Finding(text, int(comm["dur_ns"].sum()), "steps",
+        out.append(Finding(text, int(comm["dur_ns"].sum()), SECTIONS["totals"],
                            {"rank": i.rank, "comm_ns": int(comm["dur_ns"].sum()), "cpu_op_ns": int(cpu["dur_ns"].sum()),
                             "operator": name, "operator_ns": top_ns, "calls": calls}))
     return out
