@@ -46,6 +46,7 @@ import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _host
@@ -73,11 +74,11 @@ COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on th
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
-def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
-    """Read one Kineto trace; rows as described in the module docstring. `step_pattern`
+def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
+    """Read one Kineto trace; rows as described in the module docstring. `options.step_pattern`
     names the step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...)."""
     path = Path(path)
-    step_re = compile_pattern(step_pattern)
+    step_re = compile_pattern(options.step_pattern)
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges, ops = pick(path, data, trace.traceEvents, [
@@ -262,7 +263,7 @@ def _top_level_ops(names: list[str], pid: np.ndarray, thread: np.ndarray, start_
 def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[int]) -> np.ndarray:
     """Mask of the annotations that are a CPU backend's collective as its worker thread runs
     it (`gloo:all_reduce` on a thread with no CPU operator): from the first rank's arrival
-    to the end, like a GPU collective kernel (reports/collectives.py)."""
+    to the end, like a GPU collective kernel (reports/steps/collectives.py)."""
     named = np.array([COLLECTIVE_RANGE.fullmatch(n) is not None for n in annotations.name], dtype=bool)
     return named & ~np.isin(thread, list(op_threads))
 

@@ -1,4 +1,4 @@
-"""The idle and roofline findings (reports/findings_more.py): their numbers are those of
+"""The idle and roofline findings (reports/findings/findings_more.py): their numbers are those of
 `tracelab idle` and `tracelab roofline` on the same inputs, and below their thresholds they say
 nothing."""
 from __future__ import annotations

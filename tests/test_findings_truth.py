@@ -10,7 +10,7 @@ import pandas as pd
 
 from tracelab.classify import classify_one
 from tracelab.inputs import findings_of, load_groups
-from tracelab.reports import findings_runs
+from tracelab.reports.findings import findings_runs
 
 from conftest import DATA
 
@@ -45,7 +45,7 @@ def test_a_trace_without_steps_idles_over_its_span_not_per_step():
 
 
 def test_the_clock_line_says_whether_offsets_were_measured_or_estimated():
-    from tracelab.reports.steps_text import clock_line
+    from tracelab.reports.steps.steps_text import clock_line
     clock = {"collectives": 4, "offsets_ns": {0: 11_536_000, 1: 0}, "median_end_spread_ns": 200.0,
              "max_end_spread_ns": 900.0}
     assert clock_line({**clock, "basis": "epoch"}).startswith("clock: measured: each trace's own wall-clock")
@@ -57,7 +57,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
     """gloo on 2 CPU ranks: the communication share of rank 0's CPU operator time, from the raw JSON
     (top-level cpu_op events of class communication over all top-level cpu_op time)."""
     (found,) = [f for f in _found([DATA / "gloo-2cpu-late"]) if "of its CPU operator time in communication" in f.text]
-    from tracelab.load import load
+    from tracelab.loading import load
     ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
     comm = ev.loc[ev["op_class"] == "communication", "dur_ns"].sum()
     assert found.evidence["comm_ns"] == comm and found.evidence["cpu_op_ns"] == ev["dur_ns"].sum()
@@ -67,7 +67,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
 
 def test_cpu_operator_total_says_it_sums_threads(capsys):
     from malformed import run_cli_output
-    from tracelab.load import load
+    from tracelab.loading import load
     ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
     threads, span = ev["stream"].nunique(), (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min()
     status, out, _ = run_cli_output(capsys, "breakdown", str(DATA / "gloo-2cpu-late"), "--rank", "0")

@@ -17,9 +17,9 @@ import pytest
 
 from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
-from tracelab.reports import figures, html, scopetree, side_by_side
-from tracelab.reports.compare import Input
-from tracelab.reports.runs import run_table
+from tracelab.reports.html import figures, html, scopetree, side_by_side
+from tracelab.reports.session import Input
+from tracelab.reports.results.runs import run_table
 from tracelab.schema import coerce
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -404,7 +404,7 @@ def test_axis_labels_wrap_long_names_whole(text):
     ({"workload": "train"}, False),
 ])
 def test_baseline_needs_the_same_config(change, same):
-    from tracelab.reports.runs import same_config
+    from tracelab.reports.results.runs import same_config
 
     torch = _run_json(DATA / "decode-1gpu-torch")
     none = json.loads(json.dumps(torch))
@@ -417,7 +417,7 @@ def test_baseline_needs_the_same_config(change, same):
 @pytest.mark.parametrize("value, text", [(19170.4, "19,170"), (1270.0, "1,270"), (1.779296768, "1.779"),
                                          (0.11918592, "0.1192"), (17.5444, "17.54"), (0.0, "0")])
 def test_run_table_numbers_read_as_numbers(value, text):
-    from tracelab.reports.runs import number_text
+    from tracelab.reports.results.runs import number_text
     assert number_text(value) == text
 
 

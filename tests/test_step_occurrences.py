@@ -75,7 +75,7 @@ def test_back_to_back_ranges_of_one_number_are_two_occurrences():
 @pytest.mark.slow
 def test_two_decode_samples_on_two_cpu_ranks_are_distinct_aligned_steps(tmp_path):
     pytest.importorskip("torch")
-    from tracelab.load import load
+    from tracelab.loading import load
     from tracelab.runner import RunSpec, run
 
     result = run(RunSpec("decode", 2, "torch", tmp_path, ["--samples", "2", "--new-tokens", "4", "--warmup", "0"]))

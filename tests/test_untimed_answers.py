@@ -39,6 +39,6 @@ def test_proton_steps_say_what_proton_cannot_answer(capsys, folder):
 
 
 def test_a_timed_run_without_findings_keeps_the_plain_none(capsys):
-    from tracelab.reports.findings import NONE, lines
+    from tracelab.reports.findings.findings import NONE, lines
     assert lines([], {"proton"}, timed=True) == [f"findings: none ({NONE})"]
     assert "proton records no timeline" in lines([], {"proton"}, timed=False)[0]
