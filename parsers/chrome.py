@@ -54,6 +54,7 @@ from ._kineto import (collective_bytes, correlations, cpu_top_level, device_tabl
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._gemm_dims import odd_gemms
 from ._shapes import row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
 
@@ -90,8 +91,9 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
         graphs = _graph_replays(columns, launch, launches)
         replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
-        columns.update(_work(columns, gpu, ops, _external_ids(gpu, launch, graphs.scope_launch, launches),
-                             np.where(replay, launch, -1)))
+        external = _external_ids(gpu, launch, graphs.scope_launch, launches)
+        columns.update(_work(columns, gpu, ops, external, np.where(replay, launch, -1)))
+        odd = odd_gemms(columns["kind"], gpu.name, columns["dur_ns"], external, ops)  # issue 28: pad them
         columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
@@ -103,6 +105,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
     meta["notes"] = (graphs.notes if gpu.cat else []) + _step_notes(cpu_ranges, step_re)
+    meta["odd_gemms"] = odd if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     return Profile(_frame(columns, meta["rank"]), meta, host=host)
 

@@ -19,6 +19,8 @@ from typing import Any, Callable
 from tracelab.schema import OnEvents
 
 from .compare import digests
+from .fixes.ddp_steps import rank_ddp
+from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
 from .roofline.roofline import rank_roofline
 from .steps import timeline
@@ -59,4 +61,7 @@ TOPICS: tuple[Topic, ...] = (
           section="idle.idle_html:sections"),
     Topic("results", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings")),
+    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
+          findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
+                    "fixes.ddp:ddp_findings")),
 )

@@ -139,6 +139,7 @@ def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
     if remote.is_url(path) or (found := provenance.find(Path(path))) is None:
         return profile.events
     events, notes = provenance.apply(profile.events, provenance.read(found))
+    events = provenance.with_work(events, provenance.read_work(found))  # Inductor's bytes and FLOPs per kernel
     profile.meta["provenance"] = str(found)
     profile.meta["notes"] = [*profile.meta.get("notes", []), *notes]
     return events
