@@ -157,15 +157,18 @@ def _check_cpu_comm(f, events) -> None:
 
 
 def _kind(f) -> str | None:
-    if f.section == "idle":
+    """Which check applies: by the evidence a finding carries (other sources, e.g. reports/fixes,
+    have their own tests)."""
+    keys = set(f.evidence)
+    if f.section == "idle" and "idle_ns_per_step" in keys:
         return "idle"
-    if "of its communication is exposed" in f.text:
+    if "of its communication is exposed" in f.text and {"exposed_ns", "comm_ns"} <= keys:
         return "exposed"
-    if f.section == "roofline":
+    if f.section == "roofline" and {"lost_ns", "kernel", "device"} <= keys:
         return "roofline"
-    if "is the straggler" in f.text and "verdict" in f.evidence:
+    if "is the straggler" in f.text and "verdict" in keys:
         return "straggler"
-    if "of its CPU operator time in communication" in f.text:
+    if "of its CPU operator time in communication" in f.text and "cpu_op_ns" in keys:
         return "cpu_comm"
     return None
 

@@ -40,7 +40,7 @@ def test_no_noise_claim_without_steps():
 
 
 def test_a_trace_without_steps_idles_over_its_span_not_per_step():
-    (idle,) = [f for f in _found([DATA / "decode-1gpu-torch"]) if f.section == "idle"]
+    (idle,) = [f for f in _found([DATA / "decode-1gpu-torch"]) if "idle_ns_per_step" in f.evidence]
     assert "per step" not in idle.text and "of its" in idle.text and "no steps" in idle.text
 
 
