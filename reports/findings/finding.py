@@ -14,7 +14,8 @@ from ..session import Input
 
 # section ids of the report (reports/html/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",
-            "totals": "op-classes", "idle": "idle", "roofline": "roofline"}
+            "totals": "op-classes", "idle": "idle", "roofline": "roofline",
+            "memory": "memory"}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .finding import SECTIONS, Evidence, Finding, ms as _ms
 from .findings_more import CAUSE_TEXT, idle_findings
 from ..idle.idle import CAUSES, combine
 from ..topics import TOPICS
+from ..whatif.findings import with_savings
 
 HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle/idle.step_bound
 
@@ -218,8 +219,8 @@ def all_sources() -> list[Callable[[Evidence], list[Finding]]]:
 
 def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None) -> list[Finding]:
     """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first."""
-    found = [f for source in (all_sources() if sources is None else sources) for f in source(ev)]
-    return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
+    found = with_savings(ev, [(s.__name__, s(ev)) for s in (all_sources() if sources is None else sources)])
+    return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]  # issue 27: by what-if saving where known
 
 
 NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"
