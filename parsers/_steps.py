@@ -49,6 +49,16 @@ def is_step(names: list[str], pattern: re.Pattern) -> np.ndarray:
     return np.array([pattern.fullmatch(n) is not None for n in names], dtype=bool)
 
 
+def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
+    """What the pattern's first group captured, as a step number (ASCII digits, within int32);
+    UsageError naming the range otherwise: the --step pattern captures something else."""
+    if not re.fullmatch(r"[0-9]{1,10}", captured) or int(captured) > 2**31 - 1:
+        raise UsageError("--step", f"'{pattern.pattern}' captures {captured[:40]!r} in the range {name[:80]!r}, "
+                                   "not a step number (0..2**31-1): make its first group match only the number, "
+                                   "e.g. (\\d+)")
+    return int(captured)
+
+
 def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
             pattern: re.Pattern) -> np.ndarray:
     """Step number of each step range: the first number captured by the pattern, else
@@ -95,7 +105,8 @@ def _scale(largest: int) -> int:
 def _numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
     """The number of each step range as the trace gives it (its order where it gives none)."""
     captured = [next((g for g in pattern.fullmatch(n).groups() if g is not None), None) for n in names]
-    out = np.array([-1 if c is None else int(c) for c in captured], dtype=np.int64)
+    out = np.array([-1 if c is None else _step_number(c, n, pattern) for c, n in zip(captured, names)],
+                   dtype=np.int64)
     missing = out < 0
     if missing.any():
         order = np.lexsort((start_ns, group))

@@ -10,7 +10,8 @@ import pandas as pd
 from tracelab.classify import classify_one
 
 from ..session import Input
-from .finding import SECTIONS, Finding, ms as _ms
+from ..fmt import duration
+from .finding import SECTIONS, Finding
 from ..results.runs import cost_of, same_config
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
@@ -86,22 +87,18 @@ def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_ca
     mine, theirs = row[f"time_ns[{first}]"], row[f"time_ns[{other}]"]
     if (mine > 0) != (theirs > 0):
         there, absent = (first, other) if mine > 0 else (other, first)
-        return f"{_short(kernel)} runs in {there} ({_ms(stake_ns)}) and not in {absent}"
+        return f"{_short(kernel)} runs in {there} ({duration(stake_ns)}) and not in {absent}"
     delta, ratio = float(row[f"delta_ns[{other}]"]), row[f"ratio[{other}]"]
     more = "more" if delta > 0 else "less"
     if per_call:
         return (f"{_short(kernel)} takes {_time(abs(delta))} {more} per call in {other} than in {first} "
-                f"(x{ratio:.2f}; {_ms(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there{_beyond(noise)})")
-    return f"{_short(kernel)} takes {_ms(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}{_beyond(noise)})"
+                f"(x{ratio:.2f}; {duration(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there{_beyond(noise)})")
+    return f"{_short(kernel)} takes {duration(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}{_beyond(noise)})"
 
 
 def _beyond(noise: bool) -> str:
     """The noise claim, only where both inputs' steps give a noise."""
     return ", beyond the step-to-step noise" if noise else "; no steps to weigh it against a noise"
-
-
-def _time(ns: float) -> str:
-    return _ms(ns) if abs(ns) >= 1e6 else f"{ns / 1e3:,.1f} us"
 
 
 def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from tracelab.devices import class_label
 
+from ..csvout import csv_text
 from .roofline import GB_S_HEADER, GB_S_NOTE, Roofline, to_records
 
 
@@ -55,7 +56,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
 def csv(results: list[Roofline], by: str, top: int | None) -> str:
     frames = [pd.DataFrame(to_records(r, top)) for r in results]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return frame.rename(columns={"key": by}).to_csv(index=False)
+    return csv_text(frame.rename(columns={"key": by}))
 
 
 def as_json(results: list[Roofline], by: str, top: int | None) -> str:

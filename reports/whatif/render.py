@@ -2,22 +2,18 @@
 (strict: null, never NaN; the shape of issue 27). Units converted here only."""
 from __future__ import annotations
 
-import io
-
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..csvout import csv_text
+from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from .analyse import SCENARIO_COLUMNS, WhatIf
 from .path import CATEGORIES
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
-
-
-def _ms(ns) -> str:
-    return "-" if ns is None or pd.isna(ns) else f"{ns / 1e6:,.3f}"
 
 
 def _step(step) -> str:
@@ -31,9 +27,9 @@ def _steps_table(label: str, w: WhatIf) -> Table:
         t.add_column(h, justify="left" if h in ("ranks", "top on the path") else "right")
     for r in w.steps.itertuples(index=False):
         top = r.top[0] if r.top else None
-        t.add_row(_step(r.step) + ("" if r.claimed else " *"), _ms(r.step_ns), _ms(r.replayed_ns),
-                  *(_ms(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
-                  f"{top['what']} {top['name']} (rank {top['rank']}, {_ms(top['ns'])})" if top else "")
+        t.add_row(_step(r.step) + ("" if r.claimed else " *"), ms_cell(r.step_ns), ms_cell(r.replayed_ns),
+                  *(ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
+                  f"{top['what']} {top['name']} (rank {top['rank']}, {ms_cell(top['ns'])})" if top else "")
     return t
 
 
@@ -44,7 +40,7 @@ def _scenario_table(label: str, w: WhatIf) -> Table:
         t.add_column(h, justify="left" if h == "scenario" else "right")
     for r in w.scenarios.itertuples(index=False):
         name = f"{r.name} ({r.args})" if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name)
-        t.add_row(name, str(r.steps), _ms(r.step_ns), _ms(r.predicted_ns), _ms(r.saving_ns),
+        t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
                   "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}")
     return t
 
@@ -64,10 +60,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
 def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
     """The scenarios, one row per input and scenario (the steps are in the JSON)."""
     frames = [w.scenarios.assign(input=path)[["input", *SCENARIO_COLUMNS]] for path, w in parts if len(w.scenarios)]
-    buf = io.StringIO()
-    (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS])).to_csv(
-        buf, index=False)
-    return buf.getvalue()
+    return csv_text(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS]))
 
 
 def _doc(w: WhatIf) -> dict:
