@@ -110,7 +110,7 @@ def _steps(start: np.ndarray, host: pd.DataFrame | None, step_re) -> pd.arrays.I
     if steps is None or not len(steps):
         return pd.array([pd.NA] * len(start), dtype="Int64")
     group = np.zeros(len(steps), dtype=np.int64)
-    begin = steps["start"].to_numpy(dtype=np.int64)
-    ranges = {"group": group, "start_ns": begin, "end_ns": steps["end"].to_numpy(dtype=np.int64),
-              "step": numbers(steps["name"].tolist(), group, begin, step_re)}
+    begin, end = steps["start"].to_numpy(dtype=np.int64), steps["end"].to_numpy(dtype=np.int64)
+    ranges = {"group": group, "start_ns": begin, "end_ns": end,
+              "step": numbers(steps["name"].tolist(), group, begin, end, step_re)}  # one step per occurrence
     return assign(np.zeros(len(start), dtype=np.int64), start, ranges)

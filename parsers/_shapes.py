@@ -32,7 +32,7 @@ import numpy as np
 TYPES = {"c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
          "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
          "c10::Float8_e5m2fnuz": ("fp8", 1), "signed char": ("int8", 1), "unsigned char": ("uint8", 1),
-         "bool": ("bool", 1), "short int": ("int16", 2), "int": ("int32", 4), "long int": ("int64", 8),
+         "bool": ("bool", 1), "short int": ("int16", 2), "int": ("int32", 4), "long int": ("int64", 8), "long": ("int64", 8),
          "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16)}
 _GEMM = re.compile(r"aten::(mm|addmm|_scaled_mm|bmm|baddbmm|mv|addmv_?|dot)")
 _ATTN_FWD_BHLE = re.compile(r"aten::(scaled_dot_product_attention|_scaled_dot_product_(flash|efficient|cudnn)_attention"
@@ -75,6 +75,10 @@ class Inputs:
                       else [unknown if d else None for d in self.dims])
         self.types += [None] * (len(self.dims) - len(self.types))
         self.concrete = concrete
+        # a tensor (or list of tensors) the trace sizes but does not type, or types as TensorList:
+        # its bytes are unknown, so the operator's are (summing the rest would be a guess low)
+        self.unsized = self.typed and any(isinstance(d, list) and d and (self.dims[i] is None or self.types[i] is None)
+                                          for i, d in enumerate(dims))
 
     def tensor(self, i: int) -> list[int] | None:
         return self.dims[i] if i < len(self.dims) and self.types[i] is not None else None
@@ -115,7 +119,7 @@ def op_work(name: str, dims_raw: Any, types_raw: Any, concrete_raw: Any) -> tupl
                 flops, moved = work(name, inputs)
             except (IndexError, TypeError, ValueError, ZeroDivisionError, StopIteration, OverflowError):
                 flops, moved = NAN
-            return float(flops), float(moved), inputs.dtype()
+            return float(flops), math.nan if inputs.unsized else float(moved), inputs.dtype()
     return math.nan, math.nan, inputs.dtype()
 
 
@@ -188,6 +192,8 @@ def _fill(name: str, x: Inputs) -> tuple[float, float]:
 def _reduce(name: str, x: Inputs) -> tuple[float, float]:
     dims = x.tensor(0)
     axes = x.value(1)
+    if axes is None and len(x.dims) > 1 and len(x.concrete) < 2:  # a dim argument whose value is not recorded
+        return NAN
     keep = [n for i, n in enumerate(dims) if isinstance(axes, list) and axes and i not in
             [a % len(dims) for a in axes if isinstance(a, int)]] if dims else []
     return math.nan, x.nbytes(0) + math.prod(keep) * x.elem(0)
@@ -203,10 +209,12 @@ def _layer_norm(name: str, x: Inputs) -> tuple[float, float]:
 
 def _elementwise(name: str, x: Inputs) -> tuple[float, float]:
     tensors = x.tensors()
+    if not tensors:  # no shapes recorded (record_shapes=False): unknown, never the empty sum's 0
+        return NAN
     read = sum(x.nbytes(i) for i in tensors)
     if name.startswith("aten::copy_"):  # (self, src): src read, self written
-        return math.nan, read
-    if name.startswith("aten::cat"):
+        return math.nan, x.nbytes(0) + x.nbytes(1)
+    if name.startswith("aten::cat"):  # its TensorList has no dtype (unsized): unknown
         return math.nan, 2 * read
     out = np.broadcast_shapes(*(tuple(x.tensor(i)) for i in tensors))
     elem = next((x.types[i][1] for i in tensors if x.types[i][0] == x.dtype()), math.nan)
@@ -282,7 +290,7 @@ def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id:
     for i in used.tolist():
         args = ops.args[i]
         op_flops[i], op_bytes[i], op_dtype[i] = op_work(ops.name[i], args.dims, args.types, args.concrete)
-        if math.isnan(op_flops[i]) and type(args.flops) in (int, float) and args.flops >= 0:
+        if math.isnan(op_flops[i]) and type(args.flops) in (int, float) and args.flops > 0:
             op_flops[i] = float(args.flops)  # torch's own count (with_flops=True) where we have no formula
         op_flops[i], op_bytes[i] = _inductor_work(args, op_flops[i], op_bytes[i])
     flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes, call)

@@ -6,6 +6,15 @@ A step is a user range whose name matches the step pattern: by default
 first number the pattern captures; a pattern with no group numbers the
 matching ranges 0, 1, 2... in start order within their process.
 
+A step is ONE OCCURRENCE of a step range. Where a number comes back later in
+the process (`token 1..31` once per decode sample, `step 0..3` once per epoch),
+the k-th occurrence (k = 0, 1, ...) of number N becomes step N + k * 10^d, d
+the digits of the largest number there: `token 3` of the second sample is step
+103 of 1..131, its last digits still the trace's number. Ranges of one number
+that overlap (the same step marked on two threads, or nested) are one
+occurrence. The k-th occurrence is the same step on every rank and under every
+profiler of the same program, so steps align across them.
+
 A row belongs to the step whose range, on ANY thread of the row's process,
 holds the start of the call that launched it (the autograd thread and NCCL's
 hooks launch kernels inside the main thread's step). Of nested matching
@@ -50,9 +59,51 @@ def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
     return int(captured)
 
 
-def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
-    """Step number of each step range: the first number captured by the pattern; else
-    (no capturing group matched) its place in start order among its group's step ranges."""
+def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
+            pattern: re.Pattern) -> np.ndarray:
+    """Step number of each step range: the first number captured by the pattern, else
+    (no capturing group matched) its place in start order among its group's step ranges;
+    a number's later occurrences made distinct (module docstring)."""
+    return occurrences(_numbers(names, group, start_ns, pattern), group, start_ns, end_ns)
+
+
+def occurrences(number: np.ndarray, group: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """number + k * 10^d for the k-th occurrence of a number in its group (d: the digits of
+    the group's largest number); ranges of one number that overlap are one occurrence."""
+    if not len(number):
+        return number
+    df = pd.DataFrame({"g": group, "n": number, "start": start_ns, "end": end_ns}).sort_values(
+        ["g", "n", "start"], kind="stable")
+    by = df.groupby(["g", "n"], sort=False)
+    reach = by["end"].cummax()
+    new = (df["start"] >= reach.groupby([df["g"], df["n"]], sort=False).shift(1)).astype(np.int64)
+    occurrence = new.groupby([df["g"], df["n"]], sort=False).cumsum()
+    scale = df.groupby("g")["n"].transform("max").map(lambda m: _scale(int(m)))
+    out = np.empty(len(number), dtype=np.int64)
+    out[df.index.to_numpy()] = (df["n"] + occurrence * scale).to_numpy(dtype=np.int64)
+    return out
+
+
+def repeat_note(names: list[str], group: np.ndarray, start_ns: np.ndarray, step: np.ndarray,
+                pattern: re.Pattern) -> list[str]:
+    """A note for meta["notes"] where step ranges repeat their numbers, else []."""
+    first = _numbers(names, group, start_ns, pattern)
+    moved = np.flatnonzero(step != first)
+    if not len(moved):
+        return []
+    i = int(moved[0])
+    return [f"step ranges repeat their numbers ({len(moved)} later occurrences, e.g. a second {names[i]!r}, "
+            f"step {int(step[i])}): each occurrence is a step of its own, the k-th occurrence of N numbered "
+            f"N + k * {_scale(int(first.max()))}"]
+
+
+def _scale(largest: int) -> int:
+    """10^d, d the digits of the largest step number: a repeat's offset."""
+    return 10 ** len(str(max(largest, 1)))
+
+
+def _numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
+    """The number of each step range as the trace gives it (its order where it gives none)."""
     captured = [next((g for g in pattern.fullmatch(n).groups() if g is not None), None) for n in names]
     out = np.array([-1 if c is None else _step_number(c, n, pattern) for c, n in zip(captured, names)],
                    dtype=np.int64)

@@ -57,7 +57,7 @@ from ._kineto_graphs import scope_launches
 from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
 from ._gemm_dims import odd_gemms
 from ._shapes import row_work
-from ._steps import assign, compile_pattern, is_step, numbers
+from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -109,7 +109,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
-    meta["notes"] = graphs.notes if gpu.cat else []
+    meta["notes"] = (graphs.notes if gpu.cat else []) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
@@ -226,8 +226,17 @@ def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) ->
     """The step ranges among the annotations: group (process or device), start, end, step number."""
     mask = is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)[mask]
-    return {"group": group[mask], "start_ns": start_ns, "end_ns": start_ns + _dur_ns(annotations)[mask],
-            "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, step_re)}
+    end_ns = start_ns + _dur_ns(annotations)[mask]
+    return {"group": group[mask], "start_ns": start_ns, "end_ns": end_ns,
+            "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, end_ns, step_re)}
+
+
+def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[str]:
+    """A note where the step ranges repeat their numbers (parsers/_steps.py)."""
+    mask = is_step(annotations.name, step_re)
+    steps = _step_ranges(annotations, to_ints(annotations.pid), step_re)
+    return repeat_note(list(compress(annotations.name, mask)), steps["group"], steps["start_ns"], steps["step"],
+                       step_re)
 
 
 def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_annotations: Picked,

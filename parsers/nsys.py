@@ -46,7 +46,7 @@ from tracelab.schema import Profile
 from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
 from ._shapes import op_work, spread
-from ._steps import assign, compile_pattern, is_step, main_threads, numbers
+from ._steps import assign, compile_pattern, is_step, main_threads, numbers, repeat_note
 
 NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
 PID_MASK = ~0xFFFFFF  # globalTid -> globalPid; pid = (globalPid >> 24) & 0xFFFFFF
@@ -268,10 +268,11 @@ def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
     ranges = ranges.assign(text=ranges["text"].str.replace(_EMIT_NVTX_COUNTERS, "", regex=True))
     step = is_step(ranges["text"].tolist(), step_re)
     rows = launches["row"].to_numpy()
-    steps[rows] = assign(launches["globalPid"].to_numpy(), launches["launch_ns"].to_numpy(),
-                         _step_ranges(ranges[step], step_re))
+    step_ranges = _step_ranges(ranges[step], step_re)
+    steps[rows] = assign(launches["globalPid"].to_numpy(), launches["launch_ns"].to_numpy(), step_ranges)
     scopes[rows] = _scopes(ranges[~step], captured)
-    return scopes, steps, notes
+    return scopes, steps, notes + repeat_note(ranges["text"][step].tolist(), step_ranges["group"],
+                                              step_ranges["start_ns"], step_ranges["step"], step_re)
 
 
 _SIZES = re.compile(r"^(aten::\w+),.*?, sizes = (\[.*?\])(?:, input_op_ids = .*)?$")
@@ -310,8 +311,9 @@ def _nvtx_flops(con: sqlite3.Connection, tables: set[str], activity: pd.DataFram
 def _step_ranges(ranges: pd.DataFrame, step_re: re.Pattern) -> dict[str, np.ndarray]:
     group = ranges["tid"].to_numpy() & PID_MASK
     start_ns = ranges["start"].to_numpy()
-    return {"group": group, "start_ns": start_ns, "end_ns": ranges["end"].to_numpy(),
-            "step": numbers(ranges["text"].tolist(), group, start_ns, step_re)}
+    end_ns = ranges["end"].to_numpy()
+    return {"group": group, "start_ns": start_ns, "end_ns": end_ns,
+            "step": numbers(ranges["text"].tolist(), group, start_ns, end_ns, step_re)}
 
 
 def _scopes(ranges: pd.DataFrame, launches: pd.DataFrame) -> list[str]:

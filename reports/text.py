@@ -6,11 +6,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.schema import recorded
+
 from .breakdown.breakdown import spread
 from .fmt import ms_cell, us_cell
 from .compare.compare import Comparison
 from .csvout import csv_text
 from .jsonout import dumps, records
+from .normalise import MIN_LEAD
 from .steps.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
 
@@ -24,13 +27,25 @@ def _cpu_only(row: pd.Series) -> bool:
     return bool(row.get("cpu_op_ns", 0)) and not row["kernel_ns"]
 
 
+def _cpu_what(row: pd.Series) -> str:
+    """What the CPU-operator total adds up: top-level operators of each thread, threads summed,
+    beside the span they ran over (several threads' sum may exceed it)."""
+    threads, span = row.get("cpu_threads"), row.get("cpu_span_ns")
+    if threads is None or pd.isna(threads) or span is None or pd.isna(span):
+        return ""
+    n = int(threads)
+    return (f": top-level operators of {n} thread{'s, summed' if n > 1 else ''}, over a {ms_cell(span)} ms span")
+
+
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
     if _cpu_only(row):
-        parts = [f"CPU operators {ms_cell(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
+        parts = [f"CPU operators {ms_cell(row['cpu_op_ns'])} ms{_cpu_what(row)} (no GPU activity in this trace)"]
     else:
-        parts = [f"kernels {ms_cell(row['kernel_ns'])} ms", f"memcpy {ms_cell(row['memcpy_ns'])} ms"]
-    if row.get("memset_ns", 0):
+        parts = [f"kernels {ms_cell(row['kernel_ns'])} ms",
+                 f"memcpy {ms_cell(row['memcpy_ns'])} ms" if recorded(row["source"], "memcpy")
+                 else f"memcpy not recorded ({row['source']} records kernels only)"]
+    if row.get("memset_ns", 0) and not pd.isna(row.get("memset_ns")):
         parts.append(f"memset {ms_cell(row['memset_ns'])} ms")
     if not pd.isna(row.get("span_ns")):
         parts.append(f"GPU busy {ms_cell(row['busy_ns'])} ms of a {ms_cell(row['span_ns'])} ms span "
@@ -148,6 +163,15 @@ def short_labels(labels: list[str]) -> dict[str, str]:
     return {label: chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i, label in enumerate(labels)}
 
 
+def slowest_rule(table: pd.DataFrame) -> str:
+    """How 'slowest' was decided: against the step-to-step noise only where every input's steps
+    give one (normalise.slowest), else on the material lead alone."""
+    if table.attrs.get("noise", True):
+        return "slowest only where its lead beats the step-to-step noise"
+    return (f"slowest where its lead is over {100 * MIN_LEAD:.0f}% (and beyond the step-to-step noise where an "
+            "input's steps give one; some have no steps)")
+
+
 def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     if len(c.labels) > MANY_RANKS:
@@ -157,7 +181,7 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
         title += " (scopes differ between inputs: try --by kernel)"
     title += f"; compared {c.table.attrs.get('basis', 'totals')}"  # totals, or per call and why
-    title += "; slowest only where its lead beats the step-to-step noise"
+    title += "; " + slowest_rule(c.table)
     short = short_labels(c.labels)
     t = Table(title=Text(title), title_justify="left", show_edge=False)
     ratios = 1 < len(c.labels) <= _MAX_RATIO_COLUMNS
@@ -195,8 +219,7 @@ def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -
     column, unit, cell = _shown_basis(c)
     values = shown[[f"{column}[{label}]" for label in c.labels]]
     t = Table(title=Text(f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}) over {len(c.labels):,} "
-                         f"inputs; compared {c.table.attrs.get('basis', 'totals')}; slowest only where its lead "
-                         f"beats the step-to-step noise"),
+                         f"inputs; compared {c.table.attrs.get('basis', 'totals')}; {slowest_rule(c.table)}"),
               title_justify="left", show_edge=False)
     for name in ("inputs", f"min ({unit})", f"median ({unit})", f"max ({unit})", "spread", "slowest"):
         t.add_column(name, justify="right", no_wrap=name == "slowest")

@@ -103,7 +103,8 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     """The run's verdict: pattern (straggler, alternating, none), rank (int or None), the
     test's numbers (units gated per rank; p value of the signed-rank test of the most likely
     rank's per-unit lateness, Bonferroni over the ranks; its mean lateness) and the
-    per-collective last counts. A straggler needs p < STRAGGLER_ALPHA and to gate most gated units."""
+    per-collective last counts. A straggler needs p < STRAGGLER_ALPHA, to gate most gated units and a
+    positive mean lateness."""
     ranks = sorted(int(r) for r in coll["rank"].unique()) if len(coll) else []
     pc = per_collective(coll) if len(coll) else pd.DataFrame(columns=["last_rank", "step"])
     basis = "steps" if len(pc) and pc["step"].notna().any() else "collectives"
@@ -125,7 +126,8 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         test = f"binomial test of the {'steps' if basis == 'steps' else 'collectives'} it gates against 1 in {len(ranks)}"
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
-    if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2:
+    if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2 and out["lateness_ns"] > 0:  # late on average too:
+        # the others lose time to it (last often, yet earlier on average, it costs them nothing in all)
         return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
     block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
     out["block"] = block if block.get("rank") is not None else None

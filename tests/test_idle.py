@@ -239,6 +239,21 @@ def test_bound_is_the_largest_share() -> None:
     assert I.idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
 
 
+@pytest.mark.parametrize("busy, comm, host, dependency, want", [
+    (900, 0, 50, 0, "gpu"),                 # host-caused idle 5% of the step: the GPU is the bound
+    (530, 0, 410, 0, "host"),               # most of the step busy, yet 41% waiting for the host: host
+    (500, 300, 150, 0, "communication"),    # host 15%, but communication waits more
+    (350, 100, 150, 200, "communication"),  # exposed comm and dependency 300 against gpu 250, host 150
+    (0, 0, 0, 0, "gpu"),
+])
+def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, want):
+    span = busy + host + dependency + 10
+    step = pd.DataFrame({"span_ns": [span], "busy_ns": [busy], "exposed_comm_ns": [comm], "idle_host_ns": [host],
+                         "idle_launch_ns": [0], "idle_sync_ns": [0], "idle_dependency_ns": [dependency],
+                         "idle_other_ns": [10]})
+    assert I.step_bound(step).tolist() == [want]
+
+
 # ---- the command: strict JSON, proton, broken inputs ---------------------------------------------
 
 
@@ -387,3 +402,28 @@ def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
     assert (steps["idle_sync_ns"] > 0).all() and (steps["bound"] == "host").all()
     causes = steps[["idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns"]]
     assert (causes.sum(axis=1) == steps["idle_ns"]).all()
+
+
+def test_a_graph_launch_counts_once_and_its_kernels_are_not_shorter_than_it() -> None:
+    # one cudaGraphLaunch (1000-1100) replaying 3 kernels; two kernel launches: one longer than its kernel
+    events = _frame([(7, 1200, 10, 1000, 100), (7, 1210, 10, 1000, 100), (7, 1220, 10, 1000, 100),
+                     (7, 1300, 20, 1250, 50), (7, 1400, 30, 1390, 5)])
+    row = I.launch_stats(events, 0).iloc[0]
+    assert row["launch_cpu_ns"] == 100 + 50 + 5 and row["graph_launches"] == 1 and row["launched"] == 5
+    assert row["short_kernels"] == 1 and row["short_kernels_gpu_ns"] == 20  # not the three replayed kernels
+    assert row["delay_median_ns"] == 50  # per call: 200 (the graph's first kernel), 50, 10
+
+
+def test_launch_cpu_is_each_launch_call_once_on_a_graph_capture() -> None:
+    """The launch calls' CPU time equals the runtime calls' durations read from the JSON, each
+    call once however many kernels it started (cudaGraphLaunch replays)."""
+    path = DATA / "decode-1gpu-steps-torch" / "rank0.pt.trace.json.gz"
+    raw = json.loads(gzip.open(path).read())["traceEvents"]
+    kernel_ids = {e["args"]["correlation"] for e in raw if e.get("cat") == "kernel"}
+    calls = [e for e in raw if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and e.get("args", {}).get("correlation") in kernel_ids]
+    graph = [e for e in calls if e["name"] == "cudaGraphLaunch"]
+    events = tracelab.load(path).events
+    row = I.launch_stats(events, 0).iloc[0]
+    assert graph and row["graph_launches"] == len(graph)
+    assert row["launch_cpu_ns"] == pytest.approx(sum(round(e["dur"] * 1000) for e in calls), abs=len(calls))

@@ -95,11 +95,25 @@ def test_lost_time_is_time_beyond_the_roof_and_sorted(by_scope):
     assert (np.diff(lost) <= 0).all()
 
 
-def test_copies_against_the_host_link_and_hbm(by_scope):
-    rows, _ = by_scope
-    h2d, d2d = rows.loc["copy_h2d"], rows.loc["copy_d2d"]
+def _copy_bytes(kind: str) -> float:
+    """Bytes of the capture's memcpy events of one kind ("DtoD", "HtoD"), from the raw JSON."""
+    events = json.load(gzip.open(SHAPES / "rank0.pt.trace.json.gz"))["traceEvents"]
+    return float(sum(e["args"]["bytes"] for e in events if e.get("cat") == "gpu_memcpy" and kind in e["name"]))
+
+
+@pytest.mark.parametrize("source", ["rank0.pt.trace.json.gz", "rank0.sqlite"])
+def test_copies_count_gb_s_as_the_roof_does(source):
+    """One convention per column (issue 28): GB/s is the traffic the roof fraction counts, a
+    device-to-device copy read plus written, so GB/s / bandwidth is the fraction of the roof."""
+    folder = SHAPES if source.endswith("gz") else DATA / "roofline-1gpu-nsys"
+    rows = roofline(tracelab.load(folder / source).events, H100, "kernel").rows.set_index("key")
+    h2d, d2d = rows.loc["Memcpy HtoD"], rows.loc["Memcpy DtoD"]
+    if source.endswith("gz"):
+        assert d2d["bytes"] == 2 * _copy_bytes("DtoD") and h2d["bytes"] == _copy_bytes("HtoD")
     assert h2d["min_ns"] == pytest.approx(h2d["bytes"] / H100.host_link_gb_s)
-    assert d2d["min_ns"] == pytest.approx(2 * d2d["bytes"] / H100.hbm_gb_s)  # read and written
+    assert d2d["min_ns"] == pytest.approx(d2d["bytes"] / H100.hbm_gb_s)  # read and written
+    assert d2d["gb_s"] / H100.hbm_gb_s == pytest.approx(d2d["roofline_frac"])
+    assert h2d["gb_s"] / H100.host_link_gb_s == pytest.approx(h2d["roofline_frac"])
 
 
 def test_unknown_work_is_unknown_not_zero():

@@ -37,6 +37,13 @@ class Device:
                                              "host_link_gb_s": self.host_link_gb_s}, "figures_from": self.source}
 
 
+CLASS_LABEL = {"16": "bf16/fp16", "8": "fp8/int8"}  # a peak's dtype class as a reader names it
+
+
+def class_label(dtype_class: str) -> str:
+    return CLASS_LABEL.get(dtype_class, dtype_class)
+
+
 DTYPE_CLASS = {"bf16": "16", "fp16": "16", "16-bit": "16", "fp8": "8", "8-bit": "8", "int8": "8", "uint8": "8",
                "tf32": "tf32", "fp32": "fp32", "fp64": "fp64"}
 

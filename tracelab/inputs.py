@@ -27,16 +27,19 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 
 
 def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
-                options: Options = DEFAULT) -> list[list[Profile]]:
+                options: Options = DEFAULT, device=None) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
     rank's RANK_DIGESTS (reports.session) computed in the worker that parsed it. Without
     `keep_events` the events stay in the workers: the report and compare need only the
-    summaries (the merged Perfetto trace needs the events)."""
+    summaries (the merged Perfetto trace needs the events). `device` (a devices.Device: report
+    --device) is the roofline's device instead of the one the traces or run.json name."""
     from .loading import load_many
+    from .reports.roofline.roofline import RankRoofline
     from .reports.session import RANK_DIGESTS
 
     run_infos(paths)  # each run folder's own files checked before any trace is parsed
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_DIGESTS,
+    reduce = {**RANK_DIGESTS, "roofline": RankRoofline(device)} if device is not None else RANK_DIGESTS
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
                                                         keep_events=keep_events, options=options) for p in paths]
 
 

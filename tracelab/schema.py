@@ -13,6 +13,14 @@ import numpy as np
 import pandas as pd
 
 SOURCES = ("proton", "torch", "nsys")
+# What a source's traces never hold, so that a view says "not recorded" (or that the question
+# cannot be answered from it) instead of a 0 or a "none": proton aggregates kernels per scope.
+NOT_RECORDED = {"proton": frozenset({"memcpy", "memset", "timeline"})}
+
+
+def recorded(source: str, what: str) -> bool:
+    """Whether traces of `source` can hold `what` (memcpy, memset, timeline)."""
+    return what not in NOT_RECORDED.get(str(source), frozenset())
 KINDS = ("kernel", "memcpy", "memset", "cpu_op")
 OP_CLASSES = ("gemm", "attention", "communication", "elementwise", "reduction", "memory", "other")
 

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import OnEvents
+from tracelab.schema import OnEvents, recorded
 
 BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step
@@ -92,7 +92,14 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         out[f"{kind}_ns"] = by_kind[kind] if kind in by_kind else 0
     out["events"] = df.groupby("rank").size()
     out["source"] = df.groupby("rank", observed=True)["source"].first().astype(str)
+    for kind in ("memcpy", "memset"):  # a source that never records them: unknown (NaN), not 0
+        out[f"{kind}_ns"] = out[f"{kind}_ns"].astype("float64").where(
+            [recorded(s, kind) for s in out["source"]])
     out = out.join(idle(df).set_index("rank")[["span_ns", "busy_ns", "idle_share"]])
+    cpu = df[df["kind"] == "cpu_op"]  # what cpu_op_ns adds up: top-level ops per thread, threads summed
+    ends = cpu["start_ns"] + cpu["dur_ns"]
+    out["cpu_threads"] = cpu.groupby("rank")["stream"].nunique()
+    out["cpu_span_ns"] = ends.groupby(cpu["rank"]).max() - cpu.groupby("rank")["start_ns"].min()
     return out.reset_index()
 
 

@@ -81,7 +81,8 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
                                         kind="stable")
     out = out.reset_index(drop=True)
-    out.attrs.update(basis=b.note, basis_kind=b.kind)
+    out.attrs.update(basis=b.note, basis_kind=b.kind,
+                     noise=all(bool(i.digest("noise")["steps"]) for i in inputs))  # steps weigh every lead
     return out
 
 

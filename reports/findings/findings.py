@@ -23,9 +23,12 @@ import pandas as pd
 from ..steps.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
-from .findings_more import idle_findings
+from .findings_more import CAUSE_TEXT, idle_findings
+from ..idle.idle import CAUSES, combine
 from ..topics import TOPICS
 from ..whatif.findings import with_savings
+
+HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle/idle.step_bound
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -47,7 +50,7 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
     for _, row in ev.comparison.stragglers.iterrows():
         w = ev.comparison.waits.get(row["group"])
         if w is not None and len(w.collectives):
-            made = _verdict_finding(row["group"], w)
+            made = _verdict_finding(row["group"], w, _idle_cause(ev, row["group"], w.verdict.get("rank")))
         elif row["pattern"] == "straggler":
             made = _totals_finding(row)
         else:
@@ -56,16 +59,28 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
     return out
 
 
-def _verdict_finding(group: str, w) -> Finding | None:
+def _idle_cause(ev: Evidence, group: str, rank) -> tuple[str, str] | None:
+    """(the largest idle cause (reports/idle.CAUSES), the bound of most steps) of `rank` of
+    `group`, where its idle digest gives causes; None where it does not."""
+    found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
+    steps = combine({rank: found[0].digest("idle")}).steps if found else None
+    if steps is None or not len(steps) or not steps["idle_ns"].sum():
+        return None
+    return max(CAUSES, key=lambda c: steps[c].sum()), str(steps["bound"].mode().iloc[0])
+
+
+def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -> Finding | None:
     v = w.verdict
     unit = _unit(v)
     gated = w.gating.dropna(subset=["gating_rank"])
     if v["pattern"] == "straggler":
         r = v["rank"]
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
+        of_which = (f"the {v['gated_units']} {unit}s where a rank was late beyond the noise"
+                    if v.get("units") and v["gated_units"] < v["units"] else f"{v['gated_units']} {unit}s")
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
-                f"{v['gated_units']} {unit}s, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
-                + _why(w.causes, r, unit))
+                f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
+                + _why(w.causes, r, unit, idle_cause))
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
@@ -77,21 +92,38 @@ def _verdict_finding(group: str, w) -> Finding | None:
     return None
 
 
-def _why(causes: pd.DataFrame, rank: int, unit: str) -> str:
+def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str] | None = None) -> str:
     """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
-    (the mean over the units it gates), or ''."""
+    (the mean over the units it gates), or ''. More idle is said in the words of the rank's
+    largest idle cause (`idle_cause`, reports/idle.py), so this never says "the host launched
+    late" where the idle view blames something else."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
     if not len(mine):
         return ""
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
     device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
     if work < idle:
-        return f"; its {device} sits idle {duration(idle)} longer before them per {unit} (the host launched late)"
+        return f"; its {device} sits idle {duration(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
     names = pd.Series(dtype="float64")
     for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
     return f"; its {device} does {duration(work)} more work before them per {unit}{top}"
+
+
+def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
+    """Why a rank's device sat idle, as its idle causes say; where its steps are mostly bound by
+    something else (reports/idle.step_bound), that is said too, so that the idle finding's
+    "gpu-bound" and this sentence do not read as a contradiction."""
+    if device == "CPU":
+        return "time outside its CPU operators"
+    if idle_cause is None:
+        return "the trace does not say why"
+    cause, bound = idle_cause
+    if cause in HOST_CAUSES:
+        return ("the host launched late" if bound == "host" else
+                f"the host ran late there, though overall its {'GPU' if bound == 'gpu' else bound} is the bound")
+    return f"its idle mostly {CAUSE_TEXT[cause]}"
 
 
 def _totals_finding(row: pd.Series) -> Finding:
@@ -118,7 +150,7 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
         share = f"{100 * top['exposed_ns'] / top['comm_ns']:.0f}%"
         wait = _wait_text(ev.comparison.waits.get(group), int(top["rank"]))
         median = (f" (median over its {len(g):,} ranks: {duration(g['exposed_ns'].median())})" if len(g) > 2 else "")
-        text = (f"{_run(group)}rank {int(top['rank'])} {wait}{share} of its communication is exposed, "
+        text = (f"{_run(group)}rank {int(top['rank'])}{' ' + wait if wait else ': '}{share} of its communication is exposed, "
                 f"{duration(top['exposed_ns'])} of its {duration(top['span_ns'])} span{median}")
         out.append(Finding(text, int(top["exposed_ns"]), SECTIONS["overlap"],
                            {"rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),
@@ -195,8 +227,22 @@ def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | 
 NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"
 
 
-def lines(found: list[Finding]) -> list[str]:
-    """The findings as the terminal prints them (the report shows the same text)."""
+UNTIMED = ("{sources} records no timeline: the idle GPU and its causes, the exposed communication, who waited "
+           "in which step and the step-to-step noise cannot be answered from it; of what it records (kernel "
+           "time per scope), nothing stands out beyond the thresholds of each finding")
+
+
+def none_text(untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> str:
+    """Why there is no finding: nothing stands out, or (inputs without a timeline only, proton)
+    which questions those inputs cannot answer, never a bare "none"."""
+    if untimed_sources and not timed:
+        return UNTIMED.format(sources=" and ".join(sorted(untimed_sources)))
+    return NONE
+
+
+def lines(found: list[Finding], untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> list[str]:
+    """The findings as the terminal prints them (the report shows the same text); `untimed_sources`
+    and `timed` (any input with a timeline) say why there are none (none_text)."""
     if not found:
-        return [f"findings: none ({NONE})"]
+        return [f"findings: none ({none_text(untimed_sources, timed)})"]
     return ["findings:", *(f"  {n}. {f.text}" for n, f in enumerate(found, 1))]

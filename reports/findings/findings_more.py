@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
-from .finding import Finding
+from .finding import SECTIONS, Finding
 from ..idle.idle import CAUSES, combine
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
@@ -40,10 +40,13 @@ def idle_findings(ev) -> list:
     out = []
     for group, (i, idle, span, steps) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
-        bounds = ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} per step of "
-                f"{ms(span)} ({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
-                f"({bounds} steps)")
+        stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
+        bounds = (f"{steps['bound'].iloc[0]}-bound over the whole trace, which has no steps" if stepless else
+                  ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
+                  + " steps")
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
+                f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
+                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} ({bounds})")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                             **{c: float(steps[c].mean()) for c in CAUSES}}))
@@ -68,7 +71,7 @@ def roofline_findings(ev) -> list:
     out = []
     for group, (i, top, d) in best.items():
         rate = (tflops(top['tflop_s']) if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
-                else rate_gb_s(top['gb_s']))
+                else rate_gb_s(top['gb_s']) + " read+written")
         frac = "" if pd.isna(top["roofline_frac"]) else f", {100 * top['roofline_frac']:.1f}% of its roof"
         text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {ms(top['lost_ns'])} to its roofline on "
                 f"rank {i.rank} ({int(top['count']):,} calls, {ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
@@ -80,3 +83,36 @@ def roofline_findings(ev) -> list:
     return out
 
 
+
+
+MIN_CPU_COMM_SHARE = 0.20  # communication under this share of a CPU-only rank's operator time is no finding
+
+
+def cpu_comm_findings(ev) -> list:
+    """Per run of CPU-only traces (gloo: no GPU, so neither idle nor exposure), the rank that
+    spends the largest share of its CPU operator time in communication operators, where that is
+    over MIN_CPU_COMM_SHARE: the time a rank sits inside a collective (waiting for the others,
+    then moving data), named with the operator that takes most of it."""
+    groups = {i.group for i in ev.inputs}
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        sums = i.sums
+        cpu = sums[sums["kind"].astype(str) == "cpu_op"]
+        if not len(cpu) or len(cpu) != len(sums) or not cpu["dur_ns"].sum():
+            continue
+        comm = cpu[cpu["op_class"].astype(str) == "communication"]
+        share = comm["dur_ns"].sum() / cpu["dur_ns"].sum()
+        if share >= MIN_CPU_COMM_SHARE and (i.group not in best or share > best[i.group][1]):
+            best[i.group] = (i, share, comm, cpu)
+    out = []
+    for group, (i, share, comm, cpu) in best.items():
+        top = comm.groupby("kernel", observed=True)[["dur_ns", "count"]].sum().sort_values("dur_ns").iloc[-1:]
+        name, top_ns, calls = str(top.index[0]), int(top["dur_ns"].iloc[0]), int(top["count"].iloc[0])
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank} spends {100 * share:.0f}% of its CPU operator time in "
+                f"communication ({ms(comm['dur_ns'].sum())} of {ms(cpu['dur_ns'].sum())}; {name} "
+                f"{ms(top_ns)} over {calls:,} calls): its wait for the other ranks and the transfer together "
+                "(who waits on whom splits them)")
+        out.append(Finding(text, int(comm["dur_ns"].sum()), SECTIONS["totals"],
+                           {"rank": i.rank, "comm_ns": int(comm["dur_ns"].sum()), "cpu_op_ns": int(cpu["dur_ns"].sum()),
+                            "operator": name, "operator_ns": top_ns, "calls": calls}))
+    return out

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from tracelab.classify import classify_one
+
 from ..session import Input
 from ..fmt import duration
 from .finding import SECTIONS, Finding
-from ..results.runs import cost_of
+from ..results.runs import cost_of, same_config
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
 NAME_CHARS = 80
@@ -24,10 +26,15 @@ def difference_findings(ev) -> list:
     GPU time); compared as compare compares them: totals, or per call where the inputs' steps
     differ. Ranks of one run differing are the straggler's finding, not this one."""
     first, others = _across_runs(ev.inputs)
+    others = [o for o in others if _same_work(ev, first, o)]
     t = ev.kernels
     if not others or t.empty:
         return []
-    rows = t[t["slowest"].astype(str).isin([first, *others])].set_index("kernel")
+    rows = t[t["slowest"].astype(str).isin([first, *others])]
+    # a collective kernel's time holds the ranks' waits, which each profiler's pace moves: that is the
+    # straggler's and exposure's finding, not a difference of the kernel between runs
+    collective = rows["kernel"].astype(str).map(classify_one).eq("communication")
+    rows = rows[~collective].set_index("kernel")
     per_call = t.attrs.get("basis_kind") == "per call"
     best = None
     for other in others:
@@ -39,7 +46,8 @@ def difference_findings(ev) -> list:
         return []
     kernel, other, stake_ns = best
     row = rows.loc[kernel]
-    return [Finding(_difference_text(kernel, row, first, other, per_call, stake_ns), int(stake_ns),
+    noise = _has_noise(ev, first) and _has_noise(ev, other)
+    return [Finding(_difference_text(kernel, row, first, other, per_call, stake_ns, noise), int(stake_ns),
                     SECTIONS["comparison"], {"kernel": kernel, "against": first, "input": other,
                                              "delta_ns": float(row[f"delta_ns[{other}]"]), "stake_ns": stake_ns,
                                              "basis": str(t.attrs.get("basis", ""))})]
@@ -54,7 +62,28 @@ def _stake_ns(rows: pd.DataFrame, first: str, other: str, per_call: bool) -> pd.
     return stake.where((mine > 0) == (theirs > 0), (theirs - mine).abs()).fillna(0.0)
 
 
-def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_call: bool, stake_ns: float) -> str:
+def _same_work(ev, a: str, b: str) -> bool:
+    """Whether inputs `a` and `b` ran the same workload and config (backend aside), as their
+    run folders' run.json say (runs.same_config); unknown (a bare trace) is not the same: a
+    difference between two programs is no finding about either."""
+    ra, rb = _run_json(ev, a), _run_json(ev, b)
+    return ra is not None and rb is not None and same_config(ra, rb)
+
+
+def _run_json(ev, label: str) -> dict | None:
+    """The run.json of the run folder input `label` was read from, None for a bare trace."""
+    path = next((i.path for i in ev.inputs if i.label == label), "")
+    folder = Path(path).parent.name if path else None
+    return next((info for name, info in ev.runs if name == folder), None)
+
+
+def _has_noise(ev, label: str) -> bool:
+    """Whether input `label` has steps, so that a noise could be weighed against."""
+    return any(bool(i.digest("noise")["steps"]) for i in ev.inputs if i.label == label)
+
+
+def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_call: bool, stake_ns: float,
+                     noise: bool = True) -> str:
     mine, theirs = row[f"time_ns[{first}]"], row[f"time_ns[{other}]"]
     if (mine > 0) != (theirs > 0):
         there, absent = (first, other) if mine > 0 else (other, first)
@@ -62,11 +91,14 @@ def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_ca
     delta, ratio = float(row[f"delta_ns[{other}]"]), row[f"ratio[{other}]"]
     more = "more" if delta > 0 else "less"
     if per_call:
-        return (f"{_short(kernel)} takes {duration(abs(delta))} {more} per call in {other} than in {first} "
-                f"(x{ratio:.2f}; {duration(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there, beyond the "
-                "step-to-step noise)")
-    return (f"{_short(kernel)} takes {duration(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}, beyond the "
-            "step-to-step noise)")
+        return (f"{_short(kernel)} takes {_time(abs(delta))} {more} per call in {other} than in {first} "
+                f"(x{ratio:.2f}; {duration(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there{_beyond(noise)})")
+    return f"{_short(kernel)} takes {duration(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}{_beyond(noise)})"
+
+
+def _beyond(noise: bool) -> str:
+    """The noise claim, only where both inputs' steps give a noise."""
+    return ", beyond the step-to-step noise" if noise else "; no steps to weigh it against a noise"
 
 
 def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:

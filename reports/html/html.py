@@ -20,11 +20,11 @@ import pandas as pd
 from ...errors import UsageError
 from . import figures, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
-from ..results.runs import run_table, shared_rows
+from ..results.runs import number_text, run_table, shared_rows
 from ..compare.compare import Comparison, comparison, rows_are
 from ..session import Input
 from ..topics import TOPICS
-from ..findings.findings import NONE, Evidence, Finding, findings
+from ..findings.findings import Evidence, Finding, findings, none_text
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -113,16 +113,15 @@ def _cell(value: Any, header: str, text: bool) -> str:
     if pd.isna(value):
         return '<td data-v="-1e300">-</td>'
     scale, fmt = (1e6, "{:,.3f}") if header.endswith("(ms)") else (1e3, "{:,.2f}") if header.endswith("(us)") \
-        else (0.01, "{:.1f}%") if header.endswith("%") else (1, "{:,.3g}" if isinstance(value, float) else "{:,}")
-    return f'<td data-v="{float(value)!r}">{fmt.format(value / scale if scale != 1 else value)}</td>'
+        else (0.01, "{:.1f}%") if header.endswith("%") else (1, None if isinstance(value, float) else "{:,}")
+    shown = number_text(float(value), 3) if fmt is None else fmt.format(value / scale if scale != 1 else value)
+    return f'<td data-v="{float(value)!r}">{shown}</td>'
 
 
 def _runs_html(runs: list[tuple[str, dict]]) -> str:
     """The run table (one column per run: what differs first, what all share in one line), or
     for one run its fields in a compact grid; each run.json folded away below it."""
-    raw = "".join(f'<details><summary>run.json of {_e(name)}</summary><table>'
-                  + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
-                            for k, v in info.items()) + "</table></details>" for name, info in runs)
+    raw = ('<p class="note">Each run.json in full: at the end of the page.</p>' if runs else "")
     if len(runs) == 1:
         df = run_table(runs)
         cells = "".join(f'<div{" class=wide" if len(_run_value(value)) > 60 else ""}><dt>{_e(field)}</dt>'
@@ -136,9 +135,19 @@ def _runs_html(runs: list[tuple[str, dict]]) -> str:
     return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{same}{raw}'
 
 
+def _run_jsons_html(runs: list[tuple[str, dict]]) -> str:
+    """Each run.json folded away, for the end of the page (hundreds of lines: below the charts)."""
+    if not runs:
+        return ""
+    return '<h2 id="run-json">run.json</h2>' + "".join(
+        f'<details><summary>run.json of {_e(name)}</summary><table>'
+        + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>' for k, v in info.items())
+        + "</table></details>" for name, info in runs)
+
+
 def _run_value(value: Any) -> str:
     if isinstance(value, float):
-        return _e(f"{value:,.4g}")
+        return _e(number_text(value))
     return _e("-" if value is None else _plain(value))
 
 
@@ -215,7 +224,7 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
         raise UsageError("report", "no traces and no workload figures to report on")
     c = comparison(inputs, by="kernel") if inputs else None
     body = [f"<h1>{_e(title)}</h1>"]
-    body += [findings_html(findings(Evidence(inputs, c, runs)))] if c is not None else []
+    body += [findings_html(findings(Evidence(inputs, c, runs)), inputs)] if c is not None else []
     body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
     body += [_runs_html(runs)] if runs else []
     body += [_inputs_html(inputs, paths, perfetto)]
@@ -223,6 +232,7 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
         body += ['<h2 id="workload">Workload figures</h2>'] + [_figure(figs, fig, note) for note, fig in plots]
     if c is not None:
         body += _sections(inputs, c, figs)
+    body += [_run_jsons_html(runs)]
     scripts = [get_plotlyjs(), _SCRIPT]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_policy(scripts)}">'
@@ -262,10 +272,13 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
             "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
 
 
-def findings_html(found: list[Finding]) -> str:
-    """The findings on top: each sentence links to the section that proves it."""
+def findings_html(found: list[Finding], inputs: list[Input] = ()) -> str:
+    """The findings on top: each sentence links to the section that proves it; where there are
+    none, why (findings.none_text: what the inputs cannot answer)."""
     if not found:
-        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(NONE)}.</p></section>'
+        untimed = {i.source for i in inputs if not i.timed}
+        why = none_text(untimed, timed=any(i.timed for i in inputs) or not inputs)
+        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(why)}.</p></section>'
     items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
     return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
 

@@ -22,9 +22,10 @@ starting together, the one launched first). With L = the start of that op's laun
 They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is what most of the
 step's critical path on this rank is made of (reports/whatif/bound.py, issue 27: compute ->
 gpu, transfers and waits -> communication, host, launch and sync -> host), so that no view
-disagrees with `tracelab whatif`; where the rank has no path, the largest of gpu (busy_ns -
-exposed_comm_ns), communication (exposed_comm_ns + idle_dependency_ns) and host (idle_host_ns
-+ idle_launch_ns + idle_sync_ns); idle_other_ns counts for none.
+disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `host` where the
+host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
+the step and no less than the communication's (exposed_comm_ns + idle_dependency_ns), else the
+largest of gpu (busy_ns - exposed_comm_ns), communication and host; idle_other_ns counts for none.
 
 What the host was doing: the CPU ops, ranges and OS calls of the host frame that overlap
 the host-caused gaps (idle_host_ns intervals), each name's intervals united, ranked by the
@@ -47,12 +48,13 @@ CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns"
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
 BOUNDS = ("gpu", "communication", "host")
 OP_COLUMNS = ["rank", "kind", "name", "covered_ns", "host_idle_ns"]
-LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "delay_median_ns", "delay_p90_ns",
-                  "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
+LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "graph_launches", "delay_median_ns",
+                  "delay_p90_ns", "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
 ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
 OP_KINDS = ("cpu_op", "range", "osrt")  # host frame kinds that say what the host was doing
 TOP_OPS = 50  # names kept per rank, in the worker
+HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
 HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
         "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step may "
@@ -159,11 +161,20 @@ def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     out = base.merge(sums, left_on=["step", "rank"], right_index=True, how="left").fillna(0)
     out["idle_ns"] = out["span_ns"] - out["busy_ns"]
     out["idle_host_ns"] = out["pre_ns"] - out["idle_sync_ns"]
-    score = np.c_[out["busy_ns"] - out["exposed_comm_ns"], out["exposed_comm_ns"] + out["idle_dependency_ns"],
-                  out["idle_host_ns"] + out["idle_launch_ns"] + out["idle_sync_ns"]]
-    out["bound"] = np.array(BOUNDS)[np.argmax(score, axis=1)]
+    out["bound"] = step_bound(out)
     ints = [c for c in STEP_COLUMNS if c.endswith("_ns") or c in ("kernels", "step", "rank")]
     return out.astype({c: "int64" for c in ints})[STEP_COLUMNS]
+
+
+def step_bound(steps: pd.DataFrame) -> np.ndarray:
+    """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
+    communication or host (module docstring). The one place the rule lives."""
+    gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
+    comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
+    host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
+    largest = np.array(BOUNDS)[np.argmax(np.c_[gpu, comm, host], axis=1)]
+    paced = (host >= HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)) & (host >= comm) & (host > 0)
+    return np.where(paced, "host", largest)
 
 
 def host_idle_intervals(gaps: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray
@@ -212,24 +223,38 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
 def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     """One row (LAUNCH_COLUMNS): kernels per step; of the kernels whose launch call is known,
     the launch-to-start delay (median, p90: how far ahead the host ran, a queue-depth proxy),
-    the CPU time of their launch calls, and the kernels shorter than their own launch call."""
+    the CPU time of their launch calls, and the kernels shorter than their own launch call.
+    A launch call that started several kernels (a CUDA-graph replay: every node shares its
+    cudaGraphLaunch) counts once, its delay to its first kernel; its kernels are not "shorter
+    than their launch", since the one call launched them all (`graph_launches` counts them)."""
     kernels = rows[rows["kind"] == "kernel"]
     n_steps = int(kernels["step"].nunique())
     known = kernels[kernels["launch_start_ns"].notna()]
-    delay = (known["start_ns"] - known["launch_start_ns"]).to_numpy(dtype=np.float64)
-    launch_dur = known["launch_dur_ns"].to_numpy(dtype=np.int64)
-    short = known["dur_ns"].to_numpy(dtype=np.int64) < launch_dur
-    cpu_ns = int(launch_dur.sum())
+    calls = launch_calls(known)
+    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).to_numpy(dtype=np.float64)
+    launch_dur = calls["launch_dur_ns"].to_numpy(dtype=np.int64)
+    single = known.merge(calls[calls["kernels"] == 1][["launch_start_ns", "launch_dur_ns"]],
+                         on=["launch_start_ns", "launch_dur_ns"])
+    short = single["dur_ns"].to_numpy(dtype=np.int64) < single["launch_dur_ns"].to_numpy(dtype=np.int64)
     return pd.DataFrame([{
         "rank": rank, "steps": n_steps, "kernels": len(kernels),
         "kernels_per_step": kernels["step"].notna().sum() / n_steps if n_steps else None,
-        "launched": len(known), "delay_median_ns": float(np.median(delay)) if len(delay) else None,
+        "launched": len(known), "graph_launches": int((calls["kernels"] > 1).sum()),
+        "delay_median_ns": float(np.median(delay)) if len(delay) else None,
         "delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
-        "launch_cpu_ns": cpu_ns if len(known) else None,
-        "launch_cpu_per_step_ns": (int(launch_dur[known["step"].notna().to_numpy()].sum()) / n_steps
+        "launch_cpu_ns": int(launch_dur.sum()) if len(known) else None,
+        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"].to_numpy()].sum()) / n_steps
                                    if n_steps and len(known) else None),
-        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(known["dur_ns"].to_numpy()[short].sum())}],
+        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(single["dur_ns"].to_numpy()[short].sum())}],
         columns=LAUNCH_COLUMNS)
+
+
+def launch_calls(known: pd.DataFrame) -> pd.DataFrame:
+    """One row per launch call (its start and CPU duration identify it) of the kernels whose
+    launch is known: how many kernels it started, the first one's start, whether in a step."""
+    g = known.assign(in_step=known["step"].notna()).groupby(["launch_start_ns", "launch_dur_ns"], sort=False)
+    return g.agg(kernels=("start_ns", "size"), first_start_ns=("start_ns", "min"),
+                 in_step=("in_step", "any")).reset_index()
 
 
 def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:

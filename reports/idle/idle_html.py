@@ -17,7 +17,8 @@ MAX_STEPS = 64  # steps per input drawn
 BARS = {"busy_ns": ("GPU busy", "#4c78a8"), "idle_host_ns": ("idle: host", "#e45756"),
         "idle_launch_ns": ("idle: launch", "#f58518"), "idle_sync_ns": ("idle: sync", "#b279a2"),
         "idle_dependency_ns": ("idle: dependency", "#72b7b2"), "idle_other_ns": ("idle: other", "#bab0ac")}
-LAUNCH_COLUMNS = {"label": "input", "kernels_per_step": "kernels / step", "delay_median_ns": "launch to start, median (us)",
+LAUNCH_COLUMNS = {"label": "input", "kernels_per_step": "kernels / step",
+                  "graph_launches": "graph launches (each counted once)", "delay_median_ns": "launch to start, median (us)",
                   "delay_p90_ns": "launch to start, p90 (us)", "launch_cpu_per_step_ns": "launch calls' CPU / step (ms)",
                   "short_kernels": "kernels shorter than their launch", "short_kernels_gpu_ns": "their GPU time (ms)"}
 OP_COLUMNS = {"label": "input", "kind": "kind", "name": "host op or range", "covered_ns": "host-caused idle covered (ms)"}

@@ -19,6 +19,10 @@ CAUSE_HEADS = {"idle_host_ns": "host", "idle_launch_ns": "launch", "idle_sync_ns
                "idle_dependency_ns": "dependency", "idle_other_ns": "other"}
 
 
+def _pct(part, whole) -> str:
+    return "-" if not whole or pd.isna(whole) or pd.isna(part) else f"{100 * part / whole:.0f}%"
+
+
 def _step(step) -> str:
     return "whole trace" if pd.isna(step) else str(step)
 
@@ -43,23 +47,30 @@ def steps_table(steps: pd.DataFrame) -> Table:
     if steps["rank"].nunique() > MANY_RANKS:
         return _spread_table(steps)
     t = _table("GPU idle per step and rank, by cause (ms; the causes add up to idle)",
-               [*_heads(steps), "step", "rank", "step time", "busy", "idle", *CAUSE_HEADS.values(), "bound"])
+               [*_heads(steps), "step", "rank", "step time", "busy", "idle", "% of step", *CAUSE_HEADS.values(),
+                "bound"])
     for _, r in steps.iterrows():
         t.add_row(*_input(r), _step(r["step"]), str(r["rank"]), ms_cell(r["span_ns"]), ms_cell(r["busy_ns"]), ms_cell(r["idle_ns"]),
-                  *(ms_cell(r[c]) for c in CAUSES), r["bound"])
+                  _pct(r["idle_ns"], r["span_ns"]), *(ms_cell(r[c]) for c in CAUSES), r["bound"])
     return t
 
 
 def _spread_table(steps: pd.DataFrame) -> Table:
     """Many ranks: per step, the ranks' median idle and causes, the most idle rank, the bounds."""
     t = _table("GPU idle per step over ranks (ms; medians over the ranks)",
-               ["step", "ranks", "idle", *CAUSE_HEADS.values(), "rank with most idle", "bound (ranks)"])
+               ["step", "ranks", "idle", "% of step", *CAUSE_HEADS.values(), "rank with most idle", "bound (ranks)"])
     for step, g in steps.groupby("step", sort=True, dropna=False):
         most = g.loc[g["idle_ns"].idxmax()]
         bounds = ", ".join(f"{b} {n}" for b, n in g["bound"].value_counts().items())
-        t.add_row(_step(step), f"{len(g):,}", ms_cell(g["idle_ns"].median()), *(ms_cell(g[c].median()) for c in CAUSES),
+        t.add_row(_step(step), f"{len(g):,}", ms_cell(g["idle_ns"].median()),
+                  _pct((g["idle_ns"] / g["span_ns"]).median(), 1), *(ms_cell(g[c].median()) for c in CAUSES),
                   f"{int(most['rank'])} ({ms_cell(most['idle_ns'])})", bounds)
     return t
+
+
+def _graphs(r: pd.Series) -> str:
+    n = r.get("graph_launches")
+    return f" ({int(n):,} graph launches, counted once)" if n is not None and not pd.isna(n) and n else ""
 
 
 def launch_table(launches: pd.DataFrame) -> Table:
@@ -68,7 +79,8 @@ def launch_table(launches: pd.DataFrame) -> Table:
                 "kernels shorter than their launch", "their GPU time (ms)"])
     for _, r in launches.iterrows():
         t.add_row(*_input(r), str(int(r["rank"])), "-" if pd.isna(r["kernels_per_step"]) else f"{r['kernels_per_step']:,.1f}",
-                  f"{int(r['launched']):,} of {int(r['kernels']):,}", us_cell(r["delay_median_ns"]), us_cell(r["delay_p90_ns"]),
+                  f"{int(r['launched']):,} of {int(r['kernels']):,}" + _graphs(r), us_cell(r["delay_median_ns"]),
+                  us_cell(r["delay_p90_ns"]),
                   ms_cell(r["launch_cpu_per_step_ns"]), f"{int(r['short_kernels']):,}", ms_cell(r["short_kernels_gpu_ns"]))
     return t
 

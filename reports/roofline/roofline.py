@@ -9,7 +9,9 @@ Per event row, the least time the device allows is
     min_ns = max(flops / peak FLOP/s of its dtype, traffic bytes / bandwidth)
 over the terms that are known, where traffic is a kernel's or memset's bytes against HBM, a
 device-to-device copy's twice its size (read and written) against HBM, and a copy to or from
-the host its size against the host link. A group sums its rows: achieved rates over the
+the host its size against the host link. The `bytes` column is that traffic (a device-to-device
+copy's read plus written), so `gb_s` and `roofline_frac` count bytes one way: gb_s / bandwidth is
+the memory term of roofline_frac. A group sums its rows: achieved rates over the
 time of the rows that carry that work, `roofline_frac` = min_ns / known_ns (achieved over
 attainable), `lost_ns` = known_ns - min_ns (the time beyond what the roofline allows: what
 optimising the group could win at most), `bound` from the group's intensity against the
@@ -31,6 +33,9 @@ from tracelab.devices import Device
 from tracelab.schema import RankData
 
 BY_CHOICES = ("kernel", "scope", "op_class")
+GB_S_HEADER = "GB/s r+w"  # the column's convention, said where it is shown
+GB_S_NOTE = ("GB/s: bytes read + written over the time (a device-to-device copy twice its size, a copy to or "
+             "from the host its size over the host link), as the roof fraction counts them")
 MEMORY_CLASSES = ("elementwise", "reduction", "memory")
 COLUMNS = ["rank", "key", "dur_ns", "count", "known_ns", "flops", "bytes", "tflop_s", "gb_s", "intensity",
            "bound", "roofline_frac", "min_ns", "lost_ns", "dtype"]
@@ -45,6 +50,16 @@ class Roofline:
     device_from: str
     gpu_ns: int
     known_ns: int
+    missing_hint: str = ""  # how the trace's source would record the work it lacks (MISSING_WORK)
+
+
+# per source, how its traces would give the kernels' work (FLOPs and bytes) they lack
+MISSING_WORK = {
+    "torch": "torch.profiler(record_shapes=True) would give the aten ops' shapes, and with them the work",
+    "nsys": ("torch.autograd.profiler.emit_nvtx(record_shapes=True) would give the ops' sizes (FLOPs; bytes need "
+             "dtypes, which NVTX does not carry)"),
+    "proton": ("proton's flops/bytes metrics would give it: a Triton kernel's launch_metadata hook, or "
+               "proton.scope(name, {'flops16': n, 'bytes': b}) around the work")}
 
 
 def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
@@ -111,17 +126,20 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
+    hbm, host = _traffic(gpu)
     frame = pd.DataFrame({
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
         "known_ns": np.where(known, dur, 0.0),
-        "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": gpu["bytes"].to_numpy(dtype=np.float64),
+        "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": np.where(np.isnan(hbm), host, hbm),
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
         "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
         "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": gpu["dtype"].astype(str).to_numpy()})
     rows = _grouped(frame)
     rank = int(events["rank"].iloc[0]) if len(events) else 0
     rows.insert(0, "rank", rank)
-    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()))
+    source = str(events["source"].iloc[0]) if len(events) else ""
+    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()),
+                    MISSING_WORK.get(source, ""))
 
 
 def _dominant(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -176,10 +194,22 @@ def trace_device(meta: dict) -> Device | None:
     return None
 
 
-def rank_roofline(rank: RankData) -> dict[str, Any]:
-    """One rank's roofline by kernel, made where the rank was parsed (load_many's reduce):
-    the rows, the device's name and its roofs, and the time covered."""
-    device = trace_device(rank.meta)
-    result = roofline(rank.events, device, "kernel", "trace" if device else "unknown")
-    return {"rows": result.rows, "device": device, "gpu_ns": result.gpu_ns, "known_ns": result.known_ns}
+class RankRoofline:
+    """A rank's digest (reports/topics.py): its roofline by kernel, made where the rank was
+    parsed: the rows, the device and where it came from, the time covered and how the missing
+    work would be recorded. The device is `device` (report --device) where given, else found as
+    `tracelab roofline` finds it (tracelab/devices.meta_device: the trace, else run.json)."""
 
+    def __init__(self, device: Device | None = None):
+        self.device = device
+
+    def __call__(self, rank: RankData) -> dict[str, Any]:
+        from tracelab.devices import meta_device
+
+        device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta or {})
+        result = roofline(rank.events, device, "kernel", found)
+        return {"rows": result.rows, "device": device, "device_from": found, "gpu_ns": result.gpu_ns,
+                "known_ns": result.known_ns, "missing_hint": result.missing_hint}
+
+
+rank_roofline = RankRoofline()

@@ -13,11 +13,11 @@ import pandas as pd
 
 from ..html import side_by_side
 from ..html.figures import MANY_RANKS
-from .roofline import to_records, Roofline
+from .roofline import GB_S_HEADER, GB_S_NOTE, to_records, Roofline
 
 PLOTTED_INPUTS = 4  # inputs with a plot of their own; the rest in the table only
 TABLE_ROWS = 10
-COLUMNS = {"input": "input", "key": "kernel", "dur_ns": "time (ms)", "tflop_s": "TFLOP/s", "gb_s": "GB/s",
+COLUMNS = {"input": "input", "key": "kernel", "dur_ns": "time (ms)", "tflop_s": "TFLOP/s", "gb_s": GB_S_HEADER,
            "intensity": "FLOP/B", "bound": "bound", "roofline_frac": "of roof %", "lost_ns": "lost (ms)"}
 
 
@@ -65,8 +65,11 @@ def figure(label: str, digest: dict) -> dict | None:
 def _coverage(label: str, digest: dict) -> str:
     share = digest["known_ns"] / digest["gpu_ns"] if digest["gpu_ns"] else math.nan
     device = digest["device"]
+    hint = digest.get("missing_hint") if share < 0.95 else ""
+    found = f" (from the {digest['device_from']})" if device and digest.get("device_from") else ""
     return (f"{label}: work known for {digest['known_ns'] / 1e6:,.3f} of {digest['gpu_ns'] / 1e6:,.3f} ms GPU time "
-            f"({100 * share:.1f}%); device {device.name + ' [' + device.source + ']' if device else 'unknown'}")
+            f"({100 * share:.1f}%){'; ' + hint if hint else ''}; device "
+            f"{device.name + found + ' [' + device.source + ']' if device else 'unknown'}")
 
 
 def _coverage_spread(digests: list[tuple[str, dict]]) -> str:
@@ -91,7 +94,8 @@ def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable, c
     out = ['<h2 id="roofline">Roofline: was the GPU time well spent?</h2>',
            '<p class="note">FLOPs and bytes from the traces themselves (the shapes of the aten op that launched '
            "each kernel; proton's metrics; copies' sizes); kernels whose work the trace does not give are left out, "
-           "never counted as zero. Lost time: kernel time beyond what the device's roofline allows.</p>"]
+           "never counted as zero. Lost time: kernel time beyond what the device's roofline allows. "
+           f"{escape(GB_S_NOTE)}.</p>"]
     out += ([f'<p class="note">{escape(_coverage_spread(digests))}; {escape(note)}</p>'] if many else
             [f'<p class="note">{escape(_coverage(label, d))}</p>' for label, d in digests])
     digests = [(label, d) for label, d in digests if label in set(drawn)]

@@ -9,8 +9,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.devices import class_label
+
 from ..csvout import csv_text
-from .roofline import Roofline, to_records
+from .roofline import GB_S_HEADER, GB_S_NOTE, Roofline, to_records
 
 
 def _num(x: float, fmt: str) -> str:
@@ -21,23 +23,24 @@ def device_line(r: Roofline) -> str:
     if r.device is None:
         return ("device: unknown (the trace names none): rates shown, no roofline; give --device H100|H200|A100|"
                 "B200|... or --peak-tflops and --peak-gb-s")
-    peaks = ", ".join(f"{k} {v:,.1f}" for k, v in r.device.tflop_s.items())
+    peaks = ", ".join(f"{class_label(k)} {v:,.1f}" for k, v in r.device.tflop_s.items())
     return (f"device: {r.device.name} (from the {r.device_from}), peak TFLOP/s {peaks}; HBM {r.device.hbm_gb_s:,.0f} GB/s"
-            f" [{r.device.source}]")
+            f" [{r.device.source}]\n{GB_S_NOTE}")
 
 
 def coverage_line(r: Roofline) -> str:
     share = r.known_ns / r.gpu_ns if r.gpu_ns else math.nan
     return (f"rank {int(r.rows['rank'].iloc[0]) if len(r.rows) else '-'}: work known for "
             f"{r.known_ns / 1e6:,.3f} ms of {r.gpu_ns / 1e6:,.3f} ms GPU time ({_num(100 * share, '.1f')}%); "
-            "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero")
+            "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero"
+            + (f"; {r.missing_hint}" if r.missing_hint and share < 0.95 else ""))
 
 
 def tables(results: list[Roofline], by: str, top: int | None) -> Group:
     parts: list = []
     for r in results:
         t = Table(title=Text(device_line(r) + "\n" + coverage_line(r)), title_justify="left", show_edge=False)
-        for col in ("time (ms)", "count", "TFLOP/s", "GB/s", "FLOP/B", "bound", "of roof", "lost (ms)"):
+        for col in ("time (ms)", "count", "TFLOP/s", GB_S_HEADER, "FLOP/B", "bound", "of roof", "lost (ms)"):
             t.add_column(col, justify="right")
         t.add_column(by)
         for row in to_records(r, top):

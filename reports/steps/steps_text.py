@@ -82,6 +82,15 @@ def bandwidth_table(bw: pd.DataFrame) -> Table:
     return t
 
 
+def _clock_basis(basis: str) -> str:
+    """Whether the ranks' offsets were measured (each trace's own wall-clock start) or estimated."""
+    if basis == "epoch":
+        return "measured: each trace's own wall-clock (epoch) start puts the ranks on one clock"
+    if basis == "trace start":
+        return "assumed: the traces give no common clock, each rank starts at its first event"
+    return basis  # "estimated from collective ends: ..." (reports/waits.py)
+
+
 def clock_line(clock: dict) -> str:
     if not clock.get("collectives"):
         return "clock: no collectives matched across ranks"
@@ -91,14 +100,28 @@ def clock_line(clock: dict) -> str:
         values = [o for _, o in shown]
         offsets += (f", ... {len(shown) - OFFSETS_SHOWN} more ranks; all within {min(values) / 1e3:+,.1f} to "
                     f"{max(values) / 1e3:+,.1f} us")
-    return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
+    return (f"clock: {_clock_basis(clock['basis'])} (offsets {offsets}); collective ends agree to "
             f"{us(clock['median_end_spread_ns'])} median, {us(clock['max_end_spread_ns'])} max")
 
 
-def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
+UNTIMED_STEPS = ("no step instances: proton records no timeline (each kernel is summed per scope over the run), so "
+                 "step times, which rank was late in which step and the step-to-step noise cannot be answered "
+                 "from it; capture with --backend torch or nsys for them")
+
+
+UNTIMED_WAITS = ("no timestamps (proton): which rank waited at which collective, and whether beyond the noise, "
+                 "cannot be answered from it; give --steps N (or a run folder whose run.json says the steps) for "
+                 "the waits from communication time per step, or capture with --backend torch or nsys")
+
+
+def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> Group:
+    """`untimed`: no input has a timeline (proton): what cannot be answered is said, not "none"."""
     parts = []
+    untimed = untimed or (totals is not None and len(totals) > 0)
     if len(w.steps):
         parts.append(step_rank_table(w.steps))
+    elif untimed:  # untimed inputs: steps are summed away, not absent
+        parts.append(Text(UNTIMED_STEPS))
     else:
         parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
     if totals is not None and len(totals):
@@ -110,19 +133,23 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
         parts.append(who_waits_table(doc))
     if len(w.bandwidth):
         parts.append(bandwidth_table(w.bandwidth))
-    untimed = totals is not None and len(totals) and not w.clock.get("collectives")
-    lines = [V.waits_from_comm_time(totals)["line"]] if untimed else [clock_line(w.clock), w.line]
+    if untimed and not w.clock.get("collectives"):
+        lines = [V.waits_from_comm_time(totals)["line"] if totals is not None and len(totals) else UNTIMED_WAITS]
+    else:
+        lines = [clock_line(w.clock), w.line]
     return Group(*parts, *map(Text, lines if w.ranks > 1 else []))  # one rank: nobody to wait on
 
 
-def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
+def steps_csv(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> str:
     return csv_text(w.steps if len(w.steps) or totals is None else totals)
 
 
-def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
-    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
+def steps_json(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = False) -> str:
+    """`untimed` (proton): no straggler verdict (null), as there is no timeline to make one from."""
+    from_totals = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
     return dumps({"steps": records(w.steps), "per_step_totals": records(totals),
-                  "straggler": straggler_json(w) if w.ranks > 1 else None, "waits_from_comm_time": untimed,
+                  "straggler": straggler_json(w) if w.ranks > 1 and not untimed else None,
+                  "waits_from_comm_time": from_totals,
                   "bandwidth": records(w.bandwidth)})
 
 

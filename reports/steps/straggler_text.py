@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from ..fmt import ms
+from ..stats import STRAGGLER_ALPHA
 
 
 def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
@@ -82,5 +83,9 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     last = _counted(v["last_at_collectives"])
     at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
                       if unit == "steps" else "")
+    if (v["p_value"] or 1) < v.get("alpha", STRAGGLER_ALPHA) and (v.get("lateness_ns") or 0) < 0:
+        return (f"no clear straggler: the rank last most often is earlier than the others on average "
+                f"({ms(v['lateness_ns'])} per {unit[:-1]}; gated: {counts} of {v['gated_units']}{p}): "
+                f"the others lose no time to it in all{at_collectives}")
     return (f"no clear straggler: no rank is significantly late in most {unit} "
             f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){not_enough(v.get('block'))}")

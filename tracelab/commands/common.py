@@ -143,11 +143,15 @@ def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: 
     (CSV and JSON stay as they are)."""
     from ..inputs import findings_of, regroup
     from ..reports.findings.findings import lines
+    from ..schema import recorded
 
     if fmt != "table":
         return
-    found = findings_of(paths, groups if groups is not None else regroup(paths, profiles), comparison)
-    _emit("\n" + "\n".join(lines(found)))
+    groups = groups if groups is not None else regroup(paths, profiles)
+    found = findings_of(paths, groups, comparison)
+    sources = {str(p.meta.get("source")) for g in groups for p in g}
+    untimed = {s for s in sources if not recorded(s, "timeline")}  # none of these: say what they cannot answer
+    _emit("\n" + "\n".join(lines(found, untimed, timed=bool(sources - untimed))))
 
 
 def _top(top: int) -> int | None:
@@ -162,7 +166,7 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True, options=None) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True, options=None, device=None) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
     summaries, made in the worker that parsed it, reach this process."""
@@ -172,7 +176,7 @@ def _load_groups(paths: list[str], keep_events: bool = True, options=None) -> li
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
         groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events,
-                             options=options or _options())
+                             options=options or _options(), device=device)
     _say_notes([p for group in groups for p in group])
     return groups
 

@@ -133,6 +133,6 @@ def steps(
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
     if len(w.steps):  # issue 21: the idle columns beside each step row
         w.steps = idle_columns(w.steps, {p.rank: p.summary["idle"] for p in profiles})
-    _emit(STEPS_RENDERERS[fmt](w, totals))
+    _emit(STEPS_RENDERERS[fmt](w, totals, untimed=untimed))
     _findings(fmt, paths, profiles)
 

@@ -7,7 +7,8 @@ import typer
 
 from ..errors import UsageError
 from ..reports import fmt
-from .common import Paths, RankOpt, StepOpt, SchedulerOpt, _options, _progress, _status, _shown, _load_groups, _picked, _many_traces
+from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _progress, _status, _shown,
+                     _load_groups, _picked, _many_traces)
 
 
 def report(
@@ -24,6 +25,7 @@ def report(
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
+    device: DeviceOpt = None,
 ) -> None:
     """One self-contained HTML file that works offline: the runs side by side (results, profiler
     cost against a run under backend none), GPU time by op class per rank, top kernels (heatmap,
@@ -38,7 +40,10 @@ def report(
         raise UsageError(out, "exists; pass --force to overwrite it")
     options = _options(step, scheduler)
     whole = perfetto and not _many_traces(paths)  # else the merged trace's ranks are read again, if it fits
-    groups = _picked(paths, _load_groups(paths, keep_events=whole, options=options), rank)
+    from ..devices import given_device
+
+    given = given_device(device, None, None)[0]  # the roofline's device, as `tracelab roofline --device`
+    groups = _picked(paths, _load_groups(paths, keep_events=whole, options=options, device=given), rank)
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
         written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto,
                                options=options)
