@@ -348,7 +348,7 @@ def _waits_digest(events: pd.DataFrame):
 # rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
 RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kernels, "sums": rank_sums,
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
-                  "first_ns": first_start, "roofline": rank_roofline}
+                  "first_ns": first_start, "roofline": rank_roofline, "segments": timeline.rank_segments}
 RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
 
 

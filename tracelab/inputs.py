@@ -58,28 +58,6 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
     return inputs
 
 
-def with_bins(inputs: list[Input]) -> list[Input]:
-    """The report's timeline draws a few ranks per run (figures.timeline_shown) in bins shared
-    on one clock, known only once every rank's span is: a shown rank loaded without its
-    events is read again, alone, and binned there (summary "bins"); the rest never are."""
-    from functools import partial
-
-    from .load import load_many
-    from .reports import figures, timeline
-
-    for _, shown, _ in figures.timeline_shown(inputs):
-        offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
-        edges = figures.timeline_edges(shown, offsets)
-        for i in shown:
-            if len(i.events) or not i.path:
-                continue
-            own = edges - (offsets or {}).get(i.rank, 0)
-            again = load_many(i.path, workers=1, reduce={"bins": partial(timeline.rank_bins, edges_ns=own)},
-                              keep_events=False)
-            i.summary["bins"] = (own, next(p for p in again if p.rank == i.rank).summary["bins"])
-    return inputs
-
-
 def traceless_run(path: Path) -> bool:
     """A run folder with no trace in it (a run under backend none): its run.json still counts."""
     from .load import expand
@@ -182,7 +160,6 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    inputs = with_bins(inputs)
     merged = _write_perfetto(_with_perfetto_events(inputs), Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
