@@ -19,7 +19,7 @@ import pandas as pd
 from tracelab import schema
 
 from ._kineto import to_ints
-from ._steps import is_step
+from ._steps import is_step, name_mask
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
                        r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
@@ -27,7 +27,7 @@ SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSync
 
 def is_sync(names: list[str]) -> np.ndarray:
     """Mask of the CUDA runtime/driver call names that block the host (module docstring)."""
-    return np.array([SYNC_CALL.fullmatch(n) is not None and "Async" not in n for n in names], dtype=bool)
+    return name_mask(names, lambda n: SYNC_CALL.fullmatch(n) is not None and "Async" not in n)
 
 
 def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[str, pd.arrays.IntegerArray]:

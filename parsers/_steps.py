@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,16 @@ def compile_pattern(pattern: str | None) -> re.Pattern:
 
 def is_step(names: list[str], pattern: re.Pattern) -> np.ndarray:
     """Mask of range names that are steps (whole-name matches)."""
-    return np.array([pattern.fullmatch(n) is not None for n in names], dtype=bool)
+    return name_mask(names, lambda n: pattern.fullmatch(n) is not None)
+
+
+def name_mask(names: list[str], test: Callable[[str], bool]) -> np.ndarray:
+    """Mask of the names for which `test` holds, tested once per distinct name (a trace's
+    40k CPU operators and 25k runtime calls have a few hundred names)."""
+    if not names:
+        return np.zeros(0, dtype=bool)
+    codes, distinct = pd.factorize(pd.Series(names, dtype=object), sort=False)
+    return np.array([test(n) for n in distinct], dtype=bool)[codes]
 
 
 def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
