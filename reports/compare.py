@@ -55,6 +55,9 @@ class Input:
         (kept, so each is made once). Reports read inputs through these, never their events,
         so a thousand ranks' events need never meet in one process."""
         if name not in self.summary:
+            if self.summary and not len(self.events):  # its worker dropped the events: a bug, not a zero
+                raise KeyError(f"digest {name!r} of {self.label} was not made where it was parsed "
+                               f"(made: {', '.join(self.summary)})")
             fn = RANK_SUMMARIES[name]
             self.summary[name] = fn(self.events, self.meta) if getattr(fn, "with_meta", False) else fn(self.events)
         return self.summary[name]
@@ -350,6 +353,15 @@ RANK_SUMMARIES = {"timeline": rank_timeline, "comm_kernels": timeline.comm_kerne
                   "noise": rank_noise, "span": rank_span, "has_times": has_times, "waits": _waits_digest,
                   "first_ns": first_start, "roofline": rank_roofline, "segments": timeline.rank_segments}
 RANK_SUMMARIES["idle"] = RankIdle()  # issue 21: the report's idle section (reports/idle_html.py)
+# the digests each output reads; a command asks its workers for these only (the report: all)
+COMPARISON = ("sums", "noise", "has_times", "waits", "timeline", "comm_kernels")
+FINDINGS = (*COMPARISON, "idle", "roofline")  # reports/findings*.py: the comparison, idle, roofline
+PERFETTO = ("sums", "has_times", "first_ns", "waits")  # export perfetto: sizes, clocks, steps
+
+
+def rank_digests(names: tuple[str, ...] | None = None) -> dict:
+    """RANK_SUMMARIES of these names (every one where None): load_many's reduce for one output."""
+    return dict(RANK_SUMMARIES) if names is None else {n: RANK_SUMMARIES[n] for n in names}
 
 
 def _comm_kernels(i: Input) -> pd.DataFrame:

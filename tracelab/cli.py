@@ -180,7 +180,7 @@ def breakdown(
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from .load import events
     from .reports.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
-    from .reports.compare import RANK_SUMMARIES
+    from .reports.compare import FINDINGS, rank_digests
     from .reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -194,7 +194,8 @@ def breakdown(
         _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
         return _findings(fmt, paths, profiles)
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce={**per_rank(by), **RANK_SUMMARIES}, keep_events=False)
+    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
+    profiles = _load(paths, reduce={**per_rank(by), **findings}, keep_events=False)
     table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
     _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
     _findings(fmt, paths, profiles)
@@ -225,16 +226,17 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True, digests: tuple[str, ...] | None = None) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
-    summaries, made in the worker that parsed it, reach this process."""
+    summaries (`digests`, reports.compare.RANK_SUMMARIES names; all where None), made in the
+    worker that parsed it, reach this process."""
     from .inputs import load_groups
 
     total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
-        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events)
+        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events, digests=digests)
     _say_notes([p for group in groups for p in group])
     return groups
 
@@ -303,7 +305,7 @@ def compare(
     against the first, spread and slowest input per row, and the straggler verdict
     (who waits on whom at the collectives; `tracelab steps` shows it per step)."""
     from .inputs import label_inputs
-    from .reports.compare import BY, comparison, default_by
+    from .reports.compare import BY, COMPARISON, FINDINGS, comparison, default_by
     from .reports.text import COMPARE_RENDERERS
 
     if by is not None:
@@ -314,7 +316,8 @@ def compare(
         return _tree_diff(paths)
     _set_step(step)
     _set_scheduler(scheduler)
-    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False), rank), n_steps)
+    digests = FINDINGS if fmt == "table" else COMPARISON  # only the table ends on the findings
+    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False, digests=digests), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
@@ -385,9 +388,10 @@ def steps(
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     _set_step(step)
     _set_scheduler(scheduler)
-    from .reports.compare import RANK_SUMMARIES as FOR_FINDINGS
+    from .reports.compare import FINDINGS, rank_digests
 
-    profiles = _load(paths, rank, reduce={**FOR_FINDINGS, **RANK_SUMMARIES, "idle": RankIdle(0)},
+    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
+    profiles = _load(paths, rank, reduce={**findings, **RANK_SUMMARIES, "idle": RankIdle(0)},
                      keep_events=False)  # digested in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
@@ -525,6 +529,7 @@ def export_perfetto(
 
     from .inputs import label_inputs, with_events, write
     from .reports import perfetto
+    from .reports.compare import PERFETTO
 
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
@@ -534,7 +539,7 @@ def export_perfetto(
             "steps": steps and perfetto.parse_ints("--steps", steps),
             "window_ns": window and perfetto.parse_window_ms(window)}
     lean = bool(pick["ranks"]) or _many_traces(paths)  # summaries first: the others' put the run on one clock
-    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean))
+    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean, digests=PERFETTO))
     if pick["steps"]:  # before any rank is read again
         perfetto.check_steps([i for i in inputs if i.timed], pick["steps"])
     if too_big := perfetto.oversize(inputs, pick["ranks"] or None, pick["steps"] or None, max_events):

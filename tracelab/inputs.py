@@ -28,15 +28,17 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
 
-def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True) -> list[list[Profile]]:
+def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
+                digests: tuple[str, ...] | None = None) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_SUMMARIES (reports.compare) computed in the worker that parsed it. Without
-    `keep_events` the events stay in the workers: the report and compare need only the
-    summaries (the merged Perfetto trace needs the events)."""
+    rank's RANK_SUMMARIES (reports.compare) of these names (all where None) computed in the
+    worker that parsed it. Without `keep_events` the events stay in the workers: the report
+    and compare need only the summaries (the merged Perfetto trace needs the events)."""
     from .load import load_many
-    from .reports.compare import RANK_SUMMARIES
+    from .reports.compare import rank_digests
 
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=RANK_SUMMARIES,
+    reduce = rank_digests(digests)
+    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
                                                         keep_events=keep_events) for p in paths]
 
 
