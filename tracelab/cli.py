@@ -205,11 +205,11 @@ def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: 
               comparison=None) -> None:
     """The findings lines (reports/findings.py), the report's sentences, after a table's output
     (CSV and JSON stay as they are)."""
+    if fmt != "table":
+        return
     from .inputs import findings_of, regroup
     from .reports.findings import lines
 
-    if fmt != "table":
-        return
     found = findings_of(paths, groups if groups is not None else regroup(paths, profiles), comparison)
     _emit("\n" + "\n".join(lines(found)))
 
