@@ -1,6 +1,6 @@
 """CPU seconds per stage of one tracelab command, beside the floor of reading its traces.
 
-    python benchmarks/bench_stages.py TRACE_OR_FOLDER [--ranks N] [--command report] [-- EXTRA ARGS]
+    python benchmarks/bench_stages.py TRACE_OR_FOLDER [--ranks N] [--command report] [--repo DIR] [-- EXTRA ARGS]
 
 With --ranks N, N rank files of one job are made first from the trace (benchmarks/make_ranks.py,
 under bench-out/, kept for the next run). The command then runs in a fresh child process,
@@ -25,7 +25,9 @@ time, exclusive: a stage inside another counts only for itself):
 The floor is the least any msgspec reader pays: gunzip plus msgspec's split of `traceEvents`
 into raw values, measured on the same files in the same process. Prints a markdown table
 (CPU seconds in all, per rank, per rank over the floor) and the process's peak RSS and the
-1-minute load average: on a shared machine CPU time is the figure, wall time is not.
+1-minute load average: on a shared machine CPU time is the figure, wall time is not. --repo
+measures another checkout the same way (e.g. `git worktree add /tmp/base OLD`): run both in one
+session, since the load moves CPU figures too.
 """
 from __future__ import annotations
 
@@ -135,6 +137,7 @@ def child(args: argparse.Namespace) -> None:
     import pkgutil
     import resource
 
+    sys.path.insert(0, str(args.repo.resolve()))  # this checkout, or another one's (an older commit's worktree)
     os.environ["TRACELAB_CACHE"] = os.environ.get("TRACELAB_CACHE", "0")
     os.cpu_count = lambda: 1  # load_many: one worker, in this process
     start = time.process_time()
@@ -147,6 +150,8 @@ def child(args: argparse.Namespace) -> None:
     imports_s = time.process_time() - start
     from tracelab import cli
 
+    if not Path(cli.__file__).resolve().is_relative_to(args.repo.resolve()):
+        sys.exit(f"tracelab came from {cli.__file__}, not from {args.repo}")
     load = sys.modules["tracelab.load"]  # the package's `load` attribute is the function
     files = load.expand([args.input])
     floor_sample = files[:args.floor_files]
@@ -173,7 +178,13 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"exit": code, "ranks": len(files), "imports_s": imports_s, "floor_s": floor_s,
                       "floor_files": len(floor_sample), "total_s": total_s, "seconds": clock.seconds,
                       "calls": clock.calls, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "load_avg_1m": os.getloadavg()[0], "argv": argv}))
+                      "load_avg_1m": os.getloadavg()[0], "argv": argv, "repo": _commit(args.repo)}))
+
+
+def _commit(repo: Path) -> str:
+    """The checkout's commit, + where its tracked files differ from it."""
+    run = lambda *cmd: subprocess.run(["git", "-C", str(repo), *cmd], capture_output=True, text=True).stdout.strip()
+    return run("rev-parse", "--short", "HEAD") + ("+" if run("status", "--porcelain", "--untracked-files=no") else "")
 
 
 ORDER = ["gunzip", "decode", "pick", "columns", "shapes", "scopes", "host", "frame", "cache", "classify"]
@@ -188,7 +199,7 @@ def table(result: dict) -> str:
     digests = sum(v for s, v in secs.items() if s.startswith("digest:"))
     rows += [("= parse (gunzip .. classify)", parse, n), ("= digests", digests, n),
              ("= command (all stages)", result["total_s"], 1), ("imports (not in the command)", result["imports_s"], 1)]
-    lines = [f"`tracelab {' '.join(result['argv'][:1])}` of {n:,} rank{'s' if n > 1 else ''}, one process, "
+    lines = [f"`tracelab {' '.join(result['argv'][:1])}` of {n:,} rank{'s' if n > 1 else ''} ({result['repo']}), one process, "
              f"cache off; load average {result['load_avg_1m']:.1f}; peak RSS {result['peak_rss_mb']:,.0f} MB; "
              f"floor measured on {result['floor_files']} file(s), scaled to {n:,}",
              "", "| stage | calls | CPU (s) | per rank (s) | / floor |", "|---|---:|---:|---:|---:|"]
@@ -204,6 +215,7 @@ def main() -> None:
     p.add_argument("--command", default="report")
     p.add_argument("--out", type=Path, default=REPO / "bench-out")
     p.add_argument("--floor-files", type=int, default=8, help="files the floor is measured on, scaled to all")
+    p.add_argument("--repo", type=Path, default=REPO, help="the checkout to measure (default: this one)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the JSON result too")
     argv = sys.argv[1:]
@@ -220,7 +232,7 @@ def main() -> None:
             subprocess.run([sys.executable, str(REPO / "benchmarks/make_ranks.py"), str(target), "--ranks",
                             str(a.ranks), "--src", str(a.input)], check=True)
     cmd = [sys.executable, __file__, str(target), "--child", "--command", a.command, "--out", str(a.out),
-           "--floor-files", str(a.floor_files), "--", *a.extra]
+           "--floor-files", str(a.floor_files), "--repo", str(a.repo), "--", *a.extra]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0 or not done.stdout.strip():
         sys.exit(f"bench_stages: the child failed ({done.returncode}):\n{done.stderr[-3000:]}")
