@@ -259,6 +259,8 @@ class Picked(Launches):
         names = list(map(self._names.setdefault, names, names))  # repeated names shared
         if len(self._names) > seen and (complaint := limits.long_name(max(map(len, itertools.islice(
                 self._names, seen, None))))):  # the names new to this trace: a long one is in there
+            for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
+                del self._names[name]
             raise ValueError(f"name: {complaint}")
         super().extend(events, cats)
         self.cat += cats
