@@ -74,7 +74,9 @@ class Input:
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), dict(p.summary), str(p.meta.get("path", "")), p.meta)
+                 device_names(p.meta), p.meta.get("steps"), p.summary, str(p.meta.get("path", "")), p.meta)
+    # the profile's own summary: a digest made from its events for one labelling (the report) is
+    # reused by the next (its findings), not made again
 
 
 def device_names(meta: dict) -> str:
