@@ -59,8 +59,8 @@ STAGES = [
     ("cache", "tracelab.cache", "put"),
     ("classify", "tracelab.classify", "classified"),
 ]
-IMPORTS = ["pandas", "numpy", "msgspec", "tracelab.cli", "tracelab.load", "tracelab.parsers.chrome",
-           "tracelab.parsers.nsys", "tracelab.parsers.hatchet", "tracelab.inputs"]
+IMPORTS = ["pandas", "numpy", "msgspec", "tracelab.cli", "tracelab.parsers.chrome", "tracelab.parsers.nsys",
+           "tracelab.parsers.hatchet", "tracelab.inputs"]
 
 
 class Clock:
@@ -103,14 +103,32 @@ def _install(clock: Clock) -> None:
 
     for name in ("decode", "pick"):
         setattr(chrome, name, getattr(_kineto_json, name))
-    load = sys.modules["tracelab.load"]
-    reduced = load._reduced
+    loader = _loader()
+    if hasattr(loader, "_reduced"):  # before issue 31's layout: fn(events[, meta[, host]])
+        reduced = loader._reduced
 
-    def digest(fn, events, p):  # each per-rank digest by its name in the reduce dict
-        inner = getattr(fn, "func", fn)  # functools.partial
-        name = getattr(inner, "__name__", type(inner).__name__)
-        return clock.wrap(f"digest:{name}", reduced)(fn, events, p)
-    load._reduced = digest
+        def digest(fn, events, p):
+            inner = getattr(fn, "func", fn)  # functools.partial
+            name = getattr(inner, "__name__", type(inner).__name__)
+            return clock.wrap(f"digest:{name}", reduced)(fn, events, p)
+        loader._reduced = digest
+        return
+    load_many = loader.load_many
+
+    def timed_load_many(*args, reduce=None, **kwargs):  # each per-rank digest by its name in `reduce`
+        reduce = {n: clock.wrap(f"digest:{n}", fn) for n, fn in (reduce or {}).items()} or None
+        return load_many(*args, reduce=reduce, **kwargs)
+    loader.load_many = timed_load_many
+
+
+def _loader():
+    """tracelab's loading module (tracelab/loading.py; tracelab/load.py before issue 31)."""
+    import importlib
+
+    try:
+        return importlib.import_module("tracelab.loading")
+    except ImportError:
+        return importlib.import_module("tracelab.load")
 
 
 def _floor_s(files: list[Path]) -> float:
@@ -145,15 +163,14 @@ def child(args: argparse.Namespace) -> None:
         importlib.import_module(name)
     import tracelab.reports
 
-    for info in pkgutil.iter_modules(tracelab.reports.__path__):
-        importlib.import_module(f"tracelab.reports.{info.name}")
+    for info in pkgutil.walk_packages(tracelab.reports.__path__, "tracelab.reports."):
+        importlib.import_module(info.name)
     imports_s = time.process_time() - start
     from tracelab import cli
 
     if not Path(cli.__file__).resolve().is_relative_to(args.repo.resolve()):
         sys.exit(f"tracelab came from {cli.__file__}, not from {args.repo}")
-    load = sys.modules["tracelab.load"]  # the package's `load` attribute is the function
-    files = load.expand([args.input])
+    files = _loader().expand([args.input])
     floor_sample = files[:args.floor_files]
     floor_s = _floor_s(floor_sample) * len(files) / len(floor_sample)
     clock = Clock()

@@ -60,11 +60,12 @@ def late_rank(events, n_ranks: int, late_ns: int = 200_000):
 
 def measure(folder: Path, late: bool = False) -> dict:
     import tracelab
-    from tracelab.reports.waits import analyse
+    from tracelab.reports.steps.waits import analyse
 
-    os.environ["TRACELAB_STEP_PATTERN"] = "decode_one_token"
+    from tracelab.options import Options
+
     t0 = time.perf_counter()
-    profiles = tracelab.load_many(folder)
+    profiles = tracelab.load_many(folder, options=Options(step_pattern="decode_one_token"))
     events = tracelab.events(profiles)
     epochs = {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles}
     if late:

@@ -22,10 +22,10 @@ def main() -> None:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     from distributed import LocalCluster
 
-    from tracelab import cli, remote
+    from tracelab import cli, options
 
     with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        os.environ[remote.SCHEDULER_ENV] = cluster.scheduler_address
+        os.environ[options.SCHEDULER_ENV] = cluster.scheduler_address
         sys.argv = ["tracelab", *command]
         try:
             cli.main()

@@ -7,7 +7,7 @@ usage: python benchmarks/hta_idle.py --hta-python /tmp/hta-venv/bin/python TRACE
 Each TRACE (a Kineto .json.gz) is copied alone into a temporary folder (HTA reads every JSON of
 its folder) and HTA runs there under its own Python (it needs pandas < 3): get_idle_time_breakdown
 and get_cuda_kernel_launch_stats of rank 0. Then, from tracelab's events of the same trace: its
-own per-step causes (reports/idle.py), and HTA's definitions recomputed on tracelab's rows (per
+own per-step causes (reports/idle/idle.py), and HTA's definitions recomputed on tracelab's rows (per
 stream over the whole trace; host wait where the launch call began after the stream's previous
 op ended, kernel wait a gap under 30 us, other the rest; launch delay from the end of the launch
 call), so that what differs by definition and what differs by data can be told apart. Prints
@@ -69,7 +69,7 @@ def hta_rule_on_ours(events, delay_us: float = 30) -> dict:
 
 def ours(trace: Path) -> dict:
     import tracelab
-    from tracelab.reports.idle import CAUSES, RankIdle
+    from tracelab.reports.idle.idle import CAUSES, RankIdle
 
     p = tracelab.load_many(trace, reduce={"idle": RankIdle()})[0]
     result = p.summary["idle"]

@@ -1,4 +1,4 @@
-"""Size and write time of `tracelab export perfetto` (reports/perfetto.py):
+"""Size and write time of `tracelab export perfetto` (reports/perfetto/perfetto.py):
 
     python benchmarks/perfetto_export.py [--ranks 64]
 
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from tracelab.inputs import label_inputs, write
-from tracelab.load import load_many
-from tracelab.reports import perfetto
+from tracelab.loading import load_many
+from tracelab.reports.perfetto import perfetto
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"

@@ -19,7 +19,6 @@ Prints a Markdown table for benchmarks/RESULTS.md. Not a test: minutes on 2 core
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's tracelab, not an installed one
 import tracelab  # noqa: E402
-from tracelab.reports.waits import analyse  # noqa: E402
+from tracelab.reports.steps.waits import analyse  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 # capture -> (group, whether its windows as captured count: no rank has a lasting lead as captured)
@@ -138,7 +137,6 @@ def main() -> None:
     f.add_argument("--perms", type=int, default=10)
     f.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    os.environ.setdefault("TRACELAB_STEP_PATTERN", "")
     show(args.folder, args.steps) if args.cmd == "show" else false_positives(args.perms, args.seed)
 
 

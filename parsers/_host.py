@@ -1,4 +1,4 @@
-"""What the host was doing, for reports/idle.py: the launch call of each GPU row (start and
+"""What the host was doing, for reports/idle/idle.py: the launch call of each GPU row (start and
 duration, on the events' clock) and the host frame (schema.HOST_COLUMNS) of a Kineto trace;
 `is_sync` for both Kineto and nsys names.
 

@@ -108,6 +108,9 @@ class _OpArgs(msgspec.Struct, gc=False):
     types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
     flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
+    # an Inductor Triton kernel's launch range, compiled with benchmark_kernel: its estimated work
+    kernel_num_gb: Number = None
+    kernel_flop: Number = None
 
 
 class _Op(_Event, gc=False):

@@ -1,4 +1,4 @@
-"""What the host was doing, from an nsys export (parsers/nsys.py), for reports/idle.py: each
+"""What the host was doing, from an nsys export (parsers/nsys.py), for reports/idle/idle.py: each
 GPU row's launch call (CUPTI_ACTIVITY_KIND_RUNTIME, which holds runtime and driver calls,
 found by process and correlation id as the scopes are) and per process the host frame
 (schema.HOST_COLUMNS): the synchronising calls (parsers/_host.is_sync) of that table,

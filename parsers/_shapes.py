@@ -14,8 +14,9 @@ so the formulas are for those operators, with the layouts they take:
     elementwise and reductions                       bytes only: tensor inputs read + the output written
 
 Where no formula applies, the `flops` arg torch.profiler(with_flops=True) wrote on the operator
-is taken. An operator that launches several kernels has its work spread over them in proportion to
-their time; memcpy and memset rows keep their own `bytes` from the trace. Anything else is
+is taken, and for an Inductor Triton kernel the `kernel_num_gb` and `kernel_flop` its launch
+range carries when compiled with torch._inductor.config.benchmark_kernel. An operator that
+launches several kernels has its work spread over them in proportion to their time; memcpy and memset rows keep their own `bytes` from the trace. Anything else is
 unknown (NaN), never zero.
 """
 from __future__ import annotations
@@ -241,7 +242,32 @@ def spread(op_of_row: np.ndarray, dur_ns: np.ndarray, op_flops: np.ndarray, op_b
     return flops, moved
 
 
+def _inductor_work(args: Any, flops: float, moved: float) -> tuple[float, float]:
+    """An Inductor Triton kernel's own estimate where the shapes gave nothing: the launch range
+    (named after the kernel) carries `kernel_num_gb` and `kernel_flop` when the code was compiled
+    with torch._inductor.config.benchmark_kernel; a kernel_flop of 0 means none counted (unknown)."""
+    gb, flop = args.kernel_num_gb, args.kernel_flop
+    if math.isnan(moved) and type(gb) in (int, float) and gb >= 0:
+        moved = float(gb) * 1e9
+    if math.isnan(flops) and type(flop) in (int, float) and flop > 0:
+        flops = float(flop)
+    return flops, moved
+
+
 _TF32 = re.compile(r"tf32|xmma.*_tf32|s1688|s16816.*tf32", re.IGNORECASE)
+
+
+def op_rows(kind: np.ndarray, external_id: np.ndarray, ops: Any) -> np.ndarray:
+    """Per GPU row, the index in `ops` of the operator with its `External id` (the first of that
+    id), -1 for none; kernels only."""
+    op_ids = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in ops.args],
+                      dtype=np.int64)
+    ids, first = np.unique(op_ids, return_index=True)  # the first operator of each id
+    first, ids = first[ids >= 0], ids[ids >= 0]
+    pos = np.minimum(np.searchsorted(ids, external_id), max(len(ids) - 1, 0))
+    found = (kind == "kernel") & (external_id >= 0) & (len(ids) > 0)
+    found[found] = ids[pos[found]] == external_id[found]
+    return np.where(found, first[pos] if len(ids) else -1, -1)
 
 
 def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id: np.ndarray, ops: Any,
@@ -250,34 +276,31 @@ def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id:
     the trace's cpu_op events, parsers/_kineto_json.Ops); kernels only (memcpy and memset
     rows have their own bytes). `call` tells executions of one operator apart (each CUDA
     graph replay of a captured one). A fp32 GEMM whose kernel name says tf32 is tf32."""
-    op_ids = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in ops.args],
-                      dtype=np.int64)
-    ids, first = np.unique(op_ids, return_index=True)  # the first operator of each id
-    first, ids = first[ids >= 0], ids[ids >= 0]
-    pos = np.minimum(np.searchsorted(ids, external_id), max(len(ids) - 1, 0))
-    found = (kind == "kernel") & (external_id >= 0) & (len(ids) > 0)
-    found[found] = ids[pos[found]] == external_id[found]
-    op_of_row = np.where(found, first[pos] if len(ids) else -1, -1)
+    op_of_row = op_rows(kind, external_id, ops)
     used = np.unique(op_of_row[op_of_row >= 0])
-    op_flops, op_bytes = np.full(len(op_ids), np.nan), np.full(len(op_ids), np.nan)
-    op_dtype = np.full(len(op_ids), "", dtype=object)
+    n_ops = len(ops.args)
+    op_flops, op_bytes = np.full(n_ops, np.nan), np.full(n_ops, np.nan)
+    op_dtype = np.full(n_ops, "", dtype=object)
     known: dict[tuple, tuple[float, float, str]] = {}  # one op_work per distinct call (each layer, each step)
     for i in used.tolist():
         args = ops.args[i]
-        call_key = (ops.name[i], bytes(args.dims), bytes(args.types), bytes(args.concrete), args.flops)
+        call_key = (ops.name[i], bytes(args.dims), bytes(args.types), bytes(args.concrete), args.flops,
+                    args.kernel_num_gb, args.kernel_flop)
         if (work := known.get(call_key)) is None:
             work = known[call_key] = _op_work_or_counted(ops.name[i], args)
         op_flops[i], op_bytes[i], op_dtype[i] = work
     flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes, call)
-    dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if len(op_ids) else "", "")
+    dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if n_ops else "", "")
     fp32 = np.flatnonzero(dtype == "fp32")
     dtype[fp32[_name_mask([name[i] for i in fp32.tolist()], lambda n: bool(_TF32.search(n)))]] = "tf32"
     return flops, moved, dtype.astype(object)
 
 
 def _op_work_or_counted(name: str, args: Any) -> tuple[float, float, str]:
-    """op_work, its FLOPs torch's own count (with_flops=True) where we have no formula."""
+    """op_work; where we have no formula, torch's own FLOP count (with_flops=True), then
+    Inductor's estimate (_inductor_work)."""
     flops, moved, dtype = op_work(name, args.dims, args.types, args.concrete)
     if math.isnan(flops) and type(args.flops) in (int, float) and args.flops >= 0:
-        flops = float(args.flops)
+        flops = float(args.flops)  # torch's own count where we have no formula
+    flops, moved = _inductor_work(args, flops, moved)
     return flops, moved, dtype

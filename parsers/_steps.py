@@ -15,7 +15,6 @@ scope per step would keep scopes from aligning across steps and runs.
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Callable
 
@@ -24,15 +23,13 @@ import pandas as pd
 
 from tracelab.errors import UsageError
 
-STEP_PATTERN_ENV = "TRACELAB_STEP_PATTERN"
 DEFAULT_STEP_PATTERN = r"ProfilerStep#(\d+)|(?:step|iteration|iter|token)[ _#]?(\d+)"
 
 
 def compile_pattern(pattern: str | None) -> re.Pattern:
-    """The step pattern, matched against whole range names: `pattern`, else the environment's
-    TRACELAB_STEP_PATTERN (the CLI's --step sets it, so that load_many's worker processes
-    see it too; the cache keys on it), else DEFAULT_STEP_PATTERN."""
-    pattern = pattern or os.environ.get(STEP_PATTERN_ENV) or DEFAULT_STEP_PATTERN
+    """The step pattern, matched against whole range names: `pattern` (Options.step_pattern, which
+    the cache keys on), else DEFAULT_STEP_PATTERN."""
+    pattern = pattern or DEFAULT_STEP_PATTERN
     try:
         return re.compile(pattern, re.IGNORECASE)
     except re.error as e:

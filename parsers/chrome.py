@@ -46,6 +46,7 @@ import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _host
@@ -53,6 +54,7 @@ from ._kineto import (collective_bytes, correlations, cpu_top_level, device_tabl
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._gemm_dims import odd_gemms
 from ._shapes import row_work
 from ._steps import assign, compile_pattern, is_step, numbers
 
@@ -73,11 +75,11 @@ COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on th
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
-def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
-    """Read one Kineto trace; rows as described in the module docstring. `step_pattern`
+def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
+    """Read one Kineto trace; rows as described in the module docstring. `options.step_pattern`
     names the step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...)."""
     path = Path(path)
-    step_re = compile_pattern(step_pattern)
+    step_re = compile_pattern(options.step_pattern)
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges, ops = pick(path, data, trace.traceEvents, [
@@ -89,8 +91,9 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
         graphs = _graph_replays(columns, launch, launches)
         replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
-        columns.update(_work(columns, gpu, ops, _external_ids(gpu, launch, graphs.scope_launch, launches),
-                             np.where(replay, launch, -1)))
+        external = _external_ids(gpu, launch, graphs.scope_launch, launches)
+        columns.update(_work(columns, gpu, ops, external, np.where(replay, launch, -1)))
+        odd = odd_gemms(columns["kind"], gpu.name, columns["dur_ns"], external, ops)  # issue 28: pad them
         columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
@@ -102,6 +105,7 @@ def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
     meta["notes"] = graphs.notes if gpu.cat else []
+    meta["odd_gemms"] = odd if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     return Profile(_frame(columns, meta["rank"]), meta, host=host)
 
@@ -253,7 +257,7 @@ def _top_level_ops(names: list[str], pid: np.ndarray, thread: np.ndarray, start_
 def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[int]) -> np.ndarray:
     """Mask of the annotations that are a CPU backend's collective as its worker thread runs
     it (`gloo:all_reduce` on a thread with no CPU operator): from the first rank's arrival
-    to the end, like a GPU collective kernel (reports/collectives.py)."""
+    to the end, like a GPU collective kernel (reports/steps/collectives.py)."""
     named = np.array([COLLECTIVE_RANGE.fullmatch(n) is not None for n in annotations.name], dtype=bool)
     return named & ~np.isin(thread, list(op_threads))
 

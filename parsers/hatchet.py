@@ -31,6 +31,7 @@ import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from ._steps import compile_pattern, step_of_scope
@@ -45,16 +46,16 @@ BYTES_KEY = "bytes"
 LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, not a user scope
 
 
-def read(path: str | os.PathLike, step_pattern: str | None = None) -> Profile:
+def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one proton hatchet file: one row per kernel node of the tree. Its step is
-    always NA: a scope named like a step (`step 3`; `step_pattern`, parsers/_steps.py) is
+    always NA: a scope named like a step (`step 3`; `options.step_pattern`, parsers/_steps.py) is
     taken out of the scope, but not trusted as the kernels' step, because proton files a
     kernel under the scopes open on the thread that launched it, and autograd's thread has
     none of the main thread's: a real H100 training capture (tests/data/train-1gpu-steps-
     proton) holds the backward kernels of all four steps under `step 0`. Per-step figures
     come from totals divided by a step count (`tracelab steps --steps N` or run.json)."""
     path = Path(path)
-    step_re = compile_pattern(step_pattern)
+    step_re = compile_pattern(options.step_pattern)
     root, device_info = _split(_decode(path), path)
     rows: list[dict[str, Any]] = []
     scope_metrics: dict[str, dict[str, float]] = {}
@@ -84,7 +85,7 @@ def _add_scope_work(scope_metrics: dict[str, dict[str, Any]], scope: tuple[str, 
 
 def tree(path: str | os.PathLike) -> dict:
     """The file's call tree for tree-level tools (llnl-hatchet's GraphFrame.from_literal, as
-    reports/treediff.py uses it), decoded and checked as by read(): `{frame: {name, type},
+    reports/html/treediff.py uses it), decoded and checked as by read(): `{frame: {name, type},
     metrics, children}` from the root, metric names as Triton 3.2+ spells them, only scalar
     metrics without the ` (exc)`/` (pty)` variants, launch-metadata frames replaced by their
     children (proton's bookkeeping, not scopes)."""

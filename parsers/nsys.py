@@ -39,6 +39,7 @@ import pandas as pd
 
 from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _nsys_check, _nsys_graphs, _nsys_host
@@ -72,11 +73,11 @@ _NVTX = f"""
     WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
 
 
-def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
-         step_pattern: str | None = None) -> list[Profile]:
+def read(path: str | os.PathLike, options: Options = DEFAULT,
+         ranks: Mapping[int, int] | None = None) -> list[Profile]:
     """Read one nsys export: one Profile per process, in pid order.
 
-    `ranks` maps a process id (pid) to its rank, overriding the pid order; `step_pattern`
+    `ranks` maps a process id (pid) to its rank, overriding the pid order; `options.step_pattern`
     names the NVTX step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...).
     """
     path = Path(path)
@@ -84,8 +85,8 @@ def read(path: str | os.PathLike, ranks: Mapping[int, int] | None = None,
         raise TraceFormatError(path, "empty file")
     try:
         with closing(_connect(path)) as con:
-            activity, file_meta, devices = _read_tables(con, path, compile_pattern(step_pattern))
-            activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, step_pattern)  # issue 21
+            activity, file_meta, devices = _read_tables(con, path, compile_pattern(options.step_pattern))
+            activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, options.step_pattern)  # issue 21
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
     except UnicodeDecodeError as e:  # a text_factory decode; sqlite3's own is an OperationalError

@@ -13,13 +13,16 @@ from pathlib import Path
 import pandas as pd
 
 from tracelab.errors import TraceFormatError
+from tracelab.options import DEFAULT, Options
 from tracelab.schema import PARSED, Profile, SchemaError, validate
 
 META_KEY = b"tracelab"
 _RANK_FOLDER = re.compile(r"^rank=(-?\d+)$")
 
 
-def read(path: str | os.PathLike) -> Profile:
+def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
+    """A part of a tracelab dataset (tracelab/dataset.py): its steps were numbered when it was
+    written, so `options` changes nothing here."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

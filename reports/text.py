@@ -6,11 +6,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .breakdown import spread
-from .compare import Comparison
+from .breakdown.breakdown import spread
+from .compare.compare import Comparison
 from .jsonout import dumps, records
-from .waits import material_lead
-from .figures import MANY_RANKS, distribution
+from .steps.waits import material_lead
+from .html.figures import MANY_RANKS, distribution
 
 
 def _ms(ns: float) -> str:
@@ -124,7 +124,7 @@ def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
 
 def straggler_line(row: pd.Series, measured: str) -> str:
     """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time").
-    A run with timed collectives has its who-waits verdict (`line`, reports/waits.py)."""
+    A run with timed collectives has its who-waits verdict (`line`, reports/steps/waits.py)."""
     where = f" in {row['group']}" if row["group"] else ""
     if row.get("line"):
         return f"{row['line'].split(':', 1)[0]}{where}:{row['line'].split(':', 1)[1]}"

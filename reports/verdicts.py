@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from . import evidence as E
-from .timeline import _coverage, merge_intervals
+from .steps.timeline import _coverage, merge_intervals
 
 ALPHA = 0.05
 SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)

@@ -16,7 +16,7 @@ from malformed import run_cli_output
 
 import tracelab
 from tracelab.classify import canonical
-from tracelab.reports.breakdown import REST, breakdown, summary
+from tracelab.reports.breakdown.breakdown import REST, breakdown, summary
 
 KINETO = "hta/trace_filter/sampled_rank-1.json.gz"
 NSYS = "nsys-ai/mfu_2gpu_before.sqlite"
@@ -95,7 +95,7 @@ def test_top_over_many_ranks_is_chosen_over_all_ranks_totals():
     rank's local top 3 differs, but the rows kept are the 3 kernels with the most time summed
     over all ranks (computed here from the events), on every rank that has them, so a kept
     kernel's least and median over the ranks describe all of them (issue 22)."""
-    from tracelab.reports.breakdown import spread, top_rows
+    from tracelab.reports.breakdown.breakdown import spread, top_rows
 
     one = tracelab.load(DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz").events
     one = one[one["kind"] == "kernel"]

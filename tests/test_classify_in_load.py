@@ -60,7 +60,7 @@ def test_a_pattern_added_after_caching_applies_to_the_cached_trace(tmp_path, mon
 
 def test_a_pattern_applies_in_load_many_with_spawned_workers(monkeypatch) -> None:
     spawn = functools.partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("spawn"))
-    monkeypatch.setattr(importlib.import_module("tracelab.load"), "ProcessPoolExecutor", spawn)
+    monkeypatch.setattr(importlib.import_module("tracelab.loading"), "ProcessPoolExecutor", spawn)
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     kernel, cls, _ = _most_common(RANKS[0])
     new = _other_class(cls)

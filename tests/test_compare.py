@@ -21,7 +21,7 @@ import tracelab
 from tracelab.classify import canonical
 from tracelab.cli import app
 from tracelab.inputs import label_inputs
-from tracelab.reports.compare import comparison
+from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_hta_ranks_aligned_rows_match_json():
 
 
 def test_hta_two_steps_name_no_straggler():
-    """Timed ranks are judged by who arrives last at the collectives, per step (reports/waits.py),
+    """Timed ranks are judged by who arrives last at the collectives, per step (reports/steps/waits.py),
     not by compute time: each of the two ranks gates one of the two steps, so none is named;
     the row still carries the most compute time, computed here from the JSON."""
     files = [shared_trace(rel) for rel in SAMPLED]
@@ -220,7 +220,7 @@ def test_proton_captured_ranks(files):
 
 def test_tree_diff_against_the_files(tmp_path):
     from tracelab.parsers.hatchet import tree
-    from tracelab.reports.treediff import tree_diff
+    from tracelab.reports.html.treediff import tree_diff
 
     pytest.importorskip("hatchet")
     files = _proton_ranks(tmp_path)
@@ -314,7 +314,7 @@ def _profile(source: str, names: list[str], dur_ns: list[int], scope: str):
 def test_across_profilers_join_on_canonical_names():
     """The same two kernels as each profiler spells them (mangled in proton, demangled in
     Kineto, with `void` and arguments in nsys) and with different scope spellings."""
-    from tracelab.reports.compare import default_by
+    from tracelab.reports.compare.compare import default_by
 
     groups = [[_profile("proton", [AR, "triton_red_fused_mm_10"], [1000, 400], "decode_one_token")],
               [_profile("torch", ["void c10d::intra_node_comm::oneShotAllReduceKernel<4u, true>(c10::BFloat16*)",
@@ -348,13 +348,13 @@ def test_across_profilers_join_on_canonical_names():
     (["/a/rank0.json", "/x/a/rank0.json"], ["/a/rank0", "x/a/rank0"]),
 ])
 def test_path_labels(paths, labels):
-    from tracelab.reports.compare import path_labels
+    from tracelab.reports.session import path_labels
 
     assert path_labels([Path(p) for p in paths], [False] * len(paths)) == labels
 
 
 def test_path_labels_relative_and_folders(monkeypatch):
-    from tracelab.reports.compare import path_labels
+    from tracelab.reports.session import path_labels
 
     monkeypatch.chdir(ROOT / "tests")
     run = ROOT / "tests" / "data" / "train-2gpu-torch"

@@ -23,7 +23,7 @@ import pytest
 import malformed as m
 from tracelab import errors, terminal
 
-load = importlib.import_module("tracelab.load")  # the module: tracelab.load is also the function
+load = importlib.import_module("tracelab.loading")  # the module: tracelab.load is also the function
 
 TORCH_RUN = m.DATA / "allreduce-2gpu-torch"
 ONE_RANK = m.DATA / "decode-1gpu-torch"  # the report's input

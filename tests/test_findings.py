@@ -1,4 +1,4 @@
-"""The findings (reports/findings.py): what each source states on real captures, checked
+"""The findings (reports/findings/findings.py): what each source states on real captures, checked
 against numbers read straight from the JSON and run.json; what it leaves out on captures
 that cannot support it; ranking and the cap; the same sentences on the terminal and in
 the report."""
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tracelab.cli import app
 from tracelab.inputs import findings_of, load_groups, write_report
-from tracelab.reports import findings as F
+from tracelab.reports.findings import findings as F
 from test_html import chromium  # noqa: F401  (the fixture)
 
 DATA = Path(__file__).parent / "data"
@@ -31,7 +31,7 @@ def _found(paths: list[Path]) -> list[F.Finding]:
 
 def _evidence(paths: list[Path]) -> F.Evidence:
     from tracelab.inputs import label_inputs, run_infos
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
 
     paths = [str(p) for p in paths]
     inputs = label_inputs(paths, load_groups(paths, keep_events=False))
@@ -104,7 +104,7 @@ def test_profiler_cost_from_run_json():
     """One sentence for the runs against one run under none whose cost the medians' test puts
     beyond the noise (runs.cost_of's within_noise, not decided here), each change as the
     medians of the step times in run.json give it, the largest first."""
-    from tracelab.reports.runs import cost_of
+    from tracelab.reports.results.runs import cost_of
 
     infos = [(p.name, json.loads((p / "run.json").read_text())) for p in TRAIN4]
     beyond = [name for name, info in infos[1:] if not cost_of(info, infos)["within_noise"]]

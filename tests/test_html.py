@@ -23,8 +23,8 @@ from conftest import shared_trace
 
 from tracelab.errors import OutputError, UsageError
 from tracelab.inputs import write, write_report
-from tracelab.reports import html
-from tracelab.reports.compare import Input
+from tracelab.reports.html import html
+from tracelab.reports.session import Input
 from tracelab.schema import coerce
 
 ROOT = Path(__file__).resolve().parents[1]

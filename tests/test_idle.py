@@ -1,4 +1,4 @@
-"""GPU idle by cause (reports/idle.py, tracelab idle): on the H100 captures of a host-bound
+"""GPU idle by cause (reports/idle/idle.py, tracelab idle): on the H100 captures of a host-bound
 and a GPU-bound training run under torch.profiler and nsys, each cause against a plain walk
 of the raw JSON / SQLite written here; the rule on hand-made frames; broken inputs."""
 from __future__ import annotations
@@ -20,8 +20,8 @@ import tracelab
 from tracelab import cache, classify, schema
 from tracelab.cli import app
 from tracelab.errors import TraceFormatError
-from tracelab.reports import idle as I
-from tracelab.reports.idle_text import idle_json
+from tracelab.reports.idle import idle as I
+from tracelab.reports.idle.idle_text import idle_json
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = {("small", "torch"): "host", ("large", "torch"): "gpu", ("small", "nsys"): "host", ("large", "nsys"): "gpu"}
@@ -336,7 +336,7 @@ def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
 
 
 def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
-    from tracelab.reports.idle_text import IDLE_RENDERERS
+    from tracelab.reports.idle.idle_text import IDLE_RENDERERS
 
     one = _frame([(7, 0, 100, -50, 10), (7, 300, 100, 250, 20)])
     frames = [one.assign(rank=np.int32(r), start_ns=one["start_ns"] + r, launch_start_ns=one["launch_start_ns"] + r)
@@ -374,7 +374,7 @@ def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
     calls' return is idle_sync_ns, non-zero under both profilers."""
     import json as _json
 
-    from tracelab.reports.idle import idle as idle_of
+    from tracelab.reports.idle.idle import idle as idle_of
 
     folder = DATA / capture
     expected = _json.loads((folder / "expected.results.json").read_text())

@@ -13,7 +13,11 @@ from typer.testing import CliRunner
 import tracelab
 from tracelab.cli import app
 from tracelab.inputs import label_inputs
-from tracelab.reports import breakdown, compare, html, text, timeline
+from tracelab.reports.breakdown import breakdown
+from tracelab.reports.compare import compare
+from tracelab.reports.html import html
+from tracelab.reports import text
+from tracelab.reports.steps import timeline
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [pytest.param("train-2gpu-torch", marks=pytest.mark.slow), "train-2gpu-proton",

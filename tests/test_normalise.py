@@ -9,7 +9,8 @@ import pytest
 
 import tracelab
 from tracelab.reports import normalise
-from tracelab.reports.compare import Input, compare
+from tracelab.reports.compare.compare import compare
+from tracelab.reports.session import Input
 
 from conftest import shared_trace
 
@@ -74,13 +75,13 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     noise, and the note says what was compared."""
     from pathlib import Path
 
-    from tracelab.cli import _with_steps
+    from tracelab.commands.compare import _with_steps
     from tracelab.inputs import label_inputs, load_groups
+    from tracelab.options import Options
 
-    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
     data = Path(__file__).resolve().parent / "data"
     paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]
-    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths)], None)
+    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths, options=Options(step_pattern="decode_one_token"))], None)
     torch = groups[1][0]
     torch.events = torch.events[torch.events["step"].isin([0, 1, 2])]
     proton = groups[0][0]
@@ -123,7 +124,7 @@ def test_per_call_table_says_so() -> None:
 
     from rich.console import Console
 
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import compare_json, compare_tables
 
     ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events

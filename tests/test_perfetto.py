@@ -20,9 +20,10 @@ import pytest
 
 from tracelab.errors import UsageError
 from tracelab.inputs import label_inputs
-from tracelab.load import load_many
-from tracelab.reports import perfetto, slices
-from tracelab.reports.compare import Input
+from tracelab.loading import load_many
+from tracelab.reports.perfetto import perfetto
+from tracelab.reports.html import slices
+from tracelab.reports.session import Input
 from tracelab.schema import coerce
 
 from conftest import shared_trace

@@ -15,7 +15,7 @@ import pytest
 import tracelab
 from tracelab import provenance
 from tracelab.errors import TraceFormatError
-from tracelab.reports.breakdown import breakdown, module_type
+from tracelab.reports.breakdown.breakdown import breakdown, module_type
 
 RUN = Path(__file__).parent / "data" / "decode-compile-cpu-torch"
 
@@ -123,7 +123,7 @@ def test_a_partial_run_of_the_graph_is_noted(tmp_path):
 
 
 def test_the_map_is_not_taken_for_a_trace():
-    from tracelab.load import expand
+    from tracelab.loading import expand
     assert [f.name for f in expand([RUN])] == ["rank0.pt.trace.json.gz"]
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from tracelab.errors import TraceFormatError
 from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
-from tracelab.reports import figures, html, scopetree, side_by_side
-from tracelab.reports.compare import Input
-from tracelab.reports.runs import run_table
+from tracelab.reports.html import figures, html, scopetree, side_by_side
+from tracelab.reports.session import Input
+from tracelab.reports.results.runs import run_table
 from tracelab.schema import coerce
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -402,7 +402,7 @@ def test_axis_labels_wrap_long_names_whole(text):
     ({"workload": "train"}, False),
 ])
 def test_baseline_needs_the_same_config(change, same):
-    from tracelab.reports.runs import same_config
+    from tracelab.reports.results.runs import same_config
 
     torch = _run_json(DATA / "decode-1gpu-torch")
     none = json.loads(json.dumps(torch))

@@ -12,7 +12,9 @@ import pytest
 
 import tracelab
 from tracelab import inputs
-from tracelab.reports import compare, html, text
+from tracelab.reports.compare import compare
+from tracelab.reports.html import html
+from tracelab.reports import session, text
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [DATA / "train-2gpu-torch", DATA / "train-2gpu-proton"]
@@ -43,7 +45,7 @@ def test_label_compare_and_render_read_no_file() -> None:
     groups = [tracelab.load_many(r) for r in RUNS]
     info = inputs.run_info(RUNS)
     with _no_filesystem():
-        labelled = compare.label(RUNS, [True, True], groups)
+        labelled = session.label(RUNS, [True, True], groups)
         c = compare.comparison(labelled, "kernel")
         text.compare_tables(c, ["kernel"], 5)
         page = html.render(labelled, [str(r) for r in RUNS], info, "t")
@@ -58,13 +60,13 @@ def test_label_compare_and_render_read_no_file() -> None:
 def test_folders_come_from_the_caller(folders, names) -> None:
     """Whether a path is a folder is the caller's word: the paths need not exist."""
     run = tracelab.load_many(DATA / "train-2gpu-torch")
-    got = compare.label(["/x/a.json.gz", "/y/a.json.gz"], folders, [run, run])
+    got = session.label(["/x/a.json.gz", "/y/a.json.gz"], folders, [run, run])
     assert [i.label for i in got] == [f"{n}/rank{r}" for n in names for r in (0, 1)]
 
 
 def test_the_loading_layer_looks_at_the_paths() -> None:
     groups = [tracelab.load_many(r) for r in RUNS]
     assert [i.label for i in inputs.label_inputs(RUNS, groups)] == \
-        [i.label for i in compare.label(RUNS, [True, True], groups)]
+        [i.label for i in session.label(RUNS, [True, True], groups)]
     assert inputs.run_info(RUNS)["workload"] == "train"
     assert inputs.run_info([RUNS[0] / "rank0.pt.trace.json.gz"]) is None

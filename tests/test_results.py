@@ -11,7 +11,7 @@ import pytest
 
 from tracelab import results
 from tracelab.errors import RunError
-from tracelab.reports import workload_plots
+from tracelab.reports.html import workload_plots
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = sorted(p.parent for p in DATA.glob("*/run.json"))

@@ -14,7 +14,7 @@ import pytest
 import tracelab
 from tracelab import devices
 from tracelab.errors import UsageError
-from tracelab.reports.roofline import roofline, with_scope_work
+from tracelab.reports.roofline.roofline import roofline, with_scope_work
 
 from conftest import DATA
 from malformed import run_cli_output

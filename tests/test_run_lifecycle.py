@@ -19,7 +19,7 @@ import pytest
 
 from tracelab import launch, machine, results, runner
 from tracelab.errors import RunError
-from tracelab.load import expand
+from tracelab.loading import expand
 from tracelab.runner import Plan, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]

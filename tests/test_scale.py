@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tracelab.parsers import chrome
+from tracelab.reports import session
+from tracelab.schema import OnEvents
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -70,7 +72,7 @@ def test_import_tracelab_and_the_cli_leave_pandas_unimported():
     code = ("import sys, tracelab, tracelab.cli, tracelab.terminal; print(sorted(m for m in ('pandas', 'numpy') "
             "if m in sys.modules)); print(tracelab.load.__module__, tracelab.COLUMNS['rank'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[:2] == ["[]", "tracelab.load int32"]
+    assert out[:2] == ["[]", "tracelab.loading int32"]
 
 
 def test_the_cli_still_turns_a_schema_error_into_one_line():
@@ -98,21 +100,23 @@ def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, mon
 
 
 def test_tracelab_load_stays_the_function_once_its_module_is_imported():
-    code = "import tracelab, tracelab.load, tracelab.cli; from tracelab.load import expand; print(callable(tracelab.load))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+    code = ("import tracelab, tracelab.loading, tracelab.cli; from tracelab.loading import expand; "
+            "print(callable(tracelab.load), tracelab.load is tracelab.loading.load)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True True\n"
 
 
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     import tracelab
-    from tracelab.reports import compare, timeline
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import timeline
 
     folder = DATA / "train-2gpu-torch"
-    profiles = tracelab.load_many(folder, workers=2, reduce=compare.RANK_SUMMARIES)
+    profiles = tracelab.load_many(folder, workers=2, reduce=session.RANK_DIGESTS)
     for p in profiles:
         assert p.summary["timeline"].equals(timeline.rank_timeline(p.events).drop(columns="rank"))
     bare = tracelab.load_many(folder, workers=2)
     assert all(not p.summary for p in bare)
-    labelled = [compare.label([folder], [True], [ps]) for ps in (profiles, bare)]
+    labelled = [session.label([folder], [True], [ps]) for ps in (profiles, bare)]
     with_summaries, without = (compare._timelines(inputs) for inputs in labelled)
     assert with_summaries.equals(without) and len(with_summaries) == 2
 
@@ -140,19 +144,19 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     import tracelab
     from distributed import LocalCluster
 
-    from tracelab import classify, remote
-    from tracelab.reports.compare import RANK_SUMMARIES
+    from tracelab import classify
+    from tracelab.options import Options
+    from tracelab.reports.session import RANK_DIGESTS
 
     folder = DATA / "train-2gpu-torch"
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     classify.add_pattern("^ncclDevKernel", "other")  # the caller's patterns reach the cluster's workers
     try:
-        local = tracelab.load_many(folder, workers=2, reduce=RANK_SUMMARIES)
+        local = tracelab.load_many(folder, workers=2, reduce=RANK_DIGESTS)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
-            on_cluster = tracelab.load_many(folder, reduce=RANK_SUMMARIES)
-            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_SUMMARIES)  # fsspec file:// URL
-            monkeypatch.delenv(remote.SCHEDULER_ENV)
+            on = Options(scheduler=cluster.scheduler_address)
+            on_cluster = tracelab.load_many(folder, reduce=RANK_DIGESTS, options=on)
+            by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_DIGESTS, options=on)  # fsspec file:// URL
             cli = [_breakdown_csv(folder), _breakdown_csv(folder, "--scheduler", cluster.scheduler_address)]
     finally:
         classify.reset_patterns()
@@ -168,12 +172,13 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
 def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     pytest.importorskip("distributed")
     import tracelab
-    from tracelab import remote
+    from tracelab import options
     from tracelab.errors import UsageError
 
-    monkeypatch.setenv(remote.SCHEDULER_ENV, "tcp://127.0.0.1:9")
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
-        tracelab.load_many(DATA / "train-2gpu-torch")
+        tracelab.load_many(DATA / "train-2gpu-torch", options=options.Options(scheduler="tcp://127.0.0.1:9"))
+    monkeypatch.setenv(options.SCHEDULER_ENV, "tcp://127.0.0.1:9")  # the CLI's default, read once there
+    assert options.from_environment().scheduler == "tcp://127.0.0.1:9"
 
 
 @pytest.mark.parametrize("case", TS_CASES)
@@ -191,10 +196,12 @@ def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
 
 def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypatch):
     import tracelab
-    from tracelab.reports import compare, html, steps_html, waits
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import html
+    from tracelab.reports.steps import steps_html, waits
 
     folder = DATA / "gloo-2cpu-late"
-    inputs = compare.label([folder], [True], [tracelab.load_many(folder, workers=1)])
+    inputs = session.label([folder], [True], [tracelab.load_many(folder, workers=1)])
     calls = []
     real = waits.analyse_digests
     monkeypatch.setattr(waits, "analyse_digests", lambda *a: calls.append(1) or real(*a))
@@ -214,17 +221,18 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     import pandas as pd
 
     import tracelab
-    from tracelab.reports import compare, timeline
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import timeline
 
     folder = DATA / "train-2gpu-torch"
-    with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (compare.RANK_SUMMARIES, None))
-    inputs = compare.label([folder], [True], [with_rows])
+    with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (session.RANK_DIGESTS, None))
+    inputs = session.label([folder], [True], [with_rows])
     offsets = timeline.clock_offsets([p.meta for p in bare])
     whole = timeline.skew_summary(timeline.collective_skew(pd.concat([p.events for p in bare], ignore_index=True),
                                                            offsets))
     got = compare._skews(inputs)
     assert len(whole) > 0 and got.drop(columns=["group", "clock"]).equals(whole)
-    assert compare._skews(compare.label([folder], [True], [bare])).equals(got)
+    assert compare._skews(session.label([folder], [True], [bare])).equals(got)
     assert all(len(p.summary["comm_kernels"]) < len(p.events) / 3 for p in with_rows)
 
 
@@ -237,7 +245,7 @@ _STACKED_BY = [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)]
     for i, folder in enumerate(_STACKED_FOLDERS) for j, (by, top) in enumerate(_STACKED_BY)])
 def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, top):
     import tracelab
-    from tracelab.reports import breakdown as B
+    from tracelab.reports.breakdown import breakdown as B
 
     path = DATA / folder
     reduced = tracelab.load_many(path, workers=2, reduce=B.per_rank(by), keep_events=False)
@@ -253,7 +261,7 @@ def test_n_ranks_made_from_one_give_n_times_its_breakdown(tmp_path):
     import importlib.util
 
     import tracelab
-    from tracelab.reports import breakdown as B
+    from tracelab.reports.breakdown import breakdown as B
 
     spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
     make_ranks = importlib.util.module_from_spec(spec)
@@ -284,11 +292,12 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     import pandas as pd
 
     import tracelab
-    from tracelab.reports import compare, waits
+    from tracelab.reports.compare import compare
+    from tracelab.reports.steps import waits
 
-    lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": waits.rank_digest}, keep_events=False)
+    lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": OnEvents(waits.rank_digest)}, keep_events=False)
     assert all(p.events.empty for p in lean)
-    members = compare.label([DATA / folder], [True], [lean])
+    members = session.label([DATA / folder], [True], [lean])
     epochs = {i.rank: i.epoch_ns for i in members}
     slim = waits.run_waits(members)
     whole = waits.analyse(tracelab.events(tracelab.load_many(DATA / folder, workers=1)), epochs)
@@ -305,12 +314,14 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     import re
 
     import tracelab
-    from tracelab.reports import compare, html, steps_html
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import html
+    from tracelab.reports.steps import steps_html
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
     copies = [zero] + [Profile(one.events.assign(rank=r), {**one.meta, "rank": r}) for r in range(1, 20)]
-    inputs = compare.label([DATA / "gloo-2cpu-late"], [True], [copies])
+    inputs = session.label([DATA / "gloo-2cpu-late"], [True], [copies])
     figs: dict = {}
     page = "".join(steps_html.sections(inputs, lambda fig, note: html._figure(figs, fig, note), html.table))
     assert "median wait (ms)" in page and "waited most" in page and "rank 0" in page
@@ -325,7 +336,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     import numpy as np
 
     import tracelab
-    from tracelab.reports import steps_text, waits
+    from tracelab.reports.steps import steps_text, waits
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
@@ -356,7 +367,7 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
     from tracelab.inputs import label_inputs, load_groups, write_report
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import COMPARE_RENDERERS
 
     paths = [str(DATA / f) for f in folders]
@@ -393,7 +404,7 @@ def test_load_reads_one_file_by_url_through_fsspec():
     assert by_url.events.equals(by_path.events)
 
 
-def _die(events):
+def _die(rank):
     """A reduce that kills the process running it (a Dask worker), as running out of memory would."""
     import os
 
@@ -407,14 +418,14 @@ def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
     from distributed import LocalCluster
 
     import tracelab
-    from tracelab import remote
     from tracelab.errors import TraceFormatError
+    from tracelab.options import Options
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            monkeypatch.setenv(remote.SCHEDULER_ENV, cluster.scheduler_address)
             with pytest.raises(TraceFormatError, match="the Dask worker reading it died") as caught:
-                tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die})
+                tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die},
+                                   options=Options(scheduler=cluster.scheduler_address))
     assert "rank0" in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -460,13 +471,14 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     from rich.console import Console
 
     import tracelab
-    from tracelab.reports import compare, text
+    from tracelab.reports.compare import compare
+    from tracelab.reports import text
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), {**(one if r == 7 else zero).meta,
                                                                                "rank": r}) for r in range(20)]
-    c = compare.comparison(compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
+    c = compare.comparison(session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
     with open(tmp_path / "out.txt", "w") as out:
         console = Console(width=250, record=True, file=out)
         console.print(text.compare_tables(c, ["kernel"], 5))
@@ -525,7 +537,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
     import json
 
     from tracelab import inputs as I
-    from tracelab.reports import perfetto
+    from tracelab.reports.perfetto import perfetto
 
     read = []
     real = I.with_events
@@ -548,13 +560,14 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     import numpy as np
 
     import tracelab
-    from tracelab.reports import compare, figures
+    from tracelab.reports.compare import compare
+    from tracelab.reports.html import figures
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 19 else zero).events.assign(rank=np.int32(r)),
                       {**(one if r == 19 else zero).meta, "rank": r}) for r in range(20)]
-    inputs = compare.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
+    inputs = session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
     (_, shown, n), = figures.timeline_shown(inputs)
     assert n == 20 and [i.rank for i in shown] == [*range(15), 19]
     (note, _), = figures.timelines(inputs)

@@ -16,8 +16,9 @@ import pytest
 from shifted import make_late, ranks_from_one
 
 import tracelab
+from tracelab.options import Options
 from tracelab.reports import evidence as E
-from tracelab.reports.waits import analyse
+from tracelab.reports.steps.waits import analyse
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -107,8 +108,8 @@ def test_the_issues_case_thirty_ms_late_in_three_steps(monkeypatch):
     """Our decode's rank 0 as two ranks of equal work, 3 steps, rank 1 made 2 ms late before each
     all-reduce of the step with 3 us of jitter on both: the old rule could not name anyone on
     3 steps (2 x 2^-3 = 0.25); the evidence line says how late, at how many all-reduces."""
-    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")  # its steps (older than `token N`)
-    decode = tracelab.load_many(DATA / "decode-2gpu-torch")
+    decode = tracelab.load_many(DATA / "decode-2gpu-torch", options=Options(step_pattern="decode_one_token"))  # its
+    # steps (older than `token N`)
     base, _ = ranks_from_one(tracelab.events(decode), rank=0, world=2)
     base = base[base["step"].isin(sorted(base["step"].dropna().unique())[:3])]
     late, _ = make_late(base, lambda c, step, rank: 2_000_000 if rank == 1 else 0, seed=3, jitter_ns=3_000)

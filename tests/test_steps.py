@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from conftest import shared_trace
 
+from tracelab.options import Options
 from tracelab.errors import UsageError
 from tracelab.parsers import chrome, hatchet, nsys
 from tracelab.parsers._steps import assign, compile_pattern, step_of_scope
@@ -84,7 +85,7 @@ def test_kineto_steps_equal_a_plain_walk(path: Path, pattern: str | None, plain:
     path = _need(path)
     want = _kineto_steps(path, plain)
     assert want and len(want) >= 2
-    assert _per_step(chrome.read(path, step_pattern=pattern).events) == want
+    assert _per_step(chrome.read(path, Options(step_pattern=pattern)).events) == want
 
 
 def _sql(path: Path, query: str) -> list[tuple]:
@@ -116,7 +117,7 @@ def _nsys_steps(path: Path, like: str) -> dict[int, tuple[int, int]]:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_nsys_steps_equal_sql(rank: int) -> None:
     path = DATA / f"decode-2gpu-nsys/rank{rank}.sqlite"
-    (profile,) = nsys.read(path, step_pattern="decode_one_token")
+    (profile,) = nsys.read(path, Options(step_pattern="decode_one_token"))
     kernels = profile.events[profile.events["kind"] == "kernel"]
     want = _nsys_steps(path, "decode_one_token")
     assert len(want) == 5
@@ -204,3 +205,25 @@ def test_nsys_kernels_of_the_autograd_thread_nest_in_the_main_threads_ranges(pat
     assert threads >= 2  # the autograd thread launches the backward kernels
     assert (k["scope"] == "").sum() == 0
     assert k["scope"].str.startswith("backward").sum() > 100
+
+
+def test_two_step_patterns_in_one_process_do_not_interfere(tmp_path, monkeypatch) -> None:
+    """Options travel as values (tracelab/options.py): one trace loaded with two patterns, one
+    after the other, through the Parquet cache and through worker processes, numbers its steps
+    twice differently; each as the parser reads it with that pattern, and the cache keys on it."""
+    import tracelab
+    from tracelab import cache
+
+    path = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    named, plain = Options(step_pattern="decode_one_token"), Options()
+    want = {o: _per_step(chrome.read(path, o).events) for o in (named, plain)}
+    assert len(want[named]) == 5 and want[plain] != want[named]
+    for _ in range(2):  # the second time from the cache
+        for o in (named, plain):
+            assert _per_step(tracelab.load(path, options=o).events) == want[o]
+    assert cache.key(path, chrome.__file__, named) != cache.key(path, chrome.__file__, plain)
+    in_workers = {o: tracelab.load_many([path, DATA / "decode-2gpu-torch" / "rank1.pt.trace.json.gz"], workers=2,
+                                        options=o)[0] for o in (named, plain)}
+    assert {o: _per_step(p.events) for o, p in in_workers.items()} == want

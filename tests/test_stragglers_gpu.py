@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab.reports.waits import analyse, straggler_json
+from tracelab.reports.steps.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
 NCCL = "ncclDevKernel_AllReduce"  # the one gradient all-reduce per step (the READMEs)
@@ -208,7 +208,7 @@ def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
     profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
     w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
     assert len(w.collectives) and set(w.collectives["rank"]) == {0, 1}
-    from tracelab.reports.timeline import _coverage
+    from tracelab.reports.steps.timeline import _coverage
     empty = np.empty(0, dtype=np.int64)
     assert list(_coverage(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
 
@@ -227,7 +227,7 @@ def _hatchet_nccl_ns(path: Path) -> int:
 
 @pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
 def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> None:
-    from tracelab.reports.steps import per_step_totals
+    from tracelab.reports.steps.steps import per_step_totals
     from tracelab.reports.verdicts import waits_from_comm_time
     ev = tracelab.events(list(_profiles(variant, "proton")))
     got = waits_from_comm_time(per_step_totals(ev, STEPS))
@@ -242,7 +242,7 @@ def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> Non
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_waits_from_comm_time_agree_with_timestamps(variant: str, source: str) -> None:
     """The reading proton gets, applied where timestamps exist, gives the waits they give."""
-    from tracelab.reports.steps import per_step_totals
+    from tracelab.reports.steps.steps import per_step_totals
     from tracelab.reports.verdicts import waits_from_comm_time
     got = waits_from_comm_time(per_step_totals(tracelab.events(list(_profiles(variant, source))), STEPS))
     waits = pd.DataFrame(_raw_waits(variant, source)).sum() / STEPS
@@ -351,7 +351,7 @@ def test_proton_totals_name_a_straggler_only_for_a_material_compute_lead(variant
     (0.1% more compute, so less waiting). Now the lead must be material (1%, as 'slowest'):
     the late rank (10.7 ms more per step) is named, equal and alternating work are not."""
     from tracelab.inputs import label_inputs
-    from tracelab.reports.compare import comparison
+    from tracelab.reports.compare.compare import comparison
 
     path = _dir(variant, "proton")
     c = comparison(label_inputs([str(path)], [list(_profiles(variant, "proton"))]), "kernel")

@@ -13,7 +13,7 @@ from conftest import shared_trace
 
 import tracelab
 from tracelab.schema import coerce
-from tracelab.reports import timeline
+from tracelab.reports.steps import timeline
 
 SAMPLED = "hta/trace_filter/sampled_rank-{rank}.json.gz"  # a public trace, found by conftest.shared_trace
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.reports import workload_plots
+from tracelab.reports.html import workload_plots
 from tracelab.runner import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]

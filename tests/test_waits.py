@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 
 import tracelab
 from tracelab.cli import app
-from tracelab.reports import collectives as C
+from tracelab.options import Options
+from tracelab.reports.steps import collectives as C
 from tracelab.reports import verdicts as V
-from tracelab.reports.waits import analyse, straggler_json
+from tracelab.reports.steps.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
 DECODE = DATA / "decode-2gpu-torch"
@@ -31,14 +32,12 @@ ONE_SHOT = "one_shot_all_reduce"  # the symm-mem all-reduce kernel of our decode
 @pytest.fixture(scope="module")
 def decode() -> list[tracelab.Profile]:
     """Our decode, its steps the decode_one_token ranges (older than the workloads' `token N`)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
-        return tracelab.load_many(DECODE)
+    return tracelab.load_many(DECODE, options=Options(step_pattern="decode_one_token"))
 
 
 @pytest.fixture(autouse=True)
 def _step_pattern_restored(monkeypatch):
-    """The CLI's --step sets TRACELAB_STEP_PATTERN in this process: put it back after each test."""
+    """The CLI takes TRACELAB_STEP_PATTERN as --step's default: a user's own setting stays out of these tests."""
     monkeypatch.setenv("TRACELAB_STEP_PATTERN", "")  # "" is the default pattern; undone after the test
 
 
@@ -188,12 +187,11 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
     tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
     standard deviations."""
     from tracelab.inputs import run_info
-    from tracelab.reports.steps import recorded_steps
+    from tracelab.reports.steps.steps import recorded_steps
 
-    monkeypatch.setenv("TRACELAB_STEP_PATTERN", "decode_one_token")
     per_step, noise = defaultdict(dict), []
     for src in ("torch", "nsys", "proton"):
-        for p in tracelab.load_many(DATA / f"decode-2gpu-{src}"):
+        for p in tracelab.load_many(DATA / f"decode-2gpu-{src}", options=Options(step_pattern="decode_one_token")):
             k = p.events[(p.events["kind"] == "kernel") & (p.events["op_class"] != "communication")]
             if src == "proton":
                 n = recorded_steps(run_info([DATA / "decode-2gpu-proton"]))

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tracelab import machine, runner  # noqa: E402
-from tracelab.reports import workload_plots  # noqa: E402
+from tracelab.reports.html import workload_plots  # noqa: E402
 from tracelab.runner import RunSpec  # noqa: E402
 from tracelab.workloads import allreduce, harness, overlap, train  # noqa: E402
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .options import DEFAULT, Options
 from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host
 
 MIN_BYTES = 8 * 1024 * 1024
@@ -53,8 +54,9 @@ def max_bytes() -> int:
     return env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
 
 
-def key(path: Path, parser_file: str) -> str | None:
-    """The cache key of `path` as it is now, or None when the cache is not used for it.
+def key(path: Path, parser_file: str, options: Options = DEFAULT) -> str | None:
+    """The cache key of `path` as it is now, read with `options` (a step pattern changes the
+    parsers' output), or None when the cache is not used for it.
     Take it before parsing and give it to put(), which checks the file did not change."""
     if os.environ.get("TRACELAB_CACHE", "1") == "0":
         return None
@@ -65,8 +67,7 @@ def key(path: Path, parser_file: str) -> str | None:
     st = path.stat()
     if _inflated_bytes(path, st) < MIN_BYTES:
         return None
-    steps = os.environ.get("TRACELAB_STEP_PATTERN", "")  # --step changes the parsers' output
-    return _digest(f"{_identity(path, st)}|{_code(parser_file)}|{steps}")
+    return _digest(f"{_identity(path, st)}|{_code(parser_file)}|{options.cache_text()}")
 
 
 def _inflated_bytes(path: Path, st: os.stat_result) -> int:

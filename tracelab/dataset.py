@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import OutputError, UsageError
+from .options import DEFAULT, Options
 
 PART = "part-0.parquet"
 
@@ -23,12 +24,11 @@ class _Part:
     """A load_many reduce that writes a rank's classified events (all but the rank column,
     which the folder name holds) and its meta to a temporary part in `folder`; its path."""
 
-    with_meta = True  # load_many gives it the profile's meta too
-
     def __init__(self, folder: str):
         self.folder = folder
 
-    def __call__(self, events, meta: dict) -> str:
+    def __call__(self, rank) -> str:  # schema.RankData
+        events, meta = rank.events, rank.meta
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -43,10 +43,10 @@ class _Part:
 
 
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
-           on_loaded: Callable | None = None) -> list[Path]:
+           on_loaded: Callable | None = None, options: Options = DEFAULT) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
     An existing DIR is replaced only with `force`; written beside it first, then renamed."""
-    from .load import load_many
+    from .loading import load_many
 
     out = Path(out)
     if out.exists() and not force:
@@ -56,7 +56,8 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
     staging = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         staging.mkdir()
-        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False)
+        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False,
+                             options=options)
         written = []
         for p in profiles:
             folder = staging / f"rank={p.rank}"

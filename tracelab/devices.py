@@ -1,4 +1,4 @@
-"""Device peaks for the roofline (reports/roofline.py): dense FLOP/s per dtype class and memory
+"""Device peaks for the roofline (reports/roofline/roofline.py): dense FLOP/s per dtype class and memory
 bandwidth, and which device a trace ran on.
 
 Figures are the vendors' datasheet numbers, dense (no 2:4 sparsity), boost clocks; a kernel

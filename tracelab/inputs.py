@@ -1,6 +1,6 @@
 """The file side of the reports: which inputs are folders, a run folder's run.json, and
 writing what a renderer returned. Reports themselves only take frames and return
-strings (reports/compare.py labels inputs from what is given here; reports/html.py
+strings (reports/compare/compare.py labels inputs from what is given here; reports/html/html.py
 renders); the CLI and `tracelab run` call these.
 """
 from __future__ import annotations
@@ -14,47 +14,50 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
-from .schema import Profile
+from .options import DEFAULT, Options
+from .schema import OnEvents, Profile
 
 if TYPE_CHECKING:
-    from .reports.compare import Input
+    from .reports.session import Input
 
 
 def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
-    """The profiles loaded from each path, labelled (reports.compare.label); a folder's
+    """The profiles loaded from each path, labelled (reports.session.label); a folder's
     label is its name, a file's its stem."""
-    from .reports.compare import label
+    from .reports.session import label
 
     return label(paths, [Path(p).is_dir() for p in paths], groups)
 
 
 def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
-                digests: tuple[str, ...] | None = None) -> list[list[Profile]]:
+                digests: tuple[str, ...] | None = None, options: Options = DEFAULT) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_SUMMARIES (reports.compare) of these names (all where None) computed in the
+    rank's RANK_DIGESTS (reports.session) of these names (all where None) computed in the
     worker that parsed it. Without `keep_events` the events stay in the workers: the report
     and compare need only the summaries (the merged Perfetto trace needs the events)."""
-    from .load import load_many
-    from .reports.compare import rank_digests
+    from .loading import load_many
+    from .reports.session import rank_digests
 
     reduce = rank_digests(digests)
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
-                                                        keep_events=keep_events) for p in paths]
+                                                        keep_events=keep_events, options=options) for p in paths]
 
 
-def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None) -> list[Input]:
+def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
+                options: Options = DEFAULT) -> list[Input]:
     """Inputs loaded without their events get them back for `ranks` (every rank when None):
     their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
     thousand holds only those ranks' events (the rest gave their summaries, which put the run
     on one clock). `keep(events)`, where given, runs in the worker that parses each rank
-    and only its rows come back (e.g. perfetto.rows_of_steps)."""
-    from .load import load_many
+    and only its rows come back (e.g. perfetto.rows_of_steps). `options`: as they were loaded."""
+    from .loading import load_many
 
     needed = [i for i in inputs if not len(i.events) and i.path and (ranks is None or i.rank in ranks)]
     for group in dict.fromkeys(i.group for i in needed):
         members = [i for i in needed if i.group == group]
         again = {p.rank: p for p in load_many(list(dict.fromkeys(i.path for i in members)), on_loaded=on_loaded,
-                                              reduce={"kept": keep} if keep else None, keep_events=keep is None)}
+                                              reduce={"kept": OnEvents(keep)} if keep else None, keep_events=keep is None,
+                                              options=options)}
         for i in members:
             i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
     return inputs
@@ -62,7 +65,7 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
 
 def traceless_run(path: Path) -> bool:
     """A run folder with no trace in it (a run under backend none): its run.json still counts."""
-    from .load import expand
+    from .loading import expand
 
     if not (path.is_dir() and (path / "run.json").is_file()):
         return False
@@ -147,22 +150,23 @@ def _umask() -> int:
 
 
 def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 groups: list[list[Profile]] | None = None, perfetto: bool = False) -> Path:
+                 groups: list[list[Profile]] | None = None, perfetto: bool = False,
+                 options: Options = DEFAULT) -> Path:
     """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
     loaded per path) are given, read the run folder's run.json, render the HTML report and
     write it atomically. `tracelab report` and `tracelab run` call this. With `perfetto`, the
     merged Perfetto trace of the timed ranks is written beside it (<out>.perfetto.json.gz)
-    and the report links each rank to it."""
-    from .reports import html
+    and the report links each rank to it. `options`: how the traces are (or were) loaded."""
+    from .reports.html import html
 
     paths = [str(p) for p in paths]
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto)
+    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto, options=options)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    merged = _write_perfetto(_with_perfetto_events(inputs), Path(out), force) if perfetto else None
+    merged = _write_perfetto(_with_perfetto_events(inputs, options), Path(out), force) if perfetto else None
     return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
                  force=force)
 
@@ -180,10 +184,10 @@ def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> 
     return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
 
 
-def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
+def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
     """The timed ranks' events for the merged trace, read again where they were loaded
     without; refused (UsageError) when the trace would be too large for Perfetto's UI."""
-    from .reports import perfetto
+    from .reports.perfetto import perfetto
 
     if all(len(i.events) for i in inputs if i.timed):
         return inputs
@@ -192,13 +196,13 @@ def _with_perfetto_events(inputs: list[Input]) -> list[Input]:
         raise UsageError("--perfetto", f"the merged trace would hold about {rows:,} events from {n_ranks:,} ranks, "
                                        "more than Perfetto's UI opens: write the report without --perfetto, and "
                                        f"the ranks you need with `tracelab export perfetto --ranks {shown}`")
-    with_events([i for i in inputs if i.timed], None)
+    with_events([i for i in inputs if i.timed], None, options=options)
     return inputs
 
 
 def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
     """The merged trace beside the report, streamed; its file name, or None when no input is timed."""
-    from .reports import perfetto
+    from .reports.perfetto import perfetto
 
     if not any(i.timed for i in inputs):
         return None
@@ -211,7 +215,7 @@ def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
 def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profile]]:
     """Profiles loaded from all the paths together, back into one list per path (by the file
     each came from), as load_groups would give them; a profile of no path's files joins the first."""
-    from .load import expand
+    from .loading import expand
 
     owner: dict[str, str] = {}
     for p in map(str, paths):
@@ -224,11 +228,11 @@ def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profi
 
 
 def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None) -> list:
-    """The findings (reports/findings.py) of the profiles loaded per path, labelled as the
+    """The findings (reports/findings/findings.py) of the profiles loaded per path, labelled as the
     report labels them, so every command prints the report's sentences; `comparison`, a
     Comparison of those same inputs (any --by), is reused where its labels match."""
-    from .reports.compare import comparison as compare_inputs
-    from .reports.findings import Evidence, findings
+    from .reports.compare.compare import comparison as compare_inputs
+    from .reports.findings.findings import Evidence, findings
 
     paths = [str(p) for p in paths]
     kept = [(p, g) for p, g in zip(paths, groups) if g]

@@ -13,6 +13,12 @@ Triton kernel's name is Inductor's, a C++ kernel's is `graph_N_` + Inductor's. K
 Inductor hands to a library (GEMMs, SDPA) are matched on the CPU, where the trace names the
 aten op (`aten::mm`) inside Inductor's call range; on a GPU they run as cuBLAS or flash
 kernels and stay unattributed, as does everything that was not compiled.
+
+A map of version 2 also holds each Triton kernel's work per call as Inductor estimated it at
+compile time (`"work"`: bytes, FLOPs where it counted some, the dtype of its pointers;
+workloads/provenance.py). `with_work` gives it to the rows of those kernels whose work the trace
+did not give (times the row's count, for proton's aggregates): under CUDA graphs the kernels'
+launches, and so their shapes, are not in the trace at all.
 """
 from __future__ import annotations
 
@@ -57,6 +63,51 @@ def read(path: Path) -> dict[str, list[str]]:
         found = [calls[name] for calls in per_graph if name in calls]
         owners = found[0] if len(found) == 1 else [_common([m for f in found for m in f])]
         out[name] = owners if len(set(owners)) > 1 else owners[:1]
+    return out
+
+
+def read_work(path: Path) -> dict[str, dict[str, Any]]:
+    """kernel name -> {"bytes", "flops", "dtype"} of one call (each present only where known);
+    {} for a map without work (version 1, or C++ kernels only); TraceFormatError for a value
+    that is not a non-negative number (or a dtype that is not a string)."""
+    try:
+        work = json.loads(path.read_text()).get("work", {})
+        items = work.items()
+    except (OSError, ValueError, AttributeError) as e:
+        raise TraceFormatError(path, f"not a tracelab provenance file ({type(e).__name__}: {e})") from None
+    out = {}
+    for name, entry in items:
+        if not isinstance(entry, dict):
+            raise TraceFormatError(path, f"work of {str(name)[:80]!r}: not an object")
+        for key in ("bytes", "flops"):
+            value = entry.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                      or value != value):
+                raise TraceFormatError(path, f"work of {str(name)[:80]!r}, {key}: {value!r} is not a count")
+        if not isinstance(entry.get("dtype", ""), str):
+            raise TraceFormatError(path, f"work of {str(name)[:80]!r}, dtype: not a string")
+        out[str(name)] = entry
+    return out
+
+
+def with_work(events: pd.DataFrame, work: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Events with the map's work per call, times each row's count, in the flops, bytes and
+    dtype of the rows of those kernels that have none from the trace (NaN, "")."""
+    if not work or not len(events):
+        return events
+    names = events["name"].astype(str).str.replace(_CPP_PREFIX, "", n=1, regex=True)
+    hit = names.isin(work.keys()).to_numpy()
+    if not hit.any():
+        return events
+    out = events.copy()
+    count = out["count"].to_numpy(dtype=np.float64)
+    for column in ("flops", "bytes"):
+        per_call = names.map(lambda n: work.get(n, {}).get(column)).astype("float64").to_numpy()
+        fill = hit & np.isnan(out[column].to_numpy(dtype=np.float64)) & ~np.isnan(per_call)
+        out.loc[fill, column] = per_call[fill] * count[fill]
+    dtype = names.map(lambda n: work.get(n, {}).get("dtype", "")).astype(str).to_numpy()
+    fill = hit & (out["dtype"].astype(str).to_numpy() == "") & (dtype != "")
+    out.loc[fill, "dtype"] = dtype[fill]
     return out
 
 

@@ -1,7 +1,7 @@
 """Traces named by URL (fsspec: s3://, gs://, file://, ...) and ingest on a Dask cluster.
 
-Without either, tracelab reads local files in local processes (tracelab.load). With an
-address in `--scheduler` or TRACELAB_SCHEDULER, load_many sends each file to an existing
+Without either, tracelab reads local files in local processes (tracelab.loading). With an
+address in Options.scheduler (the CLI's `--scheduler`, else TRACELAB_SCHEDULER), load_many sends each file to an existing
 dask.distributed cluster: its workers parse, classify and reduce the rank (load.py's
 _parse_recording, the same function local processes run) and the caller gathers the
 results in file order. A URL is copied to a local temporary file on the worker that
@@ -9,7 +9,6 @@ parses it. Both need the optional extra `pip install 'tracelab[dist]'`.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -17,14 +16,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import TraceFormatError, UsageError
-
-SCHEDULER_ENV = "TRACELAB_SCHEDULER"
-
-
-def scheduler(address: str | None = None) -> str | None:
-    """The Dask scheduler to use: `address`, else TRACELAB_SCHEDULER, else None (local processes)."""
-    return address or os.environ.get(SCHEDULER_ENV) or None
-
 
 def is_url(path: Any) -> bool:
     return isinstance(path, str) and "://" in path

@@ -75,6 +75,30 @@ class Profile:
                 f"rows={len(self.events)}, path={self.meta.get('path')!r})")
 
 
+@dataclass(frozen=True)
+class RankData:
+    """What a per-rank reducer gets (load_many's `reduce`, reports.session's digests), one
+    signature for all: `fn(rank: RankData) -> Any`. `events`: the rank's classified rows;
+    `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none."""
+
+    events: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    host: pd.DataFrame | None = None
+
+
+class OnEvents:
+    """A function of a rank's events alone, as a reducer of RankData (picklable, for the workers)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, rank: RankData) -> Any:
+        return self.fn(rank.events)
+
+    def __repr__(self) -> str:
+        return f"OnEvents({getattr(self.fn, '__name__', self.fn)!r})"
+
+
 def _is_string(series: pd.Series) -> bool:
     return pd.api.types.is_string_dtype(series.dtype) and not isinstance(series.dtype, pd.CategoricalDtype)
 
@@ -156,7 +180,7 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
     return df
 
 
-# The second per-rank frame: what the host was doing (reports/idle.py). One row per host
+# The second per-rank frame: what the host was doing (reports/idle/idle.py). One row per host
 # interval: a synchronising CUDA call (`sync`), a CPU operator (`cpu_op`, Kineto), a user
 # range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
 # runtime call (`osrt`, nsys). Same clock as

@@ -16,6 +16,16 @@ one list per compiled graph, its kernels in the order the generated code calls t
 provenance handles). A kernel whose code serves several layers is generated once and called
 once per layer: its entries share the name, in call order.
 
+Beside the map, `"work": {kernel: {"bytes": n, "flops": n, "dtype": "bf16"}}`: what one call of
+each Triton kernel moves and computes, as Inductor estimated it while generating the kernel
+(`kernel_num_gb` and `kernel_flop` in the kernel's `inductor_meta`, written with
+`torch._inductor.config.benchmark_kernel`, set here; read from the generated code Inductor logs
+as `inductor_output_code`), and the floating type of most of its pointer arguments. FLOPs only
+where Inductor counted some (its matmul-like nodes; 0 means none counted, left out). C++
+kernels get none: Inductor estimates no work for them. `benchmark_kernel` adds a benchmark
+harness to each kernel's source and a line on stderr per compiled graph; the kernels run as
+they would without it.
+
 beside the trace, read by tracelab (tracelab/provenance.py). `name` is the kernel's name as
 Inductor made it, which a GPU trace shows as is (Triton) and a CPU trace as `graph_N_name`
 (with `torch._inductor.config.cpp.enable_kernel_profile`, set here, every C++ kernel is a
@@ -26,12 +36,37 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from collections import Counter
 from pathlib import Path
 
 import torch
 
 NAME = "rank{rank}.provenance.json"
-VERSION = 1
+VERSION = 2  # 2: "work" beside "graphs"
+_TRITON_SOURCE = re.compile(r"async_compile\.triton\(\s*'(\w+)',\s*'''(.*?)'''", re.DOTALL)
+_NUM_GB = re.compile(r"'kernel_num_gb':\s*([0-9.eE+-]+)")
+_FLOP = re.compile(r"'kernel_flop':\s*([0-9]+)")
+_POINTER = re.compile(r"'\*(bf16|fp16|fp32|fp64|fp8e4nv|fp8e5|fp8e4b15)'")
+_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp64": "fp64", "fp8e4nv": "fp8", "fp8e5": "fp8",
+          "fp8e4b15": "fp8"}
+
+
+def kernel_work(code: str) -> dict[str, dict]:
+    """Per Triton kernel of Inductor's generated code: {"bytes", "flops", "dtype"} of one call
+    (module docstring); a kernel without `kernel_num_gb` (benchmark_kernel off) is left out."""
+    out = {}
+    for name, source in _TRITON_SOURCE.findall(code):
+        if not (gb := _NUM_GB.search(source)):
+            continue
+        work: dict = {"bytes": round(float(gb.group(1)) * 1e9)}
+        if (flop := _FLOP.search(source)) and int(flop.group(1)) > 0:
+            work["flops"] = int(flop.group(1))
+        pointers = Counter(_POINTER.findall(source.split("inductor_meta", 1)[0]))
+        if pointers:
+            work["dtype"] = _DTYPE[pointers.most_common(1)[0][0]]
+        out[name] = work
+    return out
 
 
 class _NodeModules:
@@ -70,9 +105,13 @@ class _Artifacts(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.graphs: list[list[tuple[str, list[str]]]] = []  # per compiled graph: (kernel, nodes) in call order
+        self.work: dict[str, dict] = {}  # Triton kernel -> its work per call (kernel_work)
 
     def emit(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "metadata", {}) or {}
+        if "inductor_output_code" in meta:
+            self.work.update(kernel_work(str(getattr(record, "payload", "") or "")))
+            return
         if (meta.get("artifact") or {}).get("name") != "inductor_provenance_tracking_node_mappings":
             return
         try:
@@ -103,8 +142,8 @@ class Recorder:
         from torch._logging._internal import trace_log
         trace_log.removeHandler(self.artifacts)
         graphs = [[{"name": name, **self._kernel(nodes)} for name, nodes in g] for g in self.artifacts.graphs]
-        self.out_path.write_text(json.dumps({"version": VERSION, "torch": torch.__version__, "graphs": graphs},
-                                            indent=1))
+        self.out_path.write_text(json.dumps({"version": VERSION, "torch": torch.__version__, "graphs": graphs,
+                                             "work": self.artifacts.work}, indent=1))
         return self.out_path
 
     def _kernel(self, nodes: list[str]) -> dict:
@@ -127,6 +166,7 @@ def record(out_dir: Path, rank: int) -> Recorder:
     else:  # torch before 2.9: a switch
         inductor.trace.provenance_tracking = True
     inductor.fx_graph_cache = False
+    inductor.benchmark_kernel = True  # each Triton kernel's bytes and FLOPs in its inductor_meta
     inductor.cpp.enable_kernel_profile = True
     inductor.post_grad_custom_post_pass = recorder.pass_
     trace_log.addHandler(recorder.artifacts)

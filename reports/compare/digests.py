@@ -1,0 +1,58 @@
+"""The per-rank digests every comparison reads (reports/session.Input.digest): one rank's
+timeline row, its sums per kind/scope/kernel/op class, its step-to-step noise per --by
+choice, its span and first start. Made in the worker that parsed the rank (load_many's
+`reduce`, registered in reports/topics.py), so a thousand ranks' events never meet."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import normalise
+from ..steps import timeline
+
+# --by choice -> alignment keys
+BY: dict[str, list[str]] = {
+    "scope,kernel": ["scope", "kernel"],
+    "kernel": ["kernel"],
+    "op_class": ["op_class"],
+    "scope": ["scope"],
+}
+
+
+def rank_timeline(events: pd.DataFrame) -> pd.DataFrame:
+    """The one-row timeline (busy, idle, overlap) of one rank's events, without its rank."""
+    return timeline.rank_timeline(events).drop(columns="rank")
+
+
+SUM_KEYS = ["kind", "scope", "kernel", "op_class"]
+
+
+def rank_sums(events: pd.DataFrame) -> pd.DataFrame:
+    """One rank's time (dur_ns) and calls (count) summed per kind, scope, kernel and op class:
+    what the comparison, the figures' bars, heatmap and top table, the totals and the scope
+    trees add up (a sum of sums is the sum)."""
+    g = events.groupby(SUM_KEYS, observed=True, sort=False, dropna=False)[["dur_ns", "count"]].sum()
+    return g.reset_index()
+
+
+def rank_noise(events: pd.DataFrame) -> dict:
+    """One rank's steps (distinct, None without) and, per `--by` choice, the standard deviation
+    of each row's time over the steps (normalise.step_std): what 'slowest' weighs leads against."""
+    return {"steps": normalise.step_count(events),
+            "std": {by: normalise.step_std(events, keys) for by, keys in BY.items()}}
+
+
+def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:
+    """One rank's first GPU start and last GPU end (its own clock), None without timed rows:
+    the timeline figure's shared bins are made from these (figures.timeline_edges)."""
+    rows = timeline.timed(events)
+    if rows.empty:
+        return None
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    return int(start.min()), int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max())
+
+
+def first_start(events: pd.DataFrame) -> int | None:
+    """One rank's first start time, any row (its own clock), None without times."""
+    start = events["start_ns"].dropna()
+    return int(start.min()) if len(start) else None

@@ -1,0 +1,1 @@
+"""The answer first: sentences with their numbers, ranked by the time at stake."""

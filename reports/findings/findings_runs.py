@@ -1,0 +1,121 @@
+"""Findings between runs (reports/findings/findings.py's SOURCES): the kernel that differs most
+between runs or profilers beyond the noise, and what each profiler cost against a run under
+backend none. Each states what compare and reports/results/runs.py decided, nothing more."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..session import Input
+from .finding import SECTIONS, Finding, ms as _ms
+from ..results.runs import cost_of
+
+MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
+NAME_CHARS = 80
+
+
+def difference_findings(ev) -> list:
+    """Between runs or profilers (inputs of several groups or sources): the kernel whose
+    difference costs most time between the first input and an input of another run (of the
+    same rank where there is one), where compare names one of the two the slowest (its lead
+    beyond the step-to-step noise) and the time is material (MIN_DIFF_SHARE of that input's
+    GPU time); compared as compare compares them: totals, or per call where the inputs' steps
+    differ. Ranks of one run differing are the straggler's finding, not this one."""
+    first, others = _across_runs(ev.inputs)
+    t = ev.kernels
+    if not others or t.empty:
+        return []
+    rows = t[t["slowest"].astype(str).isin([first, *others])].set_index("kernel")
+    per_call = t.attrs.get("basis_kind") == "per call"
+    best = None
+    for other in others:
+        stake = _stake_ns(rows, first, other, per_call)
+        stake = stake[stake >= MIN_DIFF_SHARE * float(t[f"time_ns[{other}]"].sum())]
+        if len(stake) and (best is None or stake.max() > best[2]):
+            best = (stake.idxmax(), other, float(stake.max()))
+    if best is None:
+        return []
+    kernel, other, stake_ns = best
+    row = rows.loc[kernel]
+    return [Finding(_difference_text(kernel, row, first, other, per_call, stake_ns), int(stake_ns),
+                    SECTIONS["comparison"], {"kernel": kernel, "against": first, "input": other,
+                                             "delta_ns": float(row[f"delta_ns[{other}]"]), "stake_ns": stake_ns,
+                                             "basis": str(t.attrs.get("basis", ""))})]
+
+
+def _stake_ns(rows: pd.DataFrame, first: str, other: str, per_call: bool) -> pd.Series:
+    """Per kernel, the time its difference is worth in `other`: the difference of totals, or
+    per call times its calls there; a kernel only one of the two runs, its time."""
+    mine, theirs = rows[f"time_ns[{first}]"], rows[f"time_ns[{other}]"]
+    delta = rows[f"delta_ns[{other}]"].abs()
+    stake = delta * rows[f"count[{other}]"] if per_call else delta
+    return stake.where((mine > 0) == (theirs > 0), (theirs - mine).abs()).fillna(0.0)
+
+
+def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_call: bool, stake_ns: float) -> str:
+    mine, theirs = row[f"time_ns[{first}]"], row[f"time_ns[{other}]"]
+    if (mine > 0) != (theirs > 0):
+        there, absent = (first, other) if mine > 0 else (other, first)
+        return f"{_short(kernel)} runs in {there} ({_ms(stake_ns)}) and not in {absent}"
+    delta, ratio = float(row[f"delta_ns[{other}]"]), row[f"ratio[{other}]"]
+    more = "more" if delta > 0 else "less"
+    if per_call:
+        return (f"{_short(kernel)} takes {_time(abs(delta))} {more} per call in {other} than in {first} "
+                f"(x{ratio:.2f}; {_ms(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there, beyond the "
+                "step-to-step noise)")
+    return (f"{_short(kernel)} takes {_ms(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}, beyond the "
+            "step-to-step noise)")
+
+
+def _time(ns: float) -> str:
+    return _ms(ns) if abs(ns) >= 1e6 else f"{ns / 1e3:,.1f} us"
+
+
+def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:
+    """The first input's label, and the labels of the inputs of other runs (or sources) to set
+    beside it: those of its rank where any has it, else all of them."""
+    if not inputs or (len({i.group for i in inputs}) < 2 and len({i.source for i in inputs}) < 2):
+        return "", []
+    head = inputs[0]
+    others = [i for i in inputs[1:] if i.group != head.group or i.source != head.source]
+    same_rank = [i.label for i in others if i.rank == head.rank]
+    return head.label, same_rank or [i.label for i in others]
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
+
+
+def profiler_cost_findings(ev) -> list:
+    """What each profiler cost against a run of the same config under backend none
+    (reports/runs.cost_of, the run table's row), left out where it says within the noise;
+    the runs against one baseline in one sentence, the largest cost first, ranked by that
+    share of the runs' longest traced span."""
+    by_base: dict[str, list[tuple[str, dict, dict]]] = {}
+    for name, info in ev.runs:
+        cost = cost_of(info, ev.runs)
+        if cost is not None and not cost.get("within_noise"):
+            by_base.setdefault(cost["baseline"], []).append((name, info, cost))
+    out = []
+    for base, costs in by_base.items():
+        costs.sort(key=lambda c: -abs(c[2]["change"]))
+        unit = f" {costs[0][2]['unit']}" if costs[0][2].get("unit") else ""
+        each = [f"{info.get('backend')} {100 * cost['change']:+.1f}% ({cost['mine']:,.4g}{unit}, {name})"
+                for name, info, cost in costs]
+        text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
+                f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
+        at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
+        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "runs": {
+            name: cost for name, _, cost in costs}}))
+    return out
+
+
+def _run_span_ns(ev, folder: str) -> float:
+    """The longest traced span of the inputs read from run folder `folder` (0 without)."""
+    labels = {i.label for i in ev.inputs if i.path and Path(i.path).parent.name == folder}
+    df = ev.per_input
+    if "span_ns" not in df or not labels:
+        return 0.0
+    span = df.loc[df["label"].isin(labels), "span_ns"].max()
+    return 0.0 if pd.isna(span) else float(span)

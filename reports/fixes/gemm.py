@@ -1,0 +1,207 @@
+"""GEMMs that leave the tensor cores idle or run on unaligned kernels, from the kernel names
+and, where the trace gives it, their work. Pure: a rank's `sums` and `roofline` digests
+(reports/compare.RANK_SUMMARIES) in, a frame and findings out.
+
+Names tell the math units: cuBLAS's and CUTLASS's fp32 CUDA-core kernels are `*sgemm*`
+(`ampere_sgemm_128x64_nn`, `cutlass_80_simt_sgemm_64x64_8x5_nn_align1`, `sgemm_largek_lds64`)
+or xmma kernels that say `ffma` (`sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_..._ffma_aligna4_...`);
+tensor-core ones say `tensorop`, `hmma`, `gmma`, `nvjet`, `tf32` or a 16-bit type. GEMVs stay
+out: a matrix-vector product is memory-bound on any unit. A CUTLASS kernel's `alignN` (xmma's
+`alignaN`/`alignbN`/`aligncN`) is how many elements it loads at once; tensor-core kernels
+come as align1/align2 only where a matrix's leading dimension is no multiple of 16 bytes (the
+SIMT ones always are align1, which says nothing).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..findings.finding import SECTIONS, Finding, ms
+
+SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
+TENSOR_CORE = re.compile(r"tensorop|hmma|gmma|nvjet|tf32|bf16|f16f16|s1688|s16816|h1688|h16816|imma|wgmma|e4m3",
+                         re.IGNORECASE)
+UNALIGNED = re.compile(r"align[abc]?[12](?![0-9])", re.IGNORECASE)
+GEMV = re.compile(r"gemv", re.IGNORECASE)
+MIN_SHARE = 0.05  # kernels under this share of the rank's GPU time are no finding
+NAMED = 2  # kernels named in a sentence
+COLUMNS = ["kernel", "dur_ns", "count", "known_ns", "flops", "bytes", "tc_min_ns"]
+
+
+def gemm_kernels(sums: pd.DataFrame) -> pd.DataFrame:
+    """One rank's GEMM kernels (op_class gemm, GPU rows) with their time and calls: kernel,
+    dur_ns, count, simt, tensor_core, unaligned (booleans from the name, module docstring)."""
+    rows = sums[(sums["op_class"] == "gemm") & (sums["kind"] == "kernel")]
+    out = rows.groupby("kernel", observed=True, sort=False)[["dur_ns", "count"]].sum().reset_index()
+    name = out["kernel"].astype(str)
+    gemv = name.str.contains(GEMV)
+    out["simt"] = name.str.contains(SIMT) & ~name.str.contains(TENSOR_CORE) & ~gemv
+    out["tensor_core"] = name.str.contains(TENSOR_CORE) & ~out["simt"]
+    out["unaligned"] = name.str.contains(UNALIGNED) & out["tensor_core"]
+    return out.sort_values("dur_ns", ascending=False, kind="stable", ignore_index=True)
+
+
+def gpu_ns(sums: pd.DataFrame) -> int:
+    return int(sums.loc[sums["kind"] != "cpu_op", "dur_ns"].sum())
+
+
+def with_tensor_core_roof(kernels: pd.DataFrame, roof: dict) -> pd.DataFrame:
+    """The kernels (COLUMNS) with their work from the roofline digest (NaN where the trace gives
+    none) and `tc_min_ns`: the least time their FLOPs and bytes need at the device's TF32
+    tensor-core roof, max(flops / TF32 peak, bytes / HBM bandwidth), NaN without FLOPs or device."""
+    rows = roof["rows"].set_index("key") if len(roof["rows"]) else pd.DataFrame(columns=["flops", "bytes", "known_ns"])
+    out = kernels[["kernel", "dur_ns", "count"]].copy()
+    for column in ("known_ns", "flops", "bytes"):
+        out[column] = out["kernel"].astype(str).map(rows[column]).astype("float64")
+    device = roof.get("device")
+    tf32 = device.peak_tflop_s("tf32") if device is not None else None
+    if tf32 is None:
+        out["tc_min_ns"] = np.nan
+        return out[COLUMNS]
+    compute = out["flops"] / (tf32 * 1e3)  # TFLOP/s = 1e3 FLOP/ns
+    memory = (out["bytes"] / device.hbm_gb_s).fillna(0.0)
+    out["tc_min_ns"] = np.fmax(compute, memory).where(out["flops"].notna())
+    return out[COLUMNS]
+
+
+def _names(kernels: pd.DataFrame) -> str:
+    """'a takes' or 'a, b and 3 more take' (the largest first)."""
+    names = [_short(str(k)) for k in kernels["kernel"].head(NAMED)]
+    rest = len(kernels) - len(names)
+    verb = "takes" if len(kernels) == 1 else "take"
+    return ", ".join(names) + (f" and {rest} more" if rest else "") + f" {verb}"
+
+
+def _short(name: str, chars: int = 72) -> str:
+    return name if len(name) <= chars else name[:chars - 1] + "\u2026"
+
+
+def _share(part: float, whole: float) -> str:
+    return "<1%" if 0 < part < 0.01 * whole else f"{100 * part / whole:.0f}%"
+
+
+def _flop(flops: float) -> str:
+    return f"{flops / 1e12:,.2f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.2f} GFLOP"
+
+
+def _run(group: str, several: bool) -> str:
+    return f"{group}: " if several and group else ""
+
+
+def _pick(ev, select) -> dict[str, tuple]:
+    """Per run, the rank whose selected GEMM kernels take most time, where that is at least
+    MIN_SHARE of its GPU time: {group: (input, kernels, its GPU ns)}."""
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        sums = i.sums
+        total = gpu_ns(sums)
+        if not total:
+            continue
+        k = gemm_kernels(sums)
+        mine = k[select(k)]
+        time = int(mine["dur_ns"].sum())
+        if time >= MIN_SHARE * total and (i.group not in best or time > best[i.group][1]["dur_ns"].sum()):
+            best[i.group] = (i, mine, total)
+    return best
+
+
+def tf32_findings(ev) -> list[Finding]:
+    """Per run, the rank whose fp32 GEMMs take most time on CUDA-core (SIMT) kernels, where that
+    is at least MIN_SHARE of its GPU time: TF32 or bf16 autocast, and where the trace gives their
+    FLOPs and the device is known, the time the TF32 tensor-core roof would allow them."""
+    several = len({i.group for i in ev.inputs}) > 1
+    out = []
+    for group, (i, simt, total) in _pick(ev, lambda k: k["simt"]).items():
+        k = gemm_kernels(i.sums)
+        gemm_ns, tc_ns = int(k["dur_ns"].sum()), int(k.loc[k["tensor_core"], "dur_ns"].sum())
+        roof = i.digest("roofline")
+        work = with_tensor_core_roof(simt, roof)
+        time = int(simt["dur_ns"].sum())
+        device = roof.get("device")
+        text = (f"{_run(group, several)}rank {i.rank} runs fp32 GEMMs on CUDA cores, not tensor cores: {_names(simt)} "
+                f"{ms(time)}, {_share(time, total)} of its GPU time"
+                + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "")
+                + "; " + _fix(device) + _roof_text(work, device))
+        out.append(Finding(text, time, SECTIONS["roofline"], {
+            "rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
+            "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work)}))
+    return out
+
+
+def _fix(device) -> str:
+    if device is not None and device.peak_tflop_s("tf32") is None:
+        return f"the {device.name} has no TF32: run them under fp16 autocast (torch.autocast(\"cuda\", torch.float16))"
+    return ("allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
+            "torch.set_float32_matmul_precision(\"high\")) or run them under bf16 autocast")
+
+
+def _roof_evidence(work: pd.DataFrame) -> dict:
+    known = work[work["tc_min_ns"].notna()]  # known_ns: the time of the rows whose work the trace gives
+    return {"flops": float(known["flops"].sum()) if len(known) else None,
+            "known_ns": int(known["known_ns"].sum()), "tc_min_ns": float(known["tc_min_ns"].sum()) if len(known) else None}
+
+
+def _roof_text(work: pd.DataFrame, device) -> str:
+    """'; at the H100 SXM's TF32 roof (494.7 TFLOP/s) the 2.1 TFLOP of these kernels would take
+    4.3 ms instead of 31.0 ms', over the kernels whose FLOPs the trace gives; '' without any."""
+    e = _roof_evidence(work)
+    if e["tc_min_ns"] is None:
+        return ""
+    whose = "" if e["known_ns"] == int(work["dur_ns"].sum()) else " whose work the trace gives"
+    return (f"; at the {device.name}'s TF32 roof ({device.peak_tflop_s('tf32'):,.1f} TFLOP/s) the "
+            f"{_flop(e['flops'])} of the kernels{whose} would take {ms(e['tc_min_ns'])} "
+            f"instead of {ms(e['known_ns'])}")
+
+
+def _odd_shapes(i) -> list[dict]:
+    """The trace's GEMM shapes with an odd N or K (parsers/_gemm_dims.py, Kineto with shapes)."""
+    return [o for o in (i.meta.get("odd_gemms") or []) if isinstance(o, dict) and o.get("dur_ns")]
+
+
+def _pad(o: dict) -> str:
+    """'N = 50257 -> 50304' for each odd dimension: the next multiple of 64."""
+    return ", ".join(f"{d} = {o[d.lower()]:,} -> {-(-o[d.lower()] // 64) * 64:,}" for d in o["odd"])
+
+
+def _shapes_text(shapes: list[dict], total: int) -> str:
+    time = sum(o["dur_ns"] for o in shapes)
+    top = shapes[0]
+    more = f" and {len(shapes) - 1} more shape{'s' if len(shapes) > 2 else ''}" if len(shapes) > 1 else ""
+    return (f"{top['op']} with M = {top['m']:,}, N = {top['n']:,}, K = {top['k']:,} ({top['dtype'] or 'dtype unknown'}; "
+            f"N and K must be multiples of {top['multiple']}){more} {'take' if more else 'takes'} {ms(time)}, "
+            f"{_share(time, total)} of its GPU time: pad ({_pad(top)})")
+
+
+def alignment_findings(ev) -> list[Finding]:
+    """Per run, the rank whose GEMMs lose most time to alignment, where that is at least
+    MIN_SHARE of its GPU time: GEMM shapes with a dimension that is no multiple of 16 bytes (where
+    the trace gives shapes), and tensor-core GEMMs on align1/align2 kernels; pad the dimension.
+    The two may be the same kernels: the time at stake is the larger, never their sum."""
+    several = len({i.group for i in ev.inputs}) > 1
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        sums = i.sums
+        total = gpu_ns(sums)
+        k = gemm_kernels(sums)
+        odd_kernels, shapes = k[k["unaligned"]], _odd_shapes(i)
+        stake = max(int(odd_kernels["dur_ns"].sum()), sum(o["dur_ns"] for o in shapes))
+        if total and stake >= MIN_SHARE * total and (i.group not in best or stake > best[i.group][1]):
+            best[i.group] = (i, stake, total, odd_kernels, shapes)
+    out = []
+    for group, (i, stake, total, odd_kernels, shapes) in best.items():
+        parts = [_shapes_text(shapes, total)] if shapes else []
+        if len(odd_kernels):
+            time = int(odd_kernels["dur_ns"].sum())
+            parts.append(f"{'its ' if shapes else ''}tensor-core GEMMs run on unaligned kernels: {_names(odd_kernels)} {ms(time)}, "
+                         f"{_share(time, total)} of its GPU time; such align1/align2 kernels are chosen where a "
+                         "matrix dimension is no multiple of 16 bytes (8 bf16 or 4 fp32 elements): pad it (e.g. the "
+                         "vocabulary or hidden size to a multiple of 64) to get the vectorised kernels")
+        head = (f"{_run(group, several)}rank {i.rank}'s GEMMs have a dimension that is no multiple of 16 bytes: "
+                if shapes else f"{_run(group, several)}rank {i.rank}'s ")
+        out.append(Finding(head + "; ".join(parts), stake, SECTIONS["roofline"], {
+            "rank": i.rank, "kernels": odd_kernels["kernel"].astype(str).tolist(),
+            "unaligned_ns": int(odd_kernels["dur_ns"].sum()), "odd_shapes": shapes,
+            "odd_shapes_ns": sum(o["dur_ns"] for o in shapes), "gpu_ns": total}))
+    return out

@@ -1,0 +1,66 @@
+"""Host-bound steps made of kernels shorter than their own launch call: CUDA graphs or
+torch.compile(mode="reduce-overhead"), which launch the whole step at once. From the idle
+analysis (reports/idle.py: each step's idle by cause and bound, the launch statistics) and
+`replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
+
+The time at stake is the step's idle before the host began each launch and during the launch
+calls (idle_host_ns + idle_launch_ns): what a graph replay, launched in one call, could take off
+at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
+work between steps stays.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..findings.finding import SECTIONS, Finding, ms
+from ..idle.idle import combine
+
+MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
+MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
+MIN_SHARE = 0.10  # host and launch idle under this share of the step is no finding
+
+
+def _figures(i) -> dict | None:
+    idle = combine({i.rank: i.digest("idle")})
+    steps, launches = idle.steps, idle.launches
+    if not len(steps) or not len(launches):
+        return None
+    host = steps[steps["bound"] == "host"]
+    launch = launches.iloc[0]
+    replays = i.digest("replays")
+    launched = replays["launched"] - replays["replayed"]  # one by one
+    if 2 * len(host) <= len(steps) or not launched or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
+        return None
+    stake = (host["idle_host_ns"] + host["idle_launch_ns"]).to_numpy(dtype=np.int64)
+    return {"steps": len(steps), "host_bound": len(host), "launched": launched,
+            "short_kernels": replays["short"], "short_gpu_ns": replays["short_gpu_ns"],
+            "kernels_per_step": launch["kernels_per_step"],
+            "stake_ns_per_step": float(stake.mean()), "stake_ns": int(stake.sum()),
+            "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"]}
+
+
+def graphs_findings(ev) -> list[Finding]:
+    """Per run, the rank whose host-bound steps idle longest before and during launches, where
+    most steps are host-bound, most kernels are shorter than their launch call, few came from
+    graph replays, and that idle is at least MIN_SHARE of the step."""
+    several = len({i.group for i in ev.inputs}) > 1
+    best: dict[str, tuple] = {}
+    for i in ev.inputs:
+        f = _figures(i) if i.timed else None
+        if (f and f["short_kernels"] >= MIN_SHORT_SHARE * f["launched"]
+                and f["stake_ns_per_step"] >= MIN_SHARE * f["span_ns_per_step"]
+                and (i.group not in best or f["stake_ns"] > best[i.group][1]["stake_ns"])):
+            best[i.group] = (i, f)
+    out = []
+    for group, (i, f) in best.items():
+        per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \
+            f" ({f['kernels_per_step']:,.0f} kernels per step)"
+        text = (f"{group + ': ' if several and group else ''}rank {i.rank}'s steps are host-bound ({f['host_bound']} "
+                f"of {f['steps']}) and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
+                "run shorter than their own launch call: capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
+                "torch.compile(mode=\"reduce-overhead\"), which launches it in one call; at most "
+                f"{ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's idle before "
+                "and during launches, an upper bound)")
+        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f}))
+    return out

@@ -1,0 +1,337 @@
+"""One self-contained, offline HTML report (plotly.js inlined once, no network requests).
+`render(...) -> str` only: loading the traces, reading run.json and writing the file are
+tracelab.inputs' (write_report).
+
+Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
+it is HTML-escaped in markup, entity-escaped inside plotly labels (plotly decodes
+entities and shows the text), and the figures' JSON has `<`, `>` and `&` written
+as \\u escapes so nothing in it can close the <script> that holds it.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+from typing import Any
+
+import pandas as pd
+
+from ...errors import UsageError
+from . import figures, scopetree, side_by_side, workload_plots
+from ..jsonout import strict
+from ..results.runs import run_table, shared_rows
+from ..compare.compare import Comparison, comparison, rows_are
+from ..session import Input
+from ..topics import TOPICS
+from ..findings.findings import NONE, Evidence, Finding, findings
+
+TOP_KERNELS_TABLE = 200
+COMPARE_ROWS = 50
+
+_STYLE = """
+body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;vertical-align:top}
+td.t,th.t{text-align:left;overflow-wrap:anywhere;min-width:120px;max-width:640px}
+th{background:#f4f4f4;position:sticky;top:0;overflow-wrap:normal;word-break:normal;min-width:64px}
+table.sortable th{cursor:pointer}table.sortable td.t:first-child{min-width:280px}table.runs td{text-align:left;max-width:420px}table.runs th.f{text-align:left}
+pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:100%}
+#findings{background:#fff8e6;border:1px solid #f0d9a0;border-radius:6px;padding:4px 16px 8px}
+#findings h2{border:0;margin-top:8px}#findings ol{font-size:16px;line-height:1.5;padding-left:24px}
+#findings a{color:#222;text-decoration:none;border-bottom:1px dotted #999}#findings a:hover{background:#fde9b5}
+p.shared{font-size:13px;color:#444;overflow-wrap:anywhere}
+dl.run{display:grid;grid-template-columns:repeat(3,1fr);gap:2px 24px;font-size:13px;margin:4px 0 8px}
+dl.run div{display:flex;gap:8px;border-bottom:1px solid #eee;padding:2px 0}dl.run dt{font-weight:600;min-width:140px}
+dl.run dd{margin:0;overflow-wrap:anywhere}dl.run div.wide{grid-column:1/-1}
+""" + scopetree.TREE_STYLE
+
+# sorts a table.sortable by the clicked column: numbers by data-v, text otherwise
+_SCRIPT = """
+(function(){
+var data=JSON.parse(document.getElementById('tracelab-figures').textContent);
+var cfg={displaylogo:false,responsive:true};
+var made=Object.keys(data).map(function(id){
+  var f=data[id];return Plotly.newPlot(document.getElementById(id),f.data,f.layout,cfg);});
+Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));
+  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));
+  document.body.setAttribute('data-height',String(document.documentElement.scrollHeight));});
+document.querySelectorAll('table.sortable').forEach(function(t){
+  t.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
+    var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);
+    var dir=th.getAttribute('data-dir')==='desc'?1:-1;th.setAttribute('data-dir',dir<0?'desc':'asc');
+    rows.sort(function(a,b){var x=a.cells[col],y=b.cells[col];
+      var u=x.getAttribute('data-v'),v=y.getAttribute('data-v');
+      if(u!==null&&v!==null)return dir*(parseFloat(u)-parseFloat(v));
+      return dir*x.textContent.localeCompare(y.textContent);});
+    rows.forEach(function(r){body.appendChild(r);});});});});
+})();
+"""
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside <script>: no `<`, `>`, `&` (so no `</script>`, no `<!--`) and no
+    U+2028/U+2029 line separators."""
+    text = json.dumps(strict(value), separators=(",", ":"), allow_nan=False, default=str)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def table(df: pd.DataFrame, columns: dict[str, str], sortable: bool = False) -> str:
+    """An HTML table of df; columns maps a column to its header. Numbers carry data-v for
+    sorting; a header ending in (ms)/(us) shows ns converted, one ending in % a share."""
+    head = "".join(f'<th class="{"t" if _is_text(df[c]) else ""}">{wrap(h)}</th>' for c, h in columns.items())
+    cells = [[_cell(v, h, _is_text(df[c])) for v in df[c].tolist()] for c, h in columns.items()]
+    rows = "".join("<tr>" + "".join(row) + "</tr>" for row in zip(*cells))
+    cls = ' class="sortable"' if sortable else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def wrap(text: Any) -> str:
+    """Escaped, with line breaks allowed only after - _ / . and spaces, so a long run name
+    in a header wraps at its parts instead of mid-word."""
+    out = _e(text)
+    for sep in ("-", "_", "/", "."):
+        out = out.replace(sep, sep + "<wbr>")
+    return out
+
+
+def _is_text(column: pd.Series) -> bool:
+    return not pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)
+
+
+def _cell(value: Any, header: str, text: bool) -> str:
+    if text or value is None:
+        return f'<td class="t">{_e("" if value is None else value)}</td>'
+    if pd.isna(value):
+        return '<td data-v="-1e300">-</td>'
+    scale, fmt = (1e6, "{:,.3f}") if header.endswith("(ms)") else (1e3, "{:,.2f}") if header.endswith("(us)") \
+        else (0.01, "{:.1f}%") if header.endswith("%") else (1, "{:,.3g}" if isinstance(value, float) else "{:,}")
+    return f'<td data-v="{float(value)!r}">{fmt.format(value / scale if scale != 1 else value)}</td>'
+
+
+def _runs_html(runs: list[tuple[str, dict]]) -> str:
+    """The run table (one column per run: what differs first, what all share in one line), or
+    for one run its fields in a compact grid; each run.json folded away below it."""
+    raw = "".join(f'<details><summary>run.json of {_e(name)}</summary><table>'
+                  + "".join(f'<tr><th class="t">{_e(k)}</th><td class="t">{_info_value(v)}</td></tr>'
+                            for k, v in info.items()) + "</table></details>" for name, info in runs)
+    if len(runs) == 1:
+        df = run_table(runs)
+        cells = "".join(f'<div{" class=wide" if len(_run_value(value)) > 60 else ""}><dt>{_e(field)}</dt>'
+                        f"<dd>{_run_value(value)}</dd></div>" for field, value in zip(df.index, df.iloc[:, 0].tolist()))
+        return f'<p><b>{_e(runs[0][0])}</b></p><dl class="run">{cells}</dl>{raw}'
+    df, shared = shared_rows(run_table(runs))
+    head = '<th class="f"></th>' + "".join(f'<th class="t">{wrap(name)}</th>' for name in df.columns)
+    body = "".join(f'<tr><th class="f">{_e(field)}</th>' + "".join(f"<td>{_run_value(v)}</td>" for v in row) + "</tr>"
+                   for field, row in zip(df.index, df.values.tolist()))
+    same = f'<p class="shared"><b>Same in all {len(runs)} runs:</b> {_e(shared)}</p>' if shared else ""
+    return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{same}{raw}'
+
+
+def _run_value(value: Any) -> str:
+    if isinstance(value, float):
+        return _e(f"{value:,.4g}")
+    return _e("-" if value is None else _plain(value))
+
+
+def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) -> str:
+    """One row per input (its GPU model and, when exported, a link to the merged timeline);
+    above MANY_RANKS inputs one row per run."""
+    note = f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>'
+    if perfetto:
+        note += (f'<p>Every timed rank on one clock, collectives linked: <a href="{_e(perfetto)}">{_e(perfetto)}</a> '
+                 "(open it in Perfetto's UI or chrome://tracing; one process per rank, one track per stream, "
+                 "steps on a track of their own where the traces mark them)</p>")
+    df = pd.DataFrame({"input": [i.label for i in inputs], "group": [i.group or "-" for i in inputs],
+                       "source": [i.source for i in inputs], "rank": [i.rank for i in inputs],
+                       "device": [i.device or "-" for i in inputs],
+                       "timed": [i.timed for i in inputs]})
+    if len(inputs) > figures.MANY_RANKS:
+        runs = df.groupby("group", sort=False).agg(inputs=("input", "size"), first=("rank", "min"), last=("rank", "max"),
+                                                   source=("source", lambda s: ", ".join(sorted(set(s)))),
+                                                   device=("device", lambda s: ", ".join(sorted(set(s))))).reset_index()
+        runs["ranks"] = runs["first"].astype(str) + "-" + runs["last"].astype(str)
+        return note + table(runs, {"group": "run", "inputs": "ranks", "ranks": "rank range", "source": "source",
+                                   "device": "GPU"})
+    rows = "".join(f'<tr><td class="t">{_e(r.input)}</td><td class="t">{_e(r.source)}</td><td>{r.rank}</td>'
+                   f'<td class="t">{_e(r.device)}</td><td class="t">{_timeline_link(r, perfetto)}</td></tr>'
+                   for r in df.itertuples())
+    return (note + '<table><thead><tr><th class="t">input</th><th class="t">source</th><th>rank</th>'
+            f'<th class="t">GPU</th><th class="t">timeline</th></tr></thead><tbody>{rows}</tbody></table>')
+
+
+def _timeline_link(row, perfetto: str | None) -> str:
+    if not row.timed:
+        return "no timestamps (aggregated profile)"
+    if not perfetto:
+        return "timed (tracelab report --perfetto links a merged trace)"
+    return f'<a href="{_e(perfetto)}">rank {row.rank} in the merged trace</a>'
+
+
+def _info_value(value: Any) -> str:
+    """Scalars inline; a list or mapping as one line, folded away when long."""
+    if isinstance(value, (dict, list)):
+        line = json.dumps(value, default=str)
+        if len(line) <= 160:
+            return f"<code>{_e(line)}</code>"
+        return f"<details><summary>{_e(line[:120])}…</summary><pre>{_e(_plain(value))}</pre></details>"
+    return _e(_plain(value))
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
+
+
+def render(inputs: list[Input], paths: list[str], info: dict | None = None, title: str = "tracelab report",
+           runs: list[tuple[str, dict]] | None = None, perfetto: str | None = None) -> str:
+    """The whole report as one HTML string. `runs` are (folder name, run.json) of the run
+    folders given (else `info`, one run.json); `perfetto` names a merged trace to link."""
+    from plotly.offline import get_plotlyjs
+
+    runs = runs if runs is not None else ([("run", info)] if info else [])
+    figs: dict[str, dict] = {}
+    across = workload_plots.across_runs(runs)
+    combined = {workload for workload, _, _ in across}
+    plots = [(note, fig) for _, note, fig in across]
+    plots += [(f"{name}: {note}" if len(runs) > 1 else note, fig) for name, run in runs
+              if run.get("workload") not in combined for note, fig in workload_plots.workload_figures(run)]
+    if not inputs and not plots:
+        raise UsageError("report", "no traces and no workload figures to report on")
+    c = comparison(inputs, by="kernel") if inputs else None
+    body = [f"<h1>{_e(title)}</h1>"]
+    body += [findings_html(findings(Evidence(inputs, c, runs)))] if c is not None else []
+    body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
+    body += [_runs_html(runs)] if runs else []
+    body += [_inputs_html(inputs, paths, perfetto)]
+    if plots:
+        body += ['<h2 id="workload">Workload figures</h2>'] + [_figure(figs, fig, note) for note, fig in plots]
+    if c is not None:
+        body += _sections(inputs, c, figs)
+    scripts = [get_plotlyjs(), _SCRIPT]
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{_policy(scripts)}">'
+            f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
+            + "".join(body)
+            + f'<script type="application/json" id="tracelab-figures">{script_json(figs)}</script>'
+            + "".join(f"<script>{code}</script>" for code in scripts) + "</body></html>")
+
+
+def _policy(scripts: list[str]) -> str:
+    """Content-Security-Policy: no network at all, and only our own scripts run (by hash),
+    so neither an injected <script> nor an inline handler (onerror=...) could."""
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
+    return (f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; "
+            "img-src data: blob:; font-src data:; connect-src 'none'")
+
+
+def _figure(figs: dict[str, dict], fig: dict, note: str = "") -> str:
+    key = f"fig{len(figs)}"
+    figs[key] = fig
+    return (f'<p class="note">{_e(note)}</p>' if note else "") + f'<div class="plot" id="{key}"></div>'
+
+
+TOTALS_COLUMNS = {"label": "input", "source": "source", "total_ns": "total (ms)", "compute_ns": "compute (ms)",
+                  "comm_ns": "communication (ms)", "ratio": "/ first"}
+TREES_SHOWN = 4  # inputs that get a scope tree of their own
+
+
+def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -> str:
+    """A row per input, or above MANY_RANKS inputs the distribution per run and measure
+    (`ms` columns, in ns, shown in ms)."""
+    if len(df) <= figures.MANY_RANKS:
+        return table(df, columns)
+    scaled = df.assign(**{c: df[c] / 1e6 for c in ms})
+    dist = figures.distribution(scaled, {c: columns[c] for c in columns if c not in ("label", "source", "group")})
+    return (f'<p class="note">{len(df)} inputs: per run and measure, the spread over its ranks and the ranks '
+            "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
+
+
+def findings_html(found: list[Finding]) -> str:
+    """The findings on top: each sentence links to the section that proves it."""
+    if not found:
+        return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(NONE)}.</p></section>'
+    items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
+    return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
+
+
+def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
+    events = figures.labelled_events(inputs)
+    drawn, note = side_by_side.drawn(inputs)
+    what = c.measured
+    out = [f'<h2 id="op-classes">{what} per input, by op class</h2>',
+           _figure(figs, figures.op_class_bars(side_by_side.only(events, drawn)), note),
+           _per_input_table(c.totals, TOTALS_COLUMNS, ["total_ns", "compute_ns", "comm_ns"])]
+    out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
+    if (steps_fig := side_by_side.step_time_boxes(inputs)) is not None:
+        out += ['<h2 id="step-times">Step time</h2>', _figure(figs, steps_fig)]
+    rows = rows_are(events)
+    columns = {**figures.top_kernel_columns([i.label for i in inputs]), "kernel": rows[:-1]}
+    heat_note = (f"{what}, input x {rows[:-1]}; " + ("opens on each input against the row's median (red: more, "
+                 "blue: less); the buttons switch to the colour per row or one log scale; " if len(inputs) > 1 else "")
+                 + "times of different inputs are never added together" + (f"; {note}" if note else ""))
+    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note),
+            table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
+    out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
+    for topic in TOPICS:  # each topic's own section (reports/topics.py), in their order
+        if render_section := topic.section_renderer():
+            out += render_section(inputs, lambda fig, note: _figure(figs, fig, note), table, c)
+    if len(c.skew):
+        out += ['<h2 id="skew">Collective skew across ranks</h2>', table(c.skew, figures.SKEW_COLUMNS)]
+    if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:
+        out += ['<h2 id="comparison">Comparison (aligned on kernel, against the first input)</h2>',
+                table(c.table.head(COMPARE_ROWS), figures.compare_columns(c), sortable=True)]
+    return out
+
+
+def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict], drawn: list[str],
+                       note_drawn: str) -> list[str]:
+    """Timeline and overlap, with a note naming the inputs left out for want of timestamps."""
+    untimed = [i for i in inputs if not i.timed]
+    note = (f'<p class="note">The timeline, busy/idle and overlap need start times, which '
+            f'{", ".join(sorted({i.source for i in untimed}))} input(s) do not have (a proton profile holds each '
+            f'kernel once per scope, summed): left out here: {_e(", ".join(i.label for i in untimed))}. '
+            "Capture with --backend torch or nsys for them.</p>") if untimed else ""
+    out = ['<h2 id="timeline">Timeline</h2>', note] if note or len(c.timeline) else []
+    if len(c.timeline):
+        out += [_figure(figs, fig, label) for label, fig in figures.timelines(inputs)]
+        tl = c.timeline.merge(c.totals[["label", "group"]], on="label", how="left")
+        shown = c.timeline[c.timeline["label"].isin(drawn)]
+        out += ['<h2 id="overlap">Busy, idle and communication overlap</h2>',
+                _figure(figs, figures.overlap_bars(shown), note_drawn),
+                _per_input_table(tl, figures.TIMELINE_COLUMNS,
+                                 ["busy_ns", "span_ns", "comm_ns", "overlap_ns", "exposed_ns"])]
+    return out
+
+
+def _tree_sections(inputs: list[Input]) -> list[str]:
+    """Scope trees of the first inputs that have scopes, and the diff tree of two inputs."""
+    scoped = [i for i in inputs if i.sums["scope"].fillna("").astype(str).str.len().any()]
+    if not scoped:
+        return []
+    out = ['<h2 id="scope-tree">Scope tree</h2>', '<p class="note">Inclusive time of every scope and of the kernels under it, '
+           "share of the input's total and calls (like proton-viewer); click to open or close.</p>"]
+    for i in scoped[:TREES_SHOWN]:
+        out.append(f"<details open><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"
+                   f"{scopetree.tree_html(scopetree.scope_tree(i.sums))}</details>")
+    if len(scoped) > TREES_SHOWN:
+        out.append(f'<p class="note">{len(scoped) - TREES_SHOWN} more inputs with scopes are not shown.</p>')
+    if len(inputs) == 2 and len(scoped) == 2:
+        first, second = inputs
+        out += [f"<h2>Scope tree diff: {_e(second.label)} against {_e(first.label)}</h2>",
+                '<p class="note">Aligned on the scope path and kernel; red: slower in the second, green: faster.</p>',
+                scopetree.tree_html(scopetree.tree_diff(first.sums, second.sums), diff=True)]
+    return out
+
+
+def _straggler(row: pd.Series, measured: str) -> str:
+    from ..text import straggler_line
+
+    return straggler_line(row, measured)

@@ -1,0 +1,1 @@
+"""Why the GPU was idle: per step and rank by cause (host, launch, sync, dependency, other)."""

@@ -1,0 +1,305 @@
+"""Why was the GPU idle? Per step and rank, the GPU's idle time split by cause. Pure.
+
+A step's span runs from its first GPU activity's start to its last one's end (as in
+`tracelab steps`); idle is the gaps in the union of all its streams' GPU work (kernels,
+copies, fills) within it. Each gap [g0, g1) ends where the next GPU op starts (of ops
+starting together, the one launched first). With L = the start of that op's launch call
+(launch_start_ns) and E = its end:
+
+- `idle_host_ns`: [g0, L): the host had not yet begun to launch the op, and was in no
+  synchronising call (schema.HOST_KINDS `sync`, any thread of the rank);
+- `idle_sync_ns`: the part of [g0, L) that a synchronising call covered: the host was
+  blocked waiting for the GPU (cudaDeviceSynchronize, ..., a blocking copy);
+- `idle_launch_ns`: [max(g0, L), g1) where the launch call was still running at g0 (E > g0):
+  the op was being launched onto an empty queue and had not started (launch latency);
+- `idle_dependency_ns`: the same part where the op was already queued (E <= g0) and nothing
+  on its own stream ran up to g0: it waited on another stream, an event or a peer. Waits at
+  collectives are inside the collective kernels (busy, not idle): see `tracelab steps`;
+- `idle_other_ns`: the same part where the op was queued behind its own stream's previous op,
+  which ended at g0 (the GPU's own gap between queued ops, HTA's "kernel wait"), and gaps
+  whose next op has no launch call in the trace.
+
+They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is the largest of
+gpu (busy_ns - exposed_comm_ns), communication (exposed_comm_ns + idle_dependency_ns) and
+host (idle_host_ns + idle_launch_ns + idle_sync_ns); idle_other_ns counts for none.
+
+What the host was doing: the CPU ops, ranges and OS calls of the host frame that overlap
+the host-caused gaps (idle_host_ns intervals), each name's intervals united, ranked by the
+idle they cover. Launch statistics per rank come from the kernels' launch columns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracelab.schema import RankData
+
+from ..steps.steps import step_rows
+from ..steps.timeline import merge_intervals, timed
+
+CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
+STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
+BOUNDS = ("gpu", "communication", "host")
+OP_COLUMNS = ["rank", "kind", "name", "covered_ns", "host_idle_ns"]
+LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "delay_median_ns", "delay_p90_ns",
+                  "launch_cpu_ns", "launch_cpu_per_step_ns", "short_kernels", "short_kernels_gpu_ns"]
+OP_KINDS = ("cpu_op", "range", "osrt")  # host frame kinds that say what the host was doing
+TOP_OPS = 50  # names kept per rank, in the worker
+WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
+HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
+        "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step may "
+        "help; this is a suggestion, not a measurement")
+
+
+@dataclass
+class Idle:
+    """idle() of one or many ranks: per step and rank (STEP_COLUMNS), the host's ops over
+    host-caused idle (OP_COLUMNS), launch statistics per rank (LAUNCH_COLUMNS) and one-line
+    notes on what the data cannot say."""
+
+    steps: pd.DataFrame
+    ops: pd.DataFrame
+    launches: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+class RankIdle:
+    """load_many's reduce: one rank's idle() summary, made in the worker that parsed it."""
+
+    def __init__(self, top: int = TOP_OPS):
+        self.top = top
+
+    def __call__(self, rank: RankData) -> Idle:
+        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top)
+
+
+def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,
+              top: int | None = TOP_OPS) -> Idle:
+    """Idle by cause of one rank's events (module docstring), with its host frame (None: no
+    sync calls or CPU ops known; sync idle then counts as host)."""
+    rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
+    rows = timed(events)
+    if not len(rows):
+        why = ("proton records no launches and no timestamps" if source == "proton" or
+               (len(events) and not events["start_ns"].notna().any()) else "no GPU activity with timestamps")
+        return Idle(_empty(STEP_COLUMNS), _empty(OP_COLUMNS), _empty(LAUNCH_COLUMNS),
+                    [f"no idle breakdown: {why}"])
+    sync = host[host["kind"] == "sync"] if host is not None else None
+    stepless = not rows["step"].notna().any()
+    windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
+    gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
+    steps = _step_table(windows, gaps)
+    if stepless:  # one window, the whole trace: its step is NA
+        steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
+    ops = host_ops(gaps, host, rank, top)
+    return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
+
+
+def _union_of(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    if frame is None or not len(frame):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    start = frame["start_ns"].to_numpy(dtype=np.int64)
+    return merge_intervals(start, start + frame["dur_ns"].to_numpy(dtype=np.int64))
+
+
+def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """Per interval [start, end), the ns of it inside the sorted disjoint union (u_start, u_end)."""
+    if not len(u_start):
+        return np.zeros(len(start), dtype=np.int64)
+    before = np.r_[0, np.cumsum(u_end - u_start)]  # ns of the union before each segment
+
+    def upto(t: np.ndarray) -> np.ndarray:  # ns of the union before t
+        i = np.searchsorted(u_start, t, side="right") - 1
+        inside = np.clip(t - u_start[np.maximum(i, 0)], 0, (u_end - u_start)[np.maximum(i, 0)])
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+    return np.maximum(upto(end) - upto(np.minimum(start, end)), 0)
+
+
+def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
+    """One row per gap in a step's GPU union: rank, step, gap_start_ns, gap_end_ns, the
+    launch point a (clipped into the gap) and the ns of each cause (module docstring)."""
+    df = pd.DataFrame({"rank": rows["rank"].to_numpy(), "step": rows["step"].to_numpy(dtype=np.int64),
+                       "stream": rows["stream"].fillna(-1).to_numpy(dtype=np.int64),
+                       "start": rows["start_ns"].to_numpy(dtype=np.int64),
+                       "end": (rows["start_ns"] + rows["dur_ns"]).to_numpy(dtype=np.int64),
+                       "launch": rows["launch_start_ns"].astype("float64").to_numpy(),
+                       "launch_end": (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()})
+    df = df.sort_values(["rank", "step", "start", "launch"], kind="stable", na_position="last", ignore_index=True)
+    by_step = df.groupby(["rank", "step"], sort=False)
+    df["run_end"] = by_step["end"].cummax()
+    df["before"] = df.groupby(["rank", "step"], sort=False)["run_end"].shift(1)
+    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["end"].cummax()
+    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["own_before"].shift(1)
+    gap = df[df["start"] > df["before"]]
+    return _causes(gap, sync_start, sync_end)
+
+
+def _causes(gap: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
+    g0, g1 = gap["before"].to_numpy(dtype=np.int64), gap["start"].to_numpy(dtype=np.int64)
+    known = gap["launch"].notna().to_numpy()
+    a = np.clip(np.nan_to_num(gap["launch"].to_numpy(), nan=0).astype(np.int64), g0, g1)
+    post = g1 - a
+    queued = known & (gap["launch_end"].to_numpy() <= g0)
+    behind_own = queued & (gap["own_before"].to_numpy() >= g0)  # NaN (first of its stream): False
+    return pd.DataFrame({"rank": gap["rank"].to_numpy(), "step": gap["step"].to_numpy(), "gap_start_ns": g0,
+                         "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
+                         "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, sync_start, sync_end),
+                         "idle_launch_ns": np.where(known & ~queued, post, 0),
+                         "idle_dependency_ns": np.where(queued & ~behind_own, post, 0),
+                         "idle_other_ns": np.where(known, np.where(behind_own, post, 0), g1 - g0)})
+
+
+def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """step_rows (span, busy, exposed communication) with the causes summed per step, and bound."""
+    base = step_rows(rows)
+    if not len(base):
+        return _empty(STEP_COLUMNS)
+    sums = gaps.groupby(["step", "rank"])[["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns",
+                                             "idle_other_ns"]].sum()
+    out = base.merge(sums, left_on=["step", "rank"], right_index=True, how="left").fillna(0)
+    out["idle_ns"] = out["span_ns"] - out["busy_ns"]
+    out["idle_host_ns"] = out["pre_ns"] - out["idle_sync_ns"]
+    score = np.c_[out["busy_ns"] - out["exposed_comm_ns"], out["exposed_comm_ns"] + out["idle_dependency_ns"],
+                  out["idle_host_ns"] + out["idle_launch_ns"] + out["idle_sync_ns"]]
+    out["bound"] = np.array(BOUNDS)[np.argmax(score, axis=1)]
+    ints = [c for c in STEP_COLUMNS if c.endswith("_ns") or c in ("kernels", "step", "rank")]
+    return out.astype({c: "int64" for c in ints})[STEP_COLUMNS]
+
+
+def host_idle_intervals(gaps: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The idle_host_ns intervals, sorted and disjoint: each gap's [g0, launch) less the sync calls."""
+    start, end = gaps["gap_start_ns"].to_numpy(dtype=np.int64), gaps["launch_at_ns"].to_numpy(dtype=np.int64)
+    keep = end > start
+    start, end = start[keep], end[keep]
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    if not len(sync_start) or not len(start):
+        return start, end
+    bounds = np.unique(np.r_[start, end, sync_start, sync_end])
+    lo, hi = bounds[:-1], bounds[1:]
+    return lo[_inside(lo, start, end) & ~_inside(lo, sync_start, sync_end)], hi[
+        _inside(lo, start, end) & ~_inside(lo, sync_start, sync_end)]
+
+
+def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether each t lies in one of the sorted disjoint intervals [start, end)."""
+    i = np.searchsorted(start, t, side="right") - 1
+    return (i >= 0) & (t < end[np.maximum(i, 0)])
+
+
+def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
+    """Per (kind, name) of the host's CPU ops, ranges and OS calls (OP_KINDS), the ns of
+    host-caused idle its intervals cover (a name's own overlapping intervals counted once),
+    the `top` names by that (OP_COLUMNS; host_idle_ns: the rank's total, the same on each row)."""
+    if host is None or not len(gaps):
+        return _empty(OP_COLUMNS)
+    sync = host[host["kind"] == "sync"]
+    u_start, u_end = host_idle_intervals(gaps, *_union_of(sync))
+    ops = host[host["kind"].isin(OP_KINDS)]
+    names, name_of = pd.factorize(ops["name"].to_numpy(dtype=object), sort=True)  # codes in name order
+    kinds = ops["kind"].cat.codes.to_numpy(dtype=np.int64)
+    order = np.lexsort((ops["start_ns"].to_numpy(dtype=np.int64), names, kinds))  # by kind, name, start
+    group = kinds[order] * len(name_of) + names[order]
+    first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
+    start = ops["start_ns"].to_numpy(dtype=np.int64)[order]
+    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)[order]
+    reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
+    reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
+    ns = covered(np.maximum(start, reached), end, u_start, u_end)
+    at = np.flatnonzero(first)
+    out = pd.DataFrame({"kind": ops["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+                        "name": name_of[names[order][at]].astype(str),
+                        "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
+    out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
+    out = out.head(top) if top is not None else out
+    return out.assign(rank=rank, host_idle_ns=int((u_end - u_start).sum()))[OP_COLUMNS].reset_index(drop=True)
+
+
+def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """One row (LAUNCH_COLUMNS): kernels per step; of the kernels whose launch call is known,
+    the launch-to-start delay (median, p90: how far ahead the host ran, a queue-depth proxy),
+    the CPU time of their launch calls, and the kernels shorter than their own launch call."""
+    kernels = rows[rows["kind"] == "kernel"]
+    n_steps = int(kernels["step"].nunique())
+    known = kernels[kernels["launch_start_ns"].notna()]
+    delay = (known["start_ns"] - known["launch_start_ns"]).to_numpy(dtype=np.float64)
+    launch_dur = known["launch_dur_ns"].to_numpy(dtype=np.int64)
+    short = known["dur_ns"].to_numpy(dtype=np.int64) < launch_dur
+    cpu_ns = int(launch_dur.sum())
+    return pd.DataFrame([{
+        "rank": rank, "steps": n_steps, "kernels": len(kernels),
+        "kernels_per_step": kernels["step"].notna().sum() / n_steps if n_steps else None,
+        "launched": len(known), "delay_median_ns": float(np.median(delay)) if len(delay) else None,
+        "delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
+        "launch_cpu_ns": cpu_ns if len(known) else None,
+        "launch_cpu_per_step_ns": (int(launch_dur[known["step"].notna().to_numpy()].sum()) / n_steps
+                                   if n_steps and len(known) else None),
+        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(known["dur_ns"].to_numpy()[short].sum())}],
+        columns=LAUNCH_COLUMNS)
+
+
+def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:
+    notes = []
+    if stepless:
+        notes.append("no steps in this trace (no range matches the step pattern; see --step): the whole "
+                     "trace, first GPU start to last GPU end, is one window (step null)")
+    if not rows["launch_start_ns"].notna().any():
+        notes.append(f"no launch calls in this trace (none matched by correlation id): "
+                     "its idle is all idle_other_ns")
+    if host is None:
+        notes.append("no host intervals in this input (a tracelab dataset, or events without their Profile.host): "
+                     "sync idle counts as host, and no CPU ops are named")
+    return notes
+
+
+def combine(by_rank: dict[int, Idle]) -> Idle:
+    """Ranks' idle summaries (RankIdle) by rank as one Idle, each under its rank (as resolved
+    after parsing), sorted by step and rank; the hint line when any step is host-bound."""
+    parts = [Idle(*(f.assign(rank=int(r)) for f in (p.steps, p.ops, p.launches)), [f"rank {r}: {n}" for n in p.notes])
+             for r, p in by_rank.items()]
+    steps = [p.steps for p in parts if len(p.steps)]
+    ops = [p.ops for p in parts if len(p.ops)]
+    launches = [p.launches for p in parts if len(p.launches)]
+    out = Idle(pd.concat(steps, ignore_index=True).sort_values(["step", "rank"], kind="stable", ignore_index=True)
+               if steps else _empty(STEP_COLUMNS),
+               pd.concat(ops, ignore_index=True) if ops else _empty(OP_COLUMNS),
+               pd.concat(launches, ignore_index=True).sort_values("rank", ignore_index=True)
+               if launches else _empty(LAUNCH_COLUMNS),
+               [n for p in parts for n in p.notes])
+    if len(out.steps) and (out.steps["bound"] == "host").any():
+        out.notes.append(HINT)
+    return out
+
+
+def idle(events: pd.DataFrame, hosts: dict[int, pd.DataFrame | None] | None = None, top: int | None = TOP_OPS) -> Idle:
+    """Idle by cause of a frame of any ranks, with each rank's host frame (`hosts`, by rank)."""
+    return combine({int(r): rank_idle(g, (hosts or {}).get(int(r)), None, top)
+                    for r, g in events.groupby("rank", sort=True)})
+
+
+def idle_columns(step_table: pd.DataFrame, by_rank: dict[int, Idle]) -> pd.DataFrame:
+    """`tracelab steps`' step rows with idle_ns, CAUSES and bound (RankIdle summaries by rank)
+    beside them; NA where a rank has none."""
+    idle_steps = combine(by_rank).steps[["step", "rank", "idle_ns", *CAUSES, "bound"]]
+    out = step_table.merge(idle_steps.astype({c: "Int64" for c in ("idle_ns", *CAUSES)}), on=["step", "rank"],
+                           how="left")
+    return out
+
+
+def labelled(parts: list[tuple[str, Idle]]) -> Idle:
+    """Several inputs' Idle as one, each frame's rows under an `input` column (the path), when
+    there are several; one input's as it is."""
+    if len(parts) == 1:
+        return parts[0][1]
+    frames = [[f.assign(input=name)[["input", *f.columns]] for f in (i.steps, i.ops, i.launches)] for name, i in parts]
+    hint = [HINT] if any(HINT in i.notes for _, i in parts) else []
+    return Idle(*(pd.concat([f[k] for f in frames], ignore_index=True) for k in range(3)),
+                [f"{name}: {n}" for name, i in parts for n in i.notes if n != HINT] + hint)

@@ -1,0 +1,1 @@
+"""One merged Chrome/Perfetto trace of every rank and run."""

@@ -1,0 +1,1 @@
+"""Runs side by side: their run.json results and the profiler's cost."""

@@ -1,0 +1,1 @@
+"""Was the GPU time well spent: achieved rates against the device's roofs."""

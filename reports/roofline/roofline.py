@@ -1,0 +1,187 @@
+"""Was the GPU time well spent: achieved FLOP/s and bytes/s per kernel, scope or op class,
+against the device's roofline.
+
+Work comes from the trace only (the events' flops, bytes and dtype: parsers/_shapes.py for
+Kineto, proton's metrics, memcpy/memset sizes); rows whose work is unknown stay unknown,
+never zero, and `known_ns` says how much of a group's time the figures cover.
+
+Per event row, the least time the device allows is
+    min_ns = max(flops / peak FLOP/s of its dtype, traffic bytes / bandwidth)
+over the terms that are known, where traffic is a kernel's or memset's bytes against HBM, a
+device-to-device copy's twice its size (read and written) against HBM, and a copy to or from
+the host its size against the host link. A group sums its rows: achieved rates over the
+time of the rows that carry that work, `roofline_frac` = min_ns / known_ns (achieved over
+attainable), `lost_ns` = known_ns - min_ns (the time beyond what the roofline allows: what
+optimising the group could win at most), `bound` from the group's intensity against the
+ridge point (peak FLOP/s / bandwidth) of its dtype: compute or memory; rows with only bytes
+(elementwise, reductions, copies) are memory-bound by nature; with only FLOPs, unknown. A
+group whose rows with a roof cover less than half its time gets no bound and no share (its
+lost_ns still counts the rows that have one).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracelab.devices import Device
+from tracelab.schema import RankData
+
+BY_CHOICES = ("kernel", "scope", "op_class")
+MEMORY_CLASSES = ("elementwise", "reduction", "memory")
+COLUMNS = ["rank", "key", "dur_ns", "count", "known_ns", "flops", "bytes", "tflop_s", "gb_s", "intensity",
+           "bound", "roofline_frac", "min_ns", "lost_ns", "dtype"]
+
+
+@dataclass
+class Roofline:
+    """One rank's rows (COLUMNS, sorted by lost_ns), and what they cover."""
+
+    rows: pd.DataFrame
+    device: Device | None
+    device_from: str
+    gpu_ns: int
+    known_ns: int
+
+
+def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
+    """Proton's scope-level flops/bytes (meta["scope_metrics"], a user's proton.scope(name,
+    {"flops16": n})) spread over the kernel rows under that scope that have none of their own,
+    in proportion to their time, as an operator's work is spread over its kernels: for the
+    roofline by scope, where the scope's rows add up to its metrics again (by kernel every
+    kernel of the scope would get the scope's rate, which says nothing about the kernel). The
+    rates are then over the scope's whole kernel time, elementwise kernels included."""
+    if not scope_metrics:
+        return events
+    out = events.copy()
+    for scope, metrics in scope_metrics.items():
+        under = (out["scope"] == scope) | out["scope"].str.startswith(scope + "/")
+        for column in ("flops", "bytes"):
+            rows = under & out[column].isna()
+            value, total = metrics.get(column), out.loc[rows, "dur_ns"].sum()
+            if isinstance(value, (int, float)) and rows.any() and total > 0:
+                out.loc[rows, column] = value * out.loc[rows, "dur_ns"] / total
+        if metrics.get("dtype"):
+            out.loc[under & (out["dtype"] == ""), "dtype"] = metrics["dtype"]
+    return out
+
+
+def _traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(HBM bytes, host-link bytes) per row (module docstring)."""
+    moved = events["bytes"].to_numpy(dtype=np.float64)
+    copy = (events["kind"] == "memcpy").to_numpy()
+    device_to_device = copy.copy()  # of the copies, those within or between devices (names tested: copies only)
+    device_to_device[copy] = (events["name"][copy].astype(str).str.contains(r"DtoD|Device -> Device|PtoP", regex=True)
+                              .to_numpy(dtype=bool))
+    host = copy & ~device_to_device
+    hbm = np.where(device_to_device, 2 * moved, np.where(host, np.nan, moved))
+    return hbm, np.where(host, moved, np.nan)
+
+
+def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known."""
+    n = len(events)
+    if device is None:
+        nan = np.full(n, np.nan)
+        return nan, nan, nan
+    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy())  # a peak per distinct dtype
+    peak = np.array([device.peak_tflop_s(d) or np.nan for d in dtypes], dtype=np.float64)[codes]
+    compute_ns = events["flops"].to_numpy(dtype=np.float64) / (peak * 1e3)  # TFLOP/s = 1e3 FLOP/ns
+    hbm, host = _traffic(events)
+    memory_ns = hbm / device.hbm_gb_s  # GB/s = bytes/ns
+    if device.host_link_gb_s:
+        memory_ns = np.where(np.isnan(host), memory_ns, host / device.host_link_gb_s)
+    return np.fmax(compute_ns, memory_ns), compute_ns, memory_ns
+
+
+def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarray) -> np.ndarray:
+    memoryish = events["op_class"].isin(MEMORY_CLASSES).to_numpy() | (events["kind"] != "kernel").to_numpy()
+    bound = np.full(len(events), "unknown", dtype=object)
+    both = ~np.isnan(compute_ns) & ~np.isnan(memory_ns)
+    bound[both] = np.where(compute_ns[both] >= memory_ns[both], "compute", "memory")
+    bound[np.isnan(compute_ns) & ~np.isnan(memory_ns) & memoryish] = "memory"
+    return bound
+
+
+def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
+             device_from: str = "unknown") -> Roofline:
+    """The rows of one rank's events grouped by `by` (module docstring); pure."""
+    gpu = events[events["kind"] != "cpu_op"]
+    min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
+    known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
+    dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
+    frame = pd.DataFrame({
+        "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
+        "known_ns": np.where(known, dur, 0.0),
+        "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": gpu["bytes"].to_numpy(dtype=np.float64),
+        "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
+        "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
+        "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": gpu["dtype"].astype(str).to_numpy()})
+    rows = _grouped(frame)
+    rank = int(events["rank"].iloc[0]) if len(events) else 0
+    rows.insert(0, "rank", rank)
+    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()))
+
+
+def _dominant(frame: pd.DataFrame, column: str) -> pd.Series:
+    """Per key, the value of `column` over the most time (ties: the first in order)."""
+    weights = frame.groupby(["key", column], sort=False)["dur_ns"].sum().reset_index()
+    weights = weights.sort_values("dur_ns", ascending=False, kind="stable")
+    return weights.drop_duplicates("key").set_index("key")[column]
+
+
+def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
+    g = frame.groupby("key", sort=False)
+    out = g[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns"]].sum()
+    out["flops"] = g["flops"].sum(min_count=1)
+    out["bytes"] = g["bytes"].sum(min_count=1)
+    out["min_ns"] = g["min_ns"].sum(min_count=1)
+    known_bound = frame[frame["bound"] != "unknown"]
+    out["bound"] = _dominant(known_bound, "bound").reindex(out.index).fillna("unknown")
+    out["dtype"] = _dominant(frame, "dtype").reindex(out.index)
+    out["tflop_s"] = out["flops"] / out["flops_ns"].where(out["flops_ns"] > 0) / 1e3
+    out["gb_s"] = out["bytes"] / out["bytes_ns"].where(out["bytes_ns"] > 0)
+    both = frame[frame["flops"].notna() & frame["bytes"].notna()].groupby("key")[["flops", "bytes"]].sum()
+    out["intensity"] = (both["flops"] / both["bytes"].where(both["bytes"] > 0)).reindex(out.index)
+    out["roofline_frac"] = out["min_ns"] / out["min_known_ns"].where(out["min_known_ns"] > 0)
+    out["lost_ns"] = out["min_known_ns"] - out["min_ns"]
+    # a group mostly of rows without a roof (a GEMM whose dtype the trace omits, beside cuBLAS's
+    # memsets) is not judged by the few rows that have one
+    partial = out["min_known_ns"] < 0.5 * out["dur_ns"]
+    out.loc[partial, "bound"] = "unknown"
+    out.loc[partial, "roofline_frac"] = np.nan
+    out = out.reset_index().sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last",
+                                        kind="stable")
+    return out.reset_index(drop=True)
+
+
+def to_records(result: Roofline, top: int | None = None) -> list[dict[str, Any]]:
+    """JSON-ready rows: NaN as None, integers for ns."""
+    rows = result.rows.head(top) if top else result.rows
+    out = []
+    for row in rows.to_dict("records"):
+        out.append({k: (None if isinstance(v, float) and math.isnan(v) else
+                        int(v) if k.endswith("_ns") or k in ("count", "rank") else v) for k, v in row.items()})
+    return out
+
+
+def trace_device(meta: dict) -> Device | None:
+    """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
+    from tracelab.devices import detect
+
+    for props in (meta.get("devices") or {}).values():
+        if isinstance(props, dict) and (found := detect(props)):
+            return found
+    return None
+
+
+def rank_roofline(rank: RankData) -> dict[str, Any]:
+    """One rank's roofline by kernel, made where the rank was parsed (load_many's reduce):
+    the rows, the device's name and its roofs, and the time covered."""
+    device = trace_device(rank.meta)
+    result = roofline(rank.events, device, "kernel", "trace" if device else "unknown")
+    return {"rows": result.rows, "device": device, "gpu_ns": result.gpu_ns, "known_ns": result.known_ns}
+

@@ -1,0 +1,1 @@
+"""Steps, collectives and who waits on whom: per step and rank, the straggler verdict."""

@@ -1,0 +1,132 @@
+"""Renderers of `tracelab steps` (reports/waits.Waits): terminal tables, CSV, JSON.
+Units converted here only."""
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .. import verdicts as V
+from ..jsonout import dumps, records
+from .waits import Waits, straggler_json
+
+
+MANY_RANKS = 16  # above this many ranks, per-rank columns and rows become spreads (median, most, which rank)
+OFFSETS_SHOWN = 8  # ranks whose clock offset the clock line names
+
+
+def _ms(ns: float) -> str:
+    return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
+
+
+def _table(title: str, heads: list[str]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for h in heads:
+        t.add_column(h, justify="left" if h in ("cause", "scopes and kernels that differ") else "right")
+    return t
+
+
+def step_rank_table(steps: pd.DataFrame) -> Table:
+    if steps["rank"].nunique() > MANY_RANKS:
+        return step_spread_table(steps)
+    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step)",
+               ["step", "rank", "kernels", "step", "GPU busy", "compute", "comm", "exposed comm", "wait"])
+    for _, r in steps.iterrows():
+        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", _ms(r["span_ns"]), _ms(r["busy_ns"]),
+                  _ms(r["compute_ns"]), _ms(r["comm_ns"]), _ms(r["exposed_comm_ns"]), _ms(r["wait_ns"]))
+    return t
+
+
+def _most(g: pd.DataFrame, column: str) -> str:
+    top = g.loc[g[column].idxmax()]
+    return f"{_ms(top[column])} (rank {int(top['rank'])})"
+
+
+def step_spread_table(steps: pd.DataFrame) -> Table:
+    """Many ranks: per step, the ranks' median and largest step time, compute and wait."""
+    t = _table("per step over ranks (ms; median, and the largest with its rank)",
+               ["step", "ranks", "step median", "step most", "compute median", "compute most", "wait median",
+                "wait most"])
+    for step, g in steps.groupby("step", sort=True):
+        t.add_row(str(step), f"{len(g):,}", _ms(g["span_ns"].median()), _most(g, "span_ns"),
+                  _ms(g["compute_ns"].median()), _most(g, "compute_ns"), _ms(g["wait_ns"].median()),
+                  _most(g, "wait_ns"))
+    return t
+
+
+def who_waits_table(doc: dict) -> Table:
+    unit = "step" if doc["basis"] == "steps" else "collective"
+    ranks = sorted({r for s in doc["steps"] for r in s["wait_ns"]}, key=int)
+    many = len(ranks) > MANY_RANKS
+    waits = ["wait median", "wait most"] if many else [f"wait r{r}" for r in ranks]
+    t = _table(f"who waits on whom, per {unit} (ms)",
+               [unit, "gating rank", "skew", *waits, "cause", "scopes and kernels that differ"])
+    for s in doc["steps"]:
+        kernels = ", ".join(f"{k} +{_ms(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
+        cause = "" if "cause" not in s else (f"{s['cause']} (+{_ms(s['extra_work_ns'])} busy, "
+                                             f"+{_ms(s['extra_idle_ns'])} idle)")
+        w = s["wait_ns"]
+        cells = ([_ms(pd.Series(w, dtype="float64").median()) if w else "-",
+                  f"{_ms(max(w.values()))} (rank {max(w, key=w.get)})" if w else "-"] if many
+                 else [_ms(w.get(r, 0)) for r in ranks])
+        t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), _ms(s["skew_ns"]),
+                  *cells, cause, Text(kernels))
+    return t
+
+
+def bandwidth_table(bw: pd.DataFrame) -> Table:
+    t = _table("bandwidth per collective type and message size (transfer = end - last arrival; medians)",
+               ["type", "message (bytes)", "calls", "transfer (us)", "algbw (GB/s)", "busbw (GB/s)"])
+    for _, r in bw.iterrows():
+        t.add_row(r["type"], f"{int(r['msg_bytes']):,}", f"{int(r['calls']):,}", f"{r['transfer_ns'] / 1e3:,.1f}",
+                  f"{r['algbw_gb_s']:,.1f}", f"{r['busbw_gb_s']:,.1f}")
+    return t
+
+
+def clock_line(clock: dict) -> str:
+    if not clock.get("collectives"):
+        return "clock: no collectives matched across ranks"
+    shown = list(clock["offsets_ns"].items())
+    offsets = ", ".join(f"rank {r} {o / 1e3:+,.1f} us" for r, o in shown[:OFFSETS_SHOWN])
+    if len(shown) > OFFSETS_SHOWN:
+        values = [o for _, o in shown]
+        offsets += (f", ... {len(shown) - OFFSETS_SHOWN} more ranks; all within {min(values) / 1e3:+,.1f} to "
+                    f"{max(values) / 1e3:+,.1f} us")
+    return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
+            f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
+
+
+def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
+    parts = []
+    if len(w.steps):
+        parts.append(step_rank_table(w.steps))
+    else:
+        parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
+    if totals is not None and len(totals):
+        parts.append(Text("per step from totals (no instances: " + ", ".join(
+            f"rank {int(r['rank'])}: {r['calls_per_step']:,.1f} calls, compute {_ms(r['compute_ns_per_step'])} ms, "
+            f"comm {_ms(r['comm_ns_per_step'])} ms" for _, r in totals.iterrows()) + f", over {int(totals['steps'].iloc[0])} steps)"))
+    doc = straggler_json(w)
+    if doc["steps"]:
+        parts.append(who_waits_table(doc))
+    if len(w.bandwidth):
+        parts.append(bandwidth_table(w.bandwidth))
+    untimed = totals is not None and len(totals) and not w.clock.get("collectives")
+    lines = [V.waits_from_comm_time(totals)["line"]] if untimed else [clock_line(w.clock), w.line]
+    return Group(*parts, *map(Text, lines if w.ranks > 1 else []))  # one rank: nobody to wait on
+
+
+def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
+    return (w.steps if len(w.steps) or totals is None else totals).to_csv(index=False)
+
+
+def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:
+    untimed = V.waits_from_comm_time(totals) if totals is not None and len(totals) and w.ranks > 1 else None
+    return dumps({"steps": records(w.steps), "per_step_totals": records(totals),
+                  "straggler": straggler_json(w) if w.ranks > 1 else None, "waits_from_comm_time": untimed,
+                  "bandwidth": records(w.bandwidth)})
+
+
+# format name -> renderer(waits, totals); the CLI's --format choices come from here
+STEPS_RENDERERS = {"table": steps_tables, "csv": steps_csv, "json": steps_json}

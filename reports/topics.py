@@ -1,0 +1,67 @@
+"""Every question tracelab answers, registered in one place: a `Topic` names its per-rank digests
+(made in the worker that parses each rank, read through reports/session.Input.digest), its
+findings sources and its report section. reports/session.py, reports/findings/findings.py and
+reports/html/html.py iterate TOPICS; nothing else names a topic's modules to hook it in.
+
+Digests are objects (analyses, picklable for the workers); findings and sections are named
+"module:function" under tracelab.reports and imported when used, so this registry sits below
+the renderers that read it (no import cycle) and the workers never import plotly.
+
+    findings: fn(ev: findings.Evidence) -> list[Finding]
+    section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tracelab.schema import OnEvents
+
+from .compare import digests
+from .fixes.ddp_steps import rank_ddp
+from .fixes.replays import rank_replays
+from .idle.idle import RankIdle
+from .roofline.roofline import rank_roofline
+from .steps import timeline
+from .steps.steps import has_times
+from .steps.waits import rank_digest
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    digests: dict[str, Callable[[Any], Any]] = field(default_factory=dict)  # name -> fn(rank: RankData)
+    findings: tuple[str, ...] = ()  # "module:function" under tracelab.reports, in order
+    section: str | None = None  # "module:function" under tracelab.reports
+
+    def findings_sources(self) -> list[Callable]:
+        return [_resolve(ref) for ref in self.findings]
+
+    def section_renderer(self) -> Callable | None:
+        return _resolve(self.section) if self.section else None
+
+
+def _resolve(ref: str) -> Callable:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"tracelab.reports.{module}"), name)
+
+
+TOPICS: tuple[Topic, ...] = (
+    Topic("compare", {"timeline": OnEvents(digests.rank_timeline), "comm_kernels": OnEvents(timeline.comm_kernels),
+                      "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
+                      "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
+                      "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
+    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start)},
+          findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings"),
+          section="steps.steps_html:section"),
+    Topic("roofline", {"roofline": rank_roofline}, findings=("findings.findings_more:roofline_findings",),
+          section="roofline.roofline_html:sections"),
+    Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
+          section="idle.idle_html:sections"),
+    Topic("results", findings=("findings.findings_runs:difference_findings",
+                               "findings.findings_runs:profiler_cost_findings")),
+    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
+          findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
+                    "fixes.ddp:ddp_findings")),
+)

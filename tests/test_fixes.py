@@ -1,0 +1,252 @@
+"""Findings that name the cause and the fix (reports/fixes/): each on a real capture where it
+fires, its numbers recomputed from the trace file itself, and on one where it must not."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import numpy as np
+import pytest
+
+from tracelab.inputs import findings_of, load_groups
+
+from conftest import DATA, shared_trace
+
+SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
+GEMV = re.compile(r"gemv", re.IGNORECASE)
+TENSOR_CORE_ALIGN1 = re.compile(r"tensorop.*align[12](?![0-9])", re.IGNORECASE)
+
+
+def _found(*paths) -> list:
+    paths = [str(p) for p in paths]
+    found = findings_of(paths, load_groups(paths))
+    for f in found:
+        json.dumps(f.evidence, allow_nan=False)  # strict JSON, as every --format json
+    return found
+
+
+def _by_fix(found: list, word: str) -> list:
+    return [f for f in found if word in f.text]
+
+
+def _kernel_ns(path, pattern: re.Pattern) -> int:
+    """The GPU time of the kernels whose name matches, straight from the Kineto JSON (the
+    parser's rounding: each dur in us to whole ns)."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return sum(round(e["dur"] * 1000) for e in events if e.get("cat") == "kernel" and pattern.search(e["name"])
+               and not GEMV.search(e["name"]))
+
+
+def test_fp32_simt_gemms_name_tf32_with_their_time():
+    folder = DATA / "train-1gpu-steps-torch"
+    found = _by_fix(_found(folder), "allow TF32")
+    assert len(found) == 1
+    simt_ns = _kernel_ns(folder / "rank0.pt.trace.json.gz", SIMT)
+    assert found[0].evidence["simt_ns"] == simt_ns and found[0].at_stake_ns == simt_ns
+    assert f"take {simt_ns / 1e6:,.2f} ms" in found[0].text
+    assert "torch.set_float32_matmul_precision(\"high\")" in found[0].text and "bf16 autocast" in found[0].text
+
+
+def test_tf32_roof_from_the_trace_s_flops():
+    """roofline-1gpu-torch's fp32 GEMM region: 5 calls of a 4096^3 mm (expected.results.json),
+    at the H100's TF32 roof 494.7 TFLOP/s."""
+    folder = DATA / "roofline-1gpu-torch"
+    expected = json.loads((folder / "expected.results.json").read_text())["regions"]["gemm_square_fp32"]
+    flops = expected["flops"] * expected["calls"]
+    found = _by_fix(_found(folder), "allow TF32")
+    assert len(found) == 1
+    assert found[0].evidence["flops"] == pytest.approx(flops, rel=1e-9)
+    assert found[0].evidence["tc_min_ns"] == pytest.approx(flops / 494.7e3, rel=1e-9)
+    assert f"would take {flops / 494.7e3 / 1e6:,.2f} ms" in found[0].text
+
+
+@pytest.mark.parametrize("folder", ["train-small-1gpu-torch", "decode-1b-1gpu-torch", "idle-1gpu-large-torch"])
+def test_no_tf32_finding_without_fp32_simt_gemms(folder):
+    """bf16 GEMMs on tensor cores, or fp32 ones under 5% of the GPU time."""
+    assert not _by_fix(_found(DATA / folder), "CUDA cores")
+
+
+def test_no_tf32_finding_on_cpu_operators():
+    assert not _by_fix(_found(DATA / "train-cpu-torch"), "CUDA cores")
+
+
+def test_volta_gets_fp16_not_tf32():
+    path = shared_trace("hta/trace_diff/test/test.json.gz")
+    found = _by_fix(_found(path), "CUDA cores")
+    assert len(found) == 1 and "no TF32" in found[0].text and "float16" in found[0].text
+    assert found[0].evidence["simt_ns"] == _kernel_ns(path, SIMT)
+
+
+def test_unaligned_tensor_core_gemms_name_padding():
+    path = shared_trace("hta/trace_diff/control/control.json.gz")
+    found = _by_fix(_found(path), "unaligned")
+    assert len(found) == 1 and "pad it" in found[0].text
+    assert found[0].evidence["unaligned_ns"] == _kernel_ns(path, TENSOR_CORE_ALIGN1)
+
+
+@pytest.mark.parametrize("folder", ["train-1gpu-steps-torch", "idle-1gpu-small-torch", "roofline-1gpu-torch"])
+def test_simt_align1_kernels_are_no_alignment_finding(folder):
+    """cutlass_80_simt_sgemm_*_align1: SIMT kernels are align1 whatever the shapes."""
+    assert not _by_fix(_found(DATA / folder), "unaligned")
+
+
+# ---- DDP: the gradient all-reduce exposed after backward ------------------------------------------
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, steps: int = 3):
+    """One rank's hand-made steps of 10 ms: forward 0-2 ms, backward 2-6 ms (4 kernels), one
+    all-reduce that starts after backward (plus `late_ns`, the time the other rank waits) and
+    runs `allreduce_ns`, then the optimizer."""
+    from tracelab import classify, schema
+    from tracelab.schema import Profile
+    rows = []
+    for s in range(steps):
+        t = s * 10_000_000
+        rows.append(("gemm_fwd", "forward", t, 2_000_000, np.nan))
+        rows += [(f"gemm_bwd{k}", "backward", t + 2_000_000 + k * 1_000_000, 1_000_000, np.nan) for k in range(4)]
+        ar_start = t + 6_000_000 + late_ns
+        rows.append((AR, "backward/nccl:all_reduce", ar_start, allreduce_ns, msg_bytes))
+        rows.append(("adam", "optimizer", ar_start + allreduce_ns, 500_000, np.nan))
+    name, scope, start, dur, msg = zip(*rows)
+    step = [int(st // 10_000_000) for st in start]
+    events = schema.validate(classify.classified(schema.coerce({
+        "rank": rank, "source": "torch", "kind": "kernel", "name": list(name), "device": 0, "stream": 7,
+        "scope": list(scope), "start_ns": list(start), "dur_ns": list(dur), "step": step,
+        "msg_bytes": list(msg)}, n_rows=len(rows), spec=schema.PARSED)))
+    return Profile(events, {"source": "torch", "rank": rank, "trace_start_epoch_ns": 10**18, "path": ""})
+
+
+def _ddp_found(profiles) -> list:
+    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.session import label
+    from tracelab.reports.findings.finding import Evidence
+    from tracelab.reports.fixes.ddp import ddp_findings
+    inputs = label(["run"], [True], [profiles])
+    return ddp_findings(Evidence(inputs, comparison(inputs, "kernel")))
+
+
+def test_one_bucket_after_backward_names_bucket_cap():
+    """Both ranks arrive together; each all-reduce of 8 MiB takes 2 ms after backward, beside no
+    compute kernel: 2 ms exposed per 10.5 ms step, nothing of it waiting."""
+    found = _ddp_found([_ddp_rank(r, 0, 2_000_000, 8 * 2**20) for r in (0, 1)])
+    assert len(found) == 1
+    e = found[0].evidence
+    assert e["exposed_ns"] == e["fixable_ns"] == 2_000_000 and e["wait_ns"] == 0
+    assert found[0].at_stake_ns == 3 * 2_000_000
+    assert "bucket_cap_mb below the gradients' size (its gradients are 8.0 MiB)" in found[0].text
+
+
+def test_waiting_for_a_late_rank_is_no_bucket_finding():
+    """Rank 1 arrives 3 ms late: rank 0's all-reduce runs 3.04 ms, 3 ms of it waiting; 40 us
+    of transfer is under 5% of the step: the straggler's finding, not this one."""
+    late = [_ddp_rank(0, 0, 3_040_000, 8 * 2**20), _ddp_rank(1, 3_000_000, 40_000, 8 * 2**20)]
+    assert not _ddp_found(late)
+
+
+@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch", "ddp-2gpu-late-nsys", "tp-2gpu-late-torch",
+                                    "train-2gpu-torch"])
+def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
+    """Our 2-GPU runs: the all-reduce's exposed time is the wait for the other rank (one 5.6 MB
+    bucket takes 39 us once both arrive), or a TP decode with no backward."""
+    assert not _by_fix(_found(DATA / folder), "gradient all-reduce")
+
+
+def test_no_ddp_finding_from_one_rank_of_the_job():
+    """HTA's rank 0 of 2, DDP with 5 buckets per step, 84% exposed: how much is waiting for rank
+    1 this input cannot tell, so no bucket advice."""
+    path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
+    assert not _by_fix(_found(path), "gradient all-reduce")
+
+
+# ---- host-bound steps of short kernels: CUDA graphs ------------------------------------------------
+
+
+def _short_kernels(path) -> tuple[int, int]:
+    """(kernels launched one by one, those shorter than their launch call), from the JSON: each
+    kernel's launch call by correlation id."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    launches = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]] = e
+    kernels = [e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") in launches]
+    ts = [launches[k["args"]["correlation"]]["ts"] for k in kernels]
+    alone = [k for k, t in zip(kernels, ts) if ts.count(t) == 1]
+    return len(alone), sum(round(k["dur"] * 1000) < round(launches[k["args"]["correlation"]]["dur"] * 1000)
+                           for k in alone)
+
+
+def test_host_bound_short_kernels_name_cuda_graphs(capsys):
+    from malformed import run_cli_output
+    folder = DATA / "idle-1gpu-small-torch"
+    found = _by_fix(_found(folder), "reduce-overhead")
+    assert len(found) == 1
+    launched, short = _short_kernels(folder / "rank0.pt.trace.json.gz")
+    e = found[0].evidence
+    assert (e["launched"], e["short_kernels"]) == (launched, short)
+    status, out, _ = run_cli_output(capsys, "idle", str(folder), "--format", "json")
+    steps = [s for s in json.loads(out)["steps"] if s["bound"] == "host"]
+    stake = [s["idle_host_ns"] + s["idle_launch_ns"] for s in steps]
+    assert found[0].at_stake_ns == sum(stake) and e["stake_ns_per_step"] == pytest.approx(sum(stake) / len(stake))
+    assert f"at most {sum(stake) / len(stake) / 1e6:,.1f} ms per step" in found[0].text and "upper bound" in found[0].text
+
+
+@pytest.mark.parametrize("folder", ["idle-1gpu-large-torch", "idle-1gpu-large-nsys", "decode-1gpu-proton"])
+def test_no_graphs_finding_on_gpu_bound_or_untimed_steps(folder):
+    assert not _by_fix(_found(DATA / folder), "reduce-overhead")
+
+
+def test_replayed_kernels_are_not_counted_as_launched_one_by_one():
+    """graph-1gpu-torch: each step replays a 20-kernel graph (one cudaGraphLaunch) beside its eager
+    run: the replayed kernels share their launch call and stay out of the short-kernel count."""
+    found = _by_fix(_found(DATA / "graph-1gpu-torch"), "reduce-overhead")
+    launched, short = _short_kernels(DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz")
+    assert found and (found[0].evidence["launched"], found[0].evidence["short_kernels"]) == (launched, short)
+    assert found[0].evidence["replayed"] == 100
+
+
+def _odd_copy(tmp_path, n: int):
+    """roofline-1gpu-torch with the bf16 8192^3 mm's second operand recorded as [8192, n] (its
+    kernels' times are the real ones): a hand-made shape on a real trace."""
+    folder = DATA / "roofline-1gpu-torch"
+    with gzip.open(folder / "rank0.pt.trace.json.gz") as f:
+        trace = json.load(f)
+    ids = set()
+    for e in trace["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and args.get("Input Dims") == [[8192, 8192], [8192, 8192]] \
+                and args.get("Input type", [""])[0] == "c10::BFloat16":
+            args["Input Dims"] = [[8192, 8192], [8192, n]]
+            ids.add(args["External id"])
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "rank0.pt.trace.json").write_text(json.dumps(trace))
+    kernel_ns = sum(round(e["dur"] * 1000) for e in trace["traceEvents"]
+                    if e.get("cat") == "kernel" and e["args"].get("External id") in ids)
+    return out, kernel_ns
+
+
+def test_odd_gemm_shape_names_the_dimension_and_its_padding(tmp_path):
+    run, kernel_ns = _odd_copy(tmp_path, 8190)
+    found = _by_fix(_found(run), "no multiple of 16 bytes")
+    assert len(found) == 1 and kernel_ns > 0
+    shape = found[0].evidence["odd_shapes"][0]
+    assert (shape["m"], shape["n"], shape["k"], shape["dtype"], shape["odd"]) == (8192, 8190, 8192, "bf16", ["N"])
+    assert shape["dur_ns"] == kernel_ns == found[0].at_stake_ns and shape["calls"] == 5
+    assert "N = 8,190 -> 8,192" in found[0].text
+
+
+def test_even_gemm_shapes_are_no_finding(tmp_path):
+    run, _ = _odd_copy(tmp_path, 8192 - 64)  # a multiple of 8: aligned
+    assert not _by_fix(_found(run), "no multiple of 16 bytes")
+    assert tracelab_meta(run)["odd_gemms"] == []
+
+
+def tracelab_meta(run) -> dict:
+    import tracelab
+    return tracelab.load(run / "rank0.pt.trace.json").meta
