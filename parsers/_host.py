@@ -26,6 +26,23 @@ SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSync
                        r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
 
 
+# the allocator's own calls (reports/memory): CUDA's allocations and frees; cudaFree also synchronises
+ALLOC_CALL = re.compile(r"cu(?:da)?(?:Malloc\w*|MemAlloc\w*|MemCreate|MemMap|MemUnmap|MemRelease|Free\w*|MemFree\w*"
+                        r"|HostAlloc|MallocHost)(?:_v\d+)?(?:_ptds|_ptsz)?")
+
+
+def is_alloc(names: list[str]) -> np.ndarray:
+    """Mask of the CUDA runtime/driver call names that allocate or free device or pinned memory."""
+    return np.array([ALLOC_CALL.fullmatch(n) is not None for n in names], dtype=bool)
+
+
+def host_kinds(names: list[str]) -> np.ndarray:
+    """Per runtime/driver call, its host frame kind: `sync` (is_sync), `alloc` (an allocator
+    call that does not synchronise), else "" (not kept)."""
+    sync = is_sync(names)
+    return np.where(sync, "sync", np.where(is_alloc(names), "alloc", ""))
+
+
 def is_sync(names: list[str]) -> np.ndarray:
     """Mask of the CUDA runtime/driver call names that block the host (module docstring)."""
     return name_mask(names, lambda n: SYNC_CALL.fullmatch(n) is not None and "Async" not in n)
@@ -48,7 +65,8 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
     tid = to_ints(calls.tid + ops.tid + ranges.tid)  # one id space
     n_calls, n_ops = len(calls.tid), len(ops.tid)
-    parts = [("sync", calls, tid[:n_calls], is_sync(calls.name)),
+    call_kinds = host_kinds(calls.name)
+    parts = [("sync", calls, tid[:n_calls], call_kinds == "sync"), ("alloc", calls, tid[:n_calls], call_kinds == "alloc"),
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []
     for k, picked, t, mask in parts:

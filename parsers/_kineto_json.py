@@ -119,6 +119,31 @@ class _Op(_Event, gc=False):
     args: _OpArgs | None = None  # type: ignore[assignment]
 
 
+MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
+
+
+class _MemArgs(msgspec.Struct, gc=False):
+    """A `[memory]` instant event's args (profile_memory=True): the block's address and size
+    (negative: a free), the device's totals after it, the device; MISSING where absent."""
+
+    addr: Int64 = msgspec.field(default=MISSING, name="Addr")
+    bytes: Int64 = msgspec.field(default=MISSING, name="Bytes")
+    allocated: Int64 = msgspec.field(default=MISSING, name="Total Allocated")
+    reserved: Int64 = msgspec.field(default=MISSING, name="Total Reserved")
+    device_id: Int64 = msgspec.field(default=MISSING, name="Device Id")
+    device_type: Int64 = msgspec.field(default=MISSING, name="Device Type")
+
+
+class _Instant(msgspec.Struct, gc=False):
+    """A CPU instant event: only what a memory event needs (no duration)."""
+
+    ts: msgspec.Raw
+    name: str = ""
+    pid: Id = None
+    tid: Id = None
+    args: _MemArgs | None = None
+
+
 class Trace(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
     schemaVersion: Any = None
@@ -277,6 +302,19 @@ class Ops(Picked):
     reads those of the operators that launched GPU work)."""
 
     STRUCT: ClassVar[type] = _Op
+
+
+@dataclass
+class Instants(Launches):
+    """CPU instant events as columns (a launch's, and the name), their args a memory event's
+    (_MemArgs)."""
+
+    STRUCT: ClassVar[type] = _Instant
+    name: list[str] = field(default_factory=list)
+
+    def extend(self, events: list, cats: list[str]) -> None:
+        super().extend(events, cats)
+        self.name += map(_NAME, events)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

@@ -1,7 +1,7 @@
 """What the host was doing, from an nsys export (parsers/nsys.py), for reports/idle/idle.py: each
 GPU row's launch call (CUPTI_ACTIVITY_KIND_RUNTIME, which holds runtime and driver calls,
 found by process and correlation id as the scopes are) and per process the host frame
-(schema.HOST_COLUMNS): the synchronising calls (parsers/_host.is_sync) of that table,
+(schema.HOST_COLUMNS): the synchronising calls (parsers/_host.is_sync) and allocator calls (`alloc`) of that table,
 the NVTX push/pop and start/end ranges (`range`) and, where the capture traced them
 (`--trace osrt`), the OS runtime calls of OSRT_API (`osrt`). Every column read is checked
 first (_nsys_check), as the parser's own are."""
@@ -18,7 +18,7 @@ import pandas as pd
 from tracelab import schema
 
 from . import _nsys_check
-from ._host import is_sync
+from ._host import host_kinds
 from ._steps import compile_pattern, is_step
 
 PID_MASK = ~0xFFFFFF  # globalTid -> globalPid
@@ -100,8 +100,8 @@ def host_frames(con: sqlite3.Connection, tables: set[str], runtime: pd.DataFrame
                 counters: str, step_re: re.Pattern) -> dict[int, pd.DataFrame]:
     """pid -> the raw host intervals of that process (absolute ns): kind, name, tid, start, end.
     `counters`: emit_nvtx's per-call counters, dropped from range names as in scopes."""
-    sync = runtime[is_sync(runtime["name"].fillna("").tolist())]
-    parts = [sync[["globalTid", "start", "end", "name"]].assign(kind="sync")]
+    kinds = host_kinds(runtime["name"].fillna("").tolist())
+    parts = [runtime[kinds != ""][["globalTid", "start", "end", "name"]].assign(kind=kinds[kinds != ""])]
     if "NVTX_EVENTS" in tables:
         ranges = _records(con, _RANGES)
         ranges = ranges[ranges["name"].notna()]

@@ -49,11 +49,11 @@ from tracelab.errors import TraceFormatError
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
-from . import _host
+from . import _host, _kineto_memory
 from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
-from ._kineto_json import Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
 from ._gemm_dims import odd_gemms
 from ._shapes import row_work
 from ._steps import assign, compile_pattern, is_step, numbers
@@ -68,6 +68,7 @@ USER_ANNOTATION = "user_annotation"  # record_function ranges on the CPU thread
 LAUNCHES = {"cuda_runtime", "cuda_driver", "Runtime", "xpu_runtime", "xpu_driver",
             "privateuse1_runtime", "privateuse1_driver"}
 CPU_OPS = {"cpu_op", "Operator"}
+MEMORY = "cpu_instant_event"  # `[memory]` events among them (profile_memory=True): parsers/_kineto_memory.py
 # torch.compile's CPU operators around a compiled graph's own (Inductor's kernels, with
 # torch._inductor.config.cpp.enable_kernel_profile, and its library calls)
 COMPILED_WRAPPERS = re.compile(r"Torch-Compiled Region: .*|## Call CompiledFxGraph .* ##|CompiledFunction")
@@ -82,10 +83,10 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     step_re = compile_pattern(options.step_pattern)
     data = read_bytes(path)
     trace = decode(path, data)
-    gpu, gpu_ranges, launches, cpu_ranges, ops = pick(path, data, trace.traceEvents, [
+    gpu, gpu_ranges, launches, cpu_ranges, ops, instants = pick(path, data, trace.traceEvents, [
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
-        (CPU_OPS, Ops)])  # launches with name and dur; CPU operators with their shapes: the host frame
-    # (parsers/_host.py) and the kernels' work (parsers/_shapes.py)
+        (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
+    # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
@@ -107,7 +108,23 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     meta["notes"] = graphs.notes if gpu.cat else []
     meta["odd_gemms"] = odd if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
-    return Profile(_frame(columns, meta["rank"]), meta, host=host)
+    memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
+    return Profile(_frame(columns, meta["rank"]), meta, host=host, memory=memory)
+
+
+def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origin_ns: int, step_re: re.Pattern):
+    """The memory frame of the `[memory]` events (parsers/_kineto_memory.py), None without any."""
+    mask = _kineto_memory.is_memory(instants.name)
+    if not mask.any():
+        return None
+    pid = _kineto_memory.ids(instants.pid, ops.pid, annotations.pid)  # one id space
+    tid = _kineto_memory.ids(instants.tid, ops.tid, annotations.tid)
+    n, m = len(instants.pid), len(instants.pid) + len(ops.pid)
+    at = {"pid": pid[:n][mask], "tid": tid[:n][mask], "ts_ns": np.asarray(instants.ts_ns, dtype=np.int64)[mask]}
+    on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": _dur_ns(ops),
+          "name": ops.name}
+    return _kineto_memory.frame(path, instants, mask, at, origin_ns, on, _ranges(annotations, pid[m:], tid[m:], step_re),
+                                _step_ranges(annotations, pid[m:], step_re))
 
 
 def _check_durations(path: Path, columns: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ from tracelab.errors import RankError, TraceFormatError
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
-from . import _nsys_check, _nsys_graphs, _nsys_host
+from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
 from ._shapes import op_work, spread
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers
@@ -87,11 +87,13 @@ def read(path: str | os.PathLike, options: Options = DEFAULT,
         with closing(_connect(path)) as con:
             activity, file_meta, devices = _read_tables(con, path, compile_pattern(options.step_pattern))
             activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, options.step_pattern)  # issue 21
+            memory = _nsys_memory.read(con, path)  # issue 32
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
     except UnicodeDecodeError as e:  # a text_factory decode; sqlite3's own is an OperationalError
         raise TraceFormatError(path, f"invalid UTF-8 in a string ({e.reason})") from None
-    return _nsys_host.with_host(_profiles(activity, file_meta, devices, path, ranks), hosts)
+    profiles = _nsys_host.with_host(_profiles(activity, file_meta, devices, path, ranks), hosts)
+    return _nsys_memory.with_memory(profiles, memory, hosts, options.step_pattern)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -10,13 +10,13 @@ n steps cannot go below p = 2^-n (x the ranks): no straggler could ever be named
 6 steps of 2 ranks. Its magnitude is what makes a 30 ms lateness in 3 of 3 steps evidence, so
 the block test is Student's one-sided t-test of the rank's per-step lateness (its arrivals less
 the other ranks' mean, summed over the step's collectives): it weighs the mean lateness against
-its own step-to-step spread. Bonferroni over the ranks, p < ALPHA.
+its own step-to-step spread. Bonferroni over the ranks, p < BLOCK_ALPHA.
 
 And to be named the rank must be last at most of the collectives (beyond the noise: a rank late
 at one all-reduce of four per step is a delay there, not a straggler) and late beyond the
 noise in every step: its per-step lateness
 above the larger of the clocks' uncertainty (the collectives' median end spread, per collective
-of the step, twice) and the work's own step-to-step noise (verdicts.step_noise_ns). A consistent
+of the step, twice) and the work's own step-to-step noise (stats.noise.step_noise_ns). A consistent
 rank late by less than the noise is not a straggler, however steady.
 
 The false-positive rate of the whole rule on 3- to 5-step windows of real captures with no
@@ -24,79 +24,26 @@ straggler, rank labels permuted per step: benchmarks/straggler_windows.py, bench
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-ALPHA = 0.01  # the block test's level: stricter than the signed-rank test's 0.05, as it leans on magnitudes
+from .stats import BLOCK_ALPHA
+from .stats.noise import clock_spread_ns, floor_ns, step_threshold_ns
+from .stats.tests import block_p
 
 
-def t_sf(t: float, df: int) -> float:
-    """P(T >= t) for Student's t with integer df (closed forms, Abramowitz & Stegun 26.7.3-4)."""
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + ... )), the sum up to cos^(df-3)
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        inside = 2 / math.pi * (theta + s * math.cos(theta) * total)
-    else:  # even: sin (1 + 1/2 cos^2 + 1.3/2.4 cos^4 + ...), up to cos^(df-2)
-        term, total = 1.0, 1.0
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        inside = s * total
-    return float(min(1.0, max(0.0, (1 - inside) / 2)))  # inside = P(-t < T < t), signed by theta
 
 
-def block_p(values: np.ndarray) -> float:
-    """One-sided p that the per-step values lean positive (t-test, steps as blocks); 1 with
-    fewer than 2 steps; 0 when every step is equal and positive."""
-    x = np.asarray(values, dtype=np.float64)
-    if len(x) < 2:
-        return 1.0
-    sd = float(x.std(ddof=1))
-    if sd == 0:
-        return 0.0 if x[0] > 0 else 1.0
-    return t_sf(float(x.mean()) / (sd / math.sqrt(len(x))), len(x) - 1)
-
-
-SIGMAS = 2.0
-
-
-def span_noise_ns(steps: pd.DataFrame) -> float:
-    """How much the step time itself varies from step to step: SIGMAS x the median over ranks
-    of a robust standard deviation (1.4826 x the median absolute difference of consecutive
-    steps' spans, / sqrt 2 for a difference); 0 with fewer than 3 steps. The host's own pace
-    shows here: a rank late by less than the steps' jitter may be late by chance."""
-    if steps.empty:
-        return 0.0
-    wide = steps.pivot_table(index="step", columns="rank", values="span_ns").sort_index()
-    diff = wide.diff().dropna()
-    if len(diff) < 2:
-        return 0.0
-    return float(SIGMAS * (1.4826 * diff.abs().median() / math.sqrt(2)).median())
-
-
-def step_threshold_ns(pc: pd.DataFrame, clock_ns: float, floor_ns: float, min_ns: float) -> pd.Series:
-    """Per step (unit): the lateness below which a rank is within the noise: twice the clocks'
-    uncertainty per collective of the step, at least `min_ns` and the step-to-step noise `floor_ns`."""
-    per = pc.groupby("unit")["collective"].size()
-    return np.maximum(np.maximum(2 * clock_ns * per, min_ns), floor_ns).astype("float64")
 
 
 def block_verdict(late: pd.DataFrame, pc: pd.DataFrame, clock_ns: float, floor_ns: float, min_ns: float
                   ) -> dict[str, Any]:
     """The block test's candidate (the rank with the most lateness) and its evidence: `rank`,
-    `p_value` (Bonferroni over the ranks), `named` (p < ALPHA, late beyond the noise in every
+    `p_value` (Bonferroni over the ranks), `named` (p < BLOCK_ALPHA, late beyond the noise in every
     step and last at most of the collectives), and the numbers the verdict line states (evidence()). `late`: unit x rank lateness
     (verdicts.lateness); `pc`: verdicts.per_collective; `clock_ns`: the collectives' median end
-    spread; `floor_ns`: verdicts.step_noise_ns."""
+    spread; `floor_ns`: stats.noise.floor_ns."""
     if late.empty or late.shape[1] < 2:
         return {"rank": None, "p_value": None, "named": False}
     rank = int(late.sum().idxmax())
@@ -105,7 +52,7 @@ def block_verdict(late: pd.DataFrame, pc: pd.DataFrame, clock_ns: float, floor_n
     beyond = late[rank] > threshold
     ev = evidence(late[rank], pc, rank, clock_ns, floor_ns)
     most = ev["last_at"] > ev["collectives"] / 2  # the collectives' own say: last at most of them
-    return {"rank": rank, "p_value": p, "named": bool(p < ALPHA and beyond.all() and most and len(late) >= 2),
+    return {"rank": rank, "p_value": p, "named": bool(p < BLOCK_ALPHA and beyond.all() and most and len(late) >= 2),
             "steps_beyond_noise": int(beyond.sum()), **ev}
 
 
@@ -134,32 +81,12 @@ def _kind(types: pd.Series) -> str:
     return _PLURAL.get(next(iter(kinds)), "collectives") if len(kinds) == 1 else "collectives"
 
 
-def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
-    """'last at 39/39 all-reduces in 3/3 steps, 30.0 ms later per step, 1,700x the clock noise'."""
-    text = (f"last at {e['last_at']}/{e['collectives']} {e['kind']} in {e['late_steps']}/{e['steps']} {unit}, "
-            f"{e['lateness_ns'] / 1e6:,.1f} ms later per {unit[:-1]}")
-    if e.get("x_clock"):
-        text += f", {e['x_clock']:,.0f}x the clock noise"
-    if e.get("x_step_noise"):
-        text += f", {e['x_step_noise']:,.1f}x the step-to-step noise"
-    return text
-
-
-def clock_spread_ns(coll: pd.DataFrame) -> float:
-    """How well the ranks' clocks agree: the median spread of the collectives' ends."""
-    ends = coll.groupby("collective")["end_ns"]
-    return float((ends.max() - ends.min()).median()) if len(coll) else 0.0
-
 
 def typed(pc: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     if "type" not in coll:
         return pc
     return pc.merge(coll.groupby("collective")["type"].first().reset_index(), on="collective", how="left")
 
-
-def floor_ns(coll: pd.DataFrame) -> float:
-    """The step-to-step noise: of the work (step_noise_ns) or of the step time (evidence.span_noise_ns)."""
-    return max([float(coll[c].max()) for c in ("noise_floor_ns", "span_noise_ns") if c in coll and len(coll)] + [0.0])
 
 
 def block_of(late: pd.DataFrame, pc: pd.DataFrame, coll: pd.DataFrame, min_ns: float) -> dict[str, Any]:
@@ -173,12 +100,3 @@ def evidence_of(late: pd.DataFrame, pc: pd.DataFrame, coll: pd.DataFrame, rank: 
     return evidence(late[rank], typed(pc, coll), rank, clock_spread_ns(coll), floor_ns(coll))
 
 
-def not_enough(block: dict[str, Any] | None) -> str:
-    """'; rank 1: last at 3/3 ... , but ...': what the block test saw of the likeliest rank and
-    what it lacked, where that rank was late in every step (else the counts say enough)."""
-    if not block or block["late_steps"] < block["steps"]:
-        return ""
-    lacking = (f"late beyond the noise in {block['steps_beyond_noise']} of them" if block["steps_beyond_noise"] <
-               block["steps"] else "not last at most of the collectives" if block["last_at"] <= block["collectives"] / 2
-               else f"too uneven over too few steps: block t-test p = {block['p_value']:.2g}")
-    return f"; rank {block['rank']}: {evidence_phrase(block)}, but {lacking}"

@@ -7,18 +7,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .breakdown.breakdown import spread
+from .fmt import ms_cell, us_cell
 from .compare.compare import Comparison
 from .jsonout import dumps, records
 from .steps.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
-
-
-def _ms(ns: float) -> str:
-    return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
-
-
-def _us(ns: float) -> str:
-    return "-" if pd.isna(ns) else f"{ns / 1e3:,.2f}"
 
 
 def _pct(x: float) -> str:
@@ -33,13 +26,13 @@ def _cpu_only(row: pd.Series) -> bool:
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
     if _cpu_only(row):
-        parts = [f"CPU operators {_ms(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
+        parts = [f"CPU operators {ms_cell(row['cpu_op_ns'])} ms (no GPU activity in this trace)"]
     else:
-        parts = [f"kernels {_ms(row['kernel_ns'])} ms", f"memcpy {_ms(row['memcpy_ns'])} ms"]
+        parts = [f"kernels {ms_cell(row['kernel_ns'])} ms", f"memcpy {ms_cell(row['memcpy_ns'])} ms"]
     if row.get("memset_ns", 0):
-        parts.append(f"memset {_ms(row['memset_ns'])} ms")
+        parts.append(f"memset {ms_cell(row['memset_ns'])} ms")
     if not pd.isna(row.get("span_ns")):
-        parts.append(f"GPU busy {_ms(row['busy_ns'])} ms of a {_ms(row['span_ns'])} ms span "
+        parts.append(f"GPU busy {ms_cell(row['busy_ns'])} ms of a {ms_cell(row['span_ns'])} ms span "
                      f"({_pct(row['idle_share'])} idle)")
     return f"rank {row['rank']} ({row['source']}, {row['events']:,} rows): " + ", ".join(parts)
 
@@ -60,7 +53,7 @@ def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gro
         name = "CPU operator" if by == "kernel" and _cpu_only(head) else by  # what the rows are
         t.add_column(name, overflow="ellipsis", no_wrap=True, max_width=100)
         for _, r in rows.iterrows():
-            t.add_row(_ms(r["total_ns"]), _pct(r["share"]), f"{int(r['count']):,}", _us(r["mean_ns"]),
+            t.add_row(ms_cell(r["total_ns"]), _pct(r["share"]), f"{int(r['count']):,}", us_cell(r["mean_ns"]),
                       Text(str(r[by]) or "(no scope)"))
         parts.append(t)
     return Group(*parts)
@@ -84,7 +77,7 @@ def _breakdown_spread(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gr
         t.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     t.add_column(by, overflow="ellipsis", no_wrap=True, max_width=100)
     for _, r in groups.iterrows():
-        t.add_row(f"{int(r['ranks']):,}", _ms(r["min_ns"]), _ms(r["median_ns"]), _ms(r["max_ns"]),
+        t.add_row(f"{int(r['ranks']):,}", ms_cell(r["min_ns"]), ms_cell(r["median_ns"]), ms_cell(r["max_ns"]),
                   _pct(r["median_share"]), f"rank {r['largest_rank']}" if r["max_ns"] > r["min_ns"] else "-",
                   Text(str(r[by]) or "(no scope)"))
     return Group(head, t)
@@ -131,16 +124,16 @@ def straggler_line(row: pd.Series, measured: str) -> str:
     if row.get("pattern") == "none":
         lead = (row["compute_ns"] - row["next_compute_ns"]) / row["compute_ns"] if row["compute_ns"] else 0.0
         why = (f"a lead of {_pct(lead)}, too small for totals without steps to tell from noise"
-               if not material_lead(row) else f"but not the least communication time ({_ms(row['comm_ns'])} ms)")
+               if not material_lead(row) else f"but not the least communication time ({ms_cell(row['comm_ns'])} ms)")
         return (f"no clear straggler{where} (from totals, no timeline): {row['label']} has the most "
-                f"non-communication {measured} ({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms "
+                f"non-communication {measured} ({ms_cell(row['compute_ns'])} ms against {ms_cell(row['next_compute_ns'])} ms "
                 f"next), {why}")
     line = (f"straggler{where}: {row['label']}: the most non-communication {measured} "
-            f"({_ms(row['compute_ns'])} ms against {_ms(row['next_compute_ns'])} ms next)")
+            f"({ms_cell(row['compute_ns'])} ms against {ms_cell(row['next_compute_ns'])} ms next)")
     if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:
-        return line + (f" and the least in communication kernels ({_ms(row['comm_ns'])} ms against up to "
-                       f"{_ms(row['comm_max_ns'])} ms): the other ranks wait for it in collectives")
-    return line + f"; its communication time ({_ms(row['comm_ns'])} ms) is not the lowest"
+        return line + (f" and the least in communication kernels ({ms_cell(row['comm_ns'])} ms against up to "
+                       f"{ms_cell(row['comm_max_ns'])} ms): the other ranks wait for it in collectives")
+    return line + f"; its communication time ({ms_cell(row['comm_ns'])} ms) is not the lowest"
 
 
 SHORT_LABEL_CHARS = 14  # longer input labels become letters in table headers, with a legend
@@ -188,11 +181,11 @@ def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
 
 def _shown_basis(c: Comparison):
     """The columns the table shows, their unit and formatter: the totals (ms), or where the
-    comparison is per call (normalise.basis) each input's mean per call (us), as the ratios are;
+    comparison is per call (stats.noise.basis) each input's mean per call (us), as the ratios are;
     the totals stay in the totals table, the CSV and the JSON."""
     if c.table.attrs.get("basis_kind") == "per call":
-        return "mean_ns", "us/call", _us
-    return "time_ns", "ms", _ms
+        return "mean_ns", "us/call", us_cell
+    return "time_ns", "ms", ms_cell
 
 
 def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -> Table:
@@ -237,7 +230,7 @@ def _totals_table(totals: pd.DataFrame, measured: str) -> Table:
     for name in ("input", "source", "total (ms)", "compute (ms)", "communication (ms)", "/ first"):
         t.add_column(name, justify="left" if name in ("input", "source") else "right")
     for _, r in totals.iterrows():
-        t.add_row(Text(r["label"]), r["source"], _ms(r["total_ns"]), _ms(r["compute_ns"]), _ms(r["comm_ns"]),
+        t.add_row(Text(r["label"]), r["source"], ms_cell(r["total_ns"]), ms_cell(r["compute_ns"]), ms_cell(r["comm_ns"]),
                   _ratio(r["ratio"]))
     return t
 
@@ -254,8 +247,8 @@ def _timeline_table(tl: pd.DataFrame, groups: pd.DataFrame | None = None) -> Tab
     for name in heads:
         t.add_column(name, justify="left" if name == "input" else "right")
     for _, r in tl.iterrows():
-        t.add_row(Text(r["label"]), _ms(r["busy_ns"]), _ms(r["span_ns"]), _pct(r["idle_share"]), _ms(r["comm_ns"]),
-                  _ms(r["overlap_ns"]), _ms(r["exposed_ns"]), _pct(r["exposed_share"]))
+        t.add_row(Text(r["label"]), ms_cell(r["busy_ns"]), ms_cell(r["span_ns"]), _pct(r["idle_share"]), ms_cell(r["comm_ns"]),
+                  ms_cell(r["overlap_ns"]), ms_cell(r["exposed_ns"]), _pct(r["exposed_share"]))
     return t
 
 
@@ -265,7 +258,7 @@ def _skew_table(skew: pd.DataFrame) -> Table:
     for name in ("run", "collectives", "mean start skew (us)", "max (us)", "last rank (share)", "clock", "kernel"):
         t.add_column(name, justify="right" if "(" in name or name == "collectives" else "left", overflow="fold")
     for _, r in skew.iterrows():
-        t.add_row(Text(r["group"] or "-"), f"{int(r['instances']):,}", _us(r["mean_skew_ns"]), _us(r["max_skew_ns"]),
+        t.add_row(Text(r["group"] or "-"), f"{int(r['instances']):,}", us_cell(r["mean_skew_ns"]), us_cell(r["max_skew_ns"]),
                   f"{int(r['last_rank'])} ({_pct(r['last_share'])})", r["clock"], Text(r["kernel"]))
     return t
 
@@ -310,7 +303,7 @@ def tree_diff_text(rows: pd.DataFrame, first: str, second: str):
         style = "red" if r["delta_ns"] > 0 else "green" if r["delta_ns"] < 0 else ""
         only = {"first": f"  (only in {first})", "second": f"  (only in {second})"}.get(r["only_in"], "")
         text = Text(f"{r['delta_ns'] / 1e6:+,.3f} ms", style=style)
-        text.append(f"  {_ms(r['first_ns'])} -> {_ms(r['second_ns'])}  ")
+        text.append(f"  {ms_cell(r['first_ns'])} -> {ms_cell(r['second_ns'])}  ")
         text.append(name + only)
         return text
 

@@ -22,10 +22,12 @@ from .compare import digests
 from .fixes.ddp_steps import rank_ddp
 from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
+from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
 from .steps import timeline
 from .steps.steps import has_times
 from .steps.waits import rank_digest
+from .whatif.nodes import RankGraphReduce
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,11 @@ TOPICS: tuple[Topic, ...] = (
           section="idle.idle_html:sections"),
     Topic("results", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings")),
+    # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
+    Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
                     "fixes.ddp:ddp_findings")),
+    Topic("memory", {"memory": RankMemoryDigest()}, findings=("memory.findings:memory_findings",),
+          section="memory.memory_html:sections"),  # issue 32
 )

@@ -1,7 +1,7 @@
 """Who waits on whom, per step, and whether one rank is the straggler of the run.
 
 Input: the matched collectives (collectives.collectives) and the events they came from.
-Pure functions; the verdict is a plain dict, its text made by `verdict_line`.
+Pure functions; the verdict is a plain dict, its text made by `verdict_line` (reports/steps/straggler_text.py).
 
 Per collective, the last rank to arrive made the others wait `skew` = last - first
 arrival. A skew under the noise is nobody's: the clocks' uncertainty (twice the median
@@ -15,7 +15,7 @@ differ) or more idle GPU time (the host launched late).
 The run's straggler is the rank that is significantly late and gates most of the steps:
 per step each rank's lateness (its arrivals less the other ranks' mean, summed over the
 step's collectives), a one-sided Wilcoxon signed-rank test that it leans late (exact;
-Bonferroni over the ranks), p < ALPHA, and the rank gates more than half the gated steps.
+Bonferroni over the ranks), p < STRAGGLER_ALPHA, and the rank gates more than half the gated steps.
 Above SIGNED_RANK_UP_TO ranks the test is instead how often the rank gates: a binomial tail
 of its gated steps against 1/ranks per step (Bonferroni over the ranks). The signed-rank
 test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 ranks need
@@ -24,58 +24,32 @@ steps among 64 ranks happens by chance with p = 64 x 64^-6. Which test applies d
 the rank count only, never on the data.
 Magnitudes count: a rank 3 ms late in six steps and 0.3 ms early in two is late, which
 a sign test on 6 of 8 would not say. Short captures (3 to 5 steps, where those tests cannot
-reach ALPHA) have a second way to a straggler: the block test of reports/evidence.py (a t-test
+reach STRAGGLER_ALPHA) have a second way to a straggler: the block test of reports/evidence.py (a t-test
 over steps of the rank's per-step lateness, p < 0.01, with the rank last at most collectives
 and late beyond the clock and step-to-step noise in every step); the line states the evidence. Otherwise "alternating" where consecutive gated steps switch gating
 rank at least ALTERNATING_SHARE of the time and more often than chance (binomial against
-1 - 1/ranks per move, p < ALPHA), else "no clear straggler" with the counts. Without
+1 - 1/ranks per move, p < STRAGGLER_ALPHA), else "no clear straggler" with the counts. Without
 steps every collective is its own unit (basis "collectives"). Times are the GPU's, or
 the CPU's in a CPU-only run (gloo), and the causes say which.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from . import evidence as E
+from .fmt import ms
+from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
+from .stats.noise import noise_ns
+from .stats.tests import binomial_tail, signed_rank_p
 from .steps.timeline import _coverage, merge_intervals
 
-ALPHA = 0.05
 SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)
-MIN_SKEW_NS = 1_000
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
 TOP_KERNELS = 3
-SIGMAS = 2.0
 
-
-def noise_ns(coll: pd.DataFrame) -> float:
-    """Skew below which a collective has no last rank: twice the median end spread (how
-    well the ranks' clocks agree), at least MIN_SKEW_NS, and at least the step-to-step
-    noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
-    if coll.empty:
-        return float(MIN_SKEW_NS)
-    ends = coll.groupby("collective")["end_ns"]
-    spread = ends.max() - ends.min()
-    floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
-    return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
-
-
-def step_noise_ns(steps: pd.DataFrame) -> float:
-    """How much arrivals may differ by chance: SIGMAS x the steadiest rank's step-to-step
-    variation of its compute time (reports/steps.step_table), from differences of steps two
-    apart (so that lateness alternating by design is not taken for noise), robustly (1.4826
-    x the median absolute deviation, / sqrt 2 for a difference); 0 with too few steps."""
-    if steps.empty:
-        return 0.0
-    wide = steps.pivot_table(index="step", columns="rank", values="compute_ns").sort_index()
-    diff = (wide - wide.shift(2)).dropna()
-    if len(diff) < 3:
-        return 0.0
-    robust = 1.4826 * (diff - diff.median()).abs().median() / math.sqrt(2)
-    return float(SIGMAS * robust.min())
 
 
 def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
@@ -114,10 +88,6 @@ def waits(coll: pd.DataFrame) -> pd.DataFrame:
     return w.astype("int64")
 
 
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
-
 
 def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     """Unit x rank: how much later than the mean of the other ranks the rank arrived at the
@@ -128,45 +98,12 @@ def lateness(coll: pd.DataFrame) -> pd.DataFrame:
                                                                     aggfunc="sum", fill_value=0)
 
 
-EXACT_UP_TO = 100  # values; above, the signed-rank test's normal approximation (exact costs ~n^3)
-
-
-def signed_rank_p(x: np.ndarray) -> float:
-    """One-sided p of Wilcoxon's signed-rank test that the values lean positive: P(W+ >= the
-    observed W+) when each value's sign is a coin toss, exact (counts of the subset sums of
-    the ranks; tied values get average ranks, counted in halves) up to EXACT_UP_TO nonzero
-    values, above that the normal approximation with the tie correction and a continuity
-    correction (a job of 1,000 steps and 1,000 ranks would take hours exactly); zeros are dropped."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x[x != 0]
-    if not len(x):
-        return 1.0
-    ranks = pd.Series(np.abs(x)).rank().to_numpy()
-    if len(x) > EXACT_UP_TO:
-        return _signed_rank_normal_p(ranks, x > 0)
-    ranks2 = np.rint(2 * ranks).astype(np.int64)  # doubled: whole numbers
-    counts = np.zeros(int(ranks2.sum()) + 1)
-    counts[0] = 1.0
-    for r in ranks2:
-        counts = counts + np.r_[np.zeros(r), counts[:-r]]
-    return float(counts[int(ranks2[x > 0].sum()):].sum() / counts.sum())
-
-
-def _signed_rank_normal_p(ranks: np.ndarray, positive: np.ndarray) -> float:
-    """P(W+ >= observed) by the normal approximation: mean n(n+1)/4, variance n(n+1)(2n+1)/24
-    less sum(t^3 - t)/48 over groups of t tied values; 0.5 continuity correction."""
-    n = len(ranks)
-    ties = pd.Series(ranks).value_counts().to_numpy(dtype=np.float64)
-    var = n * (n + 1) * (2 * n + 1) / 24 - float((ties ** 3 - ties).sum()) / 48
-    z = (float(ranks[positive].sum()) - 0.5 - n * (n + 1) / 4) / math.sqrt(var)
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
 
 def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     """The run's verdict: pattern (straggler, alternating, none), rank (int or None), the
     test's numbers (units gated per rank; p value of the signed-rank test of the most likely
     rank's per-unit lateness, Bonferroni over the ranks; its mean lateness) and the
-    per-collective last counts. A straggler needs p < ALPHA and to gate most gated units."""
+    per-collective last counts. A straggler needs p < STRAGGLER_ALPHA and to gate most gated units."""
     ranks = sorted(int(r) for r in coll["rank"].unique()) if len(coll) else []
     pc = per_collective(coll) if len(coll) else pd.DataFrame(columns=["last_rank", "step"])
     basis = "steps" if len(pc) and pc["step"].notna().any() else "collectives"
@@ -176,7 +113,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     n = int(sum(counts.values()))
     out = {"rank": None, "pattern": "none", "basis": basis, "test": "", "units": int(len(gate)), "gated_units": n,
            "gated_by_rank": counts, "last_at_collectives": last, "collectives": int(len(pc)),
-           "p_value": None, "lateness_ns": None, "alternation_p": None, "alpha": ALPHA}
+           "p_value": None, "lateness_ns": None, "alternation_p": None, "alpha": STRAGGLER_ALPHA}
     if len(ranks) < 2 or n == 0:
         return out
     late = lateness(coll)
@@ -188,7 +125,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         test = f"binomial test of the {'steps' if basis == 'steps' else 'collectives'} it gates against 1 in {len(ranks)}"
     top = min(ranks, key=lambda r: (p_of[r], -counts[r], r))
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
-    if p_of[top] < ALPHA and counts[top] > n / 2:
+    if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2:
         return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
     block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
     out["block"] = block if block.get("rank") is not None else None
@@ -200,7 +137,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     switches, moves = int((seq[1:] != seq[:-1]).sum()), max(len(seq) - 1, 0)
     if moves >= 3:  # more switches of the last rank than chance (1 - 1/ranks per move) gives?
         out["alternation_p"] = binomial_tail(switches, moves, 1 - 1 / len(ranks))
-        if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < ALPHA:
+        if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < STRAGGLER_ALPHA:
             out["pattern"] = "alternating"
     return out
 
@@ -304,66 +241,6 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
     return pd.DataFrame(out, columns=cols)
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
-
-
-def _summed(per_unit: pd.Series) -> str:
-    """'name +x ms, ...': the names' extra ns (dicts, one per unit) summed, the 3 largest."""
-    total = pd.Series(dtype="int64")
-    for extra in per_unit:
-        total = total.add(pd.Series(extra, dtype="int64"), fill_value=0)
-    return ", ".join(f"{k} +{_ms(n)}" for k, n in total.sort_values(ascending=False).head(3).items())
-
-
-COUNTS_SHOWN = 8  # ranks a verdict line names with their counts
-
-
-def _counted(by_rank: dict[int, int]) -> str:
-    """'rank 3 at 6, rank 0 at 2': the ranks with the most, largest first; with many ranks the
-    first COUNTS_SHOWN that have any, and how many others have none."""
-    ordered = sorted(by_rank.items(), key=lambda kv: -kv[1])
-    shown = ordered if len(ordered) <= COUNTS_SHOWN else [kv for kv in ordered[:COUNTS_SHOWN] if kv[1]]
-    text = ", ".join(f"rank {r} at {n}" for r, n in shown)
-    rest = len(ordered) - len(shown)
-    if rest:
-        text += f"{', ' if shown else ''}{rest:,} {'other ' if shown else ''}ranks at {'at most ' if ordered[len(shown)][1] else ''}{ordered[len(shown)][1]}"
-    return text
-
-
-def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
-    """One sentence with its numbers: the straggler and why, "alternating", or no single straggler."""
-    unit = "steps" if v["basis"] == "steps" else "collectives"
-    counts = _counted(v["gated_by_rank"])
-    p = "" if v["p_value"] is None else f", p = {v['p_value']:.3g}"
-    if v["pattern"] == "straggler":
-        r = v["rank"]
-        text = (f"straggler: rank {r}: {E.evidence_phrase(v['evidence'])} "
-                if v.get("evidence") and unit == "steps" else
-                f"straggler: rank {r} gates {v['gated_by_rank'][r]} of {v['gated_units']} {unit}, "
-                f"{_ms(v['lateness_ns'])} later than the others per {unit[:-1]} on average ")
-        text += f"({v.get('test') or 'signed-rank test of its lateness'}{p})"
-        if causes is not None and len(mine := causes[causes["gating_rank"] == r]):
-            work, idle = int(mine["extra_work_ns"].sum()), int(mine["extra_idle_ns"].sum())
-            device = "CPU" if "CPU" in mine["cause"].iloc[0] else "GPU"  # "more GPU work" or "idle GPU"
-            kinds = (f"more {device} work before its collectives ({_ms(work)} more busy over those {unit}"
-                     if work >= idle else f"an idle {device} before its collectives ({_ms(idle)} more idle: host or "
-                                          f"launch delay over those {unit}")
-            named = "; ".join(f"{what}: {_summed(mine[what])}" for what in ("kernels", "scopes") if _summed(mine[what]))
-            text += f"; why: {kinds}" + (f"; {named})" if named and work >= idle else ")")
-        return text
-    if v["pattern"] == "alternating":
-        return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "
-                f"switches p = {v['alternation_p']:.3g} against chance)")
-    if not v["gated_units"]:
-        return f"no clear straggler: no {unit[:-1]} has a rank late beyond the noise (clocks, step-to-step variation)"
-    last = _counted(v["last_at_collectives"])
-    at_collectives = (f"; last beyond the noise at collectives: {last} of {v['collectives']}"
-                      if unit == "steps" else "")
-    return (f"no clear straggler: no rank is significantly late in most {unit} "
-            f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){E.not_enough(v.get('block'))}")
-
-
 
 def waits_from_comm_time(per_rank: pd.DataFrame) -> dict[str, Any]:
     """Who waited, from time in communication kernels alone, for sources without timestamps
@@ -382,7 +259,7 @@ def waits_from_comm_time(per_rank: pd.DataFrame) -> dict[str, Any]:
     excess = {int(r): int(round(v - comm[least])) for r, v in comm.items()}
     most = max(excess, key=excess.get)
     line = (f"no timestamps (proton): a collective kernel spins until the last rank arrives, so its time holds the "
-            f"wait: rank {most} spent {_ms(excess[most])} per step more in communication than rank {least}, "
+            f"wait: rank {most} spent {ms(excess[most])} per step more in communication than rank {least}, "
             f"the rank the others waited for on average; in which steps, and whether beyond the noise, needs a "
             f"timed trace (torch or nsys)")
     return {"least_rank": least, "excess_ns_per_step": excess, "line": line}

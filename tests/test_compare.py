@@ -328,7 +328,7 @@ def test_across_profilers_join_on_canonical_names():
     assert table.loc["oneShotAllReduceKernel", ["time_ns[proton]", "time_ns[torch]", "time_ns[nsys]"]].tolist() \
         == [1000, 1100, 1050]
     assert table.loc["oneShotAllReduceKernel", "ratio[torch]"] == pytest.approx(1.1)
-    # 400 against 390 ns, no steps to measure noise: a 10 ns lead names no slowest (normalise.MIN_LEAD_NS)
+    # 400 against 390 ns, no steps to measure noise: a 10 ns lead names no slowest (stats.MIN_LEAD_NS)
     assert table.loc["triton_red_fused_mm_10", "slowest"] == ""
     assert (table["inputs"] == 3).all()
 

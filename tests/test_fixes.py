@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tracelab.inputs import findings_of, load_groups
+from tracelab.reports import fmt
 
 from conftest import DATA, shared_trace
 
@@ -45,7 +46,7 @@ def test_fp32_simt_gemms_name_tf32_with_their_time():
     assert len(found) == 1
     simt_ns = _kernel_ns(folder / "rank0.pt.trace.json.gz", SIMT)
     assert found[0].evidence["simt_ns"] == simt_ns and found[0].at_stake_ns == simt_ns
-    assert f"take {simt_ns / 1e6:,.2f} ms" in found[0].text
+    assert f"take {fmt.duration(simt_ns)}" in found[0].text
     assert "torch.set_float32_matmul_precision(\"high\")" in found[0].text and "bf16 autocast" in found[0].text
 
 
@@ -59,7 +60,7 @@ def test_tf32_roof_from_the_trace_s_flops():
     assert len(found) == 1
     assert found[0].evidence["flops"] == pytest.approx(flops, rel=1e-9)
     assert found[0].evidence["tc_min_ns"] == pytest.approx(flops / 494.7e3, rel=1e-9)
-    assert f"would take {flops / 494.7e3 / 1e6:,.2f} ms" in found[0].text
+    assert f"would take {fmt.duration(flops / 494.7e3)}" in found[0].text
 
 
 @pytest.mark.parametrize("folder", ["train-small-1gpu-torch", "decode-1b-1gpu-torch", "idle-1gpu-large-torch"])

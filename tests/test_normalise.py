@@ -1,4 +1,4 @@
-"""What a comparison may claim (reports/normalise.py): per-step comparison when step counts
+"""What a comparison may claim (reports/noise.py): per-step comparison when step counts
 differ, and "slowest" only beyond the step-to-step noise; on a real trace pair made to
 differ by a known amount."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab.reports import normalise
+from tracelab.reports.stats import noise
 from tracelab.reports.compare.compare import compare
 from tracelab.reports.session import Input
 
@@ -27,7 +27,7 @@ def test_slowest_beats_the_noise(top, second, sigma_top, sigma_second, expected)
     time = pd.DataFrame({"a": [top], "b": [second]}, index=["k"])
     sig = {"a": None if sigma_top is None else pd.Series([sigma_top], index=["k"]),
            "b": None if sigma_second is None else pd.Series([sigma_second], index=["k"])}
-    assert normalise.slowest(time, sig).tolist() == [expected]
+    assert noise.slowest(time, sig).tolist() == [expected]
 
 
 def _input(label: str, events: pd.DataFrame) -> Input:

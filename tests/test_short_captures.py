@@ -17,7 +17,7 @@ from shifted import make_late, ranks_from_one
 
 import tracelab
 from tracelab.options import Options
-from tracelab.reports import evidence as E
+from tracelab.reports.stats import tests as T
 from tracelab.reports.steps.waits import analyse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,15 +35,15 @@ def _default_step_pattern(monkeypatch):
 @pytest.mark.parametrize("t, df, p", [(6.314, 1, 0.05), (2.920, 2, 0.05), (9.925, 2, 0.005), (2.353, 3, 0.05),
                                       (4.604, 4, 0.005), (2.015, 5, 0.05), (1.812, 10, 0.05), (0.0, 7, 0.5)])
 def test_t_tail_matches_the_t_table(t, df, p):
-    assert E.t_sf(t, df) == pytest.approx(p, abs=2e-4)
-    assert E.t_sf(-t, df) == pytest.approx(1 - p, abs=2e-4)
+    assert T.t_sf(t, df) == pytest.approx(p, abs=2e-4)
+    assert T.t_sf(-t, df) == pytest.approx(1 - p, abs=2e-4)
 
 
 def test_block_p_is_a_one_sided_t_test():
     x = np.array([4.3, 4.7, 4.3])
     t = x.mean() / (x.std(ddof=1) / np.sqrt(3))
-    assert E.block_p(x) == pytest.approx(E.t_sf(t, 2))
-    assert E.block_p(np.array([1.0, 1.0])) == 0.0 and E.block_p(np.array([5.0])) == 1.0
+    assert T.block_p(x) == pytest.approx(T.t_sf(t, 2))
+    assert T.block_p(np.array([1.0, 1.0])) == 0.0 and T.block_p(np.array([5.0])) == 1.0
 
 
 @functools.lru_cache(maxsize=None)

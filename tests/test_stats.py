@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tracelab.reports.results.runs import profiler_cost, results_of
-from tracelab.reports.stats import mann_whitney_p, median_difference, shift_interval, u_counts
+from tracelab.reports.stats.tests import mann_whitney_p, median_difference, shift_interval, u_counts
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -53,14 +53,14 @@ def test_p_and_interval_against_brute_force(other):
     diffs = b[:, None] - a[None, :]
     assert (low, high) == (diffs.min(), diffs.max())
     d = median_difference(a, b)
-    assert (d["median_a"], d["median_b"]) == (np.median(a), np.median(b))
-    assert d["within_noise"] == (low <= 0 <= high)
+    assert (d.median_a, d.median_b) == (np.median(a), np.median(b))
+    assert d.within_noise == (low <= 0 <= high)
 
 
 def test_two_against_two_gives_no_interval():
     assert shift_interval([1.0, 2.0], [5.0, 6.0]) is None
     d = median_difference([1.0, 2.0], [5.0, 6.0])
-    assert d["confidence"] is None and d["p_value"] == pytest.approx(2 / 6) and d["within_noise"]
+    assert d.confidence is None and d.p_value == pytest.approx(2 / 6) and d.within_noise
 
 
 def _runs(none_steps: list[float] | None = None) -> list[tuple[str, dict]]:

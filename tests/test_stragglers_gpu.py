@@ -334,7 +334,7 @@ def test_one_late_rank_among_64_is_named_by_how_often_it_gates(source: str) -> N
 
 
 def test_the_verdict_line_of_a_thousand_ranks_stays_short() -> None:
-    from tracelab.reports.verdicts import verdict_line
+    from tracelab.reports.steps.straggler_text import verdict_line
 
     v = {"pattern": "none", "rank": None, "basis": "steps", "gated_by_rank": {r: int(r in (5, 9)) for r in range(1024)},
          "gated_units": 2, "p_value": 1.0, "last_at_collectives": {r: 3 * int(r == 5) for r in range(1024)},

@@ -22,6 +22,7 @@ from tracelab.cli import app
 from tracelab.options import Options
 from tracelab.reports.steps import collectives as C
 from tracelab.reports import verdicts as V
+from tracelab.reports.stats import tests as T
 from tracelab.reports.steps.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -174,9 +175,9 @@ def test_bus_bandwidth_follows_nccl_tests(kernel: str, ranks: int, factor: float
 
 
 def test_binomial_tail() -> None:
-    assert V.binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
-    assert V.binomial_tail(0, 7, 0.3) == pytest.approx(1.0)
-    assert V.binomial_tail(33, 65, 0.5) == pytest.approx(0.5, abs=0.05)
+    assert T.binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
+    assert T.binomial_tail(0, 7, 0.3) == pytest.approx(1.0)
+    assert T.binomial_tail(33, 65, 0.5) == pytest.approx(0.5, abs=0.05)
 
 
 # ---- one job under three profilers: compute per step agrees within the step noise ----------------
@@ -389,7 +390,7 @@ def test_signed_rank_p_equals_enumerating_the_signs(x) -> None:
     ranks = pd.Series(np.abs(d)).rank().to_numpy()
     observed = ranks[d > 0].sum()
     sums = [sum(r for r, s in zip(ranks, signs) if s) for signs in itertools.product([0, 1], repeat=len(d))]
-    assert V.signed_rank_p(np.array(x)) == pytest.approx(np.mean([t >= observed - 1e-9 for t in sums]))
+    assert T.signed_rank_p(np.array(x)) == pytest.approx(np.mean([t >= observed - 1e-9 for t in sums]))
 
 
 def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() -> None:
@@ -402,14 +403,14 @@ def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() 
     arrivals = w.collectives.dropna(subset=["step"]).pivot_table(index="step", columns="rank", values="arrival_ns")
     late = (arrivals[1] - arrivals[0]).to_numpy()
     assert (late > 0).sum() == 6 and len(late) == 8
-    assert w.verdict["rank"] == 1 and w.verdict["p_value"] == pytest.approx(2 * V.signed_rank_p(late))
+    assert w.verdict["rank"] == 1 and w.verdict["p_value"] == pytest.approx(2 * T.signed_rank_p(late))
     assert w.verdict["p_value"] < 0.05 and w.verdict["lateness_ns"] == pytest.approx(late.mean())
     assert "extra_work +" in w.line
 
 
 def test_verdict_line_names_the_device_whatever_the_first_units_cause() -> None:
     """The line said "an idle work" where the first gated step was more work and the sum was idle."""
-    from tracelab.reports.verdicts import verdict_line
+    from tracelab.reports.steps.straggler_text import verdict_line
 
     v = {"pattern": "straggler", "rank": 1, "basis": "steps", "gated_by_rank": {0: 0, 1: 2}, "gated_units": 2,
          "lateness_ns": 1e6, "p_value": 0.01, "last_at_collectives": {}, "collectives": 2, "alternation_p": None}
@@ -429,6 +430,6 @@ def test_signed_rank_normal_approximation_is_close_to_exact_above_the_cutoff(mon
     within 0.005 of the exact count, which is computed by lifting the cutoff."""
     rng = np.random.default_rng(seed)
     x = np.round(rng.normal(shift, 1.0, 150), 1)  # rounded: ties
-    approx = V.signed_rank_p(x)
-    monkeypatch.setattr(V, "EXACT_UP_TO", 10_000)
-    assert approx == pytest.approx(V.signed_rank_p(x), abs=0.005)
+    approx = T.signed_rank_p(x)
+    monkeypatch.setattr(T, "EXACT_UP_TO", 10_000)
+    assert approx == pytest.approx(T.signed_rank_p(x), abs=0.005)

@@ -46,6 +46,23 @@ from typing import Iterator
 from .errors import RunError, ToolMissingError, UsageError
 
 NSYS_ENV = "TRACELAB_NSYS"  # the nsys to run, when it is not the one on the PATH
+MEMORY_ENV = "TRACELAB_PROFILE_MEMORY"  # "0": the torch session records no memory events (tracelab run --no-memory)
+# how each backend records memory (issue 32): run.json's "memory"
+MEMORY_HOW = {"torch": "torch.profiler(profile_memory=True): [memory] events of every allocation and free",
+              "nsys": "nsys profile --cuda-memory-usage=true: CUDA_GPU_MEMORY_USAGE_EVENTS (CUDA's allocations)",
+              "proton": "proton records no memory", "none": "no profiler"}
+
+
+def memory_recording(backend: str, wanted: bool) -> dict:
+    """run.json's "memory": whether the run records memory events, and how."""
+    recorded = wanted and backend in ("torch", "nsys")
+    how = MEMORY_HOW.get(backend, "") if recorded or backend in ("proton", "none") else "off (--no-memory)"
+    return {"recorded": recorded, "how": how}
+
+
+def profile_memory() -> bool:
+    """Whether a torch session records memory events: yes unless MEMORY_ENV is "0"."""
+    return os.environ.get(MEMORY_ENV, "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -180,7 +197,8 @@ class TorchSession(Session):
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         # record_shapes: the aten ops' Input Dims and types, from which `tracelab roofline`
         # computes each kernel's FLOPs and bytes (issue 20)
-        self._prof = torch.profiler.profile(activities=activities, record_shapes=True)
+        # profile_memory: a [memory] event per allocation and free (tracelab memory, issue 32)
+        self._prof = torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=profile_memory())
         self._prof.start()
 
     def _stop(self) -> None:

@@ -35,10 +35,10 @@ from pathlib import Path
 import pandas as pd
 
 from .options import DEFAULT, Options
-from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host
+from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host, validate_memory
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "6"  # bump when the schema or a parser's output changes
+VERSION = "7"  # bump when the schema or a parser's output changes
 DEFAULT_MAX_BYTES = 4 * 1024**3
 RACY_S = 2.0
 STALE_TMP_S = 15 * 60
@@ -107,7 +107,8 @@ def get(entry_key: str) -> list[Profile] | None:
     try:
         metas = json.loads((entry / "meta.json").read_text())
         profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta,
-                            host=_host(entry / f"{i}.host.parquet")) for i, meta in enumerate(metas)]
+                            host=_host(entry / f"{i}.host.parquet"), memory=_memory(entry / f"{i}.memory.parquet"))
+                    for i, meta in enumerate(metas)]
     except (OSError, ValueError, KeyError):
         return None
     try:
@@ -123,6 +124,11 @@ def _host(path: Path) -> pd.DataFrame | None:
         return None
     host = pd.read_parquet(path)
     return validate_host(host.assign(kind=host["kind"].cat.set_categories(HOST_KINDS)))
+
+
+def _memory(path: Path) -> pd.DataFrame | None:
+    """The cached memory frame, None where the trace had none (no file)."""
+    return validate_memory(pd.read_parquet(path)) if path.exists() else None
 
 
 def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -> None:
@@ -147,6 +153,8 @@ def _write(final: Path, profiles: list[Profile]) -> None:
             p.events.to_parquet(tmp / f"{i}.parquet", index=False)
             if p.host is not None:  # the host frame beside the events (schema.HOST_COLUMNS)
                 p.host.to_parquet(tmp / f"{i}.host.parquet", index=False)
+            if p.memory is not None:  # the memory frame (schema.MEMORY_COLUMNS)
+                p.memory.to_parquet(tmp / f"{i}.memory.parquet", index=False)
         (tmp / "meta.json").write_text(json.dumps([p.meta for p in profiles], default=str))
         os.replace(tmp, final)  # fails when a parallel load wrote it first: theirs is as good
     finally:

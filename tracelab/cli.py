@@ -31,6 +31,8 @@ app.command()(analyses.roofline)
 app.command()(compare.compare)
 app.command()(compare.steps)
 app.command(help=analyses.IDLE_HELP)(analyses.idle)
+app.command(help=analyses.WHATIF_HELP)(analyses.whatif)
+app.command(help=analyses.MEMORY_HELP)(analyses.memory)  # issue 32
 app.command()(outputs.report)
 export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)
 app.add_typer(export_app, name="export")

@@ -38,6 +38,7 @@ PARSERS: dict[str, str] = {
     "chrome": "tracelab.parsers.chrome",
     "nsys": "tracelab.parsers.nsys",
     "parquet": "tracelab.parsers.parquet",  # a part of a tracelab dataset (tracelab/dataset.py)
+    "snapshot": "tracelab.parsers.snapshot",  # a PyTorch memory snapshot pickle, read without running it
 }
 
 # file names a folder is searched for (run.json and friends are not traces)
@@ -54,6 +55,7 @@ Reduce = Mapping[str, Callable[[RankData], Any]]
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
+_PICKLE_PROTO, _PICKLE_VERSIONS = b"\x80", (b"\x02", b"\x03", b"\x04", b"\x05")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -85,6 +87,8 @@ def detect(path: str | os.PathLike) -> str:
         return "nsys"
     if head.startswith(_PARQUET_MAGIC):
         return "parquet"
+    if head[:1] == _PICKLE_PROTO and head[1:2] in _PICKLE_VERSIONS:
+        return "snapshot"
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"["):
         return "hatchet"
@@ -126,10 +130,10 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))
-        rank = RankData(events, p.meta, p.host)
+        rank = RankData(events, p.meta, p.host, p.memory)
         summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
-                           p.host if keep_events else None))
+                           p.host if keep_events else None, p.memory if keep_events else None))
     return out
 
 

@@ -17,6 +17,6 @@ def pick_rank(profiles: list[Profile], rank: int, where: str) -> list[Profile]:
     if len(profiles) == 1 and profiles[0].meta.get("rank_from") == "default (one file)":
         p = profiles[0]
         return [Profile(p.events.assign(rank=np.int32(rank)), {**p.meta, "rank": rank, "rank_from": "caller"},
-                        p.summary, p.host)]
+                        p.summary, p.host, p.memory)]
     ranks = ", ".join(str(p.rank) for p in profiles)
     raise UsageError("--rank", f"{where} holds no rank {rank} (its ranks: {ranks})")

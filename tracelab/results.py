@@ -28,7 +28,13 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {w: {"late": "none", "late_work": 0} for w in ("train", "decode")}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
+ADDED["train"]["extra_memory_mb"] = {}  # issue 32
+# row fields added since, and what older rows held of them: nothing recorded (issue 32)
+ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
+                                          "step_peak_allocated_bytes", "step_end_reserved_bytes",
+                                          "step_peak_reserved_bytes", "memory_snapshot")}}
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -38,7 +44,10 @@ _EVERY = {
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
 _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
-         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)")}
+         "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
+         "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
+                                    "host_stall region (--host-stall-ms); null: none"),
+         "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,
@@ -56,7 +65,9 @@ RESULTS: dict[str, dict[str, Field]] = {
                "bandwidth_gb_s": Field("GB/s", "weight_bytes x steps per second, as gpt-fast"),
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
-              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE},
+              "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
+              "capturable": Field("", "AdamW(capturable=True) (--capturable)"),
+              "extra_memory_mb": Field("MiB", "rank -> MiB it holds more through each step (--extra-memory-mb)")},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},
     "overlap": {**_SWEEP, "dtype": Field("", "element type")},
@@ -73,7 +84,14 @@ ROWS: dict[str, dict[str, Field]] = {
               "model_tflop_per_step": Field("TFLOP", "model FLOPs per step"),
               "achieved_tflops": Field("TFLOP/s", "model FLOPs / step time"),
               "peak_tflops": Field("TFLOP/s", "the device's peak"), "peak_source": Field("", "where the peak came from"),
-              "mfu": Field("", "achieved / peak"), "peak_mem_bytes": Field("bytes", "peak GPU memory (None on the CPU)")},
+              "mfu": Field("", "achieved / peak"), "peak_mem_bytes": Field("bytes", "peak GPU memory (None on the CPU)"),
+              # issue 32: torch.cuda's counters around each timed step (lists; None on the CPU)
+              "step_start_allocated_bytes": Field("bytes", "memory_allocated() before each step"),
+              "step_end_allocated_bytes": Field("bytes", "memory_allocated() after each step"),
+              "step_peak_allocated_bytes": Field("bytes", "max_memory_allocated() over each step"),
+              "step_end_reserved_bytes": Field("bytes", "memory_reserved() after each step"),
+              "step_peak_reserved_bytes": Field("bytes", "max_memory_reserved() over each step"),
+              "memory_snapshot": Field("", "the last step's memory snapshot file (--memory-snapshot), else None")},
     "allreduce": {"impl": Field("", "implementation"), "msg_bytes": Field("bytes", "message size"),
                   "iters": Field("", "timed calls"), "latency_us": Field("us", "slowest rank's median"),
                   "rank_latency_us": Field("us", "this rank's median"), "algbw_gb_s": Field("GB/s", "msg_bytes / latency"),
@@ -119,7 +137,8 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     """A record with the names of today (old unit spellings renamed), in rows too."""
     out = {**ADDED.get(record.get("workload"), {}), **{OLD_NAMES.get(k, k): v for k, v in record.items()}}
     if isinstance(out.get("rows"), list):
-        out["rows"] = [{OLD_NAMES.get(k, k): v for k, v in row.items()} for row in out["rows"]]
+        added = ADDED_ROWS.get(record.get("workload"), {})
+        out["rows"] = [{**added, **{OLD_NAMES.get(k, k): v for k, v in row.items()}} for row in out["rows"]]
     return out
 
 

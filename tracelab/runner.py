@@ -73,6 +73,7 @@ class RunSpec:
     nnodes: str | None = None  # torchrun --nnodes, e.g. "2"; with rdzv_endpoint
     rdzv_endpoint: str | None = None
     argv: list[str] = field(default_factory=list)  # the user's command line, for run.json
+    memory: bool = True  # record memory events where the backend can (run.json "memory" says how)
 
 
 @dataclass
@@ -172,12 +173,13 @@ def torchrun_command(p: Plan, run_dir: Path) -> list[str]:
     program = ["-m", p.module, *spec.workload_args, "--backend", p.backend, "--out", str(run_dir)]
     if p.nsys is None:
         return cmd + program
-    return cmd + ["--no-python", str(p.nsys), *NSYS_PROFILE, "-o", str(run_dir / "rank%q{RANK}"),
+    memory = ["--cuda-memory-usage=true"] if spec.memory else []  # CUDA_GPU_MEMORY_USAGE_EVENTS (issue 32)
+    return cmd + ["--no-python", str(p.nsys), *NSYS_PROFILE, *memory, "-o", str(run_dir / "rank%q{RANK}"),
                   sys.executable, *program]
 
 
 def rank_env(p: Plan) -> dict[str, str]:
-    env = {**os.environ, **SAFE_ENV}
+    env = {**os.environ, **SAFE_ENV, backends.MEMORY_ENV: "1" if p.spec.memory else "0"}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // p.spec.ranks)))
     return env
 
@@ -188,7 +190,8 @@ def new_record(p: Plan, command: list[str]) -> dict:
     return {"workload": spec.workload, "backend": p.backend, "ranks_per_node": spec.ranks,
             "nnodes": spec.nnodes or "1", "argv": spec.argv, "command": command, "config": p.config,
             "env": SAFE_ENV, "versions": machine.versions(p.nsys), "devices": machine.devices(p.gpus),
-            "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running"}
+            "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running",
+            "memory": backends.memory_recording(p.backend, spec.memory)}
 
 
 def run(spec: RunSpec, on_line: OnLine = lambda line: None) -> RunResult:

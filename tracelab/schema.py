@@ -65,6 +65,8 @@ class Profile:
     summary: dict[str, Any] = field(default_factory=dict)
     # the host's intervals (HOST_COLUMNS: sync calls, CPU ops, ranges); None where the source has none
     host: pd.DataFrame | None = None
+    # the allocator's events (MEMORY_COLUMNS: allocations and frees); None where the trace recorded none
+    memory: pd.DataFrame | None = None
 
     @property
     def rank(self) -> int:
@@ -79,11 +81,13 @@ class Profile:
 class RankData:
     """What a per-rank reducer gets (load_many's `reduce`, reports.session's digests), one
     signature for all: `fn(rank: RankData) -> Any`. `events`: the rank's classified rows;
-    `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none."""
+    `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none;
+    `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none."""
 
     events: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     host: pd.DataFrame | None = None
+    memory: pd.DataFrame | None = None
 
 
 class OnEvents:
@@ -117,18 +121,21 @@ def _categorical(values: Any, categories: tuple[str, ...] | None) -> pd.Categori
     return pd.Categorical(values, categories=list(categories))
 
 
+_DEFAULTS = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
+             "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
+             "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
+
+
 def coerce(columns: dict[str, Any], n_rows: int | None = None,
-           spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
+           spec: dict[str, str] = COLUMNS, defaults: dict[str, Any] | None = None) -> pd.DataFrame:
     """Build a frame of `spec`'s columns (COLUMNS, or PARSED in a parser) from column arrays;
     missing optional columns get their empty value.
 
     Scalars broadcast. flops/bytes/msg_bytes default to NaN, stream/start_ns/step/launch_* to NA,
-    scope, module, process_group and dtype to "", count to 1.
+    scope, module, process_group and dtype to "", count to 1 (`defaults` replaces these).
     """
     n = n_rows if n_rows is not None else _length(columns)
-    defaults = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
-                "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
-                "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
+    defaults = defaults if defaults is not None else _DEFAULTS
     out = {}
     for name, dtype in spec.items():
         values = columns.get(name, defaults.get(name))
@@ -185,7 +192,8 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
 # range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
 # runtime call (`osrt`, nsys). Same clock as
 # the events' start_ns; tid is the thread (Kineto tid, nsys globalTid).
-HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt")
+HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt", "alloc")  # alloc: an allocator call that does not
+# synchronise (cudaMalloc, cuMemCreate, ...; cudaFree synchronises and is `sync`), reports/memory
 HOST_COLUMNS: dict[str, str] = {"kind": "category", "name": "string", "tid": "int64", "start_ns": "int64",
                                 "dur_ns": "int64"}
 
@@ -213,4 +221,42 @@ def validate_host(df: pd.DataFrame) -> pd.DataFrame:
         raise SchemaError(f"host frame: kind outside {HOST_KINDS}, or a missing kind or name")
     if len(df) and (df["dur_ns"] < 0).any():
         raise SchemaError("host frame: negative dur_ns")
+    return df
+
+
+# The third per-rank frame: the allocator's events (reports/memory/). One row per allocation
+# (bytes > 0) or free (bytes < 0), on the events' clock; the totals after the event where the
+# source gives them (Kineto: both; a snapshot: both, replayed; nsys: CUDA's allocations, which
+# are what PyTorch calls reserved, so allocated is NA); device -1 for the CPU; tid NA where
+# unknown; step the step range around it (parsers/_steps.py), NA outside any; op, scope and module open at the time, "" where the trace does not say.
+MEMORY_COLUMNS: dict[str, str] = {"time_ns": "int64", "addr": "Int64", "bytes": "int64",
+                                  "total_allocated_bytes": "Int64", "total_reserved_bytes": "Int64",
+                                  "device": "int16", "tid": "Int64", "step": "Int64", "op": "string", "scope": "string",
+                                  "module": "string"}
+
+
+_MEMORY_DEFAULTS = {"addr": pd.NA, "total_allocated_bytes": pd.NA, "total_reserved_bytes": pd.NA, "tid": pd.NA,
+                    "step": pd.NA, "op": "", "scope": "", "module": ""}
+
+
+def memory_frame(columns: dict[str, Any], n_rows: int) -> pd.DataFrame:
+    """A memory frame (MEMORY_COLUMNS) from column arrays (scalars broadcast; addr, totals, tid
+    and step default to NA, op/scope/module to ""), sorted by time (stable), checked."""
+    df = coerce(columns, n_rows, MEMORY_COLUMNS, _MEMORY_DEFAULTS)
+    return validate_memory(df.sort_values("time_ns", kind="stable", ignore_index=True))
+
+
+def validate_memory(df: pd.DataFrame) -> pd.DataFrame:
+    """Raise SchemaError unless df is a memory frame (MEMORY_COLUMNS, in order and typed, no
+    negative total, no NA op/scope/module); return df."""
+    if list(df.columns) != list(MEMORY_COLUMNS):
+        raise SchemaError(f"memory frame columns {list(df.columns)}, expected {list(MEMORY_COLUMNS)}")
+    wrong = {c: str(df[c].dtype) for c, t in MEMORY_COLUMNS.items() if not _dtype_ok(df[c], t)}
+    if wrong:
+        raise SchemaError(f"memory frame: mistyped columns {wrong}")
+    for total in ("total_allocated_bytes", "total_reserved_bytes"):
+        if len(df) and (df[total].fillna(0) < 0).any():
+            raise SchemaError(f"memory frame: negative {total}")
+    if df[["op", "scope", "module"]].isna().any().any():
+        raise SchemaError("memory frame: a missing op, scope or module")
     return df

@@ -295,6 +295,7 @@ def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes:
             "matvec": args.matvec,
             "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
             "attention": args.attention, "late": args.late, "late_work": args.late_work,
+            "host_stall_ms": args.host_stall_ms, "late_every": args.late_every,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
@@ -316,7 +317,7 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
     recorder = provenance.record(args.out, d.rank) if args.compile and args.provenance else None
     prompt = torch.randint(0, model.args.vocab_size, (args.batch_size, args.prompt_len),
                            generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
-    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
+    extra = late.extra(args, d.rank, d.device)
     with torch.no_grad(), backends.session(args.backend, args.out, d.rank) as prof:
         for i in range(args.warmup):
             seconds, _ = timed_sample(model, prompt, steps, args, extra)

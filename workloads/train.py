@@ -24,7 +24,7 @@ import torch
 from tracelab import backends, results
 from tracelab.errors import UsageError
 
-from . import harness, late
+from . import harness, late, train_memory
 from .common import Dist, device_name
 from .ddp import VARIANTS, broadcast_parameters, make_sync
 from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
@@ -56,10 +56,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "on several ranks, none on one)")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for --ddp bucketed (default: 25)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
+    p.add_argument("--capturable", action="store_true",
+                   help="AdamW(capturable=True), the optimizer a CUDA graph of the whole step needs (GPU only): "
+                        "an eager trace of the same kernels as benchmarks/whatif_graph_step.py's graphed step")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
     late.add_arguments(p)  # before the backward, so before the gradient all-reduce
+    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes (issue 32)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     return _validate(args)
@@ -77,6 +81,9 @@ def _validate(args: argparse.Namespace) -> argparse.Namespace:
         if value <= 0:
             raise UsageError(option, f"must be positive, not {value}")
     late.check(args)
+    if args.capturable and not harness.gpu_available():
+        raise UsageError("--capturable", "AdamW(capturable=True) needs a GPU")
+    train_memory.check(args, harness.gpu_available())
     if args.warmup < 0:
         raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
     if args.batch_size % world_size:
@@ -102,9 +109,9 @@ def peak_tflops(args: argparse.Namespace, dtype: str, d: Dist) -> tuple[float | 
     return HOPPER_PEAK_TFLOPS[key], f"assumed: H100/H200 SXM datasheet dense {key} peak"
 
 
-def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device, extra=None):
+def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device, extra=None, hold=None):
     """One training step of `phase`, its phases marked as regions; `extra(i)` (late_work)
-    runs before the backward of the i-th call."""
+    runs before the backward of the i-th call; `hold()` (train_memory.held) is open through it."""
     x, y = batch  # [B, S] token ids and next-token targets
     cast = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
     calls = [0]
@@ -112,6 +119,10 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
     # files autograd's kernels under the autograd thread's scopes, not under "backward"
     work = {"flops16" if dtype == "bf16" else "flops32":
             model_flops(getattr(model, "module", model), x.numel(), x.shape[1], backward=False)}
+
+    def held_step() -> None:
+        with hold() if hold is not None else contextlib.nullcontext():
+            step()
 
     def step() -> None:
         with backends.region("forward", work), cast:
@@ -133,19 +144,24 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
                 optimizer.step()
         model.zero_grad(set_to_none=True)
 
-    return step
+    return held_step
 
 
-def timed_steps(step, n: int, device: torch.device) -> list[float]:
-    """Milliseconds of each of n steps, the device synchronised before and after each."""
+def timed_steps(step, n: int, device: torch.device, memory=None, first: int = 0) -> list[float]:
+    """Milliseconds of each of n steps (named `step {first}` on), the device synchronised before
+    and after each; `memory` (train_memory.StepMemory) reads the allocator's counters around each."""
     out = []
-    for i in range(n):
+    for i in range(first, first + n):
         harness.synchronize(device)
+        if memory is not None:
+            memory.before()
         t0 = time.perf_counter()
         with backends.region(f"step {i}"):  # the step tracelab reads (parsers/_steps.py)
             step()
         harness.synchronize(device)
         out.append((time.perf_counter() - t0) * 1e3)
+        if memory is not None:
+            memory.after()
     return out
 
 
@@ -157,7 +173,7 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
     if ddp != "none":
         broadcast_parameters(model)
         sync = make_sync(ddp, model, args.bucket_mb)
-    optimizer = torch.optim.AdamW(model.parameters()) if phase == "step" else None
+    optimizer = torch.optim.AdamW(model.parameters(), capturable=args.capturable) if phase == "step" else None
     g = torch.Generator().manual_seed(args.seed + 1 + d.rank)  # each rank its own share of the batch
     local = args.batch_size // d.world_size
     tokens = torch.randint(args.vocab_size, (local, args.context_length + 1), generator=g).to(d.device)
@@ -166,14 +182,24 @@ def build(args, size: str, phase: str, ddp: str, d: Dist):
 
 def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     model, batch, sync, optimizer = build(args, cfg["size"], cfg["phase"], cfg["ddp"], d)
-    extra = late.late_work(args.late, args.late_work, d.rank, d.device)
-    step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra)
+    if args.module_scopes:
+        train_memory.module_scopes(model)
+    extra = late.extra(args, d.rank, d.device)
+    step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra,
+                     train_memory.held(args.extra_memory.get(d.rank), d.device))
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
     timed_steps(step, args.warmup, d.device)
+    warm_peak = torch.cuda.max_memory_allocated(d.device) if d.gpu else None
+    memory = train_memory.StepMemory(d.device)
     with prof.window() if prof is not None else contextlib.nullcontext():
-        step_ms = timed_steps(step, args.steps, d.device)
+        step_ms = timed_steps(step, args.steps - 1, d.device, memory)
+        with train_memory.snapshot(args.memory_snapshot, args.out, d.rank) as snap:  # the last step
+            step_ms += timed_steps(step, 1, d.device, memory, first=args.steps - 1)
     row = result_row(args, cfg, model, step_ms, d)
+    row.update(memory.figures, memory_snapshot=None if snap is None else snap.name)
+    if d.gpu:
+        row["peak_mem_bytes"] = max([warm_peak, *memory.figures["step_peak_allocated_bytes"]])
     del model, batch, sync, optimizer, step
     gc.collect()
     if d.gpu:
@@ -213,7 +239,10 @@ def run(args: argparse.Namespace, d: Dist) -> None:
     results.write(args.out, d.rank, {
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
-        "late": args.late, "late_work": args.late_work, "rows": rows})
+        "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms,
+        "late_every": args.late_every,
+        "capturable": args.capturable, "rows": rows,
+        "extra_memory_mb": {str(r): mib for r, mib in args.extra_memory.items()}})
 
 
 def _line(r: dict) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import normalise
+from ..stats import noise
 from ..steps import timeline
 from .digests import BY
 from ..session import Input
@@ -44,7 +44,7 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     """One row per key present in any input. Columns: the keys; time_ns[L], count[L] and
     mean_ns[L] (per call) per input label L; per_step_ns[L] when the inputs' known step
     counts differ; delta_ns[L] and ratio[L] against the first input, on totals when every
-    input covers the same known steps and per call otherwise (reports/normalise.basis;
+    input covers the same known steps and per call otherwise (reports/noise.basis;
     `attrs["basis"]` is its note, `attrs["basis_kind"]` "totals" or "per call"; ratio NaN
     where the first has no time); inputs (how many have the row); max_ns, min_ns (totals);
     spread (max / min on the same basis, NaN where an input lacks the row); slowest (label
@@ -59,7 +59,7 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     steps = {i.label: i.digest("noise")["steps"] or i.steps for i in inputs}
     if {i.group for i in inputs} == {""} and not any(steps.values()):
         steps = dict.fromkeys(steps, "one run")  # ranks of one capture cover the same steps, however many
-    b = normalise.basis(time, count, steps)
+    b = noise.basis(time, count, steps)
     cmp = b.values
     out = pd.concat([time.add_prefix("time_ns[").add_suffix("]"),
                      count.add_prefix("count[").add_suffix("]"),
@@ -77,7 +77,7 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     least = cmp.min(axis=1, skipna=False)  # NaN where an input has no call of the row
     out["spread"] = cmp.max(axis=1) / least.where(least > 0)
-    out["slowest"] = normalise.slowest(cmp, _sigmas(inputs, by, b, count))  # "" where the lead is within the noise
+    out["slowest"] = noise.slowest(cmp, _sigmas(inputs, by, b, count))  # "" where the lead is within the noise
     out = out.reset_index().sort_values(["max_ns", *keys], ascending=[False] + [True] * len(keys),
                                         kind="stable")
     out = out.reset_index(drop=True)
@@ -85,12 +85,12 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
     return out
 
 
-def _sigmas(inputs: list[Input], by: str, b: normalise.Basis, count: pd.DataFrame) -> dict:
+def _sigmas(inputs: list[Input], by: str, b: noise.Basis, count: pd.DataFrame) -> dict:
     """Each input's noise of the compared values: of its total (std x sqrt(steps)), and per
     call that over its calls."""
     out = {}
     for i in inputs:
-        s = normalise.sigma_of(i.digest("noise")["std"][by], i.digest("noise")["steps"], False)
+        s = noise.sigma_of(i.digest("noise")["std"][by], i.digest("noise")["steps"], False)
         if s is not None and b.kind == "per call":
             calls = count[i.label]
             s = s.reindex(calls.index) / calls.where(calls > 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import normalise
+from ..stats import noise
 from ..steps import timeline
 
 # --by choice -> alignment keys
@@ -37,9 +37,9 @@ def rank_sums(events: pd.DataFrame) -> pd.DataFrame:
 
 def rank_noise(events: pd.DataFrame) -> dict:
     """One rank's steps (distinct, None without) and, per `--by` choice, the standard deviation
-    of each row's time over the steps (normalise.step_std): what 'slowest' weighs leads against."""
-    return {"steps": normalise.step_count(events),
-            "std": {by: normalise.step_std(events, keys) for by, keys in BY.items()}}
+    of each row's time over the steps (noise.step_std): what 'slowest' weighs leads against."""
+    return {"steps": noise.step_count(events),
+            "std": {by: noise.step_std(events, keys) for by, keys in BY.items()}}
 
 
 def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:

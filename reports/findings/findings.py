@@ -21,13 +21,15 @@ from typing import Callable
 import pandas as pd
 
 from ..steps.collectives import collective_type
-from .finding import SECTIONS, Evidence, Finding, ms as _ms
+from ..fmt import duration
+from .finding import SECTIONS, Evidence, Finding
 from .findings_more import idle_findings
 from ..topics import TOPICS
+from ..whatif.findings import with_savings
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
-MIN_IDLE_SHARE = 0.10  # an idle GPU under this share of the rank's span is no finding
+MIN_IDLE_SHARE_OF_SPAN = 0.10  # an idle GPU under this share of the rank's span is no finding
 
 def _run(group: str) -> str:
     return f"{group}: " if group else ""
@@ -62,7 +64,7 @@ def _verdict_finding(group: str, w) -> Finding | None:
         r = v["rank"]
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
-                f"{v['gated_units']} {unit}s, {_ms(v['lateness_ns'])} later than the other ranks per {unit} on average"
+                f"{v['gated_units']} {unit}s, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit))
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     if v["pattern"] == "alternating":
@@ -70,7 +72,7 @@ def _verdict_finding(group: str, w) -> Finding | None:
         counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1])[:4]
                            if n)
         text = (f"{_run(group)}no single straggler: the last rank alternates between consecutive {unit}s "
-                f"({counts} of {v['gated_units']}), {_ms(skew)} of skew in all")
+                f"({counts} of {v['gated_units']}), {duration(skew)} of skew in all")
         return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
     return None
 
@@ -84,18 +86,18 @@ def _why(causes: pd.DataFrame, rank: int, unit: str) -> str:
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
     device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
     if work < idle:
-        return f"; its {device} sits idle {_ms(idle)} longer before them per {unit} (the host launched late)"
+        return f"; its {device} sits idle {duration(idle)} longer before them per {unit} (the host launched late)"
     names = pd.Series(dtype="float64")
     for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
-    return f"; its {device} does {_ms(work)} more work before them per {unit}{top}"
+    return f"; its {device} does {duration(work)} more work before them per {unit}{top}"
 
 
 def _totals_finding(row: pd.Series) -> Finding:
     lead = int(row["compute_ns"] - row["next_compute_ns"])
-    text = (f"{_run(row['group'])}{row['label']} computes {_ms(lead)} more than any other rank and spends the least "
-            f"in communication ({_ms(row['comm_max_ns'] - row['comm_ns'])} less than the rank that waits most): "
+    text = (f"{_run(row['group'])}{row['label']} computes {duration(lead)} more than any other rank and spends the least "
+            f"in communication ({duration(row['comm_max_ns'] - row['comm_ns'])} less than the rank that waits most): "
             "the others wait for it (from totals; no timestamps to say in which steps)")
     return Finding(text, lead, SECTIONS["totals"], {"compute_ns": int(row["compute_ns"]),
                                                       "next_compute_ns": int(row["next_compute_ns"])})
@@ -115,9 +117,9 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
             continue
         share = f"{100 * top['exposed_ns'] / top['comm_ns']:.0f}%"
         wait = _wait_text(ev.comparison.waits.get(group), int(top["rank"]))
-        median = (f" (median over its {len(g):,} ranks: {_ms(g['exposed_ns'].median())})" if len(g) > 2 else "")
+        median = (f" (median over its {len(g):,} ranks: {duration(g['exposed_ns'].median())})" if len(g) > 2 else "")
         text = (f"{_run(group)}rank {int(top['rank'])} {wait}{share} of its communication is exposed, "
-                f"{_ms(top['exposed_ns'])} of its {_ms(top['span_ns'])} span{median}")
+                f"{duration(top['exposed_ns'])} of its {duration(top['span_ns'])} span{median}")
         out.append(Finding(text, int(top["exposed_ns"]), SECTIONS["overlap"],
                            {"rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),
                             "comm_ns": int(top["comm_ns"]), "span_ns": int(top["span_ns"])}))
@@ -133,12 +135,12 @@ def _wait_text(w, rank: int) -> str:
     if not len(mine) or not mine["wait_ns"].sum():
         return ""
     kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
-    return f"waits {_ms(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
+    return f"waits {duration(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
 
 
 def idle_share_findings(ev: Evidence) -> list[Finding]:
     """Per run, the rank whose GPU idles longest within its span (the timeline's union of
-    busy intervals), where that is over MIN_IDLE_SHARE of the span; runs side by side in one
+    busy intervals), where that is over MIN_IDLE_SHARE_OF_SPAN of the span; runs side by side in one
     sentence. Why it idled is issue 21's idle_findings (reports/idle/idle.py), which replaces
     this one (idle_or_share)."""
     df = ev.per_input
@@ -147,20 +149,20 @@ def idle_share_findings(ev: Evidence) -> list[Finding]:
     runs = []
     for group, g in df.dropna(subset=["idle_ns"]).groupby("group", sort=False):
         top = g.loc[g["idle_ns"].idxmax()]
-        if top["span_ns"] and top["idle_ns"] >= MIN_IDLE_SHARE * top["span_ns"]:
+        if top["span_ns"] and top["idle_ns"] >= MIN_IDLE_SHARE_OF_SPAN * top["span_ns"]:
             runs.append((group, top, g))
     if not runs:
         return []
     if len(runs) == 1:
         group, top, g = runs[0]
-        median = f" (median over its {len(g):,} ranks: {_ms(g['idle_ns'].median())})" if len(g) > 2 else ""
+        median = f" (median over its {len(g):,} ranks: {duration(g['idle_ns'].median())})" if len(g) > 2 else ""
         text = (f"{_run(group)}rank {int(top['rank'])}'s GPU is idle {_pct(top['idle_ns'], top['span_ns'])} of its "
-                f"{_ms(top['span_ns'])} span ({_ms(top['idle_ns'])}; busy {_ms(top['busy_ns'])}){median}")
+                f"{duration(top['span_ns'])} span ({duration(top['idle_ns'])}; busy {duration(top['busy_ns'])}){median}")
     else:
         timed_runs = int(df["idle_ns"].notna().groupby(df["group"]).any().sum())
         text = "the GPU sits idle in " + ("every timed run" if len(runs) == timed_runs else f"{len(runs)} runs") \
             + ": " + "; ".join(f"{group} rank {int(top['rank'])} {_pct(top['idle_ns'], top['span_ns'])} of "
-                                   f"{_ms(top['span_ns'])}" for group, top, _ in runs)
+                                   f"{duration(top['span_ns'])}" for group, top, _ in runs)
     most = max((top for _, top, _ in runs), key=lambda t: t["idle_ns"])
     return [Finding(text, int(most["idle_ns"]), SECTIONS["overlap"],
                     {"runs": {group: {"rank": int(top["rank"]), "idle_ns": int(top["idle_ns"]),
@@ -186,8 +188,8 @@ def all_sources() -> list[Callable[[Evidence], list[Finding]]]:
 
 def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None) -> list[Finding]:
     """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first."""
-    found = [f for source in (all_sources() if sources is None else sources) for f in source(ev)]
-    return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]
+    found = with_savings(ev, [(s.__name__, s(ev)) for s in (all_sources() if sources is None else sources)])
+    return sorted(found, key=lambda f: -f.at_stake_ns)[:MAX_FINDINGS]  # issue 27: by what-if saving where known
 
 
 NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..fmt import ms, rate_gb_s, tflops
 from .finding import Finding
 from ..idle.idle import CAUSES, combine
 
-MIN_IDLE_SHARE = 0.10  # idle under this share of the step is no finding
+MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
 CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
               "idle_sync_ns": "while the host was blocked in a synchronising call",
               "idle_dependency_ns": "waiting on another stream, an event or a peer",
               "idle_other_ns": "queued behind its own stream's work"}
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.3f} ms"
 
 
 def _run(group: str, several: bool) -> str:
@@ -38,14 +35,14 @@ def idle_findings(ev) -> list:
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()
-        if idle >= MIN_IDLE_SHARE * span and (i.group not in best or idle > best[i.group][1]):
+        if idle >= MIN_IDLE_SHARE_OF_STEP * span and (i.group not in best or idle > best[i.group][1]):
             best[i.group] = (i, idle, span, steps)
     out = []
     for group, (i, idle, span, steps) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
         bounds = ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {_ms(idle)} per step of "
-                f"{_ms(span)} ({100 * idle / span:.0f}%), {_ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} per step of "
+                f"{ms(span)} ({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
                 f"({bounds} steps)")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
@@ -70,11 +67,11 @@ def roofline_findings(ev) -> list:
             best[i.group] = (i, top, d)
     out = []
     for group, (i, top, d) in best.items():
-        rate = (f"{top['tflop_s']:,.1f} TFLOP/s" if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
-                else f"{top['gb_s']:,.0f} GB/s")
+        rate = (tflops(top['tflop_s']) if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
+                else rate_gb_s(top['gb_s']))
         frac = "" if pd.isna(top["roofline_frac"]) else f", {100 * top['roofline_frac']:.1f}% of its roof"
-        text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {_ms(top['lost_ns'])} to its roofline on "
-                f"rank {i.rank} ({int(top['count']):,} calls, {_ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
+        text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {ms(top['lost_ns'])} to its roofline on "
+                f"rank {i.rank} ({int(top['count']):,} calls, {ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
                 f"on the {d['device'].name}; work known for {100 * d['known_ns'] / d['gpu_ns']:.0f}% of the GPU time)")
         out.append(Finding(text, int(top["lost_ns"]), "roofline",
                            {"rank": i.rank, "kernel": str(top["key"]), "lost_ns": int(top["lost_ns"]),

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..session import Input
-from .finding import SECTIONS, Finding, ms as _ms
+from ..fmt import duration
+from .finding import SECTIONS, Finding
 from ..results.runs import cost_of
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
@@ -57,19 +58,15 @@ def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_ca
     mine, theirs = row[f"time_ns[{first}]"], row[f"time_ns[{other}]"]
     if (mine > 0) != (theirs > 0):
         there, absent = (first, other) if mine > 0 else (other, first)
-        return f"{_short(kernel)} runs in {there} ({_ms(stake_ns)}) and not in {absent}"
+        return f"{_short(kernel)} runs in {there} ({duration(stake_ns)}) and not in {absent}"
     delta, ratio = float(row[f"delta_ns[{other}]"]), row[f"ratio[{other}]"]
     more = "more" if delta > 0 else "less"
     if per_call:
-        return (f"{_short(kernel)} takes {_time(abs(delta))} {more} per call in {other} than in {first} "
-                f"(x{ratio:.2f}; {_ms(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there, beyond the "
+        return (f"{_short(kernel)} takes {duration(abs(delta))} {more} per call in {other} than in {first} "
+                f"(x{ratio:.2f}; {duration(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there, beyond the "
                 "step-to-step noise)")
-    return (f"{_short(kernel)} takes {_ms(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}, beyond the "
+    return (f"{_short(kernel)} takes {duration(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}, beyond the "
             "step-to-step noise)")
-
-
-def _time(ns: float) -> str:
-    return _ms(ns) if abs(ns) >= 1e6 else f"{ns / 1e3:,.1f} us"
 
 
 def _across_runs(inputs: list[Input]) -> tuple[str, list[str]]:

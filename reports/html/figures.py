@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ...schema import OP_CLASSES
-from .. import normalise
+from ..stats import MAD_TO_SD, noise
 from ..steps import timeline
 from ..compare.compare import Comparison, measured
 from ..session import Input
@@ -102,7 +102,7 @@ def top_kernels(events: pd.DataFrame, n: int) -> pd.DataFrame:
     out["per_input_ns"] = time.sum(axis=1) / len(time.columns)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
     out["mean_ns"] = time.sum(axis=1) / calls.sum(axis=1).where(calls.sum(axis=1) > 0)
-    out["slowest"] = normalise.slowest(time.rename(columns=str), {}).astype(str)  # "" where the lead is noise
+    out["slowest"] = noise.slowest(time.rename(columns=str), {}).astype(str)  # "" where the lead is noise
     return out.sort_values("max_ns", ascending=False).head(n).reset_index()
 
 
@@ -152,7 +152,7 @@ def outliers(values: pd.Series) -> list:
     """Index labels of the values beyond 3 scaled median absolute deviations of the median (and
     at least 5% off it: 5% alone is no outlier), the farthest first."""
     med = values.median()
-    mad = 1.4826 * (values - med).abs().median()
+    mad = MAD_TO_SD * (values - med).abs().median()
     off = (values - med).abs()
     return off[off > 3 * max(mad, 0.05 * abs(med))].sort_values(ascending=False, kind="stable").index.tolist()
 

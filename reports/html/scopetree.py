@@ -9,6 +9,8 @@ import html
 
 import pandas as pd
 
+from ..fmt import ms
+
 CHILDREN_SHOWN = 40  # per node; the rest are one "N more" line
 OPEN_DEPTH = 2  # levels open when the page loads
 
@@ -83,7 +85,7 @@ def _level(recs: list[dict], kids: dict, root_ns: float, diff: bool) -> str:
     shown = "".join(_node(r, kids, root_ns, diff) for r in recs[:CHILDREN_SHOWN])
     if len(recs) > CHILDREN_SHOWN:
         rest = sum(r["time_ns"] for r in recs[CHILDREN_SHOWN:])
-        shown += f'<div class="leaf note">{len(recs) - CHILDREN_SHOWN} more ({rest / 1e6:,.3f} ms)</div>'
+        shown += f'<div class="leaf note">{len(recs) - CHILDREN_SHOWN} more ({ms(rest)})</div>'
     return f'<div class="kids">{shown}</div>'
 
 

@@ -19,9 +19,12 @@ starting together, the one launched first). With L = the start of that op's laun
   which ended at g0 (the GPU's own gap between queued ops, HTA's "kernel wait"), and gaps
   whose next op has no launch call in the trace.
 
-They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is the largest of
-gpu (busy_ns - exposed_comm_ns), communication (exposed_comm_ns + idle_dependency_ns) and
-host (idle_host_ns + idle_launch_ns + idle_sync_ns); idle_other_ns counts for none.
+They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is what most of the
+step's critical path on this rank is made of (reports/whatif/bound.py, issue 27: compute ->
+gpu, transfers and waits -> communication, host, launch and sync -> host), so that no view
+disagrees with `tracelab whatif`; where the rank has no path, the largest of gpu (busy_ns -
+exposed_comm_ns), communication (exposed_comm_ns + idle_dependency_ns) and host (idle_host_ns
++ idle_launch_ns + idle_sync_ns); idle_other_ns counts for none.
 
 What the host was doing: the CPU ops, ranges and OS calls of the host frame that overlap
 the host-caused gaps (idle_host_ns intervals), each name's intervals united, ranked by the
@@ -37,7 +40,8 @@ import pandas as pd
 from tracelab.schema import RankData
 
 from ..steps.steps import step_rows
-from ..steps.timeline import merge_intervals, timed
+from ..steps.timeline import covered, merge_intervals, timed
+from ..whatif.bound import with_path_bound
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
@@ -90,7 +94,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
     gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
-    steps = _step_table(windows, gaps)
+    steps = with_path_bound(_step_table(windows, gaps), events, host)  # issue 27: bound from the critical path
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top)
@@ -106,20 +110,6 @@ def _union_of(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     start = frame["start_ns"].to_numpy(dtype=np.int64)
     return merge_intervals(start, start + frame["dur_ns"].to_numpy(dtype=np.int64))
-
-
-def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
-    """Per interval [start, end), the ns of it inside the sorted disjoint union (u_start, u_end)."""
-    if not len(u_start):
-        return np.zeros(len(start), dtype=np.int64)
-    before = np.r_[0, np.cumsum(u_end - u_start)]  # ns of the union before each segment
-
-    def upto(t: np.ndarray) -> np.ndarray:  # ns of the union before t
-        i = np.searchsorted(u_start, t, side="right") - 1
-        inside = np.clip(t - u_start[np.maximum(i, 0)], 0, (u_end - u_start)[np.maximum(i, 0)])
-        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
-
-    return np.maximum(upto(end) - upto(np.minimum(start, end)), 0)
 
 
 def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:

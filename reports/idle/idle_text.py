@@ -10,19 +10,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..fmt import ms_cell, us_cell
 from .idle import CAUSES, Idle
 
 MANY_RANKS = 16  # above this many ranks, per step the spread over ranks instead of a row per rank
 CAUSE_HEADS = {"idle_host_ns": "host", "idle_launch_ns": "launch", "idle_sync_ns": "sync",
                "idle_dependency_ns": "dependency", "idle_other_ns": "other"}
-
-
-def _ms(ns) -> str:
-    return "-" if ns is None or pd.isna(ns) else f"{ns / 1e6:,.3f}"
-
-
-def _us(ns) -> str:
-    return "-" if ns is None or pd.isna(ns) else f"{ns / 1e3:,.1f}"
 
 
 def _step(step) -> str:
@@ -51,8 +44,8 @@ def steps_table(steps: pd.DataFrame) -> Table:
     t = _table("GPU idle per step and rank, by cause (ms; the causes add up to idle)",
                [*_heads(steps), "step", "rank", "step time", "busy", "idle", *CAUSE_HEADS.values(), "bound"])
     for _, r in steps.iterrows():
-        t.add_row(*_input(r), _step(r["step"]), str(r["rank"]), _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
-                  *(_ms(r[c]) for c in CAUSES), r["bound"])
+        t.add_row(*_input(r), _step(r["step"]), str(r["rank"]), ms_cell(r["span_ns"]), ms_cell(r["busy_ns"]), ms_cell(r["idle_ns"]),
+                  *(ms_cell(r[c]) for c in CAUSES), r["bound"])
     return t
 
 
@@ -63,8 +56,8 @@ def _spread_table(steps: pd.DataFrame) -> Table:
     for step, g in steps.groupby("step", sort=True, dropna=False):
         most = g.loc[g["idle_ns"].idxmax()]
         bounds = ", ".join(f"{b} {n}" for b, n in g["bound"].value_counts().items())
-        t.add_row(_step(step), f"{len(g):,}", _ms(g["idle_ns"].median()), *(_ms(g[c].median()) for c in CAUSES),
-                  f"{int(most['rank'])} ({_ms(most['idle_ns'])})", bounds)
+        t.add_row(_step(step), f"{len(g):,}", ms_cell(g["idle_ns"].median()), *(ms_cell(g[c].median()) for c in CAUSES),
+                  f"{int(most['rank'])} ({ms_cell(most['idle_ns'])})", bounds)
     return t
 
 
@@ -74,8 +67,8 @@ def launch_table(launches: pd.DataFrame) -> Table:
                 "kernels shorter than their launch", "their GPU time (ms)"])
     for _, r in launches.iterrows():
         t.add_row(*_input(r), str(int(r["rank"])), "-" if pd.isna(r["kernels_per_step"]) else f"{r['kernels_per_step']:,.1f}",
-                  f"{int(r['launched']):,} of {int(r['kernels']):,}", _us(r["delay_median_ns"]), _us(r["delay_p90_ns"]),
-                  _ms(r["launch_cpu_per_step_ns"]), f"{int(r['short_kernels']):,}", _ms(r["short_kernels_gpu_ns"]))
+                  f"{int(r['launched']):,} of {int(r['kernels']):,}", us_cell(r["delay_median_ns"]), us_cell(r["delay_p90_ns"]),
+                  ms_cell(r["launch_cpu_per_step_ns"]), f"{int(r['short_kernels']):,}", ms_cell(r["short_kernels_gpu_ns"]))
     return t
 
 
@@ -86,7 +79,7 @@ def ops_table(ops: pd.DataFrame, top: int | None) -> Table:
     for _, g in ops.groupby([c for c in ("input", "rank") if c in ops.columns], sort=False):
         for _, r in g.head(top).iterrows():
             share = r["covered_ns"] / r["host_idle_ns"] * 100 if r["host_idle_ns"] else math.nan
-            t.add_row(*_input(r), str(int(r["rank"])), r["kind"], Text(r["name"][:80]), _ms(r["covered_ns"]),
+            t.add_row(*_input(r), str(int(r["rank"])), r["kind"], Text(r["name"][:80]), ms_cell(r["covered_ns"]),
                       "-" if math.isnan(share) else f"{share:.1f}")
     return t
 

@@ -13,7 +13,8 @@ from typing import Callable
 import pandas as pd
 
 from ...results import of_run
-from ..stats import LEVEL, median_difference
+from ..stats import INTERVAL_LEVEL
+from ..stats.tests import median_difference
 
 RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 
@@ -142,8 +143,8 @@ def cost_of(info: dict, runs: list[tuple[str, dict]]) -> dict | None:
     mine_s, theirs_s = samples(results_of(info)), samples(results_of(base[1]))
     if mine_s and theirs_s and len(mine_s) > 1 and len(theirs_s) > 1:
         d = median_difference(theirs_s, mine_s)
-        return {"change": d["relative"], "measure": what, "unit": "ms", "mine": d["median_b"],
-                "theirs": d["median_a"], "baseline": base[0], "within_noise": bool(d["within_noise"]),
+        return {"change": d.relative, "measure": what, "unit": "ms", "mine": d.median_b,
+                "theirs": d.median_a, "baseline": base[0], "within_noise": bool(d.within_noise),
                 "text": sampled_cost(what, theirs_s, mine_s, base[0])}
     label, value, _ = results[0]
     mine, theirs = value(results_of(info)), value(results_of(base[1]))
@@ -158,14 +159,14 @@ def sampled_cost(what: str, base_ms: list[float], mine_ms: list[float], base_nam
     """'+45.8% step time (median 12.92 ms against 8.86 ms under none, NAME; 97% interval of the
     difference +1.35 to +6.45 ms, 4 against 4 steps)', led by 'within noise: ' where it is."""
     d = median_difference(base_ms, mine_ms)
-    head = f"{100 * d['relative']:+.1f}% {what} (median {d['median_b']:,.2f} ms against {d['median_a']:,.2f} ms " \
+    head = f"{100 * d.relative:+.1f}% {what} (median {d.median_b:,.2f} ms against {d.median_a:,.2f} ms " \
            f"under none, {base_name}; "
-    if d["confidence"] is None:
-        tail = f"{d['n_b']} against {d['n_a']} samples: too few for a {LEVEL:.0%} interval, p = {d['p_value']:.2g})"
+    if d.confidence is None:
+        tail = f"{d.n_b} against {d.n_a} samples: too few for a {INTERVAL_LEVEL:.0%} interval, p = {d.p_value:.2g})"
     else:
-        tail = (f"{d['confidence']:.0%} interval of the difference {d['low']:+,.2f} to {d['high']:+,.2f} ms"
-                f"{' holds 0' if d['within_noise'] else ''}, {d['n_b']} against {d['n_a']} samples)")
-    return ("within noise: " if d["within_noise"] else "") + head + tail
+        tail = (f"{d.confidence:.0%} interval of the difference {d.low:+,.2f} to {d.high:+,.2f} ms"
+                f"{' holds 0' if d.within_noise else ''}, {d.n_b} against {d.n_a} samples)")
+    return ("within noise: " if d.within_noise else "") + head + tail
 
 
 def _config_rows(runs: list[tuple[str, dict]]) -> dict[str, list]:

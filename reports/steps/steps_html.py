@@ -9,6 +9,7 @@ from typing import Callable
 
 import pandas as pd
 
+from ..fmt import ms
 from ..html.side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
@@ -44,7 +45,7 @@ def _who_waits(w: Waits) -> pd.DataFrame:
     return pd.DataFrame([{"unit": s[unit], "gating_rank": "-" if s["gating_rank"] is None else str(s["gating_rank"]),
                           "skew_ns": s["skew_ns"], "cause": s.get("cause", ""), "extra_work_ns": s.get("extra_work_ns"),
                           "extra_idle_ns": s.get("extra_idle_ns"),
-                          "kernels": ", ".join(f"{k} +{v / 1e6:.3f} ms" for what in ("scopes", "kernels")
+                          "kernels": ", ".join(f"{k} +{ms(v)}" for what in ("scopes", "kernels")
                                                for k, v in (s.get(what) or {}).items()),
                           **(_wait_spread(s["wait_ns"]) if many else {f"wait_r{r}": ns for r, ns in s["wait_ns"].items()})}
                          for s in doc["steps"]])

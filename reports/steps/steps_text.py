@@ -8,16 +8,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import verdicts as V
+from ..fmt import ms_cell, us
 from ..jsonout import dumps, records
 from .waits import Waits, straggler_json
 
 
 MANY_RANKS = 16  # above this many ranks, per-rank columns and rows become spreads (median, most, which rank)
 OFFSETS_SHOWN = 8  # ranks whose clock offset the clock line names
-
-
-def _ms(ns: float) -> str:
-    return "-" if pd.isna(ns) else f"{ns / 1e6:,.3f}"
 
 
 def _table(title: str, heads: list[str]) -> Table:
@@ -33,14 +30,14 @@ def step_rank_table(steps: pd.DataFrame) -> Table:
     t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step)",
                ["step", "rank", "kernels", "step", "GPU busy", "compute", "comm", "exposed comm", "wait"])
     for _, r in steps.iterrows():
-        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", _ms(r["span_ns"]), _ms(r["busy_ns"]),
-                  _ms(r["compute_ns"]), _ms(r["comm_ns"]), _ms(r["exposed_comm_ns"]), _ms(r["wait_ns"]))
+        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", ms_cell(r["span_ns"]), ms_cell(r["busy_ns"]),
+                  ms_cell(r["compute_ns"]), ms_cell(r["comm_ns"]), ms_cell(r["exposed_comm_ns"]), ms_cell(r["wait_ns"]))
     return t
 
 
 def _most(g: pd.DataFrame, column: str) -> str:
     top = g.loc[g[column].idxmax()]
-    return f"{_ms(top[column])} (rank {int(top['rank'])})"
+    return f"{ms_cell(top[column])} (rank {int(top['rank'])})"
 
 
 def step_spread_table(steps: pd.DataFrame) -> Table:
@@ -49,8 +46,8 @@ def step_spread_table(steps: pd.DataFrame) -> Table:
                ["step", "ranks", "step median", "step most", "compute median", "compute most", "wait median",
                 "wait most"])
     for step, g in steps.groupby("step", sort=True):
-        t.add_row(str(step), f"{len(g):,}", _ms(g["span_ns"].median()), _most(g, "span_ns"),
-                  _ms(g["compute_ns"].median()), _most(g, "compute_ns"), _ms(g["wait_ns"].median()),
+        t.add_row(str(step), f"{len(g):,}", ms_cell(g["span_ns"].median()), _most(g, "span_ns"),
+                  ms_cell(g["compute_ns"].median()), _most(g, "compute_ns"), ms_cell(g["wait_ns"].median()),
                   _most(g, "wait_ns"))
     return t
 
@@ -63,14 +60,14 @@ def who_waits_table(doc: dict) -> Table:
     t = _table(f"who waits on whom, per {unit} (ms)",
                [unit, "gating rank", "skew", *waits, "cause", "scopes and kernels that differ"])
     for s in doc["steps"]:
-        kernels = ", ".join(f"{k} +{_ms(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
-        cause = "" if "cause" not in s else (f"{s['cause']} (+{_ms(s['extra_work_ns'])} busy, "
-                                             f"+{_ms(s['extra_idle_ns'])} idle)")
+        kernels = ", ".join(f"{k} +{ms_cell(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
+        cause = "" if "cause" not in s else (f"{s['cause']} (+{ms_cell(s['extra_work_ns'])} busy, "
+                                             f"+{ms_cell(s['extra_idle_ns'])} idle)")
         w = s["wait_ns"]
-        cells = ([_ms(pd.Series(w, dtype="float64").median()) if w else "-",
-                  f"{_ms(max(w.values()))} (rank {max(w, key=w.get)})" if w else "-"] if many
-                 else [_ms(w.get(r, 0)) for r in ranks])
-        t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), _ms(s["skew_ns"]),
+        cells = ([ms_cell(pd.Series(w, dtype="float64").median()) if w else "-",
+                  f"{ms_cell(max(w.values()))} (rank {max(w, key=w.get)})" if w else "-"] if many
+                 else [ms_cell(w.get(r, 0)) for r in ranks])
+        t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), ms_cell(s["skew_ns"]),
                   *cells, cause, Text(kernels))
     return t
 
@@ -94,7 +91,7 @@ def clock_line(clock: dict) -> str:
         offsets += (f", ... {len(shown) - OFFSETS_SHOWN} more ranks; all within {min(values) / 1e3:+,.1f} to "
                     f"{max(values) / 1e3:+,.1f} us")
     return (f"clock: {clock['basis']} (offsets {offsets}); collective ends agree to "
-            f"{clock['median_end_spread_ns'] / 1e3:,.1f} us median, {clock['max_end_spread_ns'] / 1e3:,.1f} us max")
+            f"{us(clock['median_end_spread_ns'])} median, {us(clock['max_end_spread_ns'])} max")
 
 
 def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
@@ -105,8 +102,8 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
         parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
     if totals is not None and len(totals):
         parts.append(Text("per step from totals (no instances: " + ", ".join(
-            f"rank {int(r['rank'])}: {r['calls_per_step']:,.1f} calls, compute {_ms(r['compute_ns_per_step'])} ms, "
-            f"comm {_ms(r['comm_ns_per_step'])} ms" for _, r in totals.iterrows()) + f", over {int(totals['steps'].iloc[0])} steps)"))
+            f"rank {int(r['rank'])}: {r['calls_per_step']:,.1f} calls, compute {ms_cell(r['compute_ns_per_step'])} ms, "
+            f"comm {ms_cell(r['comm_ns_per_step'])} ms" for _, r in totals.iterrows()) + f", over {int(totals['steps'].iloc[0])} steps)"))
     doc = straggler_json(w)
     if doc["steps"]:
         parts.append(who_waits_table(doc))

@@ -36,6 +36,20 @@ def merge_intervals(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarra
     return starts[first], run_end[last]
 
 
+def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """Per interval [start, end), the ns of it inside the sorted disjoint union (u_start, u_end)."""
+    if not len(u_start):
+        return np.zeros(len(start), dtype=np.int64)
+    before = np.r_[0, np.cumsum(u_end - u_start)]  # ns of the union before each segment
+
+    def upto(t: np.ndarray) -> np.ndarray:  # ns of the union before t
+        i = np.searchsorted(u_start, t, side="right") - 1
+        inside = np.clip(t - u_start[np.maximum(i, 0)], 0, (u_end - u_start)[np.maximum(i, 0)])
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+    return np.maximum(upto(end) - upto(np.minimum(start, end)), 0)
+
+
 def _union_ns(rows: pd.DataFrame) -> int:
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     seg_start, seg_end = merge_intervals(start, start + rows["dur_ns"].to_numpy(dtype=np.int64))

@@ -18,9 +18,10 @@ import pandas as pd
 from tracelab.schema import OnEvents
 
 from . import collectives as C
-from .. import normalise
+from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise
 from . import steps as S
-from .. import evidence as E
+from ..fmt import us
+from .straggler_text import verdict_line
 from .. import verdicts as V
 from .timeline import clock_offsets
 
@@ -103,7 +104,7 @@ def _on_one_clock(rows: pd.DataFrame, epochs: Mapping[int, int | None]) -> tuple
         offsets = {r: (offsets or {}).get(r, 0) + d for r, d in C.end_offsets(coll).items()}
         coll = C.match(rows, offsets, _KEEP)
         basis = ("estimated from collective ends: " + ("the traces give no common clock" if basis != "epoch"
-                 else f"their ends disagreed by {check['median_end_spread_ns'] / 1e3:.1f} us (median) on the epoch clock"))
+                 else f"their ends disagreed by {us(check['median_end_spread_ns'])} (median) on the epoch clock"))
         check = C.clock_check(coll)
     return coll, {**check, "basis": basis, "offsets_ns": offsets or {}}
 
@@ -120,9 +121,9 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll, clock = _on_one_clock(_comm_of(digests), epochs)
     coll = _from_common_start(coll, digests, clock["offsets_ns"])
     steps = S.with_waits(_steps_of(digests), coll)
-    floor = V.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
-    coll = coll.assign(noise_floor_ns=floor, span_noise_ns=E.span_noise_ns(steps))
-    clock["noise_ns"] = V.noise_ns(coll)
+    floor = noise.step_noise_ns(steps)  # arrivals closer than the work's own step-to-step noise: nobody late
+    coll = coll.assign(noise_floor_ns=floor, span_noise_ns=noise.span_noise_ns(steps))
+    clock["noise_ns"] = noise.noise_ns(coll)
     gate = V.gating(coll)
     with_time = [d for d in digests.values() if len(d.comm) or len(d.steps)]
     device = "CPU" if with_time and all(d.device == "CPU" for d in with_time) else "GPU"
@@ -130,7 +131,7 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll = coll.drop(columns=list(_KEEP))
     verdict = V.straggler(gate, coll)
     return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
-                 causes, verdict, V.verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
+                 causes, verdict, verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
 
 
 def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
@@ -182,10 +183,10 @@ def run_waits(members: list) -> Waits:
 
 def material_lead(totals_row) -> bool:
     """Whether the rank with the most compute leads the runner-up by what 'slowest' calls
-    material (normalise.MIN_LEAD of it, and MIN_LEAD_NS): totals have no steps to weigh noise
+    material (stats.MIN_LEAD_SHARE of it, and stats.MIN_LEAD_NS): totals have no steps to weigh noise
     with, so a 0.1% lead (two proton ranks of equal work) names nobody."""
     lead = totals_row["compute_ns"] - totals_row["next_compute_ns"]
-    return bool(lead > max(normalise.MIN_LEAD * totals_row["compute_ns"], normalise.MIN_LEAD_NS))
+    return bool(lead > max(MIN_LEAD_SHARE * totals_row["compute_ns"], MIN_LEAD_NS))
 
 
 def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Waits] | None = None

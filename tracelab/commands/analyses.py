@@ -1,11 +1,12 @@
-"""Commands of one analysis each: breakdown, roofline, idle."""
+"""Commands of one analysis each: breakdown, roofline, idle, memory."""
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
 
-from .common import Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _load, _emit, _findings, _top, _check_choice
+from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
+                     _findings, _top, _check_choice)
 
 
 def breakdown(
@@ -93,8 +94,10 @@ IDLE_HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps
              "collective kernels: see tracelab steps).\n\n"
              "other: from L, queued behind its own stream's op that ended the busy time (the GPU's own gap between "
              "queued ops); or the op has no launch call in the trace.\n\n"
-             "The causes add up to the idle time exactly. bound per step is the largest of gpu (busy minus exposed "
-             "communication), communication (exposed communication + dependency) and host (host + launch + sync). "
+             "The causes add up to the idle time exactly. bound per step is what most of the step's critical path on "
+             "the rank is made of (tracelab whatif): kernels (gpu), transfers and waits (communication), host time, "
+             "launches and syncs (host); without a path, the largest of gpu (busy minus exposed communication), "
+             "communication (exposed communication + dependency) and host (host + launch + sync). "
              "Then per rank: kernel launch statistics (kernels per step, launch-to-start delay median and p90, CPU "
              "time of the launch calls, kernels shorter than their own launch call), the CPU ops, ranges "
              "(record_function, NVTX) and OS calls covering the host-caused idle (top N), and a hint when steps "
@@ -116,10 +119,78 @@ def idle(
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
     options = _options(step, scheduler)
-    parts = []  # each input on its own: two runs may both hold rank 0
-    for path in paths:
-        profiles = _load([path], rank, reduce={"idle": RankIdle(top)}, keep_events=False,
-                         options=options)  # reduced in the workers
-        parts.append((path, combine({p.rank: p.summary["idle"] for p in profiles})))
+    parts = [(path, combine(by_rank)) for path, by_rank in _digests_per_input(paths, rank, "idle", RankIdle(top), options)]
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
 
+
+WHATIF_HELP = ("What should I fix first, and how much faster will the step be? Builds a dependency graph of every "
+               "rank (launch calls, syncs, GPU ops per stream; CPU ops and gloo collectives in CPU-only traces; a "
+               "collective's transfer starts when its last rank arrives), replays it, and prints per step the critical "
+               "path's composition (compute, comm, launch, host, sync, wait, other) and the ranks it runs through; then "
+               "per scenario the predicted step time and the saving, each scenario alone and all together (one joint "
+               "replay, never a sum). Scenarios: no-host-gaps, remove:REGEX[@RANK], scale:REGEX=F, roofline, balance, "
+               "overlap-comm, busbw:GBPS; without --scenario the ones that apply of no-host-gaps, roofline, balance "
+               "and overlap-comm. A step the unchanged replay does not reproduce within 2% claims no saving. "
+               "torch.profiler and nsys traces; proton has no timeline.")
+
+
+def whatif(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    scenario: Annotated[Optional[list[str]], typer.Option("--scenario", help="A scenario (repeat for several).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    from ..errors import RankError
+    from ..reports.whatif import whatif as replay_whatif
+    from ..reports.whatif.nodes import RankGraphReduce
+    from ..reports.whatif.render import WHATIF_RENDERERS
+    from ..reports.whatif.scenarios import parse
+
+    _check_choice("--format", fmt, tuple(WHATIF_RENDERERS))
+    for spec in scenario or ():
+        parse(spec)
+    options = _options(step, scheduler)
+    work = {"reduce": {"whatif": RankGraphReduce()}, "keep_events": False, "options": options}
+    try:  # the ranks of one run, given as files or a folder: one job
+        groups = [(", ".join(paths), _load(paths, rank, **work))]
+    except RankError:  # inputs repeating a rank: several runs, each on its own
+        groups = [(path, _load([path], rank, **work)) for path in paths]
+    parts = []
+    for label, profiles in groups:
+        graphs = {}
+        for p in profiles:
+            graphs[p.rank] = p.summary["whatif"]
+            graphs[p.rank].rank = p.rank
+        parts.append((label, replay_whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles},
+                                           scenario or None)))
+    _emit(WHATIF_RENDERERS[fmt](parts))
+
+MEMORY_HELP = ("Where did the memory go? Per rank and step: allocated at the step's start and end, the peak and "
+               "when it happened (the op and scope running then), reserved at the peak and what the caching allocator "
+               "held back (reserved - allocated), the blocks live at the peak grouped by scope, op and module (top N "
+               "by bytes; '(allocated before the trace)' is what was allocated before the profiler started: weights, "
+               "optimizer state), and the allocator's own calls (cudaMalloc/cudaFree: count, CPU time, how many "
+               "synchronised). Then the peak per rank, each input's peaks against the first input's, and what stands "
+               "out (a rank >10% above the others, reserved >20% above allocated, allocator calls inside steps). "
+               "torch.profiler(profile_memory=True) traces, nsys --cuda-memory-usage=true exports (CUDA's "
+               "allocations: reserved only) and PyTorch memory snapshot pickles (read without running any code); "
+               "proton records no memory. A trace without steps is one window.")
+
+
+def memory(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    top: Annotated[int, typer.Option(help="The N largest groups live at each peak, per scope, op and module (0: all).")] = 10,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    from ..reports.memory import RankMemoryDigest, combine
+    from ..reports.memory.memory_text import MEMORY_RENDERERS
+
+    _check_choice("--format", fmt, tuple(MEMORY_RENDERERS))
+    top = _top(top)
+    options = _options(step, scheduler)
+    _emit(MEMORY_RENDERERS[fmt](combine(_digests_per_input(paths, rank, "memory", RankMemoryDigest(top), options)), top))

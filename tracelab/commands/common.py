@@ -74,6 +74,16 @@ def _load(paths: list[str], rank: int | None = None, **work):
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
+def _digests_per_input(paths: list[str], rank: int | None, name: str, reducer, options) -> list[tuple[str, dict]]:
+    """Each input on its own (two runs may both hold rank 0): its ranks' `name` digest by rank,
+    made by `reducer` in the workers that parse them."""
+    out = []
+    for path in paths:
+        profiles = _load([path], rank, reduce={name: reducer}, keep_events=False, options=options)
+        out.append((path, {p.rank: p.summary[name] for p in profiles}))
+    return out
+
+
 _NOTES: list[str] = []  # what the parsers noted about the inputs, said after the output (main)
 
 

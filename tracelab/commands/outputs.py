@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
+from ..reports import fmt
 from .common import Paths, RankOpt, StepOpt, SchedulerOpt, _options, _progress, _status, _shown, _load_groups, _picked, _many_traces
 
 
@@ -40,7 +41,7 @@ def report(
     with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
         written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto,
                                options=options)
-    typer.echo(f"wrote {_shown(written)} ({written.stat().st_size / 1e6:.1f} MB)", err=True)
+    typer.echo(f"wrote {_shown(written)} ({fmt.size(written.stat().st_size)})", err=True)
 
 
 
@@ -101,7 +102,7 @@ def export_perfetto(
     written = write(out, lambda put: events.append(perfetto.write_json(put, inputs, **{k: v or None for k, v in
                                                                                       pick.items()})),
                     force=force, gz=out.endswith(".gz"))
-    typer.echo(f"wrote {_shown(written)} ({events[0]:,} events, {written.stat().st_size / 1e6:.2f} MB, "
+    typer.echo(f"wrote {_shown(written)} ({events[0]:,} events, {fmt.size(written.stat().st_size)}, "
                f"{time.perf_counter() - began:.2f} s)", err=True)
 
 
@@ -132,6 +133,6 @@ def export_parquet(
         task = bar.add_task(f"writing {len(files)} traces", total=len(files))
         written = export(paths, out, force=force, on_loaded=lambda _: bar.advance(task), options=options)
     size = sum(p.stat().st_size for p in written)
-    typer.echo(f"wrote {_shown(Path(out))}: {len(written)} parts, {size / 1e6:.1f} MB, "
+    typer.echo(f"wrote {_shown(Path(out))}: {len(written)} parts, {fmt.size(size)}, "
                f"{time.perf_counter() - began:.1f} s", err=True)
 

@@ -26,6 +26,9 @@ def run(
     nnodes: Annotated[Optional[str], typer.Option(help="torchrun --nnodes, for several nodes.")] = None,
     rdzv_endpoint: Annotated[Optional[str], typer.Option(help="torchrun --rdzv-endpoint HOST:PORT.")] = None,
     top: Annotated[int, typer.Option(help="Kernels shown per rank in the breakdown (0: all).")] = 10,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Record memory events (torch: "
+                                         "profile_memory=True; nsys: --cuda-memory-usage=true); run.json says which.")]
+    = True,
 ) -> None:
     """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
     Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16;
@@ -36,7 +39,7 @@ def run(
     from ..workload_options import WorkloadHelp
 
     top = _top(top)
-    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv)
+    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv, memory)
     try:
         result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
     except WorkloadHelp as h:

@@ -1,6 +1,8 @@
-"""What a comparison may claim: inputs that cover different numbers of steps are compared
-per step, and "slowest" is named only where the lead beats the step-to-step noise.
-Pure DataFrame -> DataFrame helpers for reports/compare.py.
+"""The noise models: how much a time may differ by chance. Pure DataFrame -> number or
+DataFrame helpers. Two users:
+
+compare (what a comparison may claim): inputs that cover different numbers of steps are
+compared per step, and "slowest" is named only where the lead beats the step-to-step noise.
 
 Step counts come from the events' `step` column (distinct steps with rows); an input
 without steps (proton aggregates, unmarked traces) has none, and then totals are compared
@@ -8,19 +10,23 @@ as they are, which the note says.
 
 Noise of a row: where an input has steps, the standard deviation of the row's per-step
 time over the steps, as the uncertainty of its per-step mean (std / sqrt(steps)) or of its
-total (std x sqrt(steps)). A lead under MIN_LEAD (1%) of the time or under MIN_LEAD_NS
+total (std x sqrt(steps)). A lead under MIN_LEAD_SHARE (1%) of the time or under MIN_LEAD_NS
 names nothing either way; without steps that is the only test.
+
+stragglers (reports/verdicts.py, evidence.py): the clocks' uncertainty (noise_ns,
+clock_spread_ns), the work's and the step time's step-to-step noise (step_noise_ns,
+span_noise_ns, floor_ns), and the per-step lateness threshold of the block rule.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import pandas as pd
 
-MIN_LEAD = 0.01
-MIN_LEAD_NS = 1_000
-SIGMAS = 2.0
+from . import MAD_TO_SD, MIN_LEAD_NS, MIN_LEAD_SHARE, MIN_SKEW_NS, NOISE_SIGMAS
 
 
 def step_count(events: pd.DataFrame) -> int | None:
@@ -85,7 +91,7 @@ def sigma_of(std: pd.Series | None, n: int | None, per_step: bool) -> pd.Series 
 
 def slowest(time: pd.DataFrame, sigmas: dict[str, pd.Series | None]) -> pd.Series:
     """Per row the label of the largest time where its lead over the runner-up is real and
-    material: more than MIN_LEAD of it and MIN_LEAD_NS always, and more than SIGMAS combined
+    material: more than MIN_LEAD_SHARE of it and MIN_LEAD_NS always, and more than NOISE_SIGMAS combined
     standard deviations where both have steps (a very steady kernel's 0.2% lead beats its
     noise but names nothing worth a look); "" otherwise (or with one input)."""
     if time.shape[1] < 2:
@@ -98,7 +104,66 @@ def slowest(time: pd.DataFrame, sigmas: dict[str, pd.Series | None]) -> pd.Serie
     lead = top - second
     s = pd.DataFrame({L: sig.reindex(time.index) if sig is not None else np.nan for L, sig in sigmas.items()},
                      index=time.index).reindex(columns=time.columns).to_numpy(dtype=np.float64)
-    noise = SIGMAS * np.sqrt(s[rows, order[:, 0]] ** 2 + s[rows, order[:, 1]] ** 2)
-    fallback = np.maximum(MIN_LEAD * top, MIN_LEAD_NS)
+    noise = NOISE_SIGMAS * np.sqrt(s[rows, order[:, 0]] ** 2 + s[rows, order[:, 1]] ** 2)
+    fallback = np.maximum(MIN_LEAD_SHARE * top, MIN_LEAD_NS)
     real = (lead > fallback) & (np.isnan(noise) | (lead > noise))  # beyond the noise, and material
     return pd.Series(np.where(real, labels[order[:, 0]], ""), index=time.index)
+
+
+def noise_ns(coll: pd.DataFrame) -> float:
+    """Skew below which a collective has no last rank: twice the median end spread (how
+    well the ranks' clocks agree), at least MIN_SKEW_NS, and at least the step-to-step
+    noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
+    if coll.empty:
+        return float(MIN_SKEW_NS)
+    ends = coll.groupby("collective")["end_ns"]
+    spread = ends.max() - ends.min()
+    floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
+    return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
+
+
+def step_noise_ns(steps: pd.DataFrame) -> float:
+    """How much arrivals may differ by chance: NOISE_SIGMAS x the steadiest rank's step-to-step
+    variation of its compute time (reports/steps.step_table), from differences of steps two
+    apart (so that lateness alternating by design is not taken for noise), robustly (1.4826
+    x the median absolute deviation, / sqrt 2 for a difference); 0 with too few steps."""
+    if steps.empty:
+        return 0.0
+    wide = steps.pivot_table(index="step", columns="rank", values="compute_ns").sort_index()
+    diff = (wide - wide.shift(2)).dropna()
+    if len(diff) < 3:
+        return 0.0
+    robust = MAD_TO_SD * (diff - diff.median()).abs().median() / math.sqrt(2)
+    return float(NOISE_SIGMAS * robust.min())
+
+
+def span_noise_ns(steps: pd.DataFrame) -> float:
+    """How much the step time itself varies from step to step: NOISE_SIGMAS x the median over ranks
+    of a robust standard deviation (1.4826 x the median absolute difference of consecutive
+    steps' spans, / sqrt 2 for a difference); 0 with fewer than 3 steps. The host's own pace
+    shows here: a rank late by less than the steps' jitter may be late by chance."""
+    if steps.empty:
+        return 0.0
+    wide = steps.pivot_table(index="step", columns="rank", values="span_ns").sort_index()
+    diff = wide.diff().dropna()
+    if len(diff) < 2:
+        return 0.0
+    return float(NOISE_SIGMAS * (MAD_TO_SD * diff.abs().median() / math.sqrt(2)).median())
+
+
+def step_threshold_ns(pc: pd.DataFrame, clock_ns: float, floor_ns: float, min_ns: float) -> pd.Series:
+    """Per step (unit): the lateness below which a rank is within the noise: twice the clocks'
+    uncertainty per collective of the step, at least `min_ns` and the step-to-step noise `floor_ns`."""
+    per = pc.groupby("unit")["collective"].size()
+    return np.maximum(np.maximum(2 * clock_ns * per, min_ns), floor_ns).astype("float64")
+
+
+def clock_spread_ns(coll: pd.DataFrame) -> float:
+    """How well the ranks' clocks agree: the median spread of the collectives' ends."""
+    ends = coll.groupby("collective")["end_ns"]
+    return float((ends.max() - ends.min()).median()) if len(coll) else 0.0
+
+
+def floor_ns(coll: pd.DataFrame) -> float:
+    """The step-to-step noise: of the work (step_noise_ns) or of the step time (span_noise_ns)."""
+    return max([float(coll[c].max()) for c in ("noise_floor_ns", "span_noise_ns") if c in coll and len(coll)] + [0.0])

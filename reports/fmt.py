@@ -1,0 +1,64 @@
+"""One formatter for the quantities renderers print (issue 31): durations, sizes, rates and
+counts. Sentences take the value with its unit (`ms`, `us`, `duration`); table cells take the
+number alone, the unit in the column's header, and "-" where there is none (`ms_cell`,
+`us_cell`). Analyses return numbers; only renderers call these.
+"""
+from __future__ import annotations
+
+import math
+
+
+def _missing(x) -> bool:
+    try:
+        return x is None or math.isnan(float(x))
+    except (TypeError, ValueError):
+        return True
+
+
+def ms(ns: float, places: int = 3) -> str:
+    """'1,234.568 ms': to the microsecond, or to `places` decimals ('8.0 ms' with 1: the
+    straggler's lateness per step, whose noise is far above a microsecond)."""
+    return f"{ns / 1e6:,.{places}f} ms"
+
+
+def us(ns: float) -> str:
+    """'12.3 us'."""
+    return f"{ns / 1e3:,.1f} us"
+
+
+def duration(ns: float) -> str:
+    """About three significant figures in the unit that suits: '450.0 us' under 1 ms,
+    '3.45 ms' under 10 ms, '34.5 ms' above."""
+    if abs(ns) < 1e6:
+        return us(ns)
+    return f"{ns / 1e6:,.1f} ms" if abs(ns) >= 1e7 else f"{ns / 1e6:,.2f} ms"
+
+
+def ms_cell(ns: float | None) -> str:
+    """A table cell in ms, to the microsecond: '1,234.568', '-' where none."""
+    return "-" if _missing(ns) else f"{ns / 1e6:,.3f}"
+
+
+def us_cell(ns: float | None) -> str:
+    """A table cell in us, to 10 ns: '12.35', '-' where none."""
+    return "-" if _missing(ns) else f"{ns / 1e3:,.2f}"
+
+
+def size(n_bytes: float) -> str:
+    """'12.3 MB' (1e6 bytes)."""
+    return f"{n_bytes / 1e6:,.1f} MB"
+
+
+def rate_gb_s(gb_s: float) -> str:
+    """'1,234 GB/s' (1e9 bytes per second)."""
+    return f"{gb_s:,.0f} GB/s"
+
+
+def tflops(tflop_s: float) -> str:
+    """'12.3 TFLOP/s'."""
+    return f"{tflop_s:,.1f} TFLOP/s"
+
+
+def count(n: float) -> str:
+    """'1,234'."""
+    return f"{int(n):,}"

@@ -1,0 +1,156 @@
+"""tracelab whatif: per step, the measured and replayed time and the critical path's
+composition; per scenario, the predicted step time and the saving. Pure: ranks' graphs
+(nodes.RankGraph, made where each rank was parsed) in, a WhatIf out.
+
+A step's time is its window (path.windows): from the previous step's end to its own, over
+all ranks. A step claims a saving only where the unchanged replay reproduces it within
+MAX_ERROR and its unexplained delays (edges.py) stay under edges.MAX_UNEXPLAINED of it;
+a scenario's figures are the means over those steps of the measured and predicted times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .edges import MAX_UNEXPLAINED
+from .join import Graph, join
+from .nodes import COLL, RankGraph
+from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
+from .replay import measured, replay
+from .scenarios import DEFAULTS, Scenario, parse
+
+MAX_ERROR = 0.02
+STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed",
+                *[f"{c}_ns" for c in CATEGORIES], "compute_by_class", "path_ranks", "path_chains", "top"]
+SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac"]
+
+
+@dataclass
+class WhatIf:
+    steps: pd.DataFrame  # STEP_COLUMNS
+    scenarios: pd.DataFrame  # SCENARIO_COLUMNS, by saving
+    per_step: pd.DataFrame  # step x scenario label: predicted ns
+    notes: list[str] = field(default_factory=list)
+    rounds: int = 0
+
+
+def default_scenarios(g: Graph) -> list[Scenario]:
+    """The defaults that apply to this graph (roofline where some op's roof is known, balance
+    with several ranks, overlap-comm with collectives)."""
+    applies = {"no-host-gaps": True, "roofline": bool((~np.isnan(g.roof_ns)).any()),
+               "balance": len(g.ranks) > 1, "overlap-comm": bool((g.kind == COLL).any())}
+    return [parse(name) for name in DEFAULTS if applies[name]]
+
+
+def path_steps(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> pd.DataFrame:
+    """The step table (STEP_COLUMNS) of the unchanged replay alone: no scenario."""
+    g = join(graphs, epochs)
+    if not len(g):
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    base = measured(g)
+    r = replay(g, base)
+    return _step_table(g, base, r, windows(g, r.start_ns, r.end_ns), with_top=False)
+
+
+def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None
+           ) -> WhatIf:
+    """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
+    (each alone, and all together where several), else the defaults."""
+    chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
+    g = join(graphs, epochs)
+    if not len(g):
+        return WhatIf(pd.DataFrame(columns=STEP_COLUMNS), pd.DataFrame(columns=SCENARIO_COLUMNS), pd.DataFrame(),
+                      g.notes + ["no timed activity: nothing to replay"])
+    base = measured(g)
+    r = replay(g, base)
+    win = windows(g, r.start_ns, r.end_ns)
+    steps = _step_table(g, base, r, win)
+    chosen = chosen if chosen is not None else default_scenarios(g)
+    runs = [(s.label, s.name, s.arg, [s]) for s in chosen]
+    if len(chosen) > 1:
+        runs.append(("together", "together", "+".join(s.label for s in chosen), chosen))
+    per_step = {}
+    for label, _, _, group in runs:
+        p = base.copy()
+        for s in group:
+            s.apply(g, p)
+        rs = replay(g, p)
+        per_step[label] = _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
+    table = _scenario_table(steps, runs, per_step)
+    notes = g.notes + _notes(g, steps) + [f"scenario {s.label}: nothing in these inputs matches it (names, kernels, "
+                                          "scopes, host ranges): it changes nothing" for s in chosen
+                                          if s.matched is not None and not s.matched(g)]
+    return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, r.rounds)
+
+
+def _step_ns(win: pd.DataFrame, steps: pd.Series) -> np.ndarray:
+    ns = (win["end_ns"] - win["begin_ns"]).to_numpy()
+    return pd.Series(ns, index=win["step"].to_numpy()).reindex(steps.to_numpy()).to_numpy(dtype=np.float64)
+
+
+def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> pd.DataFrame:
+    measured_win = windows(g, g.start_ns, g.end_ns)
+    step_ns = _step_ns(measured_win, win["step"])
+    replayed_ns = (win["end_ns"] - win["begin_ns"]).to_numpy(dtype=np.float64)
+    path = step_paths(g, base, r, win, wait_estimate(g))
+    comp = composition(path, win, g)
+    top = top_items(path, win, g) if with_top else {}
+    unexplained = _unexplained(g, measured_win)
+    error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
+    out = pd.DataFrame({"step": win["step"].to_numpy(), "step_ns": step_ns, "replayed_ns": replayed_ns,
+                        "error_frac": error, "unexplained_ns": unexplained})
+    out["claimed"] = (out["error_frac"] <= MAX_ERROR) & (out["unexplained_ns"] <= MAX_UNEXPLAINED * out["step_ns"])
+    for c in CATEGORIES:
+        out[f"{c}_ns"] = comp[c].to_numpy() if len(comp) else 0
+    out["compute_by_class"] = comp["compute_by_class"].to_numpy() if len(comp) else [{}] * len(out)
+    out["path_ranks"] = comp["ranks"].to_numpy() if len(comp) else [[]] * len(out)
+    out["path_chains"] = [[g.chain_labels[c] for c in cs] for cs in comp["chains"]] if len(comp) else [[]] * len(out)
+    out["top"] = [top.get(int(s), []) for s in out["step"]]
+    return out[STEP_COLUMNS]
+
+
+def _unexplained(g: Graph, win: pd.DataFrame) -> np.ndarray:
+    ns = g.edges.unexplained_ns
+    idx = np.flatnonzero(ns > 0)
+    out = np.zeros(len(win), np.int64)
+    for k, (b, e) in enumerate(zip(win["begin_ns"], win["end_ns"])):
+        inside = (g.start_ns[idx] > b) & (g.start_ns[idx] <= e)
+        out[k] = int(ns[idx][inside].sum())
+    return out
+
+
+def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndarray]) -> pd.DataFrame:
+    claimed = steps["claimed"].to_numpy()
+    rows = []
+    for label, name, arg, _ in runs:
+        pred = per_step[label][claimed]
+        meas = steps["step_ns"].to_numpy()[claimed]
+        ok = ~np.isnan(pred)
+        if not ok.any():
+            rows.append({"name": name, "args": arg, "steps": 0, "step_ns": None, "predicted_ns": None,
+                         "saving_ns": None, "saving_frac": None})
+            continue
+        step_ns, predicted = float(meas[ok].mean()), float(pred[ok].mean())
+        rows.append({"name": name, "args": arg, "steps": int(ok.sum()), "step_ns": step_ns, "predicted_ns": predicted,
+                     "saving_ns": step_ns - predicted, "saving_frac": (step_ns - predicted) / step_ns if step_ns else None})
+    out = pd.DataFrame(rows, columns=SCENARIO_COLUMNS)
+    return out.sort_values("saving_ns", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
+    notes = []
+    if len(g.ranks) > 1:
+        notes.append(f"ranks on one clock: {g.clock}")
+    bad = steps[~steps["claimed"]]
+    for row in bad.itertuples(index=False):
+        why = (f"the unchanged replay gives {row.replayed_ns / 1e6:.3f} ms against {row.step_ns / 1e6:.3f} ms measured"
+               if not row.error_frac <= MAX_ERROR else
+               f"{row.unexplained_ns / 1e6:.3f} ms of GPU starts that no launch, stream order or other stream explains")
+        notes.append(f"step {row.step}: an edge is missing ({why}): no saving is claimed for it")
+    if len(g.ranks) == 1 and (g.kind == COLL).any():
+        notes.append("one rank: its collectives' waits cannot be told from their transfers by a peer; "
+                     "wait is each one's time beyond its fastest instance of the same name and size")
+    return notes

@@ -1,0 +1,45 @@
+"""What bounds a step, from its critical path (issue 27): `gpu` where compute makes most of the
+path, `communication` where transfers and waits for other ranks do, `host` where host time,
+launches and syncs do (the path's `other`, the GPU's own gaps, counts for none). Per rank, from
+the rank's own graph (its collectives' waits estimated, no peer needed), so that `tracelab idle`
+and `steps` can state it in the worker that parsed the rank, and every view agrees. Pure."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .analyse import path_steps
+from .nodes import rank_graph
+
+BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
+COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
+
+
+def bound_of(path: pd.DataFrame) -> np.ndarray:
+    """Per row of a critical-path table (analyse.STEP_COLUMNS), the bound its path is made of most."""
+    score = np.c_[tuple(path[list(cols)].sum(axis=1).to_numpy(dtype=np.float64) for cols in BOUNDS.values())]
+    return np.array(list(BOUNDS))[np.argmax(score, axis=1)]
+
+
+def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+    """One rank's steps (COLUMNS; step -1 for a trace without steps) with the bound of each
+    step's critical path; no rows where the rank has no timeline."""
+    steps = path_steps({0: rank_graph(events, host, 0)}, {0: None})
+    if not len(steps):
+        return pd.DataFrame(columns=COLUMNS)
+    return steps.assign(path_bound=bound_of(steps))[COLUMNS]
+
+
+def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+    """Step rows of one rank (a `step` and a `bound` column) whose bound becomes that of each
+    step's critical path where the path gives one (issue 27); the rest keep theirs. A trace
+    without steps is matched through its one window (step NA or -1)."""
+    if not len(step_rows):
+        return step_rows
+    bounds = rank_path_bounds(events, host)
+    if not len(bounds):
+        return step_rows
+    key = step_rows["step"].astype("Int64").fillna(-1).astype("int64").to_numpy()
+    by_step = pd.Series(bounds["path_bound"].to_numpy(), index=bounds["step"].to_numpy())
+    found = by_step.reindex(key).to_numpy(dtype=object)
+    return step_rows.assign(bound=np.where(pd.isna(found), step_rows["bound"].to_numpy(dtype=object), found))

@@ -1,0 +1,53 @@
+"""Findings ranked by what fixing them would save (issue 27): the sources of reports/findings.py
+keep their sentences; where the inputs are one run of at most MAX_RANKS ranks with timelines,
+each finding whose question a scenario answers gets that scenario's predicted saving (a joint
+replay of the run's graph, whatif.analyse) appended, and is ranked by it: the saving per step
+times the steps. Findings of other runs, or without a scenario, keep their time at stake."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..findings.finding import Finding
+from .analyse import WhatIf, whatif
+
+MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
+SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
+               "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline"}
+TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
+        "overlap-comm": "communication hidden behind compute",
+        "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
+        "roofline": "every kernel whose work is known at its roofline time"}
+
+
+def run_whatif(ev, names: list[str]) -> WhatIf | None:
+    """The replay of the scenarios `names` over the inputs, when they are one run of timed
+    ranks whose graphs their workers made; else None."""
+    inputs = ev.inputs
+    if not inputs or len({i.group for i in inputs}) != 1 or len(inputs) > MAX_RANKS:
+        return None
+    graphs = {i.rank: i.digest("whatif") for i in inputs}
+    if any(g is None or not len(g) for g in graphs.values()):
+        return None
+    for rank, g in graphs.items():
+        g.rank = rank
+    return whatif(graphs, {i.rank: i.epoch_ns for i in inputs}, names)
+
+
+def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding]:
+    """The sources' findings, each with its scenario's saving where one applies (module docstring)."""
+    names = sorted({SCENARIO_OF[s] for s, found in by_source if found and s in SCENARIO_OF})
+    w = run_whatif(ev, names) if names else None
+    if w is None:
+        return [f for _, found in by_source for f in found]
+    rows = {r.name: r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
+    return [_saved(f, rows.get(SCENARIO_OF.get(source, ""))) for source, found in by_source for f in found]
+
+
+def _saved(f: Finding, row) -> Finding:
+    if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
+        return f
+    what = (f"what if {TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of {row.step_ns / 1e6:,.2f} ms per step "
+            f"({100 * row.saving_frac:.0f}%; tracelab whatif)")
+    return replace(f, text=f"{f.text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
+                   evidence={**f.evidence, "whatif": {"scenario": row.name, "saving_ns_per_step": row.saving_ns,
+                                                      "step_ns": row.step_ns, "steps": int(row.steps)}})

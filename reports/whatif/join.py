@@ -1,0 +1,135 @@
+"""Ranks' graphs (nodes.py, edges.py) joined into one, on one clock, with their collectives
+matched (reports/collectives.match: the i-th collective of one process group, name and size
+on each rank; its transfer starts when its last rank arrives). Pure.
+
+The clock is the one `tracelab steps` uses: the traces' epoch starts, or offsets estimated
+from the collectives' ends where none is given or the ends then disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..steps import collectives as C
+from ..steps.timeline import clock_offsets
+from .edges import Edges, rank_edges
+from .nodes import COLL, NONE, RankGraph
+
+
+@dataclass
+class Graph:
+    """Every rank's nodes as one set of arrays (global indices), their edges, and the
+    matched collectives: `group` (NONE where unmatched), `transfer_ns` (end - last arrival)."""
+
+    rank: np.ndarray
+    kind: np.ndarray
+    chain: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    step: np.ndarray
+    name: np.ndarray
+    scope: np.ndarray
+    op_class: np.ndarray
+    msg_bytes: np.ndarray
+    roof_ns: np.ndarray
+    event_row: np.ndarray
+    launch: np.ndarray
+    edges: Edges
+    group: np.ndarray
+    transfer_ns: np.ndarray
+    group_ranks: np.ndarray  # per node, the ranks of its collective (0 unmatched)
+    chain_labels: list[str]
+    ranks: dict[int, RankGraph]
+    cpu_only: bool
+    offsets_ns: dict[int, int]
+    clock: str
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+_ARRAYS = ("rank", "kind", "chain", "start_ns", "end_ns", "step", "name", "scope", "op_class", "msg_bytes",
+           "roof_ns", "event_row", "launch")
+_EDGE_ARRAYS = ("gap_ns", "xs_src", "xs_off_ns", "xe_src", "xe_off_ns", "y_src", "y_off_ns", "pinned",
+                "launch_floor_ns", "unexplained_ns", "launch_bound")
+
+
+def join(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> Graph:
+    """One Graph of the ranks' graphs (rank -> RankGraph), on one clock."""
+    ranks = sorted(graphs)
+    offsets = clock_offsets([{"rank": r, "trace_start_epoch_ns": epochs.get(r)} for r in ranks]) or {}
+    clock = "epoch" if offsets else "trace start"
+    parts, edge_parts, labels, base, chain_base = [], [], [], 0, 0
+    for r in ranks:
+        g = graphs[r]
+        ed = rank_edges(g)
+        parts.append(_shifted(g, base, chain_base, offsets.get(r, 0)))
+        edge_parts.append(_edges_shifted(ed, base))
+        labels += [f"rank {r} {label}" for label in g.chain_labels]
+        base, chain_base = base + len(g), chain_base + len(g.chain_labels)
+    arrays = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0) for k in _ARRAYS}
+    edges = Edges(**{k: np.concatenate([p[k] for p in edge_parts]) if edge_parts else np.empty(0, np.int64)
+                     for k in _EDGE_ARRAYS})
+    out = Graph(**arrays, edges=edges, group=np.full(base, NONE, np.int64), transfer_ns=np.zeros(base, np.int64),
+                group_ranks=np.zeros(base, np.int64), chain_labels=labels, ranks=dict(graphs),
+                cpu_only=bool(ranks) and all(graphs[r].cpu_only for r in ranks), offsets_ns=offsets, clock=clock,
+                notes=[f"rank {r}: {n}" for r in ranks for n in graphs[r].notes])
+    _match(out, epochs_given=bool(offsets))
+    return out
+
+
+def _shifted(g: RankGraph, base: int, chain_base: int, offset: int) -> dict[str, np.ndarray]:
+    def local(a: np.ndarray) -> np.ndarray:
+        return np.where(a >= 0, a + base, NONE)
+
+    return {"rank": np.full(len(g), g.rank, np.int64), "kind": g.kind, "chain": g.chain.astype(np.int64) + chain_base,
+            "start_ns": g.start_ns + offset, "end_ns": g.end_ns + offset, "step": g.step, "name": g.name,
+            "scope": g.scope, "op_class": g.op_class, "msg_bytes": g.msg_bytes, "roof_ns": g.roof_ns, "event_row": g.event_row,
+            "launch": local(g.launch)}
+
+
+def _edges_shifted(ed: Edges, base: int) -> dict[str, np.ndarray]:
+    out = {k: getattr(ed, k) for k in _EDGE_ARRAYS}
+    for k in ("xs_src", "xe_src", "y_src"):
+        out[k] = np.where(out[k] >= 0, out[k] + base, NONE)
+    return out
+
+
+def _comm_rows(g: Graph) -> pd.DataFrame:
+    node = np.flatnonzero(g.kind == COLL)
+    pg = np.concatenate([rg.process_group for rg in g.ranks.values()]) if g.ranks else np.empty(0, dtype=object)
+    return pd.DataFrame({"rank": g.rank[node], "process_group": pg[node], "kernel": g.name[node].astype(str),
+                         "msg_bytes": g.msg_bytes[node], "step": pd.Series(g.step[node]).where(g.step[node] >= 0).astype("Int64").array,
+                         "arrival_ns": g.start_ns[node], "end_ns": g.end_ns[node], "node": node})
+
+
+def _match(g: Graph, epochs_given: bool) -> None:
+    """Sets group, transfer_ns and group_ranks; puts ranks on the collectives' clock where needed."""
+    rows = _comm_rows(g)
+    if len(set(rows["rank"])) < 2:
+        return
+    coll = C.match(rows, None, ("node",))
+    check = C.clock_check(coll)
+    if len(coll) and (not epochs_given or not check["agree"]):
+        extra = C.end_offsets(coll)
+        for r, d in extra.items():
+            g.start_ns[g.rank == r] += d
+            g.end_ns[g.rank == r] += d
+            g.offsets_ns[r] = g.offsets_ns.get(r, 0) + d
+        g.clock = "estimated from collective ends"
+        coll = C.match(_comm_rows(g), None, ("node",))
+    if not len(coll):
+        return
+    node = coll["node"].to_numpy(dtype=np.int64)
+    g.group[node] = coll["collective"].to_numpy(dtype=np.int64)
+    g.transfer_ns[node] = (coll["end_ns"] - coll["last_arrival_ns"]).to_numpy(dtype=np.int64)
+    g.group_ranks[node] = coll["ranks"].to_numpy(dtype=np.int64)
+    bad = int((g.transfer_ns[node] < 0).sum())
+    if bad:
+        g.notes.append(f"{bad} collective ends came before their last rank's arrival on the common clock: "
+                       "their transfer is taken as 0")
+        g.transfer_ns[node] = np.maximum(g.transfer_ns[node], 0)

@@ -1,0 +1,204 @@
+"""One rank's dependency graph, made from its events and host frame alone (in the worker
+that parsed it: load_many's reduce). Pure: frames in, a RankGraph of numpy arrays out.
+
+Nodes, each on one chain (a sequence run in measured start order):
+- host (GPU traces): the launch calls of the GPU rows (launch_start_ns, launch_dur_ns; one
+  node per call, so a graph launch is one) and the synchronising calls of the host frame, on
+  one chain per rank (the trace keeps no launching thread; calls of concurrent threads overlap
+  and keep their measured offset). A blocking copy is both: one node;
+- device: each GPU op on its stream's chain; in a CPU-only trace, the gloo/MPI ranges on their
+  worker thread's chain, and the CPU operators on their own thread's chain (the host).
+
+Edges (ns offsets; `edges.py` sets them from the measured times):
+- chain: a node starts `gap_ns` after its chain predecessor ends;
+- launch (xs): a device node starts `xs_off_ns` after its launch call (or, CPU-only, the
+  host op that enqueued it) starts;
+- wait (xe): a node starts after another node ends (a stream waiting on another, inferred
+  where nothing else explains its start; a CPU thread blocked until a collective ended);
+- sync (y): a synchronising call ends after the GPU op it waited on ends;
+- collective: a matched collective's transfer starts when its last rank arrives (join.py).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracelab.devices import Device
+from tracelab.schema import RankData
+
+from ..steps.collectives import CPU_COLLECTIVE
+from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
+from ..steps.timeline import timed
+
+# node kinds
+LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
+KIND_NAMES = ("launch", "sync", "host op", "gpu", "collective")
+NONE = -1
+_CPU_COLL = re.compile(CPU_COLLECTIVE)
+
+
+@dataclass
+class RankGraph:
+    """One rank's nodes (arrays of equal length, own clock) and what the builder noted."""
+
+    rank: int
+    kind: np.ndarray  # int8, KIND_NAMES
+    chain: np.ndarray  # int32, index into chain_labels
+    start_ns: np.ndarray  # int64 measured
+    end_ns: np.ndarray
+    step: np.ndarray  # int64, -1 outside every step
+    name: np.ndarray  # object: kernel or call name
+    scope: np.ndarray  # object
+    op_class: np.ndarray  # object
+    msg_bytes: np.ndarray  # float64
+    process_group: np.ndarray  # object: a collective's process group where the trace names it, else ""
+    roof_ns: np.ndarray  # float64: a GPU op's least time on the device's roofline (reports/roofline.py), NaN unknown
+    event_row: np.ndarray  # int64, the events row of a device node (-1 for host nodes)
+    launch: np.ndarray  # int64, local index of the launching host node, -1 none
+    chain_labels: list[str]
+    cpu_only: bool
+    host_spans: pd.DataFrame  # name, start_ns, end_ns: ranges, CPU ops and OS calls (scenario remove, top host ops)
+    step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None = None,
+               device: Device | None = None) -> RankGraph:
+    """The nodes of one rank (module docstring); `rank` overrides the events' own; `device`
+    gives the GPU ops' roofline times."""
+    rank = int(events["rank"].iloc[0]) if rank is None and len(events) else int(rank or 0)
+    gpu = timed(events)
+    if len(gpu):
+        return _gpu_graph(gpu.reset_index(drop=True), host, rank, device)
+    cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()].reset_index(drop=True)
+    return _cpu_graph(cpu, host, rank)
+
+
+def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    cols = ["name", "start_ns", "end_ns"]
+    if host is None or not len(host):
+        return pd.DataFrame(columns=cols), pd.DataFrame(columns=["step", "start_ns", "end_ns"])
+    start = host["start_ns"].to_numpy(dtype=np.int64)
+    end = start + host["dur_ns"].to_numpy(dtype=np.int64)
+    kind = host["kind"].astype(str).to_numpy()
+    spans = pd.DataFrame({"name": host["name"].astype(str).to_numpy(), "start_ns": start, "end_ns": end})
+    spans = spans[np.isin(kind, ("range", "cpu_op", "osrt"))].reset_index(drop=True)
+    steps = pd.DataFrame({"name": host["name"].astype(str).to_numpy(), "start_ns": start, "end_ns": end})[kind == "step"]
+    number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
+    steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
+    return spans, steps.astype({"step": "int64"})[["step", "start_ns", "end_ns"]].reset_index(drop=True)
+
+
+def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per launch or sync call: start_ns, end_ns, sync (bool), name."""
+    known = gpu["launch_start_ns"].notna().to_numpy()
+    ls = gpu["launch_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
+    ld = gpu["launch_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
+    launches = pd.DataFrame({"start_ns": ls, "end_ns": ls + ld, "sync": False, "name": "launch"})
+    if host is not None and len(host):
+        sync = host[host["kind"] == "sync"]
+        s = sync["start_ns"].to_numpy(dtype=np.int64)
+        syncs = pd.DataFrame({"start_ns": s, "end_ns": s + sync["dur_ns"].to_numpy(dtype=np.int64), "sync": True,
+                              "name": sync["name"].astype(str).to_numpy()})
+        launches = pd.concat([syncs, launches], ignore_index=True)
+    nodes = launches.sort_values(["start_ns", "end_ns", "sync"], ascending=[True, True, False], kind="stable")
+    return nodes.drop_duplicates(["start_ns", "end_ns"], keep="first").reset_index(drop=True)
+
+
+def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step of the latest-starting step range holding each time, -1 outside every one."""
+    if not len(steps):
+        return np.full(len(start_ns), NONE, dtype=np.int64)
+    order = np.argsort(steps["start_ns"].to_numpy(), kind="stable")
+    s0 = steps["start_ns"].to_numpy(dtype=np.int64)[order]
+    s1 = steps["end_ns"].to_numpy(dtype=np.int64)[order]
+    num = steps["step"].to_numpy(dtype=np.int64)[order]
+    i = np.searchsorted(s0, start_ns, side="right") - 1
+    inside = (i >= 0) & (start_ns < s1[np.maximum(i, 0)])
+    return np.where(inside, num[np.maximum(i, 0)], NONE)
+
+
+def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: Device | None) -> RankGraph:
+    hn = _host_nodes(gpu, host)
+    spans, steps = _spans(host)
+    key = pd.MultiIndex.from_arrays([hn["start_ns"], hn["end_ns"] - hn["start_ns"]])
+    known = gpu["launch_start_ns"].notna()
+    lkey = pd.MultiIndex.from_arrays([gpu["launch_start_ns"].fillna(-1).astype("int64"),
+                                      gpu["launch_dur_ns"].fillna(-1).astype("int64")])
+    launch_of = np.where(known.to_numpy(), key.get_indexer(lkey), NONE)
+    g_start = gpu["start_ns"].to_numpy(dtype=np.int64)
+    g_end = g_start + gpu["dur_ns"].to_numpy(dtype=np.int64)
+    g_step = gpu["step"].fillna(NONE).to_numpy(dtype=np.int64)
+    h_step = _step_of(hn["start_ns"].to_numpy(dtype=np.int64), steps)
+    if not len(steps):  # no host step ranges: a launch takes its first GPU row's step
+        first = pd.Series(g_step[known.to_numpy()]).groupby(launch_of[known.to_numpy()]).first()
+        h_step[first.index.to_numpy()] = first.to_numpy()
+    streams = gpu["stream"].fillna(-1).to_numpy(dtype=np.int64)
+    labels = ["host"] + [f"stream {s}" for s in np.unique(streams)]
+    chain = np.r_[np.zeros(len(hn), np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
+    comm = (gpu["op_class"] == "communication").to_numpy() & (gpu["kind"] == "kernel").to_numpy()
+    n_h = len(hn)
+    names = np.r_[hn["name"].to_numpy(dtype=object), gpu["kernel"].astype(str).to_numpy(dtype=object)]
+    notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
+    return RankGraph(
+        rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
+        chain=chain, start_ns=np.r_[hn["start_ns"].to_numpy(dtype=np.int64), g_start],
+        end_ns=np.r_[hn["end_ns"].to_numpy(dtype=np.int64), g_end], step=np.r_[h_step, g_step],
+        name=names, scope=np.r_[np.full(n_h, "", dtype=object), gpu["scope"].astype(str).to_numpy(dtype=object)],
+        op_class=np.r_[np.full(n_h, "host", dtype=object), gpu["op_class"].astype(str).to_numpy(dtype=object)],
+        msg_bytes=np.r_[np.full(n_h, np.nan), gpu["msg_bytes"].to_numpy(dtype=np.float64)],
+        process_group=np.r_[np.full(n_h, "", dtype=object), gpu["process_group"].astype(str).to_numpy(dtype=object)],
+        roof_ns=np.r_[np.full(n_h, np.nan), _min_ns(gpu, device)[0] if device is not None else np.full(len(gpu), np.nan)],
+        event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
+        launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
+        chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes)
+
+
+def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankGraph:
+    """CPU-only trace: the CPU operators are the host's work, the gloo ranges the collectives."""
+    spans, steps = _spans(host)
+    names = cpu["name"].astype(str).to_numpy(dtype=object)
+    coll = np.array([_CPU_COLL.match(n) is not None for n in names], dtype=bool)
+    tids = cpu["stream"].fillna(-1).to_numpy(dtype=np.int64)
+    start = cpu["start_ns"].to_numpy(dtype=np.int64)
+    end = start + cpu["dur_ns"].to_numpy(dtype=np.int64)
+    keys = sorted({(bool(c), int(t)) for c, t in zip(coll, tids)})
+    labels = [f"{'worker ' if c else ''}thread {t}" for c, t in keys]
+    chain = np.array([keys.index((bool(c), int(t))) for c, t in zip(coll, tids)], dtype=np.int32)
+    launch = np.full(len(cpu), NONE, np.int64)
+    host_rows = np.flatnonzero(~coll)
+    if len(host_rows) and coll.any():  # a collective is enqueued by the latest host op begun before it
+        order = host_rows[np.argsort(start[host_rows], kind="stable")]
+        at = np.searchsorted(start[order], start[coll], side="right") - 1
+        launch[coll] = np.where(at >= 0, order[np.maximum(at, 0)], NONE)
+    return RankGraph(
+        rank=rank, kind=np.where(coll, COLL, HOST_OP).astype(np.int8), chain=chain, start_ns=start, end_ns=end,
+        step=cpu["step"].fillna(NONE).to_numpy(dtype=np.int64), name=names,
+        scope=cpu["scope"].astype(str).to_numpy(dtype=object), op_class=cpu["op_class"].astype(str).to_numpy(dtype=object),
+        msg_bytes=cpu["msg_bytes"].to_numpy(dtype=np.float64),
+        process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
+        event_row=np.arange(len(cpu), dtype=np.int64),
+        launch=launch, chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
+
+
+class RankGraphReduce:
+    """load_many's reduce: one rank's graph, made in the worker that parsed it; None for a rank
+    of a job of more than `max_ranks` (the findings' replay keeps no graphs of big jobs)."""
+
+    def __init__(self, max_ranks: int | None = None):
+        self.max_ranks = max_ranks
+
+    def __call__(self, rank: RankData) -> RankGraph | None:
+        meta = rank.meta or {}
+        if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
+            return None
+        graph = rank_graph(rank.events, rank.host, meta.get("rank"), trace_device(meta))
+        if meta.get("source") == "proton":
+            graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
+        return graph

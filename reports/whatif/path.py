@@ -1,0 +1,242 @@
+"""The critical path of a replay, and its composition per step. Pure.
+
+After a replay every node's start is set by one edge (the latest: its chain predecessor, its
+launch call, a node it waits on, or its measured start where pinned) and its end by its own
+duration, a sync edge or its collective's last arrival. Walking those from the last node
+back gives the path: a list of segments, each a span of time with what filled it:
+
+- compute: a GPU op (a CPU op in a CPU-only trace) running;
+- comm: a collective's transfer (from its last rank's arrival), or a CPU op enqueueing one;
+- wait: the part of an unmatched collective (no peer among the inputs) beyond its fastest
+  instance of the same name and size: waiting for a rank the inputs do not hold;
+- launch: a launch call running, or the delay from a launch call's start to its op's start;
+- host: the host between two calls (untraced host work, Python, CPU ops);
+- sync: a synchronising call returning after the GPU op it waited on, or a CPU thread
+  blocked until a collective ended;
+- other: the GPU's own gap between queued ops, a wait on another stream, pinned starts.
+
+A step's window runs from the previous step's end (the end of its last GPU op, or CPU op in
+a CPU-only trace, over all ranks) to its own; the path's segments are cut at the windows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .join import Graph
+from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .replay import NEG, Params, Replayed, _group_max, _groups
+
+CATEGORIES = ("compute", "comm", "launch", "host", "sync", "wait", "other")
+_CHAIN, _XS, _XE, _ANCHOR = 0, 1, 2, 3
+_OWN, _Y, _COLL = 0, 1, 2
+
+
+@dataclass
+class Path:
+    """The path's segments (t0_ns, t1_ns, category, rank, chain, node, name), latest first."""
+
+    segments: pd.DataFrame
+
+
+def bindings(g: Graph, p: Params, r: Replayed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, the edge that set its start (_CHAIN.._ANCHOR) and its end (_OWN, _Y, _COLL),
+    and its collective's last arrival (NEG where none)."""
+    s, e = np.append(r.start_ns, NEG), np.append(r.end_ns, NEG)
+    n = len(g)
+
+    def at(a: np.ndarray, src: np.ndarray) -> np.ndarray:
+        return a[np.where(src >= 0, src, n)]
+
+    chain = np.where(r.pred >= 0, at(e, r.pred) + p.gap_ns, NEG)
+    cands = np.vstack([chain, at(s, p.xs_src) + p.xs_off_ns, at(e, p.xe_src) + p.xe_off_ns,
+                       np.where(p.pinned, g.start_ns, NEG)])
+    last = np.where(p.group >= 0, _group_max(s, _groups(p.group))[np.maximum(p.group, 0)], NEG)
+    ends = np.vstack([r.start_ns + p.dur_ns, at(e, p.y_src) + p.y_off_ns, np.where(p.group >= 0, last + p.dur_ns, NEG)])
+    return np.argmax(cands, axis=0), np.argmax(ends, axis=0), last
+
+
+def step_paths(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> dict[int, Path]:
+    """Per step window, the critical path from the node that ends it back to its begin."""
+    if not len(g) or not len(win):
+        return {}
+    state = _walk_state(g, p, r, wait_est_ns)
+    work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
+    out = {}
+    for step, begin, end in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
+        ends = work & (r.end_ns == end) & ((g.step == step) | (step < 0))
+        node = int(np.flatnonzero(ends)[0]) if ends.any() else int(np.argmax(np.where(work, r.end_ns, NEG)))
+        out[int(step)] = Path(_segments(_walk(state, node, int(begin)), g))
+    return out
+
+
+def _walk_state(g: Graph, p: Params, r: Replayed, wait_est_ns: np.ndarray) -> dict:
+    start_by, end_by, last = bindings(g, p, r)
+    return {"s": r.start_ns.tolist(), "e": r.end_ns.tolist(), "by_s": start_by.tolist(), "by_e": end_by.tolist(),
+            "last": last.tolist(), "pred": r.pred.tolist(), "xs": p.xs_src.tolist(), "xe": p.xe_src.tolist(),
+            "y": p.y_src.tolist(), "kind": g.kind.tolist(), "group": p.group.tolist(), "wait": wait_est_ns.tolist(),
+            "members": _members(p.group, r.start_ns), "g": g}
+
+
+def _walk(st: dict, node: int, stop_ns: int) -> list[tuple]:
+    """Segments from `node`'s end back until the path reaches `stop_ns` or a pinned start."""
+    s, e, by_s, by_e, lst = st["s"], st["e"], st["by_s"], st["by_e"], st["last"]
+    pred, xs, xe, y, kind, group, wait, members, g = (st[k] for k in ("pred", "xs", "xe", "y", "kind", "group", "wait",
+                                                                       "members", "g"))
+    segs: list[tuple] = []
+    at_end = True
+    for _ in range(4 * len(s) + 4):
+        if (e[node] if at_end else s[node]) <= stop_ns and segs:
+            break
+        if at_end:
+            how = by_e[node]
+            if how == _Y:
+                segs.append((e[y[node]], e[node], "sync", node))
+                node = y[node]
+            elif how == _COLL:
+                segs.append((lst[node], e[node], "comm", node))
+                node, at_end = members[group[node]], False
+            else:
+                segs += _own(node, s[node], e[node], kind[node], wait[node], g)
+                at_end = False
+            continue
+        how = by_s[node]
+        if how == _ANCHOR:
+            break
+        if how == _CHAIN:
+            segs.append((e[pred[node]], s[node], "host" if kind[node] in (LAUNCH, SYNC, HOST_OP) else "other", node))
+            node, at_end = pred[node], True
+        elif how == _XS:
+            segs.append((s[xs[node]], s[node], "launch", node))
+            node = xs[node]
+        else:
+            segs.append((e[xe[node]], s[node], "sync" if kind[node] == HOST_OP else "other", node))
+            node, at_end = xe[node], True
+    return segs
+
+
+def _members(group: np.ndarray, start: np.ndarray) -> dict[int, int]:
+    """Per collective, its last-arriving member."""
+    idx = np.flatnonzero(group >= 0)
+    if not len(idx):
+        return {}
+    order = idx[np.lexsort((start[idx], group[idx]))]
+    last = np.r_[group[order][1:] != group[order][:-1], True]
+    return dict(zip(group[order][last].tolist(), order[last].tolist()))
+
+
+def _own(node: int, s: int, e: int, kind: int, wait_ns: int, g: Graph) -> list[tuple]:
+    if kind == GPU:
+        return [(s, e, "compute", node)]
+    if kind == COLL:  # unmatched (a matched one ends by its group): the wait estimate first
+        w = min(max(wait_ns, 0), e - s)
+        return [(s + w, e, "comm", node), (s, s + w, "wait", node)]
+    if kind == LAUNCH:
+        return [(s, e, "launch", node)]
+    if kind == SYNC:
+        return [(s, e, "sync", node)]
+    return [(s, e, "comm" if g.op_class[node] == "communication" else "compute", node)]
+
+
+def _segments(segs: list[tuple], g: Graph | None = None) -> pd.DataFrame:
+    if not segs:
+        return pd.DataFrame({"t0_ns": np.empty(0, np.int64), "t1_ns": np.empty(0, np.int64), "category": [],
+                             "rank": np.empty(0, np.int64), "chain": np.empty(0, np.int64),
+                             "node": np.empty(0, np.int64), "name": []})
+    t0, t1, cat, node = (np.array(c) for c in zip(*segs))
+    return pd.DataFrame({"t0_ns": t0.astype(np.int64), "t1_ns": t1.astype(np.int64), "category": cat,
+                         "rank": g.rank[node], "chain": g.chain[node], "node": node.astype(np.int64),
+                         "name": g.name[node]})
+
+
+def wait_estimate(g: Graph) -> np.ndarray:
+    """Per unmatched collective, its time beyond the fastest of its rank's instances of the same
+    name and size (the rest is taken as the transfer); 0 elsewhere."""
+    out = np.zeros(len(g), np.int64)
+    idx = np.flatnonzero((g.kind == COLL) & (g.group < 0))
+    if not len(idx):
+        return out
+    dur = g.end_ns[idx] - g.start_ns[idx]
+    key = pd.DataFrame({"r": g.rank[idx], "n": g.name[idx].astype(str), "b": np.nan_to_num(g.msg_bytes[idx], nan=-1)})
+    least = pd.Series(dur).groupby([key["r"], key["n"], key["b"]]).transform("min").to_numpy()
+    out[idx] = dur - least
+    return out
+
+
+def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
+    """Per step (sorted): begin_ns and end_ns of its window (module docstring); one window,
+    step -1, for a trace without steps."""
+    work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
+    steps = g.step if (g.step >= 0).any() else np.zeros(len(g), np.int64) - 1
+    sel = work & ((steps >= 0) if (steps >= 0).any() else True)
+    if not sel.any():
+        return pd.DataFrame({"step": [], "begin_ns": [], "end_ns": []})
+    ends = pd.Series(end_ns[sel]).groupby(steps[sel]).max().sort_index()
+    first = steps == ends.index[0]
+    begin = np.r_[start_ns[first].min(), ends.to_numpy()[:-1]]
+    return pd.DataFrame({"step": ends.index.to_numpy(dtype=np.int64), "begin_ns": begin.astype(np.int64),
+                         "end_ns": ends.to_numpy(dtype=np.int64)})
+
+
+def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:
+    """Per window and category, its path's ns inside it (a segment running backwards, where
+    concurrent host calls overlap, counts negative); columns step + CATEGORIES, the compute by
+    op class (`compute_by_class`), and the ranks and chains the path runs through."""
+    rows = []
+    for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
+        seg = paths[int(step)].segments
+        lo, hi = np.minimum(seg["t0_ns"], seg["t1_ns"]).to_numpy(), np.maximum(seg["t0_ns"], seg["t1_ns"]).to_numpy()
+        sign = np.where(seg["t1_ns"].to_numpy() >= seg["t0_ns"].to_numpy(), 1, -1)
+        ns = sign * np.clip(np.minimum(hi, e) - np.maximum(lo, b), 0, None)
+        inside = ns != 0
+        by = pd.Series(ns[inside]).groupby(seg["category"].to_numpy()[inside]).sum()
+        compute = inside & (seg["category"] == "compute").to_numpy()
+        classes = pd.Series(ns[compute]).groupby(g.op_class[seg["node"].to_numpy()[compute]]).sum()
+        rows.append({"step": int(step), **{c: int(by.get(c, 0)) for c in CATEGORIES},
+                     "compute_by_class": {str(k): int(v) for k, v in classes.sort_values(ascending=False).items()},
+                     "ranks": sorted(set(seg["rank"].to_numpy()[inside].tolist())),
+                     "chains": sorted(set(seg["chain"].to_numpy()[inside].tolist()))})
+    return pd.DataFrame(rows)
+
+
+def host_names(g: Graph, seg: pd.DataFrame) -> np.ndarray:
+    """Each segment's name, host time named by the innermost range, CPU op or OS call of its
+    rank's host frame that covers its middle (the latest-begun of those covering it)."""
+    names = seg["name"].to_numpy(dtype=object).copy()
+    host = np.flatnonzero((seg["category"] == "host").to_numpy())
+    for r in np.unique(seg["rank"].to_numpy()[host]).tolist():
+        spans = g.ranks[r].host_spans
+        if not len(spans):
+            continue
+        off = g.offsets_ns.get(r, 0)
+        order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
+        s0 = spans["start_ns"].to_numpy(dtype=np.int64)[order] + off
+        s1 = spans["end_ns"].to_numpy(dtype=np.int64)[order] + off
+        label = spans["name"].to_numpy(dtype=object)[order]
+        mine = host[seg["rank"].to_numpy()[host] == r]
+        names[mine] = "(no CPU op or range)"
+        mid = (seg["t0_ns"].to_numpy()[mine] + seg["t1_ns"].to_numpy()[mine]) // 2
+        at = np.searchsorted(s0, mid, side="right") - 1
+        found = np.full(len(mine), -1)
+        for back in range(16):  # nested spans: the innermost holding mid is among the last begun
+            k = at - back
+            hit = (found < 0) & (k >= 0) & (s1[np.maximum(k, 0)] > mid)
+            found[hit] = k[hit]
+        names[mine[found >= 0]] = label[found[found >= 0]]
+    return names
+
+
+def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -> dict[int, list[dict]]:
+    """Per step, the `n` (category, rank, name) with the most path time in its window (host
+    time under the host span that holds it: host_names)."""
+    out = {}
+    for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
+        seg = paths[int(step)].segments
+        seg = seg.assign(name=host_names(g, seg))
+        ns = np.clip(np.minimum(seg["t1_ns"], e) - np.maximum(seg["t0_ns"], b), 0, None).to_numpy()
+        frame = seg.assign(ns=ns)[ns > 0]
+        agg = frame.groupby(["category", "rank", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(n)
+        out[int(step)] = [{"what": c, "rank": int(r), "name": str(nm), "ns": int(v)} for (c, r, nm), v in agg.items()]
+    return out

@@ -1,0 +1,88 @@
+"""Renderers of `tracelab whatif` (analyse.WhatIf per input): terminal tables, CSV, JSON
+(strict: null, never NaN; the shape of issue 27). Units converted here only."""
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..fmt import ms_cell
+from ..jsonout import dumps, strict
+from .analyse import SCENARIO_COLUMNS, WhatIf
+from .path import CATEGORIES
+
+PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
+
+
+def _step(step) -> str:
+    return "whole trace" if step is None or pd.isna(step) or step < 0 else str(int(step))
+
+
+def _steps_table(label: str, w: WhatIf) -> Table:
+    t = Table(title=f"{label}critical path per step (ms): measured, replayed, and what the path is made of",
+              title_justify="left", show_edge=False)
+    for h in ["step", "measured", "replayed", *CATEGORIES, "ranks", "top on the path"]:
+        t.add_column(h, justify="left" if h in ("ranks", "top on the path") else "right")
+    for r in w.steps.itertuples(index=False):
+        top = r.top[0] if r.top else None
+        t.add_row(_step(r.step) + ("" if r.claimed else " *"), ms_cell(r.step_ns), ms_cell(r.replayed_ns),
+                  *(ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
+                  f"{top['what']} {top['name']} (rank {top['rank']}, {ms_cell(top['ns'])})" if top else "")
+    return t
+
+
+def _scenario_table(label: str, w: WhatIf) -> Table:
+    t = Table(title=f"{label}what if (ms per step, mean over the steps that claim a saving; joint replays, never sums)",
+              title_justify="left", show_edge=False)
+    for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %"]:
+        t.add_column(h, justify="left" if h == "scenario" else "right")
+    for r in w.scenarios.itertuples(index=False):
+        name = f"{r.name} ({r.args})" if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name)
+        t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
+                  "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}")
+    return t
+
+
+def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
+    items = []
+    for path, w in parts:
+        label = f"{path}: " if len(parts) > 1 else ""
+        if len(w.steps):
+            items += [_steps_table(label, w), Text(""), _scenario_table(label, w)]
+        items += [Text(f"{label}{n}") for n in w.notes]
+        if len(w.steps) and not w.steps["claimed"].all():
+            items.append(Text("* the unchanged replay does not reproduce this step: no saving is claimed for it"))
+    return Group(*items)
+
+
+def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
+    """The scenarios, one row per input and scenario (the steps are in the JSON)."""
+    frames = [w.scenarios.assign(input=path)[["input", *SCENARIO_COLUMNS]] for path, w in parts if len(w.scenarios)]
+    buf = io.StringIO()
+    (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS])).to_csv(
+        buf, index=False)
+    return buf.getvalue()
+
+
+def _doc(w: WhatIf) -> dict:
+    steps = [{"step": None if s.step < 0 else int(s.step), "step_ns": s.step_ns, "replayed_ns": s.replayed_ns,
+              "claimed": bool(s.claimed), "unexplained_ns": int(s.unexplained_ns),
+              "path": {k: int(getattr(s, k)) for k in PATH_KEYS}, "compute_by_class": dict(s.compute_by_class),
+              "path_ranks": list(s.path_ranks),
+              "path_chains": list(s.path_chains), "top": s.top} for s in w.steps.itertuples(index=False)]
+    scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
+                  "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac}
+                 for r in w.scenarios.itertuples(index=False)]
+    return strict({"steps": steps, "scenarios": scenarios, "notes": w.notes})
+
+
+def to_json(parts: list[tuple[str, WhatIf]]) -> str:
+    if len(parts) == 1:
+        return dumps(_doc(parts[0][1]))
+    return dumps({"inputs": [{"input": path, **_doc(w)} for path, w in parts]})
+
+
+WHATIF_RENDERERS = {"table": to_table, "csv": to_csv, "json": to_json}

@@ -1,0 +1,166 @@
+"""The discrete-event replay of a Graph (join.py) under a set of durations and offsets
+(`Params`: the measured ones, or a scenario's). Pure, numpy.
+
+Every node starts at the latest of: its chain predecessor's end plus its gap, its launch
+call's start plus its offset, the end of a node it waits on plus its offset, and, pinned,
+its measured start; it ends `dur_ns` later, or later still where a sync edge or its
+collective (the last rank's arrival, plus its own transfer) holds it.
+
+Along one chain that is a max-plus recurrence, e[i] = max(e[i-1] + gap[i] + dur[i], b[i])
+with b[i] the node's own bound from other chains, solved for a whole chain at once:
+e = C + cummax(b - C), C the running sum of gap + dur. Chains are solved in turn until no
+chain changes (a chain is solved again only when a chain it reads from changed); the graph
+has no cycle, so that ends after as many rounds as the longest path switches chains.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracelab.errors import TracelabError
+
+from .edges import EdgeArrays
+from .join import Graph
+
+NEG = -(1 << 60)
+MAX_ROUNDS = 100_000
+
+
+@dataclass
+class Params(EdgeArrays):
+    """What one replay runs on: the edges (EdgeArrays) with each node's duration, chain and
+    collective (-1: none), in ns."""
+
+    dur_ns: np.ndarray
+    chain: np.ndarray
+    group: np.ndarray
+
+    def copy(self) -> "Params":
+        return replace(self, **{k: v.copy() for k, v in self.__dict__.items()})
+
+
+def measured(g: Graph) -> Params:
+    """The Params that put every node where it was measured."""
+    ed = g.edges
+    dur = np.where(g.group >= 0, g.transfer_ns, g.end_ns - g.start_ns).astype(np.int64)
+    dur = np.where(ed.y_src >= 0, np.minimum(dur, ed.y_off_ns), dur)  # a sync that waited: its return latency
+    return Params(dur_ns=dur,
+                  chain=g.chain.copy(), gap_ns=ed.gap_ns.copy(), xs_src=ed.xs_src.copy(), xs_off_ns=ed.xs_off_ns.copy(),
+                  xe_src=ed.xe_src.copy(), xe_off_ns=ed.xe_off_ns.copy(), y_src=ed.y_src.copy(),
+                  y_off_ns=ed.y_off_ns.copy(), pinned=ed.pinned.copy(), group=g.group.copy())
+
+
+@dataclass
+class Replayed:
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    order: np.ndarray  # nodes by chain, then measured start
+    pred: np.ndarray  # chain predecessor per node (-1: first)
+    rounds: int
+
+
+class ReplayError(TracelabError):
+    """The replay did not settle (a cycle in the graph: a bug, or a trace whose times contradict)."""
+
+
+def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
+    """Start and end of every node under `p` (module docstring). Solved from nothing known
+    (`cold`), or from the measured times (fewer rounds where little changes; same answer)."""
+    n = len(g)
+    order = np.lexsort((g.end_ns, g.start_ns, p.chain))
+    bounds = np.flatnonzero(np.r_[True, p.chain[order][1:] != p.chain[order][:-1], True])
+    chains = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    pred = np.full(n, -1, np.int64)
+    for idx in chains:
+        pred[idx[1:]] = idx[:-1]
+    s = np.append(np.full(n, NEG, np.int64) if cold else g.start_ns.astype(np.int64), NEG)
+    e = np.append(np.full(n, NEG, np.int64) if cold else g.end_ns.astype(np.int64), NEG)
+    src = {k: np.where(getattr(p, k) >= 0, getattr(p, k), n) for k in ("xs_src", "xe_src", "y_src")}
+    chain_of = np.append(np.repeat(np.arange(len(chains)), [len(c) for c in chains])[np.argsort(order)], -1)
+    readers = _readers(chains, src, chain_of, p.group)
+    prepared = [_prepare(idx, g, p, src) for idx in chains]
+    gr = _groups(p.group)
+    dirty = set(range(len(chains)))
+    rounds = 0
+    while dirty:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise ReplayError(None, f"the replay did not settle in {MAX_ROUNDS} rounds")
+        gmax = _group_max(s, gr)
+        for c in sorted(dirty):
+            dirty.discard(c)
+            if _solve(chains[c], prepared[c], s, e, gmax):
+                dirty |= readers[c]
+                if gr.count:
+                    gmax = _group_max(s, gr)
+    return Replayed(s[:n], e[:n], order, pred, rounds)
+
+
+def _prepare(idx: np.ndarray, g: Graph, p: Params, src: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    gap = p.gap_ns[idx].astype(np.int64)
+    gap[0] = 0
+    anchor = np.where(p.pinned[idx], g.start_ns[idx], NEG)
+    if p.xs_src[idx[0]] < 0 and p.xe_src[idx[0]] < 0:  # a chain's first node bound by nothing starts as measured
+        anchor[0] = g.start_ns[idx[0]]
+    return {"anchor": anchor, "xs": src["xs_src"][idx],
+            "xs_off": p.xs_off_ns[idx], "xe": src["xe_src"][idx], "xe_off": p.xe_off_ns[idx], "y": src["y_src"][idx],
+            "y_off": p.y_off_ns[idx], "gap": gap, "dur": p.dur_ns[idx].astype(np.int64),
+            "cum": np.cumsum(gap + p.dur_ns[idx]) - p.dur_ns[idx][0],
+            "group": np.where(p.group[idx] >= 0, p.group[idx], -1), "grouped": bool((p.group[idx] >= 0).any())}
+
+
+def _solve(idx: np.ndarray, c: dict[str, np.ndarray], s: np.ndarray, e: np.ndarray, gmax: np.ndarray) -> bool:
+    """One chain's starts and ends from the current values of the others; whether they changed."""
+    x = np.maximum(np.maximum(c["anchor"], s[c["xs"]] + c["xs_off"]), e[c["xe"]] + c["xe_off"])
+    y = e[c["y"]] + c["y_off"]
+    if c["grouped"]:
+        y = np.maximum(y, np.where(c["group"] >= 0, gmax[c["group"]] + c["dur"], NEG))
+    b = np.maximum(x + c["dur"], y)
+    end = c["cum"] + np.maximum.accumulate(np.maximum(b - c["cum"], NEG // 2))
+    start = np.maximum(np.r_[NEG, end[:-1]] + c["gap"], x)
+    if np.array_equal(end, e[idx]) and np.array_equal(start, s[idx]):
+        return False
+    s[idx], e[idx] = start, end
+    return True
+
+
+@dataclass
+class _Groups:
+    """The matched collectives' members, sorted by collective, and where each collective begins."""
+
+    members: np.ndarray
+    ids: np.ndarray
+    starts: np.ndarray
+    count: int
+
+
+def _groups(group: np.ndarray) -> _Groups:
+    members = np.flatnonzero(group >= 0)
+    members = members[np.argsort(group[members], kind="stable")]
+    ids = group[members]
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.empty(0, np.int64)
+    return _Groups(members, ids, starts, int(group.max()) + 1 if len(members) else 0)
+
+
+def _group_max(s: np.ndarray, gr: _Groups) -> np.ndarray:
+    """Per collective, its last rank's arrival (the latest start of its members)."""
+    out = np.full(max(gr.count, 1), NEG, np.int64)
+    if len(gr.members):
+        out[gr.ids[gr.starts]] = np.maximum.reduceat(s[gr.members], gr.starts)
+    return out
+
+
+def _readers(chains: list[np.ndarray], src: dict[str, np.ndarray], chain_of: np.ndarray, group: np.ndarray
+             ) -> list[set[int]]:
+    """Per chain, the chains that read its nodes' times (to solve again when it changes)."""
+    readers: list[set[int]] = [set() for _ in chains]
+    for c, idx in enumerate(chains):
+        for k in ("xs_src", "xe_src", "y_src"):
+            for other in np.unique(chain_of[src[k][idx]]).tolist():
+                if other >= 0 and other != c:
+                    readers[other].add(c)
+    with_groups = [c for c, idx in enumerate(chains) if (group[idx] >= 0).any()]
+    for c in with_groups:
+        readers[c] |= set(with_groups) - {c}
+    return readers

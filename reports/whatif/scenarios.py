@@ -1,0 +1,223 @@
+"""What-if scenarios: each changes the replay's Params (durations, offsets, chains) of a
+Graph; several given together change one Params, replayed once (never summed). Pure.
+
+- `no-host-gaps`: the host issues work as fast as the device takes it (a whole-step CUDA
+  graph, torch.compile's reduce-overhead): no time between host calls, launch calls take none
+  but the first of each step and rank (a graph launch's cost), every launched op starts its
+  rank's least launch-to-start delay after its launch, syncs keep their return latency and
+  still wait for the GPU. In a CPU-only trace, no time between a thread's CPU ops.
+- `remove:REGEX[@RANK]`: GPU ops (CPU ops in a CPU-only trace) whose name or scope matches
+  take no time, the launch calls of only such ops too, and so does the host's time inside
+  ranges, CPU ops and OS calls of a matching name (a host stall in a named range); on RANK only.
+- `scale:REGEX=F`: ops whose name or scope matches take F times as long.
+- `roofline`: every GPU op whose work the trace gives takes its roofline time (never longer
+  than measured); the rest as measured.
+- `balance`: per step, each rank's work (its GPU ops but collectives, or its CPU ops in a
+  CPU-only trace) above the lower median rank's is scaled down to it: the straggler removed.
+- `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
+  their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
+  arrival); in a CPU-only trace, host threads no longer block on collectives. An upper bound:
+  the trace does not say which later op reads a collective's result.
+- `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
+  bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from tracelab.errors import UsageError
+
+from ..steps import collectives as C
+from ..steps.timeline import covered, merge_intervals
+from .join import Graph
+from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .replay import Params
+
+DEFAULTS = ("no-host-gaps", "roofline", "balance", "overlap-comm")
+NAMES = ("no-host-gaps", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
+
+
+@dataclass
+class Scenario:
+    """One parsed scenario: its name, its argument (as given) and what it does to Params."""
+
+    name: str
+    arg: str
+    apply: Callable[[Graph, Params], None]
+    matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}:{self.arg}" if self.arg else self.name
+
+
+def parse(spec: str) -> Scenario:
+    """A scenario from its text (module docstring); UsageError naming --scenario otherwise."""
+    name, _, arg = spec.partition(":")
+    if name in ("no-host-gaps", "roofline", "balance", "overlap-comm") and not arg:
+        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance,
+                                   "overlap-comm": _overlap_comm}[name])
+    if name == "remove" and arg:
+        pattern, _, rank = arg.rpartition("@") if re.search(r"@\d+$", arg) else (arg, "", "")
+        regex = _regex(pattern)
+        at = int(rank) if rank else None
+        return Scenario(name, arg, lambda g, p: _remove(g, p, regex, at), lambda g: _count(g, regex, at, spans=True))
+    if name == "scale" and "=" in arg:
+        pattern, _, factor = arg.rpartition("=")
+        f = _number(factor, spec)
+        regex = _regex(pattern)
+        return Scenario(name, arg, lambda g, p: _scale(g, p, regex, f), lambda g: _count(g, regex, None, spans=False))
+    if name == "busbw" and arg:
+        gb_s = _number(arg, spec)
+        if gb_s <= 0:
+            raise UsageError("--scenario", f"{spec!r}: the bus bandwidth must be above 0 GB/s")
+        return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
+    raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, remove:REGEX[@RANK], scale:REGEX=F, "
+                                   "roofline, balance, overlap-comm, busbw:GBPS")
+
+
+def _regex(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise UsageError("--scenario", f"{pattern!r} is not a regular expression: {e}") from None
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError("--scenario", f"{spec!r}: {text!r} is not a number") from None
+    if not np.isfinite(value) or value < 0:
+        raise UsageError("--scenario", f"{spec!r}: {text!r} must be a finite number, at least 0")
+    return value
+
+
+def _work(g: Graph) -> np.ndarray:
+    """Nodes that are ops of the device's work (GPU ops, collectives; CPU ops of a CPU-only trace)."""
+    return np.isin(g.kind, (GPU, COLL, HOST_OP))
+
+
+def _matching(g: Graph, regex: re.Pattern, rank: int | None) -> np.ndarray:
+    names = pd.Series(g.name.astype(str)).str.contains(regex) | pd.Series(g.scope.astype(str)).str.contains(regex)
+    hit = names.to_numpy() & _work(g)
+    return hit & (g.rank == rank) if rank is not None else hit
+
+
+def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
+    """Ops (and, with `spans`, host ranges, CPU ops and OS calls) matching `regex`, on `rank` or all."""
+    n = int(_matching(g, regex, rank).sum())
+    if spans:
+        n += sum(int(rg.host_spans["name"].str.contains(regex).sum()) for r, rg in g.ranks.items()
+                 if rank is None or r == rank)
+    return n
+
+
+def _no_host_gaps(g: Graph, p: Params) -> None:
+    host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
+    p.gap_ns[host] = 0
+    if g.cpu_only:
+        return
+    keep = _first_launch_of_steps(g)
+    p.dur_ns[(g.kind == LAUNCH) & ~keep] = 0
+    p.dur_ns[(g.kind == SYNC) & (p.y_src < 0)] = 0
+    launched = p.xs_src >= 0
+    p.xs_off_ns[launched] = np.minimum(p.xs_off_ns[launched], g.edges.launch_floor_ns[launched])
+
+
+def _first_launch_of_steps(g: Graph) -> np.ndarray:
+    idx = np.flatnonzero(g.kind == LAUNCH)
+    frame = pd.DataFrame({"i": idx, "r": g.rank[idx], "s": g.step[idx], "t": g.start_ns[idx]})
+    first = frame.sort_values("t").drop_duplicates(["r", "s"])["i"].to_numpy()
+    out = np.zeros(len(g), bool)
+    out[first] = True
+    return out
+
+
+def _remove(g: Graph, p: Params, regex: re.Pattern, rank: int | None) -> None:
+    hit = _matching(g, regex, rank)
+    p.dur_ns[hit] = 0
+    p.group[hit & (g.kind == COLL)] = -1
+    launched = pd.Series(hit[g.launch >= 0]).groupby(g.launch[g.launch >= 0]).all()
+    only = launched[launched].index.to_numpy(dtype=np.int64)
+    p.dur_ns[only] = 0
+    for r, rg in g.ranks.items():
+        if rank is not None and r != rank:
+            continue
+        spans = rg.host_spans[rg.host_spans["name"].str.contains(regex)]
+        if len(spans):
+            off = g.offsets_ns.get(r, 0)
+            _drop_host_time(g, p, r, spans["start_ns"].to_numpy(np.int64) + off, spans["end_ns"].to_numpy(np.int64) + off)
+
+
+def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.ndarray) -> None:
+    """The host's time inside [start, end) spans of one rank: gaps shrink by what they cover,
+    calls inside take none and wait for nothing."""
+    u0, u1 = merge_intervals(start, end)
+    host = np.flatnonzero(np.isin(g.kind, (LAUNCH, SYNC, HOST_OP)) & (g.rank == rank))
+    if not len(host):
+        return
+    order = host[np.lexsort((g.start_ns[host], g.chain[host]))]
+    prev_end = np.r_[g.start_ns[order[0]], g.end_ns[order[:-1]]]
+    first = np.r_[True, g.chain[order][1:] != g.chain[order][:-1]]
+    gap_lo = np.where(first, g.start_ns[order], np.minimum(prev_end, g.start_ns[order]))
+    p.gap_ns[order] -= np.minimum(covered(gap_lo, g.start_ns[order], u0, u1), np.maximum(p.gap_ns[order], 0))
+    inside = covered(g.start_ns[host], g.end_ns[host], u0, u1) >= (g.end_ns[host] - g.start_ns[host])
+    calls = host[inside & (g.kind[host] != HOST_OP)]
+    p.dur_ns[calls] = 0
+    p.y_src[calls] = -1
+
+
+def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
+    hit = _matching(g, regex, None)
+    p.dur_ns[hit] = np.rint(p.dur_ns[hit] * factor).astype(np.int64)
+
+
+def _roofline(g: Graph, p: Params) -> None:
+    known = ~np.isnan(g.roof_ns) & (g.kind == GPU)
+    p.dur_ns[known] = np.minimum(p.dur_ns[known], np.rint(g.roof_ns[known]).astype(np.int64))
+
+
+def _balance(g: Graph, p: Params) -> None:
+    work = np.flatnonzero((g.kind == HOST_OP) if g.cpu_only else (g.kind == GPU))
+    work = work[(g.step[work] >= 0) & (g.op_class[work] != "communication")]
+    if not len(work) or len(set(g.rank.tolist())) < 2:
+        return
+    frame = pd.DataFrame({"i": work, "r": g.rank[work], "s": g.step[work], "d": p.dur_ns[work]})
+    per = frame.groupby(["s", "r"])["d"].sum()
+    target = per.groupby(level="s").transform(lambda v: np.sort(v.to_numpy())[(len(v) - 1) // 2])
+    factor = (target / per).clip(upper=1.0)
+    f = factor.reindex(pd.MultiIndex.from_frame(frame[["s", "r"]])).to_numpy()
+    p.dur_ns[work] = np.rint(p.dur_ns[work] * f).astype(np.int64)
+
+
+def _overlap_comm(g: Graph, p: Params) -> None:
+    if g.cpu_only:
+        waits = (p.xe_src >= 0) & (g.kind == HOST_OP)
+        waits &= g.kind[np.maximum(p.xe_src, 0)] == COLL
+        p.xe_src[waits] = -1
+        return
+    comm = g.kind == COLL
+    order = np.lexsort((g.start_ns, g.chain))
+    pred_comm = np.zeros(len(g), bool)
+    same = g.chain[order[1:]] == g.chain[order[:-1]]
+    pred_comm[order[1:][same]] = comm[order[:-1][same]]
+    p.gap_ns[pred_comm & ~comm] = np.minimum(p.gap_ns[pred_comm & ~comm], 0)
+    p.gap_ns[comm] = np.minimum(p.gap_ns[comm], 0)
+    p.chain[comm] = p.chain[comm] + int(g.chain.max()) + 1
+    p.pinned[comm & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
+
+
+def _busbw(g: Graph, p: Params, gb_s: float) -> None:
+    idx = np.flatnonzero((g.group >= 0) & ~np.isnan(g.msg_bytes))
+    kinds = [C.collective_type(str(n)) for n in g.name[idx]]
+    factor = np.array([C.BUS_FACTOR.get(k, lambda n: np.nan)(int(n)) for k, n in zip(kinds, g.group_ranks[idx])],
+                      dtype=np.float64)
+    algbw = gb_s / factor  # GB/s = bytes per ns
+    ok = np.isfinite(algbw) & (algbw > 0)
+    p.dur_ns[idx[ok]] = np.rint(g.msg_bytes[idx[ok]] / algbw[ok]).astype(np.int64)

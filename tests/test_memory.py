@@ -1,0 +1,337 @@
+"""Where the memory went (issue 32): the memory frame of Kineto `[memory]` events, nsys
+CUDA_GPU_MEMORY_USAGE_EVENTS and snapshot pickles; `tracelab memory` per step and rank against a
+plain walk of the raw JSON; the findings (imbalance on a 2-rank CPU capture where rank 1 holds
+16 MiB more, and not on its twin); broken inputs; a pickle that would run code."""
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import shutil
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracelab
+from tracelab import cache, schema
+from tracelab.errors import TracelabError, TraceFormatError
+from tracelab.parsers import snapshot
+from tracelab.reports.memory import across, memory as analysis
+from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
+
+from malformed import run_cli, run_cli_output
+
+DATA = Path(__file__).parent / "data"
+IMBALANCED = DATA / "train-2cpu-memory-torch"
+EQUAL = DATA / "train-2cpu-memory-equal-torch"
+
+
+def _raw(path: Path) -> list[dict]:
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def _walk(path: Path) -> dict:
+    """Per step N (the `step N` range), from the raw events alone: allocated at start and end,
+    the peak; and the blocks live at the rank's highest peak, per address replayed."""
+    events = _raw(path)
+    memory = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    steps = {int(e["name"].split()[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "user_annotation" and e["name"].startswith("step ")}
+    out = {}
+    for n, (t0, t1) in sorted(steps.items()):
+        mine = [m for m in memory if t0 <= m["ts"] <= t1]
+        totals = [m["args"]["Total Allocated"] for m in mine]
+        start = totals[0] - mine[0]["args"]["Bytes"]
+        out[n] = {"start": start, "end": totals[-1], "peak": max([start, *totals])}
+    return {"steps": out, "memory": memory}
+
+
+def _live_at(memory: list[dict], peak_bytes: int) -> int:
+    """Bytes of the blocks allocated and not freed when the total first reaches `peak_bytes`."""
+    live: dict[int, int] = {}
+    for m in memory:
+        a = m["args"]
+        if a["Bytes"] > 0:
+            live[a["Addr"]] = a["Bytes"]
+        else:
+            live.pop(a["Addr"], None)
+        if a["Total Allocated"] == peak_bytes:
+            return sum(live.values())
+    raise AssertionError("peak not reached")
+
+
+@pytest.mark.parametrize("folder", [IMBALANCED, EQUAL])
+def test_memory_frame_holds_every_memory_event(folder):
+    for rank in (0, 1):
+        path = folder / f"rank{rank}.pt.trace.json.gz"
+        raw = [e for e in _raw(path) if e.get("name") == "[memory]"]
+        mem = tracelab.load(path).memory
+        assert len(mem) == len(raw) > 100
+        assert int(mem["bytes"].sum()) == sum(e["args"]["Bytes"] for e in raw)
+        assert sorted(mem["total_allocated_bytes"].astype(int)) == sorted(e["args"]["Total Allocated"] for e in raw)
+        assert mem["total_reserved_bytes"].isna().all()  # the CPU allocator caches nothing
+        assert (mem["device"] == -1).all()
+        assert {"forward", "backward", "forward/layers.0"} <= set(mem["scope"])
+        assert mem["step"].dropna().astype(int).unique().tolist() == [0, 1, 2]
+
+
+def test_steps_against_a_walk_of_the_json(capsys):
+    status, out, _ = run_cli_output(capsys, "memory", str(IMBALANCED), "--format", "json", "--top", "3")
+    assert status == 0
+    doc = json.loads(out)
+    assert list(doc) == ["steps"] and len(doc["steps"]) == 6
+    for row in doc["steps"]:
+        assert list(row) == [*JSON_STEP_KEYS, "top"]
+        want = _walk(IMBALANCED / f"rank{row['rank']}.pt.trace.json.gz")["steps"][row["step"]]
+        assert (row["allocated_start_bytes"], row["allocated_end_bytes"], row["peak_allocated_bytes"]) == (
+            want["start"], want["end"], want["peak"])
+        assert row["reserved_bytes"] is None and row["held_back_bytes"] is None
+        assert {t["by"] for t in row["top"]} <= {"scope", "op", "before_trace"}
+
+
+def test_live_at_the_peak_against_a_replay():
+    path = IMBALANCED / "rank1.pt.trace.json.gz"
+    walk = _walk(path)
+    peak = max(s["peak"] for s in walk["steps"].values())
+    digest = analysis.rank_memory(tracelab.load(path).memory, None, 1, top=None)
+    top = digest.top[digest.top["step"] == digest.steps["step"].iloc[0]]
+    for by in ("scope", "op"):
+        assert top.loc[top["by"] == by, "bytes"].sum() == _live_at(walk["memory"], peak)
+    scopes = dict(zip(top.loc[top["by"] == "scope", "name"], top.loc[top["by"] == "scope", "bytes"]))
+    assert scopes["extra_memory"] == 16 * 2**20  # --extra-memory-mb 1:16
+    assert top.loc[top["by"] == "before_trace", "bytes"].item() == 0  # CPU totals count the profiled window only
+
+
+def test_imbalance_found_where_one_rank_holds_more_and_not_on_its_twin(capsys):
+    status, out, _ = run_cli_output(capsys, "memory", str(IMBALANCED))
+    assert status == 0 and "rank 1 peaks at 26.77 MiB of memory, 149% above the other ranks' median" in out
+    status, out, _ = run_cli_output(capsys, "memory", str(EQUAL))
+    assert status == 0 and "finding:" not in out
+
+
+@pytest.mark.slow
+def test_every_command_ends_on_the_memory_finding(capsys):
+    status, out, _ = run_cli_output(capsys, "breakdown", str(IMBALANCED))
+    assert status == 0 and "rank 1 peaks at 26.77 MiB" in out
+
+
+def test_compare_of_two_runs_peaks(capsys):
+    status, out, _ = run_cli_output(capsys, "memory", str(EQUAL), str(IMBALANCED), "--format", "csv")
+    assert status == 0
+    steps = pd.read_csv(__import__("io").StringIO(out))
+    assert set(steps["input"]) == {str(EQUAL), str(IMBALANCED)}
+    digests = [(str(f), {r: analysis.rank_memory(tracelab.load(f / f"rank{r}.pt.trace.json.gz").memory, None, r)
+                         for r in (0, 1)}) for f in (EQUAL, IMBALANCED)]
+    runs = across.combine(digests).runs.set_index(["input", "rank"])
+    assert runs.loc[(str(IMBALANCED), 1), "delta_bytes"] == 16 * 2**20
+    assert runs.loc[(str(IMBALANCED), 0), "delta_bytes"] == 0
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    doc = json.loads(gzip.decompress((IMBALANCED / "rank0.pt.trace.json.gz").read_bytes()))
+    first = next(e for e in doc["traceEvents"] if e.get("name") == "[memory]")
+    edit(first["args"])
+    out = tmp_path / "rank0.pt.trace.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda a: a.update({"Bytes": "many"}), "Bytes"),
+    (lambda a: a.update({"Total Allocated": -5}), "Total Allocated -5 is negative"),
+    (lambda a: a.update({"Total Reserved": 1.5}), "Total Reserved"),
+    (lambda a: a.pop("Bytes"), "no Bytes"),
+])
+def test_broken_memory_events_are_one_line(tmp_path, capsys, edit, says):
+    path = _edited(tmp_path, edit)
+    status, err = run_cli(capsys, "memory", str(path))
+    assert status == 2 and len(err) == 1 and str(path) in err[0] and says in err[0], err
+
+
+def test_cache_keeps_the_memory_frame(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    monkeypatch.setattr(cache, "RACY_S", -1.0)
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    shutil.copy(IMBALANCED / "rank0.pt.trace.json.gz", path)
+    fresh = tracelab.load(path).memory
+    assert any((tmp_path / "cache").glob("*/0.memory.parquet"))
+    cached = tracelab.load(path).memory
+    pd.testing.assert_frame_equal(fresh, cached)
+    schema.validate_memory(cached)
+
+
+def test_traces_without_memory_say_so(capsys):
+    status, out, _ = run_cli_output(capsys, "memory", str(DATA / "ddp-2gpu-equal-proton"))
+    assert status == 0 and "proton records no memory events" in out
+    status, out, _ = run_cli_output(capsys, "memory", str(DATA / "gloo-2cpu-equal"), "--format", "json")
+    assert status == 0 and json.loads(out) == {"steps": []}
+
+
+def test_allocator_calls_from_the_host_frame():
+    """graph-1gpu: 15 cudaMalloc and 3 cudaFree (which synchronise), torch and nsys alike."""
+    for path in (DATA / "graph-1gpu-torch/rank0.pt.trace.json.gz", DATA / "graph-1gpu-nsys/rank0.sqlite"):
+        host = tracelab.load(path).host
+        calls = analysis.allocator_calls(host, int(host["start_ns"].min()), int(host["start_ns"].max()))
+        assert (calls["alloc_calls"], calls["alloc_sync_calls"]) == (18, 3), path
+        mask = analysis.is_allocator(host)
+        assert calls["alloc_ns"] == int(host.loc[mask, "dur_ns"].sum())
+
+
+# ---- nsys: CUDA_GPU_MEMORY_USAGE_EVENTS -----------------------------------------------------------
+
+def _nsys_with_memory(tmp_path: Path, rows: list[tuple]) -> Path:
+    path = tmp_path / "rank0.sqlite"
+    shutil.copy(DATA / "graph-1gpu-nsys/rank0.sqlite", path)
+    with sqlite3.connect(path) as con:
+        pid, t0 = con.execute("SELECT globalPid, MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        con.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER, globalPid INTEGER, deviceId INTEGER, "
+                    "address INTEGER, bytes INTEGER, memKind INTEGER, memoryOperationType INTEGER)")
+        con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [(t0 + dt, pid, 0, addr, size, kind, op) for dt, addr, size, kind, op in rows])
+    return path
+
+
+NSYS_ROWS = [(-5_000, 0x1000, 2**30, 2, 0),  # before the capture: weights' segment
+             (1_000, 0x9000, 2**20, 1, 0),  # pinned host: not the GPU's
+             (2_000, 0x5000, 512 * 2**20, 2, 0), (3_000, 0x6000, 64 * 2**20, 2, 0), (4_000, 0x5000, 512 * 2**20, 2, 1)]
+
+
+def test_nsys_memory_is_reserved_only(tmp_path, capsys):
+    path = _nsys_with_memory(tmp_path, NSYS_ROWS)
+    mem = tracelab.load(path).memory
+    assert mem["total_allocated_bytes"].isna().all()
+    assert mem["total_reserved_bytes"].astype(int).tolist() == [2**30, 2**30 + 512 * 2**20, 2**30 + 576 * 2**20,
+                                                                  2**30 + 64 * 2**20]
+    status, out, _ = run_cli_output(capsys, "memory", str(path), "--format", "json")
+    assert status == 0
+    row = json.loads(out)["steps"][0]
+    assert row["peak_allocated_bytes"] is None and row["reserved_bytes"] == 2**30 + 576 * 2**20
+    status, out, _ = run_cli_output(capsys, "memory", str(path))
+    assert "allocated unknown" in out
+
+
+def test_nsys_broken_memory_table_is_one_line(tmp_path, capsys):
+    path = _nsys_with_memory(tmp_path, [(0, 1, 4096, 2, 7)])
+    status, err = run_cli(capsys, "memory", str(path))
+    assert status == 2 and len(err) == 1 and "memoryOperationType" in err[0]
+
+
+# ---- snapshot pickles -----------------------------------------------------------------------------
+
+def _snapshot() -> dict:
+    """A snapshot as torch.cuda.memory._snapshot() lays it out: at the dump, one 20 MiB segment
+    holding a 4 MiB weight (allocated before the history) and an 8 MiB activation."""
+    frames = [{"filename": "/x/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
+              {"filename": "/w/lm.py", "line": 60, "name": "forward"}, {"filename": "/w/train.py", "line": 9, "name": "step"}]
+    mib = 2**20
+    trace = [{"action": "segment_alloc", "addr": 0x100, "size": 20 * mib, "stream": 0, "time_us": 1_000, "frames": []},
+             {"action": "alloc", "addr": 0x100 + 4 * mib, "size": 8 * mib, "stream": 0, "time_us": 1_010, "frames": frames},
+             {"action": "alloc", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_020, "frames": frames},
+             {"action": "free_requested", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_030,
+              "frames": frames},
+             {"action": "free_completed", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_031,
+              "frames": frames}]
+    blocks = [{"address": 0x100, "size": 4 * mib, "requested_size": 4 * mib, "state": "active_allocated", "frames": []},
+              {"address": 0x100 + 4 * mib, "size": 8 * mib, "requested_size": 8 * mib, "state": "active_allocated",
+               "frames": frames},
+              {"address": 0x100 + 12 * mib, "size": 8 * mib, "state": "inactive", "frames": []}]
+    return {"segments": [{"device": 0, "address": 0x100, "total_size": 20 * mib, "stream": 0, "segment_type": "large",
+                          "allocated_size": 12 * mib, "active_size": 12 * mib, "blocks": blocks}],
+            "device_traces": [trace], "allocator_settings": {"expandable_segments": False}}
+
+
+def test_snapshot_replayed(tmp_path):
+    path = tmp_path / "rank0.memory.pickle"
+    path.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    mem = tracelab.load(path).memory
+    mib = 2**20
+    assert mem["bytes"].tolist() == [8 * mib, 2 * mib, -2 * mib]
+    assert mem["total_allocated_bytes"].astype(int).tolist() == [12 * mib, 14 * mib, 12 * mib]  # 4 MiB from before
+    assert mem["total_reserved_bytes"].astype(int).tolist() == [20 * mib] * 3
+    assert mem["time_ns"].tolist() == [0, 10_000, 20_000]
+    assert mem["op"].iloc[0] == "forward (lm.py:60)" and mem["scope"].iloc[0] == "train.py:step/lm.py:forward"
+    digest = analysis.rank_memory(mem, None, 0)
+    row = digest.steps.iloc[0]
+    assert (row["peak_allocated_bytes"], row["reserved_bytes"], row["held_back_bytes"]) == (14 * mib, 20 * mib, 6 * mib)
+    before = digest.top[digest.top["by"] == "before_trace"]["bytes"].item()
+    assert before == 4 * mib
+
+
+class _Boom:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    path = tmp_path / "rank0.memory.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Boom(str(marker))]]}, protocol=4))
+    with pytest.raises(TracelabError, match="posix.system|os.system") as caught:
+        tracelab.load(path)
+    assert isinstance(caught.value, TraceFormatError) and not marker.exists()
+    status, err = run_cli(capsys, "memory", str(path))
+    assert status == 2 and len(err) == 1 and "refused" in err[0] and not marker.exists()
+
+
+@pytest.mark.parametrize("doc, says", [
+    ({"no": "segments"}, "no 'segments' list"),
+    ({"segments": [], "device_traces": [[{"action": "alloc", "size": "big"}]]}, "size"),
+    ({"segments": [], "device_traces": [[{"action": "alloc", "size": 10, "addr": 1}]]}, "disagree"),
+    ({"segments": [], "device_traces": [[{"action": "alloc", "size": -3, "addr": 1}]]}, "negative"),
+    (["not", "a", "dict"], "no 'segments' list"),
+])
+def test_broken_snapshots_are_one_line(tmp_path, capsys, doc, says):
+    path = tmp_path / "rank0.memory.pickle"
+    path.write_bytes(pickle.dumps(doc, protocol=4))
+    status, err = run_cli(capsys, "memory", str(path))
+    assert status == 2 and len(err) == 1 and says in err[0], err
+
+
+# ---- the rules on hand-made digests ---------------------------------------------------------------
+
+def _steps(rank: int, peak: int, reserved: int | None = None, calls: tuple[int, ...] = (0, 0)) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": rank, "step": s, "device": 0, "allocated_start_bytes": 0, "allocated_end_bytes": 0,
+                          "peak_allocated_bytes": peak, "peak_at_ns": 0, "peak_during": "", "reserved_bytes": reserved,
+                          "held_back_bytes": None, "alloc_calls": c, "alloc_ns": 1000 * c, "alloc_sync_calls": 0}
+                         for s, c in enumerate(calls)])
+
+
+def _digest(steps: pd.DataFrame) -> analysis.RankMemory:
+    empty = pd.DataFrame({c: [] for c in analysis.TOP_COLUMNS})
+    return analysis.RankMemory(-1, steps, empty, pd.DataFrame(), pd.DataFrame())
+
+
+@pytest.mark.parametrize("peaks, flagged", [((100, 100, 111), [2]), ((100, 100, 110), []), ((100, 130), [1]),
+                                            ((100,), [])])
+def test_imbalance_rule(peaks, flagged):
+    m = across.combine([("run", {r: _digest(_steps(r, p)) for r, p in enumerate(peaks)})])
+    assert [f[2]["rank"] for f in m.found] == flagged
+
+
+def test_fragmentation_and_allocator_rules():
+    m = across.combine([("run", {0: _digest(_steps(0, 100, reserved=121)), 1: _digest(_steps(1, 100, reserved=120))})])
+    assert [f[2]["rank"] for f in m.found] == [0] and "expandable_segments:True" in m.found[0][0]
+    m = across.combine([("run", {0: _digest(_steps(0, 100, calls=(5, 0, 0))), 1: _digest(_steps(1, 100, calls=(5, 2, 0)))})])
+    assert [(f[2]["rank"], f[2]["alloc_calls"], f[1]) for f in m.found] == [(1, 2, 2000)]
+
+
+def test_a_steps_allocator_calls_are_those_inside_its_host_range():
+    """cudaMalloc runs before the allocator reports the block: the step's span is its host range."""
+    mem = schema.memory_frame({"time_ns": [100, 200, 1100], "addr": [1, 1, 2], "bytes": [64, -64, 32],
+                               "total_allocated_bytes": [64, 0, 32], "total_reserved_bytes": [2048, 2048, 2048],
+                               "device": 0, "step": [1, 1, 2]}, 3)
+    host = schema.host_frame(["step", "alloc", "step", "alloc", "sync"], ["step 1", "cudaMalloc", "step 2", "cudaMalloc",
+                             "cudaFree"], 1, [50, 60, 1000, 990, 1050], [300, 30, 300, 5, 20])
+    steps = analysis.rank_memory(mem, host, 0).steps.set_index("step")
+    assert steps.loc[1, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 30, 0]
+    assert steps.loc[2, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 20, 1]  # 990 is before it
+    assert steps.loc[1, "held_back_bytes"] == 2048 - 64

@@ -1,0 +1,254 @@
+"""tracelab whatif (reports/whatif): the graph against the raw rows, the unchanged replay
+against every capture, the scenarios against hand-computed answers, the command's output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import tracelab
+from tracelab import classify, schema
+from tracelab.cli import app
+from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import MAX_ERROR
+from tracelab.reports.whatif.join import join
+from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC
+from tracelab.reports.whatif.replay import measured, replay
+
+from malformed import run_cli, run_cli_output
+
+DATA = Path(__file__).parent / "data"
+TIMED = sorted(d.name for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
+               and d.name not in ("public", "proton-legacy"))
+FAST = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]
+
+
+def _graphs(folder: Path):
+    profiles = tracelab.load_many(folder)
+    return ({p.rank: rank_graph(p.events, p.host, p.rank) for p in profiles},
+            {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles}, profiles)
+
+
+def _reproduces(name: str) -> None:
+    graphs, epochs, _ = _graphs(DATA / name)
+    g = join(graphs, epochs)
+    r = replay(g, measured(g))  # solved from nothing known: every edge must hold
+    assert np.array_equal(r.start_ns, g.start_ns) and np.array_equal(r.end_ns, g.end_ns), name
+    w = whatif(graphs, epochs, ["no-host-gaps"])
+    claimed = w.steps["claimed"]
+    assert (w.steps.loc[claimed, "error_frac"] <= MAX_ERROR).all()
+    for step in w.steps.loc[~claimed, "step"]:  # a step that is not reproduced says so
+        assert any(n.startswith(f"step {step}: an edge is missing") for n in w.notes)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_the_unchanged_replay_reproduces_the_measured_steps(name: str) -> None:
+    _reproduces(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in TIMED if n not in FAST])
+def test_the_unchanged_replay_reproduces_every_capture(name: str) -> None:
+    _reproduces(name)
+
+
+def test_the_graph_holds_every_gpu_row_launch_and_sync_of_the_trace() -> None:
+    graphs, _, profiles = _graphs(DATA / "idle-sync-1gpu-nsys")
+    g, p = graphs[0], profiles[0]
+    gpu = p.events[p.events["kind"] != "cpu_op"]
+    assert (np.isin(g.kind, (GPU, COLL))).sum() == len(gpu)
+    calls = set(zip(gpu["launch_start_ns"].dropna().astype(int), gpu["launch_dur_ns"].dropna().astype(int)))
+    syncs = set(zip(p.host.loc[p.host["kind"] == "sync", "start_ns"], p.host.loc[p.host["kind"] == "sync", "dur_ns"]))
+    assert (np.isin(g.kind, (LAUNCH, SYNC))).sum() == len(calls | syncs)
+    assert (g.kind == SYNC).sum() == len(syncs)
+
+
+# ---- scenarios on hand-made steps: answers computed by hand ---------------------------------------
+
+
+def _events(rows: list[tuple], rank: int = 0) -> pd.DataFrame:
+    """rows: (name, stream, start, dur, launch_start, launch_dur), all in step 0."""
+    name, stream, start, dur, launch, launch_dur = zip(*rows)
+    return schema.validate(classify.classified(schema.coerce({
+        "rank": rank, "source": "torch", "kind": "kernel", "name": list(name), "device": 0, "stream": list(stream),
+        "start_ns": list(start), "dur_ns": list(dur), "step": 0, "launch_start_ns": list(launch),
+        "launch_dur_ns": list(launch_dur)}, n_rows=len(rows), spec=schema.PARSED)))
+
+
+def _host(rows: list[tuple]) -> pd.DataFrame:
+    kind, name, start, dur = zip(*rows)
+    return schema.host_frame(kind, name, [1] * len(rows), start, dur)
+
+
+def _answer(events: pd.DataFrame, host: pd.DataFrame, *specs: str) -> dict[str, float]:
+    w = whatif({0: rank_graph(events, host, 0)}, {0: None}, list(specs))
+    assert w.steps["step_ns"].tolist() == w.steps["replayed_ns"].tolist()
+    return {r.args if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name): r.predicted_ns
+            for r in w.scenarios.itertuples()}
+
+
+def test_no_host_gaps_runs_the_kernels_back_to_back_after_the_first_launch() -> None:
+    # three launches 100 ns apart (5 ns each), each kernel 20 ns after its launch, 10 ns long
+    events = _events([("a", 7, 20, 10, 0, 5), ("b", 7, 120, 10, 100, 5), ("c", 7, 220, 10, 200, 5)])
+    host = _host([("step", "step 0", 0, 1000)])
+    # first launch keeps its 5 ns; the others take none; kernels start 20 ns after launch, queue behind each other
+    assert _answer(events, host, "no-host-gaps") == {"no-host-gaps": 50}
+
+
+def test_scale_and_remove_on_a_gpu_bound_stream() -> None:
+    events = _events([("a", 7, 10, 100, 0, 1), ("b", 7, 110, 100, 1, 1), ("c", 7, 210, 100, 2, 1)])
+    host = _host([("step", "step 0", 0, 1000)])
+    out = _answer(events, host, "scale:^b$=2", "remove:^c$")
+    assert out == {"scale:^b$=2": 410, "remove:^c$": 210, "scale:^b$=2+remove:^c$": 310}  # jointly, never summed
+
+
+def test_a_sync_waits_for_its_kernel_and_returns_sooner_when_it_is_removed() -> None:
+    events = _events([("big", 7, 10, 1000, 0, 5), ("small", 7, 1030, 10, 1020, 5)])
+    host = _host([("sync", "cudaDeviceSynchronize", 10, 1005), ("step", "step 0", 0, 2000)])
+    # the sync returns 5 ns after `big` ends; without it, 5 ns after its own start (15); launch at 20, kernel 30-40
+    assert _answer(events, host, "remove:big") == {"remove:big": 40}
+
+
+def test_a_host_stall_in_a_named_range_is_removed_with_it() -> None:
+    events = _events([("a", 7, 20, 10, 0, 5), ("b", 7, 620, 10, 600, 5)])
+    host = _host([("range", "host_stall", 100, 450), ("step", "step 0", 0, 1000)])
+    # the host's 595 ns gap loses the 450 ns the range covers: launch at 150, kernel at 170-180
+    assert _answer(events, host, "remove:host_stall") == {"remove:host_stall": 180}
+
+
+def test_the_last_rank_to_arrive_sets_the_transfer_and_balance_removes_it() -> None:
+    coll = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    r0 = _events([("w", 7, 10, 100, 0, 1), (coll, 7, 110, 60, 2, 1)], rank=0)
+    r1 = _events([("w", 7, 10, 150, 0, 1), (coll, 7, 160, 10, 2, 1)], rank=1)  # arrives last, 50 ns later
+    host = _host([("step", "step 0", 0, 1000)])
+    for frame in (r0, r1):
+        frame["msg_bytes"] = 1000.0
+    w = whatif({0: rank_graph(r0, host, 0), 1: rank_graph(r1, host, 1)}, {0: 0, 1: 0}, ["balance", "busbw:100"])
+    step = w.steps.iloc[0]
+    assert step["step_ns"] == 170 and 1 in step["path_ranks"]  # rank 1's work, then the transfer
+    assert (step["compute_ns"], step["comm_ns"], step["launch_ns"]) == (150, 10, 10)
+    out = {r.name: r.predicted_ns for r in w.scenarios.itertuples()}
+    # balance: rank 1's 150 ns of work down to rank 0's 100; busbw 100 GB/s: 1000 B x (2 x 1/2) / 100 = 10 ns
+    assert out["balance"] == 120 and out["busbw"] == 170
+
+
+def test_removing_the_late_ranks_extra_work_saves_at_most_that_work() -> None:
+    graphs, epochs, profiles = _graphs(DATA / "gloo-2cpu-late")
+    w = whatif(graphs, epochs, ["remove:extra_work@1"])
+    e = next(p.events for p in profiles if p.rank == 1)
+    extra_per_step = e[e["scope"].str.contains("extra_work")]["dur_ns"].sum() / e["step"].nunique()
+    saving = w.scenarios.set_index("name").loc["remove", "saving_ns"]
+    assert 0.5 * extra_per_step < saving <= extra_per_step
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+
+def _strict(text: str):
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_has_the_issues_shape() -> None:
+    result = CliRunner().invoke(app, ["whatif", str(DATA / "ddp-2gpu-late-torch"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = _strict(result.stdout)
+    step = doc["steps"][1]
+    assert set(step) >= {"step", "step_ns", "replayed_ns", "path", "path_ranks", "top"}
+    assert set(step["path"]) == {"compute_ns", "comm_ns", "launch_ns", "host_ns", "sync_ns", "wait_ns", "other_ns"}
+    assert sum(step["path"].values()) == pytest.approx(step["replayed_ns"], abs=1)
+    assert sum(step["compute_by_class"].values()) == step["path"]["compute_ns"] > 0
+    names = [s["name"] for s in doc["scenarios"]]
+    assert set(names) == {"no-host-gaps", "roofline", "balance", "overlap-comm", "together"}
+    savings = [s["saving_ns"] for s in doc["scenarios"]]
+    assert savings == sorted(savings, reverse=True)
+
+
+@pytest.mark.parametrize("spec", ["scale:x=oops", "remove:(", "busbw:0", "nothing", "scale:x=-1"])
+def test_bad_scenarios_are_one_line(capsys, spec: str) -> None:
+    status, lines = run_cli(capsys, "whatif", str(DATA / "gloo-2cpu-late"), "--scenario", spec)
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("tracelab: error: --scenario")
+
+
+def test_broken_input_is_one_line(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "rank0.pt.trace.json"
+    bad.write_text('{"traceEvents": [')
+    status, lines = run_cli(capsys, "whatif", str(bad))
+    assert status == 2 and len(lines) == 1 and str(bad) in lines[0]
+
+
+def test_proton_inputs_say_they_have_no_timeline() -> None:
+    proton = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-proton"), "--format", "json"])
+    assert proton.exit_code == 0
+    assert any("proton records no timeline" in n for n in _strict(proton.stdout)["notes"])
+
+
+# ---- the workloads' hooks: --host-stall-ms R:MS, --late-every N ----------------------------------
+
+
+@pytest.mark.parametrize("argv, stalled, worked", [
+    (["--host-stall-ms", "1:30"], [0, 1, 2, 3], []),
+    (["--host-stall-ms", "1:30", "--late-every", "2"], [0, 2], []),
+    (["--late", "rank1", "--late-work", "1", "--late-every", "3"], [], [0, 3]),
+    (["--host-stall-ms", "0:30"], [], [])])
+def test_the_late_rank_stalls_and_works_on_the_steps_asked(monkeypatch, argv, stalled, worked) -> None:
+    import argparse
+    import contextlib
+    import time
+
+    import torch
+
+    from tracelab.workloads import late as L
+    p = argparse.ArgumentParser()
+    L.add_arguments(p)
+    args = p.parse_args(argv)
+    L.check(args)
+    seen: list[tuple[str, int]] = []
+    step = [0]
+    monkeypatch.setattr(L.backends, "region", lambda name: seen.append((name, step[0])) or contextlib.nullcontext())
+    extra = L.extra(args, 1, torch.device("cpu"))
+    t0 = time.perf_counter()
+    for i in range(4):
+        step[0] = i
+        extra(i)
+    assert [i for name, i in seen if name == "host_stall"] == stalled
+    assert [i for name, i in seen if name == "extra_work"] == worked
+    assert time.perf_counter() - t0 >= 0.030 * len(stalled)
+
+
+@pytest.mark.parametrize("argv, option", [(["--host-stall-ms", "x:1"], "--host-stall-ms"),
+                                          (["--host-stall-ms", "1"], "--host-stall-ms"),
+                                          (["--host-stall-ms=-1:5"], "--host-stall-ms"),
+                                          (["--late-every", "0"], "--late-every")])
+def test_bad_late_options_are_refused(argv, option) -> None:
+    import argparse
+
+    from tracelab.errors import UsageError
+    from tracelab.workloads import late as L
+    p = argparse.ArgumentParser()
+    L.add_arguments(p)
+    with pytest.raises(UsageError) as e:
+        L.check(p.parse_args(argv))
+    assert e.value.where == option
+
+
+def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
+    status, out, err = run_cli_output(capsys, "whatif", str(DATA / "decode-1gpu-proton"), str(DATA / "decode-1gpu-torch"),
+                                      "--format", "csv")
+    assert status == 0 and "warning" not in err
+    rows = out.strip().splitlines()
+    assert rows[0].startswith("input,name,args") and all(r.startswith(str(DATA / "decode-1gpu-torch")) for r in rows[1:])
+
+
+def test_a_scenario_that_matches_nothing_says_so() -> None:
+    graphs, epochs, _ = _graphs(DATA / "gloo-2cpu-late")
+    w = whatif(graphs, epochs, ["remove:extra_work@0", "remove:extra_work@1"])  # only rank 1 does extra work
+    assert [n for n in w.notes if n.startswith("scenario ")] == [
+        "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
+        "it changes nothing"]
+    assert w.scenarios.set_index("args").loc["extra_work@0", "saving_ns"] == 0
