@@ -3,9 +3,12 @@ labels, launches by correlation id, annotation scopes, top-level CPU operators,
 collective payloads, device table."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tracelab import limits
 
 from ._steps import main_threads
 
@@ -30,8 +33,8 @@ def to_ints(labels: list, fallback: list | None = None) -> np.ndarray:
 def _number_in(label: Any) -> int | None:
     if isinstance(label, int):
         return label
-    digits = "".join(ch if ch.isdigit() else " " for ch in str(label or "")).split()
-    return int(digits[0]) if digits else None
+    digits = limits.ascii_digits(str(label or ""))
+    return None if digits is None else int(digits)
 
 
 def correlations(args: list) -> np.ndarray:
@@ -158,19 +161,29 @@ def process_groups(args: list) -> list[str]:
     return ["" if a is None or a.process_group is None else str(a.process_group) for a in args]
 
 
-def device_table(properties: Any) -> dict[int, dict[str, Any]]:
-    """device index -> properties from Kineto's deviceProperties, units in the key names."""
+def device_table(properties: Any, path: Path | str = "") -> dict[int, dict[str, Any]]:
+    """device index -> properties from Kineto's deviceProperties, units in the key names;
+    a TraceFormatError naming the entry and field whose value is of the wrong type."""
     devices: dict[int, dict[str, Any]] = {}
-    for i, props in enumerate(properties if isinstance(properties, list) else []):
+    if properties is not None and not isinstance(properties, list):
+        raise limits.TraceFormatError(path, f"deviceProperties is {type(properties).__name__}, not a list")
+    for i, props in enumerate(properties or []):
         if not isinstance(props, dict):
             continue
-        name = props.get("name")
-        major, minor = props.get("computeMajor"), props.get("computeMinor")
-        devices[int(props.get("id", i))] = {
+        at = f"deviceProperties[{i}]"
+        name = limits.text(path, f"{at}.name", props.get("name"), optional=True)
+        major, minor = (limits.whole(path, f"{at}.{k}", props.get(k), (0, 1000), optional=True)
+                        for k in ("computeMajor", "computeMinor"))
+        index = limits.whole(path, f"{at}.id", props.get("id", i), limits.INT16)
+        devices[index] = {
             "type": "HIP" if "AMD" in str(name) or props.get("warpSize") == 64 else "CUDA",
             "name": name, "arch": None if major is None else f"{major}{minor or 0}",
-            "num_sms": props.get("numSms"), "memory_bytes": props.get("totalGlobalMem"),
-            "warp_size": props.get("warpSize"),
-            "shared_memory_per_sm_bytes": props.get("sharedMemPerMultiprocessor"),
+            "num_sms": limits.whole(path, f"{at}.numSms", props.get("numSms"), (0, 2**20), optional=True),
+            "memory_bytes": limits.whole(path, f"{at}.totalGlobalMem", props.get("totalGlobalMem"), (0, 2**62),
+                                         optional=True),
+            "warp_size": limits.whole(path, f"{at}.warpSize", props.get("warpSize"), (0, 1024), optional=True),
+            "shared_memory_per_sm_bytes": limits.whole(path, f"{at}.sharedMemPerMultiprocessor",
+                                                       props.get("sharedMemPerMultiprocessor"), (0, 2**40),
+                                                       optional=True),
         }
     return devices

@@ -58,9 +58,9 @@ class _Args(msgspec.Struct, gc=False):
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Nelems = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Nelems = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
+    dtype: str | None = None  # a c10 ScalarType name (_kineto.DTYPE_BYTES)
     correlation: Number = None
-    process_group: Any = msgspec.field(default=None, name="Process Group Name")
+    process_group: Int64 | str | None = msgspec.field(default=None, name="Process Group Name")
     external_id: Number = msgspec.field(default=None, name="External id")  # the CPU op that launched it
     bytes: Number = None  # a memcpy's or memset's size
 

@@ -40,6 +40,21 @@ TABLES: dict[str, tuple[tuple[str, ...], str, set[str]]] = {
     "CUDA_GRAPH_NODE_EVENTS": (("start", "globalTid", "graphNodeId", "originalGraphNodeId"),
                                "graphNodeId IS NOT NULL AND globalTid IS NOT NULL", {"graphNodeId", "globalTid"}),
 }
+_COUNT = ("{c} IS NULL OR " + _INT + " AND {c} >= 0", "a whole number of 0 or more, or NULL")
+_OPT_TIME = ("{c} IS NULL OR " + _TIME, "NULL or an integer time within +-2**62 ns")
+_OPT_TEXT = ("{c} IS NULL OR typeof({c}) = 'text'", "text or NULL")
+_ID16 = (_INT + f" AND {{c}} BETWEEN {limits.INT16[0]} AND {limits.INT16[1]}", "an int16 device id")
+# the session and device tables (parsers/_nsys_meta.py): table -> column -> rule, every row
+META_TABLES: dict[str, dict[str, tuple[str, str]]] = {
+    "TARGET_INFO_GPU": {"id": _ID16, "name": _OPT_TEXT, "clockRate": _COUNT, "memoryBandwidth": _COUNT,
+                        "smCount": _COUNT, "totalMemory": _COUNT, "computeMajor": _COUNT, "computeMinor": _COUNT},
+    "TARGET_INFO_CUDA_DEVICE": {"gpuId": ("{c} IS NULL OR " + _ID16[0], "NULL or an int16 device id"),
+                                "cudaId": _ID16, "pid": ("{c} IS NULL OR " + _INT, "an integer or NULL")},
+    "TARGET_INFO_SESSION_START_TIME": {"utcEpochNs": _OPT_TIME},
+    "ANALYSIS_DETAILS": {"startTime": _OPT_TIME, "stopTime": _OPT_TIME},
+    "PROCESSES": {"pid": ("{c} IS NULL OR " + _INT, "an integer or NULL"), "name": _OPT_TEXT},
+    "META_DATA_EXPORT": {"name": _OPT_TEXT, "value": _OPT_TEXT},
+}
 _NVTX_END = ("end IS NULL OR " + _TIME.format(c="end") + " AND end >= start",
              "NULL or an integer time within +-2**62 ns, at or after start")
 
@@ -53,6 +68,12 @@ def check(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
             if table == "NVTX_EVENTS" and "end" in present:
                 rules["end"] = _NVTX_END
             _check_table(con, table, rows, rules, path)
+    for table, rules in META_TABLES.items():
+        if table in tables:
+            present = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+            if missing := [c for c in ("id", "cudaId") if c in rules and c not in present]:
+                raise TraceFormatError(path, f"{table} has no column {missing[0]}")
+            _check_table(con, table, "1", {c: r for c, r in rules.items() if c in present}, path)
     _check_names(con, tables, path)
 
 

@@ -50,11 +50,22 @@ def name_mask(names: list[str], test: Callable[[str], bool]) -> np.ndarray:
     return np.array([test(n) for n in distinct], dtype=bool)[codes]
 
 
+def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
+    """What the pattern's first group captured, as a step number (ASCII digits, within int32);
+    UsageError naming the range otherwise: the --step pattern captures something else."""
+    if not re.fullmatch(r"[0-9]{1,10}", captured) or int(captured) > 2**31 - 1:
+        raise UsageError("--step", f"'{pattern.pattern}' captures {captured[:40]!r} in the range {name[:80]!r}, "
+                                   "not a step number (0..2**31-1): make its first group match only the number, "
+                                   "e.g. (\\d+)")
+    return int(captured)
+
+
 def numbers(names: list[str], group: np.ndarray, start_ns: np.ndarray, pattern: re.Pattern) -> np.ndarray:
     """Step number of each step range: the first number captured by the pattern; else
     (no capturing group matched) its place in start order among its group's step ranges."""
     captured = [next((g for g in pattern.fullmatch(n).groups() if g is not None), None) for n in names]
-    out = np.array([-1 if c is None else int(c) for c in captured], dtype=np.int64)
+    out = np.array([-1 if c is None else _step_number(c, n, pattern) for c, n in zip(captured, names)],
+                   dtype=np.int64)
     missing = out < 0
     if missing.any():
         order = np.lexsort((start_ns, group))

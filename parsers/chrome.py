@@ -46,6 +46,7 @@ import pandas as pd
 
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
+from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
@@ -87,6 +88,9 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
+    del data  # the picked columns hold what is needed of the file's bytes and events
+    trace.traceEvents = []
+    check_rows(path, sum(len(x.pid) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(correlations(gpu.args), correlations(launches.args))
@@ -288,19 +292,18 @@ def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
 
 def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
     dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
-    rank, world_size = dist.get("rank"), dist.get("world_size")
-    if isinstance(rank, int) and not limits.INT32[0] <= rank <= limits.INT32[1]:  # the int32 rank column
-        raise limits.out_of_range(path, "distributedInfo", "rank", rank, limits.INT32)
+    rank = limits.whole(path, "distributedInfo.rank", dist.get("rank"), limits.INT32, optional=True)  # int32 column
+    world_size = limits.whole(path, "distributedInfo.world_size", dist.get("world_size"), (1, limits.INT32[1]),
+                              optional=True)
     base_ns = trace.baseTimeNanoseconds
     epoch_ns = base_ns + origin_ns if base_ns is not None else origin_ns
     versions = {"cupti": trace.cupti_version, "cuda_runtime": trace.cuda_runtime_version,
                 "cuda_driver": trace.cuda_driver_version, "nccl": dist.get("nccl_version")}
     return {
         "path": str(path), "source": "torch",
-        "rank": rank if isinstance(rank, int) else None,
-        "world_size": world_size if isinstance(world_size, int) else None,
+        "rank": rank, "world_size": world_size,
         "distributed_backend": dist.get("backend"),
-        "devices": device_table(trace.deviceProperties),
+        "devices": device_table(trace.deviceProperties, path),
         "trace_start_epoch_ns": epoch_ns if epoch_ns >= _MIN_EPOCH_NS else None,
         "start_origin": "first kept row (earliest GPU activity, or CPU operator when there is none)",
         "profiler_version": None if trace.schemaVersion is None else f"kineto schema {trace.schemaVersion}",

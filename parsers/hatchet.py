@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -64,7 +65,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         if _first(metrics, DEVICE_ID_KEYS) is not None:
             _, scope = step_of_scope(scope, step_re)
             rows.append({**_kernel_row(node, metrics, scope, path), "step": None})
-        elif extra := {k: v for k, v in _work_metrics(metrics).items() if v}:
+        elif extra := {k: v for k, v in _work_metrics(metrics, path, _name(node, path)).items() if v}:
             _add_scope_work(scope_metrics, step_of_scope(scope + (_name(node, path),), step_re)[1], extra)
     if not rows:
         raise TraceFormatError(path, "no kernels recorded (no node carries device_id/DeviceId metrics)")
@@ -107,7 +108,9 @@ def _plain(node: dict, path: Path) -> dict:
     for child in _children(node, path):
         plain = _plain(child, path)
         children.extend(plain["children"] if plain["frame"]["name"] == LAUNCH_METADATA else [plain])
-    frame = {"name": _name(node, path), "type": str(node["frame"].get("type", "function"))}
+    if not (name := _name(node, path)):  # llnl-hatchet drops an empty name, then fails to find it
+        raise TraceFormatError(path, "a frame with an empty name: a tree diff aligns nodes by name")
+    frame = {"name": name, "type": str(node["frame"].get("type", "function"))}
     return {"frame": frame, "metrics": metrics, "children": children}
 
 
@@ -197,13 +200,10 @@ def _kernel_row(node: dict, metrics: dict, scope: tuple[str, ...], path: Path) -
         raise TraceFormatError(path, f"kernel {name[:60]!r}: count {count!r} is missing or not a whole "
                                      "number in 0..2**61")
     device = _first(metrics, DEVICE_ID_KEYS)
-    try:
+    if isinstance(device, str) and re.fullmatch(r"-?[0-9]{1,30}", device.strip()):  # proton writes "0" too
         device = int(device)
-    except (TypeError, ValueError, OverflowError):
-        raise TraceFormatError(path, f"kernel {name[:60]!r}: device_id {device!r} is not an integer") from None
-    if not limits.INT16[0] <= device <= limits.INT16[1]:
-        raise limits.out_of_range(path, f"kernel {name[:60]!r}", "device_id", device, limits.INT16)
-    work = _work_metrics(metrics)
+    device = limits.whole(path, f"kernel {name[:60]!r}: device_id", device, limits.INT16)
+    work = _work_metrics(metrics, path, name)
     return {"name": name, "scope": "/".join(scope), "device": device,
             "dur_ns": int(round(time_ns)), "count": int(count),
             "flops": work.get("flops", math.nan), "bytes": work.get("bytes", math.nan),
@@ -214,18 +214,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _work_metrics(metrics: dict) -> dict[str, float]:
+def _work_metrics(metrics: dict, path: Path, name: str) -> dict[str, float]:
     """flops (summed over the widths present), bytes, and the dtype class of the widest
-    share of the flops (FLOPS_DTYPES), for those the node has."""
-    flops = {key: _first(metrics, (key,)) for key in FLOPS_KEYS}
-    flops = {key: float(v) for key, v in flops.items() if _is_number(v)}
+    share of the flops (FLOPS_DTYPES), for those the node has; each a number in
+    0..limits.MAX_WORK (a TraceFormatError naming the node and metric otherwise), so sums
+    over kernels and scopes stay finite."""
+    def checked(key: str) -> float | None:
+        return limits.real(path, f"frame {name[:60]!r}: metric {key}", _first(metrics, (key,)), 0.0,
+                           limits.MAX_WORK, optional=True)
+
+    flops = {key: v for key in FLOPS_KEYS if (v := checked(key)) is not None}
     out: dict[str, Any] = {}
     if flops:
         out["flops"] = sum(flops.values())
         out["dtype"] = FLOPS_DTYPES.get(max(flops, key=flops.__getitem__), "")
-    moved = _first(metrics, (BYTES_KEY,))
-    if _is_number(moved):
-        out["bytes"] = float(moved)
+    if (moved := checked(BYTES_KEY)) is not None:
+        out["bytes"] = moved
     return out
 
 
@@ -260,7 +264,7 @@ def _devices(device_info: dict, path: Path) -> dict[int, dict[str, Any]]:
         if not isinstance(by_index, dict):
             raise TraceFormatError(path, f"device info for {device_type!r} is not an object")
         for index, props in by_index.items():
-            if not isinstance(props, dict) or not str(index).isdigit():
+            if not isinstance(props, dict) or not (str(index).isascii() and str(index).isdigit()):
                 raise TraceFormatError(path, f"device info {device_type}/{index!r} is malformed")
             devices[int(index)] = _device(device_type, props)
     return devices

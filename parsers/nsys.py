@@ -39,6 +39,7 @@ import pandas as pd
 
 from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
+from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
@@ -97,7 +98,12 @@ def read(path: str | os.PathLike, options: Options = DEFAULT,
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    """Read-only, and immutable (no lock, no -shm or -wal file made beside it, so a read-only
+    folder works and nothing is left behind) unless a -wal file holds pages not yet in the
+    database, which only a WAL-aware read sees."""
+    wal = path.with_name(path.name + "-wal")
+    immutable = "" if wal.exists() and wal.stat().st_size else "&immutable=1"
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True)
 
 
 def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tuple[pd.DataFrame, dict[str, Any], dict]:
@@ -109,6 +115,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     activity = _activity(con, tables, path)
     if activity.empty:
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
+    check_rows(path, len(activity), "GPU rows")
     activity["scope"], activity["step"], notes = _regions(con, tables, activity, step_re)
     activity["flops"] = _nvtx_flops(con, tables, activity)
     return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)

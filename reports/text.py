@@ -9,6 +9,7 @@ from rich.text import Text
 from .breakdown.breakdown import spread
 from .fmt import ms_cell, us_cell
 from .compare.compare import Comparison
+from .csvout import csv_text
 from .jsonout import dumps, records
 from .steps.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
@@ -84,7 +85,7 @@ def _breakdown_spread(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gr
 
 
 def breakdown_csv(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
-    return table.to_csv(index=False)
+    return csv_text(table)
 
 
 def breakdown_json(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> str:
@@ -276,7 +277,7 @@ def compare_tables(c: Comparison, keys: list[str], top: int | None = None) -> Gr
 
 
 def compare_csv(c: Comparison, keys: list[str], top: int | None = None) -> str:
-    return (c.table if not top else c.table.head(top)).to_csv(index=False)
+    return csv_text(c.table if not top else c.table.head(top))
 
 
 def compare_json(c: Comparison, keys: list[str], top: int | None = None) -> str:

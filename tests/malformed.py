@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -144,6 +145,7 @@ def run_cli_output(capsys, *args: str) -> tuple[int, str, str]:
     from tracelab import cli
 
     argv, sys.argv = sys.argv, ["tracelab", *args]
+    environ = dict(os.environ)  # --step and --scheduler reach the parsers through it
     try:
         cli.main()
         status = 0
@@ -151,5 +153,7 @@ def run_cli_output(capsys, *args: str) -> tuple[int, str, str]:
         status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     finally:
         sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
     captured = capsys.readouterr()
     return status, captured.out, captured.err

@@ -162,7 +162,33 @@ def _bomb(rng: random.Random, folder: Path) -> Path:
     return path
 
 
+LABELS = ["thread \u00b2", "stream \u0663", "gpu \U0001d7d8", "\u2167", "7\u00b9", "stream 7", "", " 12 ", "-3",
+          "stream 99999999999999999999999"]  # digits str.isdigit accepts and int() does not, among plain ones
+
+
+def _labels(rng: random.Random, folder: Path) -> Path:
+    """pid/tid labels of a few events made text: names with non-ASCII digits among plain ones."""
+    doc = m.kineto_doc()
+    events = [e for e in doc["traceEvents"] if e.get("cat") in KINETO_CATS]
+    for event in rng.sample(events, rng.randint(1, 6)):
+        event[rng.choice(["pid", "tid"])] = rng.choice(LABELS)
+    return m.write_json(folder, "rank0.pt.trace.json", doc)
+
+
+def _members(rng: random.Random, folder: Path) -> Path:
+    """The trace as 1-6 gzip members cut anywhere (zcat reads it whole), some with junk after."""
+    data = gzip.decompress(m.KINETO.read_bytes())
+    cuts = sorted(rng.sample(range(1, len(data)), rng.randint(0, 5)))
+    edges = [0, *cuts, len(data)]
+    body = b"".join(gzip.compress(data[a:b], rng.choice([1, 9])) for a, b in zip(edges, edges[1:]))
+    junk = rng.choice([b"", b"", b"\0" * 8, b"junk", gzip.compress(b"")[:5]])
+    (path := folder / "rank0.pt.trace.json.gz").write_bytes(body + junk)
+    return path
+
+
 CATEGORIES: dict[str, Callable[[random.Random, Path], Path]] = {
+    "kineto pid/tid labels": _labels,
+    "gzip members": _members,
     "kineto type confusion": _kineto_confusion,
     "kineto top-level fields": _kineto_top_level,
     "hatchet type confusion": _hatchet_confusion,

@@ -129,6 +129,7 @@ FAKE_TORCHRUN = textwrap.dedent('''
     rank = """
     import os, signal, sys, time
     def done(signum, frame):
+        print("Traceback (most recent call last):", flush=True)  # as a rank's KeyboardInterrupt prints
         open(os.path.join(sys.argv[1], "rank%s.%s" % (sys.argv[2], signal.Signals(signum).name)), "w").close()
         sys.exit(0)
     signal.signal(signal.SIGINT, done)
@@ -165,14 +166,16 @@ def test_a_signal_goes_on_to_every_rank(tmp_path, signum):
     try:
         before = signal.getsignal(signum)
         _signal_when_ready(tmp_path, signum)
+        seen: list[str] = []
         with pytest.raises(launch.Stopped) as stop, launch.stop_on_signals():
-            launch.launch([sys.executable, str(fake), str(tmp_path)], dict(os.environ), lambda line: None, gpu=False)
+            launch.launch([sys.executable, str(fake), str(tmp_path)], dict(os.environ), seen.append, gpu=False)
         assert signal.getsignal(signum) is before  # the handler put back
     finally:
         signal.signal(signum, original)
     assert stop.value.signum == signum
     name = signal.Signals(signum).name
     assert sorted(p.name for p in tmp_path.glob(f"rank*.{name}")) == [f"rank0.{name}", f"rank1.{name}"]
+    assert not any("Traceback" in line for line in seen), seen  # what the ranks print once stopped stays off
 
 
 def test_an_ignored_signal_stays_ignored():
@@ -262,6 +265,7 @@ def test_sigint_of_a_real_run_marks_run_json(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("tracelab: error: "), err  # issue 29
     (run_dir,) = tmp_path.iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "interrupted" and "run stopped" in err.splitlines()[-1]

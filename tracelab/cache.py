@@ -83,6 +83,14 @@ def _inflated_bytes(path: Path, st: os.stat_result) -> int:
         return max(st.st_size, int.from_bytes(f.read(4), "little"))
 
 
+def inflated_size(path: Path) -> int:
+    """_inflated_bytes of a file by its path (0 when it cannot be read: the load says why)."""
+    try:
+        return _inflated_bytes(Path(path), Path(path).stat())
+    except OSError:
+        return 0
+
+
 def _identity(path: Path, st: os.stat_result) -> str:
     return f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
@@ -102,20 +110,41 @@ def _digest(text: str) -> str:
 
 
 def get(entry_key: str) -> list[Profile] | None:
-    """The cached profiles under `entry_key`, or None when absent or unreadable."""
+    """The cached profiles under `entry_key`, or None when absent or when the entry does not
+    validate (an entry damaged, or written by hand: meta.json `[]` would drop every rank of
+    the file, `{"rank": "zero"}` mislabel one); such an entry is removed, so the next put
+    writes it again."""
     entry = _dir() / entry_key
+    if not entry.is_dir():
+        return None
     try:
-        metas = json.loads((entry / "meta.json").read_text())
+        metas = _metas(json.loads((entry / "meta.json").read_bytes()))
         profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta,
                             host=_host(entry / f"{i}.host.parquet"), memory=_memory(entry / f"{i}.memory.parquet"))
                     for i, meta in enumerate(metas)]
-    except (OSError, ValueError, KeyError):
+        if (entry / f"{len(metas)}.parquet").exists():
+            raise ValueError("more parts than metas")
+    except Exception:  # noqa: BLE001 - whatever is wrong with an entry, the trace itself is the answer
+        shutil.rmtree(entry, ignore_errors=True)
         return None
     try:
         os.utime(entry)  # recently used: evicted last
     except OSError:
         pass
     return profiles
+
+
+def _metas(doc) -> list[dict]:
+    """meta.json as put() writes it: a non-empty list of objects whose path and source are
+    text and whose rank and world size are whole numbers or null; ValueError otherwise."""
+    if not isinstance(doc, list) or not doc or not all(isinstance(m, dict) for m in doc):
+        raise ValueError("meta.json is not a non-empty list of objects")
+    for meta in doc:
+        if not all(isinstance(meta.get(k), str) for k in ("path", "source")):
+            raise ValueError("meta without path or source")
+        if any(meta.get(k) is not None and type(meta.get(k)) is not int for k in ("rank", "world_size")):
+            raise ValueError("meta rank or world_size not a whole number")
+    return doc
 
 
 def _host(path: Path) -> pd.DataFrame | None:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
 
 from .commands import analyses, compare, outputs, run
 from .commands.common import _NOTES as NOTES, EXIT_BAD_INPUT
+from .errors import Interrupted
 
 app = typer.Typer(
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
@@ -48,10 +50,11 @@ def main() -> None:
     that succeeds follow its output, one line each."""
     import warnings
 
+    from .outputs import interruptible
     from .terminal import error_line, printable, warning_lines
 
     NOTES.clear()  # this command's own (a test may run several in one process)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, interruptible():
         try:
             app()
         except SystemExit as done:
@@ -59,6 +62,10 @@ def main() -> None:
                 for line in [*map(printable, dict.fromkeys(NOTES)), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
+        except Interrupted as stop:  # what was half written is gone (tracelab/outputs.py)
+            typer.echo(f"tracelab: error: stopped by {signal.Signals(stop.signum).name}; no output was left "
+                       "half written", err=True)
+            sys.exit(128 + stop.signum)
         except BrokenPipeError:  # stdout closed early (`| head`): nothing more to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)

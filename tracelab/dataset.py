@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from . import outputs
 from .errors import OutputError, UsageError
 from .options import DEFAULT, Options
 
@@ -45,15 +46,20 @@ class _Part:
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
            on_loaded: Callable | None = None, options: Options = DEFAULT) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
-    An existing DIR is replaced only with `force`; written beside it first, then renamed."""
+    An existing DIR is replaced only with `force`, and only when it is a dataset (never an
+    input, a folder holding one or any other folder); written beside it first, then renamed."""
     from .loading import load_many
 
-    out = Path(out)
+    out = outputs.check_output(out, paths, folder=True)
     if out.exists() and not force:
         raise UsageError(out, "exists; pass --force to replace it")
+    if out.exists() and not (out.is_dir() and outputs.is_dataset(out)):
+        raise UsageError(out, "is not a tracelab dataset (rank=N/part-0.parquet only): --force replaces only "
+                              "what export parquet wrote")
     if not out.parent.is_dir():
         raise UsageError(out, f"folder {out.parent} does not exist")
-    staging = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    outputs.sweep(out.parent)
+    staging = _beside(out)
     try:
         staging.mkdir()
         profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False,
@@ -64,11 +70,31 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
             folder.mkdir()
             os.replace(p.summary["part"], folder / PART)
             written.append(out / folder.name / PART)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        _swap(staging, out)
         return written
     except OSError as e:
         raise OutputError(out, f"cannot write: {e.strerror or e}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _beside(out: Path) -> Path:
+    """A temporary name beside `out` that outputs.sweep knows as ours."""
+    return out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+def _swap(staging: Path, out: Path) -> None:
+    """`staging` becomes `out`, the old dataset set aside first and removed after, with
+    SIGINT and SIGTERM held: the folder is the old dataset or the new one, never neither."""
+    old = _beside(out) if out.exists() else None
+    with outputs.signals_held():
+        if old:
+            os.replace(out, old)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            if old:
+                os.replace(old, out)
+            raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)

@@ -8,12 +8,12 @@ proton's 16-bit FLOPs, "8" for fp8/int8 and proton's 8-bit ones.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import runfolder
 from .errors import UsageError
 
 
@@ -141,14 +141,17 @@ def detect(props: dict[str, Any]) -> Device | None:
     return min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
 
 
+MAX_PEAK = 1e7  # TFLOP/s or GB/s: 100x any device made so far
+
+
 def given_device(name: str | None, tflops: float | None, gb_s: float | None) -> tuple[Device | None, str]:
     """The device the options name (--device, --peak-tflops with --peak-gb-s), or (None, ...)."""
     if (tflops is None) != (gb_s is None):
         raise UsageError("--peak-tflops" if tflops is None else "--peak-gb-s",
                          "give --peak-tflops and --peak-gb-s together")
     for option, value in (("--peak-tflops", tflops), ("--peak-gb-s", gb_s)):
-        if value is not None and not value > 0:
-            raise UsageError(option, f"must be above 0, not {value}")
+        if value is not None and not 0 < value <= MAX_PEAK:  # NaN and inf too: every output is finite
+            raise UsageError(option, f"must be above 0 and at most {MAX_PEAK:g}, not {value}")
     base = by_option(name) if name else None
     if tflops is not None:
         return custom(tflops, gb_s, base), "option"
@@ -162,11 +165,8 @@ def meta_device(meta: dict) -> tuple[Device | None, str]:
         if isinstance(props, dict) and (found := detect(props)):
             return found, "trace"
     run_json = Path(str(meta.get("path", ""))).parent / "run.json"
-    try:
-        devices = json.loads(run_json.read_text()).get("devices") or []
-    except (OSError, ValueError, AttributeError):
-        devices = []
-    for props in devices if isinstance(devices, list) else []:
+    devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
+    for props in devices:
         if isinstance(props, dict) and (found := detect(props)):
             return found, "run.json"
     return None, "unknown"

@@ -44,5 +44,20 @@ class OutputError(TracelabError):
     read-only folder, a full disk, a size limit (`ulimit -f`)."""
 
 
+class MemoryLimitError(TracelabError):
+    """A trace whose rows would need more memory than the machine has left (tracelab/memory.py)."""
+
+
 class RunError(TracelabError):
     """A launched workload failed; `where` is the run folder or rank."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived (cli.main turns both into it). A BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` swallows it while every `finally` and
+    `except BaseException` still removes what was half written; not a KeyboardInterrupt, which
+    click would turn into "Aborted!" and exit status 1."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

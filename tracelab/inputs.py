@@ -5,16 +5,13 @@ renders); the CLI and `tracelab run` call these.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import tempfile
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .errors import NoTracesError, OutputError, TraceFormatError, UsageError
+from .errors import NoTracesError, UsageError
 from .options import DEFAULT, Options
+from .outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
 from .schema import OnEvents, Profile
 
 if TYPE_CHECKING:
@@ -39,6 +36,7 @@ def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = Tru
     from .reports.session import rank_digests
 
     reduce = rank_digests(digests)
+    run_infos(paths)  # each run folder's own files checked before any trace is parsed
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
                                                         keep_events=keep_events, options=options) for p in paths]
 
@@ -81,10 +79,9 @@ def run_info(paths: list[str | Path]) -> dict | None:
     for p in map(Path, paths):
         candidate = p / "run.json" if p.is_dir() else None
         if candidate and candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError) as e:
-                raise TraceFormatError(candidate, f"cannot read the run description ({e})") from None
+            from .runfolder import run_json
+
+            return run_json(candidate)
     return None
 
 
@@ -103,50 +100,7 @@ def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
 def _gathered(folder: Path) -> dict[str, dict]:
     from .results import gather
 
-    try:
-        return gather(folder)
-    except (OSError, ValueError) as e:
-        raise TraceFormatError(folder, f"cannot read a rank's results file ({e})") from None
-
-
-def write(path: str | Path, text: str | bytes | Callable[[Callable[[bytes], object]], object],
-          force: bool = False, gz: bool = False) -> Path:
-    """Write text (UTF-8) or bytes atomically (a temporary file beside it, then os.replace);
-    an existing file is replaced only with force. `text` may also be a producer, called with
-    a function that writes bytes (a large output streamed, never held whole); `gz`
-    compresses (no name or time in the header: the same input gives the same file)."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise UsageError(path, "exists; pass --force to overwrite it")
-    if path.is_dir():
-        raise UsageError(path, "is a folder")
-    if not path.parent.is_dir():
-        raise UsageError(path, f"folder {path.parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as raw, (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if gz
-                                          else nullcontext(raw)) as f:
-            if callable(text):
-                text(f.write)
-            else:
-                f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-        os.chmod(tmp, 0o666 & ~_umask())  # the user's usual file mode (0644), not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):  # a full disk, a file past `ulimit -f`
-            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    return gather(folder)
 
 
 def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
@@ -160,15 +114,24 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     from .reports.html import html
 
     paths = [str(p) for p in paths]
-    if Path(out).exists() and not force:
-        raise UsageError(out, "exists; pass --force to overwrite it")
+    out, merged = Path(out), perfetto_name(Path(out))
+    for target in (out, merged) if perfetto else (out,):
+        check_output(target, paths)
+        if target.exists() and not force:
+            raise UsageError(target, "exists; pass --force to overwrite it")
     groups = groups if groups is not None else load_groups(paths, keep_events=perfetto, options=options)
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    merged = _write_perfetto(_with_perfetto_events(inputs, options), Path(out), force) if perfetto else None
-    return write(out, html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths), perfetto=merged),
-                 force=force)
+    trace = _perfetto_content(_with_perfetto_events(inputs, options)) if perfetto else None
+    page = html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths),
+                       perfetto=merged.name if trace else None)
+    return write_together([(out, page, False)] + ([(merged, trace, True)] if trace else []), force=force)[0]
+
+
+def perfetto_name(out: Path) -> Path:
+    """The merged trace written beside a report: OUT (less its suffix).perfetto.json.gz."""
+    return out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
 
 
 def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> list[Input]:
@@ -200,16 +163,15 @@ def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
     return inputs
 
 
-def _write_perfetto(inputs: list[Input], out: Path, force: bool) -> str | None:
-    """The merged trace beside the report, streamed; its file name, or None when no input is timed."""
+def _perfetto_content(inputs: list[Input]) -> Callable | None:
+    """The merged trace's producer (streamed when written), or None when no input is timed."""
     from .reports.perfetto import perfetto
 
     if not any(i.timed for i in inputs):
         return None
     if not all(len(i.events) for i in inputs if i.timed):
         raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
-    target = out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
-    return write(target, lambda put: perfetto.write_json(put, inputs), force=force, gz=True).name
+    return lambda put: perfetto.write_json(put, inputs)
 
 
 def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profile]]:

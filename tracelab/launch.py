@@ -82,14 +82,17 @@ def signals_held() -> Iterator[None]:
 def launch(cmd: list[str], env: dict[str, str], on_line: OnLine, gpu: bool) -> tuple[int, list[str]]:
     """Run torchrun in its own process group, passing its output on line by line. The run
     ends when torchrun does: a worker's own children (inductor's compile pool, say) can
-    outlive it holding the pipe open. On Stopped the signal goes to the whole group first."""
+    outlive it holding the pipe open. On Stopped the signal goes to the whole group first,
+    and what the ranks print from then on (each its KeyboardInterrupt traceback, torchrun its
+    own) stays in `output` and the rank logs: the user sees one line for the interrupt."""
     output: list[str] = []
+    stopping = threading.Event()
 
     def pump(stream) -> None:
         with stream:  # closed at the end of the output, whenever that comes
             for line in stream:
                 output.append(line.rstrip("\n"))
-                if not is_noise(output[-1], gpu):
+                if not stopping.is_set() and not is_noise(output[-1], gpu):
                     on_line(output[-1])
 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -99,6 +102,7 @@ def launch(cmd: list[str], env: dict[str, str], on_line: OnLine, gpu: bool) -> t
     try:
         status = proc.wait()
     except Stopped as stop:
+        stopping.set()
         end_group(proc, stop.signum)
         raise
     reader.join(DRAIN_S)

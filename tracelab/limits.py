@@ -24,6 +24,7 @@ DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 DEFAULT_MAX_NAME_CHARS = 1024**2
 MAX_TIME_NS = 2**62
 MAX_DUR_NS = 2**61
+MAX_WORK = 2.0**62  # FLOPs or bytes of one kernel or scope: a sum of millions stays finite
 INT16 = (-(2**15), 2**15 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -83,7 +84,10 @@ def read_trace_bytes(path: Path) -> bytearray:
 
 
 def _gunzip(path: Path, f, limit: int) -> bytearray:
-    """Inflate every gzip member of `f` into one buffer, never past `limit` bytes."""
+    """Inflate every gzip member of `f` (RFC 1952: members one after another, as zcat reads
+    them) into one buffer, never past `limit` bytes. At a member's end zlib puts the rest of
+    the input in `unused_data` and nothing in `unconsumed_tail`; only that rest starts the next
+    member (keeping both read the rest twice, doubling it at every member)."""
     out = bytearray()
     inflate, fresh, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), True, b""
     while True:
@@ -96,10 +100,11 @@ def _gunzip(path: Path, f, limit: int) -> bytearray:
         fresh = False
         if len(out) > limit:
             raise too_large(path, "inflates to")
-        pending = inflate.unconsumed_tail
         if inflate.eof:  # a member ended: what follows is the next member
-            pending = inflate.unused_data + pending
+            pending = inflate.unused_data
             inflate, fresh = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+        else:
+            pending = inflate.unconsumed_tail
     if not fresh:
         raise TraceFormatError(path, "truncated gzip: the compressed stream ends early")
     return out
@@ -122,3 +127,55 @@ def json_error(path: Path, error: UnicodeDecodeError | RecursionError) -> TraceF
 
 def out_of_range(path: Path, where: str, field: str, value, bounds: tuple[int, int]) -> TraceFormatError:
     return TraceFormatError(path, f"{where}: {field} {value!r} is outside {bounds[0]}..{bounds[1]}")
+
+
+def _bad(path: Path | str, where: str, value, wanted: str) -> TraceFormatError:
+    shown = repr(value)
+    return TraceFormatError(path, f"{where} is {shown[:80] + '...' if len(shown) > 80 else shown}, not {wanted}")
+
+
+def whole(path: Path | str, where: str, value, bounds: tuple[int, int] = INT64, optional: bool = False) -> int | None:
+    """`value`, read from `path` at `where` (file part, row and field), as an int within
+    `bounds`; a float that is whole counts (JSON writes 3.0). None passes when `optional`;
+    anything else (text, bool, a list, 2.5, NaN) is a TraceFormatError naming it."""
+    if value is None and optional:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int:
+        raise _bad(path, where, value, "a whole number" + (" or null" if optional else ""))
+    if not bounds[0] <= value <= bounds[1]:
+        raise TraceFormatError(path, f"{where} {value!r} is outside {bounds[0]}..{bounds[1]}")
+    return value
+
+
+def real(path: Path | str, where: str, value, low: float = 0.0, high: float = float("inf"),
+         optional: bool = False) -> float | None:
+    """`value` as a finite float within low..high (an int counts); else a TraceFormatError."""
+    import math
+
+    if value is None and optional:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or not low <= value <= high:
+        raise _bad(path, where, value, f"a finite number in {low:g}..{high:g}" + (" or null" if optional else ""))
+    return float(value)
+
+
+def text(path: Path | str, where: str, value, optional: bool = False) -> str | None:
+    """`value` as a str within the name limit; else a TraceFormatError."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _bad(path, where, value, "text" + (" or null" if optional else ""))
+    if (wrong := long_name(len(value))) is not None:
+        raise TraceFormatError(path, f"{where}: {wrong}")
+    return value
+
+
+def ascii_digits(label: str) -> str | None:
+    """The first run of ASCII digits in `label` ("stream 7" -> "7"), None when there is none:
+    str.isdigit also accepts "²" and other digits int() refuses."""
+    import re
+
+    found = re.search(r"[0-9]+", label)
+    return found.group() if found else None

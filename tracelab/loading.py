@@ -13,9 +13,11 @@ small tables rather than re-walking every rank's events itself.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import re
+import signal
 import warnings
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -26,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify, provenance, remote
+from . import cache, classify, limits, memory, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .options import DEFAULT, Options
@@ -55,19 +57,40 @@ Reduce = Mapping[str, Callable[[RankData], Any]]
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
+_PEEK_STEP_BYTES = 1024**2
+_BLANK = b"\xef\xbb\xbf \t\r\n"  # what may precede a JSON document
 _PICKLE_PROTO, _PICKLE_VERSIONS = b"\x80", (b"\x02", b"\x03", b"\x04", b"\x05")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def _peek(path: Path, n_bytes: int = 4096) -> bytes:
+    """The first `n_bytes` of the file's content (inflated when gzip, through every member)
+    after its leading whitespace, however long (a valid trace after 4 KiB of spaces is still
+    a trace), at most max_trace_bytes() read; empty when the file holds nothing else."""
+    step = max(n_bytes, _PEEK_STEP_BYTES)  # through long whitespace in big steps
     with open(path, "rb") as f:
-        head = f.read(n_bytes)
-    if head.startswith(_GZIP_MAGIC):
-        try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, n_bytes)
-        except zlib.error as e:
-            raise TraceFormatError(path, f"damaged gzip header ({e})") from None
-    return head
+        pending = f.read(n_bytes)
+        inflate = _gzip_member() if pending.startswith(_GZIP_MAGIC) else None
+        text, seen = b"", 0
+        while pending:
+            try:
+                chunk = inflate.decompress(pending, step) if inflate else pending
+            except zlib.error as e:
+                raise TraceFormatError(path, f"damaged gzip header ({e})") from None
+            text, seen = (text + chunk) if text else chunk.lstrip(_BLANK), seen + len(chunk)
+            if len(text) >= n_bytes:
+                break
+            if seen > limits.max_trace_bytes():
+                raise limits.too_large(path, "holds")
+            if inflate and inflate.eof:  # the next gzip member, if any
+                pending, inflate = inflate.unused_data or f.read(step), _gzip_member()
+            else:
+                pending = (inflate.unconsumed_tail if inflate else b"") or f.read(step)
+    return text[:n_bytes]
+
+
+def _gzip_member():
+    return zlib.decompressobj(16 + zlib.MAX_WBITS)
 
 
 def detect(path: str | os.PathLike) -> str:
@@ -89,7 +112,7 @@ def detect(path: str | os.PathLike) -> str:
         return "parquet"
     if head[:1] == _PICKLE_PROTO and head[1:2] in _PICKLE_VERSIONS:
         return "snapshot"
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    text = head.lstrip(_BLANK)
     if text.startswith(b"["):
         return "hatchet"
     if text.startswith(b"{"):
@@ -130,6 +153,7 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     out = []
     for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))
+        p.events = events.iloc[:0]  # the parser's frame let go: only the classified one is held while reducing
         rank = RankData(events, p.meta, p.host, p.memory)
         summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
@@ -226,7 +250,7 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
                 raise NoTracesError(p, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this folder")
             files.extend(found)
         elif not p.exists():
-            raise TraceFormatError(p, "no such file or folder")
+            raise TraceFormatError(p, _broken_link(p) or "no such file or folder")
         else:
             files.append(p)
     if not files:
@@ -242,8 +266,27 @@ def _traces_in(folder: Path) -> list[Path]:
 
     found = []
     for root, _, names in os.walk(folder, onerror=refuse):
-        found += [f for f in map(Path(root).joinpath, names) if _looks_like_trace(f) and f.is_file()]
+        for f in map(Path(root).joinpath, names):
+            if _looks_like_trace(f) and (reason := _broken_link(f)):
+                raise TraceFormatError(f, reason)  # a rank missing without a word otherwise
+            if _looks_like_trace(f) and f.is_file():
+                found.append(f)
     return sorted(found)
+
+
+def _broken_link(path: Path) -> str | None:
+    """Why a symbolic link cannot be followed (to nothing, or in a loop); None otherwise."""
+    if not path.is_symlink():
+        return None
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python < 3.13 on a loop
+        return f"a symbolic link in a loop ({os.readlink(path)})"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"a symbolic link in a loop ({os.readlink(path)})"
+        return f"a symbolic link to nothing ({os.readlink(path)}: {e.strerror})"
+    return None
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -291,6 +334,8 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
     if options.scheduler:
         return _parse_on_cluster(options.scheduler, files, on_loaded, work)
     workers = min(workers or os.cpu_count() or 1, len(files))
+    if workers > 1:  # as many at once as the memory left holds
+        workers = memory.parallel_files([cache.inflated_size(f) for f in files], workers)
     if workers <= 1:
         out = []
         for f in files:
@@ -298,7 +343,7 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
             if on_loaded:
                 on_loaded(f)
         return out
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals) as pool:
         futures = [pool.submit(_parse_recording, f, reduce, classify.user_patterns(), keep, options) for f in files]
         out = []
         try:
@@ -306,10 +351,20 @@ def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Re
                 out.append(_result(fut, f))
                 if on_loaded:
                     on_loaded(f)
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, Exception):  # interrupted: the workers' files are not waited for
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)  # the first error is the answer
             raise
         return out
+
+
+def _worker_signals() -> None:
+    """A worker leaves SIGINT to the parent (which stops the pool: a Ctrl-C reaches the whole
+    process group, and each worker would print its traceback) and dies quietly on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _parse_on_cluster(address: str, files: list[Path], on_loaded, work: tuple[Reduce | None, bool, Options]

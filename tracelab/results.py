@@ -155,6 +155,8 @@ def gather(run_dir: Path) -> dict[str, dict[str, Any]]:
     for pattern in (OLD_RESULTS_FILE, RESULTS_FILE):  # today's name wins
         for path in run_dir.glob(pattern.format(rank="*")):
             rank = path.name[len("rank"):].split(".", 1)[0]
-            if rank.isdigit():
+            if rank.isascii() and rank.isdigit():
                 found[int(rank)] = path
-    return {str(r): upgrade(json.loads(found[r].read_text())) for r in sorted(found)}
+    from .runfolder import read_json, results
+
+    return {str(r): upgrade(results(found[r], read_json(found[r]))) for r in sorted(found)}

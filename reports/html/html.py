@@ -147,7 +147,7 @@ def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) ->
     above MANY_RANKS inputs one row per run."""
     note = f'<p class="note">from {_e(", ".join(map(str, paths)))}</p>'
     if perfetto:
-        note += (f'<p>Every timed rank on one clock, collectives linked: <a href="{_e(perfetto)}">{_e(perfetto)}</a> '
+        note += (f'<p>Every timed rank on one clock, collectives linked: <a href="{_e(_href(perfetto))}">{_e(perfetto)}</a> '
                  "(open it in Perfetto's UI or chrome://tracing; one process per rank, one track per stream, "
                  "steps on a track of their own where the traces mark them)</p>")
     df = pd.DataFrame({"input": [i.label for i in inputs], "group": [i.group or "-" for i in inputs],
@@ -168,12 +168,20 @@ def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) ->
             f'<th class="t">GPU</th><th class="t">timeline</th></tr></thead><tbody>{rows}</tbody></table>')
 
 
+def _href(name: str) -> str:
+    """A link to a file beside the report: ./-relative and percent-encoded, so that a name such
+    as `javascript:x` or `a#b` stays a file name, never a scheme or a fragment."""
+    from urllib.parse import quote
+
+    return "./" + quote(name)
+
+
 def _timeline_link(row, perfetto: str | None) -> str:
     if not row.timed:
         return "no timestamps (aggregated profile)"
     if not perfetto:
         return "timed (tracelab report --perfetto links a merged trace)"
-    return f'<a href="{_e(perfetto)}">rank {row.rank} in the merged trace</a>'
+    return f'<a href="{_e(_href(perfetto))}">rank {row.rank} in the merged trace</a>'
 
 
 def _info_value(value: Any) -> str:

@@ -51,7 +51,17 @@ def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, lis
         ops.append(one.ops.head(TOP_OPS).assign(label=i.label))
         notes += [f"{name}: {escape(n)}" for n in one.notes if n != HINT]
     notes += [escape(HINT)] if any((s["bound"] == "host").any() for s in steps if len(s)) else []
-    return (*(pd.concat(f, ignore_index=True) for f in (steps, launches, ops)), notes)
+    return (*(_stacked(f) for f in (steps, launches, ops)), notes)
+
+
+def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The frames one below the other; empty frames and all-NA columns take no part in the
+    dtypes (pandas deprecates it: a FutureWarning per report); all empty: the first."""
+    full = [f for f in frames if len(f)]
+    if not full:
+        return frames[0]
+    columns = list(dict.fromkeys(c for f in full for c in f.columns))
+    return pd.concat([f.dropna(axis=1, how="all") for f in full], ignore_index=True).reindex(columns=columns)
 
 
 def _bound_lines(steps: pd.DataFrame) -> list[str]:

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..csvout import csv_text
 from ..fmt import ms_cell, us_cell
 from .idle import CAUSES, Idle
 
@@ -94,7 +95,7 @@ def idle_tables(result: Idle, top: int | None = 10) -> Group:
 
 
 def idle_csv(result: Idle, top: int | None = 10) -> str:
-    return result.steps.to_csv(index=False)
+    return csv_text(result.steps)
 
 
 def _records(df: pd.DataFrame) -> list:

@@ -7,6 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..csvout import csv_text
 from ..jsonout import dumps, strict
 from .across import Memory, gib
 
@@ -103,7 +104,7 @@ def render_csv(m: Memory, top: int | None = None) -> str:
     out = m.steps.copy()
     out["top"] = [";".join(f"{b}:{n}={int(v)}" for b, n, v in zip(g["by"], g["name"], g["bytes"]))
                   for g in (_live(m, r) for _, r in m.steps.iterrows())]
-    return out.to_csv(index=False)
+    return csv_text(out)
 
 
 def render_json(m: Memory, top: int | None = None) -> str:

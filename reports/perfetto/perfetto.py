@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ... import limits
 from ...errors import UsageError
 from ..steps import collectives as C
 from ..html.slices import lanes, scope_slices, step_slices
@@ -64,27 +65,40 @@ def align(comm: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, 
 
 
 def parse_window_ms(text: str) -> tuple[int, int]:
-    """'START_MS:END_MS' (either side may be empty) -> (start_ns, end_ns)."""
+    """'START_MS:END_MS' (either side may be empty) -> (start_ns, end_ns); each a finite
+    number of ms within the clock's range (limits.MAX_TIME_NS), NaN and inf refused."""
     start, sep, end = text.partition(":")
+    bound_ms = limits.MAX_TIME_NS / 1e6
     try:
         lo = float(start) if start.strip() else 0.0
-        hi = float(end) if end.strip() else float("inf")
+        hi = float(end) if end.strip() else None
     except ValueError:
         raise UsageError("--window", f"{text!r} is not START_MS:END_MS") from None
-    if not sep or lo < 0 or hi <= lo:
-        raise UsageError("--window", f"{text!r} is not START_MS:END_MS with 0 <= START < END")
-    return int(lo * 1e6), (int(hi * 1e6) if np.isfinite(hi) else np.iinfo(np.int64).max)
+    if not sep or not 0 <= lo <= bound_ms or (hi is not None and not lo < hi <= bound_ms):
+        raise UsageError("--window", f"{text!r} is not START_MS:END_MS with 0 <= START < END <= {bound_ms:.3g} "
+                                     "(finite numbers of ms)")
+    return int(lo * 1e6), (int(hi * 1e6) if hi is not None else np.iinfo(np.int64).max)
+
+
+MAX_LISTED = 2**20  # ranks or steps one option may name: no job has more
 
 
 def parse_ints(option: str, text: str) -> set[int]:
-    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}."""
-    out: set[int] = set()
+    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; each number within 0..2**31-1 and at most MAX_LISTED
+    of them, checked before any range is built (`0-99999999999` is refused, not counted out)."""
+    spans: list[tuple[int, int]] = []
     try:
         for part in filter(None, (p.strip() for p in text.split(","))):
             lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
+            spans.append((int(lo), int(hi or lo)))
     except ValueError:
         raise UsageError(option, f"{text!r} is not a list such as 0,2,4-7") from None
+    if bad := [s for s in spans if not 0 <= s[0] <= s[1] <= limits.INT32[1]]:
+        raise UsageError(option, f"{bad[0][0]}-{bad[0][1]} is not a range of numbers from 0 to {limits.INT32[1]}, "
+                                 "low to high")
+    if (count := sum(hi - lo + 1 for lo, hi in spans)) > MAX_LISTED:
+        raise UsageError(option, f"{text!r} names {count:,} numbers, more than {MAX_LISTED:,}")
+    out = {n for lo, hi in spans for n in range(lo, hi + 1)}
     if not out:
         raise UsageError(option, f"{text!r} names none")
     return out
@@ -351,7 +365,8 @@ def _build(b: _Builder, inputs: list[Input], pick: Pick) -> dict:
         raise UsageError("export perfetto", "no input has timestamps (proton profiles are aggregates: "
                                             "export torch.profiler or nsys traces)")
     if pick.ranks is not None and not any(i.rank in pick.ranks for i in timed):
-        raise UsageError("--ranks", f"none of {sorted(pick.ranks)} is in the timed inputs")
+        raise UsageError("--ranks", f"none of {_span(pick.ranks)} is in the timed inputs (their ranks: "
+                                    f"{_span({i.rank for i in timed})})")
     if pick.steps is not None:
         check_steps(timed, pick.steps)
     groups = list(dict.fromkeys(i.group for i in timed))

@@ -54,7 +54,8 @@ def figure(label: str, digest: dict) -> dict | None:
         low, high = float(points["intensity"].min()), float(points["intensity"].max())
         data += _roofs(device, (max(low / 4, 1e-3), max(high * 4, 10 * device.tflop_s.get("16", 1e3) * 1e3
                                                         / device.hbm_gb_s / 10)))
-    title = f"{label}: {device.name if device else 'device unknown (no roofs)'}"
+    # plotly reads tags in titles: a folder named <a href=...> must stay text
+    title = f"{escape(str(label))}: {escape(device.name) if device else 'device unknown (no roofs)'}"
     return {"data": data, "layout": {"title": {"text": title}, "height": 420,
                                      "xaxis": {"type": "log", "title": {"text": "FLOP per byte"}},
                                      "yaxis": {"type": "log", "title": {"text": "achieved TFLOP/s"}},

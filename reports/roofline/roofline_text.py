@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..csvout import csv_text
 from .roofline import Roofline, to_records
 
 
@@ -52,7 +53,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
 def csv(results: list[Roofline], by: str, top: int | None) -> str:
     frames = [pd.DataFrame(to_records(r, top)) for r in results]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return frame.rename(columns={"key": by}).to_csv(index=False)
+    return csv_text(frame.rename(columns={"key": by}))
 
 
 def as_json(results: list[Roofline], by: str, top: int | None) -> str:

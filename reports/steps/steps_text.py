@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import verdicts as V
+from ..csvout import csv_text
 from ..fmt import ms_cell, us
 from ..jsonout import dumps, records
 from .waits import Waits, straggler_json
@@ -115,7 +116,7 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None) -> Group:
 
 
 def steps_csv(w: Waits, totals: pd.DataFrame | None = None) -> str:
-    return (w.steps if len(w.steps) or totals is None else totals).to_csv(index=False)
+    return csv_text(w.steps if len(w.steps) or totals is None else totals)
 
 
 def steps_json(w: Waits, totals: pd.DataFrame | None = None) -> str:

@@ -2,13 +2,12 @@
 (strict: null, never NaN; the shape of issue 27). Units converted here only."""
 from __future__ import annotations
 
-import io
-
 import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..csvout import csv_text
 from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from .analyse import SCENARIO_COLUMNS, WhatIf
@@ -61,10 +60,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
 def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
     """The scenarios, one row per input and scenario (the steps are in the JSON)."""
     frames = [w.scenarios.assign(input=path)[["input", *SCENARIO_COLUMNS]] for path, w in parts if len(w.scenarios)]
-    buf = io.StringIO()
-    (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS])).to_csv(
-        buf, index=False)
-    return buf.getvalue()
+    return csv_text(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["input", *SCENARIO_COLUMNS]))
 
 
 def _doc(w: WhatIf) -> dict:

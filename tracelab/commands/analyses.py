@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
+from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
                      _findings, _top, _check_choice)
 
 
@@ -14,7 +14,7 @@ def breakdown(
     by: Annotated[str, typer.Option(help="Group by kernel (canonical name), op_class, scope, step or "
                                                     "module_type (a compiled run's modules, layer indices as *).")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N largest groups per rank, the rest as one row (0: all).")] = 15,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,
@@ -48,7 +48,7 @@ def roofline(
     paths: Paths,
     by: Annotated[str, typer.Option(help="Group by kernel, scope or op_class.")] = "kernel",
     top: Annotated[int, typer.Option(help="Show the N rows losing most time (0: all).")] = 20,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     device: DeviceOpt = None,
     peak_tflops: Annotated[Optional[float], typer.Option(help="Peak TFLOP/s (every dtype), with --peak-gb-s.")] = None,
@@ -110,7 +110,7 @@ def idle(
     rank: RankOpt = None,
     step: StepOpt = None,
     top: Annotated[int, typer.Option(help="The N host ops covering the most host-caused idle, per rank (0: all).")] = 10,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..reports.idle.idle import RankIdle, combine, labelled
@@ -139,7 +139,7 @@ def whatif(
     rank: RankOpt = None,
     step: StepOpt = None,
     scenario: Annotated[Optional[list[str]], typer.Option("--scenario", help="A scenario (repeat for several).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..errors import RankError
@@ -184,7 +184,7 @@ def memory(
     rank: RankOpt = None,
     step: StepOpt = None,
     top: Annotated[int, typer.Option(help="The N largest groups live at each peak, per scope, op and module (0: all).")] = 10,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..reports.memory import RankMemoryDigest, combine

@@ -9,8 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
+from ..reports.csvout import NOTE as CSV_NOTE
 
 EXIT_BAD_INPUT = 2
+FORMAT_HELP = "table, csv or json. " + CSV_NOTE + "."
 
 
 Paths = Annotated[list[str], typer.Argument(help="Trace files (.hatchet, Kineto .json/.json.gz, nsys .sqlite) "

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from .common import Paths, RankOpt, StepOpt, SchedulerOpt, _options, _load, _emit, _findings, _top, _check_choice, _load_groups, _picked
+from .common import FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, _options, _load, _emit, _findings, _top, _check_choice, _load_groups, _picked
 
 
 def compare(
@@ -15,7 +15,7 @@ def compare(
     by: Annotated[Optional[str], typer.Option(help="Align rows on scope,kernel (default for one profiler), "
                                                    "kernel (default across profilers), op_class or scope.")] = None,
     top: Annotated[int, typer.Option(help="Show the N largest rows (0: all).")] = 25,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     tree: Annotated[bool, typer.Option("--tree", help="For two proton files: the tree of differences "
                                                        "(like proton-viewer --diff-profile).")] = False,
     rank: RankOpt = None,
@@ -98,7 +98,7 @@ def _has_steps(p) -> bool:
 
 def steps(
     paths: Paths,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     rank: RankOpt = None,
     step: StepOpt = None,
     scheduler: SchedulerOpt = None,

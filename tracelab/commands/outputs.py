@@ -31,8 +31,9 @@ def report(
     the comparison of runs."""
     from pathlib import Path
 
-    from ..inputs import write_report
+    from ..inputs import check_output, write_report
 
+    check_output(out, paths)
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     options = _options(step, scheduler)
@@ -69,10 +70,11 @@ def export_perfetto(
     from functools import partial
     from pathlib import Path
 
-    from ..inputs import label_inputs, with_events, write
+    from ..inputs import check_output, label_inputs, with_events, write
     from ..reports.perfetto import perfetto
     from ..reports.session import PERFETTO
 
+    check_output(out, paths)
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
     if max_events < 0:

@@ -1,0 +1,235 @@
+"""Writing what tracelab makes, never at the cost of what it reads (issue 29).
+
+- `check_output(out, inputs)`: an output may not be an input (by path, link or hard link),
+  nor a folder holding one, nor, where the folder's next read would take it for a trace, sit
+  inside an input folder; --force does not change that. Every command that writes calls it.
+- `write` / `write_together`: each output whole or not at all. Bytes go to a temporary file
+  beside the target (`.NAME.XXXXXXXX.tmp`), renamed over it at the end; on any exception,
+  KeyboardInterrupt and (through cli.main's handler) SIGTERM included, the temporary file is
+  removed. `write_together` renames its files with SIGINT and SIGTERM held, so a report and
+  its merged trace appear both or neither.
+- `sweep`: temporary files and folders of ours older than STALE_TMP_S (a process killed with
+  SIGKILL or a power cut leaves them) are removed before each write into their folder.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Union
+
+from .errors import OutputError, TracelabError, UsageError
+
+STALE_TMP_S = 15 * 60
+# ours: `.NAME.` + mkstemp's 8 characters + `.tmp` (write); `.NAME.tmp-` + 8 hex (dataset staging)
+_OUR_TMP = re.compile(r"^\..+\.([a-z0-9_]{8}\.tmp|tmp-[0-9a-f]{8})$")
+Content = Union[str, bytes, Callable[[Callable[[bytes], object]], object]]
+
+
+def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], folder: bool = False) -> Path:
+    """`out` if writing it (a file, or with `folder` a folder replaced whole) can harm no
+    input; else UsageError naming the input. Inputs that are URLs are not local files."""
+    from .loading import _looks_like_trace
+    from .remote import is_url
+
+    out = Path(out)
+    real = Path(os.path.realpath(out))
+    given = [str(p) for p in inputs if not is_url(p)]
+    for path in given:
+        source = Path(os.path.realpath(path))
+        files = _files(path) if source.is_dir() and not folder and real.exists() else []
+        if real == source or _same_file(out, Path(path)) or any(_same_file(out, f) for f in files):
+            raise UsageError(out, f"is the input {path}{' (one of its traces)' if real != source else ''}: "
+                                  "tracelab never writes over what it reads (not even with --force); pick another name")
+        if real in source.parents:
+            raise UsageError(out, f"holds the input {path}: writing it would replace that input (not even "
+                                  "with --force); pick another name")
+    for path in given:
+        source = Path(os.path.realpath(path))
+        if source.is_dir() and source in real.parents and (folder or _looks_like_trace(real)):
+            raise UsageError(out, f"is inside the input folder {path}, whose next read would take it for a "
+                                  "trace; write it elsewhere")
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _files(folder: str) -> list[Path]:
+    """The trace files of an input folder (its errors are the load's to report)."""
+    from .loading import expand
+
+    try:
+        return expand(folder)
+    except TracelabError:
+        return []
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _refuse_existing(path: Path, force: bool) -> None:
+    if path.exists() and not force:
+        raise UsageError(path, "exists; pass --force to overwrite it")
+    if path.is_dir():
+        raise UsageError(path, "is a folder")
+    if not path.parent.is_dir():
+        raise UsageError(path, f"folder {path.parent} does not exist")
+
+
+def _staged(path: Path, content: Content, gz: bool) -> Path:
+    """`content` in a temporary file beside `path` (removed again on any failure)."""
+    sweep(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as raw, (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if gz
+                                          else nullcontext(raw)) as f:
+            if callable(content):
+                content(f.write)
+            else:
+                f.write(content if isinstance(content, bytes) else content.encode("utf-8"))
+        os.chmod(tmp, 0o666 & ~_umask())  # the user's usual file mode (0644), not mkstemp's 0600
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk, a file past `ulimit -f`
+            raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+        raise
+    return Path(tmp)
+
+
+def write(path: str | os.PathLike, content: Content, force: bool = False, gz: bool = False) -> Path:
+    """Write text (UTF-8) or bytes atomically; an existing file is replaced only with force.
+    `content` may also be a producer, called with a function that writes bytes (a large
+    output streamed, never held whole); `gz` compresses (no name or time in the header:
+    the same input gives the same file)."""
+    return write_together([(path, content, gz)], force)[0]
+
+
+def write_together(items: list[tuple[str | os.PathLike, Content, bool]], force: bool = False) -> list[Path]:
+    """Each (path, content, gz) staged, then all renamed into place with SIGINT and SIGTERM
+    held: every file or none (a rename failing part way takes back those already new)."""
+    paths = [Path(p) for p, _, _ in items]
+    for path in paths:
+        _refuse_existing(path, force)
+    staged: list[Path] = []
+    try:
+        for path, (_, content, gz) in zip(paths, items):
+            staged.append(_staged(path, content, gz))
+        with signals_held():
+            _rename_all(staged, paths)
+    finally:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+    return paths
+
+
+def _rename_all(staged: list[Path], paths: list[Path]) -> None:
+    new: list[Path] = []
+    try:
+        for tmp, path in zip(staged, paths):
+            existed = path.exists()
+            os.replace(tmp, path)
+            if not existed:
+                new.append(path)
+    except OSError as e:
+        for path in new:
+            path.unlink(missing_ok=True)
+        raise OutputError(path, f"cannot write: {e.strerror or e}") from None
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM deferred until the block ends (then raised again, to the handlers
+    there were): a few renames are not cut in two. Elsewhere than the main thread the block
+    runs as it is. (Blocking the signals would not do: another thread may take them.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in caught}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if pending:
+            os.kill(os.getpid(), pending[0])
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise errors.Interrupted for the block (cli.main: the command's length;
+    main thread only; a signal ignored when tracelab started stays ignored), so every
+    `finally` above removes what was half written; the old handlers put back after."""
+    from .errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {s: signal.signal(s, handler) for s in caught}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def sweep(folder: Path) -> list[str]:
+    """Remove our temporary files and staging folders in `folder` older than STALE_TMP_S
+    (never a fresh one: another tracelab may be writing it); the names removed."""
+    removed, now = [], time.time()
+    try:
+        children = list(folder.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        try:
+            stale = _OUR_TMP.match(child.name) and now - child.lstat().st_mtime > STALE_TMP_S
+            if stale and child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            elif stale:
+                child.unlink()
+            if stale:
+                removed.append(child.name)
+        except OSError:
+            continue
+    return removed
+
+
+def is_dataset(folder: Path) -> bool:
+    """Whether `folder` holds only what `tracelab export parquet` writes (rank=N/part-0.parquet,
+    and our temporary files): the only kind of folder --force replaces."""
+    try:
+        for child in folder.iterdir():
+            if _OUR_TMP.match(child.name) or child.name.startswith(".tmp-"):
+                continue
+            if not (child.is_dir() and re.fullmatch(r"rank=-?[0-9]+", child.name)):
+                return False
+            if {p.name for p in child.iterdir()} - {"part-0.parquet"}:
+                return False
+    except OSError:
+        return False
+    return True
