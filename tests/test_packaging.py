@@ -119,3 +119,20 @@ def test_no_import_cycles():
 
     cycles = [c for name in graph if (c := cycle_from(name, name, (name,)))]
     assert not cycles, " -> ".join(cycles[0])
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """A non-editable install (pip install ., the GPU machine's) holds only the packages pyproject
+    lists: a topic folder or tracelab/commands missing there breaks every command installed so."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    mapped = {folder: name for name, folder in cfg["package-dir"].items()}
+    found = set()
+    for init in root.glob("*/**/__init__.py"):
+        rel = init.parent.relative_to(root).parts
+        if rel[0] in mapped:
+            found.add(".".join((mapped[rel[0]], *rel[1:])))
+    assert found - listed == set()
