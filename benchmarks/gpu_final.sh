@@ -11,13 +11,14 @@ START=$(date +%s)
 BUDGET_S=${BUDGET_S:-240}
 mkdir -p "$OUT" "$W/runs"
 exec > >(tee "$OUT/log.txt") 2>&1
+rm -rf /tmp/site  # a warm machine keeps an older install, which pip --target would not replace
 source benchmarks/device_prelude.sh
 source "$REPO/benchmarks/gpu_common.sh"  # elapsed, budget
 run() {  # run NAME LIMIT_S tracelab-run-args...
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit=$2 workload=$3; shift 3
   budget "$limit" "$name" || return 0
-  echo; echo "=== +$(elapsed)s $name: tracelab run $*"
-  timeout "$limit" python3 -m tracelab run "$@" --out "$W/runs/$name" 2>&1 | grep -vE "^\[default[0-9]\]" | tail -25
+  echo; echo "=== +$(elapsed)s $name: tracelab run $workload $*"
+  timeout "$limit" python3 -m tracelab run "$workload" --out "$W/runs/$name" "$@" 2>&1 | grep -vE "^\[default[0-9]\]" | tail -25
 }
 ask() {  # ask NAME: every question on the run folder
   local dir; dir=$(ls -d "$W/runs/$1"/*/ 2>/dev/null | head -1); [[ -n "$dir" ]] || return 0
