@@ -13,7 +13,7 @@ from .fmt import ms_cell, us_cell
 from .compare.compare import Comparison
 from .csvout import csv_text
 from .jsonout import dumps, records
-from .normalise import MIN_LEAD
+from .stats import MIN_LEAD_SHARE as MIN_LEAD
 from .steps.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
 
@@ -165,7 +165,7 @@ def short_labels(labels: list[str]) -> dict[str, str]:
 
 def slowest_rule(table: pd.DataFrame) -> str:
     """How 'slowest' was decided: against the step-to-step noise only where every input's steps
-    give one (normalise.slowest), else on the material lead alone."""
+    give one (stats.noise.slowest), else on the material lead alone."""
     if table.attrs.get("noise", True):
         return "slowest only where its lead beats the step-to-step noise"
     return (f"slowest where its lead is over {100 * MIN_LEAD:.0f}% (and beyond the step-to-step noise where an "
