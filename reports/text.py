@@ -13,7 +13,7 @@ from .fmt import ms_cell, us_cell
 from .compare.compare import Comparison
 from .csvout import csv_text
 from .jsonout import dumps, records
-from .normalise import MIN_LEAD
+from .stats import MIN_LEAD_SHARE as MIN_LEAD
 from .steps.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
 
