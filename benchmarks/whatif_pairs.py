@@ -69,6 +69,12 @@ def interleaved(scope: str, scenario: str, folder: str) -> float:
           f"{predicted / 1e6:.1f} ms; {len(without)} steps without: measured {m_without / 1e6:.1f} ms; prediction "
           f"{100 * err:+.1f}%; predicted saving {(m_with - predicted) / 1e6:.1f} ms against measured "
           f"{(m_with - m_without) / 1e6:.1f} ms")
+    med_with, med_pred, med_without = with_it["step_ns"].median(), with_it["predicted"].median(), without["step_ns"].median()
+    print(f"  medians (robust to a step slowed by something else on every rank): measured {med_with / 1e6:.1f} ms with, "
+          f"{med_without / 1e6:.1f} ms without; predicted {med_pred / 1e6:.1f} ms; predicted saving "
+          f"{(med_with - med_pred) / 1e6:.1f} ms against measured {(med_with - med_without) / 1e6:.1f} ms")
+    print("  per step with it (measured -> predicted ms): " + ", ".join(
+        f"{int(r.step)}: {r.step_ns / 1e6:.1f} -> {r.predicted / 1e6:.1f}" for r in with_it.itertuples()))
     return err
 
 

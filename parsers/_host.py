@@ -11,6 +11,7 @@ one, which blocks only for pageable host memory, which the trace does not say) a
 from __future__ import annotations
 
 import re
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import pandas as pd
 from tracelab import schema
 
 from ._kineto import to_ints
-from ._steps import is_step
+from ._steps import is_step, name_mask
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
                        r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
@@ -44,7 +45,7 @@ def host_kinds(names: list[str]) -> np.ndarray:
 
 def is_sync(names: list[str]) -> np.ndarray:
     """Mask of the CUDA runtime/driver call names that block the host (module docstring)."""
-    return np.array([SYNC_CALL.fullmatch(n) is not None and "Async" not in n for n in names], dtype=bool)
+    return name_mask(names, lambda n: SYNC_CALL.fullmatch(n) is not None and "Async" not in n)
 
 
 def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[str, pd.arrays.IntegerArray]:
@@ -69,14 +70,17 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []
     for k, picked, t, mask in parts:
-        mask = np.ones(len(picked.name), dtype=bool) if mask is None else mask
-        kinds = np.where(is_step(picked.name, step_re), "step", k) if k == "range" else np.full(len(mask), k)
-        kind += kinds[mask].tolist()
-        name += [n for n, m in zip(picked.name, mask.tolist()) if m]
-        tids.append(t[mask])
-        start.append(np.asarray(picked.ts_ns, dtype=np.int64)[mask] - origin_ns)
-        dur.append(_dur_ns(picked)[mask])
-    return schema.host_frame(kind, name, np.concatenate(tids), np.concatenate(start), np.concatenate(dur))
+        code = schema.HOST_KINDS.index(k)
+        codes = (np.where(is_step(picked.name, step_re), schema.HOST_KINDS.index("step"), code) if k == "range"
+                 else np.full(len(picked.name), code))
+        keep = slice(None) if mask is None else mask  # cpu_op and range: every one
+        kind.append(codes[keep])
+        name += picked.name if mask is None else list(compress(picked.name, mask.tolist()))
+        tids.append(t[keep])
+        start.append(np.asarray(picked.ts_ns, dtype=np.int64)[keep] - origin_ns)
+        dur.append(_dur_ns(picked)[keep])
+    kinds = pd.Categorical.from_codes(np.concatenate(kind), categories=list(schema.HOST_KINDS))
+    return schema.host_frame(kinds, name, np.concatenate(tids), np.concatenate(start), np.concatenate(dur))
 
 
 def _dur_ns(picked: Any) -> np.ndarray:

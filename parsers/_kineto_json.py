@@ -15,6 +15,7 @@ and never holds a Python object per event beyond a chunk (benchmarks/RESULTS.md)
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -156,7 +157,7 @@ class Trace(msgspec.Struct):
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT, _PID, _TID, _TS, _ARGS, _NAME = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name"))
+_CAT, _PID, _TID, _TS, _ARGS, _NAME, _DUR = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name", "dur"))
 _POW10 = 10 ** np.arange(20, dtype=np.uint64)
 _DIGIT, _DOT, _MINUS, _SEP = ord("0"), ord("."), ord("-"), 0  # NUL: in no valid JSON value
 
@@ -281,13 +282,18 @@ class Picked(Launches):
 
     def extend(self, events: list[_Event], cats: list[str]) -> None:
         """Add decoded events, of these categories (nothing is added when one is refused)."""
-        if complaint := limits.long_name(max(map(len, map(_NAME, events)), default=0)):
+        seen = len(self._names)
+        names = list(map(_NAME, events))
+        names = list(map(self._names.setdefault, names, names))  # repeated names shared
+        if len(self._names) > seen and (complaint := limits.long_name(max(map(len, itertools.islice(
+                self._names, seen, None))))):  # the names new to this trace: a long one is in there
+            for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
+                del self._names[name]
             raise ValueError(f"name: {complaint}")
         super().extend(events, cats)
         self.cat += cats
-        self.dur_us += map(attrgetter("dur"), events)
-        names = list(map(_NAME, events))
-        self.name += map(self._names.setdefault, names, names)
+        self.dur_us += map(_DUR, events)
+        self.name += names
 
 
 @dataclass

@@ -28,6 +28,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ._steps import name_mask as _name_mask
+
 # c10 type names as Kineto writes "Input type" -> (dtype, bytes per element)
 TYPES = {"c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
          "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
@@ -287,14 +289,26 @@ def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id:
     n_ops = len(ops.args)
     op_flops, op_bytes = np.full(n_ops, np.nan), np.full(n_ops, np.nan)
     op_dtype = np.full(n_ops, "", dtype=object)
+    known: dict[tuple, tuple[float, float, str]] = {}  # one op_work per distinct call (each layer, each step)
     for i in used.tolist():
         args = ops.args[i]
-        op_flops[i], op_bytes[i], op_dtype[i] = op_work(ops.name[i], args.dims, args.types, args.concrete)
-        if math.isnan(op_flops[i]) and type(args.flops) in (int, float) and args.flops > 0:
-            op_flops[i] = float(args.flops)  # torch's own count (with_flops=True) where we have no formula
-        op_flops[i], op_bytes[i] = _inductor_work(args, op_flops[i], op_bytes[i])
+        call_key = (ops.name[i], bytes(args.dims), bytes(args.types), bytes(args.concrete), args.flops,
+                    args.kernel_num_gb, args.kernel_flop)
+        if (work := known.get(call_key)) is None:
+            work = known[call_key] = _op_work_or_counted(ops.name[i], args)
+        op_flops[i], op_bytes[i], op_dtype[i] = work
     flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes, call)
     dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if n_ops else "", "")
-    tf32 = np.array([d == "fp32" and bool(_TF32.search(n)) for d, n in zip(dtype, name)], dtype=bool)
-    dtype[tf32] = "tf32"
+    fp32 = np.flatnonzero(dtype == "fp32")
+    dtype[fp32[_name_mask([name[i] for i in fp32.tolist()], lambda n: bool(_TF32.search(n)))]] = "tf32"
     return flops, moved, dtype.astype(object)
+
+
+def _op_work_or_counted(name: str, args: Any) -> tuple[float, float, str]:
+    """op_work; where we have no formula, torch's own FLOP count (with_flops=True), then
+    Inductor's estimate (_inductor_work)."""
+    flops, moved, dtype = op_work(name, args.dims, args.types, args.concrete)
+    if math.isnan(flops) and type(args.flops) in (int, float) and args.flops > 0:
+        flops = float(args.flops)  # torch's own count (with_flops=True) where we have no formula; 0 is no count
+    flops, moved = _inductor_work(args, flops, moved)
+    return flops, moved, dtype

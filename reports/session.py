@@ -22,6 +22,15 @@ from .topics import TOPICS
 # per-rank tables the comparison and the report need, computed in the worker that parses each
 # rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
 RANK_DIGESTS = {name: fn for topic in TOPICS for name, fn in topic.digests.items()}
+# the digests each output reads; a command asks its workers for these only (the report: all)
+COMPARISON = ("sums", "noise", "has_times", "waits", "timeline", "comm_kernels")  # compare's table and verdict
+FINDINGS = tuple(n for n in RANK_DIGESTS if n not in ("span", "segments"))  # all but the timeline figure's
+PERFETTO = ("sums", "has_times", "first_ns", "waits")  # export perfetto: sizes, clocks, steps
+
+
+def rank_digests(names: tuple[str, ...] | None = None) -> dict:
+    """RANK_DIGESTS of these names (every one where None): load_many's reduce for one output."""
+    return dict(RANK_DIGESTS) if names is None else {n: RANK_DIGESTS[n] for n in names}
 
 _TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".hatchet",
                    ".sqlite3", ".sqlite")
@@ -48,6 +57,9 @@ class Input:
         (kept, so each is made once). Reports read inputs through these, never their events,
         so a thousand ranks' events need never meet in one process."""
         if name not in self.summary:
+            if self.summary and not len(self.events):  # its worker dropped the events: a bug, not a zero
+                raise KeyError(f"digest {name!r} of {self.label} was not made where it was parsed "
+                               f"(made: {', '.join(self.summary)})")
             self.summary[name] = RANK_DIGESTS[name](RankData(self.events, self.meta))
         return self.summary[name]
 
@@ -63,7 +75,9 @@ class Input:
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), dict(p.summary), str(p.meta.get("path", "")), p.meta)
+                 device_names(p.meta), p.meta.get("steps"), p.summary, str(p.meta.get("path", "")), p.meta)
+    # the profile's own summary: a digest made from its events for one labelling (the report) is
+    # reused by the next (its findings), not made again
 
 
 def device_names(meta: dict) -> str:

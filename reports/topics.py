@@ -52,7 +52,8 @@ def _resolve(ref: str) -> Callable:
 TOPICS: tuple[Topic, ...] = (
     Topic("compare", {"timeline": OnEvents(digests.rank_timeline), "comm_kernels": OnEvents(timeline.comm_kernels),
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
-                      "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times)}),
+                      "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
+                      "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
     Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start)},
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",
                     "findings.findings_more:cpu_comm_findings"),

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import shared_trace
+from malformed import run_cli_output
 
 import tracelab
 from tracelab.classify import canonical
@@ -82,11 +82,11 @@ def test_cli_json_totals(by):
 
 @pytest.mark.parametrize("rel, header", [("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "CPU operator"),
                                          (KINETO, "kernel")])
-def test_breakdown_table_names_what_its_rows_are(rel, header):
+def test_breakdown_table_names_what_its_rows_are(rel, header, capsys):
     # a CPU-only trace's rows are CPU operators: the table said "kernel" over them
-    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(shared_trace(rel)), "--top", "3"],
-                         capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"})
-    head = next(line for line in out.stdout.splitlines() if "time (ms)" in line)
+    status, out, err = run_cli_output(capsys, "breakdown", str(shared_trace(rel)), "--top", "3")  # in this process
+    assert status == 0, err
+    head = next(line for line in out.splitlines() if "time (ms)" in line)
     assert head.split("┃")[-1].strip() == header
 
 

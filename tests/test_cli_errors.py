@@ -100,15 +100,17 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path):
     assert _digest(path) == before
 
 
-def test_two_files_claiming_one_rank(tmp_path):
+def test_two_files_claiming_one_rank(tmp_path, capsys):
+    from malformed import run_cli_output
+
     src = shared_trace(GOOD_KINETO)  # distributedInfo says rank 0
     a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
     shutil.copy(src, a)
     shutil.copy(src, b)
-    result = _tracelab("breakdown", str(a), str(b))
-    assert result.returncode == 2
-    assert "rank 0" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert "Traceback" not in result.stderr
+    status, _, err = run_cli_output(capsys, "breakdown", str(a), str(b))  # in this process
+    assert status == 2
+    assert "rank 0" in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, fragment", [

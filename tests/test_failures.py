@@ -51,19 +51,21 @@ def _run_folder_with_truncated_rank(tmp_path: Path) -> Path:
     return run
 
 
-def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path):
+def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path, capsys):
     """Parsed in worker processes: the worker's error reaches the parent as one line."""
     run = _run_folder_with_truncated_rank(tmp_path)
-    _one_line(_tracelab("breakdown", str(run)), str(run / "rank2.pt.trace.json.gz"), "truncated gzip")
+    status, lines = m.run_cli(capsys, "breakdown", str(run))  # in this process; the ranks in a pool
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("tracelab: error: "), lines
+    assert str(run / "rank2.pt.trace.json.gz") in lines[0] and "truncated gzip" in lines[0]
 
 
-def test_no_blank_line_before_the_error(tmp_path):
+def test_no_blank_line_before_the_error(tmp_path, capsys):
     """An error after the progress bar (two files claiming rank 0) is the first and only line."""
     for name in ("a.pt.trace.json.gz", "b.pt.trace.json.gz"):
         shutil.copy(TORCH_RUN / "rank0.pt.trace.json.gz", tmp_path / name)
-    result = _tracelab("breakdown", str(tmp_path))
-    assert result.returncode == 2 and result.stderr.startswith("tracelab: error: ")
-    assert result.stderr.count("\n") == 1 and "resolves to rank 0" in result.stderr, result.stderr
+    status, _, err = m.run_cli_output(capsys, "breakdown", str(tmp_path))
+    assert status == 2 and err.startswith("tracelab: error: ")
+    assert err.count("\n") == 1 and "resolves to rank 0" in err, err
 
 
 def test_load_many_raises_the_workers_own_error(tmp_path):
@@ -165,10 +167,14 @@ def test_report_on_a_full_or_read_only_disk_is_one_line(small_mount, options, re
     _one_line(_tracelab("report", str(ONE_RANK), "-o", str(out)), f"{out}: cannot write: {reason}")
 
 
-def test_report_gets_the_users_file_mode(tmp_path):
+def test_report_gets_the_users_file_mode(tmp_path, capsys):
     out = tmp_path / "report.html"
-    result = _tracelab("report", str(ONE_RANK), "-o", str(out), preexec=lambda: os.umask(0o022))
-    assert result.returncode == 0, result.stderr
+    umask = os.umask(0o022)  # the user's usual mask, in this process (the CLI runs in it)
+    try:
+        status, lines = m.run_cli(capsys, "report", str(ONE_RANK), "-o", str(out))
+    finally:
+        os.umask(umask)
+    assert status == 0, lines
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
 
 

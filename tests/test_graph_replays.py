@@ -141,13 +141,12 @@ def test_kineto_replay_on_two_streams_is_flagged(tmp_path):
                                      "capture's launches in start order, which may swap concurrent branches"]
 
 
-def test_cli_prints_the_note_after_the_output():
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(DATA / "graph-outside-1gpu-torch"),
-                           "--by", "scope"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and "(no scope)" in done.stdout
-    assert done.stderr == (f"tracelab: note: {DATA / 'graph-outside-1gpu-torch' / 'rank0.pt.trace.json.gz'}: 5 of 5 "
+def test_cli_prints_the_note_after_the_output(capsys):
+    from malformed import run_cli_output
+
+    status, out, err = run_cli_output(capsys, "breakdown", str(DATA / "graph-outside-1gpu-torch"), "--by", "scope")
+    assert status == 0 and "(no scope)" in out
+    assert err == (f"tracelab: note: {DATA / 'graph-outside-1gpu-torch' / 'rank0.pt.trace.json.gz'}: 5 of 5 "
                            "CUDA-graph replays (120 GPU rows) were captured outside the trace: their rows keep "
                            "the replay's scope\n")
 

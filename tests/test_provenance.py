@@ -104,12 +104,11 @@ def test_a_broken_map_names_the_file(tmp_path, text):
         tracelab.load(_copy(tmp_path, text) / "rank0.pt.trace.json.gz")
 
 
-def test_cli_one_line_for_a_broken_map(tmp_path):
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(_copy(tmp_path, "{"))],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "provenance" in done.stderr
+def test_cli_one_line_for_a_broken_map(tmp_path, capsys):
+    from malformed import run_cli_output
+
+    status, _, err = run_cli_output(capsys, "breakdown", str(_copy(tmp_path, "{")))  # in this process
+    assert status == 2 and err.count("\n") == 1 and "provenance" in err
 
 
 def test_a_partial_run_of_the_graph_is_noted(tmp_path):

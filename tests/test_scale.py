@@ -236,8 +236,13 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     assert all(len(p.summary["comm_kernels"]) < len(p.events) / 3 for p in with_rows)
 
 
-@pytest.mark.parametrize("folder", ["train-2gpu-torch", "decode-2gpu-nsys", "decode-2gpu-proton", "gloo-2cpu-late"])
-@pytest.mark.parametrize("by,top", [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)])
+_STACKED_FOLDERS = ["train-2gpu-torch", "decode-2gpu-nsys", "decode-2gpu-proton", "gloo-2cpu-late"]
+_STACKED_BY = [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)]
+
+
+@pytest.mark.parametrize("folder,by,top", [  # each folder and each --by once in the default run, every pair in the slow one
+    pytest.param(folder, by, top, marks=() if i == j else pytest.mark.slow)
+    for i, folder in enumerate(_STACKED_FOLDERS) for j, (by, top) in enumerate(_STACKED_BY)])
 def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, top):
     import tracelab
     from tracelab.reports.breakdown import breakdown as B

@@ -18,6 +18,7 @@ from tracelab.reports.whatif.analyse import MAX_ERROR
 from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC
 from tracelab.reports.whatif.replay import measured, replay
+from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 
 from malformed import run_cli, run_cli_output
 
@@ -97,6 +98,23 @@ def test_no_host_gaps_runs_the_kernels_back_to_back_after_the_first_launch() -> 
     host = _host([("step", "step 0", 0, 1000)])
     # first launch keeps its 5 ns; the others take none; kernels start 20 ns after launch, queue behind each other
     assert _answer(events, host, "no-host-gaps") == {"no-host-gaps": 50}
+
+
+def test_no_host_gaps_queues_kernels_a_graph_gap_apart_not_the_eager_queues() -> None:
+    # launched early (0, 5, 10; 5 ns each), each queued 1000 ns behind the previous (eager's gap)
+    events = _events([("a", 7, 100, 10, 0, 5), ("b", 7, 1110, 10, 5, 5), ("c", 7, 2120, 10, 10, 5)])
+    host = _host([("step", "step 0", 0, 3000)])
+    # the launch floor (5th percentile of launch-to-start) is 100 ns: a 100-110; b and c each
+    # GRAPH_GAP_NS behind the previous: 366-376, 632-642
+    assert GRAPH_GAP_NS == 256 and _answer(events, host, "no-host-gaps") == {"no-host-gaps": 642}
+
+
+def test_a_graph_launchs_own_kernel_gap_is_the_traces() -> None:
+    # one call launches two kernels 40 ns apart (a graph), then one eager kernel
+    events = _events([("g1", 7, 100, 10, 0, 5), ("g2", 7, 150, 10, 0, 5), ("e", 7, 400, 10, 300, 5)])
+    g = rank_graph(events, _host([("step", "step 0", 0, 1000)]), 0)
+    assert g.graph_gap_ns == 40
+    assert np.isnan(rank_graph(events.iloc[2:], None, 0).graph_gap_ns)  # no call launched several
 
 
 def test_scale_and_remove_on_a_gpu_bound_stream() -> None:

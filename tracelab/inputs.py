@@ -27,18 +27,22 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 
 
 def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
-                options: Options = DEFAULT, device=None) -> list[list[Profile]]:
+                options: Options = DEFAULT, device=None, digests: tuple[str, ...] | None = None
+                ) -> list[list[Profile]]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_DIGESTS (reports.session) computed in the worker that parsed it. Without
-    `keep_events` the events stay in the workers: the report and compare need only the
-    summaries (the merged Perfetto trace needs the events). `device` (a devices.Device: report
-    --device) is the roofline's device instead of the one the traces or run.json name."""
+    rank's RANK_DIGESTS (reports.session) of these names (all where None) computed in the
+    worker that parsed it. Without `keep_events` the events stay in the workers: the report
+    and compare need only the summaries (the merged Perfetto trace needs the events). `device`
+    (a devices.Device: report --device) is the roofline's device instead of the one the traces
+    or run.json name."""
     from .loading import load_many
     from .reports.roofline.roofline import RankRoofline
-    from .reports.session import RANK_DIGESTS
+    from .reports.session import rank_digests
 
+    reduce = rank_digests(digests)
     run_infos(paths)  # each run folder's own files checked before any trace is parsed
-    reduce = {**RANK_DIGESTS, "roofline": RankRoofline(device)} if device is not None else RANK_DIGESTS
+    if device is not None and "roofline" in reduce:
+        reduce = {**reduce, "roofline": RankRoofline(device)}
     return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
                                                         keep_events=keep_events, options=options) for p in paths]
 
@@ -60,30 +64,6 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
                                               options=options)}
         for i in members:
             i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
-    return inputs
-
-
-def with_bins(inputs: list[Input], options: Options = DEFAULT) -> list[Input]:
-    """The report's timeline draws a few ranks per run (figures.timeline_shown) in bins shared
-    on one clock, known only once every rank's span is: a shown rank loaded without its
-    events is read again, alone (with the `options` it was loaded with), and binned there
-    (summary "bins"); the rest never are."""
-    from functools import partial
-
-    from .loading import load_many
-    from .reports.html import figures
-    from .reports.steps import timeline
-
-    for _, shown, _ in figures.timeline_shown(inputs):
-        offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
-        edges = figures.timeline_edges(shown, offsets)
-        for i in shown:
-            if len(i.events) or not i.path:
-                continue
-            own = edges - (offsets or {}).get(i.rank, 0)
-            again = load_many(i.path, workers=1, reduce={"bins": OnEvents(partial(timeline.rank_bins, edges_ns=own))},
-                              keep_events=False, options=options)
-            i.summary["bins"] = (own, next(p for p in again if p.rank == i.rank).summary["bins"])
     return inputs
 
 
@@ -149,7 +129,6 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
     kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    inputs = with_bins(inputs, options)
     trace = _perfetto_content(_with_perfetto_events(inputs, options)) if perfetto else None
     page = html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths),
                        perfetto=merged.name if trace else None)

@@ -208,7 +208,9 @@ HOST_COLUMNS: dict[str, str] = {"kind": "category", "name": "string", "tid": "in
 
 def host_frame(kind: Any, name: Any, tid: Any, start_ns: Any, dur_ns: Any) -> pd.DataFrame:
     """A host frame (HOST_COLUMNS) from column arrays, sorted by start, checked."""
-    df = pd.DataFrame({"kind": pd.Categorical(np.asarray(kind, dtype=object), categories=list(HOST_KINDS)),
+    kinds = kind if isinstance(kind, pd.Categorical) else pd.Categorical(np.asarray(kind, dtype=object),
+                                                                         categories=list(HOST_KINDS))
+    df = pd.DataFrame({"kind": kinds.set_categories(list(HOST_KINDS)),
                        "name": pd.array(np.asarray(name, dtype=object), dtype="string"),
                        "tid": np.asarray(tid, dtype=np.int64), "start_ns": np.asarray(start_ns, dtype=np.int64),
                        "dur_ns": np.asarray(dur_ns, dtype=np.int64)})

@@ -168,9 +168,8 @@ def timeline_edges(shown: list[Input], offsets: dict[int, int] | None, n_bins: i
 
 
 def timelines(inputs: list[Input]) -> list[tuple[str, dict]]:
-    """Per run, per rank: how busy each op class keeps the GPU over time (binned). A shown
-    rank's bins are its "bins" digest (made where it was read, tracelab.inputs.with_bins),
-    else made here from its events."""
+    """Per run, per rank: how busy each op class keeps the GPU over time (binned), from each
+    shown rank's "segments" digest."""
     out = []
     for group, shown, n_timed in timeline_shown(inputs):
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in shown])
@@ -196,12 +195,9 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _bins(i: Input, edges_ns: np.ndarray) -> pd.DataFrame:
-    """A shown rank's timeline.rank_bins on `edges_ns` (its own clock): made where it was read
-    (summary "bins", with the edges it was made on), else from its events."""
-    made = i.summary.get("bins")
-    if made is not None and np.array_equal(made[0], edges_ns):
-        return made[1]
-    return timeline.rank_bins(i.events, edges_ns)
+    """A shown rank's timeline.rank_bins on `edges_ns` (its own clock), from its "segments"
+    digest (made where it was read, or here from its events): the rank is never read again."""
+    return timeline.segment_bins(i.digest("segments"), edges_ns)
 
 
 def _timeline_figure(bins: pd.DataFrame, ranks: list[int], group: str) -> dict:

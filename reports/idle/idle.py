@@ -207,14 +207,21 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
         return _empty(OP_COLUMNS)
     sync = host[host["kind"] == "sync"]
     u_start, u_end = host_idle_intervals(gaps, *_union_of(sync))
-    ops = host[host["kind"].isin(OP_KINDS)].sort_values(["kind", "name", "start_ns"], kind="stable")
-    start = ops["start_ns"].to_numpy(dtype=np.int64)
-    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)
-    reached = pd.Series(end, index=ops.index).groupby([ops["kind"], ops["name"]], observed=True).cummax()
-    reached = reached.groupby([ops["kind"], ops["name"]], observed=True).shift(1).fillna(np.iinfo(np.int64).min)
-    ns = covered(np.maximum(start, reached.to_numpy(dtype=np.int64)), end, u_start, u_end)
-    out = (pd.DataFrame({"kind": ops["kind"].astype(str).to_numpy(), "name": ops["name"].astype(str).to_numpy(),
-                         "covered_ns": ns}).groupby(["kind", "name"], sort=False)["covered_ns"].sum().reset_index())
+    ops = host[host["kind"].isin(OP_KINDS)]
+    names, name_of = pd.factorize(ops["name"].to_numpy(dtype=object), sort=True)  # codes in name order
+    kinds = ops["kind"].cat.codes.to_numpy(dtype=np.int64)
+    order = np.lexsort((ops["start_ns"].to_numpy(dtype=np.int64), names, kinds))  # by kind, name, start
+    group = kinds[order] * len(name_of) + names[order]
+    first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
+    start = ops["start_ns"].to_numpy(dtype=np.int64)[order]
+    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)[order]
+    reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
+    reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
+    ns = covered(np.maximum(start, reached), end, u_start, u_end)
+    at = np.flatnonzero(first)
+    out = pd.DataFrame({"kind": ops["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+                        "name": name_of[names[order][at]].astype(str),
+                        "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
     out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
     out = out.head(top) if top is not None else out
     return out.assign(rank=rank, host_idle_ns=int((u_end - u_start).sum()))[OP_COLUMNS].reset_index(drop=True)

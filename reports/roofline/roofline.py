@@ -87,9 +87,10 @@ def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any
 def _traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(HBM bytes, host-link bytes) per row (module docstring)."""
     moved = events["bytes"].to_numpy(dtype=np.float64)
-    name = events["name"].astype(str)
     copy = (events["kind"] == "memcpy").to_numpy()
-    device_to_device = copy & name.str.contains(r"DtoD|Device -> Device|PtoP", regex=True).to_numpy()
+    device_to_device = copy.copy()  # of the copies, those within or between devices (names tested: copies only)
+    device_to_device[copy] = (events["name"][copy].astype(str).str.contains(r"DtoD|Device -> Device|PtoP", regex=True)
+                              .to_numpy(dtype=bool))
     host = copy & ~device_to_device
     hbm = np.where(device_to_device, 2 * moved, np.where(host, np.nan, moved))
     return hbm, np.where(host, moved, np.nan)
@@ -101,7 +102,8 @@ def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np
     if device is None:
         nan = np.full(n, np.nan)
         return nan, nan, nan
-    peak = events["dtype"].astype(str).map(lambda d: device.peak_tflop_s(d) or np.nan).to_numpy(dtype=np.float64)
+    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy())  # a peak per distinct dtype
+    peak = np.array([device.peak_tflop_s(d) or np.nan for d in dtypes], dtype=np.float64)[codes]
     compute_ns = events["flops"].to_numpy(dtype=np.float64) / (peak * 1e3)  # TFLOP/s = 1e3 FLOP/ns
     hbm, host = _traffic(events)
     memory_ns = hbm / device.hbm_gb_s  # GB/s = bytes/ns

@@ -10,6 +10,7 @@ import pandas as pd
 
 from .analyse import path_steps
 from .nodes import rank_graph
+from .replay import ReplayError
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
 COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
@@ -36,7 +37,10 @@ def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.Data
     without steps is matched through its one window (step NA or -1)."""
     if not len(step_rows):
         return step_rows
-    bounds = rank_path_bounds(events, host)
+    try:
+        bounds = rank_path_bounds(events, host)
+    except ReplayError:  # the replay did not settle (times that contradict): keep the causes' bound
+        return step_rows
     if not len(bounds):
         return step_rows
     key = step_rows["step"].astype("Int64").fillna(-1).astype("int64").to_numpy()

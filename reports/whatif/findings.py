@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ..findings.finding import Finding
 from .analyse import WhatIf, whatif
+from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
@@ -36,7 +37,10 @@ def run_whatif(ev, names: list[str]) -> WhatIf | None:
 def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding]:
     """The sources' findings, each with its scenario's saving where one applies (module docstring)."""
     names = sorted({SCENARIO_OF[s] for s, found in by_source if found and s in SCENARIO_OF})
-    w = run_whatif(ev, names) if names else None
+    try:
+        w = run_whatif(ev, names) if names else None
+    except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving
+        w = None
     if w is None:
         return [f for _, found in by_source for f in found]
     rows = {r.name: r for r in w.scenarios.itertuples(index=False) if r.name != "together"}

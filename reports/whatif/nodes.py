@@ -63,6 +63,7 @@ class RankGraph:
     host_spans: pd.DataFrame  # name, start_ns, end_ns: ranges, CPU ops and OS calls (scenario remove, top host ops)
     step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
     notes: list[str] = field(default_factory=list)
+    graph_gap_ns: float = float("nan")  # median gap between kernels of one graph launch in this trace, NaN none
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -146,6 +147,7 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     n_h = len(hn)
     names = np.r_[hn["name"].to_numpy(dtype=object), gpu["kernel"].astype(str).to_numpy(dtype=object)]
     notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
+    graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
         chain=chain, start_ns=np.r_[hn["start_ns"].to_numpy(dtype=np.int64), g_start],
@@ -157,7 +159,21 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
         roof_ns=np.r_[np.full(n_h, np.nan), _min_ns(gpu, device)[0] if device is not None else np.full(len(gpu), np.nan)],
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
-        chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes)
+        chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap)
+
+
+def _graph_gap_ns(start: np.ndarray, end: np.ndarray, launch_of: np.ndarray, streams: np.ndarray) -> float:
+    """The median gap between consecutive GPU ops of one launch call on one stream (a CUDA
+    graph replay's kernels), NaN where no launch call started several."""
+    ok = launch_of >= 0
+    if ok.sum() < 2:
+        return float("nan")
+    idx = np.flatnonzero(ok)
+    idx = idx[np.lexsort((start[idx], streams[idx], launch_of[idx]))]
+    same = (launch_of[idx[1:]] == launch_of[idx[:-1]]) & (streams[idx[1:]] == streams[idx[:-1]])
+    gaps = start[idx[1:]][same] - end[idx[:-1]][same]
+    gaps = gaps[gaps >= 0]
+    return float(np.median(gaps)) if len(gaps) else float("nan")
 
 
 def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankGraph:

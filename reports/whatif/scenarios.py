@@ -5,7 +5,10 @@ Graph; several given together change one Params, replayed once (never summed). P
   graph, torch.compile's reduce-overhead): no time between host calls, launch calls take none
   but the first of each step and rank (a graph launch's cost), every launched op starts its
   rank's least launch-to-start delay after its launch, syncs keep their return latency and
-  still wait for the GPU. In a CPU-only trace, no time between a thread's CPU ops.
+  still wait for the GPU, and ops queued on a stream follow each other by a graph replay's
+  gap between kernels (the trace's own, between the kernels of one graph launch, where it
+  has graph launches; else GRAPH_GAP_NS), not by the eager queue's (about 1.2 us on H100:
+  each kernel a launch of its own). In a CPU-only trace, no time between a thread's CPU ops.
 - `remove:REGEX[@RANK]`: GPU ops (CPU ops in a CPU-only trace) whose name or scope matches
   take no time, the launch calls of only such ops too, and so does the host's time inside
   ranges, CPU ops and OS calls of a matching name (a host stall in a named range); on RANK only.
@@ -38,6 +41,10 @@ from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
 
+# The median gap between consecutive kernels of one CUDA graph launch, measured under
+# torch.profiler on H100 (tests/data graph-1gpu-torch, graph-outside-1gpu-torch,
+# decode-compile-1gpu-torch: 256 ns in each; eager kernels queued behind another: 1.2-1.5 us).
+GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "roofline", "balance", "overlap-comm")
 NAMES = ("no-host-gaps", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
 
@@ -128,6 +135,11 @@ def _no_host_gaps(g: Graph, p: Params) -> None:
     p.dur_ns[(g.kind == SYNC) & (p.y_src < 0)] = 0
     launched = p.xs_src >= 0
     p.xs_off_ns[launched] = np.minimum(p.xs_off_ns[launched], g.edges.launch_floor_ns[launched])
+    device = np.isin(g.kind, (GPU, COLL))
+    for r, rg in g.ranks.items():
+        gap = getattr(rg, "graph_gap_ns", float("nan"))
+        on = device & (g.rank == r)
+        p.gap_ns[on] = np.minimum(p.gap_ns[on], int(gap) if np.isfinite(gap) else GRAPH_GAP_NS)
 
 
 def _first_launch_of_steps(g: Graph) -> np.ndarray:

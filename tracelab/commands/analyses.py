@@ -23,7 +23,7 @@ def breakdown(
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from ..loading import events
     from ..reports.breakdown.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
-    from ..reports.session import RANK_DIGESTS
+    from ..reports.session import FINDINGS, rank_digests
     from ..reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
@@ -36,7 +36,8 @@ def breakdown(
         _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
         return _findings(fmt, paths, profiles)
     # each rank's tables made where it was parsed; its events never reach this process
-    profiles = _load(paths, reduce={**per_rank(by), **RANK_DIGESTS}, keep_events=False, options=options)
+    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
+    profiles = _load(paths, reduce={**per_rank(by), **findings}, keep_events=False, options=options)
     table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
     _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
     _findings(fmt, paths, profiles)

@@ -141,12 +141,12 @@ def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: 
               comparison=None) -> None:
     """The findings lines (reports/findings/findings.py), the report's sentences, after a table's output
     (CSV and JSON stay as they are)."""
+    if fmt != "table":
+        return
     from ..inputs import findings_of, regroup
     from ..reports.findings.findings import lines
     from ..schema import recorded
 
-    if fmt != "table":
-        return
     groups = groups if groups is not None else regroup(paths, profiles)
     found = findings_of(paths, groups, comparison)
     sources = {str(p.meta.get("source")) for g in groups for p in g}
@@ -166,17 +166,19 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True, options=None, device=None) -> list[list]:
+def _load_groups(paths: list[str], keep_events: bool = True, options=None, device=None,
+                 digests: tuple[str, ...] | None = None) -> list[list]:
     """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
     one progress bar on stderr over all their files. Without `keep_events` only each rank's
-    summaries, made in the worker that parsed it, reach this process."""
+    summaries (`digests`, reports.session.RANK_DIGESTS names; all where None), made in the
+    worker that parsed it, reach this process."""
     from ..inputs import load_groups
 
     total = _trace_count(paths)
     with _progress(disable=total < 2) as bar:
         task = bar.add_task(f"loading {total} traces", total=total)
         groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events,
-                             options=options or _options(), device=device)
+                             digests=digests, options=options or _options(), device=device)
     _say_notes([p for group in groups for p in group])
     return groups
 

@@ -31,6 +31,7 @@ def compare(
     (who waits on whom at the collectives; `tracelab steps` shows it per step)."""
     from ..inputs import label_inputs
     from ..reports.compare.compare import BY, comparison, default_by
+    from ..reports.session import COMPARISON, FINDINGS
     from ..reports.text import COMPARE_RENDERERS
 
     if by is not None:
@@ -40,7 +41,9 @@ def compare(
     if tree:
         return _tree_diff(paths)
     options = _options(step, scheduler)
-    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False, options=options), rank), n_steps)
+    digests = FINDINGS if fmt == "table" else COMPARISON  # only the table ends on the findings
+    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False, options=options,
+                                                            digests=digests), rank), n_steps)
     if sum(len(g) for g in groups) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
     inputs = label_inputs(paths, groups)
@@ -121,9 +124,10 @@ def steps(
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     options = _options(step, scheduler)
-    from ..reports.session import RANK_DIGESTS
+    from ..reports.session import FINDINGS, rank_digests
 
-    profiles = _load(paths, rank, reduce={**RANK_DIGESTS, **STEP_DIGESTS, "idle": RankIdle(0)},
+    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
+    profiles = _load(paths, rank, reduce={**findings, **STEP_DIGESTS, "idle": RankIdle(0)},
                      keep_events=False, options=options)  # digested in its worker
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})

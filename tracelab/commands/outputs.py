@@ -77,6 +77,7 @@ def export_perfetto(
 
     from ..inputs import check_output, label_inputs, with_events, write
     from ..reports.perfetto import perfetto
+    from ..reports.session import PERFETTO
 
     check_output(out, paths)
     if Path(out).exists() and not force:
@@ -88,7 +89,7 @@ def export_perfetto(
             "window_ns": window and perfetto.parse_window_ms(window)}
     lean = bool(pick["ranks"]) or _many_traces(paths)  # summaries first: the others' put the run on one clock
     options = _options()
-    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean, options=options))
+    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean, options=options, digests=PERFETTO))
     if pick["steps"]:  # before any rank is read again
         perfetto.check_steps([i for i in inputs if i.timed], pick["steps"])
     if too_big := perfetto.oversize(inputs, pick["ranks"] or None, pick["steps"] or None, max_events):
