@@ -47,22 +47,11 @@ def is_noise(line: str, gpu: bool) -> bool:
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """SIGINT and SIGTERM raise Stopped in the main thread for as long as the block runs
-    (elsewhere signals cannot be caught, and the block runs as it is). A signal ignored
-    when tracelab started (SIGINT of a job started with `&` or nohup) stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    (outputs.raising_on_signals)."""
+    from .outputs import raising_on_signals
 
-    def handler(signum, frame):
-        raise Stopped(signum)
-
-    caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
-    old = {s: signal.signal(s, handler) for s in caught}
-    try:
+    with raising_on_signals(Stopped):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 @contextlib.contextmanager

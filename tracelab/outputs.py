@@ -181,12 +181,21 @@ def interruptible() -> Iterator[None]:
     `finally` above removes what was half written; the old handlers put back after."""
     from .errors import Interrupted
 
+    with raising_on_signals(Interrupted):
+        yield
+
+
+@contextmanager
+def raising_on_signals(error: Callable[[int], BaseException]) -> Iterator[None]:
+    """SIGINT and SIGTERM raise `error(signum)` in the main thread for as long as the block runs
+    (elsewhere signals cannot be caught, and the block runs as it is); a signal ignored when
+    tracelab started (a job started with `&` or nohup) stays ignored; the old handlers put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise Interrupted(signum)
+        raise error(signum)
 
     caught = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
     old = {s: signal.signal(s, handler) for s in caught}
