@@ -91,7 +91,7 @@ def _difference_text(kernel: str, row: pd.Series, first: str, other: str, per_ca
     delta, ratio = float(row[f"delta_ns[{other}]"]), row[f"ratio[{other}]"]
     more = "more" if delta > 0 else "less"
     if per_call:
-        return (f"{_short(kernel)} takes {_time(abs(delta))} {more} per call in {other} than in {first} "
+        return (f"{_short(kernel)} takes {duration(abs(delta))} {more} per call in {other} than in {first} "
                 f"(x{ratio:.2f}; {duration(stake_ns)} over its {int(row[f'count[{other}]']):,} calls there{_beyond(noise)})")
     return f"{_short(kernel)} takes {duration(abs(delta))} {more} in {other} than in {first} (x{ratio:.2f}{_beyond(noise)})"
 
