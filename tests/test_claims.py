@@ -215,17 +215,8 @@ def test_claims_hold_on_every_capture(name):
     _claims(DATA / name)
 
 
-def _public(path: Path):
-    """hta/trace_diff: `tracelab steps` on it ends in tracelab whatif's ReplayError (the replay does not
-    settle; issue 27's, found by this test): expected to fail until that is fixed, then it passes."""
-    if path.name != "trace_diff":
-        return path
-    from tracelab.reports.whatif.replay import ReplayError
-    return pytest.param(path, marks=pytest.mark.xfail(raises=ReplayError, reason="whatif replay does not settle"))
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [_public(p) for p in _shared()] or [None],
+@pytest.mark.parametrize("path", _shared() or [None],
                          ids=lambda p: p.name if isinstance(p, Path) else "none")
 def test_claims_hold_on_the_public_traces(path):
     if path is None:
