@@ -191,7 +191,7 @@ def _page(paths: list[Path], tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("command", ["steps", "breakdown", "compare"])
 def test_the_terminal_says_what_the_report_says(command, tmp_path):
     page = _page([LATE], tmp_path)
-    assert len(page) == 3 and _terminal(command, [LATE]) == page
+    assert len(page) >= 3 and _terminal(command, [LATE]) == page  # the straggler, idle and exposed findings, and the fixes
 
 
 @pytest.mark.slow
