@@ -54,7 +54,8 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
         return [f for _, found in by_source for f in found]
     unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
-    out = [(source, _saved(f, None if name in unmatched else rows.get(name)))
+    whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
+    out = [(source, _saved(f, None if name in unmatched else rows.get(name), whole))
            for source, found in by_source for f, name in zip(found, wanted[source])]
     fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
     return [f for source, f in out
@@ -69,12 +70,13 @@ def _label(row) -> str:
     return f"{row.name}:{row.args}" if row.args else row.name
 
 
-def _saved(f: Finding, row) -> Finding:
+def _saved(f: Finding, row, whole: bool = False) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
+    of = f"the {row.step_ns / 1e6:,.2f} ms trace" if whole else f"{row.step_ns / 1e6:,.2f} ms per step"
     what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of "
-            f"{row.step_ns / 1e6:,.2f} ms per step ({100 * row.saving_frac:.0f}%; tracelab whatif)")
+            f"{of} ({100 * row.saving_frac:.0f}%; tracelab whatif)")
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
