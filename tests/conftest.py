@@ -23,3 +23,31 @@ def shared_trace(relpath: str) -> Path:
     if os.environ.get(REQUIRE_SHARED):
         pytest.fail(f"{reason} ({REQUIRE_SHARED} is set)")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def _worker_cache_dir(tmp_path_factory) -> Path:
+    """This test process's own Parquet cache (one per xdist worker): never the user's
+    ~/.cache/tracelab, never shared by two processes writing the same entry at once."""
+    return tmp_path_factory.mktemp("tracelab-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(_worker_cache_dir, monkeypatch) -> None:
+    """TRACELAB_CACHE_DIR is this worker's (a test that sets its own still wins)."""
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(_worker_cache_dir))
+
+
+@pytest.fixture(autouse=True)
+def _one_process(request, monkeypatch) -> None:
+    """load_many with no `workers` given parses in the test's own process, as promise.one_process
+    does for the corpus: a worker pool per call forks this process (pandas, torch) and costs
+    ~0.17 s of CPU on a 2-file run, ~380 pools in the default run (a third of its CPU). A test
+    that passes `workers=` keeps its pool; one marked `pool` goes through the pool as a user's
+    command does; a `tracelab` subprocess always does."""
+    if request.node.get_closest_marker("pool"):
+        return
+    from tracelab import loading
+
+    parse_all = loading._parse_all
+    monkeypatch.setattr(loading, "_parse_all", lambda files, workers, *rest: parse_all(files, workers or 1, *rest))

@@ -51,6 +51,7 @@ def _run_folder_with_truncated_rank(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.pool
 def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path, capsys):
     """Parsed in worker processes: the worker's error reaches the parent as one line."""
     run = _run_folder_with_truncated_rank(tmp_path)
@@ -205,7 +206,7 @@ def test_kernel_names_reach_the_table_escaped(tmp_path, capsys, monkeypatch):
 def test_warning_of_a_command_that_succeeds_is_one_escaped_line(capsys, monkeypatch):
     from tracelab import cli
 
-    def warns_then_succeeds():
+    def warns_then_succeeds(**_):  # called as cli._run_app calls the app
         warnings.warn("overflow in\x1b[2J cast\nsecond line", RuntimeWarning)
         raise SystemExit(0)
 
