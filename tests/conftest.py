@@ -51,3 +51,39 @@ def _one_process(request, monkeypatch) -> None:
 
     parse_all = loading._parse_all
     monkeypatch.setattr(loading, "_parse_all", lambda files, workers, *rest: parse_all(files, workers or 1, *rest))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _click_command_built_once():
+    """typer builds the click command of an app on every call, from every command's signature
+    (~14 ms: inspect evaluates each Annotated hint); the in-process CLI tests (~570 calls:
+    malformed.run_cli, CliRunner) build each app's once. The app is fixed at import, so the
+    command built is the same; what a command does is still looked up when it runs."""
+    import typer.main
+    import typer.testing
+
+    build, built = typer.main.get_command, {}
+
+    def once(app):
+        if app not in built:
+            built[app] = build(app)
+        return built[app]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(typer.main, "get_command", once)
+    patch.setattr(typer.testing, "_get_command", once)
+    yield
+    patch.undo()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """The xdist groups (pyproject's addopts: --dist loadgroup): a test file's tests run in one
+    worker, in their order, its module fixtures made once; the slow tests all run in one worker,
+    one after another, as before xdist: their time and memory bounds assume nothing else heavy
+    runs beside them. Before xdist's own hook, which reads the groups."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "slow" if item.get_closest_marker("slow") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
