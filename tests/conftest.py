@@ -76,14 +76,10 @@ def _click_command_built_once():
     patch.undo()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items) -> None:
-    """The xdist groups (pyproject's addopts: --dist loadgroup): a test file's tests run in one
-    worker, in their order, its module fixtures made once; the slow tests all run in one worker,
-    one after another, as before xdist: their time and memory bounds assume nothing else heavy
-    runs beside them. Before xdist's own hook, which reads the groups."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "slow" if item.get_closest_marker("slow") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): a worker per core, at most 4 (each holds pandas and torch).
+    None, this process alone, where the run selects the slow tests (`-m slow`): they run one
+    after another as before, since their time and memory bounds assume nothing heavy beside them."""
+    if "slow" in (config.option.markexpr or "").replace("not slow", ""):
+        return 0
+    return max(1, min(4, len(os.sched_getaffinity(0))))
