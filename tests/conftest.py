@@ -42,10 +42,10 @@ def _own_cache_dir(_worker_cache_dir, monkeypatch) -> None:
 def _one_process(request, monkeypatch) -> None:
     """load_many with no `workers` given parses in the test's own process, as promise.one_process
     does for the corpus: a worker pool per call forks this process (pandas, torch) and costs
-    ~0.17 s of CPU on a 2-file run, ~380 pools in the default run (a third of its CPU). A test
-    that passes `workers=` keeps its pool; one marked `pool` goes through the pool as a user's
-    command does; a `tracelab` subprocess always does."""
-    if request.node.get_closest_marker("pool"):
+    ~0.17 s of CPU on a 2-file run, ~380 pools in the default run. A test that passes `workers=`
+    keeps its pool; so do a test marked `pool`, every slow test (end to end, as a user's command
+    runs) and a `tracelab` subprocess."""
+    if request.node.get_closest_marker("pool") or request.node.get_closest_marker("slow"):
         return
     from tracelab import loading
 
