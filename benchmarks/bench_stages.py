@@ -149,13 +149,26 @@ def _floor_s(files: list[Path]) -> float:
     return total
 
 
+def use_checkout(repo: Path) -> None:
+    """Import tracelab from `repo` (this checkout, or another one's: an older commit's worktree),
+    its subpackages too: an editable install maps tracelab.parsers and tracelab.reports to its
+    own checkout's folders, whatever sys.path says, so the mapping is pointed at `repo`."""
+    repo = repo.resolve()
+    sys.path.insert(0, str(repo))
+    for finder in sys.meta_path:
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
+        if isinstance(mapping, dict) and "tracelab" in mapping:
+            root = Path(mapping["tracelab"]).parent
+            mapping.update({name: str(repo / Path(folder).relative_to(root)) for name, folder in mapping.items()})
+
+
 def child(args: argparse.Namespace) -> None:
     """Run the command in this process, stages timed; one JSON line on stdout."""
     import importlib
     import pkgutil
     import resource
 
-    sys.path.insert(0, str(args.repo.resolve()))  # this checkout, or another one's (an older commit's worktree)
+    use_checkout(args.repo)
     os.environ["TRACELAB_CACHE"] = os.environ.get("TRACELAB_CACHE", "0")
     os.cpu_count = lambda: 1  # load_many: one worker, in this process
     start = time.process_time()
@@ -168,8 +181,11 @@ def child(args: argparse.Namespace) -> None:
     imports_s = time.process_time() - start
     from tracelab import cli
 
-    if not Path(cli.__file__).resolve().is_relative_to(args.repo.resolve()):
-        sys.exit(f"tracelab came from {cli.__file__}, not from {args.repo}")
+    from tracelab.parsers import chrome
+
+    for module in (cli, chrome):
+        if not Path(module.__file__).resolve().is_relative_to(args.repo.resolve()):
+            sys.exit(f"tracelab came from {module.__file__}, not from {args.repo}")
     files = _loader().expand([args.input])
     floor_sample = files[:args.floor_files]
     floor_s = _floor_s(floor_sample) * len(files) / len(floor_sample)
