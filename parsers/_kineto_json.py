@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Sequence, Union
 
@@ -199,8 +199,10 @@ def _aligned_ns(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray | None:
     n_digits = width - len(dots)
     if not (is_digit | is_dot).all() or len(dots) > 1 or decimals > 3 or n_digits - decimals + 3 > 19:
         return None  # at most 19 digits of ns: below 1e19, within uint64
-    places = _POW10[3 - decimals:3 - decimals + n_digits][::-1]
-    ns = digits[:, is_digit].astype(np.uint64) @ places
+    ns = np.zeros(len(texts), dtype=np.uint64)
+    for column in np.flatnonzero(is_digit).tolist():  # Horner's rule, a column at a time: < 10**19, no wrap
+        ns = ns * np.uint64(10) + digits[:, column]
+    ns *= _POW10[3 - decimals]
     return ns.astype(np.int64) if not len(ns) or ns.max() <= limits.MAX_TIME_NS else None
 
 
@@ -424,8 +426,8 @@ class _Union:
         """Hand the decoded events to their groups' collectors."""
         group = np.fromiter(map(self.group_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         for g, out in enumerate(picked):
-            if (mask := group == g).any():
-                chosen = list(compress(events, mask.tolist()))
+            if len(at := np.flatnonzero(group == g)):
+                chosen = [events[at[0]]] if len(at) == 1 else list(itemgetter(*at.tolist())(events))
                 out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
 
 
