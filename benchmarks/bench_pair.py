@@ -1,7 +1,7 @@
 """bench_stages.py for two checkouts side by side: RUNS runs of each, alternating (the load on a
 shared machine moves), the least CPU per stage kept; one markdown table, before and after.
 
-    python benchmarks/bench_pair.py TRACE --base /tmp/base [--ranks N] [--runs 3]
+    python benchmarks/bench_pair.py TRACE --base /tmp/base [--after /tmp/after] [--ranks N] [--runs 3]
 
 Per stage: CPU seconds per rank before and after, and each over the floor (gunzip by the
 stdlib's zlib + msgspec's raw split; the floor with isal's gunzip is printed beside it).
@@ -23,7 +23,7 @@ from bench_stages import ORDER  # noqa: E402
 def _run(trace: Path, repo: Path, ranks: int | None) -> dict:
     cmd = [sys.executable, str(REPO / "benchmarks/bench_stages.py"), str(trace), "--json", "--repo", str(repo)]
     done = subprocess.run(cmd + (["--ranks", str(ranks)] if ranks else []), capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.splitlines()[0])
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
 
 
 def _least(runs: list[dict]) -> dict:
@@ -63,13 +63,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("trace", type=Path)
     p.add_argument("--base", type=Path, required=True)
+    p.add_argument("--after", type=Path, default=REPO, help="the checkout after (default: this one)")
     p.add_argument("--ranks", type=int)
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args()
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(a.runs):
         runs["before"].append(_run(a.trace, a.base, a.ranks))
-        runs["after"].append(_run(a.trace, REPO, a.ranks))
+        runs["after"].append(_run(a.trace, a.after, a.ranks))
     print(f"load average now {os.getloadavg()[0]:.1f}")
     print(table(_least(runs["before"]), _least(runs["after"])))
 
