@@ -455,13 +455,31 @@ def pick(path: Path, data: bytes | bytearray, raws: list[msgspec.Raw], groups: l
     in a new collector (module docstring: the union first, the slow way for what it refuses)."""
     picked = [collector() for _, collector in groups]
     union, source = _Union(groups), _Source(data, raws)
-    for first in range(0, len(raws), CHUNK_EVENTS):
-        part = raws[first:first + CHUNK_EVENTS]
-        try:
-            _pick_chunk(path, part, first, groups, picked, union, source)
-        except RecursionError as e:
-            raise limits.json_error(path, e) from None
+    tail = _uncategorised_tail(raws)
+    try:
+        for first in range(0, tail, CHUNK_EVENTS):
+            _pick_chunk(path, raws[first:min(first + CHUNK_EVENTS, tail)], first, groups, picked, union, source)
+        if tail < len(raws):
+            _slow(path, raws[tail:], tail, groups, picked, union)
+    except RecursionError as e:
+        raise limits.json_error(path, e) from None
     return picked
+
+
+def _uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int = 8) -> int:
+    """Where the events at the end start that go the slow way at once: Kineto ends its traces with
+    metadata events (`ph` M, with no `cat`) among a few others; the union would refuse each, after
+    decoding the chunk up to it, and decode that much again. The run reaches back (at most
+    `most` events) to just after the (with_cat + 1)-th event from the end with `"cat"` in its
+    text; the slow way reads any event right, in order."""
+    tail, seen = len(raws), 0
+    while tail > max(len(raws) - most, 0):
+        if b'"cat"' in bytes(raws[tail - 1]):
+            if seen == with_cat:
+                break
+            seen += 1
+        tail -= 1
+    return tail
 
 
 def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union,
