@@ -24,7 +24,15 @@ def run_whatif(ev, names: list[str]) -> WhatIf | None:
     """The replay of the scenarios `names` over the inputs, when they are one run of timed
     ranks whose graphs their workers made; else None."""
     inputs = ev.inputs
-    if not inputs or len({i.group for i in inputs}) != 1 or len(inputs) > MAX_RANKS:
+    if not inputs or len({i.group for i in inputs}) != 1:
+        return None
+    return replay_inputs(inputs, names)
+
+
+def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
+    """The replay of the scenarios `names` (None: the defaults) over the ranks of one run
+    (session.Input), when there are at most MAX_RANKS and each has its graph; else None."""
+    if not inputs or len(inputs) > MAX_RANKS:
         return None
     graphs = {i.rank: i.digest("whatif") for i in inputs}
     if any(g is None or not len(g) for g in graphs.values()):
