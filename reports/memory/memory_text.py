@@ -9,7 +9,8 @@ from rich.text import Text
 
 from ..csvout import csv_text
 from ..jsonout import dumps, strict
-from .across import Memory, gib
+from ..fmt import binary_size
+from .across import Memory
 
 JSON_STEP_KEYS = ["rank", "step", "allocated_start_bytes", "allocated_end_bytes", "peak_allocated_bytes",
                   "peak_at_ns", "peak_during", "reserved_bytes", "held_back_bytes", "alloc_calls", "alloc_ns"]
@@ -17,7 +18,7 @@ MANY_RANKS = 16  # above this, the peak table shows the spread and the outliers
 
 
 def _size(n) -> str:
-    return "-" if n is None or pd.isna(n) else gib(float(n))
+    return "-" if n is None or pd.isna(n) else binary_size(float(n))
 
 
 def _int(n) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, whatif
 from .replay import ReplayError
@@ -58,7 +59,7 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
 def _saved(f: Finding, row) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
-    what = (f"what if {TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of {row.step_ns / 1e6:,.2f} ms per step "
+    what = (f"what if {TEXT[row.name]}: {fmt.ms(row.saving_ns, 2)} of {fmt.ms(row.step_ns, 2)} per step "
             f"({100 * row.saving_frac:.0f}%; tracelab whatif)")
     return replace(f, text=f"{f.text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": row.name, "saving_ns_per_step": row.saving_ns,
