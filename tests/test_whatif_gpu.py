@@ -115,3 +115,22 @@ def test_removing_extra_gpu_work_of_a_host_bound_rank_saves_near_nothing():
     extra_ms = sum(e["dur"] for e in trace if e.get("cat") == "kernel" and e["dur"] > 1000) / 1e3 / len(ranges)
     assert extra_ms > 5  # real GPU work removed per step...
     assert abs(saving_ms) < 0.1 * extra_ms and abs(measured_ms) < 0.1 * extra_ms, (saving_ms, measured_ms, extra_ms)
+
+
+def test_the_error_bands_the_answer_states_hold_on_these_captures():
+    """bands.py states each scenario's measured error beside its prediction: recomputed here from
+    the captures, each error lies inside the band stated (to half a percent)."""
+    from tracelab.reports.whatif.bands import BANDS
+
+    folder = DATA / "whatif-step-1gpu-torch"
+    rows = [json.loads(line) for line in (folder / "graph_step.jsonl").read_text().splitlines()]
+    graph_ms = next(r["step_ms_median"] for r in rows if r["mode"] == "cuda_graph")
+    err = _whatif(folder, "no-host-gaps")["predicted"].mean() / 1e6 / graph_ms - 1
+    b = BANDS["no-host-gaps"]
+    assert b.low_frac - 0.005 <= err <= b.high_frac + 0.005, err
+    folder = DATA / "whatif-stall-2gpu-torch"
+    steps, own = _whatif(folder, "remove:host_stall@1"), _own_ranges_ms(folder, "host_stall")
+    stalled = steps[(steps["step"] % 2 == 0) & (steps["step"] > 0)]
+    errs = [r.predicted / 1e6 / own[int(r.step)] - 1 for r in stalled.itertuples()]
+    b = BANDS["remove"]
+    assert b.low_frac - 0.005 <= min(errs) and max(errs) <= b.high_frac + 0.005, errs

@@ -10,6 +10,7 @@ from dataclasses import replace
 from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, whatif
+from .bands import band
 from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
@@ -59,8 +60,11 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
 def _saved(f: Finding, row) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
+    b = band(row.name)
+    error = f"; {b.short()}" if b else ""
     what = (f"what if {TEXT[row.name]}: {fmt.ms(row.saving_ns, 2)} of {fmt.ms(row.step_ns, 2)} per step "
-            f"({100 * row.saving_frac:.0f}%; tracelab whatif)")
+            f"({100 * row.saving_frac:.0f}%{error}; tracelab whatif)")
     return replace(f, text=f"{f.text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": row.name, "saving_ns_per_step": row.saving_ns,
-                                                      "step_ns": row.step_ns, "steps": int(row.steps)}})
+                                                      "step_ns": row.step_ns, "steps": int(row.steps),
+                                                      "error_band": b.doc() if b else None}})

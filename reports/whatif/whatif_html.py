@@ -15,6 +15,7 @@ import pandas as pd
 from .. import fmt
 from ..html.figures import CATEGORY_AXIS, label
 from .analyse import MAX_ERROR, WhatIf
+from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
@@ -118,7 +119,8 @@ def _evidence(r, median, pred: float) -> str:
             f"the mean over {r.steps} steps replayed within {100 * MAX_ERROR:.0f}%")
     if median is not None and not np.isnan(pred):
         line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
-    return line
+    b = band(r.name)
+    return line + (f"; {b.text()}" if b else "; not yet measured against a run without the cause")
 
 
 def _step_rows(steps: pd.DataFrame) -> pd.DataFrame:
