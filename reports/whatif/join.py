@@ -48,6 +48,7 @@ class Graph:
     offsets_ns: dict[int, int]
     clock: str
     notes: list[str] = field(default_factory=list)
+    acyclic: bool = False  # set by cycles.break_cycles once no cycle is left
 
     def __len__(self) -> int:
         return len(self.kind)
