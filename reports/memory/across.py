@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..fmt import binary_size
+from ..fmt import binary_size, ms
 from .memory import STEP_COLUMNS, TOP_COLUMNS, RankMemory
 
 IMBALANCE = 0.10
@@ -129,7 +129,7 @@ def allocator_misses(steps: pd.DataFrame) -> list[tuple[str, int, dict]]:
             continue
         calls, ns, sync = (int(hit[c].sum()) for c in ("alloc_calls", "alloc_ns", "alloc_sync_calls"))
         out.append((f"{_of(name)}rank {rank} calls the CUDA allocator {calls:,} times inside {len(hit)} of {len(later)} "
-                    f"steps after the first ({ns / 1e6:,.2f} ms, {sync} of them synchronising): the caching "
+                    f"steps after the first ({ms(ns, 2)}, {sync} of them synchronising): the caching "
                     "allocator is missing (sizes that do not repeat, empty_cache, or no caching)", ns,
                     {"input": name, "rank": int(rank), "alloc_calls": calls, "alloc_ns": ns, "sync_calls": sync}))
     return out
