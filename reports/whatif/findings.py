@@ -64,7 +64,8 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
         return [f for _, found in by_source for f in found]
     unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
-    out = [(source, _saved(f, None if name in unmatched else rows.get(name)))
+    whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
+    out = [(source, _saved(f, None if name in unmatched else rows.get(name), whole))
            for source, found in by_source for f, name in zip(found, wanted[source])]
     fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
     return [f for source, f in out
@@ -79,14 +80,15 @@ def _label(row) -> str:
     return f"{row.name}:{row.args}" if row.args else row.name
 
 
-def _saved(f: Finding, row) -> Finding:
+def _saved(f: Finding, row, whole: bool = False) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
     b = band(row.name)
     error = f"; {b.short()}" if b else ""
+    of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step"
     what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {fmt.ms(row.saving_ns, 2)} of "
-            f"{fmt.ms(row.step_ns, 2)} per step ({100 * row.saving_frac:.0f}%{error}; tracelab whatif)")
+            f"{of} ({100 * row.saving_frac:.0f}%{error}; tracelab whatif)")
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
