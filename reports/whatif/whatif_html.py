@@ -112,15 +112,20 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
 
 def _evidence(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
-    what = TEXT.get(r.name, "the scenarios above, replayed together" if r.name == "together" else f"{r.name}:{r.args}")
+    what = TEXT.get(r.name, "every other scenario of this table, replayed together" if r.name == "together" else f"{r.name}:{r.args}")
     if not r.steps or r.saving_ns is None or pd.isna(r.saving_ns):
         return f"what if {what}: no step claims a saving (the unchanged replay does not reproduce them)"
-    line = (f"what if {what}: {fmt.ms(r.saving_ns)} of {fmt.ms(r.step_ns)} per step ({100 * r.saving_frac:.0f}%), "
-            f"the mean over {r.steps} steps replayed within {100 * MAX_ERROR:.0f}%")
-    if median is not None and not np.isnan(pred):
-        line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
+    whole = median is not None and _step_text(median["step"]) == "whole trace"
+    of = f"the {fmt.ms(r.step_ns)} trace" if whole else f"{fmt.ms(r.step_ns)} per step"
+    line = f"what if {what}: {fmt.ms(r.saving_ns)} of {of} ({100 * r.saving_frac:.0f}%)"
+    if not whole:
+        line += f", the mean over {r.steps} step{'s' if r.steps != 1 else ''} replayed within {100 * MAX_ERROR:.0f}%"
+        if median is not None and not np.isnan(pred):
+            line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
+    if r.name == "together":
+        return line + "; a joint replay: each scenario's measured error is on its own row"
     b = band(r.name)
-    return line + (f"; {b.text()}" if b else "; not yet measured against a run without the cause")
+    return line + (f"; {b.text()}" if b else "; not yet measured against a run without its cause")
 
 
 def _step_rows(steps: pd.DataFrame) -> pd.DataFrame:
