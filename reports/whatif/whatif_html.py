@@ -112,7 +112,8 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
 
 def _evidence(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
-    what = TEXT.get(r.name, "every other scenario of this table, replayed together" if r.name == "together" else f"{r.name}:{r.args}")
+    together = "every other scenario of this table, replayed together"
+    what = TEXT.get(r.name, together if r.name == "together" else f"{r.name}:{r.args}")
     if not r.steps or r.saving_ns is None or pd.isna(r.saving_ns):
         return f"what if {what}: no step claims a saving (the unchanged replay does not reproduce them)"
     whole = median is not None and _step_text(median["step"]) == "whole trace"
