@@ -71,11 +71,12 @@ def test_whatif_section_numbers(report):
     scenarios, steps = _tables(section)
     ends = _raw_step_ends_ns()
     assert [int(r[0]) for r in steps] == sorted(ends)
-    for row in steps[1:]:  # a step's window: from the previous step's last GPU end to its own
+    for row in steps:
         k = int(row[0])
-        assert float(row[1]) == ends[k] - ends[k - 1]
+        if k > min(ends):  # a step's window: from the previous step's last GPU end to its own
+            assert float(row[1]) == ends[k] - ends[k - 1]
         parts = [float(v) for v in row[3:3 + len(CATEGORIES)]]
-        assert abs(sum(parts) - float(row[1])) <= 0.01 * float(row[1])  # the path fills the step
+        assert abs(sum(parts) - float(row[2])) <= 1  # the path fills the step (ns, rounding)
     [nhg] = [r for r in scenarios if r[0] == "no-host-gaps"]
     median = sorted(steps, key=lambda r: float(r[1]))[(len(steps) - 1) // 2]
     pred, gain = float(nhg[6]), float(nhg[7])
