@@ -54,7 +54,8 @@ TOPICS: tuple[Topic, ...] = (
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
                       "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
                       "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
-    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start)},
+    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start),
+                    "cpu_comm": OnEvents(digests.rank_cpu_comm)},
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",
                     "findings.findings_more:cpu_comm_findings"),
           section="steps.steps_html:section"),
