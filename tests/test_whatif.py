@@ -270,3 +270,19 @@ def test_a_scenario_that_matches_nothing_says_so() -> None:
         "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
         "it changes nothing"]
     assert w.scenarios.set_index("args").loc["extra_work@0", "saving_ns"] == 0
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
+    """bound.rank_path_bounds sums the path per category itself (path.category_ns, issue 30): the
+    same integers as analyse.path_steps' full step table, on every rank."""
+    from tracelab.reports.whatif.analyse import path_steps
+    from tracelab.reports.whatif.bound import bound_of, rank_path_bounds
+
+    for p in tracelab.load_many(DATA / name):
+        full = path_steps({0: rank_graph(p.events, p.host, 0)}, {0: None})
+        lean = rank_path_bounds(p.events, p.host)
+        assert len(full) and list(lean["step"]) == list(full["step"])
+        cols = [c for c in lean.columns if c.endswith("_ns")]
+        assert (lean[cols].to_numpy(dtype=np.int64) == full[cols].to_numpy(dtype=np.int64)).all()
+        assert list(lean["path_bound"]) == list(bound_of(full))

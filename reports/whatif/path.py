@@ -145,8 +145,9 @@ def _segments(segs: list[tuple], g: Graph | None = None) -> pd.DataFrame:
         return pd.DataFrame({"t0_ns": np.empty(0, np.int64), "t1_ns": np.empty(0, np.int64), "category": [],
                              "rank": np.empty(0, np.int64), "chain": np.empty(0, np.int64),
                              "node": np.empty(0, np.int64), "name": []})
-    t0, t1, cat, node = (np.array(c) for c in zip(*segs))
-    return pd.DataFrame({"t0_ns": t0.astype(np.int64), "t1_ns": t1.astype(np.int64), "category": cat,
+    t0, t1, cat, node = zip(*segs)  # each a tuple of Python values: typed arrays at once
+    t0, t1, node = (np.array(c, dtype=np.int64) for c in (t0, t1, node))
+    return pd.DataFrame({"t0_ns": t0, "t1_ns": t1, "category": np.array(cat, dtype=object),
                          "rank": g.rank[node], "chain": g.chain[node], "node": node.astype(np.int64),
                          "name": g.name[node]})
 
@@ -180,6 +181,25 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
                          "end_ns": ends.to_numpy(dtype=np.int64)})
 
 
+def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:
+    """Each segment's ns inside the window [b, e] (a segment running backwards counts negative)."""
+    t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
+    sign = np.where(t1 >= t0, 1, -1)
+    return sign * np.clip(np.minimum(np.maximum(t0, t1), e) - np.maximum(np.minimum(t0, t1), b), 0, None)
+
+
+def category_ns(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
+    """Per window (step) and category, its path's ns inside it (_inside_ns): columns step +
+    CATEGORIES. What a step's bound needs (bound.py), without composition's per-class detail."""
+    steps = win["step"].to_numpy(dtype=np.int64)
+    out = np.zeros((len(steps), len(CATEGORIES)), np.int64)
+    for k, (step, b, e) in enumerate(win[["step", "begin_ns", "end_ns"]].itertuples(index=False)):
+        seg = paths[int(step)].segments
+        codes = pd.Categorical(seg["category"].to_numpy(), categories=CATEGORIES).codes
+        np.add.at(out[k], codes, _inside_ns(seg, b, e).astype(np.int64))  # integers: exact
+    return pd.DataFrame({"step": steps, **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+
+
 def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:
     """Per window and category, its path's ns inside it (a segment running backwards, where
     concurrent host calls overlap, counts negative); columns step + CATEGORIES, the compute by
@@ -187,9 +207,7 @@ def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataF
     rows = []
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = paths[int(step)].segments
-        lo, hi = np.minimum(seg["t0_ns"], seg["t1_ns"]).to_numpy(), np.maximum(seg["t0_ns"], seg["t1_ns"]).to_numpy()
-        sign = np.where(seg["t1_ns"].to_numpy() >= seg["t0_ns"].to_numpy(), 1, -1)
-        ns = sign * np.clip(np.minimum(hi, e) - np.maximum(lo, b), 0, None)
+        ns = _inside_ns(seg, b, e)
         inside = ns != 0
         by = pd.Series(ns[inside]).groupby(seg["category"].to_numpy()[inside]).sum()
         compute = inside & (seg["category"] == "compute").to_numpy()
