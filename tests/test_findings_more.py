@@ -13,9 +13,9 @@ from conftest import DATA
 from malformed import run_cli_output
 
 
-def _found(folder: str) -> list:
+def _found(folder: str, sources=None) -> list:
     paths = [str(DATA / folder)]
-    return findings_of(paths, load_groups(paths))
+    return findings_of(paths, load_groups(paths), sources=sources)
 
 
 def _json(capsys, *args) -> dict:
@@ -25,8 +25,9 @@ def _json(capsys, *args) -> dict:
 
 
 def test_idle_finding_states_tracelab_idle_numbers(capsys):
-    found = [f for f in _found("idle-1gpu-small-torch") if f.section == "idle" and "idle_ns_per_step" in f.evidence]
-    assert len(found) == 1  # (the CUDA-graphs finding, reports/fixes/host.py, also links to the idle section)
+    from tracelab.reports.findings.findings import idle_or_share
+    found = [f for f in _found("idle-1gpu-small-torch", [idle_or_share]) if "idle_ns_per_step" in f.evidence]
+    assert len(found) == 1
     steps = _json(capsys, "idle", str(DATA / "idle-1gpu-small-torch"))["steps"]
     mean = lambda key: sum(s[key] for s in steps) / len(steps)  # noqa: E731
     assert found[0].evidence["idle_ns_per_step"] == pytest.approx(mean("idle_ns"))
@@ -37,6 +38,19 @@ def test_idle_finding_states_tracelab_idle_numbers(capsys):
                                      "no-host-gaps")["scenarios"] if s["name"] == "no-host-gaps")
     assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
     assert f"{scenario['saving_ns'] / 1e6:,.2f} ms of {scenario['step_ns'] / 1e6:,.2f} ms per step" in found[0].text
+
+
+def test_the_fix_carries_the_diagnosis_saving_once(capsys):
+    """The CUDA-graphs fix (reports/fixes/host.py) and the idle finding get the same no-host-gaps
+    saving: the fix alone is said, with that saving in place of its upper bound."""
+    from tracelab.reports.findings.findings import idle_or_share
+    from tracelab.reports.fixes.host import graphs_findings
+    idle = _found("idle-1gpu-small-torch", [idle_or_share])
+    fix = _found("idle-1gpu-small-torch", [graphs_findings])
+    both = _found("idle-1gpu-small-torch", [idle_or_share, graphs_findings])
+    assert len(idle) == len(fix) == 1 and both == fix
+    assert fix[0].at_stake_ns == idle[0].at_stake_ns and fix[0].evidence["whatif"] == idle[0].evidence["whatif"]
+    assert "an upper bound" not in fix[0].text and "what if the host issued work" in fix[0].text
 
 
 def test_gpu_bound_capture_has_no_idle_finding():
@@ -55,3 +69,22 @@ def test_roofline_finding_names_the_row_losing_most(capsys):
 def test_no_roofline_finding_without_a_device_or_work():
     assert not [f for f in _found("train-cpu-torch") if f.section == "roofline"]  # CPU: no roof
     assert not [f for f in _found("decode-1gpu-proton") if f.section == "roofline"]  # no proton metrics there
+
+
+def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
+    """The fp32-GEMM fix carries its own what-if, the same saving `tracelab whatif --scenario
+    scale:...` predicts: those kernels scaled to the TF32 roof's time where the trace gives their
+    work; here it does not, so they take no time at all, an upper bound said so. The step is
+    host-bound: the bound is small beside the CUDA-graphs fix's."""
+    from tracelab.reports.fixes.gemm import tf32_findings
+    from tracelab.reports.fixes.host import graphs_findings
+    found = _found("train-1gpu-steps-torch", [tf32_findings])
+    assert len(found) == 1 and found[0].evidence["scenario"].endswith("=0")
+    e = found[0].evidence
+    scenario = _json(capsys, "whatif", str(DATA / "train-1gpu-steps-torch"), "--scenario", e["scenario"])["scenarios"][0]
+    assert e["whatif"]["saving_ns_per_step"] == pytest.approx(scenario["saving_ns"])
+    assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
+    assert (f"what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
+            f"{scenario['saving_ns'] / 1e6:,.2f} ms") in found[0].text
+    graphs = _found("train-1gpu-steps-torch", [graphs_findings])
+    assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns

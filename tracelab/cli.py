@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -27,20 +28,51 @@ def _group() -> None:
     """tracelab: where did the GPU time go, on each rank?"""
 
 
+def _listed(fn, help_text: str | None = None) -> dict:
+    """How `tracelab --help` lists a command: the first sentence of its help, as one line
+    (rich keeps a docstring's line breaks in the listing)."""
+    flat = " ".join((help_text or fn.__doc__ or "").split("\n\n")[0].split())
+    first = re.match(r"(.{20,}?[.?])(\s|$)", flat)
+    return {"short_help": first.group(1) if first else flat, **({"help": help_text} if help_text else {})}
+
+
 # one short function per command (tracelab/commands/), registered in the order `--help` lists them
-app.command()(analyses.breakdown)
-app.command()(analyses.roofline)
-app.command()(compare.compare)
-app.command()(compare.steps)
-app.command(help=analyses.IDLE_HELP)(analyses.idle)
-app.command(help=analyses.WHATIF_HELP)(analyses.whatif)
-app.command(help=analyses.MEMORY_HELP)(analyses.memory)  # issue 32
-app.command()(outputs.report)
+app.command(**_listed(analyses.breakdown))(analyses.breakdown)
+app.command(**_listed(analyses.roofline))(analyses.roofline)
+app.command(**_listed(compare.compare))(compare.compare)
+app.command(**_listed(compare.steps))(compare.steps)
+app.command(**_listed(analyses.idle, analyses.IDLE_HELP))(analyses.idle)
+app.command(**_listed(analyses.whatif, analyses.WHATIF_HELP))(analyses.whatif)
+app.command(**_listed(analyses.memory, analyses.MEMORY_HELP))(analyses.memory)  # issue 32
+app.command(**_listed(outputs.report))(outputs.report)
 export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
-export_app.command("perfetto")(outputs.export_perfetto)
-export_app.command("parquet")(outputs.export_parquet)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.run)
+export_app.command("perfetto", **_listed(outputs.export_perfetto))(outputs.export_perfetto)
+export_app.command("parquet", **_listed(outputs.export_parquet))(outputs.export_parquet)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            **_listed(run.run))(run.run)
+
+
+def _run_app() -> int:
+    """The app, its usage errors in one line on stderr (click's own would draw a box):
+    'tracelab: error: No such option: --nope (Possible options: --top); see tracelab breakdown --help'.
+    A command or group given no arguments prints its help (exit 2, as click does). Returns the
+    exit status."""
+    try:
+        done = app(standalone_mode=False, prog_name="tracelab")
+    except typer.TyperException as e:  # click's usage and parameter errors (typer vendors click)
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            if text := ctx.get_help():  # rich mode prints it itself and returns ""
+                typer.echo(text, err=True)
+        else:
+            where = ctx.command_path if ctx is not None else "tracelab"
+            typer.echo(f"tracelab: error: {e.format_message().rstrip('.')}; see {where} --help", err=True)
+        return e.exit_code
+    except typer.Abort:
+        typer.echo("tracelab: error: aborted", err=True)
+        return 1
+    return done if isinstance(done, int) else 0
 
 
 def main() -> None:
@@ -56,7 +88,7 @@ def main() -> None:
     NOTES.clear()  # this command's own (a test may run several in one process)
     with warnings.catch_warnings(record=True) as caught, interruptible():
         try:
-            app()
+            sys.exit(_run_app())
         except SystemExit as done:
             if not done.code:
                 for line in [*map(printable, dict.fromkeys(NOTES)), *warning_lines(caught)]:

@@ -195,10 +195,11 @@ def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profi
     return [out[str(p)] for p in paths]
 
 
-def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None) -> list:
+def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None, sources=None) -> list:
     """The findings (reports/findings/findings.py) of the profiles loaded per path, labelled as the
     report labels them, so every command prints the report's sentences; `comparison`, a
-    Comparison of those same inputs (any --by), is reused where its labels match."""
+    Comparison of those same inputs (any --by), is reused where its labels match; `sources`:
+    only these findings sources (default: every topic's)."""
     from .reports.compare.compare import comparison as compare_inputs
     from .reports.findings.findings import Evidence, findings
 
@@ -209,4 +210,4 @@ def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison
     inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept)
     if comparison is None or comparison.labels != [i.label for i in inputs]:
         comparison = compare_inputs(inputs, "kernel")
-    return findings(Evidence(inputs, comparison, run_infos(paths)))
+    return findings(Evidence(inputs, comparison, run_infos(paths)), sources)

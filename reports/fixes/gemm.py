@@ -126,8 +126,21 @@ def tf32_findings(ev) -> list[Finding]:
                 + "; " + _fix(device) + _roof_text(work, device))
         out.append(Finding(text, time, SECTIONS["roofline"], {
             "rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
-            "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work)}))
+            "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work), **_tf32_scenario(work)}))
     return out
+
+
+def _tf32_scenario(work: pd.DataFrame) -> dict:
+    """The what-if of the fix (reports/whatif/findings.py): these kernels scaled by what the TF32
+    roof allows of the ones whose work the trace gives (their time there over their time now);
+    where the trace gives no work, the kernels taking no time at all: an upper bound, said so."""
+    e = _roof_evidence(work)
+    names = "|".join(re.escape(str(k)) for k in work["kernel"])
+    if e["tc_min_ns"] is None or not e["known_ns"]:
+        return {"scenario": f"scale:{names}=0",
+                "scenario_text": "these GEMMs took no time at all (an upper bound: the trace does not give their work)"}
+    return {"scenario": f"scale:{names}={e['tc_min_ns'] / e['known_ns']:.4g}",
+            "scenario_text": "these GEMMs ran at the TF32 roof"}
 
 
 def _fix(device) -> str:

@@ -56,11 +56,11 @@ def graphs_findings(ev) -> list[Finding]:
     for group, (i, f) in best.items():
         per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \
             f" ({f['kernels_per_step']:,.0f} kernels per step)"
+        bound = (f"; at most {ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's "
+                 "idle before and during launches, an upper bound)")
         text = (f"{group + ': ' if several and group else ''}rank {i.rank}'s steps are host-bound ({f['host_bound']} "
                 f"of {f['steps']}) and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
                 "run shorter than their own launch call: capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
-                "torch.compile(mode=\"reduce-overhead\"), which launches it in one call; at most "
-                f"{ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's idle before "
-                "and during launches, an upper bound)")
-        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f}))
+                "torch.compile(mode=\"reduce-overhead\"), which launches it in one call" + bound)
+        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f, "bound_text": bound}))
     return out

@@ -4,7 +4,10 @@ Rows are the events of tracelab.schema with a `step`; rows outside every step ar
 left out. Times are the GPU's: a step's span runs from its first GPU activity's start
 to its last one's end (the events keep no launch times), busy is the union of its
 activity over streams, and compute and communication are unions of the kernels of
-each kind, so concurrent streams are never counted twice.
+each kind, so concurrent streams are never counted twice. A step's period runs from its
+first activity's start to the next step's (the step numbered one more, on the same rank):
+what a throughput figure sees (tokens/s, steps/s), host time between steps included;
+unknown (NaN) for the last step of a run of consecutive steps.
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import pandas as pd
 from .collectives import activity
 from .timeline import merge_intervals
 
-COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "wait_ns"]
+COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "period_ns",
+           "wait_ns"]
 
 
 def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
@@ -49,8 +53,23 @@ def step_rows(df: pd.DataFrame) -> pd.DataFrame:
     kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
     groups = rows.groupby(["step", "rank"], sort=True).indices  # (step, rank) -> row positions
-    return pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
-                         for (s, r), i in groups.items()], columns=COLUMNS[:-1])
+    table = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
+                          for (s, r), i in groups.items()], columns=COLUMNS[:-2])
+    first_ns = np.array([start[i].min() for i in groups.values()], dtype=np.int64)
+    return table.assign(period_ns=_period_ns(table["step"].to_numpy(), table["rank"].to_numpy(), first_ns))
+
+
+def _period_ns(step: np.ndarray, rank: np.ndarray, first_ns: np.ndarray) -> np.ndarray:
+    """Per (step, rank): the next step's first start minus this one's, where the step
+    numbered one more follows on the same rank; NaN elsewhere."""
+    order = np.lexsort((step, rank))
+    s, r, t = step[order], rank[order], first_ns[order]
+    period = np.full(len(step), np.nan)
+    follows = (s[1:] == s[:-1] + 1) & (r[1:] == r[:-1])
+    period[:-1][follows] = (t[1:] - t[:-1])[follows]
+    out = np.empty_like(period)
+    out[order] = period
+    return out
 
 
 def with_waits(table: pd.DataFrame, coll: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -28,10 +28,12 @@ def _table(title: str, heads: list[str]) -> Table:
 def step_rank_table(steps: pd.DataFrame) -> Table:
     if steps["rank"].nunique() > MANY_RANKS:
         return step_spread_table(steps)
-    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step)",
-               ["step", "rank", "kernels", "step", "GPU busy", "compute", "comm", "exposed comm", "wait"])
+    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step; period = its first "
+               "start to the next step's, host time between them included)",
+               ["step", "rank", "kernels", "step", "period", "GPU busy", "compute", "comm", "exposed comm", "wait"])
     for _, r in steps.iterrows():
-        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", ms_cell(r["span_ns"]), ms_cell(r["busy_ns"]),
+        t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", ms_cell(r["span_ns"]),
+                  ms_cell(r["period_ns"]), ms_cell(r["busy_ns"]),
                   ms_cell(r["compute_ns"]), ms_cell(r["comm_ns"]), ms_cell(r["exposed_comm_ns"]), ms_cell(r["wait_ns"]))
     return t
 

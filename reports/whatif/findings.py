@@ -2,7 +2,13 @@
 keep their sentences; where the inputs are one run of at most MAX_RANKS ranks with timelines,
 each finding whose question a scenario answers gets that scenario's predicted saving (a joint
 replay of the run's graph, whatif.analyse) appended, and is ranked by it: the saving per step
-times the steps. Findings of other runs, or without a scenario, keep their time at stake."""
+times the steps. Findings of other runs, or without a scenario, keep their time at stake.
+
+A finding that names a fix may carry its own scenario in its evidence (`scenario`, with
+`scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and its upper-bound clause
+(`bound_text`), dropped once the replay gives the saving. Where a fix and a diagnosis get
+the same scenario's saving (CUDA graphs and the idle GPU: no-host-gaps; the DDP bucket and
+the exposed communication: overlap-comm), the fix alone is kept: one saving, said once."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,7 +19,9 @@ from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
-               "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline"}
+               "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
+               "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
+FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings"})  # name the change
 TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
@@ -36,22 +44,38 @@ def run_whatif(ev, names: list[str]) -> WhatIf | None:
 
 def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding]:
     """The sources' findings, each with its scenario's saving where one applies (module docstring)."""
-    names = sorted({SCENARIO_OF[s] for s, found in by_source if found and s in SCENARIO_OF})
+    wanted = {source: [_scenario(source, f) for f in found] for source, found in by_source}
+    names = sorted({name for found in wanted.values() for name in found if name})
     try:
         w = run_whatif(ev, names) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving
         w = None
     if w is None:
         return [f for _, found in by_source for f in found]
-    rows = {r.name: r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
-    return [_saved(f, rows.get(SCENARIO_OF.get(source, ""))) for source, found in by_source for f in found]
+    unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
+    rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
+    out = [(source, _saved(f, None if name in unmatched else rows.get(name)))
+           for source, found in by_source for f, name in zip(found, wanted[source])]
+    fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
+    return [f for source, f in out
+            if source in FIXES or "whatif" not in f.evidence or f.evidence["whatif"]["scenario"] not in fixed]
+
+
+def _scenario(source: str, f: Finding) -> str | None:
+    return f.evidence.get("scenario") or SCENARIO_OF.get(source)
+
+
+def _label(row) -> str:
+    return f"{row.name}:{row.args}" if row.args else row.name
 
 
 def _saved(f: Finding, row) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
-    what = (f"what if {TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of {row.step_ns / 1e6:,.2f} ms per step "
-            f"({100 * row.saving_frac:.0f}%; tracelab whatif)")
-    return replace(f, text=f"{f.text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
-                   evidence={**f.evidence, "whatif": {"scenario": row.name, "saving_ns_per_step": row.saving_ns,
+    label = _label(row)
+    what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of "
+            f"{row.step_ns / 1e6:,.2f} ms per step ({100 * row.saving_frac:.0f}%; tracelab whatif)")
+    text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
+    return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
+                   evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps)}})
