@@ -51,16 +51,19 @@ class Input:
     summary: dict = field(default_factory=dict)  # RANK_DIGESTS, computed where the rank was parsed
     path: str = ""  # the file it came from
     meta: dict = field(default_factory=dict)  # the trace's meta (devices, proton's scope metrics)
+    host: pd.DataFrame | None = None  # the trace's host frame (Profile.host), for digests made here
+    memory: pd.DataFrame | None = None  # its memory frame (Profile.memory), likewise
 
     def digest(self, name: str):
         """RANK_DIGESTS[name] of this input: as its worker made it, else from its events
-        (kept, so each is made once). Reports read inputs through these, never their events,
-        so a thousand ranks' events need never meet in one process."""
+        (kept, so each is made once), with the host and memory frames its worker would have
+        given (a digest made here equals the worker's). Reports read inputs through these, never
+        their events, so a thousand ranks' events need never meet in one process."""
         if name not in self.summary:
             if self.summary and not len(self.events):  # its worker dropped the events: a bug, not a zero
                 raise KeyError(f"digest {name!r} of {self.label} was not made where it was parsed "
                                f"(made: {', '.join(self.summary)})")
-            self.summary[name] = RANK_DIGESTS[name](RankData(self.events, self.meta))
+            self.summary[name] = RANK_DIGESTS[name](RankData(self.events, self.meta, self.host, self.memory))
         return self.summary[name]
 
     @property
@@ -75,7 +78,8 @@ class Input:
 
 def _input(label: str, group: str, p: Profile) -> Input:
     return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), p.summary, str(p.meta.get("path", "")), p.meta)
+                 device_names(p.meta), p.meta.get("steps"), p.summary, str(p.meta.get("path", "")), p.meta, p.host,
+                 p.memory)
     # the profile's own summary: a digest made from its events for one labelling (the report) is
     # reused by the next (its findings), not made again
 

@@ -88,3 +88,34 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
             f"{scenario['saving_ns'] / 1e6:,.2f} ms") in found[0].text
     graphs = _found("train-1gpu-steps-torch", [graphs_findings])
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
+
+
+def test_the_host_fix_is_restated_against_the_run_under_none():
+    """With the same job's run under backend none beside it, the no-host-gaps saving is restated
+    against that run's median step (from its run.json): the predicted step against the step without
+    the profiler's own host time, and ranked by that."""
+    import statistics
+
+    from tracelab.reports.fixes.host import graphs_findings
+    paths = [str(DATA / "train-1gpu-steps-torch"), str(DATA / "train-1gpu-steps-none")]
+    (f,) = findings_of(paths, load_groups(paths), sources=[graphs_findings])
+    none = json.loads((DATA / "train-1gpu-steps-none" / "run.json").read_text())
+    rows = next(iter((none.get("results") or none["figures"]).values()))["rows"]
+    none_ns = 1e6 * statistics.median(rows[0]["step_ms"])
+    w = f.evidence["whatif"]
+    assert w["none_step_ns"] == pytest.approx(none_ns)
+    gain = none_ns - (w["step_ns"] - w["saving_ns_per_step"])
+    assert w["saving_ns_per_step_under_none"] == pytest.approx(gain) and f.at_stake_ns == int(gain * w["steps"])
+    assert (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
+            f"{gain / 1e6:,.2f} ms") in f.text
+    (alone,) = _found("train-1gpu-steps-torch", [graphs_findings])
+    assert "under backend none" not in alone.text and "none_step_ns" not in alone.evidence["whatif"]
+
+
+@pytest.mark.parametrize("command", ["breakdown", "steps", "idle", "whatif"])
+def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
+    status, out, err = run_cli_output(capsys, command, str(DATA / "train-1gpu-steps-torch"),
+                                      str(DATA / "train-1gpu-steps-none"))
+    assert status == 0, err
+    status, out, err = run_cli_output(capsys, command, str(DATA / "train-1gpu-steps-none"))
+    assert status == 2 and "no trace files" in err

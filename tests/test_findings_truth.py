@@ -75,3 +75,13 @@ def test_cpu_operator_total_says_it_sums_threads(capsys):
     status, out, _ = run_cli_output(capsys, "breakdown", str(DATA / "gloo-2cpu-late"), "--rank", "0")
     flat = " ".join(out.split())
     assert status == 0 and f"top-level operators of {threads} threads, summed, over a {span / 1e6:,.3f} ms span" in flat
+
+
+def test_a_trace_without_steps_states_its_saving_over_the_trace():
+    """The what-if clause of a trace without steps (one window) speaks of the trace, not of a step."""
+    found = [f for f in _found([DATA / "decode-1gpu-torch"]) if "whatif" in f.evidence]
+    assert found
+    for f in found:
+        clause = f.text.split("; what if", 1)[1]
+        w = f.evidence["whatif"]
+        assert "per step" not in clause and f"ms of the {w['step_ns'] / 1e6:,.2f} ms trace" in clause

@@ -432,3 +432,29 @@ def test_report_run_table_median_step_and_no_exponents(tmp_path):
     steps = _run_json(DATA / names[0])["results"]["0"]["rows"][0]["step_ms"]
     assert f"<td>{sorted(steps)[1] / 2 + sorted(steps)[2] / 2:,.3f}</td>" in runs  # 4 steps: the middle two
     assert text.index('id="run-json"') > text.index('id="workload"')  # run.json at the end
+
+
+def test_profiler_cost_against_a_sweep_under_none():
+    """A run under none that swept --ddp flat,bucketed is the baseline of a profiled --ddp flat run,
+    on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh had "-" there); a sweep
+    without that config is none."""
+    from tracelab.reports.results.runs import cost_of
+    profiled = _run_json(DATA / "train-2gpu-torch")
+    row = profiled["figures"]["0"]["rows"][0]
+    assert len(profiled["figures"]["0"]["rows"]) == 1
+    key = next(k for k in ("ddp", "dtype", "phase", "size") if k in profiled["config"] and k in row)
+    other = "bucketed" if row[key] != "bucketed" else "flat"
+    none = json.loads(json.dumps(profiled))
+    none["backend"] = none["config"]["backend"] = "none"
+    none["config"][key] = f"{row[key]},{other}"
+    for figs in none["figures"].values():
+        mine = {**figs["rows"][0], "step_ms": [x / 2 for x in figs["rows"][0]["step_ms"]]}
+        figs["rows"] = [{**mine, key: other, "step_ms": [x * 5 for x in mine["step_ms"]]}, mine]
+    cost = cost_of(profiled, [("torch", profiled), ("none-sweep", none)])
+    steps = sorted(row["step_ms"])
+    assert cost["baseline"] == "none-sweep" and cost["measure"] == "step time"
+    assert cost["mine"] == pytest.approx(np.median(steps)) and cost["theirs"] == pytest.approx(np.median(steps) / 2)
+    none["config"][key] = f"{other},{other}x"
+    for figs in none["figures"].values():
+        figs["rows"] = [{**figs["rows"][0], key: other}, {**figs["rows"][0], key: other + "x"}]
+    assert cost_of(profiled, [("torch", profiled), ("none-sweep", none)]) is None

@@ -120,7 +120,8 @@ def profiler_cost_findings(ev) -> list:
     """What each profiler cost against a run of the same config under backend none
     (reports/runs.cost_of, the run table's row), left out where it says within the noise;
     the runs against one baseline in one sentence, the largest cost first, ranked by that
-    share of the runs' longest traced span."""
+    share of the runs' longest traced span among the findings about the measurement, which
+    follow those about the job (`measurement` in the evidence: no change to the job fixes it)."""
     by_base: dict[str, list[tuple[str, dict, dict]]] = {}
     for name, info in ev.runs:
         cost = cost_of(info, ev.runs)
@@ -135,7 +136,7 @@ def profiler_cost_findings(ev) -> list:
         text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
                 f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
         at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
-        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "runs": {
+        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "measurement": True, "runs": {
             name: cost for name, _, cost in costs}}))
     return out
 

@@ -105,20 +105,59 @@ def devices(info: dict) -> str:
     return ", ".join(f"{n} x {name}" for name, n in names.items()) or "-"
 
 
-def same_config(a: dict, b: dict) -> bool:
+def same_config(a: dict, b: dict, sweep: bool = False) -> bool:
     """Same workload, ranks and nodes, and every config key both runs record equal
-    (backend aside): a key only one records (a newer tracelab's option) does not differ."""
+    (backend aside): a key only one records (a newer tracelab's option) does not differ.
+    With `sweep`, `b` may have swept more values of a key than `a` ran (`--ddp flat,bucketed`
+    covers `--ddp flat`): b's rows then hold a's configuration among others."""
     if any(a.get(k) != b.get(k) for k in ("workload", "ranks_per_node", "nnodes")):
         return False
     ca, cb = a.get("config") or {}, b.get("config") or {}
-    return all(ca[k] == cb[k] for k in ca.keys() & cb.keys() if k != "backend")
+    same = (lambda x, y: _covers(y, x)) if sweep else (lambda x, y: x == y)
+    return all(same(ca[k], cb[k]) for k in ca.keys() & cb.keys() if k != "backend")
+
+
+def _covers(theirs, mine) -> bool:
+    """A swept value (comma text or list) holding every value of mine, or the same value."""
+    if theirs == mine:
+        return True
+    if isinstance(theirs, str) and isinstance(mine, str):
+        return set(mine.split(",")) <= set(theirs.split(","))
+    if isinstance(theirs, list) and isinstance(mine, list):
+        return set(map(str, mine)) <= set(map(str, theirs))
+    return False
 
 
 def baseline(info: dict, runs: list[tuple[str, dict]]) -> tuple[str, dict] | None:
-    """The run of the same workload and config (backend aside) under backend `none`."""
+    """The run of the same workload and config (backend aside) under backend `none`; else one
+    under none that swept this config among others, narrowed to its rows of this config
+    (_narrowed), where this run ran one configuration."""
     if info.get("backend") == "none":
         return None
-    return next(((n, r) for n, r in runs if r.get("backend") == "none" and same_config(r, info)), None)
+    exact = next(((n, r) for n, r in runs if r.get("backend") == "none" and same_config(r, info)), None)
+    if exact is not None or len(_rows(results_of(info))) > 1:
+        return exact
+    return next(((n, narrowed) for n, r in runs if r.get("backend") == "none" and same_config(info, r, sweep=True)
+                 and (narrowed := _narrowed(r, _rows(results_of(info))[:1])) is not None), None)
+
+
+def _narrowed(info: dict, mine: list[dict]) -> dict | None:
+    """run.json `info` with each rank's result rows cut to those of the configuration of the
+    one row `mine` (equal on every config key whose value differs between info's rows: the
+    swept ones); None where that leaves no row or more than one."""
+    if len(mine) != 1:
+        return None
+    ranks, key = {}, "results" if "results" in info else "figures"  # old run folders say figures
+    for rank, figs in (info.get(key) or {}).items():
+        rows = figs.get("rows") if isinstance(figs, dict) else None
+        if not isinstance(rows, list) or not rows:
+            return None
+        varying = {k for k in rows[0] if k in (info.get("config") or {}) and any(r.get(k) != rows[0].get(k) for r in rows)}
+        kept = [r for r in rows if all(r.get(k) == mine[0].get(k) for k in varying if k in mine[0])]
+        if len(kept) != 1:
+            return None
+        ranks[rank] = {**figs, "rows": kept}
+    return {**info, key: ranks} if ranks else None
 
 
 def _step_ms(figs: RankResults) -> list[float] | None:

@@ -4,6 +4,7 @@ findings after a table. Only the CLI prints: tracelab/cli.py and these modules."
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -65,7 +66,7 @@ def _load(paths: list[str], rank: int | None = None, **work):
     from ..pick import pick_rank
 
     work.setdefault("options", _options())
-    files = expand(paths)
+    files = expand(_with_traces(paths))
     if len(files) == 1:
         profiles = load_many(files, **work)  # a file of several processes gives one Profile per rank
     else:
@@ -76,11 +77,21 @@ def _load(paths: list[str], rank: int | None = None, **work):
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
+def _with_traces(paths: list[str]) -> list[str]:
+    """The paths less run folders without traces (runs under backend none, whose run.json the
+    findings and the report still read: `tracelab breakdown runs/*/` takes them in its stride);
+    all of them where every path is such a folder (expand then says there is no trace)."""
+    from ..inputs import traceless_run
+
+    kept = [p for p in paths if not traceless_run(Path(p))]
+    return kept or paths
+
+
 def _digests_per_input(paths: list[str], rank: int | None, name: str, reducer, options) -> list[tuple[str, dict]]:
     """Each input on its own (two runs may both hold rank 0): its ranks' `name` digest by rank,
     made by `reducer` in the workers that parse them."""
     out = []
-    for path in paths:
+    for path in _with_traces(paths):
         profiles = _load([path], rank, reduce={name: reducer}, keep_events=False, options=options)
         out.append((path, {p.rank: p.summary[name] for p in profiles}))
     return out
