@@ -168,14 +168,18 @@ def test_other_digests_options_or_patterns_are_other_entries(run, monkeypatch):
     assert len(parsed) == 6 and len(digest_cache.entries()) == 8
 
 
-def test_off_switch_events_kept_and_small_files_write_nothing(run, monkeypatch):
+def test_off_switch_events_kept_small_files_and_big_entries_write_nothing(run, monkeypatch):
     tracelab.load_many(run, workers=1, reduce=session.rank_digests(CHEAP))  # events kept: the parse is needed anyway
     assert digest_cache.entries() == []
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     _digests(run, CHEAP)
     assert digest_cache.entries() == []
     monkeypatch.setenv("TRACELAB_CACHE", "1")
+    monkeypatch.setattr(digest_cache, "MAX_ENTRY_BYTES", 1000)  # digests of these ranks pickle to more
+    _digests(run, CHEAP)
+    assert digest_cache.entries() == []
     monkeypatch.setattr(cache, "MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(digest_cache, "MAX_ENTRY_BYTES", 1 << 40)
     _digests(run, CHEAP)
     assert digest_cache.entries() == []
 

@@ -21,7 +21,8 @@ match its checksum, does not unpickle, or holds anything but Profiles with a met
 exactly the digests asked for is a miss, removed, and the trace is parsed again. An entry
 not owned by this user, or writable by others, is never unpickled (a pickle runs code).
 
-Same switches and bounds as the Parquet cache: TRACELAB_CACHE=0 switches it off,
+Same switches and bounds as the Parquet cache (and entries over MAX_ENTRY_BYTES are not
+written): TRACELAB_CACHE=0 switches it off,
 TRACELAB_CACHE_DIR holds it (entries named `digests-KEY`, beside the Parquet ones),
 files under cache.MIN_BYTES (inflated) are not cached, and cache.evict bounds the folder
 to TRACELAB_CACHE_MAX_BYTES, least recently used first (a hit touches its entry).
@@ -49,6 +50,10 @@ from .schema import Profile
 PREFIX = "digests-"
 FILE = "digests.pickle"
 VERSION = "1"  # bump when the entry's layout changes
+# an entry larger than this is not written: digests are small by design (230 KB for a rank of the
+# control trace, 2.6 MB with the what-if graph of a job of up to 16 ranks); rows kept per rank
+# (inputs.with_events' `keep`, export perfetto --steps) are not digests worth a disk copy
+MAX_ENTRY_BYTES = 64 * 1024**2
 _SUM_BYTES = 32
 
 
@@ -158,6 +163,8 @@ def put(entry_key: str, path: Path, reduce: Mapping[str, Callable], options: Opt
         if time.time() - max(st.st_mtime, st.st_ctime) <= cache.RACY_S or key(path, reduce, options) != entry_key:
             return
         payload = pickle.dumps((profiles, caught, str(path)), protocol=5)
+        if len(payload) > MAX_ENTRY_BYTES:
+            return
         _write(cache._dir() / entry_key, hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload)
         cache.evict(cache._dir(), cache.max_bytes(), keep=entry_key)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
