@@ -23,7 +23,10 @@ time, exclusive: a stage inside another counts only for itself):
     render      everything else: combining the ranks, the analyses and the output
 
 The floor is the least any msgspec reader pays: gunzip plus msgspec's split of `traceEvents`
-into raw values, measured on the same files in the same process. Prints a markdown table
+into raw values, measured on the same files in the same process, gunzipped by the stdlib's
+zlib (the / floor column's base, whatever the checkout uses); where the optional isal is
+installed, the floor with its gunzip is printed beside it (a checkout that gunzips by isal,
+see `gunzip by`, would be ~0.3x of the zlib floor lower against that one). Prints a markdown table
 (CPU seconds in all, per rank, per rank over the floor) and the process's peak RSS and the
 1-minute load average: on a shared machine CPU time is the figure, wall time is not. --repo
 measures another checkout the same way (e.g. `git worktree add /tmp/base OLD`): run both in one
@@ -131,22 +134,48 @@ def _loader():
         return importlib.import_module("tracelab.load")
 
 
-def _floor_s(files: list[Path]) -> float:
-    """gunzip + msgspec's raw split of traceEvents, summed over the files (least of 2 each)."""
-    import msgspec
+def _inflate(path: Path, inflater) -> bytes:
+    """The file's bytes, gunzipped (every member) by `inflater` (zlib, or isal_zlib), as tracelab reads them."""
+    import zlib
 
-    from tracelab import limits
+    raw = path.read_bytes()
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    out = bytearray()
+    while raw:
+        inflate = inflater.decompressobj(16 + zlib.MAX_WBITS)
+        out += inflate.decompress(raw)
+        raw = inflate.unused_data
+    return bytes(out)
+
+
+def _floor_s(files: list[Path], inflater) -> float:
+    """gunzip (by `inflater`) + msgspec's raw split of traceEvents, summed over the files (least of 3 each)."""
+    import msgspec
 
     split = msgspec.defstruct("Split", [("traceEvents", list[msgspec.Raw])])
     total = 0.0
     for f in files:
         best = float("inf")
-        for _ in range(2):
+        for _ in range(3):
             start = time.process_time()
-            msgspec.json.decode(limits.read_trace_bytes(f), type=split)
+            msgspec.json.decode(_inflate(f, inflater), type=split)
             best = min(best, time.process_time() - start)
         total += best
     return total
+
+
+def use_checkout(repo: Path) -> None:
+    """Import tracelab from `repo` (this checkout, or another one's: an older commit's worktree),
+    its subpackages too: an editable install maps tracelab.parsers and tracelab.reports to its
+    own checkout's folders, whatever sys.path says, so the mapping is pointed at `repo`."""
+    repo = repo.resolve()
+    sys.path.insert(0, str(repo))
+    for finder in sys.meta_path:
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", None)
+        if isinstance(mapping, dict) and "tracelab" in mapping:
+            root = Path(mapping["tracelab"]).parent
+            mapping.update({name: str(repo / Path(folder).relative_to(root)) for name, folder in mapping.items()})
 
 
 def child(args: argparse.Namespace) -> None:
@@ -155,7 +184,7 @@ def child(args: argparse.Namespace) -> None:
     import pkgutil
     import resource
 
-    sys.path.insert(0, str(args.repo.resolve()))  # this checkout, or another one's (an older commit's worktree)
+    use_checkout(args.repo)
     os.environ["TRACELAB_CACHE"] = os.environ.get("TRACELAB_CACHE", "0")
     os.cpu_count = lambda: 1  # load_many: one worker, in this process
     start = time.process_time()
@@ -168,11 +197,21 @@ def child(args: argparse.Namespace) -> None:
     imports_s = time.process_time() - start
     from tracelab import cli
 
-    if not Path(cli.__file__).resolve().is_relative_to(args.repo.resolve()):
-        sys.exit(f"tracelab came from {cli.__file__}, not from {args.repo}")
+    from tracelab.parsers import chrome
+
+    for module in (cli, chrome):
+        if not Path(module.__file__).resolve().is_relative_to(args.repo.resolve()):
+            sys.exit(f"tracelab came from {module.__file__}, not from {args.repo}")
     files = _loader().expand([args.input])
     floor_sample = files[:args.floor_files]
-    floor_s = _floor_s(floor_sample) * len(files) / len(floor_sample)
+    import zlib
+
+    floor_s = _floor_s(floor_sample, zlib) * len(files) / len(floor_sample)  # the issue's floor: stdlib zlib
+    try:
+        from isal import isal_zlib
+        floor_isal_s = _floor_s(floor_sample, isal_zlib) * len(files) / len(floor_sample)
+    except ImportError:
+        floor_isal_s = None
     clock = Clock()
     _install(clock)
     out = Path(args.out)
@@ -193,9 +232,17 @@ def child(args: argparse.Namespace) -> None:
     total_s = time.process_time() - start
     clock.seconds["render"] = total_s - sum(clock.seconds.values())
     print(json.dumps({"exit": code, "ranks": len(files), "imports_s": imports_s, "floor_s": floor_s,
+                      "floor_isal_s": floor_isal_s, "gunzip_by": _gunzip_by(),
                       "floor_files": len(floor_sample), "total_s": total_s, "seconds": clock.seconds,
                       "calls": clock.calls, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "load_avg_1m": os.getloadavg()[0], "argv": argv, "repo": _commit(args.repo)}))
+
+
+def _gunzip_by() -> str:
+    """Which inflate the checkout's read_trace_bytes uses: isal where it takes it and it is installed."""
+    from tracelab import limits
+
+    return "isal" if getattr(limits, "_isal_zlib", None) is not None else "zlib"
 
 
 def _commit(repo: Path) -> str:
@@ -211,13 +258,16 @@ def table(result: dict) -> str:
     n, floor = result["ranks"], result["floor_s"]
     secs, calls = result["seconds"], result["calls"]
     names = [s for s in ORDER if s in secs] + sorted(s for s in secs if s.startswith("digest:")) + ["render"]
-    rows = [("floor: gunzip + raw split", floor, n)] + [(s, secs[s], calls.get(s, 1)) for s in names]
+    rows = [("floor: gunzip (zlib) + raw split", floor, n)]
+    if result.get("floor_isal_s"):
+        rows.append(("floor with isal's gunzip", result["floor_isal_s"], n))
+    rows += [(s, secs[s], calls.get(s, 1)) for s in names]
     parse = sum(secs.get(s, 0.0) for s in ORDER)
     digests = sum(v for s, v in secs.items() if s.startswith("digest:"))
     rows += [("= parse (gunzip .. classify)", parse, n), ("= digests", digests, n),
              ("= command (all stages)", result["total_s"], 1), ("imports (not in the command)", result["imports_s"], 1)]
     lines = [f"`tracelab {' '.join(result['argv'][:1])}` of {n:,} rank{'s' if n > 1 else ''} ({result['repo']}), one process, "
-             f"cache off; load average {result['load_avg_1m']:.1f}; peak RSS {result['peak_rss_mb']:,.0f} MB; "
+             f"cache off; gunzip by {result.get('gunzip_by', 'zlib')}; load average {result['load_avg_1m']:.1f}; peak RSS {result['peak_rss_mb']:,.0f} MB; "
              f"floor measured on {result['floor_files']} file(s), scaled to {n:,}",
              "", "| stage | calls | CPU (s) | per rank (s) | / floor |", "|---|---:|---:|---:|---:|"]
     for name, s, c in rows:

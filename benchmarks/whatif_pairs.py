@@ -6,7 +6,11 @@
 
 --interleaved: one run whose cause happens every other step (workloads' --late-every 2): the
 steps holding a range named SCOPE (extra_work, host_stall) on any rank are the job with it,
-the others the same job without it, measured under the same conditions.
+the others the same job without it, measured under the same conditions. Those others are a
+biased stand-in where the cause is host time: each follows a step with the cause, in which the
+other ranks got a head start. So each step with it is also set against its own reference: the
+slowest rank's own step range less the SCOPE ranges inside it (the job without it, in that
+step, where the step is host-bound and the cause is host time: a stall, not GPU work).
 
 For each pair of run folders (the job with the late rank or the stall, the same job without
 it): the scenario's predicted step (tracelab whatif, mean over the steps that claim a saving)
@@ -55,6 +59,25 @@ def steps_with(profiles, scope: str) -> set[int]:
     return out
 
 
+def own_ranges_ns(profiles, scope: str) -> dict[int, int]:
+    """Per step: the slowest rank's own `step N` range less its `scope` ranges inside it."""
+    out: dict[int, int] = {}
+    for p in profiles:
+        h = p.host
+        if h is None:
+            continue
+        cut = h[(h["kind"] == "range") & (h["name"] == scope)]
+        cut0, cut1 = cut["start_ns"].to_numpy(), (cut["start_ns"] + cut["dur_ns"]).to_numpy()
+        for r in h[h["kind"] == "step"].itertuples():
+            n = r.name.rsplit(" ", 1)[-1]
+            if not n.isdigit():
+                continue
+            a, b = r.start_ns, r.start_ns + r.dur_ns
+            inside = sum(max(0, min(b, y) - max(a, x)) for x, y in zip(cut0, cut1))
+            out[int(n)] = max(out.get(int(n), 0), int(r.dur_ns - inside))
+    return out
+
+
 def interleaved(scope: str, scenario: str, folder: str) -> float:
     profiles = tracelab.load_many(folder)
     graphs = {p.rank: rank_graph(p.events, p.host, p.rank, trace_device(p.meta)) for p in profiles}
@@ -75,6 +98,13 @@ def interleaved(scope: str, scenario: str, folder: str) -> float:
           f"{(med_with - med_pred) / 1e6:.1f} ms against measured {(med_with - med_without) / 1e6:.1f} ms")
     print("  per step with it (measured -> predicted ms): " + ", ".join(
         f"{int(r.step)}: {r.step_ns / 1e6:.1f} -> {r.predicted / 1e6:.1f}" for r in with_it.itertuples()))
+    own = own_ranges_ns(profiles, scope)
+    errs = [r.predicted / own[int(r.step)] - 1 for r in with_it.itertuples() if own.get(int(r.step))]
+    print("  per step with it, predicted against the slowest rank's own step range less its " + scope + " ranges: "
+          + ", ".join(f"{int(r.step)}: {r.predicted / 1e6:.2f} / {own[int(r.step)] / 1e6:.2f} ms"
+                      for r in with_it.itertuples() if own.get(int(r.step)))
+          + (f"; error {100 * min(errs):+.1f}% to {100 * max(errs):+.1f}%, median {100 * statistics.median(errs):+.1f}%"
+             if errs else ""))
     return err
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._shapes import Inputs, _decoded, op_rows
+from ._shapes import Inputs, _decoded
 
 _GEMM = re.compile(r"aten::(mm|addmm|_scaled_mm|bmm|baddbmm)")
 _ELEMENTS_PER_16_BYTES = {1: 16, 2: 8, 4: 4, 8: 2}
@@ -51,10 +51,10 @@ def _odd(name: str, dims_raw: Any, types_raw: Any) -> dict | None:
     return {"op": name, "m": m, "n": n, "k": k, "dtype": x.dtype(), "multiple": multiple, "odd": odd} if odd else None
 
 
-def odd_gemms(kind: np.ndarray, names: list[str], dur_ns: np.ndarray, external_id: np.ndarray, ops: Any) -> list[dict]:
-    """The GEMM shapes with an odd N or K and the GPU time of the kernels they launched: one record
-    per (op, M, N, K, dtype) with dur_ns, calls (rows) and up to 3 kernel names, the most time first."""
-    op_of_row = op_rows(kind, external_id, ops)
+def odd_gemms(names: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: Any) -> list[dict]:
+    """The GEMM shapes with an odd N or K and the GPU time of the kernels they launched (`op_of_row`:
+    _shapes.op_rows): one record per (op, M, N, K, dtype) with dur_ns, calls (rows) and up to 3
+    kernel names, the most time first."""
     odd_of_op = {}
     for i in np.unique(op_of_row[op_of_row >= 0]).tolist():
         if _GEMM.fullmatch(ops.name[i]) and (odd := _odd(ops.name[i], ops.args[i].dims, ops.args[i].types)):

@@ -33,7 +33,7 @@ ALLOC_CALL = re.compile(r"cu(?:da)?(?:Malloc\w*|MemAlloc\w*|MemCreate|MemMap|Mem
 
 def is_alloc(names: list[str]) -> np.ndarray:
     """Mask of the CUDA runtime/driver call names that allocate or free device or pinned memory."""
-    return np.array([ALLOC_CALL.fullmatch(n) is not None for n in names], dtype=bool)
+    return name_mask(names, lambda n: ALLOC_CALL.fullmatch(n) is not None)
 
 
 def host_kinds(names: list[str]) -> np.ndarray:

@@ -85,7 +85,9 @@ def thread_scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: d
     a process is the one whose ranges cover the most time (the loop that opens them)."""
     own = scopes(pid, tid, at_ns, ranges)
     main = main_threads(ranges["pid"], ranges["tid"], ranges["end_ns"] - ranges["start_ns"])
-    main_tid = np.array([main.get(p, t) for p, t in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
+    main_tid = np.array(tid, dtype=np.int64)
+    for p, t in main.items():  # a few processes
+        main_tid[pid == p] = t
     other = np.flatnonzero(main_tid != tid)
     if len(other):
         outer = scopes(pid[other], main_tid[other], at_ns[other], ranges)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Sequence, Union
 
@@ -199,8 +199,10 @@ def _aligned_ns(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray | None:
     n_digits = width - len(dots)
     if not (is_digit | is_dot).all() or len(dots) > 1 or decimals > 3 or n_digits - decimals + 3 > 19:
         return None  # at most 19 digits of ns: below 1e19, within uint64
-    places = _POW10[3 - decimals:3 - decimals + n_digits][::-1]
-    ns = digits[:, is_digit].astype(np.uint64) @ places
+    ns = np.zeros(len(texts), dtype=np.uint64)
+    for column in np.flatnonzero(is_digit).tolist():  # Horner's rule, a column at a time: < 10**19, no wrap
+        ns = ns * np.uint64(10) + digits[:, column]
+    ns *= _POW10[3 - decimals]
     return ns.astype(np.int64) if not len(ns) or ns.max() <= limits.MAX_TIME_NS else None
 
 
@@ -424,8 +426,8 @@ class _Union:
         """Hand the decoded events to their groups' collectors."""
         group = np.fromiter(map(self.group_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         for g, out in enumerate(picked):
-            if (mask := group == g).any():
-                chosen = list(compress(events, mask.tolist()))
+            if len(at := np.flatnonzero(group == g)):
+                chosen = [events[at[0]]] if len(at) == 1 else list(itemgetter(*at.tolist())(events))
                 out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
 
 
@@ -453,13 +455,31 @@ def pick(path: Path, data: bytes | bytearray, raws: list[msgspec.Raw], groups: l
     in a new collector (module docstring: the union first, the slow way for what it refuses)."""
     picked = [collector() for _, collector in groups]
     union, source = _Union(groups), _Source(data, raws)
-    for first in range(0, len(raws), CHUNK_EVENTS):
-        part = raws[first:first + CHUNK_EVENTS]
-        try:
-            _pick_chunk(path, part, first, groups, picked, union, source)
-        except RecursionError as e:
-            raise limits.json_error(path, e) from None
+    tail = _uncategorised_tail(raws)
+    try:
+        for first in range(0, tail, CHUNK_EVENTS):
+            _pick_chunk(path, raws[first:min(first + CHUNK_EVENTS, tail)], first, groups, picked, union, source)
+        if tail < len(raws):
+            _slow(path, raws[tail:], tail, groups, picked, union)
+    except RecursionError as e:
+        raise limits.json_error(path, e) from None
     return picked
+
+
+def _uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int = 8) -> int:
+    """Where the events at the end start that go the slow way at once: Kineto ends its traces with
+    metadata events (`ph` M, with no `cat`) among a few others; the union would refuse each, after
+    decoding the chunk up to it, and decode that much again. The run reaches back (at most
+    `most` events) to just after the (with_cat + 1)-th event from the end with `"cat"` in its
+    text; the slow way reads any event right, in order."""
+    tail, seen = len(raws), 0
+    while tail > max(len(raws) - most, 0):
+        if b'"cat"' in bytes(raws[tail - 1]):
+            if seen == with_cat:
+                break
+            seen += 1
+        tail -= 1
+    return tail
 
 
 def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union,

@@ -278,13 +278,12 @@ def op_rows(kind: np.ndarray, external_id: np.ndarray, ops: Any) -> np.ndarray:
     return np.where(found, first[pos] if len(ids) else -1, -1)
 
 
-def row_work(kind: np.ndarray, name: list[str], dur_ns: np.ndarray, external_id: np.ndarray, ops: Any,
+def row_work(name: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: Any,
              call: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per GPU row: (flops, bytes, dtype) from the operator with its `External id` (`ops`:
-    the trace's cpu_op events, parsers/_kineto_json.Ops); kernels only (memcpy and memset
-    rows have their own bytes). `call` tells executions of one operator apart (each CUDA
+    """Per GPU row: (flops, bytes, dtype) from the operator with its `External id` (`op_of_row`:
+    op_rows(); `ops`: the trace's cpu_op events, parsers/_kineto_json.Ops); kernels only (memcpy
+    and memset rows have their own bytes). `call` tells executions of one operator apart (each CUDA
     graph replay of a captured one). A fp32 GEMM whose kernel name says tf32 is tf32."""
-    op_of_row = op_rows(kind, external_id, ops)
     used = np.unique(op_of_row[op_of_row >= 0])
     n_ops = len(ops.args)
     op_flops, op_bytes = np.full(n_ops, np.nan), np.full(n_ops, np.nan)

@@ -55,8 +55,8 @@ def name_mask(names: list[str], test: Callable[[str], bool]) -> np.ndarray:
     40k CPU operators and 25k runtime calls have a few hundred names)."""
     if not names:
         return np.zeros(0, dtype=bool)
-    codes, distinct = pd.factorize(pd.Series(names, dtype=object), sort=False)
-    return np.array([test(n) for n in distinct], dtype=bool)[codes]
+    verdict = {name: test(name) for name in dict.fromkeys(names)}
+    return np.fromiter(map(verdict.__getitem__, names), dtype=bool, count=len(names))
 
 
 def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
@@ -82,6 +82,9 @@ def occurrences(number: np.ndarray, group: np.ndarray, start_ns: np.ndarray, end
     the group's largest number); ranges of one number that overlap are one occurrence."""
     if not len(number):
         return number
+    order = np.lexsort((number, group))
+    if not ((group[order][1:] == group[order][:-1]) & (number[order][1:] == number[order][:-1])).any():
+        return np.asarray(number, dtype=np.int64).copy()  # no number repeats in its group: every occurrence the first
     df = pd.DataFrame({"g": group, "n": number, "start": start_ns, "end": end_ns}).sort_values(
         ["g", "n", "start"], kind="stable")
     by = df.groupby(["g", "n"], sort=False)

@@ -56,7 +56,7 @@ from ._kineto import (collective_bytes, correlations, cpu_top_level, device_tabl
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
 from ._gemm_dims import odd_gemms
-from ._shapes import row_work
+from ._shapes import op_rows, row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
 
 # cat -> kind; the capitalised names are what Kineto of PyTorch 1.8/1.9 wrote
@@ -97,8 +97,9 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         graphs = _graph_replays(columns, launch, launches)
         replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
         external = _external_ids(gpu, launch, graphs.scope_launch, launches)
-        columns.update(_work(columns, gpu, ops, external, np.where(replay, launch, -1)))
-        odd = odd_gemms(columns["kind"], gpu.name, columns["dur_ns"], external, ops)  # issue 28: pad them
+        op_of_row = op_rows(columns["kind"], external, ops)  # the operator that launched each row, -1 for none
+        columns.update(_work(columns, gpu, ops, op_of_row, np.where(replay, launch, -1)))
+        odd = odd_gemms(gpu.name, columns["dur_ns"], op_of_row, ops)  # issue 28: pad them
         columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
@@ -177,12 +178,12 @@ def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, lau
     return external
 
 
-def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, external: np.ndarray, call: np.ndarray) -> dict[str, Any]:
+def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, call: np.ndarray) -> dict[str, Any]:
     """flops, bytes and dtype per row (parsers/_shapes.py): a kernel's from the shapes of the
     operator that launched it (record_shapes), a memcpy's or memset's bytes from its own args.
     `call`: per row, its graph replay's launch (-1 outside replays): each replay executes the
     captured operators once more."""
-    flops, moved, dtype = row_work(cols["kind"], gpu.name, cols["dur_ns"], external, ops, call)
+    flops, moved, dtype = row_work(gpu.name, cols["dur_ns"], op_of_row, ops, call)
     own = np.array([float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan for a in gpu.args])
     copies = cols["kind"] != "kernel"
     moved[copies] = own[copies]

@@ -49,6 +49,15 @@ def size(n_bytes: float) -> str:
     return f"{n_bytes / 1e6:,.1f} MB"
 
 
+def binary_size(n_bytes: float) -> str:
+    """'1.50 GiB' in binary units, the way memory is counted: GiB from a quarter GiB up, then
+    MiB, KiB, bytes ('768 B')."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n_bytes) >= scale / 4:
+            return f"{n_bytes / scale:,.2f} {unit}"
+    return f"{n_bytes:,.0f} B"
+
+
 def rate_gb_s(gb_s: float) -> str:
     """'1,234 GB/s' (1e9 bytes per second)."""
     return f"{gb_s:,.0f} GB/s"
@@ -57,6 +66,11 @@ def rate_gb_s(gb_s: float) -> str:
 def tflops(tflop_s: float) -> str:
     """'12.3 TFLOP/s'."""
     return f"{tflop_s:,.1f} TFLOP/s"
+
+
+def flop(n_flop: float) -> str:
+    """'1.23 TFLOP' from a TFLOP up, else '12.34 GFLOP' (an amount of work, not a rate)."""
+    return f"{n_flop / 1e12:,.2f} TFLOP" if n_flop >= 1e12 else f"{n_flop / 1e9:,.2f} GFLOP"
 
 
 def count(n: float) -> str:

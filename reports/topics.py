@@ -54,7 +54,8 @@ TOPICS: tuple[Topic, ...] = (
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
                       "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
                       "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
-    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start)},
+    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start),
+                    "cpu_comm": OnEvents(digests.rank_cpu_comm)},
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",
                     "findings.findings_more:cpu_comm_findings"),
           section="steps.steps_html:section"),
@@ -65,7 +66,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("results", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings")),
     # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
-    Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}),
+    Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}, section="whatif.whatif_html:sections"),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
                     "fixes.ddp:ddp_findings")),

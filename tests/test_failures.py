@@ -205,7 +205,7 @@ def test_kernel_names_reach_the_table_escaped(tmp_path, capsys, monkeypatch):
 def test_warning_of_a_command_that_succeeds_is_one_escaped_line(capsys, monkeypatch):
     from tracelab import cli
 
-    def warns_then_succeeds():
+    def warns_then_succeeds(**_):  # cli.main calls app(standalone_mode=False, prog_name=...)
         warnings.warn("overflow in\x1b[2J cast\nsecond line", RuntimeWarning)
         raise SystemExit(0)
 

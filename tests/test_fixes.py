@@ -139,7 +139,7 @@ def test_one_bucket_after_backward_names_bucket_cap():
     e = found[0].evidence
     assert e["exposed_ns"] == e["fixable_ns"] == 2_000_000 and e["wait_ns"] == 0
     assert found[0].at_stake_ns == 3 * 2_000_000
-    assert "bucket_cap_mb below the gradients' size (its gradients are 8.0 MiB)" in found[0].text
+    assert "bucket_cap_mb below the gradients' size (its gradients are 8.00 MiB)" in found[0].text
 
 
 def test_waiting_for_a_late_rank_is_no_bucket_finding():

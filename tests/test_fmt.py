@@ -58,3 +58,26 @@ def test_no_module_keeps_its_own_duration_formatter():
             if isinstance(node, ast.FunctionDef) and node.name in {"_ms", "_us", "_time"} and returns == "str":
                 own.append(f"{p.relative_to(ROOT)}:{node.name}")
     assert own == []
+
+
+@pytest.mark.parametrize("n_bytes, text", [
+    (100, "100 B"), (768, "0.75 KiB"), (300 * 2**10, "0.29 MiB"), (2**28, "0.25 GiB"), (2**28 - 1, "256.00 MiB"),
+    (int(26.77 * 2**20), "26.77 MiB"), (-3 * 2**30, "-3.00 GiB")])
+def test_binary_size_counts_memory_in_binary_units(n_bytes, text):
+    assert fmt.binary_size(n_bytes) == text
+
+
+def test_flop_is_an_amount_of_work():
+    assert fmt.flop(1.234e12) == "1.23 TFLOP" and fmt.flop(12_345_000_000) == "12.35 GFLOP"
+
+
+def test_no_module_keeps_its_own_size_or_work_formatter():
+    """memory's gib and the fixes' _flop moved into fmt; text in MiB is fmt.binary_size's."""
+    own = []
+    for p in [*(ROOT / "reports").rglob("*.py"), *(ROOT / "tracelab").rglob("*.py")]:
+        text = p.read_text()
+        own += [f"{p.relative_to(ROOT)}:{n.name}" for n in ast.parse(text).body
+                if isinstance(n, ast.FunctionDef) and n.name in {"gib", "_flop", "_gib", "_mib"}]
+        own += [f"{p.relative_to(ROOT)}: {line.strip()}" for line in text.splitlines()
+                if p.name != "fmt.py" and "MiB" in line and "2**20:" in line]  # an f-string's own MiB
+    assert own == []

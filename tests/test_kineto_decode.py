@@ -213,3 +213,22 @@ def test_ts_of_a_real_trace_equal_a_decimal_walk_of_every_chosen_event():
     data = K.read_bytes(path)
     got = K.pick(path, data, K.decode(path, data).traceEvents, [(chrome.LAUNCHES, K.Launches)])[0].ts_ns.tolist()
     assert got == want and len(got) > 500
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 16384])
+def test_the_tail_of_metadata_goes_the_slow_way_and_misses_nothing(tmp_path, monkeypatch, chunk):
+    """Kineto's ending: metadata events (no cat) among a few categorised ones, read the slow way
+    at once (_uncategorised_tail); a kernel there whose key is written escaped (`"c\\u0061t"`:
+    no `"cat"` in its text) is still picked, in its place."""
+    events = [_event(i, "kernel" if i % 2 == 0 else "cpu_op") for i in range(200)]
+    tail = [{"ph": "M", "name": "process_name", "pid": i, "tid": 0, "args": {"name": "x"}} for i in range(30)]
+    tail[3] = _event(900, "Trace")
+    tail[11] = _event(901, "kernel")
+    tail[20] = {**_event(902, None), "ESCAPED": "kernel"}
+    path = _write(tmp_path, events + tail)
+    path.write_text(path.read_text().replace('"ESCAPED"', '"c\\u0061t"'))
+    assert K._uncategorised_tail(K.decode(path, K.read_bytes(path)).traceEvents) < 200
+    fast, slow = _read_both(path, monkeypatch, chunk=chunk)
+    _same(fast, slow)
+    want = [f"k{i}" for i in range(0, 200, 2)] + ["k901", "k902"]
+    assert fast.events.sort_values("start_ns", kind="stable")["name"].astype(str).tolist() == want

@@ -20,6 +20,11 @@ from pathlib import Path
 
 from .errors import TraceFormatError, UsageError
 
+try:  # ISA-L's inflate, twice as fast as zlib's, the same bytes (optional: pip install tracelab[fast])
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # pragma: no cover - the stdlib's zlib then
+    _isal_zlib = None
+
 DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
 DEFAULT_MAX_NAME_CHARS = 1024**2
 MAX_TIME_NS = 2**62
@@ -68,8 +73,14 @@ def read_trace_bytes(path: Path) -> bytearray:
     try:
         with open(path, "rb") as f:
             if f.read(2) == GZIP_MAGIC:
+                if _isal_zlib is not None:
+                    try:
+                        f.seek(0)
+                        return _gunzip(path, f, limit, _isal_zlib)
+                    except TraceFormatError:  # damaged or too big: zlib names it, in its own words, as always
+                        pass
                 f.seek(0)
-                return _gunzip(path, f, limit)
+                return _gunzip(path, f, limit, zlib)
             if (size := os.fstat(f.fileno()).st_size) > limit:
                 raise too_large(path, "holds")
             f.seek(0)
@@ -83,26 +94,26 @@ def read_trace_bytes(path: Path) -> bytearray:
         raise TraceFormatError(path, f"cannot read: {e.strerror or e}") from None
 
 
-def _gunzip(path: Path, f, limit: int) -> bytearray:
-    """Inflate every gzip member of `f` (RFC 1952: members one after another, as zcat reads
-    them) into one buffer, never past `limit` bytes. At a member's end zlib puts the rest of
+def _gunzip(path: Path, f, limit: int, inflater=zlib) -> bytearray:
+    """Inflate every gzip member of `f` with `inflater` (zlib, or isal_zlib: its API) (RFC 1952:
+    members one after another, as zcat reads them) into one buffer, never past `limit` bytes. At a member's end zlib puts the rest of
     the input in `unused_data` and nothing in `unconsumed_tail`; only that rest starts the next
     member (keeping both read the rest twice, doubling it at every member)."""
     out = bytearray()
-    inflate, fresh, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), True, b""
+    inflate, fresh, pending = inflater.decompressobj(16 + zlib.MAX_WBITS), True, b""
     while True:
         if not pending and not (pending := f.read(_CHUNK_BYTES)):
             break
         try:
             out += inflate.decompress(pending, min(_INFLATE_BYTES, limit + 1 - len(out)))
-        except zlib.error as e:
+        except inflater.error as e:
             raise TraceFormatError(path, f"damaged gzip: {e}") from None
         fresh = False
         if len(out) > limit:
             raise too_large(path, "inflates to")
         if inflate.eof:  # a member ended: what follows is the next member
             pending = inflate.unused_data
-            inflate, fresh = zlib.decompressobj(16 + zlib.MAX_WBITS), True
+            inflate, fresh = inflater.decompressobj(16 + zlib.MAX_WBITS), True
         else:
             pending = inflate.unconsumed_tail
     if not fresh:

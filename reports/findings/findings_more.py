@@ -89,30 +89,26 @@ MIN_CPU_COMM_SHARE = 0.20  # communication under this share of a CPU-only rank's
 
 
 def cpu_comm_findings(ev) -> list:
-    """Per run of CPU-only traces (gloo: no GPU, so neither idle nor exposure), the rank that
-    spends the largest share of its CPU operator time in communication operators, where that is
-    over MIN_CPU_COMM_SHARE: the time a rank sits inside a collective (waiting for the others,
-    then moving data), named with the operator that takes most of it."""
+    """Per run of CPU-only traces (gloo: no GPU, so neither idle nor exposure), the rank with a
+    collective in flight for the largest share of its span, where that is over MIN_CPU_COMM_SHARE:
+    the union of its communication operators' intervals over all its threads (the caller's
+    blocking call and gloo's own threads overlap: never summed), the time it sits inside a
+    collective (waiting for the others, then moving data), named with the operator that takes most."""
     groups = {i.group for i in ev.inputs}
     best: dict[str, tuple] = {}
     for i in ev.inputs:
-        sums = i.sums
-        cpu = sums[sums["kind"].astype(str) == "cpu_op"]
-        if not len(cpu) or len(cpu) != len(sums) or not cpu["dur_ns"].sum():
+        c = i.digest("cpu_comm")
+        if c is None or not c["span_ns"]:
             continue
-        comm = cpu[cpu["op_class"].astype(str) == "communication"]
-        share = comm["dur_ns"].sum() / cpu["dur_ns"].sum()
+        share = c["in_flight_ns"] / c["span_ns"]
         if share >= MIN_CPU_COMM_SHARE and (i.group not in best or share > best[i.group][1]):
-            best[i.group] = (i, share, comm, cpu)
+            best[i.group] = (i, share, c)
     out = []
-    for group, (i, share, comm, cpu) in best.items():
-        top = comm.groupby("kernel", observed=True)[["dur_ns", "count"]].sum().sort_values("dur_ns").iloc[-1:]
-        name, top_ns, calls = str(top.index[0]), int(top["dur_ns"].iloc[0]), int(top["count"].iloc[0])
-        text = (f"{_run(group, len(groups) > 1)}rank {i.rank} spends {100 * share:.0f}% of its CPU operator time in "
-                f"communication ({ms(comm['dur_ns'].sum())} of {ms(cpu['dur_ns'].sum())}; {name} "
-                f"{ms(top_ns)} over {calls:,} calls): its wait for the other ranks and the transfer together "
-                "(who waits on whom splits them)")
-        out.append(Finding(text, int(comm["dur_ns"].sum()), SECTIONS["totals"],
-                           {"rank": i.rank, "comm_ns": int(comm["dur_ns"].sum()), "cpu_op_ns": int(cpu["dur_ns"].sum()),
-                            "operator": name, "operator_ns": top_ns, "calls": calls}))
+    for group, (i, share, c) in best.items():
+        threads = f" over {c['threads']} threads" if c["threads"] > 1 else ""
+        text = (f"{_run(group, len(groups) > 1)}rank {i.rank} has a collective in flight {100 * share:.0f}% of its "
+                f"{ms(c['span_ns'])} span ({ms(c['in_flight_ns'])}: the union of its communication operators"
+                f"{threads}; {c['top_op']} {ms(c['top_op_ns'])} over {c['top_op_calls']:,} calls): its wait for "
+                "the other ranks and the transfer together (who waits on whom splits them)")
+        out.append(Finding(text, c["in_flight_ns"], SECTIONS["totals"], {"rank": i.rank, **c}))
     return out

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..fmt import binary_size
 from ..findings.finding import SECTIONS, Finding, ms
 from .ddp_steps import WHOLE
 
-MIN_SHARE = 0.05  # exposed gradient all-reduce (less waiting) under this share of the step is no finding
+MIN_EXPOSED_SHARE = 0.05  # exposed gradient all-reduce (less waiting) under this share of the step is no finding
 NO_OVERLAP = 0.9  # exposed over this share of the all-reduce time: it does not overlap backward
 SMALL_MSG_BYTES = 1 << 20  # all-reduces under 1 MiB are latency-bound
 SMALL_MSG_COUNT = 4  # ... when a step has more than this many
@@ -50,7 +51,7 @@ def _rank_figures(ev, i) -> dict | None:
 
 def ddp_findings(ev) -> list[Finding]:
     """Per run, the rank whose gradient all-reduces are most exposed beyond its waits, where that
-    is at least MIN_SHARE of its step and the figures point to a change (_fix): the overlap or
+    is at least MIN_EXPOSED_SHARE of its step and the figures point to a change (_fix): the overlap or
     the bucket size, with its figures. Left out where the inputs hold one rank of the job (its
     waits for the others unknown: exposed time may be all waiting)."""
     several = len({i.group for i in ev.inputs}) > 1
@@ -59,7 +60,7 @@ def ddp_findings(ev) -> list[Finding]:
         if not i.timed:
             continue
         f = _rank_figures(ev, i)
-        if f and f["wait_ns"] is not None and _fix(f) and f["fixable_ns"] >= MIN_SHARE * f["span_ns"] and (
+        if f and f["wait_ns"] is not None and _fix(f) and f["fixable_ns"] >= MIN_EXPOSED_SHARE * f["span_ns"] and (
                 i.group not in best or f["fixable_ns"] > best[i.group][1]["fixable_ns"]):
             best[i.group] = (i, f)
     out = []
@@ -77,7 +78,7 @@ def _count(f: dict) -> str:
     n = f"{f['allreduces']:.3g} all-reduce" + ("s" if f["allreduces"] != 1 else "") + " per step"
     if f["msg_bytes"] is None:
         return n
-    return f"{n} of {f['msg_bytes'] / max(f['allreduces'], 1) / 2**20:,.1f} MiB on average"
+    return f"{n} of {binary_size(f['msg_bytes'] / max(f['allreduces'], 1))} on average"
 
 
 def _share(part: float, whole: float) -> str:
@@ -90,7 +91,7 @@ def _fix(f: dict) -> str | None:
     exposed_share = f["exposed_ns"] / f["comm_ns"] if f["comm_ns"] else 0.0
     per_msg = f["msg_bytes"] / max(f["allreduces"], 1) if f["msg_bytes"] is not None else None
     if exposed_share >= NO_OVERLAP and f["allreduces"] <= 1:
-        size = f" (its gradients are {f['msg_bytes'] / 2**20:,.1f} MiB)" if f["msg_bytes"] is not None else ""
+        size = f" (its gradients are {binary_size(f['msg_bytes'])})" if f["msg_bytes"] is not None else ""
         return ("one bucket, all-reduced after backward, so nothing overlaps it: DDP with a bucket_cap_mb below the "
                 f"gradients' size{size} starts the first buckets' all-reduce while backward still runs")
     if exposed_share >= NO_OVERLAP:

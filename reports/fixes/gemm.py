@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..fmt import flop, tflops
 from ..findings.finding import SECTIONS, Finding, ms
 
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
@@ -25,7 +26,7 @@ TENSOR_CORE = re.compile(r"tensorop|hmma|gmma|nvjet|tf32|bf16|f16f16|s1688|s1681
                          re.IGNORECASE)
 UNALIGNED = re.compile(r"align[abc]?[12](?![0-9])", re.IGNORECASE)
 GEMV = re.compile(r"gemv", re.IGNORECASE)
-MIN_SHARE = 0.05  # kernels under this share of the rank's GPU time are no finding
+MIN_GPU_SHARE = 0.05  # kernels under this share of the rank's GPU time are no finding
 NAMED = 2  # kernels named in a sentence
 COLUMNS = ["kernel", "dur_ns", "count", "known_ns", "flops", "bytes", "tc_min_ns"]
 
@@ -82,17 +83,13 @@ def _share(part: float, whole: float) -> str:
     return "<1%" if 0 < part < 0.01 * whole else f"{100 * part / whole:.0f}%"
 
 
-def _flop(flops: float) -> str:
-    return f"{flops / 1e12:,.2f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:,.2f} GFLOP"
-
-
 def _run(group: str, several: bool) -> str:
     return f"{group}: " if several and group else ""
 
 
 def _pick(ev, select) -> dict[str, tuple]:
     """Per run, the rank whose selected GEMM kernels take most time, where that is at least
-    MIN_SHARE of its GPU time: {group: (input, kernels, its GPU ns)}."""
+    MIN_GPU_SHARE of its GPU time: {group: (input, kernels, its GPU ns)}."""
     best: dict[str, tuple] = {}
     for i in ev.inputs:
         sums = i.sums
@@ -102,14 +99,14 @@ def _pick(ev, select) -> dict[str, tuple]:
         k = gemm_kernels(sums)
         mine = k[select(k)]
         time = int(mine["dur_ns"].sum())
-        if time >= MIN_SHARE * total and (i.group not in best or time > best[i.group][1]["dur_ns"].sum()):
+        if time >= MIN_GPU_SHARE * total and (i.group not in best or time > best[i.group][1]["dur_ns"].sum()):
             best[i.group] = (i, mine, total)
     return best
 
 
 def tf32_findings(ev) -> list[Finding]:
     """Per run, the rank whose fp32 GEMMs take most time on CUDA-core (SIMT) kernels, where that
-    is at least MIN_SHARE of its GPU time: TF32 or bf16 autocast, and where the trace gives their
+    is at least MIN_GPU_SHARE of its GPU time: TF32 or bf16 autocast, and where the trace gives their
     FLOPs and the device is known, the time the TF32 tensor-core roof would allow them."""
     several = len({i.group for i in ev.inputs}) > 1
     out = []
@@ -163,8 +160,8 @@ def _roof_text(work: pd.DataFrame, device) -> str:
     if e["tc_min_ns"] is None:
         return ""
     whose = "" if e["known_ns"] == int(work["dur_ns"].sum()) else " whose work the trace gives"
-    return (f"; at the {device.name}'s TF32 roof ({device.peak_tflop_s('tf32'):,.1f} TFLOP/s) the "
-            f"{_flop(e['flops'])} of the kernels{whose} would take {ms(e['tc_min_ns'])} "
+    return (f"; at the {device.name}'s TF32 roof ({tflops(device.peak_tflop_s('tf32'))}) the "
+            f"{flop(e['flops'])} of the kernels{whose} would take {ms(e['tc_min_ns'])} "
             f"instead of {ms(e['known_ns'])}")
 
 
@@ -189,7 +186,7 @@ def _shapes_text(shapes: list[dict], total: int) -> str:
 
 def alignment_findings(ev) -> list[Finding]:
     """Per run, the rank whose GEMMs lose most time to alignment, where that is at least
-    MIN_SHARE of its GPU time: GEMM shapes with a dimension that is no multiple of 16 bytes (where
+    MIN_GPU_SHARE of its GPU time: GEMM shapes with a dimension that is no multiple of 16 bytes (where
     the trace gives shapes), and tensor-core GEMMs on align1/align2 kernels; pad the dimension.
     The two may be the same kernels: the time at stake is the larger, never their sum."""
     several = len({i.group for i in ev.inputs}) > 1
@@ -200,7 +197,7 @@ def alignment_findings(ev) -> list[Finding]:
         k = gemm_kernels(sums)
         odd_kernels, shapes = k[k["unaligned"]], _odd_shapes(i)
         stake = max(int(odd_kernels["dur_ns"].sum()), sum(o["dur_ns"] for o in shapes))
-        if total and stake >= MIN_SHARE * total and (i.group not in best or stake > best[i.group][1]):
+        if total and stake >= MIN_GPU_SHARE * total and (i.group not in best or stake > best[i.group][1]):
             best[i.group] = (i, stake, total, odd_kernels, shapes)
     out = []
     for group, (i, stake, total, odd_kernels, shapes) in best.items():

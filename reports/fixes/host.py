@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
 from ..idle.idle import combine
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
-MIN_SHARE = 0.10  # host and launch idle under this share of the step is no finding
 
 
 def _figures(i) -> dict | None:
@@ -43,13 +43,13 @@ def _figures(i) -> dict | None:
 def graphs_findings(ev) -> list[Finding]:
     """Per run, the rank whose host-bound steps idle longest before and during launches, where
     most steps are host-bound, most kernels are shorter than their launch call, few came from
-    graph replays, and that idle is at least MIN_SHARE of the step."""
+    graph replays, and that idle is at least MIN_IDLE_SHARE_OF_STEP of the step."""
     several = len({i.group for i in ev.inputs}) > 1
     best: dict[str, tuple] = {}
     for i in ev.inputs:
         f = _figures(i) if i.timed else None
         if (f and f["short_kernels"] >= MIN_SHORT_SHARE * f["launched"]
-                and f["stake_ns_per_step"] >= MIN_SHARE * f["span_ns_per_step"]
+                and f["stake_ns_per_step"] >= MIN_IDLE_SHARE_OF_STEP * f["span_ns_per_step"]
                 and (i.group not in best or f["stake_ns"] > best[i.group][1]["stake_ns"])):
             best[i.group] = (i, f)
     out = []

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..fmt import binary_size, ms
 from .memory import STEP_COLUMNS, TOP_COLUMNS, RankMemory
 
 IMBALANCE = 0.10
@@ -84,14 +85,6 @@ def _of(name: str) -> str:
     return f"{name}: " if name else ""
 
 
-def gib(n: float) -> str:
-    """A size in words: GiB from a quarter GiB up, then MiB, KiB, bytes."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale / 4:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
     """Ranks whose peak is more than IMBALANCE above the median of their run's other ranks."""
     out = []
@@ -103,8 +96,8 @@ def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
             others = float(level.drop(i).median())
             if others > 0 and level[i] > (1 + IMBALANCE) * others:
                 over = level[i] / others - 1
-                out.append((f"{_of(name)}rank {row['rank']} peaks at {gib(level[i])} of memory, {100 * over:.0f}% above "
-                            f"the other ranks' median ({gib(others)}): it holds more than the others", 0,
+                out.append((f"{_of(name)}rank {row['rank']} peaks at {binary_size(level[i])} of memory, {100 * over:.0f}% above "
+                            f"the other ranks' median ({binary_size(others)}): it holds more than the others", 0,
                             {"input": name, "rank": int(row["rank"]), "peak_bytes": int(level[i]),
                              "others_median_bytes": int(others)}))
     return out
@@ -117,9 +110,9 @@ def fragmentation(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
         alloc, reserved = row["peak_allocated_bytes"], row["peak_reserved_bytes"]
         if pd.isna(alloc) or pd.isna(reserved) or alloc <= 0 or reserved <= (1 + FRAGMENTATION) * alloc:
             continue
-        out.append((f"{_of(row['input'])}rank {row['rank']} reserves {gib(reserved)} at its peak for {gib(alloc)} "
+        out.append((f"{_of(row['input'])}rank {row['rank']} reserves {binary_size(reserved)} at its peak for {binary_size(alloc)} "
                     f"allocated ({100 * (reserved / alloc - 1):.0f}% more): the caching allocator holds "
-                    f"{gib(reserved - alloc)} it cannot use (fragmentation); {EXPANDABLE} is the suggestion", 0,
+                    f"{binary_size(reserved - alloc)} it cannot use (fragmentation); {EXPANDABLE} is the suggestion", 0,
                     {"input": row["input"], "rank": int(row["rank"]), "reserved_bytes": int(reserved),
                      "allocated_bytes": int(alloc)}))
     return out
@@ -136,7 +129,7 @@ def allocator_misses(steps: pd.DataFrame) -> list[tuple[str, int, dict]]:
             continue
         calls, ns, sync = (int(hit[c].sum()) for c in ("alloc_calls", "alloc_ns", "alloc_sync_calls"))
         out.append((f"{_of(name)}rank {rank} calls the CUDA allocator {calls:,} times inside {len(hit)} of {len(later)} "
-                    f"steps after the first ({ns / 1e6:,.2f} ms, {sync} of them synchronising): the caching "
+                    f"steps after the first ({ms(ns, 2)}, {sync} of them synchronising): the caching "
                     "allocator is missing (sizes that do not repeat, empty_cache, or no caching)", ns,
                     {"input": name, "rank": int(rank), "alloc_calls": calls, "alloc_ns": ns, "sync_calls": sync}))
     return out

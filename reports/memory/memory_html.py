@@ -11,7 +11,8 @@ import pandas as pd
 
 from ..html import side_by_side
 from ..html.figures import label
-from .across import SECTION, by_run, combine, gib, with_memory
+from ..fmt import binary_size
+from .across import SECTION, by_run, combine, with_memory
 from .memory import RankMemory
 
 LIVE_SHOWN = 6  # groups named in a peak's hover text
@@ -61,9 +62,9 @@ def _peak_marker(name: str, d: RankMemory, color: str) -> dict:
     level = d.steps["peak_allocated_bytes"].astype("float64").fillna(d.steps["reserved_bytes"].astype("float64"))
     row = d.steps.loc[level.idxmax()]
     live = d.top if pd.isna(row["step"]) else d.top[d.top["step"] == row["step"]]
-    lines = [f"{escape(str(b))} {label(n)}: {gib(v)}" for b, n, v in
+    lines = [f"{escape(str(b))} {label(n)}: {binary_size(v)}" for b, n, v in
              zip(live["by"], live["name"], live["bytes"]) if b in ("scope", "before_trace")][:LIVE_SHOWN]
-    text = f"{label(name)} peak {gib(level.max())} during {label(row['peak_during'])}<br>" + "<br>".join(lines)
+    text = f"{label(name)} peak {binary_size(level.max())} during {label(row['peak_during'])}<br>" + "<br>".join(lines)
     return {"type": "scatter", "mode": "markers", "name": f"{label(name)} peak", "x": [row["peak_at_ns"] / 1e6],
             "y": [round(level.max() / 2**20, 3)], "marker": {"color": color, "size": 11, "symbol": "diamond"},
             "text": [text], "hovertemplate": "%{text}<extra></extra>"}

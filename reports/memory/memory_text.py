@@ -9,7 +9,8 @@ from rich.text import Text
 
 from ..csvout import csv_text
 from ..jsonout import dumps, strict
-from .across import Memory, gib
+from ..fmt import binary_size, ms_cell
+from .across import Memory
 
 JSON_STEP_KEYS = ["rank", "step", "allocated_start_bytes", "allocated_end_bytes", "peak_allocated_bytes",
                   "peak_at_ns", "peak_during", "reserved_bytes", "held_back_bytes", "alloc_calls", "alloc_ns"]
@@ -17,7 +18,7 @@ MANY_RANKS = 16  # above this, the peak table shows the spread and the outliers
 
 
 def _size(n) -> str:
-    return "-" if n is None or pd.isna(n) else gib(float(n))
+    return "-" if n is None or pd.isna(n) else binary_size(float(n))
 
 
 def _int(n) -> str:
@@ -43,9 +44,9 @@ def steps_table(m: Memory, several: bool) -> Table:
     for _, r in m.steps.iterrows():
         t.add_row(*([str(r["input"])] if several else []), _step(r["step"]), str(r["rank"]),
                   _size(r["allocated_start_bytes"]), _size(r["allocated_end_bytes"]), _size(r["peak_allocated_bytes"]),
-                  f"{r['peak_at_ns'] / 1e6:,.3f}", str(r["peak_during"])[:60], _size(r["reserved_bytes"]),
+                  ms_cell(r["peak_at_ns"]), str(r["peak_during"])[:60], _size(r["reserved_bytes"]),
                   _size(r["held_back_bytes"]), _int(r["alloc_calls"]),
-                  "-" if pd.isna(r["alloc_ns"]) else f"{r['alloc_ns'] / 1e6:,.3f}", _int(r["alloc_sync_calls"]))
+                  ms_cell(r["alloc_ns"]), _int(r["alloc_sync_calls"]))
     return t
 
 

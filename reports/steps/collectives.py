@@ -106,8 +106,9 @@ def match(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None, keep:
     rows["wait_ns"] = rows["last_arrival_ns"] - rows["arrival_ns"]
     rows["transfer_ns"] = (rows["end_ns"] - rows["last_arrival_ns"]).clip(lower=0)
     first = g["arrival_ns"].transform("min")
-    order = first.rank(method="dense").astype("int64") - 1
-    rows["collective"] = order
+    # one id per collective, in order of first arrival; collectives whose first arrivals tie (Kineto's
+    # microsecond clock) stay apart, ordered by their keys
+    rows["collective"] = rows.assign(first_ns=first).groupby(["first_ns", *keys], sort=True, dropna=False).ngroup()
     rows["type"] = rows["kernel"].map(collective_type)
     rows["step"] = _common_step(rows, keys)
     rows["msg_bytes"] = rows["size"].where(rows["size"] >= 0)

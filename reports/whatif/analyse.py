@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from .. import fmt
 from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
 from .nodes import COLL, RankGraph
@@ -146,9 +147,9 @@ def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
         notes.append(f"ranks on one clock: {g.clock}")
     bad = steps[~steps["claimed"]]
     for row in bad.itertuples(index=False):
-        why = (f"the unchanged replay gives {row.replayed_ns / 1e6:.3f} ms against {row.step_ns / 1e6:.3f} ms measured"
+        why = (f"the unchanged replay gives {fmt.ms(row.replayed_ns)} against {fmt.ms(row.step_ns)} measured"
                if not row.error_frac <= MAX_ERROR else
-               f"{row.unexplained_ns / 1e6:.3f} ms of GPU starts that no launch, stream order or other stream explains")
+               f"{fmt.ms(row.unexplained_ns)} of GPU starts that no launch, stream order or other stream explains")
         notes.append(f"step {row.step}: an edge is missing ({why}): no saving is claimed for it")
     if len(g.ranks) == 1 and (g.kind == COLL).any():
         notes.append("one rank: its collectives' waits cannot be told from their transfers by a peer; "

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, whatif
+from .bands import band
 from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
@@ -32,7 +34,15 @@ def run_whatif(ev, names: list[str]) -> WhatIf | None:
     """The replay of the scenarios `names` over the inputs, when they are one run of timed
     ranks whose graphs their workers made; else None."""
     inputs = ev.inputs
-    if not inputs or len({i.group for i in inputs}) != 1 or len(inputs) > MAX_RANKS:
+    if not inputs or len({i.group for i in inputs}) != 1:
+        return None
+    return replay_inputs(inputs, names)
+
+
+def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
+    """The replay of the scenarios `names` (None: the defaults) over the ranks of one run
+    (session.Input), when there are at most MAX_RANKS and each has its graph; else None."""
+    if not inputs or len(inputs) > MAX_RANKS:
         return None
     graphs = {i.rank: i.digest("whatif") for i in inputs}
     if any(g is None or not len(g) for g in graphs.values()):
@@ -114,10 +124,13 @@ def _saved(f: Finding, row, whole: bool = False) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
-    of = f"the {row.step_ns / 1e6:,.2f} ms trace" if whole else f"{row.step_ns / 1e6:,.2f} ms per step"
-    what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {row.saving_ns / 1e6:,.2f} ms of "
-            f"{of} ({100 * row.saving_frac:.0f}%; tracelab whatif)")
+    b = band(row.name)
+    error = f"; {b.short()}" if b else ""
+    of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step"
+    what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {fmt.ms(row.saving_ns, 2)} of "
+            f"{of} ({100 * row.saving_frac:.0f}%{error}; tracelab whatif)")
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
-                                                      "step_ns": row.step_ns, "steps": int(row.steps)}})
+                                                      "step_ns": row.step_ns, "steps": int(row.steps),
+                                                      "error_band": b.doc() if b else None}})

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..steps import collectives as C
 from ..steps.timeline import clock_offsets
+from .cycles import break_cycles
 from .edges import Edges, rank_edges
 from .nodes import COLL, NONE, RankGraph
 
@@ -47,6 +48,7 @@ class Graph:
     offsets_ns: dict[int, int]
     clock: str
     notes: list[str] = field(default_factory=list)
+    acyclic: bool = False  # set by cycles.break_cycles once no cycle is left
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -79,6 +81,7 @@ def join(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> G
                 cpu_only=bool(ranks) and all(graphs[r].cpu_only for r in ranks), offsets_ns=offsets, clock=clock,
                 notes=[f"rank {r}: {n}" for r in ranks for n in graphs[r].notes])
     _match(out, epochs_given=bool(offsets))
+    out.notes += break_cycles(out)
     return out
 
 

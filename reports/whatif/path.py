@@ -13,7 +13,9 @@ back gives the path: a list of segments, each a span of time with what filled it
 - host: the host between two calls (untraced host work, Python, CPU ops);
 - sync: a synchronising call returning after the GPU op it waited on, or a CPU thread
   blocked until a collective ended;
-- other: the GPU's own gap between queued ops, a wait on another stream, pinned starts.
+- other: the GPU's own gap between queued ops, a wait on another stream, pinned starts (and
+  where the path reaches a device node that started as measured, the time before it in the
+  window; before a host chain's first call, that time is host time, untraced).
 
 A step's window runs from the previous step's end (the end of its last GPU op, or CPU op in
 a CPU-only trace, over all ranks) to its own; the path's segments are cut at the windows.
@@ -103,7 +105,9 @@ def _walk(st: dict, node: int, stop_ns: int) -> list[tuple]:
                 at_end = False
             continue
         how = by_s[node]
-        if how == _ANCHOR:
+        if how == _ANCHOR:  # started as measured: before it, untraced host time (a host chain's) or the GPU's own
+            if s[node] > stop_ns:
+                segs.append((stop_ns, s[node], "host" if kind[node] in (LAUNCH, SYNC, HOST_OP) else "other", node))
             break
         if how == _CHAIN:
             segs.append((e[pred[node]], s[node], "host" if kind[node] in (LAUNCH, SYNC, HOST_OP) else "other", node))

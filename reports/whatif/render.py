@@ -11,6 +11,7 @@ from ..csvout import csv_text
 from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from .analyse import SCENARIO_COLUMNS, WhatIf
+from .bands import band
 from .path import CATEGORIES
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
@@ -51,6 +52,8 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
         label = f"{path}: " if len(parts) > 1 else ""
         if len(w.steps):
             items += [_steps_table(label, w), Text(""), _scenario_table(label, w)]
+            items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
+                      if (b := band(name))]
         items += [Text(f"{label}{n}") for n in w.notes]
         if len(w.steps) and not w.steps["claimed"].all():
             items.append(Text("* the unchanged replay does not reproduce this step: no saving is claimed for it"))
@@ -70,7 +73,8 @@ def _doc(w: WhatIf) -> dict:
               "path_ranks": list(s.path_ranks),
               "path_chains": list(s.path_chains), "top": s.top} for s in w.steps.itertuples(index=False)]
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
-                  "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac}
+                  "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
+                  "error_band": b.doc() if (b := band(r.name)) else None}
                  for r in w.scenarios.itertuples(index=False)]
     return strict({"steps": steps, "scenarios": scenarios, "notes": w.notes})
 

@@ -10,10 +10,10 @@ Along one chain that is a max-plus recurrence, e[i] = max(e[i-1] + gap[i] + dur[
 with b[i] the node's own bound from other chains, solved for a whole chain at once:
 e = C + cummax(b - C), C the running sum of gap + dur. Chains are solved in turn until no
 chain changes (a chain is solved again only when a chain it reads from changed); the graph
-has no cycle, so that ends after as many rounds as the longest path switches chains. Where
-that is thousands of rounds (threads that take turns at every collective), `in_order` solves
-the same recurrence once per node, each as soon as what it reads is known: the same answer,
-since a graph without cycles has one.
+has no cycle (checked first: cycles.py), so that ends after as many rounds as the longest
+path switches chains. Where that is thousands of rounds (threads that take turns at every
+collective), `in_order` solves the same recurrence once per node, each as soon as what it reads
+is known: the same answer, since a graph without cycles has one.
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracelab.errors import TracelabError
-
+from .cycles import ReplayError, check
 from .edges import EdgeArrays
 from .join import Graph
 
@@ -67,13 +66,11 @@ class Replayed:
     rounds: int
 
 
-class ReplayError(TracelabError):
-    """The replay did not settle (a cycle in the graph: a bug, or a trace whose times contradict)."""
-
-
 def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
     """Start and end of every node under `p` (module docstring). Solved from nothing known
-    (`cold`), or from the measured times (fewer rounds where little changes; same answer)."""
+    (`cold`), or from the measured times (fewer rounds where little changes; same answer).
+    ReplayError at once where the graph has a cycle (cycles.py)."""
+    check(g, p)
     n = len(g)
     order = np.lexsort((g.end_ns, g.start_ns, p.chain))
     bounds = np.flatnonzero(np.r_[True, p.chain[order][1:] != p.chain[order][:-1], True])

@@ -1,0 +1,80 @@
+"""Every Kineto trace read by this checkout and by another (e.g. main, `git worktree add --detach
+/tmp/base main`): events (classified), host and memory frames and meta must be equal
+(`DataFrame.equals`, `==`), and a trace one refuses the other must refuse in the same words.
+
+    python benchmarks/compare_parse.py --base /tmp/base [PATHS...]
+
+PATHS default to tests/data and ../shared/traces/hta; every *.json and *.json.gz under them
+is tried. Prints one line per trace, then a count; exit 1 on any difference.
+"""
+from __future__ import annotations
+
+import argparse
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT = [REPO / "tests/data", REPO.parent / "shared/traces/hta"]
+
+
+def _read_all(repo: Path, files: list[Path], out: Path) -> None:
+    """In a child: each file through that checkout's Kineto parser, pickled to `out`."""
+    from bench_stages import use_checkout
+
+    use_checkout(repo)
+    from tracelab import classify
+    from tracelab.errors import TracelabError
+    from tracelab.parsers import chrome
+
+    assert Path(chrome.__file__).resolve().is_relative_to(repo.resolve()), chrome.__file__
+    results = {}
+    for f in files:
+        try:
+            p = chrome.read(f)
+            results[str(f)] = (classify.classified(p.events), p.host, p.memory, p.meta)
+        except TracelabError as e:
+            results[str(f)] = str(e)
+    out.write_bytes(pickle.dumps(results))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    frames_equal = all((x is None and y is None) or (x is not None and y is not None and x.equals(y)
+                       and list(x.dtypes) == list(y.dtypes)) for x, y in zip(a[:3], b[:3]))
+    return frames_equal and a[3] == b[3]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="*", type=Path, default=DEFAULT)
+    p.add_argument("--base", type=Path, required=True, help="the other checkout")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    files = sorted(f for d in a.paths for f in ([d] if d.is_file() else d.rglob("*.json*"))
+                   if f.name.endswith((".json", ".json.gz")))
+    if a.child:
+        return _read_all(Path(a.child[0]), files, Path(a.child[1]))
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, repo in (("this", REPO), ("base", a.base)):
+            out = Path(tmp) / name
+            subprocess.run([sys.executable, __file__, *map(str, a.paths), "--base", str(a.base), "--child", str(repo),
+                            str(out)], check=True, cwd=tmp)
+            got[name] = pickle.loads(out.read_bytes())
+    bad = 0
+    for f in map(str, files):
+        this, base = got["this"][f], got["base"][f]
+        same = _same(this, base)
+        bad += not same
+        what = f"refused: {this[:80]}" if isinstance(this, str) else f"{len(this[0]):,} rows"
+        print(f"{'same' if same else 'DIFFERENT'}  {f}  ({what})")
+    print(f"{len(files) - bad} of {len(files)} traces the same, {bad} different")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
