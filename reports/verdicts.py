@@ -175,15 +175,19 @@ def time_in(rows: pd.DataFrame, windows_df: pd.DataFrame, key: str) -> pd.DataFr
     return out.groupby(["window", key], observed=True, sort=False)["dur_ns"].sum().reset_index()
 
 
-def _extra(total: pd.DataFrame, mine: pd.DataFrame, unit: int, n_others: int, work_ns: int) -> dict[str, int]:
+def _by_unit(sums: pd.Series) -> dict:
+    """A (unit, name) series as unit -> its series by name (what .xs(unit) gives, for every unit at once)."""
+    return {unit: part.droplevel("unit") for unit, part in sums.groupby(level="unit", sort=False)}
+
+
+def _extra(total: dict, mine: dict, unit: int, n_others: int, work_ns: int) -> dict[str, int]:
     """The TOP_KERNELS names (kernels or scopes) whose ns before the gating rank's collectives
     of the unit exceed the other ranks' mean the most, each by over a tenth of the extra work
-    (`total`: ns per (unit, name) summed over all ranks; `mine`: the gating rank's); largest first."""
-    if unit not in total.index.get_level_values("unit"):
+    (`total`: ns per name summed over all ranks, by unit (_by_unit); `mine`: the gating rank's); largest first."""
+    if unit not in total:
         return {}
-    everyone = total.xs(unit, level="unit")
-    own = mine.xs(unit, level="unit").reindex(everyone.index, fill_value=0) if unit in mine.index.get_level_values(
-        "unit") else pd.Series(0, index=everyone.index)
+    everyone = total[unit]
+    own = mine[unit].reindex(everyone.index, fill_value=0) if unit in mine else pd.Series(0, index=everyone.index)
     diff = own - (everyone - own) / n_others
     diff = diff[diff.index != ""]  # rows outside every scope name nothing
     top = diff[diff > max(work_ns, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)
@@ -227,8 +231,8 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
     chosen = coll.merge(per_collective(coll)[["collective", "unit", "last_rank"]], on="collective",
                         suffixes=("", "_gate"))
     chosen = chosen[chosen["last_rank_gate"] == chosen["unit"].map(gate)]  # where the gating rank was last
-    by_kernel = _names_in(chosen, kernels, "kernel", gate)
-    by_scope = _names_in(chosen, scopes, "scope", gate)
+    by_kernel = [_by_unit(sums) for sums in _names_in(chosen, kernels, "kernel", gate)]
+    by_scope = [_by_unit(sums) for sums in _names_in(chosen, scopes, "scope", gate)]
     out = []
     for unit, w in chosen.groupby("unit"):
         g = gate[unit]

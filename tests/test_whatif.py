@@ -270,3 +270,40 @@ def test_a_scenario_that_matches_nothing_says_so() -> None:
         "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
         "it changes nothing"]
     assert w.scenarios.set_index("args").loc["extra_work@0", "saving_ns"] == 0
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
+    """bound.rank_path_bounds sums the path per category itself (path.category_ns, issue 30): the
+    same integers as analyse.path_steps' full step table, on every rank."""
+    from tracelab.reports.whatif.analyse import path_steps
+    from tracelab.reports.whatif.bound import bound_of, rank_path_bounds
+
+    for p in tracelab.load_many(DATA / name):
+        full = path_steps({0: rank_graph(p.events, p.host, 0)}, {0: None})
+        lean = rank_path_bounds(p.events, p.host)
+        assert len(full) and list(lean["step"]) == list(full["step"])
+        cols = [c for c in lean.columns if c.endswith("_ns")]
+        assert (lean[cols].to_numpy(dtype=np.int64) == full[cols].to_numpy(dtype=np.int64)).all()
+        assert list(lean["path_bound"]) == list(bound_of(full))
+
+
+@pytest.mark.parametrize("name", FAST + ["idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys"])
+def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
+    """replay.in_order (issue 30: CPU threads taking turns for thousands of rounds) gives every
+    node the start and end the rounds of whole-chain solves give, under every default scenario."""
+    from tracelab.reports.whatif import replay as rp
+    from tracelab.reports.whatif.analyse import default_scenarios
+
+    graphs, epochs, _ = _graphs(DATA / name)
+    g = join(graphs, epochs)
+    params = [measured(g)]
+    for scenario in default_scenarios(g):
+        params.append(measured(g))
+        scenario.apply(g, params[-1])
+    for p in params:
+        rounds = replay(g, p)
+        monkeypatch.setattr(rp, "WORK_PER_NODE", 0)  # after the first chain's solve, node by node
+        by_node = replay(g, p)
+        monkeypatch.setattr(rp, "WORK_PER_NODE", 1 << 40)
+        assert np.array_equal(rounds.start_ns, by_node.start_ns) and np.array_equal(rounds.end_ns, by_node.end_ns)

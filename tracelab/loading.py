@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import cache, classify, limits, memory, provenance, remote
+from . import cache, classify, digest_cache, limits, memory, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .options import DEFAULT, Options
@@ -147,9 +147,16 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     (Profile.summary): in the worker that parsed the file, so the caller's process only
     gathers results. `patterns`: the caller's classify.user_patterns(), for a worker
     process that did not inherit them (spawned, or on a Dask cluster). Without
-    `keep_events` only the summaries come back (the events with no rows)."""
+    `keep_events` only the summaries come back (the events with no rows), from the digest
+    cache (tracelab/digest_cache.py) where this file's digests were made before."""
     if patterns is not None:
         classify.use_patterns(patterns)
+    if keep_events or not reduce or remote.is_url(path):
+        return _classified(path, reduce, keep_events, options)
+    return digest_cache.cached(Path(path), reduce, options, lambda: _classified(path, reduce, False, options))
+
+
+def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, options: Options) -> list[Profile]:
     out = []
     for p in _parse_any(path, options):
         events = classify.classified(_with_provenance(p, path))

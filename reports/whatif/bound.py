@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .analyse import path_steps
+from .join import join
 from .nodes import rank_graph
-from .replay import ReplayError
+from .path import CATEGORIES, category_ns, step_paths, wait_estimate, windows
+from .replay import ReplayError, measured, replay
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
 COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
@@ -24,10 +25,18 @@ def bound_of(path: pd.DataFrame) -> np.ndarray:
 
 def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
     """One rank's steps (COLUMNS; step -1 for a trace without steps) with the bound of each
-    step's critical path; no rows where the rank has no timeline."""
-    steps = path_steps({0: rank_graph(events, host, 0)}, {0: None})
-    if not len(steps):
+    step's critical path; no rows where the rank has no timeline. The path's categories per step
+    as analyse.path_steps has them, without the rest of its step table (no one reads it here)."""
+    g = join({0: rank_graph(events, host, 0)}, {0: None})
+    if not len(g):
         return pd.DataFrame(columns=COLUMNS)
+    base = measured(g)
+    r = replay(g, base)
+    win = windows(g, r.start_ns, r.end_ns)
+    if not len(win):
+        return pd.DataFrame(columns=COLUMNS)
+    steps = category_ns(step_paths(g, base, r, win, wait_estimate(g)), win)
+    steps = steps.rename(columns={c: f"{c}_ns" for c in CATEGORIES})
     return steps.assign(path_bound=bound_of(steps))[COLUMNS]
 
 

@@ -88,9 +88,11 @@ def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     start = host["start_ns"].to_numpy(dtype=np.int64)
     end = start + host["dur_ns"].to_numpy(dtype=np.int64)
     kind = host["kind"].astype(str).to_numpy()
-    spans = pd.DataFrame({"name": host["name"].astype(str).to_numpy(), "start_ns": start, "end_ns": end})
-    spans = spans[np.isin(kind, ("range", "cpu_op", "osrt"))].reset_index(drop=True)
-    steps = pd.DataFrame({"name": host["name"].astype(str).to_numpy(), "start_ns": start, "end_ns": end})[kind == "step"]
+    name = host["name"].to_numpy(dtype=object)  # str already (schema.HOST_COLUMNS)
+    on = np.isin(kind, ("range", "cpu_op", "osrt"))
+    spans = pd.DataFrame({"name": name[on], "start_ns": start[on], "end_ns": end[on]})
+    at = kind == "step"
+    steps = pd.DataFrame({"name": name[at], "start_ns": start[at], "end_ns": end[at]})
     number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
     steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
     return spans, steps.astype({"step": "int64"})[["step", "start_ns", "end_ns"]].reset_index(drop=True)

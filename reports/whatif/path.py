@@ -149,8 +149,9 @@ def _segments(segs: list[tuple], g: Graph | None = None) -> pd.DataFrame:
         return pd.DataFrame({"t0_ns": np.empty(0, np.int64), "t1_ns": np.empty(0, np.int64), "category": [],
                              "rank": np.empty(0, np.int64), "chain": np.empty(0, np.int64),
                              "node": np.empty(0, np.int64), "name": []})
-    t0, t1, cat, node = (np.array(c) for c in zip(*segs))
-    return pd.DataFrame({"t0_ns": t0.astype(np.int64), "t1_ns": t1.astype(np.int64), "category": cat,
+    t0, t1, cat, node = zip(*segs)  # each a tuple of Python values: typed arrays at once
+    t0, t1, node = (np.array(c, dtype=np.int64) for c in (t0, t1, node))
+    return pd.DataFrame({"t0_ns": t0, "t1_ns": t1, "category": np.array(cat, dtype=object),
                          "rank": g.rank[node], "chain": g.chain[node], "node": node.astype(np.int64),
                          "name": g.name[node]})
 
@@ -184,6 +185,25 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
                          "end_ns": ends.to_numpy(dtype=np.int64)})
 
 
+def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:
+    """Each segment's ns inside the window [b, e] (a segment running backwards counts negative)."""
+    t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
+    sign = np.where(t1 >= t0, 1, -1)
+    return sign * np.clip(np.minimum(np.maximum(t0, t1), e) - np.maximum(np.minimum(t0, t1), b), 0, None)
+
+
+def category_ns(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
+    """Per window (step) and category, its path's ns inside it (_inside_ns): columns step +
+    CATEGORIES. What a step's bound needs (bound.py), without composition's per-class detail."""
+    steps = win["step"].to_numpy(dtype=np.int64)
+    out = np.zeros((len(steps), len(CATEGORIES)), np.int64)
+    for k, (step, b, e) in enumerate(win[["step", "begin_ns", "end_ns"]].itertuples(index=False)):
+        seg = paths[int(step)].segments
+        codes = pd.Categorical(seg["category"].to_numpy(), categories=CATEGORIES).codes
+        np.add.at(out[k], codes, _inside_ns(seg, b, e).astype(np.int64))  # integers: exact
+    return pd.DataFrame({"step": steps, **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+
+
 def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:
     """Per window and category, its path's ns inside it (a segment running backwards, where
     concurrent host calls overlap, counts negative); columns step + CATEGORIES, the compute by
@@ -191,34 +211,46 @@ def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataF
     rows = []
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = paths[int(step)].segments
-        lo, hi = np.minimum(seg["t0_ns"], seg["t1_ns"]).to_numpy(), np.maximum(seg["t0_ns"], seg["t1_ns"]).to_numpy()
-        sign = np.where(seg["t1_ns"].to_numpy() >= seg["t0_ns"].to_numpy(), 1, -1)
-        ns = sign * np.clip(np.minimum(hi, e) - np.maximum(lo, b), 0, None)
+        ns = _inside_ns(seg, b, e)
         inside = ns != 0
-        by = pd.Series(ns[inside]).groupby(seg["category"].to_numpy()[inside]).sum()
-        compute = inside & (seg["category"] == "compute").to_numpy()
-        classes = pd.Series(ns[compute]).groupby(g.op_class[seg["node"].to_numpy()[compute]]).sum()
-        rows.append({"step": int(step), **{c: int(by.get(c, 0)) for c in CATEGORIES},
+        by = np.zeros(len(CATEGORIES), np.int64)
+        codes = pd.Categorical(seg["category"].to_numpy(), categories=CATEGORIES).codes
+        np.add.at(by, codes[inside], ns[inside].astype(np.int64))
+        compute = inside & (codes == CATEGORIES.index("compute"))
+        classes = (pd.Series(ns[compute]).groupby(g.op_class[seg["node"].to_numpy()[compute]]).sum() if compute.any()
+                   else pd.Series(dtype=np.int64))
+        rows.append({"step": int(step), **{c: int(by[i]) for i, c in enumerate(CATEGORIES)},
                      "compute_by_class": {str(k): int(v) for k, v in classes.sort_values(ascending=False).items()},
                      "ranks": sorted(set(seg["rank"].to_numpy()[inside].tolist())),
                      "chains": sorted(set(seg["chain"].to_numpy()[inside].tolist()))})
     return pd.DataFrame(rows)
 
 
-def host_names(g: Graph, seg: pd.DataFrame) -> np.ndarray:
+def _sorted_spans(g: Graph, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Rank r's host spans by start on the joined clock: (start_ns, end_ns, name); None without any."""
+    spans = g.ranks[r].host_spans
+    if not len(spans):
+        return None
+    off = g.offsets_ns.get(r, 0)
+    order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
+    return (spans["start_ns"].to_numpy(dtype=np.int64)[order] + off, spans["end_ns"].to_numpy(dtype=np.int64)[order] + off,
+            spans["name"].to_numpy(dtype=object)[order])
+
+
+def host_names(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None) -> np.ndarray:
     """Each segment's name, host time named by the innermost range, CPU op or OS call of its
-    rank's host frame that covers its middle (the latest-begun of those covering it)."""
+    rank's host frame that covers its middle (the latest-begun of those covering it).
+    `sorted_spans`: _sorted_spans by rank, filled as needed (a caller naming many steps' segments
+    sorts each rank's spans once)."""
     names = seg["name"].to_numpy(dtype=object).copy()
     host = np.flatnonzero((seg["category"] == "host").to_numpy())
+    known = sorted_spans if sorted_spans is not None else {}
     for r in np.unique(seg["rank"].to_numpy()[host]).tolist():
-        spans = g.ranks[r].host_spans
-        if not len(spans):
+        if r not in known:
+            known[r] = _sorted_spans(g, r)
+        if known[r] is None:
             continue
-        off = g.offsets_ns.get(r, 0)
-        order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
-        s0 = spans["start_ns"].to_numpy(dtype=np.int64)[order] + off
-        s1 = spans["end_ns"].to_numpy(dtype=np.int64)[order] + off
-        label = spans["name"].to_numpy(dtype=object)[order]
+        s0, s1, label = known[r]
         mine = host[seg["rank"].to_numpy()[host] == r]
         names[mine] = "(no CPU op or range)"
         mid = (seg["t0_ns"].to_numpy()[mine] + seg["t1_ns"].to_numpy()[mine]) // 2
@@ -235,10 +267,10 @@ def host_names(g: Graph, seg: pd.DataFrame) -> np.ndarray:
 def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -> dict[int, list[dict]]:
     """Per step, the `n` (category, rank, name) with the most path time in its window (host
     time under the host span that holds it: host_names)."""
-    out = {}
+    out, spans = {}, {}
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = paths[int(step)].segments
-        seg = seg.assign(name=host_names(g, seg))
+        seg = seg.assign(name=host_names(g, seg, spans))
         ns = np.clip(np.minimum(seg["t1_ns"], e) - np.maximum(seg["t0_ns"], b), 0, None).to_numpy()
         frame = seg.assign(ns=ns)[ns > 0]
         agg = frame.groupby(["category", "rank", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(n)

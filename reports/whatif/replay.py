@@ -11,7 +11,9 @@ with b[i] the node's own bound from other chains, solved for a whole chain at on
 e = C + cummax(b - C), C the running sum of gap + dur. Chains are solved in turn until no
 chain changes (a chain is solved again only when a chain it reads from changed); the graph
 has no cycle (checked first: cycles.py), so that ends after as many rounds as the longest
-path switches chains.
+path switches chains. Where that is thousands of rounds (threads that take turns at every
+collective), `in_order` solves the same recurrence once per node, each as soon as what it reads
+is known: the same answer, since a graph without cycles has one.
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ from .join import Graph
 
 NEG = -(1 << 60)
 MAX_ROUNDS = 100_000
+# chain solves (nodes) per node after which replay() switches to in_order(): a CPU-only trace's
+# threads take turns at every collective, one round each (13k rounds of 100k-node chains took
+# minutes); each node once, in Python, costs about what 200 rounds of numpy do
+WORK_PER_NODE = 64
 
 
 @dataclass
@@ -80,14 +86,18 @@ def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
     prepared = [_prepare(idx, g, p, src) for idx in chains]
     gr = _groups(p.group)
     dirty = set(range(len(chains)))
-    rounds = 0
+    rounds, work = 0, 0
     while dirty:
         rounds += 1
         if rounds > MAX_ROUNDS:
             raise ReplayError(None, f"the replay did not settle in {MAX_ROUNDS} rounds")
+        if work > WORK_PER_NODE * n:  # ranks' chains taking turns for thousands of rounds: node by node instead
+            s[:n], e[:n] = in_order(chains, prepared, p.group, n)
+            break
         gmax = _group_max(s, gr)
         for c in sorted(dirty):
             dirty.discard(c)
+            work += len(chains[c])
             if _solve(chains[c], prepared[c], s, e, gmax):
                 dirty |= readers[c]
                 if gr.count:
@@ -162,3 +172,47 @@ def _readers(chains: list[np.ndarray], src: dict[str, np.ndarray], chain_of: np.
     for c in with_groups:
         readers[c] |= set(with_groups) - {c}
     return readers
+
+
+def in_order(chains: list[np.ndarray], prepared: list[dict[str, np.ndarray]], group: np.ndarray, n: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's start and end (_solve's recurrence, term by term), each chain walked while the
+    nodes it reads are known: a start once its launch source's start and wait source's end are,
+    an end once its sync source's end and every member's start of its collective are."""
+    s, e = [NEG] * n + [NEG], [NEG] * n + [NEG]  # index n: "no source"
+    s_known, e_known = [False] * n + [True], [False] * n + [True]
+    size = np.bincount(group[group >= 0]).tolist() if (group >= 0).any() else []
+    started, gmax = [0] * len(size), [NEG] * len(size)
+    cols = [{k: v.tolist() for k, v in c.items() if k != "grouped"} for c in prepared]
+    nodes = [idx.tolist() for idx in chains]
+    pos, run, x_of = [0] * len(chains), [0] * len(chains), [0] * len(chains)
+    left = n
+    while left:
+        moved = False
+        for c, idx in enumerate(nodes):
+            k, col, grouped = pos[c], cols[c], prepared[c]["grouped"]
+            while k < len(idx):
+                i = idx[k]
+                if not s_known[i]:
+                    xs, xe = col["xs"][k], col["xe"][k]
+                    if not (s_known[xs] and e_known[xe]):
+                        break
+                    x = max(col["anchor"][k], s[xs] + col["xs_off"][k], e[xe] + col["xe_off"][k])
+                    s[i], s_known[i], x_of[c] = max((e[idx[k - 1]] if k else NEG) + col["gap"][k], x), True, x
+                    if (gid := col["group"][k]) >= 0:
+                        started[gid], gmax[gid] = started[gid] + 1, max(gmax[gid], s[i])
+                    moved = True
+                y, gid = col["y"][k], col["group"][k]
+                if not e_known[y] or (gid >= 0 and started[gid] < size[gid]):
+                    break
+                bound = e[y] + col["y_off"][k]
+                if grouped:
+                    bound = max(bound, gmax[gid] + col["dur"][k] if gid >= 0 else NEG)
+                term = max(max(x_of[c] + col["dur"][k], bound) - col["cum"][k], NEG // 2)
+                run[c] = term if k == 0 else max(run[c], term)
+                e[i], e_known[i] = col["cum"][k] + run[c], True
+                k, left, moved = k + 1, left - 1, True
+            pos[c] = k
+        if not moved:
+            raise ReplayError(None, "the replay did not settle: the graph has a cycle")
+    return np.array(s[:n], dtype=np.int64), np.array(e[:n], dtype=np.int64)
