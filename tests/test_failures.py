@@ -51,6 +51,7 @@ def _run_folder_with_truncated_rank(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.pool
 def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path, capsys):
     """Parsed in worker processes: the worker's error reaches the parent as one line."""
     run = _run_folder_with_truncated_rank(tmp_path)

@@ -84,8 +84,10 @@ def check_rendered(chromium: str, page: Path) -> dict:
     return got
 
 
+@pytest.mark.slow
 def test_detectors_catch_a_script_and_a_request(chromium, tmp_path):
-    """Control: the checks below would see an injected handler run and a page request."""
+    """Control: the checks below would see an injected handler run and a page request
+    (slow, as every browser test it controls)."""
     page = tmp_path / "naive.html"
     page.write_text(f"<html><body>{XSS_MARK}<img src='http://127.0.0.1:9/x.png'>"
                     "<script>console.log('hello')</script></body></html>")
@@ -184,7 +186,9 @@ def test_script_json_escapes():
 # ---- writing -------------------------------------------------------------------------------
 
 
-def test_existing_output_needs_force(tmp_path):
+def test_existing_output_needs_force(tmp_path, capsys):
+    from malformed import run_cli_output
+
     out = tmp_path / "report.html"
     out.write_text("old")
     with pytest.raises(UsageError, match="--force"):
@@ -192,9 +196,8 @@ def test_existing_output_needs_force(tmp_path):
     assert out.read_text() == "old"
     write(out, "new", force=True)
     assert out.read_text() == "new"
-    proc = subprocess.run([sys.executable, "-m", "tracelab", "report", str(shared_trace("proton/cuda.json")),
-                           "-o", str(out)], capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--force" in proc.stderr
+    status, _, err = run_cli_output(capsys, "report", str(shared_trace("proton/cuda.json")), "-o", str(out))
+    assert status == 2 and err.count("\n") == 1 and "--force" in err
     assert out.read_text() == "new"
 
 
