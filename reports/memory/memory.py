@@ -32,12 +32,12 @@ import pandas as pd
 
 from tracelab.schema import RankData
 
+from .live import BEFORE_TRACE, GROUPS, live_tops  # noqa: F401  (BEFORE_TRACE, GROUPS: this module's names too)
+
 STEP_COLUMNS = ["rank", "step", "device", "allocated_start_bytes", "allocated_end_bytes", "peak_allocated_bytes",
                 "peak_at_ns", "peak_during", "reserved_bytes", "held_back_bytes", "alloc_calls", "alloc_ns",
                 "alloc_sync_calls"]
 TOP_COLUMNS = ["rank", "step", "by", "name", "bytes"]
-GROUPS = ("scope", "op", "module")
-BEFORE_TRACE = "(allocated before the trace)"
 TIMELINE_POINTS = 2000  # points kept per rank for the report's timeline
 NO_ALLOCATED = ("allocated unknown: the trace records CUDA's own allocations (what PyTorch calls reserved: the "
                 "caching allocator's segments and the libraries'), not PyTorch's tensors")
@@ -73,13 +73,16 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
     mem = memory[memory["device"] == device].reset_index(drop=True)
     level = _level(mem)
     spans = with_host_spans(step_spans(mem), host)
-    rows, tops = [], []
+    calls, allocated = AllocatorCalls(host), mem["total_allocated_bytes"].astype("float64").to_numpy()
+    rows, ats, peaks = [], [], []
     for _, span in spans.iterrows():
-        row, live = _step(mem, level, span, host, top)
+        row, at, peak = _step(mem, level, allocated, span, calls)
         rows.append({"rank": rank, "device": device, **row})
-        tops.append(live.assign(rank=rank, step=span["step"]))
+        ats.append(at)
+        peaks.append(peak)
+    tops = live_tops(mem, np.array(ats, dtype=np.int64), np.array(peaks, dtype=np.float64), spans["step"], top)
     notes = [] if mem["total_allocated_bytes"].notna().any() else [NO_ALLOCATED]
-    return RankMemory(rank, pd.DataFrame(rows, columns=STEP_COLUMNS), _stack(tops, TOP_COLUMNS),
+    return RankMemory(rank, pd.DataFrame(rows, columns=STEP_COLUMNS), tops.assign(rank=rank)[TOP_COLUMNS],
                       timeline(mem), spans, notes)
 
 
@@ -92,11 +95,6 @@ def _none_note(source: str | None) -> str:
 
 def _frame(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: [] for c in columns})
-
-
-def _stack(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True)[columns] if frames else _frame(columns)
 
 
 def _level(mem: pd.DataFrame) -> np.ndarray:
@@ -133,24 +131,23 @@ def with_host_spans(spans: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFr
     return out
 
 
-def _step(mem: pd.DataFrame, level: np.ndarray, span: pd.Series, host: pd.DataFrame | None,
-          top: int | None) -> tuple[dict, pd.DataFrame]:
+def _step(mem: pd.DataFrame, level: np.ndarray, allocated: np.ndarray, span: pd.Series,
+          calls: "AllocatorCalls") -> tuple[dict, int, float]:
+    """One step's row (STEP_COLUMNS but rank and device), its peak's row and allocated total."""
     first, last = int(span["first"]), int(span["last"])
     index = np.arange(first, last + 1)
     index = index[mem["step"].iloc[index].eq(span["step"]).fillna(True).to_numpy()] if pd.notna(span["step"]) else index
-    allocated = mem["total_allocated_bytes"].astype("float64").to_numpy()
     start = allocated[index[0]] - mem["bytes"].iloc[index[0]]
     at = index[np.nanargmax(level[index])] if not np.isnan(level[index]).all() else index[0]
     at_start = not np.isnan(start) and start > level[at]
     peak_ns = int(mem["time_ns"].iloc[index[0]] if at_start else mem["time_ns"].iloc[at])
     reserved = mem["total_reserved_bytes"].iloc[at]
     peak = start if at_start else allocated[at]
-    calls = allocator_calls(host, int(span["start_ns"]), int(span["end_ns"]))
     row = {"step": span["step"], "allocated_start_bytes": _int(start), "allocated_end_bytes": _int(allocated[index[-1]]),
            "peak_allocated_bytes": _int(peak), "peak_at_ns": peak_ns, "peak_during": _during(mem, at),
            "reserved_bytes": _int(reserved), "held_back_bytes": _int(reserved - peak) if pd.notna(reserved) and
-           not np.isnan(peak) else None, **calls}
-    return row, live_at(mem, at, peak, top)
+           not np.isnan(peak) else None, **calls.between(int(span["start_ns"]), int(span["end_ns"]))}
+    return row, int(at), float(peak)
 
 
 def _int(value) -> int | None:
@@ -162,35 +159,29 @@ def _during(mem: pd.DataFrame, at: int) -> str:
     return f"{op} in {scope}" if op and scope else op or scope or ""
 
 
-def live_at(mem: pd.DataFrame, at: int, allocated_bytes: float, top: int | None) -> pd.DataFrame:
-    """The blocks live after row `at`, summed by op, scope and module (the `top` largest of
-    each), and what the allocated total holds beyond them (BEFORE_TRACE)."""
-    upto = mem.iloc[:at + 1]
-    upto = upto[upto["addr"].notna()]
-    last = upto.groupby("addr", sort=False).tail(1)
-    live = last[last["bytes"] > 0]
-    parts = []
-    for by in GROUPS:
-        if by == "module" and not live[by].astype(bool).any():
-            continue
-        sums = live.groupby(live[by].replace("", "(none)"), sort=False)["bytes"].sum().sort_values(ascending=False,
-                                                                                                   kind="stable")
-        sums = sums if top is None else sums.head(top)
-        parts.append(pd.DataFrame({"by": by, "name": sums.index.astype(str), "bytes": sums.to_numpy(dtype=np.int64)}))
-    if not np.isnan(allocated_bytes):
-        before = int(allocated_bytes) - int(live["bytes"].sum())
-        parts.append(pd.DataFrame({"by": ["before_trace"], "name": [BEFORE_TRACE], "bytes": [before]}))
-    return pd.concat(parts, ignore_index=True) if parts else _frame(["by", "name", "bytes"])
+class AllocatorCalls:
+    """The allocator's calls (host kind `alloc`, and the synchronising frees), found once per rank
+    and sorted by start, so each step's count is two searches (between)."""
 
+    def __init__(self, host: pd.DataFrame | None):
+        self.known = host is not None
+        if not self.known:
+            return
+        calls = host[is_allocator(host)]
+        order = np.argsort(calls["start_ns"].to_numpy(), kind="stable")
+        self.start_ns = calls["start_ns"].to_numpy(dtype=np.int64)[order]
+        self.dur_ns = np.r_[0, np.cumsum(calls["dur_ns"].to_numpy(dtype=np.int64)[order])]
+        self.syncs = np.r_[0, np.cumsum((calls["kind"] == "sync").to_numpy()[order])]
 
-def allocator_calls(host: pd.DataFrame | None, start_ns: int, end_ns: int) -> dict[str, int | None]:
-    """The allocator's calls (host kind `alloc`, and the synchronising frees) starting within
-    [start_ns, end_ns]: how many, their CPU time, how many synchronised; None without a host frame."""
-    if host is None:
-        return {"alloc_calls": None, "alloc_ns": None, "alloc_sync_calls": None}
-    calls = host[is_allocator(host) & host["start_ns"].between(start_ns, end_ns)]
-    return {"alloc_calls": len(calls), "alloc_ns": int(calls["dur_ns"].sum()),
-            "alloc_sync_calls": int((calls["kind"] == "sync").sum())}
+    def between(self, start_ns: int, end_ns: int) -> dict[str, int | None]:
+        """The calls starting within [start_ns, end_ns]: how many, their CPU time, how many
+        synchronised; None without a host frame."""
+        if not self.known:
+            return {"alloc_calls": None, "alloc_ns": None, "alloc_sync_calls": None}
+        lo = int(np.searchsorted(self.start_ns, start_ns, "left"))
+        hi = int(np.searchsorted(self.start_ns, end_ns, "right"))
+        return {"alloc_calls": hi - lo, "alloc_ns": int(self.dur_ns[hi] - self.dur_ns[lo]),
+                "alloc_sync_calls": int(self.syncs[hi] - self.syncs[lo])}
 
 
 def is_allocator(host: pd.DataFrame) -> pd.Series:
