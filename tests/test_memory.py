@@ -176,7 +176,7 @@ def test_allocator_calls_from_the_host_frame():
     """graph-1gpu: 15 cudaMalloc and 3 cudaFree (which synchronise), torch and nsys alike."""
     for path in (DATA / "graph-1gpu-torch/rank0.pt.trace.json.gz", DATA / "graph-1gpu-nsys/rank0.sqlite"):
         host = tracelab.load(path).host
-        calls = analysis.allocator_calls(host, int(host["start_ns"].min()), int(host["start_ns"].max()))
+        calls = analysis.AllocatorCalls(host).between(int(host["start_ns"].min()), int(host["start_ns"].max()))
         assert (calls["alloc_calls"], calls["alloc_sync_calls"]) == (18, 3), path
         mask = analysis.is_allocator(host)
         assert calls["alloc_ns"] == int(host.loc[mask, "dur_ns"].sum())
