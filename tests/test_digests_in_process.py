@@ -16,7 +16,7 @@ from tracelab.reports.session import RANK_DIGESTS
 
 from conftest import DATA
 
-FOLDERS = ["idle-1gpu-small-torch", "ddp-2gpu-late-torch"]  # ranks named in the file (see below)
+FOLDERS = ["idle-1gpu-small-torch", "ddp-2gpu-late-torch", "graph-1gpu-torch", "train-1gpu-steps-nsys"]
 
 
 def _same(a, b) -> bool:

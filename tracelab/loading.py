@@ -158,14 +158,29 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
 
 def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, options: Options) -> list[Profile]:
     out = []
-    for p in _parse_any(path, options):
-        events = classify.classified(_with_provenance(p, path))
+    profiles = _parse_any(path, options)
+    for p in profiles:
+        events = _ranked(classify.classified(_with_provenance(p, path)), p, path, len(profiles))
         p.events = events.iloc[:0]  # the parser's frame let go: only the classified one is held while reducing
         rank = RankData(events, p.meta, p.host, p.memory)
         summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
         out.append(Profile(events if keep_events else events.iloc[:0].copy(), p.meta, summary,
                            p.host if keep_events else None, p.memory if keep_events else None))
     return out
+
+
+def _ranked(events: pd.DataFrame, profile: Profile, path: Path | str, in_file: int) -> pd.DataFrame:
+    """The events with the rank that the file or its name gives (a lone process of a file that
+    names none: 0, as _with_rank would for a lone file), so the reducers that keep a rank see it;
+    the caller's own mapping, and the refusal of a file that names none among several, stay
+    with _with_rank. Unchanged where none is known or it is out of int32 (_with_rank says so)."""
+    rank = profile.meta.get("rank")
+    if rank is None and in_file == 1:
+        named = rank_from_name(path)
+        rank = 0 if named is None else named
+    if rank is not None and INT32[0] <= int(rank) <= INT32[1] and len(events):
+        events["rank"] = np.int32(rank)
+    return events
 
 
 def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
