@@ -58,9 +58,15 @@ def binary_size(n_bytes: float) -> str:
     return f"{n_bytes:,.0f} B"
 
 
+def rate(x: float) -> str:
+    """A rate as a reader reads it: '1,234' from 100 up, else 3 significant digits ('12.3',
+    '0.0193'), never a rounded '0' for a rate that is not zero."""
+    return f"{x:,.0f}" if abs(x) >= 100 or x == 0 else f"{x:.3g}"
+
+
 def rate_gb_s(gb_s: float) -> str:
-    """'1,234 GB/s' (1e9 bytes per second)."""
-    return f"{gb_s:,.0f} GB/s"
+    """'1,234 GB/s' (1e9 bytes per second); '0.0193 GB/s' for a small one (rate)."""
+    return f"{rate(gb_s)} GB/s"
 
 
 def tflops(tflop_s: float) -> str:

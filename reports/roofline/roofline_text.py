@@ -12,11 +12,16 @@ from rich.text import Text
 from tracelab.devices import class_label
 
 from ..csvout import csv_text
+from ..fmt import rate
 from .roofline import GB_S_HEADER, GB_S_NOTE, Roofline, to_records
 
 
 def _num(x: float, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else rate(x)
 
 
 def device_line(r: Roofline) -> str:
@@ -45,7 +50,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
         t.add_column(by)
         for row in to_records(r, top):
             t.add_row(_num(row["dur_ns"] / 1e6, ",.3f"), f"{row['count']:,}", _num(row["tflop_s"], ",.1f"),
-                      _num(row["gb_s"], ",.0f"), _num(row["intensity"], ",.1f"), row["bound"],
+                      _rate(row["gb_s"]), _num(row["intensity"], ",.1f"), row["bound"],
                       _num(None if row["roofline_frac"] is None else 100 * row["roofline_frac"], ".1f") +
                       ("%" if row["roofline_frac"] is not None else ""),
                       _num(None if row["lost_ns"] is None else row["lost_ns"] / 1e6, ",.3f"), Text(str(row["key"])))
