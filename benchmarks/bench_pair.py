@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_stages import ORDER  # noqa: E402
+from bench_stages import ORDER, totals  # noqa: E402
 
 
 def _run(trace: Path, repo: Path, ranks: int | None) -> dict:
@@ -45,10 +45,9 @@ def table(before: dict, after: dict) -> str:
         rows.append(("floor, isal's gunzip + raw split", min(isal), min(isal)))
     stages = [s for s in ORDER if s in before["seconds"] or s in after["seconds"]]
     rows += [(s, before["seconds"].get(s, 0.0), after["seconds"].get(s, 0.0)) for s in stages]
-    parse = [sum(r["seconds"].get(s, 0.0) for s in ORDER) for r in (before, after)]
-    rows.append(("= parse (gunzip .. classify)", *parse))
-    digests = [sum(v for s, v in r["seconds"].items() if s.startswith("digest:")) for r in (before, after)]
-    rows += [("= digests", *digests), ("= command (all stages)", before["total_s"], after["total_s"])]
+    (parse_b, digests_b), (parse_a, digests_a) = totals(before["seconds"]), totals(after["seconds"])
+    rows += [("= parse (gunzip .. classify)", parse_b, parse_a), ("= digests", digests_b, digests_a),
+             ("= command (all stages)", before["total_s"], after["total_s"])]
     lines = [f"{n:,} rank{'s' if n > 1 else ''}, `tracelab {after['argv'][0]}`, one process, cache off; before "
              f"{before['repo']} (gunzip by {before.get('gunzip_by', 'zlib')}), after {after['repo']} (gunzip by "
              f"{after.get('gunzip_by', 'zlib')}); least of {len(after['load'])} alternating runs each; load average "

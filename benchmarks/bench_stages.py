@@ -254,6 +254,12 @@ def _commit(repo: Path) -> str:
 ORDER = ["gunzip", "decode", "pick", "columns", "shapes", "scopes", "host", "frame", "cache", "classify"]
 
 
+def totals(seconds: dict[str, float]) -> tuple[float, float]:
+    """(parse: gunzip .. classify, digests: every digest:NAME) of a run's CPU seconds per stage."""
+    return (sum(seconds.get(s, 0.0) for s in ORDER),
+            sum(v for s, v in seconds.items() if s.startswith("digest:")))
+
+
 def table(result: dict) -> str:
     n, floor = result["ranks"], result["floor_s"]
     secs, calls = result["seconds"], result["calls"]
@@ -262,8 +268,7 @@ def table(result: dict) -> str:
     if result.get("floor_isal_s"):
         rows.append(("floor with isal's gunzip", result["floor_isal_s"], n))
     rows += [(s, secs[s], calls.get(s, 1)) for s in names]
-    parse = sum(secs.get(s, 0.0) for s in ORDER)
-    digests = sum(v for s, v in secs.items() if s.startswith("digest:"))
+    parse, digests = totals(secs)
     rows += [("= parse (gunzip .. classify)", parse, n), ("= digests", digests, n),
              ("= command (all stages)", result["total_s"], 1), ("imports (not in the command)", result["imports_s"], 1)]
     lines = [f"`tracelab {' '.join(result['argv'][:1])}` of {n:,} rank{'s' if n > 1 else ''} ({result['repo']}), one process, "
