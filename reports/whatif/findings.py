@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from .. import fmt
 from ..findings.finding import Finding
+from ..results.runs import cost_of
 from .analyse import WhatIf, whatif
 from .bands import band
 from .replay import ReplayError
@@ -79,27 +80,28 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
     unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
-    out = [(source, _against_none(ev, _saved(f, None if name in unmatched else rows.get(name), whole)))
+    none = _none_step(ev)
+    out = [(source, _against_none(_saved(f, None if name in unmatched else rows.get(name), whole), none))
            for source, found in by_source for f, name in zip(found, wanted[source])]
     fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
     return [f for source, f in out
             if source in FIXES or "whatif" not in f.evidence or f.evidence["whatif"]["scenario"] not in fixed]
 
 
-def _against_none(ev, f: Finding) -> Finding:
+def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     """A no-host-gaps saving, measured under a profiler that inflates the host's time, restated
-    against the same job run under backend none (reports/results/runs.cost_of: its median step)
-    where the inputs hold that run: the predicted step (the GPU's work fed without gaps) against
-    the unprofiled step, and ranked by that. Other scenarios keep the host's time as profiled:
+    against the same job run under backend none (`none`: _none_step, its median step) where the
+    inputs hold that run: the predicted step (the GPU's work fed without gaps) against the
+    unprofiled step, and ranked by that. Other scenarios keep the host's time as profiled:
     their saving is not restated."""
     w = f.evidence.get("whatif")
-    if not w or w["scenario"] != "no-host-gaps" or (base := _none_step(ev)) is None:
+    if not w or w["scenario"] != "no-host-gaps" or none is None:
         return f
-    name, none_ns = base
+    name, none_ns = none
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
-    text = (f"{f.text}; the same job under backend none ({name}) steps in {none_ns / 1e6:,.2f} ms (median): "
-            f"{gain_ns / 1e6:,.2f} ms ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
+    text = (f"{f.text}; the same job under backend none ({name}) steps in {fmt.ms(none_ns, 2)} (median): "
+            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
     return replace(f, text=text, at_stake_ns=int(gain_ns * w["steps"]),
                    evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
                                                       "saving_ns_per_step_under_none": gain_ns}})
@@ -107,10 +109,9 @@ def _against_none(ev, f: Finding) -> Finding:
 
 def _none_step(ev) -> tuple[str, float] | None:
     """(the run under none, its median step in ns) of the one profiled run among the inputs'
-    run folders that has such a baseline with per-step times; None otherwise."""
-    from ..results.runs import cost_of
-
-    costs = [c for _, info in getattr(ev, "runs", []) if info.get("backend") != "none"
+    run folders that has such a baseline with per-step times (reports/results/runs.cost_of); None
+    otherwise."""
+    costs = [c for _, info in ev.runs if info.get("backend") != "none"
              and (c := cost_of(info, ev.runs)) is not None and c["measure"] == "step time" and c["unit"] == "ms"]
     return (costs[0]["baseline"], 1e6 * costs[0]["theirs"]) if len(costs) == 1 and costs[0]["theirs"] else None
 
