@@ -68,11 +68,8 @@ def rank_cpu_comm(events: pd.DataFrame) -> dict | None:
     cpu = events[events["kind"] == "cpu_op"]
     if not len(cpu) or len(cpu) != len(events):
         return None
-    start = cpu["start_ns"].to_numpy(dtype=np.int64)
-    end = start + cpu["dur_ns"].to_numpy(dtype=np.int64)
     comm = (cpu["op_class"].astype(str) == "communication").to_numpy()
-    seg_start, seg_end = timeline.merge_intervals(start[comm], end[comm])
-    out = {"span_ns": int(end.max() - start.min()), "in_flight_ns": int((seg_end - seg_start).sum()),
+    out = {"span_ns": timeline.span_ns(cpu), "in_flight_ns": timeline.union_ns(cpu[comm]),
            "summed_ns": int(cpu["dur_ns"].to_numpy()[comm].sum()), "threads": int(cpu["stream"][comm].nunique()),
            "top_op": None, "top_op_ns": 0, "top_op_calls": 0}
     if comm.any():

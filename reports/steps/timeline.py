@@ -50,13 +50,15 @@ def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.n
     return np.maximum(upto(end) - upto(np.minimum(start, end)), 0)
 
 
-def _union_ns(rows: pd.DataFrame) -> int:
+def union_ns(rows: pd.DataFrame) -> int:
+    """ns covered by the rows' intervals (start_ns, dur_ns), overlaps counted once."""
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     seg_start, seg_end = merge_intervals(start, start + rows["dur_ns"].to_numpy(dtype=np.int64))
     return int((seg_end - seg_start).sum())
 
 
-def _span_ns(rows: pd.DataFrame) -> int:
+def span_ns(rows: pd.DataFrame) -> int:
+    """The rows' first start to their last end (ns)."""
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     return int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max() - start.min())
 
@@ -68,7 +70,7 @@ def busy_ns(df: pd.DataFrame) -> pd.Series:
     (proton) are absent.
     """
     rows = timed(df)
-    busy = {int(rank): _union_ns(g) for rank, g in rows.groupby("rank", sort=True)}
+    busy = {int(rank): union_ns(g) for rank, g in rows.groupby("rank", sort=True)}
     return pd.Series(busy, dtype="int64", name="busy_ns").rename_axis("rank")
 
 
@@ -77,7 +79,7 @@ def idle(df: pd.DataFrame) -> pd.DataFrame:
     idle_share = idle / span."""
     rows = timed(df)
     out = busy_ns(df).to_frame()
-    out["span_ns"] = pd.Series({int(r): _span_ns(g) for r, g in rows.groupby("rank", sort=True)}, dtype="int64")
+    out["span_ns"] = pd.Series({int(r): span_ns(g) for r, g in rows.groupby("rank", sort=True)}, dtype="int64")
     out["idle_ns"] = out["span_ns"] - out["busy_ns"]
     out["idle_share"] = (out["idle_ns"] / out["span_ns"].where(out["span_ns"] > 0)).astype("float64")
     return out.reset_index().astype({"rank": "int32"})
@@ -95,7 +97,7 @@ def overlap_ns(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for rank, g in rows.groupby("rank", sort=True):
         is_comm = (g["op_class"] == "communication").to_numpy()
-        comm, compute, both = _union_ns(g[is_comm]), _union_ns(g[~is_comm]), _union_ns(g)
+        comm, compute, both = union_ns(g[is_comm]), union_ns(g[~is_comm]), union_ns(g)
         out.append({"rank": int(rank), "comm_ns": comm, "compute_ns": compute,
                     "overlap_ns": comm + compute - both})
     out = pd.DataFrame(out, columns=["rank", "comm_ns", "compute_ns", "overlap_ns"]).astype("int64")
