@@ -170,17 +170,24 @@ def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, opti
 
 
 def _ranked(events: pd.DataFrame, profile: Profile, path: Path | str, in_file: int) -> pd.DataFrame:
-    """The events with the rank that the file or its name gives (a lone process of a file that
-    names none: 0, as _with_rank would for a lone file), so the reducers that keep a rank see it;
-    the caller's own mapping, and the refusal of a file that names none among several, stay
-    with _with_rank. Unchanged where none is known or it is out of int32 (_with_rank says so)."""
-    rank = profile.meta.get("rank")
-    if rank is None and in_file == 1:
-        named = rank_from_name(path)
-        rank = 0 if named is None else named
-    if rank is not None and INT32[0] <= int(rank) <= INT32[1] and len(events):
-        events["rank"] = np.int32(rank)
+    """The events with the rank _with_rank will give them where the file alone decides it (its
+    own, its name, or 0 for the lone process of a file naming none), so the reducers that keep a
+    rank see it; the caller's own mapping and the refusals stay with _with_rank. Unchanged where
+    the file does not decide it or it is out of int32 (_with_rank says so)."""
+    found = _rank_of(profile.meta, path, single=in_file == 1)
+    if found is not None and INT32[0] <= found[0] <= INT32[1] and len(events):
+        events["rank"] = np.int32(found[0])
     return events
+
+
+def _rank_of(meta: dict, path: Path | str, single: bool) -> tuple[int, str] | None:
+    """(rank, where from) that the file decides: its own, else its name, else 0 for a lone
+    file (`single`); None where it decides none."""
+    if meta.get("rank") is not None:
+        return int(meta["rank"]), meta.get("rank_from", "file")
+    if (named := rank_from_name(path)) is not None:
+        return named, "file name"
+    return (0, "default (one file)") if single else None
 
 
 def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
@@ -222,17 +229,11 @@ def _read(module, path: Path, options: Options):
 def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> Profile:
     """Resolve the rank: the caller's, else the file's own, else its name, else 0 for a lone file."""
     meta = profile.meta
-    if rank is not None:
-        meta["rank"], meta["rank_from"] = int(rank), "caller"
-    elif meta.get("rank") is not None:
-        meta["rank_from"] = meta.get("rank_from", "file")
-    elif (named := rank_from_name(path)) is not None:
-        meta["rank"], meta["rank_from"] = named, "file name"
-    elif single:
-        meta["rank"], meta["rank_from"] = 0, "default (one file)"
-    else:
+    found = (int(rank), "caller") if rank is not None else _rank_of(meta, path, single)
+    if found is None:
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
+    meta["rank"], meta["rank_from"] = found
     if not INT32[0] <= meta["rank"] <= INT32[1]:  # the int32 rank column
         raise RankError(path, f"rank {meta['rank']} (from the {meta['rank_from']}) is outside int32")
     profile.events["rank"] = np.int32(meta["rank"])  # one Profile is one rank; the frame is this load's own
