@@ -56,11 +56,20 @@ def path_steps(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]
     return _step_table(g, base, r, windows(g, r.start_ns, r.end_ns), with_top=False)
 
 
-def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None
-           ) -> WhatIf:
-    """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
-    (each alone, and all together where several), else the defaults."""
-    chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
+@dataclass
+class Base:
+    """What every scenario of one run shares: the joined graph, its measured Params, their
+    replay, the step windows and the step table (prepare)."""
+
+    g: Graph
+    base: object  # replay.Params
+    r: object  # the unchanged replay
+    win: pd.DataFrame
+    steps: pd.DataFrame
+
+
+def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> Base | WhatIf:
+    """The scenario-independent part of whatif(); a WhatIf saying so where nothing is timed."""
     g = join(graphs, epochs)
     if not len(g):
         return WhatIf(pd.DataFrame(columns=STEP_COLUMNS), pd.DataFrame(columns=SCENARIO_COLUMNS), pd.DataFrame(),
@@ -68,7 +77,19 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     base = measured(g)
     r = replay(g, base)
     win = windows(g, r.start_ns, r.end_ns)
-    steps = _step_table(g, base, r, win)
+    return Base(g, base, r, win, _step_table(g, base, r, win))
+
+
+def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
+           prepared: Base | WhatIf | None = None) -> WhatIf:
+    """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
+    (each alone, and all together where several), else the defaults; `prepared`: prepare() of
+    these graphs, where a caller already made it (two sets of scenarios over one run)."""
+    chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
+    b = prepared if prepared is not None else prepare(graphs, epochs)
+    if isinstance(b, WhatIf):
+        return b
+    g, base, win, steps = b.g, b.base, b.win, b.steps
     chosen = chosen if chosen is not None else default_scenarios(g)
     runs = [(s.label, s.name, s.arg, [s]) for s in chosen]
     if len(chosen) > 1:
@@ -84,7 +105,7 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     notes = g.notes + _notes(g, steps) + [f"scenario {s.label}: nothing in these inputs matches it (names, kernels, "
                                           "scopes, host ranges): it changes nothing" for s in chosen
                                           if s.matched is not None and not s.matched(g)]
-    return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, r.rounds)
+    return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds)
 
 
 def _step_ns(win: pd.DataFrame, steps: pd.Series) -> np.ndarray:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from .. import fmt
 from ..findings.finding import Finding
 from ..results.runs import cost_of
-from .analyse import WhatIf, whatif
+from .analyse import WhatIf, prepare, whatif
 from .bands import band
 from .replay import ReplayError
 
@@ -56,15 +56,21 @@ def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
     for known, _, result in _LAST:  # the report's findings and section, then the terminal's: one replay each
         if known == key:
             return result
-    result = whatif(graphs, epochs, names)
+    runs = key[:2]  # the same ranks' graphs: the join, the unchanged replay and the step table made once
+    prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
+    _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
+    result = whatif(graphs, epochs, names, prepared)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
 
 
 # the last KEPT replays of replay_inputs: (key, the graphs, its WhatIf). `tracelab run` prints the
-# findings the report just found: the same graphs (the ranks' digests), so the same replays
+# findings the report just found: the same graphs (the ranks' digests), so the same replays; and
+# the last KEPT prepare()s by run (the findings' scenarios and the report section's defaults differ,
+# their base does not). Each entry holds its graphs, so the ids in its key stay theirs.
 KEPT = 2
 _LAST: list[tuple] = []
+_PREPARED: list[tuple] = []
 
 
 def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding]:
