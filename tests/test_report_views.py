@@ -458,3 +458,11 @@ def test_profiler_cost_against_a_sweep_under_none():
     for figs in none["figures"].values():
         figs["rows"] = [{**figs["rows"][0], key: other}, {**figs["rows"][0], key: other + "x"}]
     assert cost_of(profiled, [("torch", profiled), ("none-sweep", none)]) is None
+
+
+def test_a_cpu_run_has_no_gpus_in_its_run_table():
+    from tracelab.reports.results.runs import devices
+    cpu = {"devices": [{"index": -1, "name": "x86_64", "cores": 2}]}
+    assert devices(cpu) == "none (CPU: x86_64, 2 cores)"
+    gpus = {"devices": [{"index": i, "name": "NVIDIA H200"} for i in range(2)]}
+    assert devices(gpus) == "2 x NVIDIA H200" and devices({}) == "-"
