@@ -25,12 +25,14 @@ def _table(title: str, heads: list[str]) -> Table:
     return t
 
 
-def step_rank_table(steps: pd.DataFrame) -> Table:
+def step_rank_table(steps: pd.DataFrame, device: str = "GPU") -> Table:
+    """`device`: "CPU" in a CPU-only run, whose operators stand for kernels (steps.py)."""
     if steps["rank"].nunique() > MANY_RANKS:
         return step_spread_table(steps)
-    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step; period = its first "
-               "start to the next step's, host time between them included)",
-               ["step", "rank", "kernels", "step", "period", "GPU busy", "compute", "comm", "exposed comm", "wait"])
+    work = "operators" if device == "CPU" else "kernels"
+    t = _table(f"per step and rank (ms; step = first {device} start to last {device} end of the step; period = its "
+               "first start to the next step's, host time between them included)",
+               ["step", "rank", work, "step", "period", f"{device} busy", "compute", "comm", "exposed comm", "wait"])
     for _, r in steps.iterrows():
         t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", ms_cell(r["span_ns"]),
                   ms_cell(r["period_ns"]), ms_cell(r["busy_ns"]),
@@ -121,7 +123,7 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = F
     parts = []
     untimed = untimed or (totals is not None and len(totals) > 0)
     if len(w.steps):
-        parts.append(step_rank_table(w.steps))
+        parts.append(step_rank_table(w.steps, w.device))
     elif untimed:  # untimed inputs: steps are summed away, not absent
         parts.append(Text(UNTIMED_STEPS))
     else:
