@@ -421,3 +421,16 @@ def test_symm_two_shot_compiled_by_inductor_sums_in_the_registered_buffer(monkey
         assert torch.equal(compiled(x), 2 * x)
         assert torch.equal(reduce.buf[: x.numel()], 2 * x.reshape(-1))  # not a copy of it
     assert fake.sizes == [8 * 16, 16]
+
+
+def test_a_long_torch_window_of_a_large_model_is_announced():
+    """torch.profiler on a GPU with the 7B model and the default 5 x 200 tokens: minutes of writing,
+    said before it starts; a short window, the tiny model, the CPU or another backend say nothing."""
+    from argparse import Namespace
+    long = Namespace(backend="torch", model="llama-2-7b", samples=5, new_tokens=200)
+    note = decode.trace_size_note(long, gpu=True)
+    assert note and "1,000 tokens traced (5 samples x 200)" in note and "--samples 1 --new-tokens 50" in note
+    assert decode.trace_size_note(Namespace(**{**vars(long), "samples": 1, "new_tokens": 50}), gpu=True) is None
+    assert decode.trace_size_note(Namespace(**{**vars(long), "model": "tiny"}), gpu=True) is None
+    assert decode.trace_size_note(Namespace(**{**vars(long), "backend": "proton"}), gpu=True) is None
+    assert decode.trace_size_note(long, gpu=False) is None
