@@ -7,7 +7,7 @@ This module imports nothing of the project.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -90,12 +90,21 @@ class RankData:
     """What a per-rank reducer gets (load_many's `reduce`, reports.session's digests), one
     signature for all: `fn(rank: RankData) -> Any`. `events`: the rank's classified rows;
     `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none;
-    `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none."""
+    `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none.
+    `shared(key, make)`: what several reducers of this rank build alike (the what-if graph that
+    idle's path bound and the whatif digest both read), made once by the first to ask."""
 
     events: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     host: pd.DataFrame | None = None
     memory: pd.DataFrame | None = None
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def shared(self, key: str, make: Callable[[], Any]) -> Any:
+        """make() the first time `key` is asked for on this rank, the same object after."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
 
 class OnEvents:

@@ -34,6 +34,7 @@ idle they cover. Launch statistics per rank come from the kernels' launch column
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from tracelab.schema import RankData
 from ..steps.steps import step_rows
 from ..steps.timeline import covered, merge_intervals, timed
 from ..whatif.bound import with_path_bound
+from ..whatif.nodes import RankGraph, shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
@@ -80,13 +82,14 @@ class RankIdle:
         self.top = top
 
     def __call__(self, rank: RankData) -> Idle:
-        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top)
+        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top, lambda: shared_graph(rank))
 
 
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,
-              top: int | None = TOP_OPS) -> Idle:
+              top: int | None = TOP_OPS, graph_of: Callable[[], RankGraph] | None = None) -> Idle:
     """Idle by cause of one rank's events (module docstring), with its host frame (None: no
-    sync calls or CPU ops known; sync idle then counts as host)."""
+    sync calls or CPU ops known; sync idle then counts as host). `graph_of`: the rank's what-if
+    graph where the caller shares one (whatif/bound.rank_path_bounds)."""
     rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
@@ -98,7 +101,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
     gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
-    steps = with_path_bound(_step_table(windows, gaps), events, host)  # issue 27: bound from the critical path
+    steps = with_path_bound(_step_table(windows, gaps), events, host, graph_of)  # issue 27: bound from the critical path
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top)

@@ -21,7 +21,7 @@ Edges (ns offsets; `edges.py` sets them from the measured times):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -205,6 +205,23 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         launch=launch, chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
 
 
+def shared_graph(rank: RankData) -> RankGraph:
+    """The rank's graph without roofline times, made once per rank (RankData.shared): idle's
+    path bound (whatif/bound.py) and the whatif digest read the same one."""
+    meta = rank.meta or {}
+    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.get("rank")))
+
+
+def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:
+    """A copy of `graph` (made without a device) whose GPU ops carry their least time on
+    `device`'s roofline, as rank_graph(..., device) gives; the arrays it shares are not written."""
+    gpu = timed(events)
+    if device is None or graph.cpu_only or not len(gpu):
+        return replace(graph, notes=list(graph.notes))
+    roof = np.r_[np.full(len(graph) - len(gpu), np.nan), _min_ns(gpu.reset_index(drop=True), device)[0]]
+    return replace(graph, roof_ns=roof, notes=list(graph.notes))
+
+
 class RankGraphReduce:
     """load_many's reduce: one rank's graph, made in the worker that parsed it; None for a rank
     of a job of more than `max_ranks` (the findings' replay keeps no graphs of big jobs)."""
@@ -216,7 +233,7 @@ class RankGraphReduce:
         meta = rank.meta or {}
         if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
             return None
-        graph = rank_graph(rank.events, rank.host, meta.get("rank"), trace_device(meta))
+        graph = with_roofline(shared_graph(rank), rank.events, trace_device(meta))
         if meta.get("source") == "proton":
             graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
         return graph
