@@ -12,7 +12,7 @@ import pandas as pd
 
 from .join import join
 from .nodes import RankGraph, rank_graph
-from .path import CATEGORIES, category_ns, step_paths, wait_estimate, windows
+from .path import CATEGORIES, category_ns, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
@@ -40,7 +40,7 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
     win = windows(g, r.start_ns, r.end_ns)
     if not len(win):
         return pd.DataFrame(columns=COLUMNS)
-    steps = category_ns(step_paths(g, base, r, win, wait_estimate(g)), win)
+    steps = category_ns(g, base, r, win, wait_estimate(g))
     steps = steps.rename(columns={c: f"{c}_ns" for c in CATEGORIES})
     return steps.assign(path_bound=bound_of(steps))[COLUMNS]
 

@@ -81,37 +81,58 @@ def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None
     return _cpu_graph(cpu, host, rank)
 
 
+def _kind_is(host: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
+    """Whether each host row's kind is one of `kinds`, by the categorical's codes (no string per row)."""
+    kind = host["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        wanted = [i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]
+        return np.isin(kind.cat.codes.to_numpy(), wanted)
+    return np.isin(kind.astype(str).to_numpy(), kinds)
+
+
 def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     cols = ["name", "start_ns", "end_ns"]
     if host is None or not len(host):
         return pd.DataFrame(columns=cols), pd.DataFrame(columns=["step", "start_ns", "end_ns"])
     start = host["start_ns"].to_numpy(dtype=np.int64)
     end = start + host["dur_ns"].to_numpy(dtype=np.int64)
-    kind = host["kind"].astype(str).to_numpy()
     name = host["name"].to_numpy(dtype=object)  # str already (schema.HOST_COLUMNS)
-    on = np.isin(kind, ("range", "cpu_op", "osrt"))
+    on = _kind_is(host, ("range", "cpu_op", "osrt"))
     spans = pd.DataFrame({"name": name[on], "start_ns": start[on], "end_ns": end[on]})
-    at = kind == "step"
+    at = _kind_is(host, ("step",))
     steps = pd.DataFrame({"name": name[at], "start_ns": start[at], "end_ns": end[at]})
     number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
     steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
     return spans, steps.astype({"step": "int64"})[["step", "start_ns", "end_ns"]].reset_index(drop=True)
 
 
-def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per launch or sync call: start_ns, end_ns, sync (bool), name."""
+def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per launch or sync call (start_ns, end_ns, sync (bool), name), by start, end and
+    syncs first, one per (start, end); and per GPU row, the row of its launch call (NONE unknown)."""
     known = gpu["launch_start_ns"].notna().to_numpy()
     ls = gpu["launch_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
     ld = gpu["launch_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
-    launches = pd.DataFrame({"start_ns": ls, "end_ns": ls + ld, "sync": False, "name": "launch"})
+    start, end, sync, name = ls, ls + ld, np.zeros(len(ls), bool), np.full(len(ls), "launch", dtype=object)
+    n_sync = 0
     if host is not None and len(host):
-        sync = host[host["kind"] == "sync"]
-        s = sync["start_ns"].to_numpy(dtype=np.int64)
-        syncs = pd.DataFrame({"start_ns": s, "end_ns": s + sync["dur_ns"].to_numpy(dtype=np.int64), "sync": True,
-                              "name": sync["name"].astype(str).to_numpy()})
-        launches = pd.concat([syncs, launches], ignore_index=True)
-    nodes = launches.sort_values(["start_ns", "end_ns", "sync"], ascending=[True, True, False], kind="stable")
-    return nodes.drop_duplicates(["start_ns", "end_ns"], keep="first").reset_index(drop=True)
+        at = _kind_is(host, ("sync",))
+        s = host["start_ns"].to_numpy(dtype=np.int64)[at]
+        n_sync = len(s)
+        start = np.r_[s, start]
+        end = np.r_[s + host["dur_ns"].to_numpy(dtype=np.int64)[at], end]
+        sync = np.r_[np.ones(n_sync, bool), sync]
+        name = np.r_[host["name"].to_numpy(dtype=object)[at].astype(str).astype(object), name]
+    order = np.lexsort((~sync, end, start))  # stable: by start, end, syncs first, then as listed
+    s_sorted, e_sorted = start[order], end[order]
+    new = np.r_[True, (s_sorted[1:] != s_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1])] if len(order) else \
+        np.zeros(0, bool)
+    kept = order[new]  # the first call of each (start, end)
+    row_of = np.empty(len(order), np.int64)
+    row_of[order] = np.cumsum(new) - 1
+    launch_of = np.full(len(gpu), NONE, np.int64)
+    launch_of[known] = row_of[n_sync:]
+    nodes = pd.DataFrame({"start_ns": start[kept], "end_ns": end[kept], "sync": sync[kept], "name": name[kept]})
+    return nodes, launch_of
 
 
 def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -128,13 +149,9 @@ def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: Device | None) -> RankGraph:
-    hn = _host_nodes(gpu, host)
+    hn, launch_of = _host_nodes(gpu, host)
     spans, steps = _spans(host)
-    key = pd.MultiIndex.from_arrays([hn["start_ns"], hn["end_ns"] - hn["start_ns"]])
     known = gpu["launch_start_ns"].notna()
-    lkey = pd.MultiIndex.from_arrays([gpu["launch_start_ns"].fillna(-1).astype("int64"),
-                                      gpu["launch_dur_ns"].fillna(-1).astype("int64")])
-    launch_of = np.where(known.to_numpy(), key.get_indexer(lkey), NONE)
     g_start = gpu["start_ns"].to_numpy(dtype=np.int64)
     g_end = g_start + gpu["dur_ns"].to_numpy(dtype=np.int64)
     g_step = gpu["step"].fillna(NONE).to_numpy(dtype=np.int64)

@@ -65,13 +65,16 @@ def step_paths(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns:
     if not len(g) or not len(win):
         return {}
     state = _walk_state(g, p, r, wait_est_ns)
+    return {step: Path(_segments(_walk(state, node, begin), g)) for step, node, begin, _ in _last_nodes(g, r, win)}
+
+
+def _last_nodes(g: Graph, r: Replayed, win: pd.DataFrame):
+    """Per window: (step, the node whose end ends it, begin_ns, end_ns)."""
     work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
-    out = {}
     for step, begin, end in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         ends = work & (r.end_ns == end) & ((g.step == step) | (step < 0))
         node = int(np.flatnonzero(ends)[0]) if ends.any() else int(np.argmax(np.where(work, r.end_ns, NEG)))
-        out[int(step)] = Path(_segments(_walk(state, node, int(begin)), g))
-    return out
+        yield int(step), node, int(begin), end
 
 
 def _walk_state(g: Graph, p: Params, r: Replayed, wait_est_ns: np.ndarray) -> dict:
@@ -187,20 +190,32 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
 
 def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:
     """Each segment's ns inside the window [b, e] (a segment running backwards counts negative)."""
-    t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
+    return _inside(seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy(), b, e)
+
+
+def _inside(t0: np.ndarray, t1: np.ndarray, b: int, e: int) -> np.ndarray:
     sign = np.where(t1 >= t0, 1, -1)
     return sign * np.clip(np.minimum(np.maximum(t0, t1), e) - np.maximum(np.minimum(t0, t1), b), 0, None)
 
 
-def category_ns(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
-    """Per window (step) and category, its path's ns inside it (_inside_ns): columns step +
-    CATEGORIES. What a step's bound needs (bound.py), without composition's per-class detail."""
+_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+def category_ns(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> pd.DataFrame:
+    """Per window (step) and category, its critical path's ns inside it (_inside): columns step +
+    CATEGORIES, as composition(step_paths(...)) has them. What a step's bound needs (bound.py),
+    without composition's per-class detail and without a frame of segments per step."""
     steps = win["step"].to_numpy(dtype=np.int64)
     out = np.zeros((len(steps), len(CATEGORIES)), np.int64)
-    for k, (step, b, e) in enumerate(win[["step", "begin_ns", "end_ns"]].itertuples(index=False)):
-        seg = paths[int(step)].segments
-        codes = pd.Categorical(seg["category"].to_numpy(), categories=CATEGORIES).codes
-        np.add.at(out[k], codes, _inside_ns(seg, b, e).astype(np.int64))  # integers: exact
+    state = _walk_state(g, p, r, wait_est_ns) if len(g) and len(win) else None
+    for k, (_, node, begin, end) in enumerate(_last_nodes(g, r, win) if state else ()):
+        segs = _walk(state, node, begin)
+        if not segs:
+            continue
+        t0, t1, cat, _ = zip(*segs)
+        codes = np.fromiter(map(_CODE.__getitem__, cat), np.int64, len(cat))
+        ns = _inside(np.array(t0, dtype=np.int64), np.array(t1, dtype=np.int64), begin, end)
+        np.add.at(out[k], codes, ns.astype(np.int64))  # integers: exact
     return pd.DataFrame({"step": steps, **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
 
 
