@@ -107,6 +107,16 @@ class RankData:
         return self.memo[key]
 
 
+def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
+    """Whether each row's `kind` is one of `kinds`: by the categorical's codes where it is one
+    (the events' and the host frame's are), with no string per row; bool array."""
+    kind = frame["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        wanted = [i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]
+        return np.isin(kind.cat.codes.to_numpy(), wanted)
+    return np.isin(kind.astype(str).to_numpy(), kinds)
+
+
 class OnEvents:
     """A function of a rank's events alone, as a reducer of RankData (picklable, for the workers)."""
 

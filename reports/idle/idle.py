@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.schema import RankData, kind_mask
 
 from ..steps.steps import step_rows
 from ..steps.timeline import covered, merge_intervals, timed
@@ -208,21 +208,24 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     the `top` names by that (OP_COLUMNS; host_idle_ns: the rank's total, the same on each row)."""
     if host is None or not len(gaps):
         return _empty(OP_COLUMNS)
-    sync = host[host["kind"] == "sync"]
-    u_start, u_end = host_idle_intervals(gaps, *_union_of(sync))
-    ops = host[host["kind"].isin(OP_KINDS)]
-    names, name_of = pd.factorize(ops["name"].to_numpy(dtype=object), sort=True)  # codes in name order
-    kinds = ops["kind"].cat.codes.to_numpy(dtype=np.int64)
-    order = np.lexsort((ops["start_ns"].to_numpy(dtype=np.int64), names, kinds))  # by kind, name, start
+    h_start, h_dur = host["start_ns"].to_numpy(dtype=np.int64), host["dur_ns"].to_numpy(dtype=np.int64)
+    sync = kind_mask(host, ("sync",))
+    u_start, u_end = host_idle_intervals(gaps, *merge_intervals(h_start[sync], h_start[sync] + h_dur[sync]))
+    # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
+    on = np.flatnonzero(kind_mask(host, OP_KINDS))
+    on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
+    names, name_of = pd.factorize(host["name"].to_numpy(dtype=object)[on], sort=True)  # codes in name order
+    kinds = host["kind"].cat.codes.to_numpy(dtype=np.int64)[on]
+    order = np.lexsort((h_start[on], names, kinds))  # by kind, name, start
     group = kinds[order] * len(name_of) + names[order]
     first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
-    start = ops["start_ns"].to_numpy(dtype=np.int64)[order]
-    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)[order]
+    start = h_start[on][order]
+    end = start + h_dur[on][order]
     reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
     reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
     ns = covered(np.maximum(start, reached), end, u_start, u_end)
     at = np.flatnonzero(first)
-    out = pd.DataFrame({"kind": ops["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+    out = pd.DataFrame({"kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
                         "name": name_of[names[order][at]].astype(str),
                         "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
     out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
@@ -237,34 +240,49 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     A launch call that started several kernels (a CUDA-graph replay: every node shares its
     cudaGraphLaunch) counts once, its delay to its first kernel; its kernels are not "shorter
     than their launch", since the one call launched them all (`graph_launches` counts them)."""
-    kernels = rows[rows["kind"] == "kernel"]
-    n_steps = int(kernels["step"].nunique())
-    known = kernels[kernels["launch_start_ns"].notna()]
-    calls = launch_calls(known)
-    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).to_numpy(dtype=np.float64)
-    launch_dur = calls["launch_dur_ns"].to_numpy(dtype=np.int64)
-    single = known.merge(calls[calls["kernels"] == 1][["launch_start_ns", "launch_dur_ns"]],
-                         on=["launch_start_ns", "launch_dur_ns"])
-    short = single["dur_ns"].to_numpy(dtype=np.int64) < single["launch_dur_ns"].to_numpy(dtype=np.int64)
+    kernel = kind_mask(rows, ("kernel",))
+    step = rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)[kernel]
+    n_steps = len(np.unique(step[~np.isnan(step)]))
+    known = kernel & rows["launch_start_ns"].notna().to_numpy()
+    paired = known & rows["launch_dur_ns"].notna().to_numpy()  # a call is its start and its duration
+    calls = launch_calls(rows[paired])
+    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).astype(np.float64)
+    launch_dur = calls["launch_dur_ns"]
+    single = calls["kernels"][calls["row"]] == 1  # per known kernel: its call started it alone
+    dur = rows["dur_ns"].to_numpy(dtype=np.int64)[paired]
+    short = single & (dur < launch_dur[calls["row"]])
     return pd.DataFrame([{
-        "rank": rank, "steps": n_steps, "kernels": len(kernels),
-        "kernels_per_step": kernels["step"].notna().sum() / n_steps if n_steps else None,
-        "launched": len(known), "graph_launches": int((calls["kernels"] > 1).sum()),
+        "rank": rank, "steps": n_steps, "kernels": int(kernel.sum()),
+        "kernels_per_step": np.int64((~np.isnan(step)).sum()) / n_steps if n_steps else None,
+        "launched": int(known.sum()), "graph_launches": int((calls["kernels"] > 1).sum()),
         "delay_median_ns": float(np.median(delay)) if len(delay) else None,
         "delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
-        "launch_cpu_ns": int(launch_dur.sum()) if len(known) else None,
-        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"].to_numpy()].sum()) / n_steps
-                                   if n_steps and len(known) else None),
-        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(single["dur_ns"].to_numpy()[short].sum())}],
+        "launch_cpu_ns": int(launch_dur.sum()) if known.any() else None,
+        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"]].sum()) / n_steps
+                                   if n_steps and known.any() else None),
+        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(dur[short].sum())}],
         columns=LAUNCH_COLUMNS)
 
 
-def launch_calls(known: pd.DataFrame) -> pd.DataFrame:
-    """One row per launch call (its start and CPU duration identify it) of the kernels whose
-    launch is known: how many kernels it started, the first one's start, whether in a step."""
-    g = known.assign(in_step=known["step"].notna()).groupby(["launch_start_ns", "launch_dur_ns"], sort=False)
-    return g.agg(kernels=("start_ns", "size"), first_start_ns=("start_ns", "min"),
-                 in_step=("in_step", "any")).reset_index()
+def launch_calls(known: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per launch call (its start and CPU duration identify it) of the kernels whose launch is
+    known, in (start, duration) order: launch_start_ns, launch_dur_ns, how many kernels it started
+    (`kernels`), the first one's start, whether any is in a step; `row`: each kernel's call."""
+    ls = known["launch_start_ns"].to_numpy(dtype=np.int64)
+    ld = known["launch_dur_ns"].to_numpy(dtype=np.int64)
+    order = np.lexsort((ld, ls))
+    new = np.r_[True, (ls[order][1:] != ls[order][:-1]) | (ld[order][1:] != ld[order][:-1])] if len(order) else \
+        np.zeros(0, bool)
+    at = np.flatnonzero(new)
+    row = np.empty(len(order), np.int64)
+    row[order] = np.cumsum(new) - 1
+    start = known["start_ns"].to_numpy(dtype=np.int64)[order]
+    in_step = known["step"].notna().to_numpy()[order]
+    empty = not len(at)
+    return {"launch_start_ns": ls[order][at], "launch_dur_ns": ld[order][at],
+            "kernels": np.diff(np.r_[at, len(order)]), "row": row,
+            "first_start_ns": np.zeros(0, np.int64) if empty else np.minimum.reduceat(start, at),
+            "in_step": np.zeros(0, bool) if empty else np.logical_or.reduceat(in_step, at)}
 
 
 def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:

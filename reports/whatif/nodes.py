@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import RankData
+from tracelab.schema import RankData, kind_mask
 
 from ..steps.collectives import CPU_COLLECTIVE
 from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
@@ -81,15 +81,6 @@ def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None
     return _cpu_graph(cpu, host, rank)
 
 
-def _kind_is(host: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
-    """Whether each host row's kind is one of `kinds`, by the categorical's codes (no string per row)."""
-    kind = host["kind"]
-    if isinstance(kind.dtype, pd.CategoricalDtype):
-        wanted = [i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]
-        return np.isin(kind.cat.codes.to_numpy(), wanted)
-    return np.isin(kind.astype(str).to_numpy(), kinds)
-
-
 def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     cols = ["name", "start_ns", "end_ns"]
     if host is None or not len(host):
@@ -97,9 +88,9 @@ def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     start = host["start_ns"].to_numpy(dtype=np.int64)
     end = start + host["dur_ns"].to_numpy(dtype=np.int64)
     name = host["name"].to_numpy(dtype=object)  # str already (schema.HOST_COLUMNS)
-    on = _kind_is(host, ("range", "cpu_op", "osrt"))
+    on = kind_mask(host, ("range", "cpu_op", "osrt"))
     spans = pd.DataFrame({"name": name[on], "start_ns": start[on], "end_ns": end[on]})
-    at = _kind_is(host, ("step",))
+    at = kind_mask(host, ("step",))
     steps = pd.DataFrame({"name": name[at], "start_ns": start[at], "end_ns": end[at]})
     number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
     steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
@@ -115,7 +106,7 @@ def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFr
     start, end, sync, name = ls, ls + ld, np.zeros(len(ls), bool), np.full(len(ls), "launch", dtype=object)
     n_sync = 0
     if host is not None and len(host):
-        at = _kind_is(host, ("sync",))
+        at = kind_mask(host, ("sync",))
         s = host["start_ns"].to_numpy(dtype=np.int64)[at]
         n_sync = len(s)
         start = np.r_[s, start]
