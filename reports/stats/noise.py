@@ -76,10 +76,23 @@ def step_std(events: pd.DataFrame, keys: list[str]) -> pd.Series | None:
     n = step_count(events)
     if not n or n < 2:
         return None
-    frame = pd.DataFrame({**{k: events[k].astype(str) for k in keys}, "step": events["step"],
-                          "dur_ns": events["dur_ns"]}).dropna(subset=["step"])
-    per = frame.groupby([*keys, "step"])["dur_ns"].sum().unstack("step", fill_value=0)
-    return per.std(axis=1, ddof=1)
+    has = events["step"].notna().to_numpy()
+    steps, step_at = np.unique(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has], return_inverse=True)
+    key, names = np.zeros(int(has.sum()), np.int64), []
+    for k in keys:  # each key's codes in its strings' order: the combined code sorts as the key tuples do
+        codes, uniques = pd.factorize(events[k][has].astype(str).to_numpy(dtype=object), sort=True)
+        key, names = key * len(uniques) + codes, [*names, (codes, uniques)]
+    cell = key * len(steps) + step_at
+    order = np.argsort(cell, kind="stable")
+    first = np.flatnonzero(np.r_[True, cell[order][1:] != cell[order][:-1]])
+    ns = np.add.reduceat(events["dur_ns"].to_numpy(dtype=np.int64)[has][order], first)  # integers: exact
+    rows, row_at = np.unique(key[order][first], return_inverse=True)
+    per = np.zeros((len(rows), len(steps)), np.int64)  # [key, step], as groupby(keys + step).sum().unstack()
+    per[row_at, step_at[order][first]] = ns
+    at = order[first][np.unique(row_at, return_index=True)[1]]  # a row of each key
+    index = (pd.Index(names[0][1][names[0][0][at]], name=keys[0]) if len(keys) == 1 else
+             pd.MultiIndex.from_arrays([u[c[at]] for c, u in names], names=keys))
+    return pd.DataFrame(per, index=index, columns=pd.Index(steps.astype(np.int64), name="step")).std(axis=1, ddof=1)
 
 
 def sigma_of(std: pd.Series | None, n: int | None, per_step: bool) -> pd.Series | None:
