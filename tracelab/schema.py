@@ -112,8 +112,9 @@ def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
     (the events' and the host frame's are), with no string per row; bool array."""
     kind = frame["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        wanted = [i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]
-        return np.isin(kind.cat.codes.to_numpy(), wanted)
+        table = np.zeros(len(kind.cat.categories) + 1, dtype=bool)  # the last: code -1, a missing kind
+        table[[i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]] = True
+        return table[kind.cat.codes.to_numpy()]
     return np.isin(kind.astype(str).to_numpy(), kinds)
 
 

@@ -122,31 +122,45 @@ def _union_of(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
 def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
     """One row per gap in a step's GPU union: rank, step, gap_start_ns, gap_end_ns, the
     launch point a (clipped into the gap) and the ns of each cause (module docstring)."""
-    df = pd.DataFrame({"rank": rows["rank"].to_numpy(), "step": rows["step"].to_numpy(dtype=np.int64),
-                       "stream": rows["stream"].fillna(-1).to_numpy(dtype=np.int64),
-                       "start": rows["start_ns"].to_numpy(dtype=np.int64),
-                       "end": (rows["start_ns"] + rows["dur_ns"]).to_numpy(dtype=np.int64),
-                       "launch": rows["launch_start_ns"].astype("float64").to_numpy(),
-                       "launch_end": (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()})
-    df = df.sort_values(["rank", "step", "start", "launch"], kind="stable", na_position="last", ignore_index=True)
-    by_step = df.groupby(["rank", "step"], sort=False)
-    df["run_end"] = by_step["end"].cummax()
-    df["before"] = df.groupby(["rank", "step"], sort=False)["run_end"].shift(1)
-    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["end"].cummax()
-    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["own_before"].shift(1)
-    gap = df[df["start"] > df["before"]]
-    del df, by_step  # the gaps are all that is needed from here (as many as the rows, with tiny kernels)
-    return _causes(gap, sync_start, sync_end)
+    rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy(dtype=np.int64)
+    stream = rows["stream"].fillna(-1).to_numpy(dtype=np.int64)
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    launch = rows["launch_start_ns"].astype("float64").to_numpy()
+    launch_end = (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()
+    order = np.lexsort((launch, start, step, rank))  # stable; a row without a launch last among equals
+    rank, step, stream, start, end, launch, launch_end = (a[order] for a in (rank, step, stream, start, end, launch,
+                                                                             launch_end))
+    first = np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])] if len(order) else np.zeros(0, bool)
+    in_step = np.cumsum(first)  # the (rank, step) groups are runs of this order
+    before = _shifted(pd.Series(end).groupby(in_step, sort=False).cummax().to_numpy(), in_step)
+    streams, stream_at = np.unique(stream, return_inverse=True)
+    on_stream = in_step * len(streams) + stream_at.reshape(-1)  # the (rank, step, stream) groups
+    own_before = _shifted(pd.Series(end).groupby(on_stream, sort=False).cummax().to_numpy(), on_stream)
+    gap = start > before  # NaN (a step's first row): no gap
+    return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
+                   sync_start, sync_end)
 
 
-def _causes(gap: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
-    g0, g1 = gap["before"].to_numpy(dtype=np.int64), gap["start"].to_numpy(dtype=np.int64)
-    known = gap["launch"].notna().to_numpy()
-    a = np.clip(np.nan_to_num(gap["launch"].to_numpy(), nan=0).astype(np.int64), g0, g1)
+def _shifted(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's previous row's value within its group (in row order), NaN for a group's first (float64)."""
+    order = np.argsort(group, kind="stable")
+    out = np.full(len(values), np.nan)
+    same = group[order][1:] == group[order][:-1]
+    out[order[1:][same]] = values[order[:-1][same]]
+    return out
+
+
+def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.ndarray, launch: np.ndarray,
+            launch_end: np.ndarray, own_before: np.ndarray, sync_start: np.ndarray, sync_end: np.ndarray
+            ) -> pd.DataFrame:
+    g0, g1 = before.astype(np.int64), start
+    known = ~np.isnan(launch)
+    a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
     post = g1 - a
-    queued = known & (gap["launch_end"].to_numpy() <= g0)
-    behind_own = queued & (gap["own_before"].to_numpy() >= g0)  # NaN (first of its stream): False
-    return pd.DataFrame({"rank": gap["rank"].to_numpy(), "step": gap["step"].to_numpy(), "gap_start_ns": g0,
+    queued = known & (launch_end <= g0)
+    behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False
+    return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
                          "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
                          "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, sync_start, sync_end),
                          "idle_launch_ns": np.where(known & ~queued, post, 0),
@@ -159,14 +173,17 @@ def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     base = step_rows(rows)
     if not len(base):
         return _empty(STEP_COLUMNS)
-    sums = gaps.groupby(["step", "rank"])[["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns",
-                                             "idle_other_ns"]].sum()
-    out = base.merge(sums, left_on=["step", "rank"], right_index=True, how="left").fillna(0)
-    out["idle_ns"] = out["span_ns"] - out["busy_ns"]
-    out["idle_host_ns"] = out["pre_ns"] - out["idle_sync_ns"]
-    out["bound"] = step_bound(out)
-    ints = [c for c in STEP_COLUMNS if c.endswith("_ns") or c in ("kernels", "step", "rank")]
-    return out.astype({c: "int64" for c in ints})[STEP_COLUMNS]
+    parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
+    sums = gaps.groupby(["step", "rank"])[parts].sum()
+    got = sums.reindex(pd.MultiIndex.from_arrays([base["step"], base["rank"]])).fillna(0).to_numpy(dtype=np.int64)
+    col = {c: base[c].to_numpy(dtype=np.int64) for c in ("step", "rank", "kernels", "span_ns", "busy_ns",
+                                                         "exposed_comm_ns")}
+    part = dict(zip(parts, got.T))
+    out = pd.DataFrame({"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
+                        "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
+                        "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
+                        **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]})
+    return out.assign(bound=step_bound(out))[STEP_COLUMNS]
 
 
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
