@@ -34,17 +34,16 @@ idle they cover. Launch statistics per rank come from the kernels' launch column
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from tracelab.schema import RankData, kind_mask
 
-from ..steps.steps import step_rows
+from ..steps.steps import shared_step_rows, step_rows
 from ..steps.timeline import covered, merge_intervals, timed
 from ..whatif.bound import with_path_bound
-from ..whatif.nodes import RankGraph, shared_graph
+from ..whatif.nodes import shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
@@ -82,14 +81,15 @@ class RankIdle:
         self.top = top
 
     def __call__(self, rank: RankData) -> Idle:
-        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top, lambda: shared_graph(rank))
+        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top, rank)
 
 
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,
-              top: int | None = TOP_OPS, graph_of: Callable[[], RankGraph] | None = None) -> Idle:
+              top: int | None = TOP_OPS, shared: RankData | None = None) -> Idle:
     """Idle by cause of one rank's events (module docstring), with its host frame (None: no
-    sync calls or CPU ops known; sync idle then counts as host). `graph_of`: the rank's what-if
-    graph where the caller shares one (whatif/bound.rank_path_bounds)."""
+    sync calls or CPU ops known; sync idle then counts as host). `shared`: the RankData of these
+    frames where the caller has it: the what-if graph (whatif/bound.rank_path_bounds) and the
+    step rows (steps.shared_step_rows) other digests of the rank make are read from it, not made again."""
     rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
@@ -101,7 +101,9 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
     gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
-    steps = with_path_bound(_step_table(windows, gaps), events, host, graph_of)  # issue 27: bound from the critical path
+    base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
+    graph_of = (lambda: shared_graph(shared)) if shared is not None else None
+    steps = with_path_bound(_step_table(base, gaps), events, host, graph_of)  # issue 27: bound from the critical path
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top)
@@ -168,9 +170,8 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
                          "idle_other_ns": np.where(known, np.where(behind_own, post, 0), g1 - g0)})
 
 
-def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
-    """step_rows (span, busy, exposed communication) with the causes summed per step, and bound."""
-    base = step_rows(rows)
+def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
     if not len(base):
         return _empty(STEP_COLUMNS)
     parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]

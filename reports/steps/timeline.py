@@ -256,4 +256,25 @@ def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
     """idle() and overlap_ns() side by side, one row per timed rank. Their filters copy only
     the columns they read (a rank's whole frame, names and scopes too, was copied 4 times)."""
     df = df[TIMELINE_COLUMNS]
-    return idle(df).merge(overlap_ns(df), on="rank", how="left")
+    rows = timed(df)
+    kernel = (rows["kind"] == "kernel").to_numpy()
+    ranks = _by_rank(rows)
+    if not ranks or not all(kernel[on].any() for _, on in ranks):  # a rank of copies only: NaN beside it
+        return idle(df).merge(overlap_ns(df), on="rank", how="left")
+    start, end = _times(rows)
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+    cols: dict[str, list[int]] = {c: [] for c in ("rank", "busy_ns", "span_ns", "comm_ns", "compute_ns", "overlap_ns")}
+    for rank, on in ranks:  # what idle() and overlap_ns() give, one pass
+        k, c, w = on & kernel, on & comm, on & kernel & ~comm
+        comm_ns, compute_ns = _union(start[c], end[c]), _union(start[w], end[w])
+        for name, v in (("rank", rank), ("busy_ns", _union(start[on], end[on])),
+                        ("span_ns", int(end[on].max() - start[on].min())), ("comm_ns", comm_ns),
+                        ("compute_ns", compute_ns), ("overlap_ns", comm_ns + compute_ns - _union(start[k], end[k]))):
+            cols[name].append(v)
+    v = {c: np.array(x, dtype=np.int64) for c, x in cols.items()}
+    idle_ns, exposed_ns = v["span_ns"] - v["busy_ns"], v["comm_ns"] - v["overlap_ns"]
+    return pd.DataFrame({"rank": v["rank"].astype(np.int32), "busy_ns": v["busy_ns"], "span_ns": v["span_ns"],
+                         "idle_ns": idle_ns, "idle_share": idle_ns / np.where(v["span_ns"] > 0, v["span_ns"], np.nan),
+                         "comm_ns": v["comm_ns"], "compute_ns": v["compute_ns"], "overlap_ns": v["overlap_ns"],
+                         "exposed_ns": exposed_ns,
+                         "exposed_share": exposed_ns / np.where(v["comm_ns"] > 0, v["comm_ns"], np.nan)})
