@@ -232,7 +232,7 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
     on = np.flatnonzero(kind_mask(host, OP_KINDS))
     on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
-    names, name_of = pd.factorize(host["name"].to_numpy(dtype=object)[on], sort=True)  # codes in name order
+    names, name_of = pd.factorize(np.asarray(host["name"].array, dtype=object)[on], sort=True)  # codes in name order
     kinds = host["kind"].cat.codes.to_numpy(dtype=np.int64)[on]
     order = np.lexsort((h_start[on], names, kinds))  # by kind, name, start
     group = kinds[order] * len(name_of) + names[order]

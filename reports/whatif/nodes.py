@@ -38,6 +38,7 @@ LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
 KIND_NAMES = ("launch", "sync", "host op", "gpu", "collective")
 NONE = -1
 _CPU_COLL = re.compile(CPU_COLLECTIVE)
+_STEP_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
 @dataclass
@@ -87,14 +88,16 @@ def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(columns=cols), pd.DataFrame(columns=["step", "start_ns", "end_ns"])
     start = host["start_ns"].to_numpy(dtype=np.int64)
     end = start + host["dur_ns"].to_numpy(dtype=np.int64)
-    name = host["name"].to_numpy(dtype=object)  # str already (schema.HOST_COLUMNS)
+    name = np.asarray(host["name"].array, dtype=object)  # str already (schema.HOST_COLUMNS)
     on = kind_mask(host, ("range", "cpu_op", "osrt"))
     spans = pd.DataFrame({"name": name[on], "start_ns": start[on], "end_ns": end[on]})
-    at = kind_mask(host, ("step",))
-    steps = pd.DataFrame({"name": name[at], "start_ns": start[at], "end_ns": end[at]})
-    number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
-    steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
-    return spans, steps.astype({"step": "int64"})[["step", "start_ns", "end_ns"]].reset_index(drop=True)
+    at = np.flatnonzero(kind_mask(host, ("step",)))
+    found = [(i, _STEP_NUMBER.search(n)) for i, n in zip(at.tolist(), name[at]) if isinstance(n, str)]
+    found = [(i, int(m.group(1))) for i, m in found if m]  # the name's last number
+    rows = np.array([i for i, _ in found], dtype=np.int64)
+    steps = pd.DataFrame({"step": np.array([k for _, k in found], dtype=np.int64), "start_ns": start[rows],
+                          "end_ns": end[rows]})
+    return spans, steps
 
 
 def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFrame, np.ndarray]:
@@ -112,7 +115,7 @@ def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFr
         start = np.r_[s, start]
         end = np.r_[s + host["dur_ns"].to_numpy(dtype=np.int64)[at], end]
         sync = np.r_[np.ones(n_sync, bool), sync]
-        name = np.r_[host["name"].to_numpy(dtype=object)[at].astype(str).astype(object), name]
+        name = np.r_[np.asarray(host["name"].array, dtype=object)[at].astype(str).astype(object), name]
     order = np.lexsort((~sync, end, start))  # stable: by start, end, syncs first, then as listed
     s_sorted, e_sorted = start[order], end[order]
     new = np.r_[True, (s_sorted[1:] != s_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1])] if len(order) else \
