@@ -161,29 +161,30 @@ def _dominant(codes: np.ndarray, values: np.ndarray, dur: np.ndarray, n_keys: in
 
 def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
     codes, keys = pd.factorize(frame["key"].to_numpy(dtype=object))  # in order of appearance, as groupby(sort=False)
-    g = frame.groupby(codes, sort=False)
-    out = g[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns"]].sum()
-    out[["flops", "bytes", "min_ns"]] = g[["flops", "bytes", "min_ns"]].sum(min_count=1)
-    col = {c: out[c].to_numpy() for c in out.columns}
+    both = (frame["flops"].notna() & frame["bytes"].notna()).to_numpy()
+    sums = frame[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns", "flops", "bytes", "min_ns"]]
+    sums = sums.assign(flops_both=np.where(both, sums["flops"], np.nan), bytes_both=np.where(both, sums["bytes"], np.nan))
+    # one pass: min_count=1 leaves the columns without NaN as a plain sum, and is NaN for a key
+    # with no flops (bytes, roof, row with both) known; NaN rows are skipped, as their subset's sum
+    out = sums.groupby(codes, sort=False).sum(min_count=1)
+    col = {c: out[c].to_numpy() for c in out.columns if not c.endswith("_both")}
     dur = frame["dur_ns"].to_numpy()
     bound = frame["bound"].to_numpy(dtype=object)
     judged = bound != "unknown"
     bounds = _dominant(codes[judged], bound[judged], dur[judged], len(keys))
     bounds[pd.isna(bounds)] = "unknown"
     dtypes = _dominant(codes, frame["dtype"].to_numpy(dtype=object), dur, len(keys))
-    both = (frame["flops"].notna() & frame["bytes"].notna()).to_numpy()
-    both_sums = frame[["flops", "bytes"]][both].groupby(codes[both]).sum().reindex(range(len(keys)))
     min_ns, min_known_ns = col["min_ns"], col["min_known_ns"]
     roofline_frac = min_ns / np.where(min_known_ns > 0, min_known_ns, np.nan)
     # a group mostly of rows without a roof (a GEMM whose dtype the trace omits, beside cuBLAS's
     # memsets) is not judged by the few rows that have one
     partial = min_known_ns < 0.5 * col["dur_ns"]
     bounds[partial] = "unknown"
-    both_bytes = both_sums["bytes"].to_numpy()
+    both_bytes = out["bytes_both"].to_numpy()
     out = pd.DataFrame({"key": pd.Index(keys, dtype=object), **col, "bound": bounds, "dtype": dtypes,
                         "tflop_s": col["flops"] / np.where(col["flops_ns"] > 0, col["flops_ns"], np.nan) / 1e3,
                         "gb_s": col["bytes"] / np.where(col["bytes_ns"] > 0, col["bytes_ns"], np.nan),
-                        "intensity": both_sums["flops"].to_numpy() / np.where(both_bytes > 0, both_bytes, np.nan),
+                        "intensity": out["flops_both"].to_numpy() / np.where(both_bytes > 0, both_bytes, np.nan),
                         "roofline_frac": np.where(partial, np.nan, roofline_frac), "lost_ns": min_known_ns - min_ns})
     out = out.sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last", kind="stable")
     return out.reset_index(drop=True)

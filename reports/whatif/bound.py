@@ -12,7 +12,7 @@ import pandas as pd
 
 from .join import join
 from .nodes import RankGraph, rank_graph
-from .path import CATEGORIES, category_ns, wait_estimate, windows
+from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
@@ -40,9 +40,12 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
     win = windows(g, r.start_ns, r.end_ns)
     if not len(win):
         return pd.DataFrame(columns=COLUMNS)
-    steps = category_ns(g, base, r, win, wait_estimate(g))
-    steps = steps.rename(columns={c: f"{c}_ns" for c in CATEGORIES})
-    return steps.assign(path_bound=bound_of(steps))[COLUMNS]
+    ns = category_matrix(g, base, r, win, wait_estimate(g))  # [step, category]
+    by = {f"{c}_ns": ns[:, i] for i, c in enumerate(CATEGORIES)}
+    score = np.c_[tuple(sum(by[c] for c in cols).astype(np.float64) for cols in BOUNDS.values())]
+    return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
+                         "path_bound": np.array(list(BOUNDS), dtype=object)[np.argmax(score, axis=1)],
+                         **{c: by[c] for c in COLUMNS[2:]}})
 
 
 def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None,
@@ -58,7 +61,8 @@ def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.Data
         return step_rows
     if not len(bounds):
         return step_rows
-    key = step_rows["step"].astype("Int64").fillna(-1).astype("int64").to_numpy()
-    by_step = pd.Series(bounds["path_bound"].to_numpy(), index=bounds["step"].to_numpy())
-    found = by_step.reindex(key).to_numpy(dtype=object)
-    return step_rows.assign(bound=np.where(pd.isna(found), step_rows["bound"].to_numpy(dtype=object), found))
+    step = step_rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
+    old = step_rows["bound"].to_numpy(dtype=object)
+    bound = [by_step.get(int(s) if s == s else -1, b) for s, b in zip(step.tolist(), old.tolist())]
+    return step_rows.assign(bound=np.array(bound, dtype=object))

@@ -222,13 +222,18 @@ def category_ns(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns
     """Per window (step) and category, its critical path's ns inside it (_inside): columns step +
     CATEGORIES, as composition(step_paths(...)) has them. What a step's bound needs (bound.py),
     without composition's per-class detail and without a frame of segments per step."""
-    steps = win["step"].to_numpy(dtype=np.int64)
-    out = np.zeros((len(steps), len(CATEGORIES)), np.int64)
+    out = category_matrix(g, p, r, win, wait_est_ns)
+    return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64), **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+
+
+def category_matrix(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> np.ndarray:
+    """category_ns' numbers: [window, category] (CATEGORIES' order), int64."""
+    out = np.zeros((len(win), len(CATEGORIES)), np.int64)
     hops = _Hops(g, p, r, wait_est_ns) if len(g) and len(win) else None
     for k, (_, node, begin, end) in enumerate(_last_nodes(g, r, win) if hops else ()):
         t0, t1, cat, _ = hops.arrays(hops.walk(node, begin), begin)
         np.add.at(out[k], cat.astype(np.int64), _inside(t0, t1, begin, end).astype(np.int64))  # integers: exact
-    return pd.DataFrame({"step": steps, **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+    return out
 
 
 def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:
