@@ -97,16 +97,17 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
                (len(events) and not events["start_ns"].notna().any()) else "no GPU activity with timestamps")
         return Idle(_empty(STEP_COLUMNS), _empty(OP_COLUMNS), _empty(LAUNCH_COLUMNS),
                     [f"no idle breakdown: {why}"])
-    sync = host[host["kind"] == "sync"] if host is not None else None
+    sync = _sync_union(host)
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
-    gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
+    in_step = windows["step"].notna().to_numpy()
+    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
     graph_of = (lambda: shared_graph(shared)) if shared is not None else None
     steps = with_path_bound(_step_table(base, gaps), events, host, graph_of)  # issue 27: bound from the critical path
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
-    ops = host_ops(gaps, host, rank, top)
+    ops = host_ops(gaps, host, rank, top, sync)
     return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
 
 
@@ -114,11 +115,13 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
 
 
-def _union_of(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
-    if frame is None or not len(frame):
+def _sync_union(host: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the host frame's sync calls: sorted disjoint (starts, ends)."""
+    if host is None or not len(host):
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    start = frame["start_ns"].to_numpy(dtype=np.int64)
-    return merge_intervals(start, start + frame["dur_ns"].to_numpy(dtype=np.int64))
+    sync = kind_mask(host, ("sync",))
+    start = host["start_ns"].to_numpy(dtype=np.int64)[sync]
+    return merge_intervals(start, start + host["dur_ns"].to_numpy(dtype=np.int64)[sync])
 
 
 def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
@@ -220,15 +223,15 @@ def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < end[np.maximum(i, 0)])
 
 
-def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
+def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS,
+             sync: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per (kind, name) of the host's CPU ops, ranges and OS calls (OP_KINDS), the ns of
     host-caused idle its intervals cover (a name's own overlapping intervals counted once),
     the `top` names by that (OP_COLUMNS; host_idle_ns: the rank's total, the same on each row)."""
     if host is None or not len(gaps):
         return _empty(OP_COLUMNS)
     h_start, h_dur = host["start_ns"].to_numpy(dtype=np.int64), host["dur_ns"].to_numpy(dtype=np.int64)
-    sync = kind_mask(host, ("sync",))
-    u_start, u_end = host_idle_intervals(gaps, *merge_intervals(h_start[sync], h_start[sync] + h_dur[sync]))
+    u_start, u_end = host_idle_intervals(gaps, *(sync if sync is not None else _sync_union(host)))
     # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
     on = np.flatnonzero(kind_mask(host, OP_KINDS))
     on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
