@@ -33,8 +33,10 @@ def gradient_allreduces(rows: pd.DataFrame) -> pd.Series:
 
 def _distinct(column: pd.Series, test) -> np.ndarray:
     """test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
-    codes, names = pd.factorize(column.astype(object) if isinstance(column.dtype, pd.CategoricalDtype) else column,
-                                use_na_sentinel=False)
+    if isinstance(column.dtype, pd.CategoricalDtype):  # each category, and "nan" (code -1) last
+        names = pd.Index([str(c) for c in column.cat.categories] + ["nan"], dtype=object)
+        return np.asarray(test(names), dtype=bool)[column.cat.codes.to_numpy()]
+    codes, names = pd.factorize(column, use_na_sentinel=False)
     return np.asarray(test(pd.Index(names.astype(str), dtype=object)), dtype=bool)[codes]
 
 
