@@ -26,7 +26,7 @@ from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
 from .steps import timeline
 from .steps.steps import has_times
-from .steps.waits import rank_digest
+from .steps.waits import rank_waits
 from .whatif.nodes import RankGraphReduce
 
 
@@ -54,7 +54,7 @@ TOPICS: tuple[Topic, ...] = (
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
                       "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
                       "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
-    Topic("steps", {"waits": OnEvents(rank_digest), "first_ns": OnEvents(digests.first_start),
+    Topic("steps", {"waits": rank_waits, "first_ns": OnEvents(digests.first_start),
                     "cpu_comm": OnEvents(digests.rank_cpu_comm)},
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",
                     "findings.findings_more:cpu_comm_findings"),

@@ -169,10 +169,31 @@ def time_in(rows: pd.DataFrame, windows_df: pd.DataFrame, key: str) -> pd.DataFr
         start = start[:0]
     pos = np.searchsorted(begin, start, side="right") - 1
     inside = (pos >= 0) & (start < windows_df["arrival_ns"].to_numpy(dtype=np.int64)[np.maximum(pos, 0)])
-    names = rows[key].astype(str).to_numpy()[inside]
-    out = pd.DataFrame({"window": pos[inside].astype(np.int32), key: pd.Categorical(names),
-                        "dur_ns": rows["dur_ns"].to_numpy(dtype=np.int64)[inside]})
-    return out.groupby(["window", key], observed=True, sort=False)["dur_ns"].sum().reset_index()
+    names = _as_str_categorical(rows[key], inside)
+    window = pos[inside].astype(np.int64)
+    # per (window, name) in order of first appearance, as groupby(sort=False, observed=True): integer sums
+    pair, at = pd.factorize(window * max(len(names.categories), 1) + names.codes)
+    ns = np.zeros(len(at), np.int64)
+    np.add.at(ns, pair, rows["dur_ns"].to_numpy(dtype=np.int64)[inside])
+    first = np.unique(pair, return_index=True)[1]
+    return pd.DataFrame({"window": window[first].astype(np.int32),
+                         key: pd.Categorical.from_codes(names.codes[first], dtype=names.dtype), "dur_ns": ns})
+
+
+def _as_str_categorical(column: pd.Series, mask: np.ndarray) -> pd.Categorical:
+    """pd.Categorical(column.astype(str)[mask]): a categorical column's names made once per
+    category, not once per row (its categories: the names present, sorted)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.Categorical(np.asarray(column.array, dtype=object)[mask].astype(str).astype(object))
+    codes = column.cat.codes.to_numpy()[mask]
+    used = np.unique(codes)
+    used = np.r_[used[used >= 0], used[used < 0]]  # a missing name (-1) last, as its label is
+    labels = np.array([str(c) for c in column.cat.categories[used[used >= 0]]] + ["nan"] * int((used < 0).any()),
+                      dtype=object)  # NaN: "nan", as astype(str) writes it
+    categories, label_at = np.unique(labels, return_inverse=True)
+    lookup = np.zeros(len(column.cat.categories) + 1, np.int64)  # code -1 (NaN) is the last slot
+    lookup[np.where(used >= 0, used, len(column.cat.categories))] = label_at.reshape(-1)
+    return pd.Categorical.from_codes(lookup[codes], categories=pd.Index(categories, dtype=object))
 
 
 def _by_unit(sums: pd.Series) -> dict:

@@ -7,7 +7,7 @@ This module imports nothing of the project.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -90,12 +90,32 @@ class RankData:
     """What a per-rank reducer gets (load_many's `reduce`, reports.session's digests), one
     signature for all: `fn(rank: RankData) -> Any`. `events`: the rank's classified rows;
     `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none;
-    `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none."""
+    `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none.
+    `shared(key, make)`: what several reducers of this rank build alike (the what-if graph that
+    idle's path bound and the whatif digest both read), made once by the first to ask."""
 
     events: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     host: pd.DataFrame | None = None
     memory: pd.DataFrame | None = None
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def shared(self, key: str, make: Callable[[], Any]) -> Any:
+        """make() the first time `key` is asked for on this rank, the same object after."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+
+def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
+    """Whether each row's `kind` is one of `kinds`: by the categorical's codes where it is one
+    (the events' and the host frame's are), with no string per row; bool array."""
+    kind = frame["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        table = np.zeros(len(kind.cat.categories) + 1, dtype=bool)  # the last: code -1, a missing kind
+        table[[i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]] = True
+        return table[kind.cat.codes.to_numpy()]
+    return np.isin(kind.astype(str).to_numpy(), kinds)
 
 
 class OnEvents:

@@ -39,7 +39,7 @@ def rank_noise(events: pd.DataFrame) -> dict:
     """One rank's steps (distinct, None without) and, per `--by` choice, the standard deviation
     of each row's time over the steps (noise.step_std): what 'slowest' weighs leads against."""
     return {"steps": noise.step_count(events),
-            "std": {by: noise.step_std(events, keys) for by, keys in BY.items()}}
+            "std": noise.step_stds(events, BY)}
 
 
 def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:

@@ -38,6 +38,14 @@ class Evidence:
     inputs: list[Input]
     comparison: Comparison
     runs: list[tuple[str, dict]] = field(default_factory=list)
+    # what several sources derive from one input alike (its GEMM kernels), made once: shared(key, make)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def shared(self, key, make):
+        """make() the first time `key` is asked for in this command, the same object after."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     @cached_property
     def kernels(self) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, combine
+from ..idle.idle import CAUSES, Idle, combine
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -23,6 +23,11 @@ def _run(group: str, several: bool) -> str:
     return f"{group}: " if several and group else ""
 
 
+def rank_idle_of(ev, i) -> Idle:
+    """Input `i`'s idle digest as combine() gives it (under its rank), made once per command."""
+    return ev.shared(("idle", id(i)), lambda: combine({i.rank: i.digest("idle")}))
+
+
 def idle_findings(ev) -> list:
     """Per run, the rank idling most per step, its idle split by its largest cause, and how
     many steps were host-, GPU- or communication-bound."""
@@ -31,7 +36,7 @@ def idle_findings(ev) -> list:
     for i in ev.inputs:
         if not i.timed:
             continue
-        steps = combine({i.rank: i.digest("idle")}).steps
+        steps = rank_idle_of(ev, i).steps
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()

@@ -21,16 +21,32 @@ def _waits_per_step(ev, group: str, rank: int, steps: pd.DataFrame) -> dict[int,
     all-reduces' kernels in that step (reports/waits.py; a kernel also used by other collectives
     counts their waits too: the fixable time is then understated, never overstated); None
     where the run's inputs give no who-waits (one rank of the job, no timestamps)."""
+    by_rank = _collectives_by_rank(ev, group)
+    if by_rank is None:
+        return None
+    empty = (np.zeros(0, np.int64), np.zeros(0, dtype=object), np.zeros(0, np.int64))
+    step, kernel, wait = by_rank.get(rank, empty)
+    out = {}
+    for s, names in zip(steps["step"], steps["kernels"]):
+        mine = (step == int(s)) & np.isin(kernel, str(names).split("|"))
+        out[int(s)] = int(np.nansum(wait[mine]))
+    return out
+
+
+def _collectives_by_rank(ev, group: str) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """The run's collectives (who-waits) per rank: (step, WHOLE without; kernel; wait_ns), split
+    once per command for every rank's finding."""
     w = ev.comparison.waits.get(group)
     if w is None or not len(w.collectives):
         return None
-    c = w.collectives[w.collectives["rank"] == rank]
-    step = c["step"].astype("float64").fillna(WHOLE).astype("int64")
-    out = {}
-    for s, names in zip(steps["step"], steps["kernels"]):
-        mine = (step == int(s)) & c["kernel"].astype(str).isin(str(names).split("|"))
-        out[int(s)] = int(c.loc[mine, "wait_ns"].sum())
-    return out
+
+    def split() -> dict:
+        c = w.collectives
+        rank = c["rank"].to_numpy()
+        step = c["step"].astype("float64").fillna(WHOLE).astype("int64").to_numpy()
+        kernel, wait = c["kernel"].astype(str).to_numpy(dtype=object), c["wait_ns"].to_numpy()
+        return {int(r): (step[rank == r], kernel[rank == r], wait[rank == r]) for r in np.unique(rank)}
+    return ev.shared(("ddp waits", group), split)
 
 
 def _rank_figures(ev, i) -> dict | None:

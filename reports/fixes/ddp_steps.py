@@ -28,14 +28,38 @@ WHOLE = -1
 def gradient_allreduces(rows: pd.DataFrame) -> pd.Series:
     """Which of the timed rows are gradient all-reduces (module docstring): all-reduce kernels of
     a step that has backward kernels, starting at or after its first one."""
-    scope = rows["scope"].astype(str).str.lower()
-    comm = (rows["kind"] == "kernel") & (rows["op_class"] == "communication")
-    by_name = rows["kernel"].astype(str).map(collective_type) == "allreduce"
-    allreduce = comm & (by_name | scope.str.contains(r"all_?reduce", regex=True))
-    backward = (rows["kind"] == "kernel") & ~comm & scope.str.contains("backward", regex=False)
-    step = rows["step"].astype("float64").fillna(WHOLE)
-    first_ns = rows["start_ns"].where(backward).groupby(step).transform("min")
-    return allreduce & (rows["start_ns"] >= first_ns).fillna(False)
+    return pd.Series(_gradient_mask(rows), index=rows.index)
+
+
+def _distinct(column: pd.Series, test) -> np.ndarray:
+    """test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):  # each category, and "nan" (code -1) last
+        names = pd.Index([str(c) for c in column.cat.categories] + ["nan"], dtype=object)
+        return np.asarray(test(names), dtype=bool)[column.cat.codes.to_numpy()]
+    codes, names = pd.factorize(column, use_na_sentinel=False)
+    return np.asarray(test(pd.Index(names.astype(str), dtype=object)), dtype=bool)[codes]
+
+
+def _steps(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's step, WHOLE where it has none (int64)."""
+    step = rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.where(np.isnan(step), WHOLE, step).astype(np.int64)
+
+
+def _gradient_mask(rows: pd.DataFrame) -> np.ndarray:
+    kernel = (rows["kind"] == "kernel").to_numpy()
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+    by_name = _distinct(rows["kernel"], lambda k: [collective_type(n) == "allreduce" for n in k])
+    scope_allreduce = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains(r"all_?reduce", regex=True))
+    scope_backward = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains("backward", regex=False))
+    allreduce = comm & (by_name | scope_allreduce)
+    backward = kernel & ~comm & scope_backward
+    if not allreduce.any() or not backward.any():
+        return np.zeros(len(rows), bool)
+    step, start = _steps(rows), rows["start_ns"].to_numpy(dtype=np.int64)
+    first_ns = pd.Series(start[backward]).groupby(step[backward]).min()  # per step with backward kernels
+    first = first_ns.reindex(step).to_numpy(dtype=np.float64)  # NaN: a step without any
+    return allreduce & (start >= first)
 
 
 def rank_ddp(events: pd.DataFrame) -> pd.DataFrame:
@@ -43,42 +67,36 @@ def rank_ddp(events: pd.DataFrame) -> pd.DataFrame:
     kernel names, joined by "|"; msg_bytes NaN where the trace gives no size for one of them;
     span_ns the step's first GPU start to its last end."""
     rows = timed(events)
-    grads = gradient_allreduces(rows) if len(rows) else pd.Series(dtype=bool)
-    if not len(rows) or not grads.any():
+    grads = _gradient_mask(rows) if len(rows) else np.zeros(0, bool)
+    if not grads.any():
         return pd.DataFrame({c: pd.Series(dtype={"msg_bytes": "float64", "kernels": object}.get(c, "int64"))
                              for c in COLUMNS})
-    step = rows["step"].astype("float64").fillna(WHOLE).astype("int64")
+    step = _steps(rows)
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    compute = ((rows["kind"] == "kernel") & (rows["op_class"] != "communication")).to_numpy()
+    kernel = rows["kernel"].to_numpy(dtype=object)
+    msg = rows["msg_bytes"].to_numpy(dtype=np.float64)
     out = []
-    for s, g in rows.groupby(step.to_numpy(), sort=True):
-        mine = grads.loc[g.index].to_numpy()
-        if not mine.any():
-            continue
+    for s in np.unique(step[grads]).tolist():
+        at = step == s
+        mine = grads & at
+        sizes = msg[mine]
         out.append({"step": int(s), "allreduces": int(mine.sum()),
-                    "kernels": "|".join(sorted(set(g.loc[mine, "kernel"].astype(str)))),
-                    "msg_bytes": float(g.loc[mine, "msg_bytes"].sum(min_count=len(g.loc[mine]))),
-                    **_exposed(g, mine), "span_ns": _span(g)})
+                    "kernels": "|".join(sorted(set(str(k) for k in kernel[mine]))),
+                    "msg_bytes": float("nan") if np.isnan(sizes).any() else float(sizes.sum()),
+                    **_exposed(start, end, mine, compute & at), "span_ns": int(end[at].max() - start[at].min())})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def _intervals(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    start = rows["start_ns"].to_numpy(dtype=np.int64)
-    return merge_intervals(start, start + rows["dur_ns"].to_numpy(dtype=np.int64))
-
-
-def _exposed(step: pd.DataFrame, mine: np.ndarray) -> dict:
-    """The union of the step's gradient all-reduces, its part beside no compute kernel, and its
-    part after the last compute kernel that started before the last all-reduce did (backward's
-    end: the tail no overlap hides)."""
-    comm_start, comm_end = _intervals(step[mine])
-    compute = step[(step["kind"] == "kernel") & (step["op_class"] != "communication")]
-    overlap = covered(comm_start, comm_end, *_intervals(compute)).sum()
+def _exposed(start: np.ndarray, end: np.ndarray, mine: np.ndarray, compute: np.ndarray) -> dict:
+    """The union of the step's gradient all-reduces (`mine`), its part beside no compute kernel
+    (the step's: `compute`), and its part after the last compute kernel that started before the
+    last all-reduce did (backward's end: the tail no overlap hides)."""
+    comm_start, comm_end = merge_intervals(start[mine], end[mine])
+    overlap = covered(comm_start, comm_end, *merge_intervals(start[compute], end[compute])).sum()
     comm = int((comm_end - comm_start).sum())
-    before = compute[compute["start_ns"] < comm_start[-1]]  # backward's kernels (the optimizer's start after)
-    last_ns = int((before["start_ns"] + before["dur_ns"]).max()) if len(before) else int(comm_start[0])
+    before = compute & (start < comm_start[-1])  # backward's kernels (the optimizer's start after)
+    last_ns = int(end[before].max()) if before.any() else int(comm_start[0])
     tail = covered(comm_start, comm_end, np.array([last_ns]), np.array([np.iinfo(np.int64).max])).sum()
     return {"comm_ns": comm, "exposed_ns": comm - int(overlap), "tail_ns": int(tail)}
-
-
-def _span(rows: pd.DataFrame) -> int:
-    start = rows["start_ns"].to_numpy(dtype=np.int64)
-    return int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max() - start.min())

@@ -34,18 +34,34 @@ COLUMNS = ["kernel", "dur_ns", "count", "known_ns", "flops", "bytes", "tc_min_ns
 def gemm_kernels(sums: pd.DataFrame) -> pd.DataFrame:
     """One rank's GEMM kernels (op_class gemm, GPU rows) with their time and calls: kernel,
     dur_ns, count, simt, tensor_core, unaligned (booleans from the name, module docstring)."""
-    rows = sums[(sums["op_class"] == "gemm") & (sums["kind"] == "kernel")]
-    out = rows.groupby("kernel", observed=True, sort=False)[["dur_ns", "count"]].sum().reset_index()
-    name = out["kernel"].astype(str)
-    gemv = name.str.contains(GEMV)
-    out["simt"] = name.str.contains(SIMT) & ~name.str.contains(TENSOR_CORE) & ~gemv
-    out["tensor_core"] = name.str.contains(TENSOR_CORE) & ~out["simt"]
-    out["unaligned"] = name.str.contains(UNALIGNED) & out["tensor_core"]
+    on = ((sums["op_class"] == "gemm") & (sums["kind"] == "kernel")).to_numpy()
+    kernel = sums["kernel"][on]
+    codes = kernel.cat.codes.to_numpy() if isinstance(kernel.dtype, pd.CategoricalDtype) else pd.factorize(kernel)[0]
+    keep = codes >= 0  # a missing name: no group, as groupby drops it
+    group, first = pd.factorize(codes[keep])  # in order of first appearance, as groupby(sort=False)
+    total = {c: np.zeros(len(first), np.int64) for c in ("dur_ns", "count")}
+    for c, ns in total.items():
+        np.add.at(ns, group, sums[c].to_numpy(dtype=np.int64)[on][keep])
+    at = np.unique(group, return_index=True)[1]
+    out = pd.DataFrame({"kernel": kernel.iloc[np.flatnonzero(keep)[at]].reset_index(drop=True), **total})
+    names = [str(k) for k in out["kernel"]]  # a few GEMM names: each tested in Python, not a Series per test
+
+    def has(pattern: re.Pattern) -> np.ndarray:
+        return np.array([pattern.search(n) is not None for n in names], dtype=bool)
+
+    simt = has(SIMT) & ~has(TENSOR_CORE) & ~has(GEMV)
+    tensor_core = has(TENSOR_CORE) & ~simt
+    out = out.assign(simt=simt, tensor_core=tensor_core, unaligned=has(UNALIGNED) & tensor_core)
     return out.sort_values("dur_ns", ascending=False, kind="stable", ignore_index=True)
 
 
 def gpu_ns(sums: pd.DataFrame) -> int:
     return int(sums.loc[sums["kind"] != "cpu_op", "dur_ns"].sum())
+
+
+def _of(ev, i) -> tuple[pd.DataFrame, int]:
+    """(gemm_kernels, gpu_ns) of input `i`'s sums, made once per command (both sources read them)."""
+    return ev.shared(("gemm", id(i)), lambda: (gemm_kernels(i.sums), gpu_ns(i.sums)))
 
 
 def with_tensor_core_roof(kernels: pd.DataFrame, roof: dict) -> pd.DataFrame:
@@ -92,11 +108,9 @@ def _pick(ev, select) -> dict[str, tuple]:
     MIN_GPU_SHARE of its GPU time: {group: (input, kernels, its GPU ns)}."""
     best: dict[str, tuple] = {}
     for i in ev.inputs:
-        sums = i.sums
-        total = gpu_ns(sums)
+        k, total = _of(ev, i)
         if not total:
             continue
-        k = gemm_kernels(sums)
         mine = k[select(k)]
         time = int(mine["dur_ns"].sum())
         if time >= MIN_GPU_SHARE * total and (i.group not in best or time > best[i.group][1]["dur_ns"].sum()):
@@ -111,7 +125,7 @@ def tf32_findings(ev) -> list[Finding]:
     several = len({i.group for i in ev.inputs}) > 1
     out = []
     for group, (i, simt, total) in _pick(ev, lambda k: k["simt"]).items():
-        k = gemm_kernels(i.sums)
+        k = _of(ev, i)[0]
         gemm_ns, tc_ns = int(k["dur_ns"].sum()), int(k.loc[k["tensor_core"], "dur_ns"].sum())
         roof = i.digest("roofline")
         work = with_tensor_core_roof(simt, roof)
@@ -192,9 +206,7 @@ def alignment_findings(ev) -> list[Finding]:
     several = len({i.group for i in ev.inputs}) > 1
     best: dict[str, tuple] = {}
     for i in ev.inputs:
-        sums = i.sums
-        total = gpu_ns(sums)
-        k = gemm_kernels(sums)
+        k, total = _of(ev, i)
         odd_kernels, shapes = k[k["unaligned"]], _odd_shapes(i)
         stake = max(int(odd_kernels["dur_ns"].sum()), sum(o["dur_ns"] for o in shapes))
         if total and stake >= MIN_GPU_SHARE * total and (i.group not in best or stake > best[i.group][1]):

@@ -15,14 +15,14 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..idle.idle import combine
+from ..findings.findings_more import rank_idle_of
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
 
 
-def _figures(i) -> dict | None:
-    idle = combine({i.rank: i.digest("idle")})
+def _figures(ev, i) -> dict | None:
+    idle = rank_idle_of(ev, i)
     steps, launches = idle.steps, idle.launches
     if not len(steps) or not len(launches):
         return None
@@ -47,7 +47,7 @@ def graphs_findings(ev) -> list[Finding]:
     several = len({i.group for i in ev.inputs}) > 1
     best: dict[str, tuple] = {}
     for i in ev.inputs:
-        f = _figures(i) if i.timed else None
+        f = _figures(ev, i) if i.timed else None
         if (f and f["short_kernels"] >= MIN_SHORT_SHARE * f["launched"]
                 and f["stake_ns_per_step"] >= MIN_IDLE_SHARE_OF_STEP * f["span_ns_per_step"]
                 and (i.group not in best or f["stake_ns"] > best[i.group][1]["stake_ns"])):

@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.schema import RankData, kind_mask
 
-from ..steps.steps import step_rows
+from ..steps.steps import shared_step_rows, step_rows
 from ..steps.timeline import covered, merge_intervals, timed
 from ..whatif.bound import with_path_bound
+from ..whatif.nodes import shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
@@ -80,13 +81,15 @@ class RankIdle:
         self.top = top
 
     def __call__(self, rank: RankData) -> Idle:
-        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top)
+        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top, rank)
 
 
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,
-              top: int | None = TOP_OPS) -> Idle:
+              top: int | None = TOP_OPS, shared: RankData | None = None) -> Idle:
     """Idle by cause of one rank's events (module docstring), with its host frame (None: no
-    sync calls or CPU ops known; sync idle then counts as host)."""
+    sync calls or CPU ops known; sync idle then counts as host). `shared`: the RankData of these
+    frames where the caller has it: the what-if graph (whatif/bound.rank_path_bounds) and the
+    step rows (steps.shared_step_rows) other digests of the rank make are read from it, not made again."""
     rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
@@ -94,14 +97,17 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
                (len(events) and not events["start_ns"].notna().any()) else "no GPU activity with timestamps")
         return Idle(_empty(STEP_COLUMNS), _empty(OP_COLUMNS), _empty(LAUNCH_COLUMNS),
                     [f"no idle breakdown: {why}"])
-    sync = host[host["kind"] == "sync"] if host is not None else None
+    sync = _sync_union(host)
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
-    gaps = step_gaps(windows[windows["step"].notna()], *_union_of(sync))
-    steps = with_path_bound(_step_table(windows, gaps), events, host)  # issue 27: bound from the critical path
+    in_step = windows["step"].notna().to_numpy()
+    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
+    base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
+    graph_of = (lambda: shared_graph(shared)) if shared is not None else None
+    steps = with_path_bound(_step_table(base, gaps), events, host, graph_of)  # issue 27: bound from the critical path
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
-    ops = host_ops(gaps, host, rank, top)
+    ops = host_ops(gaps, host, rank, top, sync)
     return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
 
 
@@ -109,41 +115,57 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
 
 
-def _union_of(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
-    if frame is None or not len(frame):
+def _sync_union(host: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the host frame's sync calls: sorted disjoint (starts, ends)."""
+    if host is None or not len(host):
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    start = frame["start_ns"].to_numpy(dtype=np.int64)
-    return merge_intervals(start, start + frame["dur_ns"].to_numpy(dtype=np.int64))
+    sync = kind_mask(host, ("sync",))
+    start = host["start_ns"].to_numpy(dtype=np.int64)[sync]
+    return merge_intervals(start, start + host["dur_ns"].to_numpy(dtype=np.int64)[sync])
 
 
 def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
     """One row per gap in a step's GPU union: rank, step, gap_start_ns, gap_end_ns, the
     launch point a (clipped into the gap) and the ns of each cause (module docstring)."""
-    df = pd.DataFrame({"rank": rows["rank"].to_numpy(), "step": rows["step"].to_numpy(dtype=np.int64),
-                       "stream": rows["stream"].fillna(-1).to_numpy(dtype=np.int64),
-                       "start": rows["start_ns"].to_numpy(dtype=np.int64),
-                       "end": (rows["start_ns"] + rows["dur_ns"]).to_numpy(dtype=np.int64),
-                       "launch": rows["launch_start_ns"].astype("float64").to_numpy(),
-                       "launch_end": (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()})
-    df = df.sort_values(["rank", "step", "start", "launch"], kind="stable", na_position="last", ignore_index=True)
-    by_step = df.groupby(["rank", "step"], sort=False)
-    df["run_end"] = by_step["end"].cummax()
-    df["before"] = df.groupby(["rank", "step"], sort=False)["run_end"].shift(1)
-    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["end"].cummax()
-    df["own_before"] = df.groupby(["rank", "step", "stream"], sort=False)["own_before"].shift(1)
-    gap = df[df["start"] > df["before"]]
-    del df, by_step  # the gaps are all that is needed from here (as many as the rows, with tiny kernels)
-    return _causes(gap, sync_start, sync_end)
+    rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy(dtype=np.int64)
+    stream = rows["stream"].fillna(-1).to_numpy(dtype=np.int64)
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    launch = rows["launch_start_ns"].astype("float64").to_numpy()
+    launch_end = (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()
+    order = np.lexsort((launch, start, step, rank))  # stable; a row without a launch last among equals
+    rank, step, stream, start, end, launch, launch_end = (a[order] for a in (rank, step, stream, start, end, launch,
+                                                                             launch_end))
+    first = np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])] if len(order) else np.zeros(0, bool)
+    in_step = np.cumsum(first)  # the (rank, step) groups are runs of this order
+    before = _shifted(pd.Series(end).groupby(in_step, sort=False).cummax().to_numpy(), in_step)
+    streams, stream_at = np.unique(stream, return_inverse=True)
+    on_stream = in_step * len(streams) + stream_at.reshape(-1)  # the (rank, step, stream) groups
+    own_before = _shifted(pd.Series(end).groupby(on_stream, sort=False).cummax().to_numpy(), on_stream)
+    gap = start > before  # NaN (a step's first row): no gap
+    return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
+                   sync_start, sync_end)
 
 
-def _causes(gap: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
-    g0, g1 = gap["before"].to_numpy(dtype=np.int64), gap["start"].to_numpy(dtype=np.int64)
-    known = gap["launch"].notna().to_numpy()
-    a = np.clip(np.nan_to_num(gap["launch"].to_numpy(), nan=0).astype(np.int64), g0, g1)
+def _shifted(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's previous row's value within its group (in row order), NaN for a group's first (float64)."""
+    order = np.argsort(group, kind="stable")
+    out = np.full(len(values), np.nan)
+    same = group[order][1:] == group[order][:-1]
+    out[order[1:][same]] = values[order[:-1][same]]
+    return out
+
+
+def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.ndarray, launch: np.ndarray,
+            launch_end: np.ndarray, own_before: np.ndarray, sync_start: np.ndarray, sync_end: np.ndarray
+            ) -> pd.DataFrame:
+    g0, g1 = before.astype(np.int64), start
+    known = ~np.isnan(launch)
+    a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
     post = g1 - a
-    queued = known & (gap["launch_end"].to_numpy() <= g0)
-    behind_own = queued & (gap["own_before"].to_numpy() >= g0)  # NaN (first of its stream): False
-    return pd.DataFrame({"rank": gap["rank"].to_numpy(), "step": gap["step"].to_numpy(), "gap_start_ns": g0,
+    queued = known & (launch_end <= g0)
+    behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False
+    return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
                          "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
                          "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, sync_start, sync_end),
                          "idle_launch_ns": np.where(known & ~queued, post, 0),
@@ -151,19 +173,21 @@ def _causes(gap: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> 
                          "idle_other_ns": np.where(known, np.where(behind_own, post, 0), g1 - g0)})
 
 
-def _step_table(rows: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
-    """step_rows (span, busy, exposed communication) with the causes summed per step, and bound."""
-    base = step_rows(rows)
+def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
+    """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
     if not len(base):
         return _empty(STEP_COLUMNS)
-    sums = gaps.groupby(["step", "rank"])[["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns",
-                                             "idle_other_ns"]].sum()
-    out = base.merge(sums, left_on=["step", "rank"], right_index=True, how="left").fillna(0)
-    out["idle_ns"] = out["span_ns"] - out["busy_ns"]
-    out["idle_host_ns"] = out["pre_ns"] - out["idle_sync_ns"]
-    out["bound"] = step_bound(out)
-    ints = [c for c in STEP_COLUMNS if c.endswith("_ns") or c in ("kernels", "step", "rank")]
-    return out.astype({c: "int64" for c in ints})[STEP_COLUMNS]
+    parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
+    sums = gaps.groupby(["step", "rank"])[parts].sum()
+    got = sums.reindex(pd.MultiIndex.from_arrays([base["step"], base["rank"]])).fillna(0).to_numpy(dtype=np.int64)
+    col = {c: base[c].to_numpy(dtype=np.int64) for c in ("step", "rank", "kernels", "span_ns", "busy_ns",
+                                                         "exposed_comm_ns")}
+    part = dict(zip(parts, got.T))
+    out = pd.DataFrame({"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
+                        "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
+                        "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
+                        **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]})
+    return out.assign(bound=step_bound(out))[STEP_COLUMNS]
 
 
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
@@ -199,27 +223,30 @@ def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < end[np.maximum(i, 0)])
 
 
-def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
+def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS,
+             sync: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per (kind, name) of the host's CPU ops, ranges and OS calls (OP_KINDS), the ns of
     host-caused idle its intervals cover (a name's own overlapping intervals counted once),
     the `top` names by that (OP_COLUMNS; host_idle_ns: the rank's total, the same on each row)."""
     if host is None or not len(gaps):
         return _empty(OP_COLUMNS)
-    sync = host[host["kind"] == "sync"]
-    u_start, u_end = host_idle_intervals(gaps, *_union_of(sync))
-    ops = host[host["kind"].isin(OP_KINDS)]
-    names, name_of = pd.factorize(ops["name"].to_numpy(dtype=object), sort=True)  # codes in name order
-    kinds = ops["kind"].cat.codes.to_numpy(dtype=np.int64)
-    order = np.lexsort((ops["start_ns"].to_numpy(dtype=np.int64), names, kinds))  # by kind, name, start
+    h_start, h_dur = host["start_ns"].to_numpy(dtype=np.int64), host["dur_ns"].to_numpy(dtype=np.int64)
+    u_start, u_end = host_idle_intervals(gaps, *(sync if sync is not None else _sync_union(host)))
+    # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
+    on = np.flatnonzero(kind_mask(host, OP_KINDS))
+    on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
+    names, name_of = pd.factorize(np.asarray(host["name"].array, dtype=object)[on], sort=True)  # codes in name order
+    kinds = host["kind"].cat.codes.to_numpy(dtype=np.int64)[on]
+    order = np.lexsort((h_start[on], names, kinds))  # by kind, name, start
     group = kinds[order] * len(name_of) + names[order]
     first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
-    start = ops["start_ns"].to_numpy(dtype=np.int64)[order]
-    end = start + ops["dur_ns"].to_numpy(dtype=np.int64)[order]
+    start = h_start[on][order]
+    end = start + h_dur[on][order]
     reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
     reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
     ns = covered(np.maximum(start, reached), end, u_start, u_end)
     at = np.flatnonzero(first)
-    out = pd.DataFrame({"kind": ops["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+    out = pd.DataFrame({"kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
                         "name": name_of[names[order][at]].astype(str),
                         "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
     out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
@@ -234,34 +261,49 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     A launch call that started several kernels (a CUDA-graph replay: every node shares its
     cudaGraphLaunch) counts once, its delay to its first kernel; its kernels are not "shorter
     than their launch", since the one call launched them all (`graph_launches` counts them)."""
-    kernels = rows[rows["kind"] == "kernel"]
-    n_steps = int(kernels["step"].nunique())
-    known = kernels[kernels["launch_start_ns"].notna()]
-    calls = launch_calls(known)
-    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).to_numpy(dtype=np.float64)
-    launch_dur = calls["launch_dur_ns"].to_numpy(dtype=np.int64)
-    single = known.merge(calls[calls["kernels"] == 1][["launch_start_ns", "launch_dur_ns"]],
-                         on=["launch_start_ns", "launch_dur_ns"])
-    short = single["dur_ns"].to_numpy(dtype=np.int64) < single["launch_dur_ns"].to_numpy(dtype=np.int64)
+    kernel = kind_mask(rows, ("kernel",))
+    step = rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)[kernel]
+    n_steps = len(np.unique(step[~np.isnan(step)]))
+    known = kernel & rows["launch_start_ns"].notna().to_numpy()
+    paired = known & rows["launch_dur_ns"].notna().to_numpy()  # a call is its start and its duration
+    calls = launch_calls(rows[paired])
+    delay = (calls["first_start_ns"] - calls["launch_start_ns"]).astype(np.float64)
+    launch_dur = calls["launch_dur_ns"]
+    single = calls["kernels"][calls["row"]] == 1  # per known kernel: its call started it alone
+    dur = rows["dur_ns"].to_numpy(dtype=np.int64)[paired]
+    short = single & (dur < launch_dur[calls["row"]])
     return pd.DataFrame([{
-        "rank": rank, "steps": n_steps, "kernels": len(kernels),
-        "kernels_per_step": kernels["step"].notna().sum() / n_steps if n_steps else None,
-        "launched": len(known), "graph_launches": int((calls["kernels"] > 1).sum()),
+        "rank": rank, "steps": n_steps, "kernels": int(kernel.sum()),
+        "kernels_per_step": np.int64((~np.isnan(step)).sum()) / n_steps if n_steps else None,
+        "launched": int(known.sum()), "graph_launches": int((calls["kernels"] > 1).sum()),
         "delay_median_ns": float(np.median(delay)) if len(delay) else None,
         "delay_p90_ns": float(np.percentile(delay, 90)) if len(delay) else None,
-        "launch_cpu_ns": int(launch_dur.sum()) if len(known) else None,
-        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"].to_numpy()].sum()) / n_steps
-                                   if n_steps and len(known) else None),
-        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(single["dur_ns"].to_numpy()[short].sum())}],
+        "launch_cpu_ns": int(launch_dur.sum()) if known.any() else None,
+        "launch_cpu_per_step_ns": (int(launch_dur[calls["in_step"]].sum()) / n_steps
+                                   if n_steps and known.any() else None),
+        "short_kernels": int(short.sum()), "short_kernels_gpu_ns": int(dur[short].sum())}],
         columns=LAUNCH_COLUMNS)
 
 
-def launch_calls(known: pd.DataFrame) -> pd.DataFrame:
-    """One row per launch call (its start and CPU duration identify it) of the kernels whose
-    launch is known: how many kernels it started, the first one's start, whether in a step."""
-    g = known.assign(in_step=known["step"].notna()).groupby(["launch_start_ns", "launch_dur_ns"], sort=False)
-    return g.agg(kernels=("start_ns", "size"), first_start_ns=("start_ns", "min"),
-                 in_step=("in_step", "any")).reset_index()
+def launch_calls(known: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per launch call (its start and CPU duration identify it) of the kernels whose launch is
+    known, in (start, duration) order: launch_start_ns, launch_dur_ns, how many kernels it started
+    (`kernels`), the first one's start, whether any is in a step; `row`: each kernel's call."""
+    ls = known["launch_start_ns"].to_numpy(dtype=np.int64)
+    ld = known["launch_dur_ns"].to_numpy(dtype=np.int64)
+    order = np.lexsort((ld, ls))
+    new = np.r_[True, (ls[order][1:] != ls[order][:-1]) | (ld[order][1:] != ld[order][:-1])] if len(order) else \
+        np.zeros(0, bool)
+    at = np.flatnonzero(new)
+    row = np.empty(len(order), np.int64)
+    row[order] = np.cumsum(new) - 1
+    start = known["start_ns"].to_numpy(dtype=np.int64)[order]
+    in_step = known["step"].notna().to_numpy()[order]
+    empty = not len(at)
+    return {"launch_start_ns": ls[order][at], "launch_dur_ns": ld[order][at],
+            "kernels": np.diff(np.r_[at, len(order)]), "row": row,
+            "first_start_ns": np.zeros(0, np.int64) if empty else np.minimum.reduceat(start, at),
+            "in_step": np.zeros(0, bool) if empty else np.logical_or.reduceat(in_step, at)}
 
 
 def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:

@@ -124,7 +124,8 @@ def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarr
 def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
              device_from: str = "unknown") -> Roofline:
     """The rows of one rank's events grouped by `by` (module docstring); pure."""
-    gpu = events[events["kind"] != "cpu_op"]
+    on = (events["kind"] != "cpu_op").to_numpy()
+    gpu = events if on.all() else events[on]  # most traces: every row is GPU work, no copy
     min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
@@ -144,35 +145,49 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
                     MISSING_WORK.get(source, ""))
 
 
-def _dominant(frame: pd.DataFrame, column: str) -> pd.Series:
-    """Per key, the value of `column` over the most time (ties: the first in order)."""
-    weights = frame.groupby(["key", column], sort=False)["dur_ns"].sum().reset_index()
-    weights = weights.sort_values("dur_ns", ascending=False, kind="stable")
-    return weights.drop_duplicates("key").set_index("key")[column]
+def _dominant(codes: np.ndarray, values: np.ndarray, dur: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per key code (0..n_keys-1), the value over the most time (ties: the first in order; None
+    where the key has no row)."""
+    value_codes, names = pd.factorize(values)
+    weights = pd.Series(dur).groupby([codes, value_codes], sort=False).sum()  # the pairs in order of appearance
+    key_of = weights.index.get_level_values(0).to_numpy()
+    value_of = weights.index.get_level_values(1).to_numpy()
+    order = np.argsort(-weights.to_numpy(), kind="stable")  # most time first, ties in order
+    key_sorted = key_of[order]
+    first = np.unique(key_sorted, return_index=True)[1]
+    out = np.full(n_keys, None, dtype=object)
+    out[key_sorted[first]] = np.asarray(names, dtype=object)[value_of[order][first]]
+    return out
 
 
 def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
-    g = frame.groupby("key", sort=False)
-    out = g[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns"]].sum()
-    out["flops"] = g["flops"].sum(min_count=1)
-    out["bytes"] = g["bytes"].sum(min_count=1)
-    out["min_ns"] = g["min_ns"].sum(min_count=1)
-    known_bound = frame[frame["bound"] != "unknown"]
-    out["bound"] = _dominant(known_bound, "bound").reindex(out.index).fillna("unknown")
-    out["dtype"] = _dominant(frame, "dtype").reindex(out.index)
-    out["tflop_s"] = out["flops"] / out["flops_ns"].where(out["flops_ns"] > 0) / 1e3
-    out["gb_s"] = out["bytes"] / out["bytes_ns"].where(out["bytes_ns"] > 0)
-    both = frame[frame["flops"].notna() & frame["bytes"].notna()].groupby("key")[["flops", "bytes"]].sum()
-    out["intensity"] = (both["flops"] / both["bytes"].where(both["bytes"] > 0)).reindex(out.index)
-    out["roofline_frac"] = out["min_ns"] / out["min_known_ns"].where(out["min_known_ns"] > 0)
-    out["lost_ns"] = out["min_known_ns"] - out["min_ns"]
+    codes, keys = pd.factorize(frame["key"].to_numpy(dtype=object))  # in order of appearance, as groupby(sort=False)
+    both = (frame["flops"].notna() & frame["bytes"].notna()).to_numpy()
+    sums = frame[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns", "flops", "bytes", "min_ns"]]
+    sums = sums.assign(flops_both=np.where(both, sums["flops"], np.nan), bytes_both=np.where(both, sums["bytes"], np.nan))
+    # one pass: min_count=1 leaves the columns without NaN as a plain sum, and is NaN for a key
+    # with no flops (bytes, roof, row with both) known; NaN rows are skipped, as their subset's sum
+    out = sums.groupby(codes, sort=False).sum(min_count=1)
+    col = {c: out[c].to_numpy() for c in out.columns if not c.endswith("_both")}
+    dur = frame["dur_ns"].to_numpy()
+    bound = frame["bound"].to_numpy(dtype=object)
+    judged = bound != "unknown"
+    bounds = _dominant(codes[judged], bound[judged], dur[judged], len(keys))
+    bounds[pd.isna(bounds)] = "unknown"
+    dtypes = _dominant(codes, frame["dtype"].to_numpy(dtype=object), dur, len(keys))
+    min_ns, min_known_ns = col["min_ns"], col["min_known_ns"]
+    roofline_frac = min_ns / np.where(min_known_ns > 0, min_known_ns, np.nan)
     # a group mostly of rows without a roof (a GEMM whose dtype the trace omits, beside cuBLAS's
     # memsets) is not judged by the few rows that have one
-    partial = out["min_known_ns"] < 0.5 * out["dur_ns"]
-    out.loc[partial, "bound"] = "unknown"
-    out.loc[partial, "roofline_frac"] = np.nan
-    out = out.reset_index().sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last",
-                                        kind="stable")
+    partial = min_known_ns < 0.5 * col["dur_ns"]
+    bounds[partial] = "unknown"
+    both_bytes = out["bytes_both"].to_numpy()
+    out = pd.DataFrame({"key": pd.Index(keys, dtype=object), **col, "bound": bounds, "dtype": dtypes,
+                        "tflop_s": col["flops"] / np.where(col["flops_ns"] > 0, col["flops_ns"], np.nan) / 1e3,
+                        "gb_s": col["bytes"] / np.where(col["bytes_ns"] > 0, col["bytes_ns"], np.nan),
+                        "intensity": out["flops_both"].to_numpy() / np.where(both_bytes > 0, both_bytes, np.nan),
+                        "roofline_frac": np.where(partial, np.nan, roofline_frac), "lost_ns": min_known_ns - min_ns})
+    out = out.sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last", kind="stable")
     return out.reset_index(drop=True)
 
 

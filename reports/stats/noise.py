@@ -73,13 +73,42 @@ def step_std(events: pd.DataFrame, keys: list[str]) -> pd.Series | None:
     """Per row key: the standard deviation over the input's steps of the row's time per step
     (a step without the row counts 0); None with fewer than 2 steps. What `sigma` needs of
     one input, small enough to make where the input is parsed."""
+    return step_stds(events, {"": keys})[""]
+
+
+def step_stds(events: pd.DataFrame, by: dict[str, list[str]]) -> dict[str, pd.Series | None]:
+    """step_std of each of several key lists (name -> keys), the steps and each key column's
+    codes found once for all."""
     n = step_count(events)
     if not n or n < 2:
-        return None
-    frame = pd.DataFrame({**{k: events[k].astype(str) for k in keys}, "step": events["step"],
-                          "dur_ns": events["dur_ns"]}).dropna(subset=["step"])
-    per = frame.groupby([*keys, "step"])["dur_ns"].sum().unstack("step", fill_value=0)
-    return per.std(axis=1, ddof=1)
+        return {name: None for name in by}
+    has = events["step"].notna().to_numpy()
+    steps, step_at = np.unique(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has], return_inverse=True)
+    dur = events["dur_ns"].to_numpy(dtype=np.int64)[has]
+    codes = {k: pd.factorize(events[k][has].astype(str).to_numpy(dtype=object), sort=True)  # in the strings' order
+             for k in dict.fromkeys(k for keys in by.values() for k in keys)}
+    columns = pd.Index(steps.astype(np.int64), name="step")
+    return {name: _std([codes[k] for k in keys], keys, step_at.reshape(-1), dur, columns) for name, keys in by.items()}
+
+
+def _std(names: list[tuple[np.ndarray, np.ndarray]], keys: list[str], step_at: np.ndarray, dur: np.ndarray,
+         columns: pd.Index) -> pd.Series:
+    """groupby(keys + step).sum().unstack(fill_value=0).std(axis=1, ddof=1), by integer codes:
+    the combined code sorts as the key tuples do, the sums are integers (exact)."""
+    key = np.zeros(len(dur), np.int64)
+    for codes, uniques in names:
+        key = key * len(uniques) + codes
+    cell = key * len(columns) + step_at
+    order = np.argsort(cell, kind="stable")
+    first = np.flatnonzero(np.r_[True, cell[order][1:] != cell[order][:-1]])
+    ns = np.add.reduceat(dur[order], first)
+    rows, row_at = np.unique(key[order][first], return_inverse=True)
+    per = np.zeros((len(rows), len(columns)), np.int64)  # [key, step]
+    per[row_at, step_at[order][first]] = ns
+    at = order[first][np.unique(row_at, return_index=True)[1]]  # a row of each key
+    index = (pd.Index(names[0][1][names[0][0][at]], name=keys[0]) if len(keys) == 1 else
+             pd.MultiIndex.from_arrays([u[c[at]] for c, u in names], names=keys))
+    return pd.DataFrame(per, index=index, columns=columns).std(axis=1, ddof=1)
 
 
 def sigma_of(std: pd.Series | None, n: int | None, per_step: bool) -> pd.Series | None:

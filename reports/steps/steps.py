@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import RankData
+
 from .collectives import activity
 from .timeline import merge_intervals
 
@@ -57,6 +59,12 @@ def step_rows(df: pd.DataFrame) -> pd.DataFrame:
                           for (s, r), i in groups.items()], columns=COLUMNS[:-2])
     first_ns = np.array([start[i].min() for i in groups.values()], dtype=np.int64)
     return table.assign(period_ns=_period_ns(table["step"].to_numpy(), table["rank"].to_numpy(), first_ns))
+
+
+def shared_step_rows(rank: RankData) -> pd.DataFrame:
+    """step_rows of the rank's events, made once per rank (RankData.shared): the who-waits digest
+    and idle's step table read the same one. Callers read it and never write to it."""
+    return rank.shared("steps.step_rows", lambda: step_rows(rank.events))
 
 
 def _period_ns(step: np.ndarray, rank: np.ndarray, first_ns: np.ndarray) -> np.ndarray:

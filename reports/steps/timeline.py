@@ -63,6 +63,22 @@ def span_ns(rows: pd.DataFrame) -> int:
     return int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max() - start.min())
 
 
+def _by_rank(rows: pd.DataFrame) -> list[tuple[int, np.ndarray]]:
+    """(rank, its rows' mask) per rank of `rows`, in rank order."""
+    rank = rows["rank"].to_numpy()
+    return [(int(r), rank == r) for r in np.unique(rank)]
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> int:
+    seg_start, seg_end = merge_intervals(start, end)
+    return int((seg_end - seg_start).sum())
+
+
+def _times(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    return start, start + rows["dur_ns"].to_numpy(dtype=np.int64)
+
+
 def busy_ns(df: pd.DataFrame) -> pd.Series:
     """GPU busy time per rank (Series indexed by rank): the union of GPU activity
     intervals over all streams and devices. Summing durations would count
@@ -70,7 +86,8 @@ def busy_ns(df: pd.DataFrame) -> pd.Series:
     (proton) are absent.
     """
     rows = timed(df)
-    busy = {int(rank): union_ns(g) for rank, g in rows.groupby("rank", sort=True)}
+    start, end = _times(rows)
+    busy = {r: _union(start[on], end[on]) for r, on in _by_rank(rows)}
     return pd.Series(busy, dtype="int64", name="busy_ns").rename_axis("rank")
 
 
@@ -78,8 +95,9 @@ def idle(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank: busy_ns, span_ns (first start to last end), idle_ns = span - busy,
     idle_share = idle / span."""
     rows = timed(df)
-    out = busy_ns(df).to_frame()
-    out["span_ns"] = pd.Series({int(r): span_ns(g) for r, g in rows.groupby("rank", sort=True)}, dtype="int64")
+    start, end = _times(rows)
+    out = busy_ns(rows).to_frame()
+    out["span_ns"] = pd.Series({r: int(end[on].max() - start[on].min()) for r, on in _by_rank(rows)}, dtype="int64")
     out["idle_ns"] = out["span_ns"] - out["busy_ns"]
     out["idle_share"] = (out["idle_ns"] / out["span_ns"].where(out["span_ns"] > 0)).astype("float64")
     return out.reset_index().astype({"rank": "int32"})
@@ -93,13 +111,15 @@ def overlap_ns(df: pd.DataFrame) -> pd.DataFrame:
     |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute|, all unions.
     """
     rows = timed(df)
-    rows = rows[rows["kind"] == "kernel"]
+    rows = rows[(rows["kind"] == "kernel").to_numpy()]
+    start, end = _times(rows)
+    comm_rows = (rows["op_class"] == "communication").to_numpy()
     out = []
-    for rank, g in rows.groupby("rank", sort=True):
-        is_comm = (g["op_class"] == "communication").to_numpy()
-        comm, compute, both = union_ns(g[is_comm]), union_ns(g[~is_comm]), union_ns(g)
-        out.append({"rank": int(rank), "comm_ns": comm, "compute_ns": compute,
-                    "overlap_ns": comm + compute - both})
+    for rank, on in _by_rank(rows):
+        is_comm, is_compute = on & comm_rows, on & ~comm_rows
+        comm, compute = _union(start[is_comm], end[is_comm]), _union(start[is_compute], end[is_compute])
+        out.append({"rank": rank, "comm_ns": comm, "compute_ns": compute,
+                    "overlap_ns": comm + compute - _union(start[on], end[on])})
     out = pd.DataFrame(out, columns=["rank", "comm_ns", "compute_ns", "overlap_ns"]).astype("int64")
     out["exposed_ns"] = out["comm_ns"] - out["overlap_ns"]
     out["exposed_share"] = (out["exposed_ns"] / out["comm_ns"].where(out["comm_ns"] > 0)).astype("float64")
@@ -236,4 +256,25 @@ def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
     """idle() and overlap_ns() side by side, one row per timed rank. Their filters copy only
     the columns they read (a rank's whole frame, names and scopes too, was copied 4 times)."""
     df = df[TIMELINE_COLUMNS]
-    return idle(df).merge(overlap_ns(df), on="rank", how="left")
+    rows = timed(df)
+    kernel = (rows["kind"] == "kernel").to_numpy()
+    ranks = _by_rank(rows)
+    if not ranks or not all(kernel[on].any() for _, on in ranks):  # a rank of copies only: NaN beside it
+        return idle(df).merge(overlap_ns(df), on="rank", how="left")
+    start, end = _times(rows)
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()
+    cols: dict[str, list[int]] = {c: [] for c in ("rank", "busy_ns", "span_ns", "comm_ns", "compute_ns", "overlap_ns")}
+    for rank, on in ranks:  # what idle() and overlap_ns() give, one pass
+        k, c, w = on & kernel, on & comm, on & kernel & ~comm
+        comm_ns, compute_ns = _union(start[c], end[c]), _union(start[w], end[w])
+        for name, v in (("rank", rank), ("busy_ns", _union(start[on], end[on])),
+                        ("span_ns", int(end[on].max() - start[on].min())), ("comm_ns", comm_ns),
+                        ("compute_ns", compute_ns), ("overlap_ns", comm_ns + compute_ns - _union(start[k], end[k]))):
+            cols[name].append(v)
+    v = {c: np.array(x, dtype=np.int64) for c, x in cols.items()}
+    idle_ns, exposed_ns = v["span_ns"] - v["busy_ns"], v["comm_ns"] - v["overlap_ns"]
+    return pd.DataFrame({"rank": v["rank"].astype(np.int32), "busy_ns": v["busy_ns"], "span_ns": v["span_ns"],
+                         "idle_ns": idle_ns, "idle_share": idle_ns / np.where(v["span_ns"] > 0, v["span_ns"], np.nan),
+                         "comm_ns": v["comm_ns"], "compute_ns": v["compute_ns"], "overlap_ns": v["overlap_ns"],
+                         "exposed_ns": exposed_ns,
+                         "exposed_share": exposed_ns / np.where(v["comm_ns"] > 0, v["comm_ns"], np.nan)})

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import OnEvents
+from tracelab.schema import OnEvents, RankData
 
 from . import collectives as C
 from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise
@@ -62,16 +62,23 @@ _DIGEST_COMM = ["process_group", "kernel", "msg_bytes", "step", "arrival_ns", "e
                 "idle_ns"]
 
 
-def rank_digest(events: pd.DataFrame) -> RankDigest:
-    """One rank's RankDigest (`events`: its rows only; its rank is set by the caller)."""
+def rank_digest(events: pd.DataFrame, step_rows: pd.DataFrame | None = None) -> RankDigest:
+    """One rank's RankDigest (`events`: its rows only; its rank is set by the caller).
+    `step_rows`: steps.step_rows(events) where the caller has it."""
     rows = C.activity(events)
     device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
     comm = C.comm_rows(events).sort_values(["arrival_ns", "end_ns"], kind="stable").reset_index(drop=True)
-    work = rows[rows["op_class"] != "communication"]
+    work = rows[["start_ns", "dur_ns", "kernel", "scope"]][(rows["op_class"] != "communication").to_numpy()]
     windows = V.windows(work, comm)[_DIGEST_COMM]
     first = int(rows["start_ns"].min()) if len(rows) else None
-    return RankDigest(windows, S.step_rows(events).drop(columns="rank"), V.time_in(work, windows, "kernel"),
+    steps = S.step_rows(events) if step_rows is None else step_rows
+    return RankDigest(windows, steps.drop(columns="rank"), V.time_in(work, windows, "kernel"),
                       V.time_in(work, windows, "scope"), device, first)
+
+
+def rank_waits(rank: RankData) -> RankDigest:
+    """The who-waits digest of a rank (load_many's reduce), its step rows shared with idle's."""
+    return rank_digest(rank.events, S.shared_step_rows(rank))
 
 
 def _from_common_start(coll: pd.DataFrame, digests: Mapping[int, RankDigest], offsets: Mapping[int, int]
@@ -143,7 +150,7 @@ def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:
 
 
 # per-rank tables `tracelab steps` needs, made in the worker that parses each rank (load_many's reduce)
-STEP_DIGESTS = {"waits": OnEvents(rank_digest), "kernel_totals": OnEvents(S.kernel_totals), "timed": OnEvents(S.has_times)}
+STEP_DIGESTS = {"waits": rank_waits, "kernel_totals": OnEvents(S.kernel_totals), "timed": OnEvents(S.has_times)}
 
 
 def straggler_json(w: Waits) -> dict[str, Any]:

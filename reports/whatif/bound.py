@@ -5,12 +5,14 @@ the rank's own graph (its collectives' waits estimated, no peer needed), so that
 and `steps` can state it in the worker that parsed the rank, and every view agrees. Pure."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
 from .join import join
-from .nodes import rank_graph
-from .path import CATEGORIES, category_ns, step_paths, wait_estimate, windows
+from .nodes import RankGraph, rank_graph
+from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
@@ -23,11 +25,14 @@ def bound_of(path: pd.DataFrame) -> np.ndarray:
     return np.array(list(BOUNDS))[np.argmax(score, axis=1)]
 
 
-def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
+                     graph_of: Callable[[], RankGraph] | None = None) -> pd.DataFrame:
     """One rank's steps (COLUMNS; step -1 for a trace without steps) with the bound of each
     step's critical path; no rows where the rank has no timeline. The path's categories per step
-    as analyse.path_steps has them, without the rest of its step table (no one reads it here)."""
-    g = join({0: rank_graph(events, host, 0)}, {0: None})
+    as analyse.path_steps has them, without the rest of its step table (no one reads it here).
+    `graph_of`: gives the rank's graph where the caller has one (nodes.shared_graph: its rank
+    number and roofline times change no step's bound), else it is made from the frames."""
+    g = join({0: graph_of() if graph_of else rank_graph(events, host, 0)}, {0: None})
     if not len(g):
         return pd.DataFrame(columns=COLUMNS)
     base = measured(g)
@@ -35,24 +40,29 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None) -> pd.Data
     win = windows(g, r.start_ns, r.end_ns)
     if not len(win):
         return pd.DataFrame(columns=COLUMNS)
-    steps = category_ns(step_paths(g, base, r, win, wait_estimate(g)), win)
-    steps = steps.rename(columns={c: f"{c}_ns" for c in CATEGORIES})
-    return steps.assign(path_bound=bound_of(steps))[COLUMNS]
+    ns = category_matrix(g, base, r, win, wait_estimate(g))  # [step, category]
+    by = {f"{c}_ns": ns[:, i] for i, c in enumerate(CATEGORIES)}
+    score = np.c_[tuple(sum(by[c] for c in cols).astype(np.float64) for cols in BOUNDS.values())]
+    return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
+                         "path_bound": np.array(list(BOUNDS), dtype=object)[np.argmax(score, axis=1)],
+                         **{c: by[c] for c in COLUMNS[2:]}})
 
 
-def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
+def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None,
+                    graph_of: Callable[[], RankGraph] | None = None) -> pd.DataFrame:
     """Step rows of one rank (a `step` and a `bound` column) whose bound becomes that of each
     step's critical path where the path gives one (issue 27); the rest keep theirs. A trace
-    without steps is matched through its one window (step NA or -1)."""
+    without steps is matched through its one window (step NA or -1). `graph_of`: rank_path_bounds'."""
     if not len(step_rows):
         return step_rows
     try:
-        bounds = rank_path_bounds(events, host)
+        bounds = rank_path_bounds(events, host, graph_of)
     except ReplayError:  # the replay did not settle (times that contradict): keep the causes' bound
         return step_rows
     if not len(bounds):
         return step_rows
-    key = step_rows["step"].astype("Int64").fillna(-1).astype("int64").to_numpy()
-    by_step = pd.Series(bounds["path_bound"].to_numpy(), index=bounds["step"].to_numpy())
-    found = by_step.reindex(key).to_numpy(dtype=object)
-    return step_rows.assign(bound=np.where(pd.isna(found), step_rows["bound"].to_numpy(dtype=object), found))
+    step = step_rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
+    old = step_rows["bound"].to_numpy(dtype=object)
+    bound = [by_step.get(int(s) if s == s else -1, b) for s, b in zip(step.tolist(), old.tolist())]
+    return step_rows.assign(bound=np.array(bound, dtype=object))

@@ -112,6 +112,8 @@ def _comm_rows(g: Graph) -> pd.DataFrame:
 
 def _match(g: Graph, epochs_given: bool) -> None:
     """Sets group, transfer_ns and group_ranks; puts ranks on the collectives' clock where needed."""
+    if len(g.ranks) < 2:  # one rank: nothing to match (its idle bound, made per rank)
+        return
     rows = _comm_rows(g)
     if len(set(rows["rank"])) < 2:
         return

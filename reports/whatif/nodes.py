@@ -21,13 +21,13 @@ Edges (ns offsets; `edges.py` sets them from the measured times):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import RankData
+from tracelab.schema import RankData, kind_mask
 
 from ..steps.collectives import CPU_COLLECTIVE
 from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
@@ -38,6 +38,7 @@ LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
 KIND_NAMES = ("launch", "sync", "host op", "gpu", "collective")
 NONE = -1
 _CPU_COLL = re.compile(CPU_COLLECTIVE)
+_STEP_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
 @dataclass
@@ -87,31 +88,45 @@ def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
         return pd.DataFrame(columns=cols), pd.DataFrame(columns=["step", "start_ns", "end_ns"])
     start = host["start_ns"].to_numpy(dtype=np.int64)
     end = start + host["dur_ns"].to_numpy(dtype=np.int64)
-    kind = host["kind"].astype(str).to_numpy()
-    name = host["name"].to_numpy(dtype=object)  # str already (schema.HOST_COLUMNS)
-    on = np.isin(kind, ("range", "cpu_op", "osrt"))
+    name = np.asarray(host["name"].array, dtype=object)  # str already (schema.HOST_COLUMNS)
+    on = kind_mask(host, ("range", "cpu_op", "osrt"))
     spans = pd.DataFrame({"name": name[on], "start_ns": start[on], "end_ns": end[on]})
-    at = kind == "step"
-    steps = pd.DataFrame({"name": name[at], "start_ns": start[at], "end_ns": end[at]})
-    number = steps["name"].str.extract(r"(\d+)(?!.*\d)", expand=False)
-    steps = steps.assign(step=pd.to_numeric(number, errors="coerce")).dropna(subset=["step"])
-    return spans, steps.astype({"step": "int64"})[["step", "start_ns", "end_ns"]].reset_index(drop=True)
+    at = np.flatnonzero(kind_mask(host, ("step",)))
+    found = [(i, _STEP_NUMBER.search(n)) for i, n in zip(at.tolist(), name[at]) if isinstance(n, str)]
+    found = [(i, int(m.group(1))) for i, m in found if m]  # the name's last number
+    rows = np.array([i for i, _ in found], dtype=np.int64)
+    steps = pd.DataFrame({"step": np.array([k for _, k in found], dtype=np.int64), "start_ns": start[rows],
+                          "end_ns": end[rows]})
+    return spans, steps
 
 
-def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per launch or sync call: start_ns, end_ns, sync (bool), name."""
+def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per launch or sync call (start_ns, end_ns, sync (bool), name), by start, end and
+    syncs first, one per (start, end); and per GPU row, the row of its launch call (NONE unknown)."""
     known = gpu["launch_start_ns"].notna().to_numpy()
     ls = gpu["launch_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
     ld = gpu["launch_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
-    launches = pd.DataFrame({"start_ns": ls, "end_ns": ls + ld, "sync": False, "name": "launch"})
+    start, end, sync, name = ls, ls + ld, np.zeros(len(ls), bool), np.full(len(ls), "launch", dtype=object)
+    n_sync = 0
     if host is not None and len(host):
-        sync = host[host["kind"] == "sync"]
-        s = sync["start_ns"].to_numpy(dtype=np.int64)
-        syncs = pd.DataFrame({"start_ns": s, "end_ns": s + sync["dur_ns"].to_numpy(dtype=np.int64), "sync": True,
-                              "name": sync["name"].astype(str).to_numpy()})
-        launches = pd.concat([syncs, launches], ignore_index=True)
-    nodes = launches.sort_values(["start_ns", "end_ns", "sync"], ascending=[True, True, False], kind="stable")
-    return nodes.drop_duplicates(["start_ns", "end_ns"], keep="first").reset_index(drop=True)
+        at = kind_mask(host, ("sync",))
+        s = host["start_ns"].to_numpy(dtype=np.int64)[at]
+        n_sync = len(s)
+        start = np.r_[s, start]
+        end = np.r_[s + host["dur_ns"].to_numpy(dtype=np.int64)[at], end]
+        sync = np.r_[np.ones(n_sync, bool), sync]
+        name = np.r_[np.asarray(host["name"].array, dtype=object)[at].astype(str).astype(object), name]
+    order = np.lexsort((~sync, end, start))  # stable: by start, end, syncs first, then as listed
+    s_sorted, e_sorted = start[order], end[order]
+    new = np.r_[True, (s_sorted[1:] != s_sorted[:-1]) | (e_sorted[1:] != e_sorted[:-1])] if len(order) else \
+        np.zeros(0, bool)
+    kept = order[new]  # the first call of each (start, end)
+    row_of = np.empty(len(order), np.int64)
+    row_of[order] = np.cumsum(new) - 1
+    launch_of = np.full(len(gpu), NONE, np.int64)
+    launch_of[known] = row_of[n_sync:]
+    nodes = pd.DataFrame({"start_ns": start[kept], "end_ns": end[kept], "sync": sync[kept], "name": name[kept]})
+    return nodes, launch_of
 
 
 def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -128,13 +143,9 @@ def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: Device | None) -> RankGraph:
-    hn = _host_nodes(gpu, host)
+    hn, launch_of = _host_nodes(gpu, host)
     spans, steps = _spans(host)
-    key = pd.MultiIndex.from_arrays([hn["start_ns"], hn["end_ns"] - hn["start_ns"]])
     known = gpu["launch_start_ns"].notna()
-    lkey = pd.MultiIndex.from_arrays([gpu["launch_start_ns"].fillna(-1).astype("int64"),
-                                      gpu["launch_dur_ns"].fillna(-1).astype("int64")])
-    launch_of = np.where(known.to_numpy(), key.get_indexer(lkey), NONE)
     g_start = gpu["start_ns"].to_numpy(dtype=np.int64)
     g_end = g_start + gpu["dur_ns"].to_numpy(dtype=np.int64)
     g_step = gpu["step"].fillna(NONE).to_numpy(dtype=np.int64)
@@ -205,6 +216,23 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         launch=launch, chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
 
 
+def shared_graph(rank: RankData) -> RankGraph:
+    """The rank's graph without roofline times, made once per rank (RankData.shared): idle's
+    path bound (whatif/bound.py) and the whatif digest read the same one."""
+    meta = rank.meta or {}
+    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.get("rank")))
+
+
+def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:
+    """A copy of `graph` (made without a device) whose GPU ops carry their least time on
+    `device`'s roofline, as rank_graph(..., device) gives; the arrays it shares are not written."""
+    gpu = timed(events)
+    if device is None or graph.cpu_only or not len(gpu):
+        return replace(graph, notes=list(graph.notes))
+    roof = np.r_[np.full(len(graph) - len(gpu), np.nan), _min_ns(gpu.reset_index(drop=True), device)[0]]
+    return replace(graph, roof_ns=roof, notes=list(graph.notes))
+
+
 class RankGraphReduce:
     """load_many's reduce: one rank's graph, made in the worker that parsed it; None for a rank
     of a job of more than `max_ranks` (the findings' replay keeps no graphs of big jobs)."""
@@ -216,7 +244,7 @@ class RankGraphReduce:
         meta = rank.meta or {}
         if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
             return None
-        graph = rank_graph(rank.events, rank.host, meta.get("rank"), trace_device(meta))
+        graph = with_roofline(shared_graph(rank), rank.events, trace_device(meta))
         if meta.get("source") == "proton":
             graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
         return graph

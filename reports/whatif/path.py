@@ -64,61 +64,109 @@ def step_paths(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns:
     """Per step window, the critical path from the node that ends it back to its begin."""
     if not len(g) or not len(win):
         return {}
-    state = _walk_state(g, p, r, wait_est_ns)
+    hops = _Hops(g, p, r, wait_est_ns)
+    return {step: Path(hops.segments(hops.walk(node, begin), begin, g)) for step, node, begin, _ in _last_nodes(g, r, win)}
+
+
+def _last_nodes(g: Graph, r: Replayed, win: pd.DataFrame):
+    """Per window: (step, the node whose end ends it, begin_ns, end_ns)."""
     work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
-    out = {}
     for step, begin, end in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         ends = work & (r.end_ns == end) & ((g.step == step) | (step < 0))
         node = int(np.flatnonzero(ends)[0]) if ends.any() else int(np.argmax(np.where(work, r.end_ns, NEG)))
-        out[int(step)] = Path(_segments(_walk(state, node, int(begin)), g))
-    return out
+        yield int(step), node, int(begin), end
 
 
-def _walk_state(g: Graph, p: Params, r: Replayed, wait_est_ns: np.ndarray) -> dict:
-    start_by, end_by, last = bindings(g, p, r)
-    return {"s": r.start_ns.tolist(), "e": r.end_ns.tolist(), "by_s": start_by.tolist(), "by_e": end_by.tolist(),
-            "last": last.tolist(), "pred": r.pred.tolist(), "xs": p.xs_src.tolist(), "xe": p.xe_src.tolist(),
-            "y": p.y_src.tolist(), "kind": g.kind.tolist(), "group": p.group.tolist(), "wait": wait_est_ns.tolist(),
-            "members": _members(p.group, r.start_ns), "g": g}
+_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+_C = {c: np.int8(i) for i, c in enumerate(CATEGORIES)}
 
 
-def _walk(st: dict, node: int, stop_ns: int) -> list[tuple]:
-    """Segments from `node`'s end back until the path reaches `stop_ns` or a pinned start."""
-    s, e, by_s, by_e, lst = st["s"], st["e"], st["by_s"], st["by_e"], st["last"]
-    pred, xs, xe, y, kind, group, wait, members, g = (st[k] for k in ("pred", "xs", "xe", "y", "kind", "group", "wait",
-                                                                       "members", "g"))
-    segs: list[tuple] = []
-    at_end = True
-    for _ in range(4 * len(s) + 4):
-        if (e[node] if at_end else s[node]) <= stop_ns and segs:
-            break
-        if at_end:
-            how = by_e[node]
-            if how == _Y:
-                segs.append((e[y[node]], e[node], "sync", node))
-                node = y[node]
-            elif how == _COLL:
-                segs.append((lst[node], e[node], "comm", node))
-                node, at_end = members[group[node]], False
-            else:
-                segs += _own(node, s[node], e[node], kind[node], wait[node], g)
-                at_end = False
-            continue
-        how = by_s[node]
-        if how == _ANCHOR:  # started as measured: before it, untraced host time (a host chain's) or the GPU's own
-            if s[node] > stop_ns:
-                segs.append((stop_ns, s[node], "host" if kind[node] in (LAUNCH, SYNC, HOST_OP) else "other", node))
-            break
-        if how == _CHAIN:
-            segs.append((e[pred[node]], s[node], "host" if kind[node] in (LAUNCH, SYNC, HOST_OP) else "other", node))
-            node, at_end = pred[node], True
-        elif how == _XS:
-            segs.append((s[xs[node]], s[node], "launch", node))
-            node = xs[node]
-        else:
-            segs.append((e[xe[node]], s[node], "sync" if kind[node] == HOST_OP else "other", node))
-            node, at_end = xe[node], True
-    return segs
+class _Hops:
+    """The path's moves, made for every vertex at once (numpy): vertex 2*node is a node's start,
+    2*node + 1 its end; each has the vertex the path goes to next (the edge that set its time) and
+    the segments it adds on the way (one; two at an unmatched collective's end: comm, then wait).
+    A start set by no edge (pinned at its measured start, _ANCHOR) ends the walk: the time before
+    it back to the walk's stop is host time on a host chain, else other. `walk` is then a chase
+    of integers, in Python; the segments are gathered with numpy."""
+
+    def __init__(self, g: Graph, p: Params, r: Replayed, wait_est_ns: np.ndarray):
+        n = len(g)
+        start_by, end_by, last = bindings(g, p, r)
+        s, e = r.start_ns.astype(np.int64), r.end_ns.astype(np.int64)
+        kind = g.kind
+        host_kind = np.isin(kind, (LAUNCH, SYNC, HOST_OP))
+        nxt = np.full(2 * n, -1, np.int64)
+        t0 = np.zeros((2 * n, 2), np.int64)  # [vertex, first or second segment]
+        t1 = np.zeros((2 * n, 2), np.int64)
+        cat = np.zeros((2 * n, 2), np.int8)
+        two = np.zeros(2 * n, bool)
+        # ends (odd vertices)
+        end_v = 2 * np.arange(n) + 1
+        y = end_by == _Y
+        t0[end_v[y], 0], t1[end_v[y], 0], cat[end_v[y], 0] = e[p.y_src[y]], e[y], _C["sync"]
+        nxt[end_v[y]] = 2 * p.y_src[y] + 1
+        coll = end_by == _COLL
+        members = _members(p.group, r.start_ns)
+        t0[end_v[coll], 0], t1[end_v[coll], 0], cat[end_v[coll], 0] = last[coll], e[coll], _C["comm"]
+        nxt[end_v[coll]] = 2 * np.array([members[k] for k in p.group[coll].tolist()], dtype=np.int64)
+        own = ~y & ~coll
+        t0[end_v[own], 0], t1[end_v[own], 0], nxt[end_v[own]] = s[own], e[own], 2 * np.flatnonzero(own)
+        comm_op = g.op_class == "communication"
+        own_cat = np.select([kind == GPU, kind == COLL, kind == LAUNCH, kind == SYNC, comm_op],
+                            [_C["compute"], _C["comm"], _C["launch"], _C["sync"], _C["comm"]], _C["compute"])
+        cat[end_v[own], 0] = own_cat[own]
+        split = own & (kind == COLL)  # unmatched: the wait estimate first in time, listed second
+        w = np.minimum(np.maximum(wait_est_ns[split], 0), e[split] - s[split])
+        t0[end_v[split], 0] = s[split] + w
+        t0[end_v[split], 1], t1[end_v[split], 1], cat[end_v[split], 1] = s[split], s[split] + w, _C["wait"]
+        two[end_v[split]] = True
+        # starts (even vertices)
+        start_v = 2 * np.arange(n)
+        gap_cat = np.where(host_kind, _C["host"], _C["other"]).astype(np.int8)
+        for how, src, src_end, t_src, category in (
+                (_CHAIN, r.pred, 1, e, gap_cat), (_XS, p.xs_src, 0, s, np.full(n, _C["launch"], np.int8)),
+                (_XE, p.xe_src, 1, e, np.where(kind == HOST_OP, _C["sync"], _C["other"]).astype(np.int8))):
+            on = start_by == how
+            t0[start_v[on], 0], t1[start_v[on], 0] = t_src[src[on]], s[on]
+            cat[start_v[on], 0], nxt[start_v[on]] = category[on], 2 * src[on] + src_end
+        anchor = start_by == _ANCHOR
+        t1[start_v[anchor], 0], cat[start_v[anchor], 0] = s[anchor], gap_cat[anchor]
+        self.anchor = np.zeros(2 * n, bool)
+        self.anchor[start_v[anchor]] = True
+        self.t0, self.t1, self.cat, self.two = t0, t1, cat, two
+        self.time = np.c_[s, e].ravel()  # vertex v's time: a node's start, then its end
+        self._lists = (self.time.tolist(), nxt.tolist(), self.anchor.tolist(), 4 * n + 4)
+
+    def walk(self, node: int, stop_ns: int) -> list[int]:
+        """The vertices the path visits from `node`'s end back until it reaches `stop_ns` or a pinned start."""
+        time, nxt, anchor, most = self._lists
+        v, seen = 2 * node + 1, []
+        for _ in range(most):
+            if time[v] <= stop_ns and seen:
+                break
+            seen.append(v)
+            if anchor[v]:
+                break
+            v = nxt[v]
+        return seen
+
+    def arrays(self, seen: list[int], stop_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(t0_ns, t1_ns, category code, vertex) of the walk's segments, latest first."""
+        v = np.array(seen, dtype=np.int64)
+        keep = np.c_[np.ones(len(v), bool), self.two[v]]
+        t0 = self.t0[v].copy()
+        if len(v) and self.anchor[v[-1]]:  # the time before a pinned start, back to the stop
+            t0[-1, 0] = stop_ns
+            keep[-1, 0] = self.time[v[-1]] > stop_ns
+        keep = keep.ravel()
+        return (t0.ravel()[keep], self.t1[v].ravel()[keep], self.cat[v].ravel()[keep],
+                np.repeat(v, 2)[keep])
+
+    def segments(self, seen: list[int], stop_ns: int, g: Graph) -> pd.DataFrame:
+        t0, t1, cat, v = self.arrays(seen, stop_ns)
+        node = v // 2
+        return pd.DataFrame({"t0_ns": t0, "t1_ns": t1, "category": np.array(CATEGORIES, dtype=object)[cat],
+                             "rank": g.rank[node], "chain": g.chain[node], "node": node, "name": g.name[node]})
 
 
 def _members(group: np.ndarray, start: np.ndarray) -> dict[int, int]:
@@ -129,31 +177,6 @@ def _members(group: np.ndarray, start: np.ndarray) -> dict[int, int]:
     order = idx[np.lexsort((start[idx], group[idx]))]
     last = np.r_[group[order][1:] != group[order][:-1], True]
     return dict(zip(group[order][last].tolist(), order[last].tolist()))
-
-
-def _own(node: int, s: int, e: int, kind: int, wait_ns: int, g: Graph) -> list[tuple]:
-    if kind == GPU:
-        return [(s, e, "compute", node)]
-    if kind == COLL:  # unmatched (a matched one ends by its group): the wait estimate first
-        w = min(max(wait_ns, 0), e - s)
-        return [(s + w, e, "comm", node), (s, s + w, "wait", node)]
-    if kind == LAUNCH:
-        return [(s, e, "launch", node)]
-    if kind == SYNC:
-        return [(s, e, "sync", node)]
-    return [(s, e, "comm" if g.op_class[node] == "communication" else "compute", node)]
-
-
-def _segments(segs: list[tuple], g: Graph | None = None) -> pd.DataFrame:
-    if not segs:
-        return pd.DataFrame({"t0_ns": np.empty(0, np.int64), "t1_ns": np.empty(0, np.int64), "category": [],
-                             "rank": np.empty(0, np.int64), "chain": np.empty(0, np.int64),
-                             "node": np.empty(0, np.int64), "name": []})
-    t0, t1, cat, node = zip(*segs)  # each a tuple of Python values: typed arrays at once
-    t0, t1, node = (np.array(c, dtype=np.int64) for c in (t0, t1, node))
-    return pd.DataFrame({"t0_ns": t0, "t1_ns": t1, "category": np.array(cat, dtype=object),
-                         "rank": g.rank[node], "chain": g.chain[node], "node": node.astype(np.int64),
-                         "name": g.name[node]})
 
 
 def wait_estimate(g: Graph) -> np.ndarray:
@@ -187,21 +210,30 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
 
 def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:
     """Each segment's ns inside the window [b, e] (a segment running backwards counts negative)."""
-    t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
+    return _inside(seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy(), b, e)
+
+
+def _inside(t0: np.ndarray, t1: np.ndarray, b: int, e: int) -> np.ndarray:
     sign = np.where(t1 >= t0, 1, -1)
     return sign * np.clip(np.minimum(np.maximum(t0, t1), e) - np.maximum(np.minimum(t0, t1), b), 0, None)
 
 
-def category_ns(paths: dict[int, Path], win: pd.DataFrame) -> pd.DataFrame:
-    """Per window (step) and category, its path's ns inside it (_inside_ns): columns step +
-    CATEGORIES. What a step's bound needs (bound.py), without composition's per-class detail."""
-    steps = win["step"].to_numpy(dtype=np.int64)
-    out = np.zeros((len(steps), len(CATEGORIES)), np.int64)
-    for k, (step, b, e) in enumerate(win[["step", "begin_ns", "end_ns"]].itertuples(index=False)):
-        seg = paths[int(step)].segments
-        codes = pd.Categorical(seg["category"].to_numpy(), categories=CATEGORIES).codes
-        np.add.at(out[k], codes, _inside_ns(seg, b, e).astype(np.int64))  # integers: exact
-    return pd.DataFrame({"step": steps, **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+def category_ns(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> pd.DataFrame:
+    """Per window (step) and category, its critical path's ns inside it (_inside): columns step +
+    CATEGORIES, as composition(step_paths(...)) has them. What a step's bound needs (bound.py),
+    without composition's per-class detail and without a frame of segments per step."""
+    out = category_matrix(g, p, r, win, wait_est_ns)
+    return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64), **{c: out[:, i] for i, c in enumerate(CATEGORIES)}})
+
+
+def category_matrix(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> np.ndarray:
+    """category_ns' numbers: [window, category] (CATEGORIES' order), int64."""
+    out = np.zeros((len(win), len(CATEGORIES)), np.int64)
+    hops = _Hops(g, p, r, wait_est_ns) if len(g) and len(win) else None
+    for k, (_, node, begin, end) in enumerate(_last_nodes(g, r, win) if hops else ()):
+        t0, t1, cat, _ = hops.arrays(hops.walk(node, begin), begin)
+        np.add.at(out[k], cat.astype(np.int64), _inside(t0, t1, begin, end).astype(np.int64))  # integers: exact
+    return out
 
 
 def composition(paths: dict[int, Path], win: pd.DataFrame, g: Graph) -> pd.DataFrame:

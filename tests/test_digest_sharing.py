@@ -1,0 +1,109 @@
+"""Per-rank digests that share what they build (issue 30, second pass): the what-if graph made
+once per rank for idle's path bound and the whatif digest, the step rows once for who-waits and
+idle, and the numpy rewrites of pandas steps, each against the plain formulation it replaced."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracelab
+from tracelab.reports import verdicts
+from tracelab.reports.compare.digests import BY
+from tracelab.reports.roofline.roofline import trace_device
+from tracelab.reports.session import RANK_DIGESTS
+from tracelab.reports.stats import noise
+from tracelab.reports.steps import steps as S
+from tracelab.reports.whatif import nodes
+from tracelab.schema import RankData, kind_mask
+
+DATA = Path(__file__).parent / "data"
+CASES = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]
+
+
+def _fields_equal(a: nodes.RankGraph, b: nodes.RankGraph) -> bool:
+    for name in a.__dataclass_fields__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray):
+            same = x.dtype == y.dtype and (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == "f"
+                                           else x.tolist() == y.tolist())
+        elif isinstance(x, pd.DataFrame):
+            same = x.equals(y) and list(x.dtypes) == list(y.dtypes)
+        else:
+            same = x == y or (x != x and y != y)
+        if not same:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_graph_is_built_once_per_rank_and_equals_a_graph_of_its_own(name, monkeypatch):
+    calls = []
+    built = nodes.rank_graph
+    monkeypatch.setattr(nodes, "rank_graph", lambda *a, **k: calls.append(1) or built(*a, **k))
+    for p in tracelab.load_many(DATA / name, workers=1):
+        calls.clear()
+        rank = RankData(p.events, p.meta, p.host, p.memory)
+        RANK_DIGESTS["idle"](rank)
+        shared = RANK_DIGESTS["whatif"](rank)
+        assert len(calls) == 1  # idle's bound built it, whatif read it
+        own = built(p.events, p.host, p.meta.get("rank"), trace_device(p.meta))  # as the digest made it before
+        assert _fields_equal(shared, own)
+        assert shared is not rank.memo["whatif.graph"]  # its roofline times on a copy, the shared one unwritten
+        assert np.isnan(rank.memo["whatif.graph"].roof_ns).all()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_who_waits_and_idle_read_one_step_table_equal_to_each_own(name):
+    for p in tracelab.load_many(DATA / name, workers=1):
+        rank = RankData(p.events, p.meta, p.host, p.memory)
+        waits = RANK_DIGESTS["waits"](rank)
+        idle = RANK_DIGESTS["idle"](rank)
+        assert waits.steps.equals(S.step_rows(p.events).drop(columns="rank"))
+        alone = RANK_DIGESTS["idle"](RankData(p.events, p.meta, p.host, p.memory))  # no shared rows
+        assert idle.steps.equals(alone.steps) and idle.ops.equals(alone.ops) and idle.launches.equals(alone.launches)
+
+
+def test_kind_mask_equals_a_string_test_with_missing_and_unused_kinds():
+    kinds = pd.Series(pd.Categorical(["sync", None, "cpu_op", "range", "sync", "osrt"],
+                                     categories=["alloc", "sync", "cpu_op", "range", "osrt", "step"]))
+    frame = pd.DataFrame({"kind": kinds})
+    for wanted in [("sync",), ("range", "cpu_op", "osrt"), ("step",), ("nothing",), ()]:
+        plain = kinds.astype(str).isin(wanted).to_numpy()
+        assert kind_mask(frame, wanted).tolist() == plain.tolist()
+        assert kind_mask(frame.astype({"kind": object}), wanted).tolist() == plain.tolist()
+
+
+def _plain_std(events: pd.DataFrame, keys: list[str]) -> pd.Series | None:
+    """step_std as it was written before (groupby, unstack, std)."""
+    n = noise.step_count(events)
+    if not n or n < 2:
+        return None
+    frame = pd.DataFrame({**{k: events[k].astype(str) for k in keys}, "step": events["step"],
+                          "dur_ns": events["dur_ns"]}).dropna(subset=["step"])
+    per = frame.groupby([*keys, "step"])["dur_ns"].sum().unstack("step", fill_value=0)
+    return per.std(axis=1, ddof=1)
+
+
+def test_step_noise_equals_groupby_and_unstack_on_real_and_hand_made_frames():
+    events = tracelab.load_many(DATA / "train-1gpu-steps-torch", workers=1)[0].events
+    odd = pd.DataFrame({"scope": pd.array(["a", None, "b", "a", "b", "a"], dtype="string"),
+                        "kernel": pd.Categorical(["k1", "k2", None, "k1", "k2", "k1"]),
+                        "op_class": pd.Categorical(["gemm"] * 6),
+                        "step": pd.array([3, 3, pd.NA, 5, 5, 9], dtype="Int64"),
+                        "dur_ns": np.array([10, 20, 30, 40, 50, 60], dtype=np.int64)})
+    for frame in (events, odd, odd.assign(step=pd.array([1] * 6, dtype="Int64"))):
+        got = noise.step_stds(frame, BY)
+        for by, keys in BY.items():
+            want = _plain_std(frame, keys)
+            assert (want is None and got[by] is None) or (want.equals(got[by]) and want.index.equals(got[by].index))
+
+
+def test_names_per_window_equal_the_string_categorical_with_a_missing_name():
+    column = pd.Series(pd.Categorical(["b", None, "a", "zz", "b", None], categories=["zz", "b", "a", "q"]))
+    for mask in (np.ones(6, bool), np.array([1, 0, 1, 1, 0, 1], bool), np.zeros(6, bool)):
+        want = pd.Categorical(column.astype(str).to_numpy()[mask].astype(object))
+        got = verdicts._as_str_categorical(column, mask)
+        assert list(got.categories) == list(want.categories) and got.codes.tolist() == want.codes.tolist()
