@@ -30,7 +30,7 @@ import numpy as np
 from tracelab import limits
 from tracelab.errors import TraceFormatError
 
-CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
+CHUNK_EVENTS = 2048  # events decoded at a time: bounds the memory held per event, and keeps them in the CPU cache
 MISSES_PER_CHUNK = 8  # events the union may refuse in a chunk before the rest goes the slow way
 MAX_SKIPPED_CATEGORIES = 256  # categories learnt into the union; past this, the slow way
 
@@ -263,9 +263,10 @@ class Launches:
         """`ts` in integer ns (int64)."""
         return _joined(self.ts_parts)
 
-    def extend(self, events: list, cats: list[str]) -> None:
-        """Add decoded events, of these categories (not kept here)."""
-        self.ts_parts.append(_ts_array(list(map(_TS, events))))
+    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (not kept here); `ts_ns`: their `ts` read
+        already (else read here)."""
+        self.ts_parts.append(_ts_array(list(map(_TS, events))) if ts_ns is None else ts_ns)
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
         self.args += map(_ARGS, events)
@@ -282,7 +283,7 @@ class Picked(Launches):
     name: list[str] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
 
-    def extend(self, events: list[_Event], cats: list[str]) -> None:
+    def extend(self, events: list[_Event], cats: list[str], ts_ns: np.ndarray | None = None) -> None:
         """Add decoded events, of these categories (nothing is added when one is refused)."""
         seen = len(self._names)
         names = list(map(_NAME, events))
@@ -292,7 +293,7 @@ class Picked(Launches):
             for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
                 del self._names[name]
             raise ValueError(f"name: {complaint}")
-        super().extend(events, cats)
+        super().extend(events, cats, ts_ns)
         self.cat += cats
         self.dur_us += map(_DUR, events)
         self.name += names
@@ -314,8 +315,8 @@ class Instants(Launches):
     STRUCT: ClassVar[type] = _Instant
     name: list[str] = field(default_factory=list)
 
-    def extend(self, events: list, cats: list[str]) -> None:
-        super().extend(events, cats)
+    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
+        super().extend(events, cats, ts_ns)
         self.name += map(_NAME, events)
 
 
@@ -413,29 +414,40 @@ class _Union:
         self.usable = len(names) == len(set(names))  # no category in two groups
         self.chosen_names = frozenset(names)
         self.skipped = frozenset(KNOWN_CATEGORIES) - self.chosen_names
-        self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
+        self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
     def learn(self, cats: Iterable[str]) -> None:
         """Skip these categories from now on, unless chosen or too many are learnt."""
         new = set(cats) - self.skipped - self.chosen_names
         if new and len(self.skipped) + len(new) <= MAX_SKIPPED_CATEGORIES:
             self.skipped |= new
-            self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
+            self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
     def deal(self, events: list, picked: list) -> None:
-        """Hand the decoded events to their groups' collectors."""
-        group = np.fromiter(map(self.group_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
+        """Hand the decoded events to their groups' collectors, the `ts` of all read at once."""
+        code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
+        group = self.group_by_code[code]
+        chosen = np.flatnonzero(group >= 0)
+        if not len(chosen):
+            return
+        ts_ns, group = _ts_array(list(map(_TS, _taken(events, chosen)))), group[chosen]
         for g, out in enumerate(picked):
             if len(at := np.flatnonzero(group == g)):
-                chosen = [events[at[0]]] if len(at) == 1 else list(itemgetter(*at.tolist())(events))
-                out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
+                rows = chosen[at]
+                out.extend(_taken(events, rows), self.cat_by_code[code[rows]].tolist(), ts_ns[at])
+
+
+def _taken(items: list, at: np.ndarray) -> list:
+    """The items at these indices (at least one)."""
+    return [items[int(at[0])]] if len(at) == 1 else list(itemgetter(*at.tolist())(items))
 
 
 @functools.lru_cache(maxsize=64)
 def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: frozenset[str]
-                   ) -> tuple[msgspec.json.Decoder, dict[type, int], dict[type, str]]:
-    """The decoder of a list of the union, and per Struct type its group (-1: skipped) and
-    category; made once per process for each choice (a trace rarely teaches a category)."""
+                   ) -> tuple[msgspec.json.Decoder, dict[type, int], np.ndarray, np.ndarray]:
+    """The decoder of a list of the union; per Struct type its code; per code its group (-1:
+    skipped) and category; made once per process for each choice (a trace rarely teaches a
+    category)."""
     types: dict[type, tuple[int, str]] = {}
     for g, (cats, struct) in enumerate(chosen):
         for cat in cats:
@@ -444,7 +456,9 @@ def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: fr
     for cat in sorted(skipped):
         types[msgspec.defstruct("_Skipped", [], tag_field="cat", tag=cat, gc=False)] = (-1, cat)
     decoder = msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[misc]
-    return decoder, {t: g for t, (g, _) in types.items()}, {t: cat for t, (_, cat) in types.items()}
+    groups, cats = zip(*types.values())
+    return (decoder, {t: code for code, t in enumerate(types)}, np.array(groups, dtype=np.int16),
+            np.array(cats, dtype=object))
 
 
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
