@@ -175,34 +175,37 @@ def _ts_array(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray:
     """ts_ns() as an int64 array."""
     if not texts:
         return np.zeros(0, dtype=np.int64)
-    ns = _aligned_ns(texts)
+    text = np.frombuffer(b"\0".join(texts) + b"\0", dtype=np.uint8)  # NUL: in no valid JSON value
+    ns = _aligned_ns(text, len(texts), len(texts[0]))
     if ns is not None:
         return ns
-    ns, plain = _plain_ns(np.frombuffer(b"\0".join(texts) + b"\0", dtype=np.uint8), len(texts))
+    ns, plain = _plain_ns(text, len(texts))
     out = ns.astype(np.int64)
     for i in np.flatnonzero(~plain).tolist():
         out[i] = _decimal_ns(texts[i])
     return out
 
 
-def _aligned_ns(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray | None:
-    """ns of texts that all have one length, digits in the same columns and, if any, the
-    decimal point in the same column, at most 3 from the end; None for any other."""
-    width = len(texts[0])
-    if set(map(len, texts)) != {width}:
+def _aligned_ns(text: np.ndarray, n: int, width: int) -> np.ndarray | None:
+    """ns of n NUL-ended texts that all are `width` long, digits in the same columns and, if
+    any, the decimal point in the same column, at most 3 from the end; None for any other."""
+    if len(text) != n * (width + 1):
         return None
-    chars = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), width)
-    digits = chars - _DIGIT  # uint8: wraps below "0"
-    is_digit, is_dot = (digits < 10).all(axis=0), (chars == _DOT).all(axis=0)
-    dots = np.flatnonzero(is_dot)
+    chars = text.reshape(n, width + 1)
+    if chars[:, width].any():  # n NULs in all, each after `width` bytes: every text is that long
+        return None
+    digits = chars[:, :width] - _DIGIT  # uint8: wraps below "0"
+    is_digit = (digits < 10).all(axis=0)
+    dots = np.flatnonzero(~is_digit)
+    if len(dots) > 1 or (len(dots) and not (chars[:, dots[0]] == _DOT).all()):
+        return None
     decimals = width - 1 - int(dots[0]) if len(dots) else 0
     n_digits = width - len(dots)
-    if not (is_digit | is_dot).all() or len(dots) > 1 or decimals > 3 or n_digits - decimals + 3 > 19:
+    if decimals > 3 or n_digits - decimals + 3 > 19:
         return None  # at most 19 digits of ns: below 1e19, within uint64
-    ns = np.zeros(len(texts), dtype=np.uint64)
-    for column in np.flatnonzero(is_digit).tolist():  # Horner's rule, a column at a time: < 10**19, no wrap
-        ns = ns * np.uint64(10) + digits[:, column]
-    ns *= _POW10[3 - decimals]
+    weights = np.zeros(width, dtype=np.uint64)  # each digit column's power of ten, in ns
+    weights[is_digit] = _POW10[3 - decimals:3 - decimals + n_digits][::-1]
+    ns = digits.astype(np.uint64) @ weights  # every partial sum < 1e19: no wrap
     return ns.astype(np.int64) if not len(ns) or ns.max() <= limits.MAX_TIME_NS else None
 
 
