@@ -37,12 +37,6 @@ def _number_in(label: Any) -> int | None:
     return None if digits is None else int(digits)
 
 
-def correlations(args: list) -> np.ndarray:
-    """args "correlation" per event, -1 where it is missing or not an integer."""
-    return np.array([a.correlation if a is not None and type(a.correlation) is int else -1
-                     for a in args], dtype=np.int64)
-
-
 def launch_index(row_correlation: np.ndarray, launch_correlation: np.ndarray) -> np.ndarray:
     """Per row, the index of the launch event with the row's correlation id, -1 where
     there is none (ids < 0 mean "no id"); of launches sharing an id, the first."""

@@ -100,13 +100,10 @@ _NULL = msgspec.Raw(b"null")
 
 
 class _OpArgs(msgspec.Struct, gc=False):
-    """What a CPU operator's shapes need (record_shapes=True), kept as raw JSON: decoded only
-    for the operators that launched GPU work (parsers/_shapes.py)."""
+    """What a CPU operator's work needs but its shapes (Ops.shapes: read again from the event's
+    text, only for the operators that launched GPU work, parsers/_shapes.py)."""
 
     external_id: Number = msgspec.field(default=None, name="External id")
-    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
     flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
     # an Inductor Triton kernel's launch range, compiled with benchmark_kernel: its estimated work
     kernel_num_gb: Number = None
@@ -114,9 +111,25 @@ class _OpArgs(msgspec.Struct, gc=False):
 
 
 class _Op(_Event, gc=False):
-    """A CPU operator, its args the shapes' (_OpArgs)."""
+    """A CPU operator, its args the work's (_OpArgs)."""
 
     args: _OpArgs | None = None  # type: ignore[assignment]
+
+
+class _Shapes(msgspec.Struct, gc=False):
+    """A CPU operator's shapes (record_shapes=True), as raw JSON."""
+
+    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+
+
+class _ShapesOf(msgspec.Struct, gc=False):
+    args: _Shapes | None = None
+
+
+_NO_SHAPES = _Shapes()
+_SHAPES_DECODER = msgspec.json.Decoder(_ShapesOf)
 
 
 MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
@@ -158,6 +171,7 @@ class Trace(msgspec.Struct):
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
 _CAT, _PID, _TID, _TS, _ARGS, _NAME, _DUR = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name", "dur"))
+_CORRELATION, _EXTERNAL_ID = attrgetter("correlation"), attrgetter("external_id")
 _POW10 = 10 ** np.arange(20, dtype=np.uint64)
 _DIGIT, _DOT, _MINUS, _SEP = ord("0"), ord("."), ord("-"), 0  # NUL: in no valid JSON value
 
@@ -266,9 +280,9 @@ class Launches:
         """`ts` in integer ns (int64)."""
         return _joined(self.ts_parts)
 
-    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
-        """Add decoded events, of these categories (not kept here); `ts_ns`: their `ts` read
-        already (else read here)."""
+    def extend(self, events: list, cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (not kept here), from these texts; `ts_ns`:
+        their `ts` read already (else read here)."""
         self.ts_parts.append(_ts_array(list(map(_TS, events))) if ts_ns is None else ts_ns)
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
@@ -281,12 +295,16 @@ class Picked(Launches):
     and duration; repeated names shared."""
 
     STRUCT: ClassVar[type] = _Event
+    CORRELATED: ClassVar[bool] = True  # its args have a "correlation"
     cat: list[str] = field(default_factory=list)
     dur_us: list[float] = field(default_factory=list)
     name: list[str] = field(default_factory=list)
     _names: dict[str, str] = field(default_factory=dict)
+    _external_parts: list[np.ndarray] = field(default_factory=list)
+    _correlation_parts: list[np.ndarray] = field(default_factory=list)
 
-    def extend(self, events: list[_Event], cats: list[str], ts_ns: np.ndarray | None = None) -> None:
+    def extend(self, events: list[_Event], cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None
+               ) -> None:
         """Add decoded events, of these categories (nothing is added when one is refused)."""
         seen = len(self._names)
         names = list(map(_NAME, events))
@@ -296,18 +314,43 @@ class Picked(Launches):
             for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
                 del self._names[name]
             raise ValueError(f"name: {complaint}")
-        super().extend(events, cats, ts_ns)
+        super().extend(events, cats, raws, ts_ns)
         self.cat += cats
         self.dur_us += map(_DUR, events)
         self.name += names
+        args = self.args[len(self.args) - len(events):]
+        self._external_parts.append(_ints(args, _EXTERNAL_ID))  # while the events are in the CPU cache
+        if self.CORRELATED:
+            self._correlation_parts.append(_ints(args, _CORRELATION))
+
+    @property
+    def external_id(self) -> np.ndarray:
+        """args "External id" per event, -1 where it is missing or not an integer."""
+        return _joined(self._external_parts)
+
+    @property
+    def correlation(self) -> np.ndarray:
+        """args "correlation" per event, -1 where it is missing or not an integer."""
+        return _joined(self._correlation_parts)
 
 
 @dataclass
 class Ops(Picked):
-    """CPU operators as columns, their args the shapes' (_OpArgs, raw until parsers/_shapes.py
-    reads those of the operators that launched GPU work)."""
+    """CPU operators as columns, their args the work's (_OpArgs) and each one's text, whose
+    shapes parsers/_shapes.py reads for the operators that launched GPU work (`shapes`)."""
 
     STRUCT: ClassVar[type] = _Op
+    CORRELATED: ClassVar[bool] = False
+    raw: list[msgspec.Raw] = field(default_factory=list)
+
+    def extend(self, events: list[_Event], cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None
+               ) -> None:
+        super().extend(events, cats, raws, ts_ns)
+        self.raw += raws
+
+    def shapes(self, i: int) -> _Shapes:
+        """Operator i's args "Input Dims", "Input type" and "Concrete Inputs" as raw JSON (null where absent)."""
+        return _SHAPES_DECODER.decode(self.raw[i]).args or _NO_SHAPES
 
 
 @dataclass
@@ -318,9 +361,21 @@ class Instants(Launches):
     STRUCT: ClassVar[type] = _Instant
     name: list[str] = field(default_factory=list)
 
-    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
-        super().extend(events, cats, ts_ns)
+    def extend(self, events: list, cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None) -> None:
+        super().extend(events, cats, raws, ts_ns)
         self.name += map(_NAME, events)
+
+
+def _ints(args: list, field_of: Any) -> np.ndarray:
+    """An args field per event as int64, -1 where args or the field is missing or not an integer."""
+    try:
+        values = list(map(field_of, args))
+    except AttributeError:  # an event without args
+        values = [None if a is None else field_of(a) for a in args]
+    ints = np.array(values) if values else np.zeros(0, dtype=np.int64)
+    if ints.dtype == np.int64:  # every one an integer (Int64: within int64; a float, str or None: not)
+        return ints
+    return np.array([v if type(v) is int else -1 for v in values], dtype=np.int64)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -426,8 +481,8 @@ class _Union:
             self.skipped |= new
             self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
-    def deal(self, events: list, picked: list) -> None:
-        """Hand the decoded events to their groups' collectors, the `ts` of all read at once."""
+    def deal(self, events: list, raws: list[msgspec.Raw], picked: list) -> None:
+        """Hand the decoded events (of these texts) to their groups' collectors, the `ts` of all read at once."""
         code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         group = self.group_by_code[code]
         chosen = np.flatnonzero(group >= 0)
@@ -437,7 +492,7 @@ class _Union:
         for g, out in enumerate(picked):
             if len(at := np.flatnonzero(group == g)):
                 rows = chosen[at]
-                out.extend(_taken(events, rows), self.cat_by_code[code[rows]].tolist(), ts_ns[at])
+                out.extend(_taken(events, rows), self.cat_by_code[code[rows]].tolist(), _taken(raws, rows), ts_ns[at])
 
 
 def _taken(items: list, at: np.ndarray) -> list:
@@ -516,7 +571,7 @@ def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, p
                     break
                 refused, misses = int(found.group(1)), misses + 1
                 events = source.decode(union.decoder, rest[:refused]) if refused else []
-            union.deal(events, picked)
+            union.deal(events, rest, picked)
         except ValueError:  # bad UTF-8, a ts or name out of bounds
             break
         if refused is None:
@@ -535,8 +590,9 @@ def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked:
         for (group, collector), out in zip(groups, picked):
             chosen = list(map(group.__contains__, cats))
             if any(chosen):
-                out.extend(msgspec.json.decode(_array(compress(part, chosen)), type=list[collector.STRUCT]),
-                           list(compress(cats, chosen)))
+                texts = list(compress(part, chosen))
+                out.extend(msgspec.json.decode(_array(texts), type=list[collector.STRUCT]), list(compress(cats, chosen)),
+                           texts)
     except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
         raise _located(path, part, first, cats, groups) or TraceFormatError(
             path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
@@ -551,7 +607,7 @@ def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
         for group, collector in groups:
             if cat in group:
                 try:
-                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat])
+                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat], [raw])
                 except ValueError as e:
                     return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
                                                   f"({cat}{_name_of(raw)}): {_plain(e)}")

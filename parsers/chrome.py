@@ -51,7 +51,7 @@ from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _host, _kineto_memory
-from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
+from ._kineto import (collective_bytes, cpu_top_level, device_table, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
@@ -93,7 +93,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     check_rows(path, sum(len(x.pid) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
-        launch = launch_index(correlations(gpu.args), correlations(launches.args))
+        launch = launch_index(gpu.correlation, launches.correlation)
         graphs = _graph_replays(columns, launch, launches)
         replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
         external = _external_ids(gpu, launch, graphs.scope_launch, launches)
@@ -163,18 +163,13 @@ def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     return cols
 
 
-def _ids(args: list) -> np.ndarray:
-    return np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in args],
-                    dtype=np.int64)
-
-
 def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, launches: Picked) -> np.ndarray:
     """Per GPU row, the External id of the operator whose shapes give its work: its own; a CUDA
     graph replay's, the operator around the launch that captured its node (as for its scope)."""
-    external = _ids(gpu.args)
+    external = gpu.external_id.copy()
     replay = (scope_launch >= 0) & (scope_launch != launch)
     if replay.any():
-        external[replay] = _ids([launches.args[i] for i in scope_launch[replay].tolist()])
+        external[replay] = launches.external_id[scope_launch[replay]]
     return external
 
 
