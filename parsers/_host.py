@@ -19,7 +19,7 @@ import pandas as pd
 
 from tracelab import schema
 
-from ._kineto import to_ints
+from ._kineto import joined_ids
 from ._steps import is_step, name_mask
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
@@ -55,7 +55,7 @@ def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[st
     start = pd.array([pd.NA] * len(launch), dtype="Int64")
     dur = start.copy()
     start[found] = np.asarray(launches.ts_ns, dtype=np.int64)[launch[found]] - origin_ns
-    dur[found] = _dur_ns(launches)[launch[found]]
+    dur[found] = launches.dur_ns[launch[found]]
     return {"launch_start_ns": start, "launch_dur_ns": dur}
 
 
@@ -63,7 +63,7 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     """The host frame of a Kineto trace: its synchronising runtime/driver calls (`calls`),
     CPU operators (cpu_op) and record_function ranges (user_annotation; `step` where
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
-    tid = to_ints(calls.tid + ops.tid + ranges.tid)  # one id space
+    tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
     n_calls, n_ops = len(calls.tid), len(ops.tid)
     call_kinds = host_kinds(calls.name)
     parts = [("sync", calls, tid[:n_calls], call_kinds == "sync"), ("alloc", calls, tid[:n_calls], call_kinds == "alloc"),
@@ -78,10 +78,6 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
         name += picked.name if mask is None else list(compress(picked.name, mask.tolist()))
         tids.append(t[keep])
         start.append(np.asarray(picked.ts_ns, dtype=np.int64)[keep] - origin_ns)
-        dur.append(_dur_ns(picked)[keep])
+        dur.append(picked.dur_ns[keep])
     kinds = pd.Categorical.from_codes(np.concatenate(kind), categories=list(schema.HOST_KINDS))
     return schema.host_frame(kinds, name, np.concatenate(tids), np.concatenate(start), np.concatenate(dur))
-
-
-def _dur_ns(picked: Any) -> np.ndarray:
-    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)

@@ -30,6 +30,15 @@ def to_ints(labels: list, fallback: list | None = None) -> np.ndarray:
     return np.array([found[lab] for lab in labels], dtype=np.int64)
 
 
+def joined_ids(*parts: tuple[Any, str]) -> np.ndarray:
+    """to_ints of the (collector, "pid" or "tid") columns joined, one id space: each column's
+    integers (the collector's, made once) where every column is integers, the usual case."""
+    arrays = [collector.ids(column) for collector, column in parts]
+    if all(a is not None for a in arrays):
+        return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    return to_ints([label for collector, column in parts for label in getattr(collector, column)])
+
+
 def _number_in(label: Any) -> int | None:
     if isinstance(label, int):
         return label

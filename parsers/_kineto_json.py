@@ -274,11 +274,22 @@ class Launches:
     tid: list = field(default_factory=list)
     ts_parts: list[np.ndarray] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)
+    _made: dict[str, Any] = field(default_factory=dict, repr=False)  # columns as arrays, made once
 
     @property
     def ts_ns(self) -> np.ndarray:
         """`ts` in integer ns (int64)."""
         return _joined(self.ts_parts)
+
+    def ids(self, column: str) -> np.ndarray | None:
+        """The `pid` or `tid` labels as int64 (read-only) where every one converts (the usual
+        case), else None (then _kineto.to_ints names them); made once."""
+        if column not in self._made:
+            try:
+                self._made[column] = _read_only(np.array(getattr(self, column), dtype=np.int64))
+            except (TypeError, ValueError):
+                self._made[column] = None
+        return self._made[column]
 
     def extend(self, events: list, cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None) -> None:
         """Add decoded events, of these categories (not kept here), from these texts; `ts_ns`:
@@ -322,6 +333,13 @@ class Picked(Launches):
         self._external_parts.append(_ints(args, _EXTERNAL_ID))  # while the events are in the CPU cache
         if self.CORRELATED:
             self._correlation_parts.append(_ints(args, _CORRELATION))
+
+    @property
+    def dur_ns(self) -> np.ndarray:
+        """`dur` in integer ns, each event's own round(dur * 1000) (int64, read-only); made once."""
+        if "dur_ns" not in self._made:
+            self._made["dur_ns"] = _read_only(np.rint(np.array(self.dur_us, dtype=np.float64) * 1000).astype(np.int64))
+        return self._made["dur_ns"]
 
     @property
     def external_id(self) -> np.ndarray:
@@ -376,6 +394,11 @@ def _ints(args: list, field_of: Any) -> np.ndarray:
     if ints.dtype == np.int64:  # every one an integer (Int64: within int64; a float, str or None: not)
         return ints
     return np.array([v if type(v) is int else -1 for v in values], dtype=np.int64)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # shared by every caller: none may change it
+    return array
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

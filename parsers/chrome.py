@@ -51,7 +51,7 @@ from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _host, _kineto_memory
-from ._kineto import (collective_bytes, cpu_top_level, device_table, launch_index,
+from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
 from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
@@ -122,11 +122,11 @@ def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origi
     mask = _kineto_memory.is_memory(instants.name)
     if not mask.any():
         return None
-    pid = _kineto_memory.ids(instants.pid, ops.pid, annotations.pid)  # one id space
-    tid = _kineto_memory.ids(instants.tid, ops.tid, annotations.tid)
+    pid = joined_ids((instants, "pid"), (ops, "pid"), (annotations, "pid"))  # one id space
+    tid = joined_ids((instants, "tid"), (ops, "tid"), (annotations, "tid"))
     n, m = len(instants.pid), len(instants.pid) + len(ops.pid)
     at = {"pid": pid[:n][mask], "tid": tid[:n][mask], "ts_ns": np.asarray(instants.ts_ns, dtype=np.int64)[mask]}
-    on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": _dur_ns(ops),
+    on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": ops.dur_ns,
           "name": ops.name}
     return _kineto_memory.frame(path, instants, mask, at, origin_ns, on, _ranges(annotations, pid[m:], tid[m:], step_re),
                                 _step_ranges(annotations, pid[m:], step_re))
@@ -144,23 +144,25 @@ def _check_durations(path: Path, columns: dict[str, Any]) -> None:
                                   int(device[outside[0]]), limits.INT16)
 
 
-def _dur_ns(picked: Picked) -> np.ndarray:
-    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)
-
-
 def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     args = gpu.args
     cols: dict[str, Any] = {
         "kind": np.array([GPU_KINDS[c] for c in gpu.cat], dtype=object),
         "name": gpu.name,
-        "device": to_ints(gpu.pid, [a.device if a else None for a in args]),
-        "stream": to_ints(gpu.tid, [a.stream if a else None for a in args]),
+        "device": _ids_or(gpu, "pid", lambda: [a.device if a else None for a in args]),
+        "stream": _ids_or(gpu, "tid", lambda: [a.stream if a else None for a in args]),
         "start_ns": np.array(gpu.ts_ns, dtype=np.int64),
-        "dur_ns": _dur_ns(gpu),
+        "dur_ns": gpu.dur_ns,
     }
     cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
     cols["process_group"] = process_groups(args)
     return cols
+
+
+def _ids_or(gpu: Picked, column: str, fallback) -> np.ndarray:
+    """The column's integer ids; where a label is no integer, to_ints with the args' `fallback()`."""
+    ids = gpu.ids(column)
+    return ids.copy() if ids is not None else to_ints(getattr(gpu, column), fallback())
 
 
 def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, launches: Picked) -> np.ndarray:
@@ -188,7 +190,7 @@ def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, ca
 def _graph_replays(cols: dict[str, Any], launch: np.ndarray, launches: Picked):
     """Per GPU row, the launch whose scope it takes: a CUDA-graph replay's row, the launch that
     captured its node where the capture is in the trace (parsers/_kineto_graphs.py)."""
-    return scope_launches(launches.name, to_ints(launches.pid), to_ints(launches.tid), launches.ts_ns, launch,
+    return scope_launches(launches.name, joined_ids((launches, "pid")), joined_ids((launches, "tid")), launches.ts_ns, launch,
                           cols["kind"], cols["start_ns"], np.asarray(cols["stream"]))
 
 
@@ -196,8 +198,8 @@ def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_an
             gpu_annotations: Picked, step_re: re.Pattern) -> np.ndarray:
     """Per GPU row, the CPU annotations around its launch (other threads: nested in the
     main thread's, see _kineto.thread_scopes); else the GPU ones around its start."""
-    pid = to_ints(launches.pid + cpu_annotations.pid)  # one id space for launches and ranges
-    tid = to_ints(launches.tid + cpu_annotations.tid)
+    pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))  # one id space for launches and ranges
+    tid = joined_ids((launches, "tid"), (cpu_annotations, "tid"))
     n_launches = len(launches.pid)
     cpu = _ranges(cpu_annotations, pid[n_launches:], tid[n_launches:], step_re)
     found = (launch >= 0) & (len(cpu["name"]) > 0)  # no CPU ranges at all: the GPU copies
@@ -205,7 +207,7 @@ def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_an
     scope = np.empty(len(launch), dtype=object)
     scope[found] = thread_scopes(pid[at], tid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
     rest = ~found
-    own = _ranges(gpu_annotations, to_ints(gpu_annotations.pid), to_ints(gpu_annotations.tid), step_re)
+    own = _ranges(gpu_annotations, joined_ids((gpu_annotations, "pid")), joined_ids((gpu_annotations, "tid")), step_re)
     scope[rest] = scopes(cols["device"][rest], cols["stream"][rest], cols["start_ns"][rest], own)
     return scope
 
@@ -215,14 +217,14 @@ def _ranges(annotations: Picked, pid: np.ndarray, tid: np.ndarray, step_re: re.P
     keep = ~is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)
     return {"pid": pid[keep], "tid": tid[keep], "start_ns": start_ns[keep],
-            "end_ns": (start_ns + _dur_ns(annotations))[keep], "name": list(compress(annotations.name, keep))}
+            "end_ns": (start_ns + annotations.dur_ns)[keep], "name": list(compress(annotations.name, keep))}
 
 
 def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) -> dict[str, np.ndarray]:
     """The step ranges among the annotations: group (process or device), start, end, step number."""
     mask = is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)[mask]
-    end_ns = start_ns + _dur_ns(annotations)[mask]
+    end_ns = start_ns + annotations.dur_ns[mask]
     return {"group": group[mask], "start_ns": start_ns, "end_ns": end_ns,
             "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, end_ns, step_re)}
 
@@ -230,7 +232,7 @@ def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) ->
 def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[str]:
     """A note where the step ranges repeat their numbers (parsers/_steps.py)."""
     mask = is_step(annotations.name, step_re)
-    steps = _step_ranges(annotations, to_ints(annotations.pid), step_re)
+    steps = _step_ranges(annotations, joined_ids((annotations, "pid")), step_re)
     return repeat_note(list(compress(annotations.name, mask)), steps["group"], steps["start_ns"], steps["step"],
                        step_re)
 
@@ -239,14 +241,14 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
                gpu_annotations: Picked, step_re: re.Pattern) -> pd.arrays.IntegerArray:
     """Per GPU row, the step range around its launch call on any thread of its process;
     rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
-    pid = to_ints(launches.pid + cpu_annotations.pid)
+    pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))
     n_launches = len(launches.pid)
     step = pd.array([None] * len(launch), dtype="Int64")
     found = launch >= 0
     at = launch[found]
     cpu = _step_ranges(cpu_annotations, pid[n_launches:], step_re)
     step[found] = assign(pid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
-    own = _step_ranges(gpu_annotations, to_ints(gpu_annotations.pid), step_re)
+    own = _step_ranges(gpu_annotations, joined_ids((gpu_annotations, "pid")), step_re)
     step[~found] = assign(cols["device"][~found], cols["start_ns"][~found], own)
     return step
 
@@ -256,9 +258,9 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
     n_ops = len(ops.pid)
-    pid, thread = to_ints(ops.pid + annotations.pid), to_ints(ops.tid + annotations.tid)  # one id space
+    pid, thread = joined_ids((ops, "pid"), (annotations, "pid")), joined_ids((ops, "tid"), (annotations, "tid"))
     start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]
-    dur_ns = np.r_[_dur_ns(ops), _dur_ns(annotations)]
+    dur_ns = np.r_[ops.dur_ns, annotations.dur_ns]
     keep = np.r_[_top_level_ops(ops.name, pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
                  _collective_ranges(annotations, thread[n_ops:], set(thread[:n_ops].tolist()))]
     steps = _step_ranges(annotations, pid[n_ops:], step_re)
