@@ -97,6 +97,7 @@ class _Launch(msgspec.Struct, gc=False):
 
 
 _NULL = msgspec.Raw(b"null")
+Texts = list[msgspec.Raw] | None  # the events' own JSON texts, where a collector keeps them
 
 
 class _OpArgs(msgspec.Struct, gc=False):
@@ -270,6 +271,7 @@ class Launches:
     (process, thread, start)."""
 
     STRUCT: ClassVar[type] = _Launch
+    KEEPS_TEXT: ClassVar[bool] = False  # extend() keeps each event's text (`raws`)
     pid: list = field(default_factory=list)
     tid: list = field(default_factory=list)
     ts_parts: list[np.ndarray] = field(default_factory=list)
@@ -291,9 +293,9 @@ class Launches:
                 self._made[column] = None
         return self._made[column]
 
-    def extend(self, events: list, cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None) -> None:
-        """Add decoded events, of these categories (not kept here), from these texts; `ts_ns`:
-        their `ts` read already (else read here)."""
+    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (not kept here), from these texts (None: not
+        kept, KEEPS_TEXT false); `ts_ns`: their `ts` read already (else read here)."""
         self.ts_parts.append(_ts_array(list(map(_TS, events))) if ts_ns is None else ts_ns)
         self.pid += map(_PID, events)
         self.tid += map(_TID, events)
@@ -314,8 +316,7 @@ class Picked(Launches):
     _external_parts: list[np.ndarray] = field(default_factory=list)
     _correlation_parts: list[np.ndarray] = field(default_factory=list)
 
-    def extend(self, events: list[_Event], cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None
-               ) -> None:
+    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         """Add decoded events, of these categories (nothing is added when one is refused)."""
         seen = len(self._names)
         names = list(map(_NAME, events))
@@ -359,10 +360,10 @@ class Ops(Picked):
 
     STRUCT: ClassVar[type] = _Op
     CORRELATED: ClassVar[bool] = False
+    KEEPS_TEXT: ClassVar[bool] = True
     raw: list[msgspec.Raw] = field(default_factory=list)
 
-    def extend(self, events: list[_Event], cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None
-               ) -> None:
+    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         super().extend(events, cats, raws, ts_ns)
         self.raw += raws
 
@@ -379,7 +380,7 @@ class Instants(Launches):
     STRUCT: ClassVar[type] = _Instant
     name: list[str] = field(default_factory=list)
 
-    def extend(self, events: list, cats: list[str], raws: list[msgspec.Raw], ts_ns: np.ndarray | None = None) -> None:
+    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         super().extend(events, cats, raws, ts_ns)
         self.name += map(_NAME, events)
 
@@ -508,14 +509,17 @@ class _Union:
         """Hand the decoded events (of these texts) to their groups' collectors, the `ts` of all read at once."""
         code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         group = self.group_by_code[code]
-        chosen = np.flatnonzero(group >= 0)
-        if not len(chosen):
+        dealt = [(out, rows, _taken(events, rows)) for g, out in enumerate(picked)
+                 if len(rows := np.flatnonzero(group == g))]
+        if not dealt:
             return
-        ts_ns, group = _ts_array(list(map(_TS, _taken(events, chosen)))), group[chosen]
-        for g, out in enumerate(picked):
-            if len(at := np.flatnonzero(group == g)):
-                rows = chosen[at]
-                out.extend(_taken(events, rows), self.cat_by_code[code[rows]].tolist(), _taken(raws, rows), ts_ns[at])
+        ts_ns = _ts_array(list(itertools.chain.from_iterable(map(_TS, chosen) for _, _, chosen in dealt)))
+        end = 0
+        for out, rows, chosen in dealt:
+            codes, end = code[rows], end + len(rows)
+            cats = ([self.cat_by_code[codes[0]]] * len(rows) if (codes == codes[0]).all()  # one category: the usual
+                    else self.cat_by_code[codes].tolist())
+            out.extend(chosen, cats, _taken(raws, rows) if out.KEEPS_TEXT else None, ts_ns[end - len(rows):end])
 
 
 def _taken(items: list, at: np.ndarray) -> list:
@@ -614,8 +618,8 @@ def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked:
             chosen = list(map(group.__contains__, cats))
             if any(chosen):
                 texts = list(compress(part, chosen))
-                out.extend(msgspec.json.decode(_array(texts), type=list[collector.STRUCT]), list(compress(cats, chosen)),
-                           texts)
+                events = msgspec.json.decode(_array(texts), type=list[collector.STRUCT])
+                out.extend(events, list(compress(cats, chosen)), texts)
     except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
         raise _located(path, part, first, cats, groups) or TraceFormatError(
             path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None

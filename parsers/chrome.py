@@ -190,7 +190,8 @@ def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, ca
 def _graph_replays(cols: dict[str, Any], launch: np.ndarray, launches: Picked):
     """Per GPU row, the launch whose scope it takes: a CUDA-graph replay's row, the launch that
     captured its node where the capture is in the trace (parsers/_kineto_graphs.py)."""
-    return scope_launches(launches.name, joined_ids((launches, "pid")), joined_ids((launches, "tid")), launches.ts_ns, launch,
+    pid, tid = joined_ids((launches, "pid")), joined_ids((launches, "tid"))
+    return scope_launches(launches.name, pid, tid, launches.ts_ns, launch,
                           cols["kind"], cols["start_ns"], np.asarray(cols["stream"]))
 
 
@@ -207,7 +208,8 @@ def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_an
     scope = np.empty(len(launch), dtype=object)
     scope[found] = thread_scopes(pid[at], tid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
     rest = ~found
-    own = _ranges(gpu_annotations, joined_ids((gpu_annotations, "pid")), joined_ids((gpu_annotations, "tid")), step_re)
+    own_pid, own_tid = joined_ids((gpu_annotations, "pid")), joined_ids((gpu_annotations, "tid"))
+    own = _ranges(gpu_annotations, own_pid, own_tid, step_re)
     scope[rest] = scopes(cols["device"][rest], cols["stream"][rest], cols["start_ns"][rest], own)
     return scope
 
