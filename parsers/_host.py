@@ -64,7 +64,7 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     CPU operators (cpu_op) and record_function ranges (user_annotation; `step` where
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
     tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
-    n_calls, n_ops = len(calls.tid), len(ops.tid)
+    n_calls, n_ops = calls.size, ops.size
     call_kinds = host_kinds(calls.name)
     parts = [("sync", calls, tid[:n_calls], call_kinds == "sync"), ("alloc", calls, tid[:n_calls], call_kinds == "alloc"),
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]

@@ -23,7 +23,7 @@ from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 
 from ._kineto import cpu_top_level, thread_scopes
-from ._kineto_json import MISSING, _MemArgs
+from ._kineto_columns import MISSING, _MemArgs
 from ._steps import assign
 
 MEMORY_EVENT = "[memory]"

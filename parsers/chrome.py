@@ -54,7 +54,8 @@ from . import _host, _kineto_memory
 from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
-from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
+from ._kineto_json import Trace, decode, pick, read_bytes
 from ._gemm_dims import odd_gemms
 from ._shapes import op_rows, row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
@@ -85,12 +86,12 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges, ops, instants = pick(path, data, trace.traceEvents, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
     del data  # the picked columns hold what is needed of the file's bytes and events
     trace.traceEvents = []
-    check_rows(path, sum(len(x.pid) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
+    check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
         launch = launch_index(gpu.correlation, launches.correlation)
@@ -124,7 +125,7 @@ def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origi
         return None
     pid = joined_ids((instants, "pid"), (ops, "pid"), (annotations, "pid"))  # one id space
     tid = joined_ids((instants, "tid"), (ops, "tid"), (annotations, "tid"))
-    n, m = len(instants.pid), len(instants.pid) + len(ops.pid)
+    n, m = instants.size, instants.size + ops.size
     at = {"pid": pid[:n][mask], "tid": tid[:n][mask], "ts_ns": np.asarray(instants.ts_ns, dtype=np.int64)[mask]}
     on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": ops.dur_ns,
           "name": ops.name}
@@ -201,7 +202,7 @@ def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_an
     main thread's, see _kineto.thread_scopes); else the GPU ones around its start."""
     pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))  # one id space for launches and ranges
     tid = joined_ids((launches, "tid"), (cpu_annotations, "tid"))
-    n_launches = len(launches.pid)
+    n_launches = launches.size
     cpu = _ranges(cpu_annotations, pid[n_launches:], tid[n_launches:], step_re)
     found = (launch >= 0) & (len(cpu["name"]) > 0)  # no CPU ranges at all: the GPU copies
     at = launch[found]
@@ -244,7 +245,7 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
     """Per GPU row, the step range around its launch call on any thread of its process;
     rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
     pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))
-    n_launches = len(launches.pid)
+    n_launches = launches.size
     step = pd.array([None] * len(launch), dtype="Int64")
     found = launch >= 0
     at = launch[found]
@@ -259,7 +260,7 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
     if not ops.cat:
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
-    n_ops = len(ops.pid)
+    n_ops = ops.size
     pid, thread = joined_ids((ops, "pid"), (annotations, "pid")), joined_ids((ops, "tid"), (annotations, "tid"))
     start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]
     dur_ns = np.r_[ops.dur_ns, annotations.dur_ns]
