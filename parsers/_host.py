@@ -39,8 +39,20 @@ def is_alloc(names: list[str]) -> np.ndarray:
 def host_kinds(names: list[str]) -> np.ndarray:
     """Per runtime/driver call, its host frame kind: `sync` (is_sync), `alloc` (an allocator
     call that does not synchronise), else "" (not kept)."""
-    sync = is_sync(names)
-    return np.where(sync, "sync", np.where(is_alloc(names), "alloc", ""))
+    return np.array(_KINDS)[_kind_codes(names)]
+
+
+_KINDS = ("", "sync", "alloc")
+
+
+def _kind_codes(names: list[str]) -> np.ndarray:
+    """host_kinds as indices into _KINDS, each distinct name tested once."""
+    def code(name: str) -> int:
+        if SYNC_CALL.fullmatch(name) is not None and "Async" not in name:
+            return 1
+        return 2 if ALLOC_CALL.fullmatch(name) is not None else 0
+    verdict = {name: code(name) for name in dict.fromkeys(names)}
+    return np.fromiter(map(verdict.__getitem__, names), dtype=np.int8, count=len(names))
 
 
 def is_sync(names: list[str]) -> np.ndarray:
@@ -65,8 +77,8 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
     tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
     n_calls, n_ops = calls.size, ops.size
-    call_kinds = host_kinds(calls.name)
-    parts = [("sync", calls, tid[:n_calls], call_kinds == "sync"), ("alloc", calls, tid[:n_calls], call_kinds == "alloc"),
+    call_kinds = _kind_codes(calls.name)
+    parts = [("sync", calls, tid[:n_calls], call_kinds == 1), ("alloc", calls, tid[:n_calls], call_kinds == 2),
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []
     for k, picked, t, mask in parts:
