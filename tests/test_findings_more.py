@@ -84,8 +84,11 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     scenario = _json(capsys, "whatif", str(DATA / "train-1gpu-steps-torch"), "--scenario", e["scenario"])["scenarios"][0]
     assert e["whatif"]["saving_ns_per_step"] == pytest.approx(scenario["saving_ns"])
     assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
+    from tracelab.reports.whatif.findings import NOTHING_FRAC
+    saved = f"{scenario['saving_ns'] / 1e6:,.2f} ms"
+    nothing = scenario["saving_ns"] < NOTHING_FRAC * scenario["step_ns"]
     assert (f"what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
-            f"{scenario['saving_ns'] / 1e6:,.2f} ms") in found[0].text
+            + (f"nothing to gain now ({saved} of " if nothing else f"{saved} of ")) in found[0].text
     graphs = _found("train-1gpu-steps-torch", [graphs_findings])
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
 
@@ -119,3 +122,22 @@ def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
     assert status == 0, err
     status, out, err = run_cli_output(capsys, command, str(DATA / "train-1gpu-steps-none"))
     assert status == 2 and "no trace files" in err
+
+
+@pytest.mark.parametrize("folder", ["decode-2gpu-torch", "train-1gpu-steps-nsys"])
+def test_a_saving_the_replay_does_not_see_is_said_as_none(folder):
+    """A finding whose what-if moves no step (under 0.5% of it) says "nothing to gain now" and
+    why, never "0%" with an error band; the others keep their percentage."""
+    from tracelab.reports.whatif.findings import NOTHING_FRAC
+    found = [f for f in _found(folder) if "whatif" in f.evidence]
+    assert found
+    for f in found:
+        w = f.evidence["whatif"]
+        frac = w["saving_ns_per_step"] / w["step_ns"]
+        if frac < NOTHING_FRAC:
+            assert "nothing to gain now" in f.text and "the critical path runs through other work" in f.text
+            assert "(0%" not in f.text
+        else:
+            assert f"({100 * frac:.0f}%" in f.text and "nothing to gain" not in f.text
+    assert {f.evidence["whatif"]["saving_ns_per_step"] < NOTHING_FRAC * f.evidence["whatif"]["step_ns"]
+            for f in found} == {True, False}  # each capture has both kinds

@@ -312,13 +312,15 @@ def _digest(steps: pd.DataFrame) -> analysis.RankMemory:
 
 @pytest.mark.parametrize("peaks, flagged", [((100, 100, 111), [2]), ((100, 100, 110), []), ((100, 130), [1]),
                                             ((100,), [])])
-def test_imbalance_rule(peaks, flagged):
-    m = across.combine([("run", {r: _digest(_steps(r, p)) for r, p in enumerate(peaks)})])
+def test_imbalance_rule(peaks, flagged):  # peaks in MiB: past the 8 MiB floor
+    m = across.combine([("run", {r: _digest(_steps(r, p * 2**20)) for r, p in enumerate(peaks)})])
     assert [f[2]["rank"] for f in m.found] == flagged
 
 
 def test_fragmentation_and_allocator_rules():
-    m = across.combine([("run", {0: _digest(_steps(0, 100, reserved=121)), 1: _digest(_steps(1, 100, reserved=120))})])
+    mib = 2**20
+    m = across.combine([("run", {0: _digest(_steps(0, 100 * mib, reserved=121 * mib)),
+                                 1: _digest(_steps(1, 100 * mib, reserved=120 * mib))})])
     assert [f[2]["rank"] for f in m.found] == [0] and "expandable_segments:True" in m.found[0][0]
     m = across.combine([("run", {0: _digest(_steps(0, 100, calls=(5, 0, 0))), 1: _digest(_steps(1, 100, calls=(5, 2, 0)))})])
     assert [(f[2]["rank"], f[2]["alloc_calls"], f[1]) for f in m.found] == [(1, 2, 2000)]
@@ -335,3 +337,25 @@ def test_a_steps_allocator_calls_are_those_inside_its_host_range():
     assert steps.loc[1, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 30, 0]
     assert steps.loc[2, ["alloc_calls", "alloc_ns", "alloc_sync_calls"]].tolist() == [1, 20, 1]  # 990 is before it
     assert steps.loc[1, "held_back_bytes"] == 2048 - 64
+
+
+def _peaks(levels_bytes: list[int], reserved_bytes: list[int] | None = None) -> pd.DataFrame:
+    n = len(levels_bytes)
+    return pd.DataFrame({"input": [""] * n, "rank": range(n), "device": [0] * n,
+                         "peak_allocated_bytes": levels_bytes,
+                         "peak_reserved_bytes": reserved_bytes or [np.nan] * n,
+                         "step": [0] * n, "peak_during": [""] * n})
+
+
+def test_a_few_allocator_blocks_are_no_finding():
+    """The README's CPU decode: 0.49 MiB against 0.42 MiB is 18% but 70 KiB: no finding; the
+    same 18% of 1 GiB is one, and 9 MiB over a 40% floor of reserved is fragmentation only
+    past MIN_EXCESS_BYTES."""
+    small = _peaks([int(0.42 * 2**20), int(0.49 * 2**20)])
+    assert across.imbalance(small) == []
+    big = _peaks([2**30, int(1.18 * 2**30)])
+    (text, _, ev), = across.imbalance(big)
+    assert ev["rank"] == 1 and ev["peak_bytes"] - ev["others_median_bytes"] >= across.MIN_EXCESS_BYTES
+    assert across.fragmentation(_peaks([2**20], [2**20 + 2**21])) == []  # 200% over, 2 MiB: no finding
+    (text, _, ev), = across.fragmentation(_peaks([2**30], [int(1.5 * 2**30)]))
+    assert ev["reserved_bytes"] - ev["allocated_bytes"] == 2**29

@@ -55,7 +55,7 @@ def test_each_run_is_a_column_with_its_own_results(tmp_path):
 @pytest.mark.slow
 def test_inputs_table_names_the_gpu_not_rows(tmp_path):
     text = _report([DATA / "decode-2gpu-torch"], tmp_path)
-    assert '<th class="t">GPU</th>' in text and ">rows</th>" not in text
+    assert '<th class="t">device</th>' in text and ">rows</th>" not in text
     assert text.count('<td class="t">NVIDIA H200</td>') == 2
 
 
@@ -458,3 +458,22 @@ def test_profiler_cost_against_a_sweep_under_none():
     for figs in none["figures"].values():
         figs["rows"] = [{**figs["rows"][0], key: other}, {**figs["rows"][0], key: other + "x"}]
     assert cost_of(profiled, [("torch", profiled), ("none-sweep", none)]) is None
+
+
+def test_a_cpu_run_has_no_gpus_in_its_run_table():
+    from tracelab.reports.results.runs import devices
+    cpu = {"devices": [{"index": -1, "name": "x86_64", "cores": 2}]}
+    assert devices(cpu) == "none (CPU: x86_64, 2 cores)"
+    gpus = {"devices": [{"index": i, "name": "NVIDIA H200"} for i in range(2)]}
+    assert devices(gpus) == "2 x NVIDIA H200" and devices({}) == "-"
+
+
+def test_a_cpu_only_run_is_not_called_gpu(tmp_path, capsys):
+    """A CPU run (gloo, torch.profiler, no GPU): its steps are its operators', its device the CPU."""
+    from malformed import run_cli_output
+    folder = DATA / "train-2cpu-memory-torch"
+    status, out, _ = run_cli_output(capsys, "steps", str(folder))
+    assert status == 0 and "CPU busy" in out and "GPU busy" not in out and "first CPU start" in out
+    text = _report([folder], tmp_path)
+    assert "first to last CPU activity" in text and "first to last GPU" not in text
+    assert re.findall(r'<td class="t">(CPU \(.*?\))</td>', text) == ["CPU (x86_64)"] * 2

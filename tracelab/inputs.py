@@ -148,9 +148,15 @@ def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> 
     named = []
     for path, group in kept:
         devices = [d for d in ((run_info([path]) or {}).get("devices") or []) if isinstance(d, dict)]
-        named += [str(devices[p.rank % len(devices)].get("name", "")) if devices else ""
+        named += [_device_name(devices[p.rank % len(devices)]) if devices else ""
                   for p in sorted(group, key=lambda p: p.rank)]
     return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
+
+
+def _device_name(device: dict) -> str:
+    """A GPU's name; run.json's entry of a run on the CPU (index -1) 'CPU (x86_64)'."""
+    name = str(device.get("name", ""))
+    return f"CPU ({name})" if device.get("index") == -1 else name
 
 
 def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:

@@ -169,12 +169,12 @@ def _inputs_html(inputs: list[Input], paths: list[str], perfetto: str | None) ->
                                                    device=("device", lambda s: ", ".join(sorted(set(s))))).reset_index()
         runs["ranks"] = runs["first"].astype(str) + "-" + runs["last"].astype(str)
         return note + table(runs, {"group": "run", "inputs": "ranks", "ranks": "rank range", "source": "source",
-                                   "device": "GPU"})
+                                   "device": "device"})
     rows = "".join(f'<tr><td class="t">{_e(r.input)}</td><td class="t">{_e(r.source)}</td><td>{r.rank}</td>'
                    f'<td class="t">{_e(r.device)}</td><td class="t">{_timeline_link(r, perfetto)}</td></tr>'
                    for r in df.itertuples())
     return (note + '<table><thead><tr><th class="t">input</th><th class="t">source</th><th>rank</th>'
-            f'<th class="t">GPU</th><th class="t">timeline</th></tr></thead><tbody>{rows}</tbody></table>')
+            f'<th class="t">device</th><th class="t">timeline</th></tr></thead><tbody>{rows}</tbody></table>')
 
 
 def _href(name: str) -> str:

@@ -48,19 +48,23 @@ def only(events: pd.DataFrame, labels: list[str] | None) -> pd.DataFrame:
 
 def step_time_boxes(inputs: list[Input]) -> dict | None:
     """One chart for the question "how long is a step, and how steady?": the traced step time
-    (first to last GPU activity of the step, reports/steps/steps.py) of every run side by side, a
+    (first to last GPU activity of the step, CPU operators' in a CPU-only run: reports/steps/steps.py) of every run side by side, a
     box per run (all its ranks' steps), or per rank for one run of up to MANY_RANKS ranks;
     every step a point where there are few. None where no input has steps."""
     one_run = len({i.group for i in inputs}) == 1 and len(inputs) <= MANY_RANKS
     boxes: dict[str, list[float]] = {}
+    devices = set()
     for i in inputs:
-        steps = i.digest("waits").steps
+        digest = i.digest("waits")
+        steps = digest.steps
         if len(steps):
+            devices.add(digest.device)
             key = i.label if one_run else (i.group or "all ranks")
             boxes.setdefault(key, []).extend((steps["span_ns"] / 1e6).round(4).tolist())
     if not boxes:
         return None
-    return box_chart(boxes, "traced step time per " + ("rank" if one_run else "run") + " (ms): first to last GPU "
+    device = "CPU" if devices == {"CPU"} else "GPU"  # a CPU-only run's steps are its operators'
+    return box_chart(boxes, "traced step time per " + ("rank" if one_run else "run") + f" (ms): first to last {device} "
                      "activity of each step, each step a point", "step time (ms)")
 
 

@@ -2,10 +2,10 @@
 side by side, the peak per rank, the difference between runs, and what stands out. Pure.
 
 What stands out (each a sentence with its numbers, `found`):
-- imbalance: a rank whose peak is more than IMBALANCE (10%) above the median of the other
-  ranks' peaks in its run;
+- imbalance: a rank whose peak is more than IMBALANCE (10%) and MIN_EXCESS_BYTES (8 MiB) above
+  the median of the other ranks' peaks in its run (18% of 0.4 MiB is no finding);
 - fragmentation: at a rank's highest peak, reserved exceeds allocated by more than
-  FRAGMENTATION (20%): the caching allocator holds memory it cannot use for the next blocks;
+  FRAGMENTATION (20%) and MIN_EXCESS_BYTES: the caching allocator holds memory it cannot use for the next blocks;
   `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` is the suggestion;
 - allocator calls inside steps: cudaMalloc/cudaFree (and kin) inside any step but the first
   (which may fill the cache): the caching allocator is missing (its cache emptied, a
@@ -23,6 +23,7 @@ from .memory import STEP_COLUMNS, TOP_COLUMNS, RankMemory
 
 IMBALANCE = 0.10
 FRAGMENTATION = 0.20
+MIN_EXCESS_BYTES = 8 * 2**20  # below this an excess is a few allocator blocks, not a finding
 PEAK_COLUMNS = ["input", "rank", "device", "peak_allocated_bytes", "peak_reserved_bytes", "step", "peak_during"]
 EXPANDABLE = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 SECTION = "memory"  # the report's section id
@@ -86,7 +87,8 @@ def _of(name: str) -> str:
 
 
 def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
-    """Ranks whose peak is more than IMBALANCE above the median of their run's other ranks."""
+    """Ranks whose peak is more than IMBALANCE and MIN_EXCESS_BYTES above the median of their
+    run's other ranks."""
     out = []
     for name, g in peaks.groupby("input", sort=False):
         if len(g) < 2:
@@ -94,7 +96,7 @@ def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
         level = g.apply(_peak, axis=1).astype("float64")
         for i, row in g.iterrows():
             others = float(level.drop(i).median())
-            if others > 0 and level[i] > (1 + IMBALANCE) * others:
+            if others > 0 and level[i] > (1 + IMBALANCE) * others and level[i] - others >= MIN_EXCESS_BYTES:
                 over = level[i] / others - 1
                 out.append((f"{_of(name)}rank {row['rank']} peaks at {binary_size(level[i])} of memory, {100 * over:.0f}% above "
                             f"the other ranks' median ({binary_size(others)}): it holds more than the others", 0,
@@ -104,11 +106,13 @@ def imbalance(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
 
 
 def fragmentation(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
-    """Ranks whose reserved exceeds allocated at their peak by more than FRAGMENTATION."""
+    """Ranks whose reserved exceeds allocated at their peak by more than FRAGMENTATION and
+    MIN_EXCESS_BYTES."""
     out = []
     for _, row in peaks.iterrows():
         alloc, reserved = row["peak_allocated_bytes"], row["peak_reserved_bytes"]
-        if pd.isna(alloc) or pd.isna(reserved) or alloc <= 0 or reserved <= (1 + FRAGMENTATION) * alloc:
+        if (pd.isna(alloc) or pd.isna(reserved) or alloc <= 0 or reserved <= (1 + FRAGMENTATION) * alloc
+                or reserved - alloc < MIN_EXCESS_BYTES):
             continue
         out.append((f"{_of(row['input'])}rank {row['rank']} reserves {binary_size(reserved)} at its peak for {binary_size(alloc)} "
                     f"allocated ({100 * (reserved / alloc - 1):.0f}% more): the caching allocator holds "

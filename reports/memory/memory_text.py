@@ -10,6 +10,7 @@ from rich.text import Text
 from ..csvout import csv_text
 from ..jsonout import dumps, strict
 from ..fmt import binary_size, ms_cell
+from ..many_steps import largest_steps
 from .across import Memory
 
 JSON_STEP_KEYS = ["rank", "step", "allocated_start_bytes", "allocated_end_bytes", "peak_allocated_bytes",
@@ -41,13 +42,18 @@ def steps_table(m: Memory, several: bool) -> Table:
                "allocator calls inside the step)",
                [*(["input"] if several else []), "step", "rank", "start", "end", "peak", "peak at (ms)", "peak during",
                 "reserved", "held back", "alloc calls", "alloc (ms)", "sync"])
-    for _, r in m.steps.iterrows():
+    for _, r in _shown_steps(m)[0].iterrows():
         t.add_row(*([str(r["input"])] if several else []), _step(r["step"]), str(r["rank"]),
                   _size(r["allocated_start_bytes"]), _size(r["allocated_end_bytes"]), _size(r["peak_allocated_bytes"]),
                   ms_cell(r["peak_at_ns"]), str(r["peak_during"])[:60], _size(r["reserved_bytes"]),
                   _size(r["held_back_bytes"]), _int(r["alloc_calls"]),
                   ms_cell(r["alloc_ns"]), _int(r["alloc_sync_calls"]))
     return t
+
+
+def _shown_steps(m: Memory) -> tuple[pd.DataFrame, str]:
+    """The steps of the highest peaks where there are many (reports/many_steps.py)."""
+    return largest_steps(m.steps, "peak_allocated_bytes", "peak allocated", _size)
 
 
 def top_table(m: Memory, several: bool) -> Table:
@@ -86,7 +92,9 @@ def runs_table(m: Memory) -> Table:
 
 def render_table(m: Memory, top: int | None = None) -> Group:
     several = m.steps["input"].nunique() > 1
-    parts = [steps_table(m, several), Text(""), top_table(m, several), Text(""), peaks_table(m, several)]
+    line = _shown_steps(m)[1]
+    parts = [steps_table(m, several), *([Text(line)] if line else []), Text(""), top_table(m, several), Text(""),
+             peaks_table(m, several)]
     if len(m.runs):
         parts += [Text(""), runs_table(m)]
     parts += [Text(f"finding: {text}") for text, _, _ in m.found]

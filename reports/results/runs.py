@@ -100,9 +100,16 @@ def results_of(info: dict) -> RankResults:
 
 
 def devices(info: dict) -> str:
-    """'2 x NVIDIA H200' from run.json devices."""
-    names = Counter(str(d.get("name", "?")) for d in info.get("devices") or [] if isinstance(d, dict))
-    return ", ".join(f"{n} x {name}" for name, n in names.items()) or "-"
+    """'2 x NVIDIA H200' from run.json devices; a run on the CPU (index -1, no GPU) 'none (CPU:
+    x86_64, 2 cores)', never a count of GPUs it did not have."""
+    listed = [d for d in info.get("devices") or [] if isinstance(d, dict)]
+    cpus = [d for d in listed if d.get("index") == -1]
+    names = Counter(str(d.get("name", "?")) for d in listed if d.get("index") != -1)
+    text = ", ".join(f"{n} x {name}" for name, n in names.items())
+    if cpus and not text:
+        cores = cpus[0].get("cores")
+        return f"none (CPU: {cpus[0].get('name', '?')}" + (f", {cores} cores)" if cores else ")")
+    return text or "-"
 
 
 def same_config(a: dict, b: dict, sweep: bool = False) -> bool:

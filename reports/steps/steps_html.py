@@ -69,7 +69,7 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
         note = (f"the first {MAX_HEATMAP_STEPS} of {w.steps['step'].nunique()} steps"
                 if len(shown) < len(w.steps) else "")
         late = (w.verdict["rank"],) if w.verdict.get("rank") is not None else ()
-        out += [figure(_heatmap(shown, "span_ns", "step time (first to last GPU activity of the step)", late), note),
+        out += [figure(_heatmap(shown, "span_ns", f"step time (first to last {w.device} activity of the step)", late), note),
                 figure(_heatmap(shown, "wait_ns", "wait at collectives", late), note)]
     ww = _who_waits(w)
     if len(ww):

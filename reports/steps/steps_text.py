@@ -11,6 +11,7 @@ from .. import verdicts as V
 from ..csvout import csv_text
 from ..fmt import ms_cell, us
 from ..jsonout import dumps, records
+from ..many_steps import MAX_STEP_ROWS, largest_steps
 from .waits import Waits, straggler_json
 
 
@@ -25,12 +26,14 @@ def _table(title: str, heads: list[str]) -> Table:
     return t
 
 
-def step_rank_table(steps: pd.DataFrame) -> Table:
+def step_rank_table(steps: pd.DataFrame, device: str = "GPU") -> Table:
+    """`device`: "CPU" in a CPU-only run, whose operators stand for kernels (steps.py)."""
     if steps["rank"].nunique() > MANY_RANKS:
         return step_spread_table(steps)
-    t = _table("per step and rank (ms; step = first GPU start to last GPU end of the step; period = its first "
-               "start to the next step's, host time between them included)",
-               ["step", "rank", "kernels", "step", "period", "GPU busy", "compute", "comm", "exposed comm", "wait"])
+    work = "operators" if device == "CPU" else "kernels"
+    t = _table(f"per step and rank (ms; step = first {device} start to last {device} end of the step; period = its "
+               "first start to the next step's, host time between them included)",
+               ["step", "rank", work, "step", "period", f"{device} busy", "compute", "comm", "exposed comm", "wait"])
     for _, r in steps.iterrows():
         t.add_row(str(r["step"]), str(r["rank"]), f"{int(r['kernels']):,}", ms_cell(r["span_ns"]),
                   ms_cell(r["period_ns"]), ms_cell(r["busy_ns"]),
@@ -62,7 +65,7 @@ def who_waits_table(doc: dict) -> Table:
     waits = ["wait median", "wait most"] if many else [f"wait r{r}" for r in ranks]
     t = _table(f"who waits on whom, per {unit} (ms)",
                [unit, "gating rank", "skew", *waits, "cause", "scopes and kernels that differ"])
-    for s in doc["steps"]:
+    for s in _largest_skews(doc["steps"]):
         kernels = ", ".join(f"{k} +{ms_cell(v)}" for what in ("scopes", "kernels") for k, v in (s.get(what) or {}).items())
         cause = "" if "cause" not in s else (f"{s['cause']} (+{ms_cell(s['extra_work_ns'])} busy, "
                                              f"+{ms_cell(s['extra_idle_ns'])} idle)")
@@ -73,6 +76,25 @@ def who_waits_table(doc: dict) -> Table:
         t.add_row(str(s[unit]), "-" if s["gating_rank"] is None else str(s["gating_rank"]), ms_cell(s["skew_ns"]),
                   *cells, cause, Text(kernels))
     return t
+
+
+def _largest_skews(rows: list[dict]) -> list[dict]:
+    """At most MAX_STEP_ROWS of who-waits' rows, those of largest skew, in their order."""
+    if len(rows) <= MAX_STEP_ROWS:
+        return rows
+    keep = set(sorted(range(len(rows)), key=lambda i: -(rows[i]["skew_ns"] or 0))[:MAX_STEP_ROWS])
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
+def skews_line(doc: dict) -> str:
+    """What the who-waits table left out, "" when nothing."""
+    rows = doc["steps"]
+    if len(rows) <= MAX_STEP_ROWS:
+        return ""
+    unit = "steps" if doc["basis"] == "steps" else "collectives"
+    skew = pd.Series([r["skew_ns"] for r in rows], dtype="float64")
+    return (f"{len(rows):,} {unit} with a wait: the {MAX_STEP_ROWS} with the largest skew shown (median "
+            f"{ms_cell(skew.median())} ms, 90th percentile {ms_cell(skew.quantile(0.9))} ms); --format json lists every one")
 
 
 def bandwidth_table(bw: pd.DataFrame) -> Table:
@@ -121,7 +143,8 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = F
     parts = []
     untimed = untimed or (totals is not None and len(totals) > 0)
     if len(w.steps):
-        parts.append(step_rank_table(w.steps))
+        shown, line = largest_steps(w.steps, "span_ns", "step time", lambda ns: f"{ms_cell(ns)} ms")
+        parts += [step_rank_table(shown, w.device), *([Text(line)] if line else [])]
     elif untimed:  # untimed inputs: steps are summed away, not absent
         parts.append(Text(UNTIMED_STEPS))
     else:
@@ -133,6 +156,7 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = F
     doc = straggler_json(w)
     if doc["steps"]:
         parts.append(who_waits_table(doc))
+        parts += [Text(line) for line in [skews_line(doc)] if line]
     if len(w.bandwidth):
         parts.append(bandwidth_table(w.bandwidth))
     if untimed and not w.clock.get("collectives"):

@@ -38,6 +38,7 @@ class Waits:
     line: str = ""
     bandwidth: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: int = 0  # ranks analysed; with one, no question across ranks (clock, straggler) applies
+    device: str = "GPU"  # whose activity the times are: "CPU" in a CPU-only run
 
 
 @dataclass
@@ -131,7 +132,7 @@ def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int 
     coll = coll.drop(columns=list(_KEEP))
     verdict = V.straggler(gate, coll)
     return Waits(coll, clock, steps, gate, V.waits(coll) if len(coll) else pd.DataFrame(),
-                 causes, verdict, verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests))
+                 causes, verdict, verdict_line(verdict, causes), C.bandwidth_by_size(coll), len(digests), device)
 
 
 def analyse(events: pd.DataFrame, epochs: Mapping[int, int | None]) -> Waits:

@@ -21,6 +21,7 @@ from .bands import band
 from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
+NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
@@ -137,8 +138,13 @@ def _saved(f: Finding, row, whole: bool = False) -> Finding:
     b = band(row.name)
     error = f"; {b.short()}" if b else ""
     of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step"
-    what = (f"what if {f.evidence.get('scenario_text') or TEXT[row.name]}: {fmt.ms(row.saving_ns, 2)} of "
-            f"{of} ({100 * row.saving_frac:.0f}%{error}; tracelab whatif)")
+    scenario = f.evidence.get('scenario_text') or TEXT[row.name]
+    if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
+        what = (f"what if {scenario}: nothing to gain now ({fmt.ms(row.saving_ns, 2)} of {of}: the critical "
+                "path runs through other work; tracelab whatif)")
+    else:
+        what = (f"what if {scenario}: {fmt.ms(row.saving_ns, 2)} of {of} ({100 * row.saving_frac:.0f}%{error}; "
+                "tracelab whatif)")
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,

@@ -10,6 +10,7 @@ from rich.text import Text
 from ..csvout import csv_text
 from ..fmt import ms_cell
 from ..jsonout import dumps, strict
+from ..many_steps import largest_steps
 from .analyse import SCENARIO_COLUMNS, WhatIf
 from .bands import band
 from .path import CATEGORIES
@@ -26,12 +27,17 @@ def _steps_table(label: str, w: WhatIf) -> Table:
               title_justify="left", show_edge=False)
     for h in ["step", "measured", "replayed", *CATEGORIES, "ranks", "top on the path"]:
         t.add_column(h, justify="left" if h in ("ranks", "top on the path") else "right")
-    for r in w.steps.itertuples(index=False):
+    for r in _shown(w)[0].itertuples(index=False):
         top = r.top[0] if r.top else None
         t.add_row(_step(r.step) + ("" if r.claimed else " *"), ms_cell(r.step_ns), ms_cell(r.replayed_ns),
                   *(ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
                   f"{top['what']} {top['name']} (rank {top['rank']}, {ms_cell(top['ns'])})" if top else "")
     return t
+
+
+def _shown(w: WhatIf) -> tuple[pd.DataFrame, str]:
+    """The slowest steps where there are many (reports/many_steps.py); JSON has every step."""
+    return largest_steps(w.steps, "step_ns", "measured step time", lambda ns: f"{ms_cell(ns)} ms", "--format json")
 
 
 def _scenario_table(label: str, w: WhatIf) -> Table:
@@ -51,7 +57,9 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
     for path, w in parts:
         label = f"{path}: " if len(parts) > 1 else ""
         if len(w.steps):
-            items += [_steps_table(label, w), Text(""), _scenario_table(label, w)]
+            line = _shown(w)[1]
+            items += [_steps_table(label, w), *([Text(f"{label}{line}")] if line else []), Text(""),
+                      _scenario_table(label, w)]
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
         items += [Text(f"{label}{n}") for n in w.notes]
