@@ -235,7 +235,8 @@ class Picked(Launches):
     def dur_ns(self) -> np.ndarray:
         """`dur` in integer ns, each event's own round(dur * 1000) (int64, read-only); made once."""
         if "dur_ns" not in self._made:
-            self._made["dur_ns"] = _read_only(np.rint(_joined(self._parts["dur_us"], np.float64) * 1000).astype(np.int64))
+            dur_us = _joined(self._parts["dur_us"], np.float64)
+            self._made["dur_ns"] = _read_only(np.rint(dur_us * 1000).astype(np.int64))
         return self._made["dur_ns"]
 
 
@@ -292,6 +293,12 @@ def _labels_of(parts: list) -> list:
 
 def _ints(args: list, field_of: Any) -> np.ndarray:
     """An args field per event as int64, -1 where args or the field is missing or not an integer."""
+    try:
+        ints = np.array(list(map(field_of, args)))
+    except AttributeError:  # an event without args
+        ints = None
+    if ints is not None and ints.dtype == np.int64:  # all integers (Int64: within int64; a str, float, None: not)
+        return ints
     return np.array([v if a is not None and type(v := field_of(a)) is int else -1 for a in args], dtype=np.int64)
 
 
