@@ -182,9 +182,9 @@ def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, ca
     `call`: per row, its graph replay's launch (-1 outside replays): each replay executes the
     captured operators once more."""
     flops, moved, dtype = row_work(gpu.name, cols["dur_ns"], op_of_row, ops, call)
-    own = np.array([float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan for a in gpu.args])
-    copies = cols["kind"] != "kernel"
-    moved[copies] = own[copies]
+    copies = np.flatnonzero(cols["kind"] != "kernel")
+    moved[copies] = [float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan
+                     for a in map(gpu.args.__getitem__, copies.tolist())]
     return {"flops": flops, "bytes": moved, "dtype": dtype}
 
 
