@@ -73,8 +73,9 @@ _NULL = msgspec.Raw(b"null")
 
 
 class _OpArgs(msgspec.Struct, gc=False):
-    """What a CPU operator's work needs but its shapes (Ops.shapes: read again from the event's
-    text, only for the operators that launched GPU work, parsers/_shapes.py)."""
+    """A CPU operator's args checked as it is decoded; of them only the External id is kept
+    (Ops.external_id), the rest read again from the event's text (Ops.inputs) for the operators
+    that launched GPU work (parsers/_shapes.py)."""
 
     external_id: Number = msgspec.field(default=None, name="External id")
     flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
@@ -90,11 +91,15 @@ class _Op(_Event, gc=False):
 
 
 class _Shapes(msgspec.Struct, gc=False):
-    """A CPU operator's shapes (record_shapes=True), as raw JSON."""
+    """What a CPU operator's work needs: its shapes (record_shapes=True), as raw JSON, and the
+    counts of _OpArgs (checked already when the event was decoded)."""
 
     dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    flops: Number = None
+    kernel_num_gb: Number = None
+    kernel_flop: Number = None
 
 
 class _ShapesOf(msgspec.Struct, gc=False):
@@ -250,20 +255,22 @@ class Calls(Picked):
 
 @dataclass
 class Ops(Picked):
-    """CPU operators as columns, their args the work's (_OpArgs) and each one's text, whose
-    shapes parsers/_shapes.py reads for the operators that launched GPU work (`shapes`)."""
+    """CPU operators as columns, and each one's text, whose args parsers/_shapes.py reads for
+    the operators that launched GPU work (`inputs`)."""
 
     STRUCT: ClassVar[type] = _Op
     CORRELATED: ClassVar[bool] = False
     KEEPS_TEXT: ClassVar[bool] = True
+    KEEPS_ARGS: ClassVar[bool] = False  # inputs() reads them again from the text
     raw: list[msgspec.Raw] = field(default_factory=list)
 
     def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         super().extend(events, cats, raws, ts_ns)
         self.raw += raws
 
-    def shapes(self, i: int) -> _Shapes:
-        """Operator i's args "Input Dims", "Input type" and "Concrete Inputs" as raw JSON (null where absent)."""
+    def inputs(self, i: int) -> _Shapes:
+        """Operator i's args "Input Dims", "Input type" and "Concrete Inputs" as raw JSON (null
+        where absent) and its counts (flops, kernel_num_gb, kernel_flop), read from its text."""
         return _SHAPES_DECODER.decode(self.raw[i]).args or _NO_SHAPES
 
 

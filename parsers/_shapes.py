@@ -284,16 +284,16 @@ def row_work(name: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: An
     and memset rows have their own bytes). `call` tells executions of one operator apart (each CUDA
     graph replay of a captured one). A fp32 GEMM whose kernel name says tf32 is tf32."""
     used = np.unique(op_of_row[op_of_row >= 0])
-    n_ops = len(ops.args)
+    n_ops = ops.size
     op_flops, op_bytes = np.full(n_ops, np.nan), np.full(n_ops, np.nan)
     op_dtype = np.full(n_ops, "", dtype=object)
     known: dict[tuple, tuple[float, float, str]] = {}  # one op_work per distinct call (each layer, each step)
     for i in used.tolist():
-        args, shapes = ops.args[i], ops.shapes(i)
-        call_key = (ops.name[i], bytes(shapes.dims), bytes(shapes.types), bytes(shapes.concrete), args.flops,
+        args = ops.inputs(i)
+        call_key = (ops.name[i], bytes(args.dims), bytes(args.types), bytes(args.concrete), args.flops,
                     args.kernel_num_gb, args.kernel_flop)
         if (work := known.get(call_key)) is None:
-            work = known[call_key] = _op_work_or_counted(ops.name[i], args, shapes)
+            work = known[call_key] = _op_work_or_counted(ops.name[i], args)
         op_flops[i], op_bytes[i], op_dtype[i] = work
     flops, moved = spread(op_of_row, dur_ns, op_flops, op_bytes, call)
     dtype = np.where(op_of_row >= 0, op_dtype[np.maximum(op_of_row, 0)] if n_ops else "", "")
@@ -302,10 +302,10 @@ def row_work(name: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: An
     return flops, moved, dtype.astype(object)
 
 
-def _op_work_or_counted(name: str, args: Any, shapes: Any) -> tuple[float, float, str]:
-    """op_work of the `shapes` (dims, types, concrete); where we have no formula, torch's own FLOP
-    count (with_flops=True, in `args`), then Inductor's estimate (_inductor_work)."""
-    flops, moved, dtype = op_work(name, shapes.dims, shapes.types, shapes.concrete)
+def _op_work_or_counted(name: str, args: Any) -> tuple[float, float, str]:
+    """op_work of the operator's inputs (`args`: _kineto_columns.Ops.inputs); where we have no
+    formula, torch's own FLOP count (with_flops=True), then Inductor's estimate (_inductor_work)."""
+    flops, moved, dtype = op_work(name, args.dims, args.types, args.concrete)
     if math.isnan(flops) and type(args.flops) in (int, float) and args.flops > 0:
         flops = float(args.flops)  # torch's own count (with_flops=True) where we have no formula; 0 is no count
     flops, moved = _inductor_work(args, flops, moved)
