@@ -3,7 +3,8 @@
 # `tracelab run decode --ranks 2` with every default (on a GPU: llama-2-7b, bf16, eager, the default
 # backend), each output line stamped with the seconds since the command started; then, as time
 # allows, the same under --backend torch. Carry .whl and .device-lib.
-#   bash benchmarks/gpu_readme.sh     ($OUT/log.txt, $OUT/readme-runs.tar.gz)
+#   [WHICH='default torch torch-short'] [TORCH_LIMIT_S=200] bash benchmarks/gpu_readme.sh
+#   ($OUT/log.txt, $OUT/readme-runs.tar.gz)
 set -uo pipefail
 OUT=${OUT:-/tmp/readme-out}
 W=/tmp/readme
@@ -25,7 +26,13 @@ readme() {  # readme NAME LIMIT_S extra-args...: the README's command in a folde
   (cd "$W/runs/$name" && timeout "$limit" python3 -m tracelab run decode --ranks 2 "$@" 2>&1 | stamp | cut -c1-220 | tail -70)
   echo "=== $name: $(( $(date +%s) - t0 )) s wall"
 }
-readme default 330
-readme torch 200 --backend torch
+# WHICH picks the runs (default: both): "default", "torch", "torch-short" (1 sample of 50 tokens)
+for which in ${WHICH:-default torch}; do
+  case $which in
+    default) readme default 330 ;;
+    torch) readme torch "${TORCH_LIMIT_S:-200}" --backend torch ;;
+    torch-short) readme torch-short 200 --backend torch -- --samples 1 --new-tokens 50 ;;
+  esac
+done
 (cd "$W/runs" && find . -type f -size +15M -delete && tar czf "$OUT/readme-runs.tar.gz" .)
 echo "=== +$(elapsed)s done"

@@ -141,3 +141,37 @@ def test_a_saving_the_replay_does_not_see_is_said_as_none(folder):
             assert f"({100 * frac:.0f}%" in f.text and "nothing to gain" not in f.text
     assert {f.evidence["whatif"]["saving_ns_per_step"] < NOTHING_FRAC * f.evidence["whatif"]["step_ns"]
             for f in found} == {True, False}  # each capture has both kinds
+
+
+def _totals_row(compute_ns: list[int], comm_ns: list[int]) -> "pd.Series":
+    """compare.stragglers' row for one run of these ranks' totals."""
+    import pandas as pd
+
+    from tracelab.reports.compare.compare import stragglers
+    totals = pd.DataFrame({"group": "", "label": [f"rank{r}" for r in range(len(compute_ns))],
+                           "rank": range(len(compute_ns)), "compute_ns": compute_ns, "comm_ns": comm_ns})
+    row = stragglers(totals).iloc[0].copy()
+    row["pattern"] = "straggler"
+    return row
+
+
+def test_a_compute_lead_that_explains_the_wait_is_the_reason_given():
+    from tracelab.reports.findings.findings import _totals_finding
+    f = _totals_finding(_totals_row([1_000_000_000, 1_171_700_000], [400_000_000, 233_200_000]))
+    assert f.text.startswith("rank1 computes 171.7 ms more than any other rank") and "166.8 ms less" in f.text
+    assert f.at_stake_ns == 171_700_000 and "unexplained_wait_ns" not in f.evidence
+
+
+def test_a_wait_the_compute_lead_cannot_explain_is_said_to_be_elsewhere():
+    """The README's command on 2 H200s under proton (eager llama-2-7b): rank 1 computed 100.6 ms more
+    and rank 0 spent 19,856.5 ms more in NCCL kernels: compute is 0.5% of the wait, not its reason."""
+    from tracelab.reports.findings.findings import _totals_finding
+    from tracelab.reports.text import straggler_line
+    row = _totals_row([5_691_028_000, 5_791_643_000], [32_760_763_000, 12_904_238_000])
+    f = _totals_finding(row)
+    wait, lead = 32_760_763_000 - 12_904_238_000, 5_791_643_000 - 5_691_028_000
+    assert f.text.startswith("the other ranks wait for rank1 in collectives: up to 19,856.5 ms more")
+    assert f"only 100.6 ms more than any other rank ({100 * lead / wait:.1f}% of that wait)" in f.text
+    assert "computes 100.6 ms more than any other rank and" not in f.text and "capture with --backend torch" in f.text
+    assert f.at_stake_ns == wait and f.evidence["unexplained_wait_ns"] == wait - lead
+    assert f"its compute lead (100.615 ms) is {100 * lead / wait:.1f}% of their extra wait" in straggler_line(row, "GPU time")

@@ -468,12 +468,15 @@ def test_a_cpu_run_has_no_gpus_in_its_run_table():
     assert devices(gpus) == "2 x NVIDIA H200" and devices({}) == "-"
 
 
-def test_a_cpu_only_run_is_not_called_gpu(tmp_path, capsys):
+def test_a_cpu_only_run_is_not_called_gpu(capsys):
     """A CPU run (gloo, torch.profiler, no GPU): its steps are its operators', its device the CPU."""
     from malformed import run_cli_output
-    folder = DATA / "train-2cpu-memory-torch"
-    status, out, _ = run_cli_output(capsys, "steps", str(folder))
+    status, out, _ = run_cli_output(capsys, "steps", str(DATA / "train-2cpu-memory-torch"))
     assert status == 0 and "CPU busy" in out and "GPU busy" not in out and "first CPU start" in out
-    text = _report([folder], tmp_path)
+
+
+@pytest.mark.slow
+def test_a_cpu_only_runs_report_is_not_called_gpu(tmp_path):
+    text = _report([DATA / "train-2cpu-memory-torch"], tmp_path)
     assert "first to last CPU activity" in text and "first to last GPU" not in text
     assert re.findall(r'<td class="t">(CPU \(.*?\))</td>', text) == ["CPU (x86_64)"] * 2

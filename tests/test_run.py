@@ -191,6 +191,10 @@ def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
     one_rank = json.loads((alone / "rank0.results.json").read_text())["first_tokens"]
     assert per_rank["0"]["first_tokens"] == per_rank["1"]["first_tokens"] == one_rank
     assert any("rank 1: " in line and "tokens/s" in line for line in lines)
+    # progress: each measured sample, and the trace written with its size and time
+    assert sum("rank 1: sample " in line for line in lines) == 2
+    wrote = [line for line in lines if "rank 0: torch wrote rank0.pt.trace.json.gz (" in line]
+    assert len(wrote) == 1 and wrote[0].rstrip().endswith(" s")
     # the profiled window holds the measured samples only: 2 samples x 3 decode steps, 2 prefills
     for trace in result.traces:
         assert _annotations(trace, "decode_one_token") == 2 * 3

@@ -39,6 +39,7 @@ import contextlib
 import functools
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -154,10 +155,17 @@ class Session:
             self.stop()
 
     def close(self) -> None:
-        """Stop if still recording, then write the trace file."""
+        """Stop if still recording, then write the trace file, saying how long that took (a
+        torch.profiler export of a 7B model's decode takes minutes, silent but for this line)."""
         self.stop()
         if self.started:
+            from .reports.fmt import binary_size  # no pandas: fmt imports math only
+            began = time.perf_counter()
             self._write()
+            path = self.trace_path
+            if path is not None and path.is_file():
+                print(f"rank {self.rank}: {self.backend} wrote {path.name} ({binary_size(path.stat().st_size)}) in "
+                      f"{time.perf_counter() - began:.1f} s", flush=True)
 
     def _open(self) -> None: ...
     def _start(self) -> None: ...

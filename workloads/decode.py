@@ -323,7 +323,10 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
             seconds, _ = timed_sample(model, prompt, steps, args, extra)
             say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
         with prof.window():
-            timed = [timed_sample(model, prompt, steps, args, extra) for _ in range(args.samples)]
+            timed = []
+            for i in range(args.samples):
+                timed.append(timed_sample(model, prompt, steps, args, extra))
+                say(f"rank {d.rank}: sample {i + 1}/{args.samples}: {timed[-1][0]:.2f} s")
     if recorder is not None:
         recorder.write()  # every compile is done: the warm-up's, and the window's if there was none
     return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])

@@ -149,6 +149,17 @@ def stragglers(totals_df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+EXPLAINED_SHARE = 0.5  # a compute lead under half the others' extra wait does not explain it
+
+
+def lead_explains_wait(row) -> bool:
+    """Whether a totals straggler's compute lead over the runner-up is at least EXPLAINED_SHARE of
+    the others' extra communication time (their wait for it); where it is not, the rank is late
+    for reasons outside its GPU kernels (a 100 ms lead beside a 19.9 s wait: eager decode on 2 GPUs)."""
+    wait = row["comm_max_ns"] - row["comm_ns"]
+    return bool(wait <= 0 or row["compute_ns"] - row["next_compute_ns"] >= EXPLAINED_SHARE * wait)
+
+
 @dataclass
 class Comparison:
     """Everything `tracelab compare` shows: the aligned table, per-input totals, the

@@ -20,6 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
+from ..compare.compare import lead_explains_wait
 from ..steps.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
@@ -127,12 +128,26 @@ def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
 
 
 def _totals_finding(row: pd.Series) -> Finding:
+    """The totals' straggler (no timestamps): the others' extra communication time is their wait
+    for it. Where its compute lead does not explain that wait (compare.lead_explains_wait: the
+    eager decode of the README's command on 2 GPUs under proton), the sentence says the rest is
+    outside its GPU kernels."""
     lead = int(row["compute_ns"] - row["next_compute_ns"])
-    text = (f"{_run(row['group'])}{row['label']} computes {duration(lead)} more than any other rank and spends the least "
-            f"in communication ({duration(row['comm_max_ns'] - row['comm_ns'])} less than the rank that waits most): "
-            "the others wait for it (from totals; no timestamps to say in which steps)")
-    return Finding(text, lead, SECTIONS["totals"], {"compute_ns": int(row["compute_ns"]),
-                                                      "next_compute_ns": int(row["next_compute_ns"])})
+    wait = int(row["comm_max_ns"] - row["comm_ns"])
+    who = f"{_run(row['group'])}{row['label']}"
+    evidence = {"compute_ns": int(row["compute_ns"]), "next_compute_ns": int(row["next_compute_ns"]),
+                "comm_ns": int(row["comm_ns"]), "comm_max_ns": int(row["comm_max_ns"])}
+    if lead_explains_wait(row):
+        text = (f"{who} computes {duration(lead)} more than any other rank and spends the least "
+                f"in communication ({duration(wait)} less than the rank that waits most): "
+                "the others wait for it (from totals; no timestamps to say in which steps)")
+        return Finding(text, lead, SECTIONS["totals"], evidence)
+    text = (f"the other ranks wait for {who} in collectives: up to {duration(wait)} more communication kernel "
+            f"time than its own; its GPU computes only {duration(lead)} more than any other rank "
+            f"({100 * lead / wait:.1f}% of that wait), so the rest of its lateness is outside its GPU kernels "
+            "(its host launching late, or a wait of its own); the trace has no timestamps to say which, or in "
+            "which steps: capture with --backend torch or nsys")
+    return Finding(text, wait, SECTIONS["totals"], {**evidence, "unexplained_wait_ns": wait - lead})
 
 
 def exposed_findings(ev: Evidence) -> list[Finding]:
