@@ -135,18 +135,20 @@ def _loader():
 
 
 def _inflate(path: Path, inflater) -> bytes:
-    """The file's bytes, gunzipped (every member) by `inflater` (zlib, or isal_zlib), as tracelab reads them."""
+    """The file's bytes, gunzipped (every member) by `inflater` (zlib, or isal_zlib), as tracelab reads
+    them; one member's inflated bytes as they come (until 2026-11-26 they were copied twice, into a
+    bytearray and back: ~0.035 s, a floor ~40% too high for a 35 MB trace)."""
     import zlib
 
     raw = path.read_bytes()
     if raw[:2] != b"\x1f\x8b":
         return raw
-    out = bytearray()
+    members = []
     while raw:
         inflate = inflater.decompressobj(16 + zlib.MAX_WBITS)
-        out += inflate.decompress(raw)
+        members.append(inflate.decompress(raw))
         raw = inflate.unused_data
-    return bytes(out)
+    return members[0] if len(members) == 1 else b"".join(members)
 
 
 def _floor_s(files: list[Path], inflater) -> float:

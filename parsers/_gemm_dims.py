@@ -57,7 +57,7 @@ def odd_gemms(names: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: 
     kernel names, the most time first."""
     odd_of_op = {}
     for i in np.unique(op_of_row[op_of_row >= 0]).tolist():
-        if _GEMM.fullmatch(ops.name[i]) and (odd := _odd(ops.name[i], ops.args[i].dims, ops.args[i].types)):
+        if _GEMM.fullmatch(ops.name[i]) and (odd := _odd(ops.name[i], (inputs := ops.inputs(i)).dims, inputs.types)):
             odd_of_op[i] = odd
     found: dict[tuple, dict] = {}
     for r in np.flatnonzero(np.isin(op_of_row, list(odd_of_op))).tolist():

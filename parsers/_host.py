@@ -19,7 +19,7 @@ import pandas as pd
 
 from tracelab import schema
 
-from ._kineto import to_ints
+from ._kineto import joined_ids
 from ._steps import is_step, name_mask
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
@@ -39,8 +39,20 @@ def is_alloc(names: list[str]) -> np.ndarray:
 def host_kinds(names: list[str]) -> np.ndarray:
     """Per runtime/driver call, its host frame kind: `sync` (is_sync), `alloc` (an allocator
     call that does not synchronise), else "" (not kept)."""
-    sync = is_sync(names)
-    return np.where(sync, "sync", np.where(is_alloc(names), "alloc", ""))
+    return np.array(_KINDS)[_kind_codes(names)]
+
+
+_KINDS = ("", "sync", "alloc")
+
+
+def _kind_codes(names: list[str]) -> np.ndarray:
+    """host_kinds as indices into _KINDS, each distinct name tested once."""
+    def code(name: str) -> int:
+        if SYNC_CALL.fullmatch(name) is not None and "Async" not in name:
+            return 1
+        return 2 if ALLOC_CALL.fullmatch(name) is not None else 0
+    verdict = {name: code(name) for name in dict.fromkeys(names)}
+    return np.fromiter(map(verdict.__getitem__, names), dtype=np.int8, count=len(names))
 
 
 def is_sync(names: list[str]) -> np.ndarray:
@@ -55,7 +67,7 @@ def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[st
     start = pd.array([pd.NA] * len(launch), dtype="Int64")
     dur = start.copy()
     start[found] = np.asarray(launches.ts_ns, dtype=np.int64)[launch[found]] - origin_ns
-    dur[found] = _dur_ns(launches)[launch[found]]
+    dur[found] = launches.dur_ns[launch[found]]
     return {"launch_start_ns": start, "launch_dur_ns": dur}
 
 
@@ -63,10 +75,10 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     """The host frame of a Kineto trace: its synchronising runtime/driver calls (`calls`),
     CPU operators (cpu_op) and record_function ranges (user_annotation; `step` where
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
-    tid = to_ints(calls.tid + ops.tid + ranges.tid)  # one id space
-    n_calls, n_ops = len(calls.tid), len(ops.tid)
-    call_kinds = host_kinds(calls.name)
-    parts = [("sync", calls, tid[:n_calls], call_kinds == "sync"), ("alloc", calls, tid[:n_calls], call_kinds == "alloc"),
+    tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
+    n_calls, n_ops = calls.size, ops.size
+    call_kinds = _kind_codes(calls.name)
+    parts = [("sync", calls, tid[:n_calls], call_kinds == 1), ("alloc", calls, tid[:n_calls], call_kinds == 2),
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []
     for k, picked, t, mask in parts:
@@ -78,10 +90,6 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
         name += picked.name if mask is None else list(compress(picked.name, mask.tolist()))
         tids.append(t[keep])
         start.append(np.asarray(picked.ts_ns, dtype=np.int64)[keep] - origin_ns)
-        dur.append(_dur_ns(picked)[keep])
+        dur.append(picked.dur_ns[keep])
     kinds = pd.Categorical.from_codes(np.concatenate(kind), categories=list(schema.HOST_KINDS))
     return schema.host_frame(kinds, name, np.concatenate(tids), np.concatenate(start), np.concatenate(dur))
-
-
-def _dur_ns(picked: Any) -> np.ndarray:
-    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)

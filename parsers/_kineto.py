@@ -30,17 +30,20 @@ def to_ints(labels: list, fallback: list | None = None) -> np.ndarray:
     return np.array([found[lab] for lab in labels], dtype=np.int64)
 
 
+def joined_ids(*parts: tuple[Any, str]) -> np.ndarray:
+    """to_ints of the (collector, "pid" or "tid") columns joined, one id space: each column's
+    integers (the collector's, made once) where every column is integers, the usual case."""
+    arrays = [collector.ids(column) for collector, column in parts]
+    if all(a is not None for a in arrays):
+        return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    return to_ints([label for collector, column in parts for label in getattr(collector, column)])
+
+
 def _number_in(label: Any) -> int | None:
     if isinstance(label, int):
         return label
     digits = limits.ascii_digits(str(label or ""))
     return None if digits is None else int(digits)
-
-
-def correlations(args: list) -> np.ndarray:
-    """args "correlation" per event, -1 where it is missing or not an integer."""
-    return np.array([a.correlation if a is not None and type(a.correlation) is int else -1
-                     for a in args], dtype=np.int64)
 
 
 def launch_index(row_correlation: np.ndarray, launch_correlation: np.ndarray) -> np.ndarray:
@@ -55,7 +58,8 @@ def launch_index(row_correlation: np.ndarray, launch_correlation: np.ndarray) ->
     return np.where(found, known[first[pos]], -1)
 
 
-def scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict) -> np.ndarray:
+def scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict, depth: np.ndarray | None = None
+           ) -> np.ndarray:
     """Per row, the names of the ranges on its pid and tid (GPU: device and stream; CPU:
     process and thread) that hold its time (range start <= at_ns < range end), outermost
     first, joined by "/"; "" where none does.
@@ -63,7 +67,7 @@ def scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: dict) ->
     Ranges of one depth on one pid and tid never overlap, so each depth is one searchsorted."""
     if not len(ranges["name"]) or not len(at_ns):
         return np.full(len(at_ns), "", dtype=object)
-    depth = _depths(ranges)
+    depth = _depths(ranges) if depth is None else depth  # given: _depths(ranges) made already
     hit = np.full((len(at_ns), int(depth.max()) + 1), -1, dtype=np.int64)
     for p, t in set(zip(ranges["pid"].tolist(), ranges["tid"].tolist())):
         rows = np.flatnonzero((pid == p) & (tid == t))
@@ -83,25 +87,30 @@ def thread_scopes(pid: np.ndarray, tid: np.ndarray, at_ns: np.ndarray, ranges: d
     (the autograd thread, NCCL's hooks) gets the main thread's ranges open at that moment,
     with its own thread's ranges nested inside: `backward/...`, not "". The main thread of
     a process is the one whose ranges cover the most time (the loop that opens them)."""
-    own = scopes(pid, tid, at_ns, ranges)
+    depth = _depths(ranges) if len(ranges["name"]) else None
+    own = scopes(pid, tid, at_ns, ranges, depth)
     main = main_threads(ranges["pid"], ranges["tid"], ranges["end_ns"] - ranges["start_ns"])
     main_tid = np.array(tid, dtype=np.int64)
     for p, t in main.items():  # a few processes
         main_tid[pid == p] = t
     other = np.flatnonzero(main_tid != tid)
     if len(other):
-        outer = scopes(pid[other], main_tid[other], at_ns[other], ranges)
+        outer = scopes(pid[other], main_tid[other], at_ns[other], ranges, depth)
         own[other] = [f"{o}/{s}" if o and s else o or s for o, s in zip(outer, own[other])]
     return own
 
 
 def _paths(hit: np.ndarray, names: list[str]) -> np.ndarray:
     """Per row of `hit` (range indices by depth, -1 = none), the names joined by "/";
-    each distinct row is joined once (ids of distinct rows built column by column)."""
-    key = np.zeros(len(hit), dtype=np.int64)
-    for column in hit.T:  # key < len(hit) before each step: no overflow
-        key = np.unique(key * (len(names) + 1) + column + 1, return_inverse=True)[1].reshape(-1)
-    _, first = np.unique(key, return_index=True)
+    each distinct row is joined once (ids of distinct rows built column by column, renumbered
+    only where the next column could overflow int64)."""
+    key, bound, base = np.zeros(len(hit), dtype=np.int64), 1, len(names) + 1  # every key < bound
+    for column in hit.T:
+        if bound * base >= 2**62:
+            key, bound = np.unique(key, return_inverse=True)[1].reshape(-1), len(hit)
+        key, bound = key * base + column + 1, bound * base
+    _, first, key = np.unique(key, return_index=True, return_inverse=True)
+    key = key.reshape(-1)
     paths = ["/".join(names[i] for i in hit[row] if i >= 0) for row in first]
     return np.array(paths, dtype=object)[key]
 

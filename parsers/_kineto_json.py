@@ -5,24 +5,26 @@ Speed and memory: msgspec first splits `traceEvents` into raw JSON values
 (views of the file's bytes). Then, CHUNK_EVENTS at a time, each run of events
 is decoded once, in place (no copy: `_Source`), into a tagged union on `cat`:
 the chosen categories into a Struct with the few fields and args a row needs,
-every other known category into an empty Struct (its fields skipped unread).
+every other known category into an empty Struct (its fields skipped unread),
+and at once dealt to its group's collector (parsers/_kineto_columns), which
+turns the chunk's fields into columns while its Structs are still in the CPU
+cache (2,048 events: ~1 MB of Structs; 16k-event chunks were ~10% slower).
 An event the union refuses (no `cat`, a category not seen yet, a bad field)
 goes the slow way, alone: its `cat` decoded, then its Struct, so a damaged
-event is named exactly. `ts` stays text until `ts_ns` reads it, exactly,
-in one numpy pass. So a 375 MB trace loads in seconds, >10x faster than HTA,
-and never holds a Python object per event beyond a chunk (benchmarks/RESULTS.md).
+event is named exactly. `ts` stays text until parsers/_kineto_ts reads it,
+exactly, in numpy. So a 375 MB trace loads in seconds, >10x faster than HTA,
+and never holds a Python object per event beyond a chunk but a few columns'
+(benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
 import functools
 import itertools
 import re
-from dataclasses import dataclass, field
-from decimal import Decimal
 from itertools import compress
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterable, Sequence, Union
+from typing import Any, Iterable, Union
 
 import msgspec
 import numpy as np
@@ -30,16 +32,16 @@ import numpy as np
 from tracelab import limits
 from tracelab.errors import TraceFormatError
 
-CHUNK_EVENTS = 16384  # events decoded at a time: bounds the memory held per event
+from ._kineto_columns import _TS, Calls, Instants, Launches, Ops, Picked, _ts_array
+from ._kineto_ts import ts_ns
+
+__all__ = ["CHUNK_EVENTS", "Calls", "Instants", "Launches", "Ops", "Picked", "Trace", "decode", "pick", "read_bytes",
+           "ts_ns"]  # the collectors and ts_ns live in _kineto_columns and _kineto_ts
+
+CHUNK_EVENTS = 2048  # events decoded at a time: bounds the memory held per event, and keeps them in the CPU cache
 MISSES_PER_CHUNK = 8  # events the union may refuse in a chunk before the rest goes the slow way
 MAX_SKIPPED_CATEGORIES = 256  # categories learnt into the union; past this, the slow way
 
-# Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
-Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
-Id = Int64 | str | None
-Number = Int64 | float | str | None  # args values Kineto writes as integers; others are ignored
-DurUs = Annotated[float, msgspec.Meta(ge=-limits.MAX_DUR_NS / 1000, le=limits.MAX_DUR_NS / 1000)]
-Nelems = Annotated[float, msgspec.Meta(ge=0, le=2.0**62)] | str | None
 # categories Kineto writes that no collector takes: decoded as empty Structs from the start
 KNOWN_CATEGORIES = ("cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset",
                     "kernel", "cuda_runtime", "cuda_driver", "cpu_instant_event", "python_function",
@@ -50,98 +52,10 @@ KNOWN_CATEGORIES = ("cpu_op", "user_annotation", "gpu_user_annotation", "gpu_mem
                     "Memcpy", "Memset", "Python", "gpu_mem_alloc", "cpu_mem_alloc")
 
 
-class _Args(msgspec.Struct, gc=False):
-    """The args a row needs; the trace's other args are skipped unread."""
-
-    device: Number = None
-    stream: Number = None
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Nelems = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Nelems = msgspec.field(default=None, name="Out msg nelems")
-    dtype: str | None = None  # a c10 ScalarType name (_kineto.DTYPE_BYTES)
-    correlation: Number = None
-    process_group: Int64 | str | None = msgspec.field(default=None, name="Process Group Name")
-    external_id: Number = msgspec.field(default=None, name="External id")  # the CPU op that launched it
-    bytes: Number = None  # a memcpy's or memset's size
-
-
 class _Category(msgspec.Struct, gc=False):
     """The slow way decodes every event this far, to choose the ones decoded in full."""
 
     cat: str = ""
-
-
-class _Event(msgspec.Struct, gc=False):
-    """A chosen event in full; `ts` as written (ts_ns reads it: a float cannot hold epoch
-    microseconds to the ns)."""
-
-    ts: msgspec.Raw
-    name: str = ""
-    pid: Id = None
-    tid: Id = None
-    dur: DurUs = 0.0
-    args: _Args | None = None
-
-
-class _LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Number = None
-
-
-class _Launch(msgspec.Struct, gc=False):
-    """A launch call: only what finds it (correlation) and places it (thread, start)."""
-
-    ts: msgspec.Raw
-    pid: Id = None
-    tid: Id = None
-    args: _LaunchArgs | None = None
-
-
-_NULL = msgspec.Raw(b"null")
-
-
-class _OpArgs(msgspec.Struct, gc=False):
-    """What a CPU operator's shapes need (record_shapes=True), kept as raw JSON: decoded only
-    for the operators that launched GPU work (parsers/_shapes.py)."""
-
-    external_id: Number = msgspec.field(default=None, name="External id")
-    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
-    flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
-    # an Inductor Triton kernel's launch range, compiled with benchmark_kernel: its estimated work
-    kernel_num_gb: Number = None
-    kernel_flop: Number = None
-
-
-class _Op(_Event, gc=False):
-    """A CPU operator, its args the shapes' (_OpArgs)."""
-
-    args: _OpArgs | None = None  # type: ignore[assignment]
-
-
-MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
-
-
-class _MemArgs(msgspec.Struct, gc=False):
-    """A `[memory]` instant event's args (profile_memory=True): the block's address and size
-    (negative: a free), the device's totals after it, the device; MISSING where absent."""
-
-    addr: Int64 = msgspec.field(default=MISSING, name="Addr")
-    bytes: Int64 = msgspec.field(default=MISSING, name="Bytes")
-    allocated: Int64 = msgspec.field(default=MISSING, name="Total Allocated")
-    reserved: Int64 = msgspec.field(default=MISSING, name="Total Reserved")
-    device_id: Int64 = msgspec.field(default=MISSING, name="Device Id")
-    device_type: Int64 = msgspec.field(default=MISSING, name="Device Type")
-
-
-class _Instant(msgspec.Struct, gc=False):
-    """A CPU instant event: only what a memory event needs (no duration)."""
-
-    ts: msgspec.Raw
-    name: str = ""
-    pid: Id = None
-    tid: Id = None
-    args: _MemArgs | None = None
 
 
 class Trace(msgspec.Struct):
@@ -157,172 +71,7 @@ class Trace(msgspec.Struct):
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT, _PID, _TID, _TS, _ARGS, _NAME, _DUR = map(attrgetter, ("cat", "pid", "tid", "ts", "args", "name", "dur"))
-_POW10 = 10 ** np.arange(20, dtype=np.uint64)
-_DIGIT, _DOT, _MINUS, _SEP = ord("0"), ord("."), ord("-"), 0  # NUL: in no valid JSON value
-
-
-def ts_ns(texts: Sequence[msgspec.Raw | bytes]) -> list[int]:
-    """`ts` texts (JSON values, microseconds) in integer ns, exact as written, rounded half
-    to even past the ns: plain decimals (what Kineto writes: ints, or 3 decimals) in numpy,
-    texts of one length and layout as one matrix (`_aligned_ns`), the rest byte by byte
-    (`_plain_ns`); others (exponents, more decimals, strings) through Decimal. ValueError
-    for a ts that is no number, or one beyond +-limits.MAX_TIME_NS (damage, not a time)."""
-    return _ts_array(texts).tolist()
-
-
-def _ts_array(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray:
-    """ts_ns() as an int64 array."""
-    if not texts:
-        return np.zeros(0, dtype=np.int64)
-    ns = _aligned_ns(texts)
-    if ns is not None:
-        return ns
-    ns, plain = _plain_ns(np.frombuffer(b"\0".join(texts) + b"\0", dtype=np.uint8), len(texts))
-    out = ns.astype(np.int64)
-    for i in np.flatnonzero(~plain).tolist():
-        out[i] = _decimal_ns(texts[i])
-    return out
-
-
-def _aligned_ns(texts: Sequence[msgspec.Raw | bytes]) -> np.ndarray | None:
-    """ns of texts that all have one length, digits in the same columns and, if any, the
-    decimal point in the same column, at most 3 from the end; None for any other."""
-    width = len(texts[0])
-    if set(map(len, texts)) != {width}:
-        return None
-    chars = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(len(texts), width)
-    digits = chars - _DIGIT  # uint8: wraps below "0"
-    is_digit, is_dot = (digits < 10).all(axis=0), (chars == _DOT).all(axis=0)
-    dots = np.flatnonzero(is_dot)
-    decimals = width - 1 - int(dots[0]) if len(dots) else 0
-    n_digits = width - len(dots)
-    if not (is_digit | is_dot).all() or len(dots) > 1 or decimals > 3 or n_digits - decimals + 3 > 19:
-        return None  # at most 19 digits of ns: below 1e19, within uint64
-    ns = np.zeros(len(texts), dtype=np.uint64)
-    for column in np.flatnonzero(is_digit).tolist():  # Horner's rule, a column at a time: < 10**19, no wrap
-        ns = ns * np.uint64(10) + digits[:, column]
-    ns *= _POW10[3 - decimals]
-    return ns.astype(np.int64) if not len(ns) or ns.max() <= limits.MAX_TIME_NS else None
-
-
-def _plain_ns(text: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """ns (uint64) of n NUL-ended numbers, and which were plain: [-]digits[.digits] with at
-    most 3 decimals and at most limits.MAX_TIME_NS ns; the others' ns are meaningless."""
-    sep = text == _SEP
-    ends = np.flatnonzero(sep)  # one per text: NUL is in no valid JSON value
-    starts = np.r_[0, ends[:-1] + 1]
-    digit = (text - _DIGIT) < 10  # uint8 wraps below "0"
-    dot, minus = text == _DOT, text == _MINUS
-    odd = np.add.reduceat((~(digit | dot | minus | sep)).view(np.uint8), starts) > 0
-    negative = minus[starts]
-    odd |= np.add.reduceat(minus.view(np.uint8), starts) > negative
-    odd |= np.add.reduceat(dot.view(np.uint8), starts) > 1
-    through = np.cumsum(digit, dtype=np.int64)  # digits up to and including each byte
-    n_digits = np.diff(np.r_[0, through[ends]])
-    decimals = np.zeros(n, dtype=np.int64)
-    dots = np.flatnonzero(dot)
-    owner = np.searchsorted(ends, dots)
-    decimals[owner] = through[ends[owner]] - through[dots]
-    odd |= (decimals > 3) | (n_digits == 0) | (n_digits - decimals + 3 > 19)
-    after = through[ends][np.repeat(np.arange(n), np.diff(np.r_[-1, ends]))] - through  # digits after each byte
-    places = np.where(digit, np.minimum(after, 19), 0)
-    value = np.add.reduceat(np.where(digit, (text - _DIGIT).astype(np.uint64), 0) * _POW10[places], starts)
-    ns = value * _POW10[np.clip(3 - decimals, 0, 3)]
-    odd |= ns > limits.MAX_TIME_NS
-    ns = np.where(negative, (0 - ns.view(np.int64)).view(np.uint64), ns)
-    return ns, ~odd
-
-
-def _decimal_ns(text: msgspec.Raw | bytes) -> int:
-    try:
-        us = msgspec.json.decode(text, type=Decimal)
-        ns = int(us.scaleb(3).to_integral_value())
-    except msgspec.ValidationError as e:
-        raise ValueError(f"ts: {e}") from None
-    except (ArithmeticError, ValueError):  # Infinity, or an exponent past Decimal's range
-        ns = limits.MAX_TIME_NS + 1
-    if not -limits.MAX_TIME_NS <= ns <= limits.MAX_TIME_NS:
-        raise ValueError(f"ts {bytes(text).decode(errors='replace')[:40]} us is beyond +-2**62 ns")
-    return ns
-
-
-@dataclass
-class Launches:
-    """Launch calls as columns: only what finds them (args correlation) and places them
-    (process, thread, start)."""
-
-    STRUCT: ClassVar[type] = _Launch
-    pid: list = field(default_factory=list)
-    tid: list = field(default_factory=list)
-    ts_parts: list[np.ndarray] = field(default_factory=list)
-    args: list[Any] = field(default_factory=list)
-
-    @property
-    def ts_ns(self) -> np.ndarray:
-        """`ts` in integer ns (int64)."""
-        return _joined(self.ts_parts)
-
-    def extend(self, events: list, cats: list[str]) -> None:
-        """Add decoded events, of these categories (not kept here)."""
-        self.ts_parts.append(_ts_array(list(map(_TS, events))))
-        self.pid += map(_PID, events)
-        self.tid += map(_TID, events)
-        self.args += map(_ARGS, events)
-
-
-@dataclass
-class Picked(Launches):
-    """Events of some categories as columns (lists): a launch's, and their category, name
-    and duration; repeated names shared."""
-
-    STRUCT: ClassVar[type] = _Event
-    cat: list[str] = field(default_factory=list)
-    dur_us: list[float] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    _names: dict[str, str] = field(default_factory=dict)
-
-    def extend(self, events: list[_Event], cats: list[str]) -> None:
-        """Add decoded events, of these categories (nothing is added when one is refused)."""
-        seen = len(self._names)
-        names = list(map(_NAME, events))
-        names = list(map(self._names.setdefault, names, names))  # repeated names shared
-        if len(self._names) > seen and (complaint := limits.long_name(max(map(len, itertools.islice(
-                self._names, seen, None))))):  # the names new to this trace: a long one is in there
-            for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
-                del self._names[name]
-            raise ValueError(f"name: {complaint}")
-        super().extend(events, cats)
-        self.cat += cats
-        self.dur_us += map(_DUR, events)
-        self.name += names
-
-
-@dataclass
-class Ops(Picked):
-    """CPU operators as columns, their args the shapes' (_OpArgs, raw until parsers/_shapes.py
-    reads those of the operators that launched GPU work)."""
-
-    STRUCT: ClassVar[type] = _Op
-
-
-@dataclass
-class Instants(Launches):
-    """CPU instant events as columns (a launch's, and the name), their args a memory event's
-    (_MemArgs)."""
-
-    STRUCT: ClassVar[type] = _Instant
-    name: list[str] = field(default_factory=list)
-
-    def extend(self, events: list, cats: list[str]) -> None:
-        super().extend(events, cats)
-        self.name += map(_NAME, events)
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    if len(parts) > 1:  # joined once: the next call finds one part
-        parts[:] = [np.concatenate(parts)]
-    return parts[0] if parts else np.zeros(0, dtype=np.int64)
+_CAT = attrgetter("cat")
 
 
 def _array(raws: Iterable[msgspec.Raw]) -> bytes:
@@ -413,29 +162,43 @@ class _Union:
         self.usable = len(names) == len(set(names))  # no category in two groups
         self.chosen_names = frozenset(names)
         self.skipped = frozenset(KNOWN_CATEGORIES) - self.chosen_names
-        self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
+        self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
     def learn(self, cats: Iterable[str]) -> None:
         """Skip these categories from now on, unless chosen or too many are learnt."""
         new = set(cats) - self.skipped - self.chosen_names
         if new and len(self.skipped) + len(new) <= MAX_SKIPPED_CATEGORIES:
             self.skipped |= new
-            self.decoder, self.group_of, self.cat_of = _union_decoder(self.chosen, self.skipped)
+            self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
-    def deal(self, events: list, picked: list) -> None:
-        """Hand the decoded events to their groups' collectors."""
-        group = np.fromiter(map(self.group_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
-        for g, out in enumerate(picked):
-            if len(at := np.flatnonzero(group == g)):
-                chosen = [events[at[0]]] if len(at) == 1 else list(itemgetter(*at.tolist())(events))
-                out.extend(chosen, list(map(self.cat_of.__getitem__, map(type, chosen))))
+    def deal(self, events: list, raws: list[msgspec.Raw], picked: list) -> None:
+        """Hand the decoded events (of these texts) to their groups' collectors, the `ts` of all read at once."""
+        code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
+        group = self.group_by_code[code]
+        dealt = [(out, rows, _taken(events, rows)) for g, out in enumerate(picked)
+                 if len(rows := np.flatnonzero(group == g))]
+        if not dealt:
+            return
+        ts = _ts_array(list(itertools.chain.from_iterable(map(_TS, chosen) for _, _, chosen in dealt)))
+        end = 0
+        for out, rows, chosen in dealt:
+            codes, end = code[rows], end + len(rows)
+            cats = ([self.cat_by_code[codes[0]]] * len(rows) if (codes == codes[0]).all()  # one category: the usual
+                    else self.cat_by_code[codes].tolist())
+            out.extend(chosen, cats, _taken(raws, rows) if out.KEEPS_TEXT else None, ts[end - len(rows):end])
+
+
+def _taken(items: list, at: np.ndarray) -> list:
+    """The items at these indices (at least one)."""
+    return [items[int(at[0])]] if len(at) == 1 else list(itemgetter(*at.tolist())(items))
 
 
 @functools.lru_cache(maxsize=64)
 def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: frozenset[str]
-                   ) -> tuple[msgspec.json.Decoder, dict[type, int], dict[type, str]]:
-    """The decoder of a list of the union, and per Struct type its group (-1: skipped) and
-    category; made once per process for each choice (a trace rarely teaches a category)."""
+                   ) -> tuple[msgspec.json.Decoder, dict[type, int], np.ndarray, np.ndarray]:
+    """The decoder of a list of the union; per Struct type its code; per code its group (-1:
+    skipped) and category; made once per process for each choice (a trace rarely teaches a
+    category)."""
     types: dict[type, tuple[int, str]] = {}
     for g, (cats, struct) in enumerate(chosen):
         for cat in cats:
@@ -444,7 +207,9 @@ def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: fr
     for cat in sorted(skipped):
         types[msgspec.defstruct("_Skipped", [], tag_field="cat", tag=cat, gc=False)] = (-1, cat)
     decoder = msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[misc]
-    return decoder, {t: g for t, (g, _) in types.items()}, {t: cat for t, (_, cat) in types.items()}
+    groups, cats = zip(*types.values())
+    return (decoder, {t: code for code, t in enumerate(types)}, np.array(groups, dtype=np.int16),
+            np.array(cats, dtype=object))
 
 
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
@@ -499,7 +264,7 @@ def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, p
                     break
                 refused, misses = int(found.group(1)), misses + 1
                 events = source.decode(union.decoder, rest[:refused]) if refused else []
-            union.deal(events, picked)
+            union.deal(events, rest, picked)
         except ValueError:  # bad UTF-8, a ts or name out of bounds
             break
         if refused is None:
@@ -518,8 +283,9 @@ def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked:
         for (group, collector), out in zip(groups, picked):
             chosen = list(map(group.__contains__, cats))
             if any(chosen):
-                out.extend(msgspec.json.decode(_array(compress(part, chosen)), type=list[collector.STRUCT]),
-                           list(compress(cats, chosen)))
+                texts = list(compress(part, chosen))
+                events = msgspec.json.decode(_array(texts), type=list[collector.STRUCT])
+                out.extend(events, list(compress(cats, chosen)), texts)
     except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
         raise _located(path, part, first, cats, groups) or TraceFormatError(
             path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
@@ -534,7 +300,7 @@ def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
         for group, collector in groups:
             if cat in group:
                 try:
-                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat])
+                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat], [raw])
                 except ValueError as e:
                     return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
                                                   f"({cat}{_name_of(raw)}): {_plain(e)}")

@@ -22,22 +22,13 @@ import pandas as pd
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 
-from ._kineto import cpu_top_level, thread_scopes, to_ints
-from ._kineto_json import MISSING, _MemArgs
+from ._kineto import cpu_top_level, thread_scopes
+from ._kineto_columns import MISSING, _MemArgs
 from ._steps import assign
 
 MEMORY_EVENT = "[memory]"
 CPU_DEVICE_TYPE = 0
 _NO_ARGS = _MemArgs()
-
-
-def ids(*labels: list) -> np.ndarray:
-    """_kineto.to_ints of the lists joined: each list as integers where all are (the usual
-    case, without joining long lists), else of the joined labels."""
-    try:
-        return np.concatenate([np.array(part, dtype=np.int64) for part in labels])
-    except (TypeError, ValueError):
-        return to_ints([label for part in labels for label in part])
 
 
 def is_memory(names: list[str]) -> np.ndarray:

@@ -268,8 +268,7 @@ _TF32 = re.compile(r"tf32|xmma.*_tf32|s1688|s16816.*tf32", re.IGNORECASE)
 def op_rows(kind: np.ndarray, external_id: np.ndarray, ops: Any) -> np.ndarray:
     """Per GPU row, the index in `ops` of the operator with its `External id` (the first of that
     id), -1 for none; kernels only."""
-    op_ids = np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in ops.args],
-                      dtype=np.int64)
+    op_ids = ops.external_id
     ids, first = np.unique(op_ids, return_index=True)  # the first operator of each id
     first, ids = first[ids >= 0], ids[ids >= 0]
     pos = np.minimum(np.searchsorted(ids, external_id), max(len(ids) - 1, 0))
@@ -285,12 +284,12 @@ def row_work(name: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: An
     and memset rows have their own bytes). `call` tells executions of one operator apart (each CUDA
     graph replay of a captured one). A fp32 GEMM whose kernel name says tf32 is tf32."""
     used = np.unique(op_of_row[op_of_row >= 0])
-    n_ops = len(ops.args)
+    n_ops = ops.size
     op_flops, op_bytes = np.full(n_ops, np.nan), np.full(n_ops, np.nan)
     op_dtype = np.full(n_ops, "", dtype=object)
     known: dict[tuple, tuple[float, float, str]] = {}  # one op_work per distinct call (each layer, each step)
     for i in used.tolist():
-        args = ops.args[i]
+        args = ops.inputs(i)
         call_key = (ops.name[i], bytes(args.dims), bytes(args.types), bytes(args.concrete), args.flops,
                     args.kernel_num_gb, args.kernel_flop)
         if (work := known.get(call_key)) is None:
@@ -304,8 +303,8 @@ def row_work(name: list[str], dur_ns: np.ndarray, op_of_row: np.ndarray, ops: An
 
 
 def _op_work_or_counted(name: str, args: Any) -> tuple[float, float, str]:
-    """op_work; where we have no formula, torch's own FLOP count (with_flops=True), then
-    Inductor's estimate (_inductor_work)."""
+    """op_work of the operator's inputs (`args`: _kineto_columns.Ops.inputs); where we have no
+    formula, torch's own FLOP count (with_flops=True), then Inductor's estimate (_inductor_work)."""
     flops, moved, dtype = op_work(name, args.dims, args.types, args.concrete)
     if math.isnan(flops) and type(args.flops) in (int, float) and args.flops > 0:
         flops = float(args.flops)  # torch's own count (with_flops=True) where we have no formula; 0 is no count

@@ -51,10 +51,11 @@ from tracelab.options import DEFAULT, Options
 from tracelab.schema import Profile
 
 from . import _host, _kineto_memory
-from ._kineto import (collective_bytes, correlations, cpu_top_level, device_table, launch_index,
+from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids, launch_index,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
-from ._kineto_json import Instants, Launches, Ops, Picked, Trace, decode, pick, read_bytes
+from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
+from ._kineto_json import Trace, decode, pick, read_bytes
 from ._gemm_dims import odd_gemms
 from ._shapes import op_rows, row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
@@ -85,15 +86,15 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     data = read_bytes(path)
     trace = decode(path, data)
     gpu, gpu_ranges, launches, cpu_ranges, ops, instants = pick(path, data, trace.traceEvents, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Picked), (LAUNCHES, Picked), ({USER_ANNOTATION}, Picked),
+        (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
     del data  # the picked columns hold what is needed of the file's bytes and events
     trace.traceEvents = []
-    check_rows(path, sum(len(x.pid) for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
+    check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)
-        launch = launch_index(correlations(gpu.args), correlations(launches.args))
+        launch = launch_index(gpu.correlation, launches.correlation)
         graphs = _graph_replays(columns, launch, launches)
         replay = (graphs.scope_launch >= 0) & (graphs.scope_launch != launch)
         external = _external_ids(gpu, launch, graphs.scope_launch, launches)
@@ -122,11 +123,11 @@ def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origi
     mask = _kineto_memory.is_memory(instants.name)
     if not mask.any():
         return None
-    pid = _kineto_memory.ids(instants.pid, ops.pid, annotations.pid)  # one id space
-    tid = _kineto_memory.ids(instants.tid, ops.tid, annotations.tid)
-    n, m = len(instants.pid), len(instants.pid) + len(ops.pid)
+    pid = joined_ids((instants, "pid"), (ops, "pid"), (annotations, "pid"))  # one id space
+    tid = joined_ids((instants, "tid"), (ops, "tid"), (annotations, "tid"))
+    n, m = instants.size, instants.size + ops.size
     at = {"pid": pid[:n][mask], "tid": tid[:n][mask], "ts_ns": np.asarray(instants.ts_ns, dtype=np.int64)[mask]}
-    on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": _dur_ns(ops),
+    on = {"pid": pid[n:m], "tid": tid[n:m], "start_ns": np.asarray(ops.ts_ns, dtype=np.int64), "dur_ns": ops.dur_ns,
           "name": ops.name}
     return _kineto_memory.frame(path, instants, mask, at, origin_ns, on, _ranges(annotations, pid[m:], tid[m:], step_re),
                                 _step_ranges(annotations, pid[m:], step_re))
@@ -144,37 +145,34 @@ def _check_durations(path: Path, columns: dict[str, Any]) -> None:
                                   int(device[outside[0]]), limits.INT16)
 
 
-def _dur_ns(picked: Picked) -> np.ndarray:
-    return np.rint(np.array(picked.dur_us, dtype=np.float64) * 1000).astype(np.int64)
-
-
 def _gpu_columns(gpu: Picked) -> dict[str, Any]:
     args = gpu.args
     cols: dict[str, Any] = {
         "kind": np.array([GPU_KINDS[c] for c in gpu.cat], dtype=object),
         "name": gpu.name,
-        "device": to_ints(gpu.pid, [a.device if a else None for a in args]),
-        "stream": to_ints(gpu.tid, [a.stream if a else None for a in args]),
+        "device": _ids_or(gpu, "pid", lambda: [a.device if a else None for a in args]),
+        "stream": _ids_or(gpu, "tid", lambda: [a.stream if a else None for a in args]),
         "start_ns": np.array(gpu.ts_ns, dtype=np.int64),
-        "dur_ns": _dur_ns(gpu),
+        "dur_ns": gpu.dur_ns,
     }
     cols["msg_bytes"] = np.where(cols["kind"] == "kernel", collective_bytes(args), np.nan)
     cols["process_group"] = process_groups(args)
     return cols
 
 
-def _ids(args: list) -> np.ndarray:
-    return np.array([a.external_id if a is not None and type(a.external_id) is int else -1 for a in args],
-                    dtype=np.int64)
+def _ids_or(gpu: Picked, column: str, fallback) -> np.ndarray:
+    """The column's integer ids; where a label is no integer, to_ints with the args' `fallback()`."""
+    ids = gpu.ids(column)
+    return ids.copy() if ids is not None else to_ints(getattr(gpu, column), fallback())
 
 
 def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, launches: Picked) -> np.ndarray:
     """Per GPU row, the External id of the operator whose shapes give its work: its own; a CUDA
     graph replay's, the operator around the launch that captured its node (as for its scope)."""
-    external = _ids(gpu.args)
+    external = gpu.external_id.copy()
     replay = (scope_launch >= 0) & (scope_launch != launch)
     if replay.any():
-        external[replay] = _ids([launches.args[i] for i in scope_launch[replay].tolist()])
+        external[replay] = launches.external_id[scope_launch[replay]]
     return external
 
 
@@ -184,16 +182,17 @@ def _work(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, ca
     `call`: per row, its graph replay's launch (-1 outside replays): each replay executes the
     captured operators once more."""
     flops, moved, dtype = row_work(gpu.name, cols["dur_ns"], op_of_row, ops, call)
-    own = np.array([float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan for a in gpu.args])
-    copies = cols["kind"] != "kernel"
-    moved[copies] = own[copies]
+    copies = np.flatnonzero(cols["kind"] != "kernel")
+    moved[copies] = [float(a.bytes) if a is not None and type(a.bytes) in (int, float) else np.nan
+                     for a in map(gpu.args.__getitem__, copies.tolist())]
     return {"flops": flops, "bytes": moved, "dtype": dtype}
 
 
 def _graph_replays(cols: dict[str, Any], launch: np.ndarray, launches: Picked):
     """Per GPU row, the launch whose scope it takes: a CUDA-graph replay's row, the launch that
     captured its node where the capture is in the trace (parsers/_kineto_graphs.py)."""
-    return scope_launches(launches.name, to_ints(launches.pid), to_ints(launches.tid), launches.ts_ns, launch,
+    pid, tid = joined_ids((launches, "pid")), joined_ids((launches, "tid"))
+    return scope_launches(launches.name, pid, tid, launches.ts_ns, launch,
                           cols["kind"], cols["start_ns"], np.asarray(cols["stream"]))
 
 
@@ -201,16 +200,17 @@ def _scopes(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu_an
             gpu_annotations: Picked, step_re: re.Pattern) -> np.ndarray:
     """Per GPU row, the CPU annotations around its launch (other threads: nested in the
     main thread's, see _kineto.thread_scopes); else the GPU ones around its start."""
-    pid = to_ints(launches.pid + cpu_annotations.pid)  # one id space for launches and ranges
-    tid = to_ints(launches.tid + cpu_annotations.tid)
-    n_launches = len(launches.pid)
+    pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))  # one id space for launches and ranges
+    tid = joined_ids((launches, "tid"), (cpu_annotations, "tid"))
+    n_launches = launches.size
     cpu = _ranges(cpu_annotations, pid[n_launches:], tid[n_launches:], step_re)
     found = (launch >= 0) & (len(cpu["name"]) > 0)  # no CPU ranges at all: the GPU copies
     at = launch[found]
     scope = np.empty(len(launch), dtype=object)
     scope[found] = thread_scopes(pid[at], tid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
     rest = ~found
-    own = _ranges(gpu_annotations, to_ints(gpu_annotations.pid), to_ints(gpu_annotations.tid), step_re)
+    own_pid, own_tid = joined_ids((gpu_annotations, "pid")), joined_ids((gpu_annotations, "tid"))
+    own = _ranges(gpu_annotations, own_pid, own_tid, step_re)
     scope[rest] = scopes(cols["device"][rest], cols["stream"][rest], cols["start_ns"][rest], own)
     return scope
 
@@ -220,14 +220,14 @@ def _ranges(annotations: Picked, pid: np.ndarray, tid: np.ndarray, step_re: re.P
     keep = ~is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)
     return {"pid": pid[keep], "tid": tid[keep], "start_ns": start_ns[keep],
-            "end_ns": (start_ns + _dur_ns(annotations))[keep], "name": list(compress(annotations.name, keep))}
+            "end_ns": (start_ns + annotations.dur_ns)[keep], "name": list(compress(annotations.name, keep))}
 
 
 def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) -> dict[str, np.ndarray]:
     """The step ranges among the annotations: group (process or device), start, end, step number."""
     mask = is_step(annotations.name, step_re)
     start_ns = np.array(annotations.ts_ns, dtype=np.int64)[mask]
-    end_ns = start_ns + _dur_ns(annotations)[mask]
+    end_ns = start_ns + annotations.dur_ns[mask]
     return {"group": group[mask], "start_ns": start_ns, "end_ns": end_ns,
             "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, end_ns, step_re)}
 
@@ -235,7 +235,7 @@ def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) ->
 def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[str]:
     """A note where the step ranges repeat their numbers (parsers/_steps.py)."""
     mask = is_step(annotations.name, step_re)
-    steps = _step_ranges(annotations, to_ints(annotations.pid), step_re)
+    steps = _step_ranges(annotations, joined_ids((annotations, "pid")), step_re)
     return repeat_note(list(compress(annotations.name, mask)), steps["group"], steps["start_ns"], steps["step"],
                        step_re)
 
@@ -244,14 +244,14 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
                gpu_annotations: Picked, step_re: re.Pattern) -> pd.arrays.IntegerArray:
     """Per GPU row, the step range around its launch call on any thread of its process;
     rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
-    pid = to_ints(launches.pid + cpu_annotations.pid)
-    n_launches = len(launches.pid)
+    pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))
+    n_launches = launches.size
     step = pd.array([None] * len(launch), dtype="Int64")
     found = launch >= 0
     at = launch[found]
     cpu = _step_ranges(cpu_annotations, pid[n_launches:], step_re)
     step[found] = assign(pid[at], np.array(launches.ts_ns, dtype=np.int64)[at], cpu)
-    own = _step_ranges(gpu_annotations, to_ints(gpu_annotations.pid), step_re)
+    own = _step_ranges(gpu_annotations, joined_ids((gpu_annotations, "pid")), step_re)
     step[~found] = assign(cols["device"][~found], cols["start_ns"][~found], own)
     return step
 
@@ -260,10 +260,10 @@ def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Patte
     if not ops.cat:
         raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
                                      "and no CPU operators (cpu_op): nothing to report")
-    n_ops = len(ops.pid)
-    pid, thread = to_ints(ops.pid + annotations.pid), to_ints(ops.tid + annotations.tid)  # one id space
+    n_ops = ops.size
+    pid, thread = joined_ids((ops, "pid"), (annotations, "pid")), joined_ids((ops, "tid"), (annotations, "tid"))
     start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]
-    dur_ns = np.r_[_dur_ns(ops), _dur_ns(annotations)]
+    dur_ns = np.r_[ops.dur_ns, annotations.dur_ns]
     keep = np.r_[_top_level_ops(ops.name, pid[:n_ops], thread[:n_ops], start_ns[:n_ops], dur_ns[:n_ops]),
                  _collective_ranges(annotations, thread[n_ops:], set(thread[:n_ops].tolist()))]
     steps = _step_ranges(annotations, pid[n_ops:], step_re)

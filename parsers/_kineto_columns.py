@@ -1,0 +1,320 @@
+"""The events of the categories parsers/_kineto_json.pick chooses, as columns: the Structs an
+event is decoded into (only the fields and args a row needs) and the collectors that pick fills
+chunk by chunk, while the chunk's Structs are still in the CPU cache.
+
+Per chunk, `ts` is read into int64 ns (parsers/_kineto_ts), `dur` into float64, pid and tid
+into int64 where every label of the chunk is an integer (the usual case; else the labels are
+kept as they are, for _kineto.to_ints), args "External id" and "correlation" into int64 (-1:
+none); repeated names are shared; the args Structs are kept only where a later stage reads
+them (GPU rows, CPU operators, memory events), and a CPU operator's text for its shapes.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+import numpy as np
+
+from tracelab import limits
+
+from ._kineto_ts import _ts_array
+
+# Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
+Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
+Id = Int64 | str | None
+Number = Int64 | float | str | None  # args values Kineto writes as integers; others are ignored
+DurUs = Annotated[float, msgspec.Meta(ge=-limits.MAX_DUR_NS / 1000, le=limits.MAX_DUR_NS / 1000)]
+Nelems = Annotated[float, msgspec.Meta(ge=0, le=2.0**62)] | str | None
+
+class _Args(msgspec.Struct, gc=False):
+    """The args a row needs; the trace's other args are skipped unread."""
+
+    device: Number = None
+    stream: Number = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Nelems = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Nelems = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None  # a c10 ScalarType name (_kineto.DTYPE_BYTES)
+    correlation: Number = None
+    process_group: Int64 | str | None = msgspec.field(default=None, name="Process Group Name")
+    external_id: Number = msgspec.field(default=None, name="External id")  # the CPU op that launched it
+    bytes: Number = None  # a memcpy's or memset's size
+
+
+class _Event(msgspec.Struct, gc=False):
+    """A chosen event in full; `ts` as written (ts_ns reads it: a float cannot hold epoch
+    microseconds to the ns)."""
+
+    ts: msgspec.Raw
+    name: str = ""
+    pid: Id = None
+    tid: Id = None
+    dur: DurUs = 0.0
+    args: _Args | None = None
+
+
+class _LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Number = None
+
+
+class _Launch(msgspec.Struct, gc=False):
+    """A launch call: only what finds it (correlation) and places it (thread, start)."""
+
+    ts: msgspec.Raw
+    pid: Id = None
+    tid: Id = None
+    args: _LaunchArgs | None = None
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _OpArgs(msgspec.Struct, gc=False):
+    """A CPU operator's args checked as it is decoded; of them only the External id is kept
+    (Ops.external_id), the rest read again from the event's text (Ops.inputs) for the operators
+    that launched GPU work (parsers/_shapes.py)."""
+
+    external_id: Number = msgspec.field(default=None, name="External id")
+    flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
+    # an Inductor Triton kernel's launch range, compiled with benchmark_kernel: its estimated work
+    kernel_num_gb: Number = None
+    kernel_flop: Number = None
+
+
+class _Op(_Event, gc=False):
+    """A CPU operator, its args the work's (_OpArgs)."""
+
+    args: _OpArgs | None = None  # type: ignore[assignment]
+
+
+class _Shapes(msgspec.Struct, gc=False):
+    """What a CPU operator's work needs: its shapes (record_shapes=True), as raw JSON, and the
+    counts of _OpArgs (checked already when the event was decoded)."""
+
+    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    flops: Number = None
+    kernel_num_gb: Number = None
+    kernel_flop: Number = None
+
+
+class _ShapesOf(msgspec.Struct, gc=False):
+    args: _Shapes | None = None
+
+
+_NO_SHAPES = _Shapes()
+_SHAPES_DECODER = msgspec.json.Decoder(_ShapesOf)
+
+
+MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
+
+
+class _MemArgs(msgspec.Struct, gc=False):
+    """A `[memory]` instant event's args (profile_memory=True): the block's address and size
+    (negative: a free), the device's totals after it, the device; MISSING where absent."""
+
+    addr: Int64 = msgspec.field(default=MISSING, name="Addr")
+    bytes: Int64 = msgspec.field(default=MISSING, name="Bytes")
+    allocated: Int64 = msgspec.field(default=MISSING, name="Total Allocated")
+    reserved: Int64 = msgspec.field(default=MISSING, name="Total Reserved")
+    device_id: Int64 = msgspec.field(default=MISSING, name="Device Id")
+    device_type: Int64 = msgspec.field(default=MISSING, name="Device Type")
+
+
+class _Instant(msgspec.Struct, gc=False):
+    """A CPU instant event: only what a memory event needs (no duration)."""
+
+    ts: msgspec.Raw
+    name: str = ""
+    pid: Id = None
+    tid: Id = None
+    args: _MemArgs | None = None
+
+
+Texts = list[msgspec.Raw] | None  # the events' own JSON texts, where a collector keeps them
+_PID, _TID, _TS, _ARGS, _NAME, _DUR = map(attrgetter, ("pid", "tid", "ts", "args", "name", "dur"))
+_CORRELATION, _EXTERNAL_ID = attrgetter("correlation"), attrgetter("external_id")
+
+
+@dataclass
+class Launches:
+    """Launch calls as columns: only what finds them (args correlation) and places them
+    (process, thread, start)."""
+
+    STRUCT: ClassVar[type] = _Launch
+    KEEPS_TEXT: ClassVar[bool] = False  # extend() keeps each event's text (`raws`)
+    KEEPS_ARGS: ClassVar[bool] = True  # extend() keeps each event's args Struct (`args`)
+    CORRELATED: ClassVar[bool] = True  # the args have a "correlation" (`correlation`)
+    EXTERNAL: ClassVar[bool] = False  # the args have an "External id" (`external_id`)
+    ts_parts: list[np.ndarray] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)
+    _parts: dict[str, list] = field(default_factory=lambda: {"pid": [], "tid": [], "correlation": [],
+                                                             "external_id": [], "dur_us": []})
+    _made: dict[str, Any] = field(default_factory=dict, repr=False)  # columns as arrays, made once
+
+    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (not kept here), from these texts (None: not
+        kept, KEEPS_TEXT false); `ts_ns`: their `ts` read already (else read here)."""
+        self.ts_parts.append(_ts_array(list(map(_TS, events))) if ts_ns is None else ts_ns)
+        self._parts["pid"].append(_labels(list(map(_PID, events))))
+        self._parts["tid"].append(_labels(list(map(_TID, events))))
+        args = list(map(_ARGS, events))
+        if self.KEEPS_ARGS:
+            self.args += args
+        if self.CORRELATED:
+            self._parts["correlation"].append(_ints(args, _CORRELATION))
+        if self.EXTERNAL:
+            self._parts["external_id"].append(_ints(args, _EXTERNAL_ID))
+
+    @property
+    def size(self) -> int:
+        """How many events."""
+        return sum(map(len, self.ts_parts))
+
+    @property
+    def ts_ns(self) -> np.ndarray:
+        """`ts` in integer ns (int64)."""
+        return _joined(self.ts_parts)
+
+    @property
+    def pid(self) -> list:
+        """The events' `pid` labels (integers, or as written where a chunk had another)."""
+        return _labels_of(self._parts["pid"])
+
+    @property
+    def tid(self) -> list:
+        """The events' `tid` labels, as `pid`."""
+        return _labels_of(self._parts["tid"])
+
+    def ids(self, column: str) -> np.ndarray | None:
+        """The `pid` or `tid` column as int64 (read-only) where every label is an integer (the
+        usual case), else None (then _kineto.to_ints reads the labels); made once."""
+        if column not in self._made:
+            parts = self._parts[column]
+            ints = all(isinstance(p, np.ndarray) for p in parts)
+            self._made[column] = _read_only(_joined(parts)) if ints else None
+        return self._made[column]
+
+    @property
+    def correlation(self) -> np.ndarray:
+        """args "correlation" per event, -1 where it is missing or not an integer."""
+        return _joined(self._parts["correlation"])
+
+    @property
+    def external_id(self) -> np.ndarray:
+        """args "External id" per event, -1 where it is missing or not an integer."""
+        return _joined(self._parts["external_id"])
+
+
+@dataclass
+class Picked(Launches):
+    """Events of some categories as columns: a launch's, and their category, name and
+    duration, and args (_Args); repeated names shared."""
+
+    STRUCT: ClassVar[type] = _Event
+    EXTERNAL: ClassVar[bool] = True
+    cat: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    _names: dict[str, str] = field(default_factory=dict)
+
+    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (nothing is added when one is refused)."""
+        seen = len(self._names)
+        names = list(map(_NAME, events))
+        names = list(map(self._names.setdefault, names, names))  # repeated names shared
+        if len(self._names) > seen and (complaint := limits.long_name(max(map(len, itertools.islice(
+                self._names, seen, None))))):  # the names new to this trace: a long one is in there
+            for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
+                del self._names[name]
+            raise ValueError(f"name: {complaint}")
+        super().extend(events, cats, raws, ts_ns)
+        self.cat += cats
+        self._parts["dur_us"].append(np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events)))
+        self.name += names
+
+    @property
+    def dur_ns(self) -> np.ndarray:
+        """`dur` in integer ns, each event's own round(dur * 1000) (int64, read-only); made once."""
+        if "dur_ns" not in self._made:
+            dur_us = _joined(self._parts["dur_us"], np.float64)
+            self._made["dur_ns"] = _read_only(np.rint(dur_us * 1000).astype(np.int64))
+        return self._made["dur_ns"]
+
+
+@dataclass
+class Calls(Picked):
+    """Picked without the args Structs (launch calls, annotation ranges): of their args only
+    "correlation" and "External id" are read."""
+
+    KEEPS_ARGS: ClassVar[bool] = False
+
+
+@dataclass
+class Ops(Picked):
+    """CPU operators as columns, and each one's text, whose args parsers/_shapes.py reads for
+    the operators that launched GPU work (`inputs`)."""
+
+    STRUCT: ClassVar[type] = _Op
+    CORRELATED: ClassVar[bool] = False
+    KEEPS_TEXT: ClassVar[bool] = True
+    KEEPS_ARGS: ClassVar[bool] = False  # inputs() reads them again from the text
+    raw: list[msgspec.Raw] = field(default_factory=list)
+
+    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+        super().extend(events, cats, raws, ts_ns)
+        self.raw += raws
+
+    def inputs(self, i: int) -> _Shapes:
+        """Operator i's args "Input Dims", "Input type" and "Concrete Inputs" as raw JSON (null
+        where absent) and its counts (flops, kernel_num_gb, kernel_flop), read from its text."""
+        return _SHAPES_DECODER.decode(self.raw[i]).args or _NO_SHAPES
+
+
+@dataclass
+class Instants(Launches):
+    """CPU instant events as columns (a launch's, and the name), their args a memory event's
+    (_MemArgs)."""
+
+    STRUCT: ClassVar[type] = _Instant
+    CORRELATED: ClassVar[bool] = False
+    name: list[str] = field(default_factory=list)
+
+    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+        super().extend(events, cats, raws, ts_ns)
+        self.name += map(_NAME, events)
+
+
+def _labels(values: list) -> np.ndarray | list:
+    """A chunk's pid or tid labels: int64 where every one is an integer, else the labels."""
+    ints = np.array(values) if values else np.zeros(0, dtype=np.int64)
+    return ints if ints.dtype == np.int64 else values  # Int64: within int64; a str or None: not
+
+
+def _labels_of(parts: list) -> list:
+    return [label for part in parts for label in (part.tolist() if isinstance(part, np.ndarray) else part)]
+
+
+def _ints(args: list, field_of: Any) -> np.ndarray:
+    """An args field per event as int64, -1 where args or the field is missing or not an integer."""
+    try:
+        ints = np.array(list(map(field_of, args)))
+    except AttributeError:  # an event without args
+        ints = None
+    if ints is not None and ints.dtype == np.int64:  # all integers (Int64: within int64; a str, float, None: not)
+        return ints
+    return np.array([v if a is not None and type(v := field_of(a)) is int else -1 for a in args], dtype=np.int64)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # shared by every caller: none may change it
+    return array
+
+
+def _joined(parts: list[np.ndarray], dtype: type = np.int64) -> np.ndarray:
+    if len(parts) > 1:  # joined once: the next call finds one part
+        parts[:] = [np.concatenate(parts)]
+    return parts[0] if parts else np.zeros(0, dtype=dtype)
