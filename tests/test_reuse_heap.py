@@ -11,7 +11,9 @@ import pytest
 
 from tracelab import limits
 
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, minor faults: Linux")
+
 
 _FAULTS = """
 import resource, sys
@@ -27,11 +29,13 @@ print(faults() - before)
 """
 _PAGES = 40 * 1024**2 // 4096
 
+
 def _second_block(env: dict[str, str]) -> tuple[str, int]:
     done = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, check=True,
                           env={**os.environ, **env})
     applied, faults = done.stdout.split()
     return applied, int(faults)
+
 
 def test_second_block_reuses_the_first(monkeypatch):
     for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
@@ -41,6 +45,7 @@ def test_second_block_reuses_the_first(monkeypatch):
         pytest.skip("no glibc mallopt here")
     assert faults < _PAGES // 10  # reused: a few pages at most
 
+
 def test_the_users_setting_stands(monkeypatch):
     """MALLOC_MMAP_THRESHOLD_ set (here: the default, 128 KiB): not overridden, so a freed
     40 MB block is given back and the next one faults in every page again."""
@@ -48,6 +53,7 @@ def test_the_users_setting_stands(monkeypatch):
     applied, faults = _second_block({"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)})
     assert applied == "False"
     assert faults >= _PAGES * 9 // 10
+
 
 def test_bounds():
     assert limits.HEAP_MMAP_BYTES <= limits.HEAP_KEEP_BYTES <= 256 * 1024**2  # a worker keeps little idle
