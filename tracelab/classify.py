@@ -112,19 +112,19 @@ def classify_one(kernel: str) -> str:
 
 def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categorical:
     """op_class per row; memcpy/memset rows are `memory` whatever their name; cpu_op rows
-    are classed by classify_cpu_op."""
+    are classed by classify_cpu_op. Each distinct kernel is classified once; the rows by codes."""
     from .schema import OP_CLASSES
 
     kernels = kernels.astype("category")
-    mapping = {k: classify_one(str(k)) for k in kernels.cat.categories}
-    out = kernels.map(mapping).astype(object)
+    class_code = {cls: i for i, cls in enumerate(OP_CLASSES)}
+    of_category = np.array([class_code[classify_one(str(k))] for k in kernels.cat.categories] + [-1], dtype=np.int8)
+    codes = of_category[kernels.cat.codes.to_numpy()]  # a missing kernel (code -1): the -1 at the end
     if kinds is not None:
-        kinds = pd.Series(np.asarray(kinds, dtype=object), index=kernels.index)
-        cpu = (kinds == "cpu_op").to_numpy()
-        if cpu.any():
-            out[cpu] = [classify_cpu_op(str(k)) for k in kernels[cpu]]
-        out = out.where(~kinds.isin(["memcpy", "memset"]), "memory")
-    return pd.Categorical(out, categories=list(OP_CLASSES))
+        kinds = np.asarray(kinds, dtype=object)
+        if (cpu := kinds == "cpu_op").any():
+            codes[cpu] = [class_code[classify_cpu_op(str(k))] for k in kernels[cpu]]
+        codes[(kinds == "memcpy") | (kinds == "memset")] = class_code["memory"]
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(list(OP_CLASSES)))
 
 
 @lru_cache(maxsize=65536)
@@ -151,10 +151,24 @@ def classified(parsed: pd.DataFrame) -> pd.DataFrame:
     """A parser's frame (schema.PARSED) with `kernel` and `op_class` added, in schema order."""
     from .schema import COLUMNS, validate
 
-    names = parsed["name"].astype("category")
-    kernels = names.map({n: canonical(str(n)) for n in names.cat.categories}).astype("category")
+    kernels = _canonical_column(parsed["name"].astype("category"))
     out = parsed.assign(kernel=kernels, op_class=op_classes(kernels, parsed["kind"].astype(object)))
     return validate(out[list(COLUMNS)])
+
+
+def _canonical_column(names: pd.Series) -> pd.Series:
+    """canonical() of a categorical column, by its categories and codes; the categories as
+    `names.map(dict).astype("category")` makes them (in the mapped order where no two names
+    share a kernel, else sorted), so every later sort and group is as before."""
+    mapped = [canonical(str(n)) for n in names.cat.categories]
+    codes = names.cat.codes.to_numpy()
+    if len(set(mapped)) == len(mapped):
+        categories = pd.Index(mapped, dtype=names.cat.categories.dtype)
+    else:
+        categories = pd.Index(sorted(set(mapped)), dtype=names.cat.categories.dtype)
+        codes = np.append(categories.get_indexer(mapped), -1)[codes]  # a missing name (-1) stays missing
+    return pd.Series(pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories)), index=names.index,
+                     name=names.name)
 
 
 # ---- canonical names -------------------------------------------------------
