@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, Idle, combine
+from ..idle.idle import CAUSES, Idle, of_input
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -24,8 +24,8 @@ def _run(group: str, several: bool) -> str:
 
 
 def rank_idle_of(ev, i) -> Idle:
-    """Input `i`'s idle digest as combine() gives it (under its rank), made once per command."""
-    return ev.shared(("idle", id(i)), lambda: combine({i.rank: i.digest("idle")}))
+    """Input `i`'s idle digest as combine() gives it (under its rank), made once per input (idle.of_input)."""
+    return of_input(i)
 
 
 def idle_findings(ev) -> list:

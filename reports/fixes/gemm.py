@@ -14,6 +14,7 @@ SIMT ones always are align1, which says nothing).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -43,16 +44,21 @@ def gemm_kernels(sums: pd.DataFrame) -> pd.DataFrame:
     for c, ns in total.items():
         np.add.at(ns, group, sums[c].to_numpy(dtype=np.int64)[on][keep])
     at = np.unique(group, return_index=True)[1]
-    out = pd.DataFrame({"kernel": kernel.iloc[np.flatnonzero(keep)[at]].reset_index(drop=True), **total})
-    names = [str(k) for k in out["kernel"]]  # a few GEMM names: each tested in Python, not a Series per test
+    order = np.argsort(-total["dur_ns"], kind="stable")  # the longest first, ties in order of first appearance
+    flags = np.array([_flags(str(k)) for k in kernel.iloc[np.flatnonzero(keep)[at]]], dtype=bool).reshape(-1, 3)
+    return pd.DataFrame({"kernel": kernel.iloc[np.flatnonzero(keep)[at][order]].reset_index(drop=True),
+                         **{c: ns[order] for c, ns in total.items()},
+                         **{c: flags[order, k] for k, c in enumerate(("simt", "tensor_core", "unaligned"))}})
 
-    def has(pattern: re.Pattern) -> np.ndarray:
-        return np.array([pattern.search(n) is not None for n in names], dtype=bool)
 
-    simt = has(SIMT) & ~has(TENSOR_CORE) & ~has(GEMV)
-    tensor_core = has(TENSOR_CORE) & ~simt
-    out = out.assign(simt=simt, tensor_core=tensor_core, unaligned=has(UNALIGNED) & tensor_core)
-    return out.sort_values("dur_ns", ascending=False, kind="stable", ignore_index=True)
+@lru_cache(maxsize=4096)
+def _flags(name: str) -> tuple[bool, bool, bool]:
+    """(simt, tensor_core, unaligned) of one GEMM kernel's name (module docstring); each rank
+    of a job has the same few names: tested once per process."""
+    tensor_core = TENSOR_CORE.search(name) is not None
+    simt = SIMT.search(name) is not None and not tensor_core and GEMV.search(name) is None
+    tensor_core = tensor_core and not simt
+    return simt, tensor_core, tensor_core and UNALIGNED.search(name) is not None
 
 
 def gpu_ns(sums: pd.DataFrame) -> int:

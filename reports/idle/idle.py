@@ -339,6 +339,12 @@ def combine(by_rank: dict[int, Idle]) -> Idle:
     return out
 
 
+def of_input(i) -> Idle:
+    """An input's (reports.session.Input) idle digest as combine() gives it, under its rank: made
+    once per input, for the idle finding and the idle section alike."""
+    return i.shared(("idle", i.rank), lambda: combine({i.rank: i.digest("idle")}))
+
+
 def idle(events: pd.DataFrame, hosts: dict[int, pd.DataFrame | None] | None = None, top: int | None = TOP_OPS) -> Idle:
     """Idle by cause of a frame of any ranks, with each rank's host frame (`hosts`, by rank)."""
     return combine({int(r): rank_idle(g, (hosts or {}).get(int(r)), None, top)

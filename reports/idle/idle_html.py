@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..html import side_by_side
 from ..html.figures import CATEGORY_AXIS, axis_label, label
-from .idle import HINT, Idle, combine
+from .idle import HINT, Idle, of_input
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
@@ -44,7 +44,7 @@ def _bars(steps: pd.DataFrame) -> dict:
 def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     steps, launches, ops, notes = [], [], [], []
     for i in inputs:
-        one: Idle = combine({i.rank: i.digest("idle")})
+        one: Idle = of_input(i)  # the idle finding's, made once per input
         name = label(i.label)
         steps.append(one.steps[one.steps["step"] < sorted(one.steps["step"])[:MAX_STEPS][-1] + 1].assign(label=i.label)
                      if len(one.steps) else one.steps)

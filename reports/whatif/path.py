@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .chase import Chase
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import NEG, Params, Replayed, _group_max, _groups
@@ -87,7 +88,7 @@ class _Hops:
     the segments it adds on the way (one; two at an unmatched collective's end: comm, then wait).
     A start set by no edge (pinned at its measured start, _ANCHOR) ends the walk: the time before
     it back to the walk's stop is host time on a host chain, else other. `walk` is then a chase
-    of integers, in Python; the segments are gathered with numpy."""
+    of integers (chase.py); the segments are gathered with numpy."""
 
     def __init__(self, g: Graph, p: Params, r: Replayed, wait_est_ns: np.ndarray):
         n = len(g)
@@ -135,22 +136,13 @@ class _Hops:
         self.anchor[start_v[anchor]] = True
         self.t0, self.t1, self.cat, self.two = t0, t1, cat, two
         self.time = np.c_[s, e].ravel()  # vertex v's time: a node's start, then its end
-        self._lists = (self.time.tolist(), nxt.tolist(), self.anchor.tolist(), 4 * n + 4)
+        self.chase = Chase(nxt, self.time, self.anchor, 4 * n + 4)
 
-    def walk(self, node: int, stop_ns: int) -> list[int]:
+    def walk(self, node: int, stop_ns: int) -> np.ndarray:
         """The vertices the path visits from `node`'s end back until it reaches `stop_ns` or a pinned start."""
-        time, nxt, anchor, most = self._lists
-        v, seen = 2 * node + 1, []
-        for _ in range(most):
-            if time[v] <= stop_ns and seen:
-                break
-            seen.append(v)
-            if anchor[v]:
-                break
-            v = nxt[v]
-        return seen
+        return self.chase.walk(2 * node + 1, stop_ns)
 
-    def arrays(self, seen: list[int], stop_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self, seen: np.ndarray, stop_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(t0_ns, t1_ns, category code, vertex) of the walk's segments, latest first."""
         v = np.array(seen, dtype=np.int64)
         keep = np.c_[np.ones(len(v), bool), self.two[v]]
@@ -162,7 +154,7 @@ class _Hops:
         return (t0.ravel()[keep], self.t1[v].ravel()[keep], self.cat[v].ravel()[keep],
                 np.repeat(v, 2)[keep])
 
-    def segments(self, seen: list[int], stop_ns: int, g: Graph) -> pd.DataFrame:
+    def segments(self, seen: np.ndarray, stop_ns: int, g: Graph) -> pd.DataFrame:
         t0, t1, cat, v = self.arrays(seen, stop_ns)
         node = v // 2
         return pd.DataFrame({"t0_ns": t0, "t1_ns": t1, "category": np.array(CATEGORIES, dtype=object)[cat],
