@@ -16,6 +16,9 @@ R64=${R64:-/tmp/ranks64}; R1024=${R1024:-/tmp/ranks1024}
 exec > >(tee "$LOG") 2>&1
 stamp() { echo; echo "=== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): $*"; }
 stamp "git $(git rev-parse --short HEAD), base $(git -C "$BASE" rev-parse --short HEAD)"
+stamp "one rank, warm process, like for like (warm_parse.py), before and after alternating"
+for i in 1 2 3; do python benchmarks/warm_parse.py "$SRC" --repo "$BASE"; python benchmarks/warm_parse.py "$SRC"; done
+python benchmarks/warm_parse.py "$SRC" --heap
 stamp "per stage, 1 rank, before/after"; python benchmarks/bench_pair.py "$SRC" --base "$BASE" --runs 3
 stamp "per stage, 64 ranks, before/after"; python benchmarks/bench_pair.py "$SRC" --base "$BASE" --ranks 64 --runs 1
 [[ -d $R64 ]] || python benchmarks/make_ranks.py "$R64" --ranks 64 --src "$SRC"
