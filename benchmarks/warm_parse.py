@@ -12,9 +12,7 @@ both cheaper. --repo DIR measures another checkout (bench_stages.use_checkout).
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -22,22 +20,17 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_stages import use_checkout  # noqa: E402
+from kineto_floor import least  # noqa: E402
 
 
 class _Split(msgspec.Struct):
     traceEvents: list[msgspec.Raw] = []
 
 
-def least(fn, runs: int) -> float:
+def warm_least(fn, runs: int) -> float:
+    """kineto_floor.least after one untimed call (the process warm)."""
     fn()
-    best = float("inf")
-    for _ in range(runs):
-        gc.collect()
-        start = time.process_time()
-        result = fn()
-        best = min(best, time.process_time() - start)
-        del result
-    return best
+    return least(fn, runs)
 
 
 def main() -> None:
@@ -55,8 +48,8 @@ def main() -> None:
     if a.heap and not limits.reuse_freed_memory():
         sys.exit("--heap: this C library or environment declines the setting")
     raw, split = a.trace.read_bytes(), msgspec.json.Decoder(_Split)
-    floor_s = least(lambda: split.decode(zlib.decompress(raw, 31)), a.runs)
-    parse_s = least(lambda: classify.classified(chrome.read(a.trace).events), a.runs)
+    floor_s = warm_least(lambda: split.decode(zlib.decompress(raw, 31)), a.runs)
+    parse_s = warm_least(lambda: classify.classified(chrome.read(a.trace).events), a.runs)
     print(f"{a.trace.name}: {Path(chrome.__file__).parents[1]}: floor {floor_s:.4f} s, parse {parse_s:.4f} s, "
           f"{parse_s / floor_s:.2f}x (least of {a.runs}{', heap reused' if a.heap else ''})")
 
