@@ -8,6 +8,7 @@
 #   BASE=/tmp/base30 HTA_PY=/work/bench-venv/bin/python bash benchmarks/issue30_final.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[[ -n ${VIRTUAL_ENV:-} ]] || source .venv/bin/activate  # the checkout's venv (README)
 LOG=${LOG:-/tmp/issue30_final.log}
 BASE=${BASE:?a worktree of the before tree}
 HTA_PY=${HTA_PY:?HTA 0.5.0 venv python}
