@@ -171,3 +171,29 @@ def test_size_bound_evicts_the_least_recently_used(cache_dir, tmp_path, monkeypa
     tracelab.load(paths[2])  # a third entry: the least recently used (rank1) goes
     metas = [json.loads((e / "meta.json").read_text())[0]["path"] for e in cache_dir.iterdir()]
     assert sorted(metas) == sorted([str(paths[0]), str(paths[2])])
+
+
+def test_a_process_scans_the_cache_once_per_share_of_its_limit(tmp_path, monkeypatch):
+    """bound(): the first write scans; later ones only once 1/SCAN_SHARE of the limit has been
+    written since the last scan (a scan stats every entry: 2,048 scans of 2,048 entries cost a
+    1,024-rank report ~100 s); the cache then stays within the limit plus that share."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    entry_bytes, limit = 1000, 64_000  # share: 4,000 bytes, four entries
+    monkeypatch.setenv("TRACELAB_CACHE_MAX_BYTES", str(limit))
+    monkeypatch.setattr(cache, "_unscanned_bytes", {})
+    scans = []
+    real = cache.evict
+    monkeypatch.setattr(cache, "evict", lambda *a, **k: scans.append(1) or real(*a, **k))
+    sizes = []
+    for i in range(200):
+        entry = folder / f"e{i:03d}"
+        entry.mkdir()
+        (entry / "0.parquet").write_bytes(b"x" * entry_bytes)
+        os.utime(entry, (i, i))  # written in order: the oldest is the least recently used
+        cache.bound(folder, entry.name)
+        sizes.append(sum(f.stat().st_size for e in folder.iterdir() for f in e.iterdir()))
+    share = limit // cache.SCAN_SHARE
+    assert len(scans) == 1 + (200 - 1) // (share // entry_bytes + 1)  # the first write, then every fifth
+    assert max(sizes) <= limit + share + entry_bytes and sizes[-1] <= limit + share + entry_bytes
+    assert min(int(e.name[1:]) for e in folder.iterdir()) > 0  # the oldest went first

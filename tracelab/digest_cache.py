@@ -166,7 +166,7 @@ def put(entry_key: str, path: Path, reduce: Mapping[str, Callable], options: Opt
         if len(payload) > MAX_ENTRY_BYTES:
             return
         _write(cache._dir() / entry_key, hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload)
-        cache.evict(cache._dir(), cache.max_bytes(), keep=entry_key)
+        cache.bound(cache._dir(), entry_key)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass
 
