@@ -59,3 +59,20 @@ def test_memory_table_of_many_steps_shows_the_highest_peaks():
     assert sorted({int(r[0]) for r in rows}) == list(range(100 - MAX_STEP_ROWS, 100))
     csv = memory_text.render_csv(m)  # CSV keeps every step
     assert set(pd.read_csv(io.StringIO(csv))["step"].dropna().astype(int)) >= set(range(100))
+
+
+def test_who_waits_of_many_steps_keeps_the_largest_skews_in_order():
+    from tracelab.reports.steps.steps_text import _largest_skews, skews_line
+    rng = np.random.default_rng(1)
+    skews = [int(x) for x in rng.integers(0, 5_000_000, 300)]
+    skews[7] = None  # a step without a skew sorts as none
+    doc = {"basis": "steps", "steps": [{"step": s, "skew_ns": k} for s, k in enumerate(skews)]}
+    kept = _largest_skews(doc["steps"])
+    want = sorted(sorted(range(300), key=lambda i: -(skews[i] or 0))[:MAX_STEP_ROWS])
+    assert [r["step"] for r in kept] == want
+    known = np.array([k for k in skews if k is not None], dtype=float)
+    line = skews_line(doc)
+    assert line.startswith(f"300 steps with a wait: the {MAX_STEP_ROWS} with the largest skew shown")
+    assert f"median {np.median(known) / 1e6:,.3f} ms" in line
+    assert _largest_skews(doc["steps"][:MAX_STEP_ROWS]) == doc["steps"][:MAX_STEP_ROWS]
+    assert skews_line({"basis": "steps", "steps": doc["steps"][:MAX_STEP_ROWS]}) == ""

@@ -37,12 +37,13 @@ def _table(title: str, heads: list[str]) -> Table:
     return t
 
 
-def steps_table(m: Memory, several: bool) -> Table:
+def steps_table(m: Memory, several: bool, shown: pd.DataFrame) -> Table:
+    """`shown`: the steps of m.steps the table holds (_shown_steps)."""
     t = _table("memory per step and rank (allocated at start/end, the peak, reserved and held back at the peak; "
                "allocator calls inside the step)",
                [*(["input"] if several else []), "step", "rank", "start", "end", "peak", "peak at (ms)", "peak during",
                 "reserved", "held back", "alloc calls", "alloc (ms)", "sync"])
-    for _, r in _shown_steps(m)[0].iterrows():
+    for _, r in shown.iterrows():
         t.add_row(*([str(r["input"])] if several else []), _step(r["step"]), str(r["rank"]),
                   _size(r["allocated_start_bytes"]), _size(r["allocated_end_bytes"]), _size(r["peak_allocated_bytes"]),
                   ms_cell(r["peak_at_ns"]), str(r["peak_during"])[:60], _size(r["reserved_bytes"]),
@@ -92,9 +93,9 @@ def runs_table(m: Memory) -> Table:
 
 def render_table(m: Memory, top: int | None = None) -> Group:
     several = m.steps["input"].nunique() > 1
-    line = _shown_steps(m)[1]
-    parts = [steps_table(m, several), *([Text(line)] if line else []), Text(""), top_table(m, several), Text(""),
-             peaks_table(m, several)]
+    shown, line = _shown_steps(m)
+    parts = [steps_table(m, several, shown), *([Text(line)] if line else []), Text(""), top_table(m, several),
+             Text(""), peaks_table(m, several)]
     if len(m.runs):
         parts += [Text(""), runs_table(m)]
     parts += [Text(f"finding: {text}") for text, _, _ in m.found]

@@ -11,7 +11,7 @@ from .. import verdicts as V
 from ..csvout import csv_text
 from ..fmt import ms_cell, us
 from ..jsonout import dumps, records
-from ..many_steps import MAX_STEP_ROWS, largest_steps
+from ..many_steps import MAX_STEP_ROWS, largest, largest_steps
 from .waits import Waits, straggler_json
 
 
@@ -80,10 +80,7 @@ def who_waits_table(doc: dict) -> Table:
 
 def _largest_skews(rows: list[dict]) -> list[dict]:
     """At most MAX_STEP_ROWS of who-waits' rows, those of largest skew, in their order."""
-    if len(rows) <= MAX_STEP_ROWS:
-        return rows
-    keep = set(sorted(range(len(rows)), key=lambda i: -(rows[i]["skew_ns"] or 0))[:MAX_STEP_ROWS])
-    return [r for i, r in enumerate(rows) if i in keep]
+    return [rows[i] for i in largest([r["skew_ns"] or 0 for r in rows])]
 
 
 def skews_line(doc: dict) -> str:

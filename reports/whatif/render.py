@@ -22,12 +22,13 @@ def _step(step) -> str:
     return "whole trace" if step is None or pd.isna(step) or step < 0 else str(int(step))
 
 
-def _steps_table(label: str, w: WhatIf) -> Table:
+def _steps_table(label: str, shown: pd.DataFrame) -> Table:
+    """`shown`: the steps of a WhatIf the table holds (_shown)."""
     t = Table(title=f"{label}critical path per step (ms): measured, replayed, and what the path is made of",
               title_justify="left", show_edge=False)
     for h in ["step", "measured", "replayed", *CATEGORIES, "ranks", "top on the path"]:
         t.add_column(h, justify="left" if h in ("ranks", "top on the path") else "right")
-    for r in _shown(w)[0].itertuples(index=False):
+    for r in shown.itertuples(index=False):
         top = r.top[0] if r.top else None
         t.add_row(_step(r.step) + ("" if r.claimed else " *"), ms_cell(r.step_ns), ms_cell(r.replayed_ns),
                   *(ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
@@ -57,8 +58,8 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
     for path, w in parts:
         label = f"{path}: " if len(parts) > 1 else ""
         if len(w.steps):
-            line = _shown(w)[1]
-            items += [_steps_table(label, w), *([Text(f"{label}{line}")] if line else []), Text(""),
+            shown, line = _shown(w)
+            items += [_steps_table(label, shown), *([Text(f"{label}{line}")] if line else []), Text(""),
                       _scenario_table(label, w)]
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
