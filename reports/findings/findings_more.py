@@ -8,7 +8,7 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, Idle, of_input
+from ..idle.idle import CAUSES, of_input
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -23,11 +23,6 @@ def _run(group: str, several: bool) -> str:
     return f"{group}: " if several and group else ""
 
 
-def rank_idle_of(ev, i) -> Idle:
-    """Input `i`'s idle digest as combine() gives it (under its rank), made once per input (idle.of_input)."""
-    return of_input(i)
-
-
 def idle_findings(ev) -> list:
     """Per run, the rank idling most per step, its idle split by its largest cause, and how
     many steps were host-, GPU- or communication-bound."""
@@ -36,7 +31,7 @@ def idle_findings(ev) -> list:
     for i in ev.inputs:
         if not i.timed:
             continue
-        steps = rank_idle_of(ev, i).steps
+        steps = of_input(i).steps
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()

@@ -15,14 +15,14 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..findings.findings_more import rank_idle_of
+from ..idle.idle import of_input
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
 
 
 def _figures(ev, i) -> dict | None:
-    idle = rank_idle_of(ev, i)
+    idle = of_input(i)
     steps, launches = idle.steps, idle.launches
     if not len(steps) or not len(launches):
         return None
