@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracelab.schema import Profile, RankData
+from tracelab.schema import Memo, Profile, RankData
 
 from .topics import TOPICS
 
@@ -37,7 +37,7 @@ _TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", "
 
 
 @dataclass
-class Input:
+class Input(Memo):
     """One compared column: `label` names it; `group` is its run (or "" for ranks of one run)."""
 
     label: str
@@ -53,14 +53,8 @@ class Input:
     meta: dict = field(default_factory=dict)  # the trace's meta (devices, proton's scope metrics)
     host: pd.DataFrame | None = None  # the trace's host frame (Profile.host), for digests made here
     memory: pd.DataFrame | None = None  # its memory frame (Profile.memory), likewise
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # shared()'s
-
-    def shared(self, key, make):
-        """make() the first time `key` is asked for on this input, the same object after: what
-        several sections and findings build alike from its digests (its idle under its rank)."""
-        if key not in self.memo:
-            self.memo[key] = make()
-        return self.memo[key]
+    # Memo.shared's: what several sections and findings build alike from its digests (its idle under its rank)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def digest(self, name: str):
         """RANK_DIGESTS[name] of this input: as its worker made it, else from its events

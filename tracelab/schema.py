@@ -85,8 +85,20 @@ class Profile:
                 f"rows={len(self.events)}, path={self.meta.get('path')!r})")
 
 
+class Memo:
+    """`shared(key, make)`: make() the first time `key` is asked for on this object, the same
+    object after, kept in its `memo` dict (a field of each dataclass using it)."""
+
+    memo: dict
+
+    def shared(self, key, make: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+
 @dataclass(frozen=True)
-class RankData:
+class RankData(Memo):
     """What a per-rank reducer gets (load_many's `reduce`, reports.session's digests), one
     signature for all: `fn(rank: RankData) -> Any`. `events`: the rank's classified rows;
     `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none;
@@ -98,13 +110,7 @@ class RankData:
     meta: dict[str, Any] = field(default_factory=dict)
     host: pd.DataFrame | None = None
     memory: pd.DataFrame | None = None
-    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def shared(self, key: str, make: Callable[[], Any]) -> Any:
-        """make() the first time `key` is asked for on this rank, the same object after."""
-        if key not in self.memo:
-            self.memo[key] = make()
-        return self.memo[key]
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # Memo.shared's
 
 
 def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from tracelab.schema import Memo
+
 from ..compare.compare import Comparison, compare
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
 from ..session import Input
@@ -31,21 +33,15 @@ class Finding:
 
 
 @dataclass
-class Evidence:
+class Evidence(Memo):
     """What the sources read, made once per command: the labelled inputs, their Comparison
     (any --by: only its by-independent parts and its who-waits are read here), and the run
     folders' (name, run.json)."""
     inputs: list[Input]
     comparison: Comparison
     runs: list[tuple[str, dict]] = field(default_factory=list)
-    # what several sources derive from one input alike (its GEMM kernels), made once: shared(key, make)
+    # Memo.shared's: what several sources derive from one input alike (its GEMM kernels), made once per command
     memo: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def shared(self, key, make):
-        """make() the first time `key` is asked for in this command, the same object after."""
-        if key not in self.memo:
-            self.memo[key] = make()
-        return self.memo[key]
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
