@@ -10,7 +10,7 @@ from tracelab.schema import recorded
 
 from .breakdown.breakdown import spread
 from .fmt import ms_cell, us_cell
-from .compare.compare import Comparison, lead_explains_wait
+from .compare.compare import Comparison, lead_and_wait, lead_explains_wait
 from .csvout import csv_text
 from .jsonout import dumps, records
 from .stats import MIN_LEAD_SHARE as MIN_LEAD
@@ -151,7 +151,7 @@ def straggler_line(row: pd.Series, measured: str) -> str:
                  f"{ms_cell(row['comm_max_ns'])} ms): the other ranks wait for it in collectives")
         if lead_explains_wait(row):
             return line
-        lead, wait = row["compute_ns"] - row["next_compute_ns"], row["comm_max_ns"] - row["comm_ns"]
+        lead, wait = lead_and_wait(row)
         return line + (f"; its compute lead ({ms_cell(lead)} ms) is {100 * lead / wait:.1f}% of their extra wait: "
                        "the rest is outside its GPU kernels")
     return line + f"; its communication time ({ms_cell(row['comm_ns'])} ms) is not the lowest"

@@ -152,12 +152,18 @@ def stragglers(totals_df: pd.DataFrame) -> pd.DataFrame:
 EXPLAINED_SHARE = 0.5  # a compute lead under half the others' extra wait does not explain it
 
 
+def lead_and_wait(row) -> tuple[int, int]:
+    """A totals straggler row's (compute lead over the runner-up, the others' extra communication
+    time: their wait for it), in ns."""
+    return int(row["compute_ns"] - row["next_compute_ns"]), int(row["comm_max_ns"] - row["comm_ns"])
+
+
 def lead_explains_wait(row) -> bool:
-    """Whether a totals straggler's compute lead over the runner-up is at least EXPLAINED_SHARE of
-    the others' extra communication time (their wait for it); where it is not, the rank is late
-    for reasons outside its GPU kernels (a 100 ms lead beside a 19.9 s wait: eager decode on 2 GPUs)."""
-    wait = row["comm_max_ns"] - row["comm_ns"]
-    return bool(wait <= 0 or row["compute_ns"] - row["next_compute_ns"] >= EXPLAINED_SHARE * wait)
+    """Whether a totals straggler's compute lead is at least EXPLAINED_SHARE of the others' wait
+    (lead_and_wait); where it is not, the rank is late for reasons outside its GPU kernels (a
+    100 ms lead beside a 19.9 s wait: eager decode on 2 GPUs)."""
+    lead, wait = lead_and_wait(row)
+    return wait <= 0 or lead >= EXPLAINED_SHARE * wait
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..compare.compare import lead_explains_wait
+from ..compare.compare import lead_and_wait, lead_explains_wait
 from ..steps.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
@@ -132,8 +132,7 @@ def _totals_finding(row: pd.Series) -> Finding:
     for it. Where its compute lead does not explain that wait (compare.lead_explains_wait: the
     eager decode of the README's command on 2 GPUs under proton), the sentence says the rest is
     outside its GPU kernels."""
-    lead = int(row["compute_ns"] - row["next_compute_ns"])
-    wait = int(row["comm_max_ns"] - row["comm_ns"])
+    lead, wait = lead_and_wait(row)
     who = f"{_run(row['group'])}{row['label']}"
     evidence = {"compute_ns": int(row["compute_ns"]), "next_compute_ns": int(row["next_compute_ns"]),
                 "comm_ns": int(row["comm_ns"]), "comm_max_ns": int(row["comm_max_ns"])}
