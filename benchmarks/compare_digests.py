@@ -15,9 +15,7 @@ import argparse
 import dataclasses
 import os
 import pickle
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,13 +105,9 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     if a.child:
         return _read_all(Path(a.child[0]), a.paths, Path(a.child[1]))
-    got = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, repo in (("this", REPO), ("base", a.base)):
-            out = Path(tmp) / name
-            subprocess.run([sys.executable, __file__, *map(str, a.paths), "--base", str(a.base), "--child", str(repo),
-                            str(out)], check=True, cwd=tmp)
-            got[name] = pickle.loads(out.read_bytes())
+    from compare_parse import in_each_checkout
+
+    got = in_each_checkout(__file__, a.paths, a.base)
     files = sorted(set(got["this"]) | set(got["base"]))
     bad = 0
     for f in files:

@@ -40,6 +40,19 @@ def _read_all(repo: Path, files: list[Path], out: Path) -> None:
     out.write_bytes(pickle.dumps(results))
 
 
+def in_each_checkout(script: str, paths: list[Path], base: Path) -> dict[str, dict]:
+    """What `script PATHS --base BASE --child REPO OUT` pickles to OUT for this checkout ("this")
+    and for `base` ("base"), each read in a child process of its own."""
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, repo in (("this", REPO), ("base", base)):
+            out = Path(tmp) / name
+            subprocess.run([sys.executable, script, *map(str, paths), "--base", str(base), "--child", str(repo),
+                            str(out)], check=True, cwd=tmp)
+            got[name] = pickle.loads(out.read_bytes())
+    return got
+
+
 def _same(a, b) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b
@@ -58,13 +71,7 @@ def main() -> None:
                    if f.name.endswith((".json", ".json.gz")))
     if a.child:
         return _read_all(Path(a.child[0]), files, Path(a.child[1]))
-    got = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, repo in (("this", REPO), ("base", a.base)):
-            out = Path(tmp) / name
-            subprocess.run([sys.executable, __file__, *map(str, a.paths), "--base", str(a.base), "--child", str(repo),
-                            str(out)], check=True, cwd=tmp)
-            got[name] = pickle.loads(out.read_bytes())
+    got = in_each_checkout(__file__, a.paths, a.base)
     bad = 0
     for f in map(str, files):
         this, base = got["this"][f], got["base"][f]
