@@ -293,11 +293,35 @@ def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[
     return named & ~np.isin(thread, list(op_threads))
 
 
+_ORDER = ("start_ns", "device", "stream")  # the rows' order
+
+
 def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
+    n_rows = len(cols["name"])
+    order = _row_order(cols, n_rows)
+    if order is not None:  # the columns put in order before the frame is made (numpy's take, not the frame's sort)
+        cols = {k: v if np.isscalar(v) else (v if isinstance(v, np.ndarray | pd.api.extensions.ExtensionArray)
+                                             else np.fromiter(v, dtype=object, count=n_rows))[order]
+                for k, v in cols.items()}
     df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch", "count": 1},
-                       n_rows=len(cols["name"]), spec=schema.PARSED)
-    df = df.sort_values(["start_ns", "device", "stream"], kind="stable", ignore_index=True)
+                       n_rows=n_rows, spec=schema.PARSED)
+    if order is None:
+        df = df.sort_values(list(_ORDER), kind="stable", ignore_index=True)
     return schema.validate(df, schema.PARSED)
+
+
+def _row_order(cols: dict[str, Any], n_rows: int) -> np.ndarray | None:
+    """The rows in order of _ORDER, stable (what the frame's sort_values gives), where each key
+    is an integer array or a scalar (the parser's, no NA); else None (the frame sorts)."""
+    keys = []
+    for name in _ORDER:
+        key = cols[name]
+        if isinstance(key, int | np.integer):
+            continue
+        if not (isinstance(key, np.ndarray) and key.dtype.kind in "iu" and key.shape == (n_rows,)):
+            return None
+        keys.append(key)
+    return np.lexsort(keys[::-1]) if keys else np.arange(n_rows)
 
 
 def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:

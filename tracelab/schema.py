@@ -6,6 +6,7 @@ This module imports nothing of the project.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -152,6 +153,12 @@ def _dtype_ok(series: pd.Series, dtype: str) -> bool:
 def _categorical(values: Any, categories: tuple[str, ...] | None) -> pd.Categorical:
     if categories is None:
         return pd.Categorical(values)
+    if isinstance(values, list) or (isinstance(values, np.ndarray) and values.dtype == object):
+        # by a dict of the few categories, as pd.Categorical puts them (-1: NA or none of them), without its hashing
+        # of each row's text
+        code_of = {c: i for i, c in enumerate(categories)}
+        codes = np.fromiter(map(code_of.get, values, itertools.repeat(-1)), dtype=np.int64, count=len(values))
+        return pd.Categorical.from_codes(codes, categories=list(categories))
     return pd.Categorical(values, categories=list(categories))
 
 
