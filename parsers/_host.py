@@ -20,7 +20,7 @@ import pandas as pd
 from tracelab import schema
 
 from ._kineto import joined_ids
-from ._steps import is_step, name_mask
+from ._steps import is_step, name_mask, per_name
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
                        r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
@@ -51,8 +51,7 @@ def _kind_codes(names: list[str]) -> np.ndarray:
         if SYNC_CALL.fullmatch(name) is not None and "Async" not in name:
             return 1
         return 2 if ALLOC_CALL.fullmatch(name) is not None else 0
-    verdict = {name: code(name) for name in dict.fromkeys(names)}
-    return np.fromiter(map(verdict.__getitem__, names), dtype=np.int8, count=len(names))
+    return per_name(names, code, np.int8)
 
 
 def is_sync(names: list[str]) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 from tracelab import limits
 
 from ._kineto_ts import _ts_array
+from ._steps import Names
 
 # Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
 Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
@@ -218,7 +219,7 @@ class Picked(Launches):
     STRUCT: ClassVar[type] = _Event
     EXTERNAL: ClassVar[bool] = True
     cat: list[str] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=Names)  # Names: masks of it test each distinct name once
     _names: dict[str, str] = field(default_factory=dict)
 
     def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
@@ -281,7 +282,7 @@ class Instants(Launches):
 
     STRUCT: ClassVar[type] = _Instant
     CORRELATED: ClassVar[bool] = False
-    name: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=Names)
 
     def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         super().extend(events, cats, raws, ts_ns)

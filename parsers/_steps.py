@@ -25,7 +25,7 @@ scope per step would keep scopes from aligning across steps and runs.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -50,13 +50,37 @@ def is_step(names: list[str], pattern: re.Pattern) -> np.ndarray:
     return name_mask(names, lambda n: pattern.fullmatch(n) is not None)
 
 
+class Names(list):
+    """A column of names (a Kineto collector's) that indexes its distinct names once: every mask
+    asked of it (name_mask, each pattern of parsers/_kineto_graphs, the host kinds) is then one
+    verdict per distinct name, spread by the index in numpy, not one dict look-up per row each.
+    The column only grows (appended to); the index is made again when its length changed."""
+
+    def distinct(self) -> tuple[list[str], np.ndarray]:
+        """The distinct names in first-seen order, and per row its name's place among them (int32)."""
+        made = self.__dict__.get("_distinct")
+        if made is None or made[0] != len(self):
+            index = dict.fromkeys(self)
+            for i, name in enumerate(index):
+                index[name] = i
+            made = self._distinct = (len(self), list(index),
+                                     np.fromiter(map(index.__getitem__, self), dtype=np.int32, count=len(self)))
+        return made[1], made[2]
+
+
+def per_name(names: list[str], verdict: Callable[[str], Any], dtype: type) -> np.ndarray:
+    """verdict(name) per row as `dtype`, computed once per distinct name (a trace's 40k CPU
+    operators and 25k runtime calls have a few hundred names)."""
+    if isinstance(names, Names):
+        distinct, index = names.distinct()
+        return np.fromiter(map(verdict, distinct), dtype=dtype, count=len(distinct))[index]
+    of = {name: verdict(name) for name in dict.fromkeys(names)}
+    return np.fromiter(map(of.__getitem__, names), dtype=dtype, count=len(names))
+
+
 def name_mask(names: list[str], test: Callable[[str], bool]) -> np.ndarray:
-    """Mask of the names for which `test` holds, tested once per distinct name (a trace's
-    40k CPU operators and 25k runtime calls have a few hundred names)."""
-    if not names:
-        return np.zeros(0, dtype=bool)
-    verdict = {name: test(name) for name in dict.fromkeys(names)}
-    return np.fromiter(map(verdict.__getitem__, names), dtype=bool, count=len(names))
+    """Mask of the names for which `test` holds, tested once per distinct name (per_name)."""
+    return per_name(names, test, bool)
 
 
 def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
