@@ -63,7 +63,7 @@ def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[st
     """Per GPU row, its launch call's start (since `origin_ns`, the events' origin) and
     duration; NA where `launch` (the call's index in `launches`, _kineto.launch_index) is -1."""
     found = launch >= 0
-    start = pd.array([pd.NA] * len(launch), dtype="Int64")
+    start = schema.na_ints(len(launch))
     dur = start.copy()
     start[found] = np.asarray(launches.ts_ns, dtype=np.int64)[launch[found]] - origin_ns
     dur[found] = launches.dur_ns[launch[found]]

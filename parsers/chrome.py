@@ -246,7 +246,7 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
     rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
     pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))
     n_launches = launches.size
-    step = pd.array([None] * len(launch), dtype="Int64")
+    step = schema.na_ints(len(launch))
     found = launch >= 0
     at = launch[found]
     cpu = _step_ranges(cpu_annotations, pid[n_launches:], step_re)

@@ -162,6 +162,12 @@ def _categorical(values: Any, categories: tuple[str, ...] | None) -> pd.Categori
     return pd.Categorical(values, categories=list(categories))
 
 
+def na_ints(n_rows: int) -> pd.arrays.IntegerArray:
+    """An Int64 array of n_rows NA, as pd.array([pd.NA] * n_rows, dtype="Int64") makes it (its
+    values under the mask 1), without its look at each of the n_rows objects (~1.4 ms per 10k)."""
+    return pd.arrays.IntegerArray(np.ones(n_rows, dtype=np.int64), np.ones(n_rows, dtype=bool))
+
+
 _DEFAULTS = {"scope": "", "module": "", "process_group": "", "dtype": "", "stream": pd.NA, "start_ns": pd.NA,
              "count": 1, "flops": np.nan, "bytes": np.nan, "msg_bytes": np.nan, "step": pd.NA,
              "launch_start_ns": pd.NA, "launch_dur_ns": pd.NA}
@@ -182,6 +188,9 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
         values = columns.get(name, defaults.get(name))
         if values is None:
             raise SchemaError(f"column {name!r} has no values and no default")
+        if values is pd.NA and dtype == "Int64":
+            out[name] = na_ints(n)
+            continue
         if np.isscalar(values) or values is pd.NA:
             values = [values] * n
         if dtype == "category":
