@@ -121,11 +121,20 @@ def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categor
     of_category = np.array([class_code[classify_one(str(k))] for k in kernels.cat.categories] + [-1], dtype=np.int8)
     codes = of_category[kernels.cat.codes.to_numpy()]  # a missing kernel (code -1): the -1 at the end
     if kinds is not None:
-        kinds = np.asarray(kinds, dtype=object)
-        if (cpu := kinds == "cpu_op").any():
+        if (cpu := _is_kind(kinds, ("cpu_op",))).any():
             codes[cpu] = [class_code[classify_cpu_op(str(k))] for k in kernels[cpu]]
-        codes[(kinds == "memcpy") | (kinds == "memset")] = class_code["memory"]
+        codes[_is_kind(kinds, ("memcpy", "memset"))] = class_code["memory"]
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(list(OP_CLASSES)))
+
+
+def _is_kind(kinds, which: tuple[str, ...]) -> np.ndarray:
+    """Whether each row's kind is one of `which`: a categorical's by its codes (schema.is_kind),
+    else row by row."""
+    if isinstance(kinds, pd.Series) and isinstance(kinds.dtype, pd.CategoricalDtype):
+        from .schema import is_kind
+
+        return is_kind(kinds, which)
+    return np.isin(np.asarray(kinds, dtype=object), which)
 
 
 @lru_cache(maxsize=65536)
@@ -153,8 +162,9 @@ def classified(parsed: pd.DataFrame) -> pd.DataFrame:
     from .schema import COLUMNS, validate
 
     kernels = _canonical_column(as_category(parsed["name"]))
-    out = parsed.assign(kernel=kernels, op_class=op_classes(kernels, parsed["kind"].astype(object)))
-    return validate(out[list(COLUMNS)])
+    added = {"kernel": kernels, "op_class": op_classes(kernels, parsed["kind"])}
+    out = pd.DataFrame({c: added[c] if c in added else parsed[c] for c in COLUMNS}, index=parsed.index)  # one copy
+    return validate(out)
 
 
 def as_category(column: pd.Series) -> pd.Series:

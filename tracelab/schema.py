@@ -117,7 +117,11 @@ class RankData(Memo):
 def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
     """Whether each row's `kind` is one of `kinds`: by the categorical's codes where it is one
     (the events' and the host frame's are), with no string per row; bool array."""
-    kind = frame["kind"]
+    return is_kind(frame["kind"], kinds)
+
+
+def is_kind(kind: pd.Series, kinds: tuple[str, ...]) -> np.ndarray:
+    """kind_mask of a `kind` column."""
     if isinstance(kind.dtype, pd.CategoricalDtype):
         table = np.zeros(len(kind.cat.categories) + 1, dtype=bool)  # the last: code -1, a missing kind
         table[[i for i, c in enumerate(kind.cat.categories) if str(c) in kinds]] = True
