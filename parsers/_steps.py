@@ -192,8 +192,21 @@ def main_threads(pid: np.ndarray, tid: np.ndarray, dur_ns: np.ndarray) -> dict[i
     the process's other threads take its open ranges as their outer scope."""
     if not len(pid):
         return {}
-    total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(["pid", "tid"])["dur_ns"].sum()
-    return {int(p): int(key[1]) for p, key in total.groupby(level=0).idxmax().items()}
+    pid, tid = np.asarray(pid), np.asarray(tid)
+    if pid.dtype.kind not in "iu" or tid.dtype.kind not in "iu":
+        total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(
+            ["pid", "tid"])["dur_ns"].sum()
+        return {int(p): int(key[1]) for p, key in total.groupby(level=0).idxmax().items()}
+    order = np.lexsort((tid, pid))  # threads in (pid, tid) order, as the groupby above sorts them
+    p, t = pid[order], tid[order]
+    first = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])])
+    total = np.add.reduceat(np.asarray(dur_ns, dtype=np.float64)[order], first)  # per thread
+    threads_pid, threads_tid = p[first], t[first]
+    out = {}
+    for process in np.unique(threads_pid).tolist():  # a few processes
+        mine = np.flatnonzero(threads_pid == process)
+        out[int(process)] = int(threads_tid[mine[np.argmax(total[mine])]])  # the first of equals
+    return out
 
 
 def step_of_scope(scope: tuple[str, ...], pattern: re.Pattern) -> tuple[int | None, tuple[str, ...]]:
