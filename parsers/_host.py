@@ -11,7 +11,6 @@ one, which blocks only for pageable host memory, which the trace does not say) a
 from __future__ import annotations
 
 import re
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -86,7 +85,7 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
                  else np.full(len(picked.name), code))
         keep = slice(None) if mask is None else mask  # cpu_op and range: every one
         kind.append(codes[keep])
-        name += picked.name if mask is None else list(compress(picked.name, mask.tolist()))
+        name += picked.name if mask is None else list(map(picked.name.__getitem__, np.flatnonzero(mask).tolist()))
         tids.append(t[keep])
         start.append(np.asarray(picked.ts_ns, dtype=np.int64)[keep] - origin_ns)
         dur.append(picked.dur_ns[keep])

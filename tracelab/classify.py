@@ -174,7 +174,7 @@ def as_category(column: pd.Series) -> pd.Series:
     Anything but str and NA goes through astype."""
     if isinstance(column.dtype, pd.CategoricalDtype) or not len(column):
         return column if len(column) else column.astype("category")
-    values = column.to_numpy(dtype=object)
+    values = np.asarray(column.array, dtype=object)  # the values themselves (to_numpy looks for NA in each)
     distinct = [v for v in dict.fromkeys(values.tolist()) if v is not pd.NA]
     if not all(type(v) is str for v in distinct):
         return column.astype("category")

@@ -265,6 +265,13 @@ def host_frame(kind: Any, name: Any, tid: Any, start_ns: Any, dur_ns: Any) -> pd
     return validate_host(df)
 
 
+def _has_na(text: pd.Series) -> bool:
+    """Whether a string column has a missing value: none where every value is a str (pandas'
+    infer_dtype, ~4x faster than isna on an object array), else isna's answer."""
+    values = np.asarray(text.array, dtype=object)  # the array itself, no copy
+    return pd.api.types.infer_dtype(values, skipna=False) not in ("string", "empty") and bool(text.isna().any())
+
+
 def validate_host(df: pd.DataFrame) -> pd.DataFrame:
     """Raise SchemaError unless df is a host frame (HOST_COLUMNS, kinds of HOST_KINDS, no
     negative duration, no NA); return df."""
@@ -273,7 +280,7 @@ def validate_host(df: pd.DataFrame) -> pd.DataFrame:
     wrong = {c: str(df[c].dtype) for c, t in HOST_COLUMNS.items() if not _dtype_ok(df[c], t)}
     if wrong:
         raise SchemaError(f"host frame: mistyped columns {wrong}")
-    if set(df["kind"].cat.categories) - set(HOST_KINDS) or df["kind"].isna().any() or df["name"].isna().any():
+    if set(df["kind"].cat.categories) - set(HOST_KINDS) or df["kind"].isna().any() or _has_na(df["name"]):
         raise SchemaError(f"host frame: kind outside {HOST_KINDS}, or a missing kind or name")
     if len(df) and (df["dur_ns"] < 0).any():
         raise SchemaError("host frame: negative dur_ns")
