@@ -192,16 +192,28 @@ def coerce(columns: dict[str, Any], n_rows: int | None = None,
         values = columns.get(name, defaults.get(name))
         if values is None:
             raise SchemaError(f"column {name!r} has no values and no default")
-        if values is pd.NA and dtype == "Int64":
-            out[name] = na_ints(n)
-            continue
         if np.isscalar(values) or values is pd.NA:
-            values = [values] * n
-        if dtype == "category":
+            out[name] = _broadcast(values, n, dtype, _CATEGORIES.get(name))
+        elif dtype == "category":
             out[name] = _categorical(values, _CATEGORIES.get(name))
         else:
             out[name] = pd.array(values, dtype=dtype) if dtype in ("string", "Int64") else np.asarray(values, dtype=dtype)
     return pd.DataFrame(out)
+
+
+def _broadcast(value: Any, n: int, dtype: str, categories: tuple[str, ...] | None) -> Any:
+    """A column of n times `value`, as coerce makes it of [value] * n, without a list of n: the
+    value converted once, then repeated."""
+    if value is pd.NA and dtype == "Int64":
+        return na_ints(n)
+    if dtype == "category" and categories is not None:
+        return pd.Categorical.from_codes(np.full(n, {c: i for i, c in enumerate(categories)}.get(value, -1)),
+                                         categories=list(categories))
+    if dtype == "string":
+        return pd.array(np.repeat(np.array([value], dtype=object), n), dtype=dtype)
+    if dtype in ("category", "Int64"):
+        return _categorical([value] * n, categories) if dtype == "category" else pd.array([value] * n, dtype=dtype)
+    return np.repeat(np.asarray([value], dtype=dtype), n)
 
 
 def _length(columns: dict[str, Any]) -> int:
