@@ -323,3 +323,24 @@ def test_the_tail_of_metadata_goes_the_slow_way_and_misses_nothing(tmp_path, mon
     _same(fast, slow)
     want = [f"k{i}" for i in range(0, 200, 2)] + ["k901", "k902"]
     assert fast.events.sort_values("start_ns", kind="stable")["name"].astype(str).tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_cut_anywhere_read_as_the_general_way_does(tmp_path, monkeypatch, seed):
+    """Separators inside names (strings) and inside args (lists of objects), either writer:
+    whatever the cut finds, the frame is the general way's (runs too big to cut: RUN_BYTES huge)."""
+    rng = random.Random(seed)
+    names = ["k", "a}, {b", "x},{y", "plain"]
+    events = []
+    for i in range(300):
+        extra = {"name": f"{rng.choice(names)}{i}"}
+        if rng.random() < 0.1:
+            extra["args"] = {"device": 0, "stream": 7, "correlation": i, "l": [{"q": j} for j in range(3)]}
+        events.append(_event(i, rng.choice(["kernel", "cuda_runtime", "cpu_op", None]), **extra))
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}, separators=rng.choice([(",", ":"), (", ", ": ")])))
+    monkeypatch.setattr(K, "RUN_BYTES", rng.choice([500, 1500, 4000]))
+    cut = chrome.read(path)
+    monkeypatch.setattr(K, "RUN_BYTES", 1 << 40)
+    _same(cut, chrome.read(path))
+    assert len(cut.events) == sum(e.get("cat") == "kernel" for e in events)
