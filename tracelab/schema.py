@@ -268,13 +268,19 @@ def host_frame(kind: Any, name: Any, tid: Any, start_ns: Any, dur_ns: Any) -> pd
     """A host frame (HOST_COLUMNS) from column arrays, sorted by start, checked."""
     kinds = kind if isinstance(kind, pd.Categorical) else pd.Categorical(np.asarray(kind, dtype=object),
                                                                          categories=list(HOST_KINDS))
-    start_ns = np.asarray(start_ns, dtype=np.int64)
+    n = len(kinds)
+    start_ns = _rows(start_ns, n, np.int64)
     order = np.argsort(start_ns, kind="stable")  # the rows by start, put in order before the frame is made
     df = pd.DataFrame({"kind": kinds.set_categories(list(HOST_KINDS))[order],
-                       "name": pd.array(np.asarray(name, dtype=object)[order], dtype="string"),
-                       "tid": np.asarray(tid, dtype=np.int64)[order], "start_ns": start_ns[order],
-                       "dur_ns": np.asarray(dur_ns, dtype=np.int64)[order]})
+                       "name": pd.array(_rows(name, n, object)[order], dtype="string"),
+                       "tid": _rows(tid, n, np.int64)[order], "start_ns": start_ns[order],
+                       "dur_ns": _rows(dur_ns, n, np.int64)[order]})
     return validate_host(df)
+
+
+def _rows(values: Any, n: int, dtype: type) -> np.ndarray:
+    """A column of n values as an array of `dtype`; a scalar repeated (as the frame broadcasts it)."""
+    return np.broadcast_to(np.asarray(values, dtype=dtype), (n,))
 
 
 def _has_na(text: pd.Series) -> bool:
