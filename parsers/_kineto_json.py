@@ -24,7 +24,6 @@ never holds a Python object per event beyond a chunk but a few columns'
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from itertools import compress
 from operator import attrgetter, itemgetter
