@@ -298,14 +298,21 @@ def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
     n_rows = len(cols["name"])
     order = _row_order(cols, n_rows)
     if order is not None:  # the columns put in order before the frame is made (numpy's take, not the frame's sort)
-        cols = {k: v if np.isscalar(v) else (v if isinstance(v, np.ndarray | pd.api.extensions.ExtensionArray)
-                                             else np.fromiter(v, dtype=object, count=n_rows))[order]
-                for k, v in cols.items()}
+        cols = {k: _taken_rows(v, order) for k, v in cols.items()}
     df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch", "count": 1},
                        n_rows=n_rows, spec=schema.PARSED)
     if order is None:
         df = df.sort_values(list(_ORDER), kind="stable", ignore_index=True)
     return schema.validate(df, schema.PARSED)
+
+
+def _taken_rows(column: Any, order: np.ndarray) -> Any:
+    """A column's rows in `order`; a scalar as it is (coerce repeats it)."""
+    if np.isscalar(column):
+        return column
+    if not isinstance(column, np.ndarray | pd.api.extensions.ExtensionArray):
+        column = np.fromiter(column, dtype=object, count=len(order))  # a list (of names): its objects as they are
+    return column[order]
 
 
 def _row_order(cols: dict[str, Any], n_rows: int) -> np.ndarray | None:

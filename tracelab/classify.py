@@ -172,14 +172,14 @@ def as_category(column: pd.Series) -> pd.Series:
     distinct strings: pandas' factorize hashes each row's text anew, a dict uses the string's
     cached hash (a parser shares one str object per name), ~4x faster on long kernel names.
     Anything but str and NA goes through astype."""
-    if isinstance(column.dtype, pd.CategoricalDtype) or not len(column):
-        return column if len(column) else column.astype("category")
-    values = np.asarray(column.array, dtype=object)  # the values themselves (to_numpy looks for NA in each)
-    distinct = [v for v in dict.fromkeys(values.tolist()) if v is not pd.NA]
-    if not all(type(v) is str for v in distinct):
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column
+    values = np.asarray(column.array, dtype=object).tolist()  # the values themselves (to_numpy looks for NA in each)
+    distinct = [v for v in dict.fromkeys(values) if v is not pd.NA]
+    if not values or not all(type(v) is str for v in distinct):
         return column.astype("category")
     code_of = {v: i for i, v in enumerate(sorted(distinct))}
-    codes = np.fromiter(map(code_of.get, values.tolist(), itertools.repeat(-1)), dtype=np.int64, count=len(values))
+    codes = np.fromiter(map(code_of.get, values, itertools.repeat(-1)), dtype=np.int64, count=len(values))
     categories = pd.Index(list(code_of), dtype=column.dtype)
     return pd.Series(pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(categories)), index=column.index,
                      name=column.name)
