@@ -272,7 +272,7 @@ def host_frame(kind: Any, name: Any, tid: Any, start_ns: Any, dur_ns: Any) -> pd
     start_ns = _rows(start_ns, n, np.int64)
     order = np.argsort(start_ns, kind="stable")  # the rows by start, put in order before the frame is made
     df = pd.DataFrame({"kind": kinds.set_categories(list(HOST_KINDS))[order],
-                       "name": pd.array(_rows(name, n, object)[order], dtype="string"),
+                       "name": pd.array(_rows(name, n, object)[order], dtype="string", copy=False),  # our own take
                        "tid": _rows(tid, n, np.int64)[order], "start_ns": start_ns[order],
                        "dur_ns": _rows(dur_ns, n, np.int64)[order]})
     return validate_host(df)
