@@ -122,7 +122,6 @@ class _Instant(msgspec.Struct, gc=False):
     args: _MemArgs | None = None
 
 
-Texts = list[msgspec.Raw] | None  # the events' own JSON texts, where a collector keeps them
 _PID, _TID, _TS, _ARGS, _NAME, _DUR = map(attrgetter, ("pid", "tid", "ts", "args", "name", "dur"))
 _CORRELATION, _EXTERNAL_ID = attrgetter("correlation"), attrgetter("external_id")
 
@@ -133,7 +132,6 @@ class Launches:
     (process, thread, start)."""
 
     STRUCT: ClassVar[type] = _Launch
-    KEEPS_TEXT: ClassVar[bool] = False  # extend() keeps each event's text (`raws`)
     KEEPS_ARGS: ClassVar[bool] = True  # extend() keeps each event's args Struct (`args`)
     CORRELATED: ClassVar[bool] = True  # the args have a "correlation" (`correlation`)
     EXTERNAL: ClassVar[bool] = False  # the args have an "External id" (`external_id`)
@@ -143,9 +141,9 @@ class Launches:
                                                              "external_id": [], "dur_us": []})
     _made: dict[str, Any] = field(default_factory=dict, repr=False)  # columns as arrays, made once
 
-    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
-        """Add decoded events, of these categories (not kept here), from these texts (None: not
-        kept, KEEPS_TEXT false); `ts_ns`: their `ts` read already (else read here)."""
+    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
+        """Add decoded events, of these categories (not kept here); `ts_ns`: their `ts` read
+        already (else read here)."""
         self.ts_parts.append(_ts_array(list(map(_TS, events))) if ts_ns is None else ts_ns)
         self._parts["pid"].append(_labels(list(map(_PID, events))))
         self._parts["tid"].append(_labels(list(map(_TID, events))))
@@ -208,7 +206,7 @@ class Picked(Launches):
     name: list[str] = field(default_factory=Names)  # Names: masks of it test each distinct name once
     _names: dict[str, str] = field(default_factory=dict)
 
-    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
+    def extend(self, events: list[_Event], cats: list[str], ts_ns: np.ndarray | None = None) -> None:
         """Add decoded events, of these categories (nothing is added when one is refused)."""
         seen = len(self._names)
         names = list(map(_NAME, events))
@@ -218,7 +216,7 @@ class Picked(Launches):
             for name in list(itertools.islice(self._names, seen, None)):  # refused: the slow way sees them again
                 del self._names[name]
             raise ValueError(f"name: {complaint}")
-        super().extend(events, cats, raws, ts_ns)
+        super().extend(events, cats, ts_ns)
         self.cat += cats
         self._parts["dur_us"].append(np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events)))
         self.name += names
@@ -268,8 +266,8 @@ class Instants(Launches):
     CORRELATED: ClassVar[bool] = False
     name: list[str] = field(default_factory=Names)
 
-    def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
-        super().extend(events, cats, raws, ts_ns)
+    def extend(self, events: list, cats: list[str], ts_ns: np.ndarray | None = None) -> None:
+        super().extend(events, cats, ts_ns)
         self.name += map(_NAME, events)
 
 

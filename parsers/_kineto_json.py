@@ -181,8 +181,8 @@ class _Union:
             self.skipped |= new
             self.decoder, self.code_of, self.group_by_code, self.cat_by_code = _union_decoder(self.chosen, self.skipped)
 
-    def deal(self, events: list, raws: list[msgspec.Raw], picked: list) -> None:
-        """Hand the decoded events (of these texts) to their groups' collectors, the `ts` of all read at once."""
+    def deal(self, events: list, picked: list) -> None:
+        """Hand the decoded events to their groups' collectors, the `ts` of all read at once."""
         code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         group = self.group_by_code[code]
         ends = np.cumsum(np.bincount(group + 1, minlength=len(picked) + 1))  # skipped (-1) first, then group by group
@@ -196,10 +196,10 @@ class _Union:
             first, end = ends[g], ends[g + 1]
             if first == end:
                 continue
-            codes, rows = code[at[first:end]], at[first:end]
-            cats = ([self.cat_by_code[codes[0]]] * len(rows) if (codes == codes[0]).all()  # one category: the usual
+            codes = code[at[first:end]]
+            cats = ([self.cat_by_code[codes[0]]] * len(codes) if (codes == codes[0]).all()  # one category: the usual
                     else self.cat_by_code[codes].tolist())
-            out.extend(chosen[first:end], cats, _taken(raws, rows) if out.KEEPS_TEXT else None, ts[first:end])
+            out.extend(chosen[first:end], cats, ts[first:end])
 
 
 def _taken(items: list, at: np.ndarray) -> list:
@@ -315,7 +315,7 @@ def _pick_run(path: Path, start: int, end: int, first: int, groups: list, picked
     if union.usable and MISSES_PER_CHUNK > 0:
         try:
             events = source.decode_run(union.decoder, start, end)
-            union.deal(events, None, picked)
+            union.deal(events, picked)
             return len(events)
         except ValueError:  # an event the union refuses or a collector refuses (named below), or a wrong cut
             pass
@@ -383,7 +383,7 @@ def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, p
                     break
                 refused, misses = int(found.group(1)), misses + 1
                 events = source.decode(union.decoder, rest[:refused]) if refused else []
-            union.deal(events, rest, picked)
+            union.deal(events, picked)
         except ValueError:  # bad UTF-8, a ts or name out of bounds
             break
         if refused is None:
@@ -404,7 +404,7 @@ def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked:
             if any(chosen):
                 texts = list(compress(part, chosen))
                 events = msgspec.json.decode(_array(texts), type=list[collector.STRUCT])
-                out.extend(events, list(compress(cats, chosen)), texts)
+                out.extend(events, list(compress(cats, chosen)))
     except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
         raise _located(path, part, first, cats, groups) or TraceFormatError(
             path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
@@ -419,7 +419,7 @@ def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
         for group, collector in groups:
             if cat in group:
                 try:
-                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat], [raw])
+                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat])
                 except ValueError as e:
                     return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
                                                   f"({cat}{_name_of(raw)}): {_plain(e)}")
