@@ -178,16 +178,32 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     if not len(base):
         return _empty(STEP_COLUMNS)
     parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
-    sums = gaps.groupby(["step", "rank"])[parts].sum()
-    got = sums.reindex(pd.MultiIndex.from_arrays([base["step"], base["rank"]])).fillna(0).to_numpy(dtype=np.int64)
     col = {c: base[c].to_numpy(dtype=np.int64) for c in ("step", "rank", "kernels", "span_ns", "busy_ns",
                                                          "exposed_comm_ns")}
+    got = _sums_at(col["step"], col["rank"], gaps, parts)
     part = dict(zip(parts, got.T))
     out = pd.DataFrame({"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
                         "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
                         "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
                         **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]})
     return out.assign(bound=step_bound(out))[STEP_COLUMNS]
+
+
+def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
+    """[row, part]: the gaps' `parts` summed per (step, rank) of each row (0 where it has none), int64."""
+    got = np.zeros((len(step), len(parts)), np.int64)
+    if not len(gaps):
+        return got
+    g_step, g_rank = gaps["step"].to_numpy(dtype=np.int64), gaps["rank"].to_numpy(dtype=np.int64)
+    order = np.lexsort((g_rank, g_step))
+    g_step, g_rank = g_step[order], g_rank[order]
+    at = np.flatnonzero(np.r_[True, (g_step[1:] != g_step[:-1]) | (g_rank[1:] != g_rank[:-1])])
+    sums = np.add.reduceat(np.c_[tuple(gaps[c].to_numpy(dtype=np.int64)[order] for c in parts)], at, axis=0)
+    row_of = {k: i for i, k in enumerate(zip(g_step[at].tolist(), g_rank[at].tolist()))}
+    for i, k in enumerate(zip(step.tolist(), rank.tolist())):
+        if k in row_of:
+            got[i] = sums[row_of[k]]
+    return got
 
 
 def step_bound(steps: pd.DataFrame) -> np.ndarray:

@@ -202,11 +202,11 @@ def wait_estimate(g: Graph) -> np.ndarray:
         return out
     dur = g.end_ns[idx] - g.start_ns[idx]
     keys = [g.rank[idx], pd.factorize(g.name[idx].astype(str))[0], np.nan_to_num(g.msg_bytes[idx], nan=-1)]
-    group = np.unique(np.c_[tuple(np.unique(k, return_inverse=True)[1].reshape(-1) for k in keys)], axis=0,
-                      return_inverse=True)[1].reshape(-1)  # (rank, name, size) as one code
-    least = np.full(group.max() + 1, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(least, group, dur)
-    out[idx] = dur - least[group]
+    order = np.lexsort(keys[::-1])  # by rank, name, size: each (rank, name, size) a run
+    first = np.r_[True, np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)]
+    run = np.cumsum(first) - 1
+    least = np.minimum.reduceat(dur[order], np.flatnonzero(first))
+    out[idx[order]] = dur[order] - least[run]
     return out
 
 
