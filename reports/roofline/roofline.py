@@ -96,16 +96,18 @@ def _traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return hbm, np.where(host, moved, np.nan)
 
 
-def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known."""
+def _min_ns(events: pd.DataFrame, device: Device | None, dtype: np.ndarray | None = None,
+            traffic: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known.
+    `dtype` (the rows' dtype as str) and `traffic` (_traffic's), where the caller has them."""
     n = len(events)
     if device is None:
         nan = np.full(n, np.nan)
         return nan, nan, nan
-    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy())  # a peak per distinct dtype
+    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy() if dtype is None else dtype)  # a peak per dtype
     peak = np.array([device.peak_tflop_s(d) or np.nan for d in dtypes], dtype=np.float64)[codes]
     compute_ns = events["flops"].to_numpy(dtype=np.float64) / (peak * 1e3)  # TFLOP/s = 1e3 FLOP/ns
-    hbm, host = _traffic(events)
+    hbm, host = _traffic(events) if traffic is None else traffic
     memory_ns = hbm / device.hbm_gb_s  # GB/s = bytes/ns
     if device.host_link_gb_s:
         memory_ns = np.where(np.isnan(host), memory_ns, host / device.host_link_gb_s)
@@ -114,7 +116,8 @@ def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np
 
 def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarray) -> np.ndarray:
     memoryish = events["op_class"].isin(MEMORY_CLASSES).to_numpy() | (events["kind"] != "kernel").to_numpy()
-    bound = np.full(len(events), "unknown", dtype=object)
+    bound = np.empty(len(events), dtype=object)
+    bound.fill("unknown")  # one str, not one per row (np.full's)
     both = ~np.isnan(compute_ns) & ~np.isnan(memory_ns)
     bound[both] = np.where(compute_ns[both] >= memory_ns[both], "compute", "memory")
     bound[np.isnan(compute_ns) & ~np.isnan(memory_ns) & memoryish] = "memory"
@@ -126,17 +129,18 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     """The rows of one rank's events grouped by `by` (module docstring); pure."""
     on = (events["kind"] != "cpu_op").to_numpy()
     gpu = events if on.all() else events[on]  # most traces: every row is GPU work, no copy
-    min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
+    dtype, traffic = gpu["dtype"].astype(str).to_numpy(), _traffic(gpu)
+    min_ns, compute_ns, memory_ns = _min_ns(gpu, device, dtype, traffic)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
-    hbm, host = _traffic(gpu)
+    hbm, host = traffic
     frame = pd.DataFrame({
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
         "known_ns": np.where(known, dur, 0.0),
         "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": np.where(np.isnan(hbm), host, hbm),
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
         "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
-        "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": gpu["dtype"].astype(str).to_numpy()})
+        "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": dtype})
     rows = _grouped(frame)
     rank = int(events["rank"].iloc[0]) if len(events) else 0
     rows.insert(0, "rank", rank)

@@ -26,6 +26,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import str_array
+
 from . import MAD_TO_SD, MIN_LEAD_NS, MIN_LEAD_SHARE, MIN_SKEW_NS, NOISE_SIGMAS
 
 
@@ -85,7 +87,7 @@ def step_stds(events: pd.DataFrame, by: dict[str, list[str]]) -> dict[str, pd.Se
     has = events["step"].notna().to_numpy()
     steps, step_at = np.unique(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has], return_inverse=True)
     dur = events["dur_ns"].to_numpy(dtype=np.int64)[has]
-    codes = {k: pd.factorize(events[k][has].astype(str).to_numpy(dtype=object), sort=True)  # in the strings' order
+    codes = {k: pd.factorize(str_array(events[k])[has], sort=True)  # in the strings' order
              for k in dict.fromkeys(k for keys in by.values() for k in keys)}
     columns = pd.Index(steps.astype(np.int64), name="step")
     return {name: _std([codes[k] for k in keys], keys, step_at.reshape(-1), dur, columns) for name, keys in by.items()}

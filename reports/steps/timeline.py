@@ -11,6 +11,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import str_array
+
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
@@ -219,7 +221,7 @@ def rank_segments(df: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     rows = timed(df)
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
-    classes = pd.Series(rows["op_class"].astype(str).to_numpy())
+    classes = pd.Series(str_array(rows["op_class"]))
     return {op_class: merge_intervals(start[idx], end[idx])
             for op_class, idx in classes.groupby(classes, sort=True).indices.items()}
 

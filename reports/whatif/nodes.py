@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import RankData, kind_mask
+from tracelab.schema import RankData, kind_mask, str_array
 
 from ..steps.collectives import CPU_COLLECTIVE
 from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
@@ -158,17 +158,17 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     chain = np.r_[np.zeros(len(hn), np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
     comm = (gpu["op_class"] == "communication").to_numpy() & (gpu["kind"] == "kernel").to_numpy()
     n_h = len(hn)
-    names = np.r_[hn["name"].to_numpy(dtype=object), _as_str(gpu["kernel"])]
+    names = np.r_[hn["name"].to_numpy(dtype=object), str_array(gpu["kernel"])]
     notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
         chain=chain, start_ns=np.r_[hn["start_ns"].to_numpy(dtype=np.int64), g_start],
         end_ns=np.r_[hn["end_ns"].to_numpy(dtype=np.int64), g_end], step=np.r_[h_step, g_step],
-        name=names, scope=np.r_[_filled(n_h, ""), _as_str(gpu["scope"])],
-        op_class=np.r_[_filled(n_h, "host"), _as_str(gpu["op_class"])],
+        name=names, scope=np.r_[_filled(n_h, ""), str_array(gpu["scope"])],
+        op_class=np.r_[_filled(n_h, "host"), str_array(gpu["op_class"])],
         msg_bytes=np.r_[np.full(n_h, np.nan), gpu["msg_bytes"].to_numpy(dtype=np.float64)],
-        process_group=np.r_[_filled(n_h, ""), _as_str(gpu["process_group"])],
+        process_group=np.r_[_filled(n_h, ""), str_array(gpu["process_group"])],
         roof_ns=np.r_[np.full(n_h, np.nan), _min_ns(gpu, device)[0] if device is not None else np.full(len(gpu), np.nan)],
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
@@ -180,15 +180,6 @@ def _filled(n: int, value: str) -> np.ndarray:
     out = np.empty(n, dtype=object)
     out.fill(value)
     return out
-
-
-def _as_str(col: pd.Series) -> np.ndarray:
-    """col.astype(str) as an object array, equal element for element and type for type ("nan" of a
-    missing value a numpy str, as pandas gives it): a categorical's names made once, not once per row."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        names = np.array([str(c) for c in col.cat.categories] + [np.str_("nan")], dtype=object)
-        return names[col.cat.codes.to_numpy()]  # code -1 (missing): the last
-    return col.astype(str).to_numpy(dtype=object)
 
 
 def _graph_gap_ns(start: np.ndarray, end: np.ndarray, launch_of: np.ndarray, streams: np.ndarray) -> float:
