@@ -31,13 +31,15 @@ def gradient_allreduces(rows: pd.DataFrame) -> pd.Series:
     return pd.Series(_gradient_mask(rows), index=rows.index)
 
 
-def _distinct(column: pd.Series, test) -> np.ndarray:
-    """test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
+def _distinct(column: pd.Series, *tests) -> list[np.ndarray]:
+    """Per test, test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
     if isinstance(column.dtype, pd.CategoricalDtype):  # each category, and "nan" (code -1) last
         names = pd.Index([str(c) for c in column.cat.categories] + ["nan"], dtype=object)
-        return np.asarray(test(names), dtype=bool)[column.cat.codes.to_numpy()]
-    codes, names = pd.factorize(column, use_na_sentinel=False)
-    return np.asarray(test(pd.Index(names.astype(str), dtype=object)), dtype=bool)[codes]
+        codes = column.cat.codes.to_numpy()
+    else:
+        codes, found = pd.factorize(column, use_na_sentinel=False)
+        names = pd.Index(found.astype(str), dtype=object)
+    return [np.asarray(test(names), dtype=bool)[codes] for test in tests]
 
 
 def _steps(rows: pd.DataFrame) -> np.ndarray:
@@ -49,9 +51,10 @@ def _steps(rows: pd.DataFrame) -> np.ndarray:
 def _gradient_mask(rows: pd.DataFrame) -> np.ndarray:
     kernel = (rows["kind"] == "kernel").to_numpy()
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
-    by_name = _distinct(rows["kernel"], lambda k: [collective_type(n) == "allreduce" for n in k])
-    scope_allreduce = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains(r"all_?reduce", regex=True))
-    scope_backward = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains("backward", regex=False))
+    by_name, = _distinct(rows["kernel"], lambda k: [collective_type(n) == "allreduce" for n in k])
+    scope_allreduce, scope_backward = _distinct(  # the scope's names factorized once for both tests
+        rows["scope"], lambda sc: sc.str.lower().str.contains(r"all_?reduce", regex=True),
+        lambda sc: sc.str.lower().str.contains("backward", regex=False))
     allreduce = comm & (by_name | scope_allreduce)
     backward = kernel & ~comm & scope_backward
     if not allreduce.any() or not backward.any():

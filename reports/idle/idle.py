@@ -41,7 +41,7 @@ import pandas as pd
 from tracelab.schema import RankData, kind_mask
 
 from ..steps.steps import shared_step_rows, step_rows
-from ..steps.timeline import covered, merge_intervals, timed
+from ..steps.timeline import covered, merge_intervals, run_cummax, timed
 from ..whatif.bound import with_path_bound
 from ..whatif.nodes import shared_graph
 
@@ -138,21 +138,25 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) 
                                                                              launch_end))
     first = np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])] if len(order) else np.zeros(0, bool)
     in_step = np.cumsum(first)  # the (rank, step) groups are runs of this order
-    before = _shifted(pd.Series(end).groupby(in_step, sort=False).cummax().to_numpy(), in_step)
-    streams, stream_at = np.unique(stream, return_inverse=True)
-    on_stream = in_step * len(streams) + stream_at.reshape(-1)  # the (rank, step, stream) groups
-    own_before = _shifted(pd.Series(end).groupby(on_stream, sort=False).cummax().to_numpy(), on_stream)
+    before = _previous_max(end, in_step)
+    stream_at, streams = pd.factorize(stream, sort=True)
+    on_stream = in_step * len(streams) + stream_at  # the (rank, step, stream) groups
+    own_before = _previous_max(end, on_stream)
     gap = start > before  # NaN (a step's first row): no gap
     return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
                    sync_start, sync_end)
 
 
-def _shifted(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Each row's previous row's value within its group (in row order), NaN for a group's first (float64)."""
+def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's largest value of the rows before it in its group (in row order), NaN for a
+    group's first (float64)."""
     order = np.argsort(group, kind="stable")
+    g = group[order]
+    first = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    running = run_cummax(values[order], first)
     out = np.full(len(values), np.nan)
-    same = group[order][1:] == group[order][:-1]
-    out[order[1:][same]] = values[order[:-1][same]]
+    later = np.flatnonzero(~first)
+    out[order[later]] = running[later - 1]
     return out
 
 
@@ -258,16 +262,19 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
     start = h_start[on][order]
     end = start + h_dur[on][order]
-    reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
+    reached = run_cummax(end, first)  # a name's own overlaps once
     reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
     ns = covered(np.maximum(start, reached), end, u_start, u_end)
     at = np.flatnonzero(first)
-    out = pd.DataFrame({"kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
-                        "name": name_of[names[order][at]].astype(str),
-                        "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
-    out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
-    out = out.head(top) if top is not None else out
-    return out.assign(rank=rank, host_idle_ns=int((u_end - u_start).sum()))[OP_COLUMNS].reset_index(drop=True)
+    covered_ns = np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)
+    at = at[covered_ns > 0]
+    name_at = names[order][at]  # codes in name order: most covered first, then by name, then as listed
+    pick = np.lexsort((name_at, -covered_ns[covered_ns > 0]))[:top]
+    at, covered_ns = at[pick], covered_ns[covered_ns > 0][pick]
+    return pd.DataFrame({"rank": np.full(len(at), rank, dtype=np.int64),
+                         "kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+                         "name": name_of[names[order][at]].astype(str), "covered_ns": covered_ns,
+                         "host_idle_ns": np.full(len(at), int((u_end - u_start).sum()), dtype=np.int64)})
 
 
 def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:

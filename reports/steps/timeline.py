@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import str_array
+from tracelab.schema import kind_mask, str_array
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
@@ -20,7 +20,7 @@ def timed(df: pd.DataFrame) -> pd.DataFrame:
     """GPU activity rows that carry a start time: `df` itself where every row does (most traces;
     a filtered copy of a rank's whole frame cost ~5 ms, and each rank's digests ask ~10 times).
     Callers read it and never write to it."""
-    keep = df["kind"].isin(GPU_KINDS) & df["start_ns"].notna()
+    keep = kind_mask(df, GPU_KINDS) & df["start_ns"].notna().to_numpy()
     return df if keep.all() else df[keep]
 
 
@@ -36,6 +36,20 @@ def merge_intervals(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarra
     first = np.flatnonzero(opens)
     last = np.r_[first[1:] - 1, len(starts) - 1]
     return starts[first], run_end[last]
+
+
+def run_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The running maximum of int64 `values` within each run of consecutive rows (`first`: True
+    at a run's first row), exact: one numpy accumulate, each run lifted above the ones before it
+    (pandas' groupby cummax where the values' range times the runs would not fit in int64)."""
+    if not len(values):
+        return values.astype(np.int64)
+    run = np.cumsum(first) - 1
+    low, width = int(values.min()), int(values.max()) - int(values.min()) + 1
+    if width * (int(run[-1]) + 1) >= 1 << 62:
+        return pd.Series(values).groupby(run, sort=False).cummax().to_numpy(dtype=np.int64)
+    lift = run * width
+    return np.maximum.accumulate(values - low + lift) - lift + low
 
 
 def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
