@@ -11,8 +11,9 @@ time, exclusive: a stage inside another counts only for itself):
     imports     tracelab.cli and every module of tracelab, pandas, numpy (the start-up path
                 measures itself: python -X importtime -m tracelab.cli --help)
     gunzip      the trace's bytes (limits.read_trace_bytes)
-    decode      msgspec's split of the top level, traceEvents as raw values (_kineto_json.decode)
-    pick        the chosen categories' events into columns (_kineto_json.pick)
+    decode      msgspec's split of the top level, traceEvents as raw values (_kineto_json.decode;
+                a trace cut into runs from its bytes has none: _kineto_json.read_events)
+    pick        the chosen categories' events into columns (_kineto_json.pick, read_events)
     columns     the GPU rows' columns, launch index, CUDA-graph replays (rest of chrome.read)
     shapes      FLOPs, bytes and dtype from the operators' shapes (chrome._work)
     scopes      scopes and steps of each row (chrome._scopes, chrome._gpu_steps)
@@ -51,6 +52,7 @@ STAGES = [
     ("gunzip", "tracelab.limits", "read_trace_bytes"),
     ("decode", "tracelab.parsers._kineto_json", "decode"),
     ("pick", "tracelab.parsers._kineto_json", "pick"),
+    ("pick", "tracelab.parsers._kineto_json", "read_events"),
     ("shapes", "tracelab.parsers.chrome", "_work"),
     ("scopes", "tracelab.parsers.chrome", "_scopes"),
     ("scopes", "tracelab.parsers.chrome", "_gpu_steps"),
@@ -104,8 +106,9 @@ def _install(clock: Clock) -> None:
     # the parser modules import these names into their own namespace: wrap them there too
     from tracelab.parsers import _kineto_json, chrome
 
-    for name in ("decode", "pick"):
-        setattr(chrome, name, getattr(_kineto_json, name))
+    for name in ("decode", "pick", "read_events"):
+        if hasattr(_kineto_json, name):
+            setattr(chrome, name, getattr(_kineto_json, name))
     loader = _loader()
     if hasattr(loader, "_reduced"):  # before issue 31's layout: fn(events[, meta[, host]])
         reduced = loader._reduced

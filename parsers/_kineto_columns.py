@@ -1,12 +1,12 @@
-"""The events of the categories parsers/_kineto_json.pick chooses, as columns: the Structs an
-event is decoded into (only the fields and args a row needs) and the collectors that pick fills
+"""The events of the categories parsers/_kineto_json.read_events chooses, as columns: the Structs
+an event is decoded into (only the fields and args a row needs) and the collectors it fills
 chunk by chunk, while the chunk's Structs are still in the CPU cache.
 
 Per chunk, `ts` is read into int64 ns (parsers/_kineto_ts), `dur` into float64, pid and tid
 into int64 where every label of the chunk is an integer (the usual case; else the labels are
 kept as they are, for _kineto.to_ints), args "External id" and "correlation" into int64 (-1:
 none); repeated names are shared; the args Structs are kept only where a later stage reads
-them (GPU rows, CPU operators, memory events), and a CPU operator's text for its shapes.
+them (GPU rows, CPU operators with their shapes as raw JSON, memory events).
 """
 from __future__ import annotations
 
@@ -73,15 +73,18 @@ _NULL = msgspec.Raw(b"null")
 
 
 class _OpArgs(msgspec.Struct, gc=False):
-    """A CPU operator's args checked as it is decoded; of them only the External id is kept
-    (Ops.external_id), the rest read again from the event's text (Ops.inputs) for the operators
-    that launched GPU work (parsers/_shapes.py)."""
+    """A CPU operator's args: its External id, its counts (flops, an Inductor Triton kernel's
+    estimated work) and its shapes (record_shapes=True) as raw JSON (null where absent), read by
+    parsers/_shapes.py only for the operators that launched GPU work (Ops.inputs)."""
 
     external_id: Number = msgspec.field(default=None, name="External id")
     flops: Number = None  # torch.profiler(with_flops=True) writes it for the ops it counts
     # an Inductor Triton kernel's launch range, compiled with benchmark_kernel: its estimated work
     kernel_num_gb: Number = None
     kernel_flop: Number = None
+    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
 class _Op(_Event, gc=False):
@@ -90,24 +93,7 @@ class _Op(_Event, gc=False):
     args: _OpArgs | None = None  # type: ignore[assignment]
 
 
-class _Shapes(msgspec.Struct, gc=False):
-    """What a CPU operator's work needs: its shapes (record_shapes=True), as raw JSON, and the
-    counts of _OpArgs (checked already when the event was decoded)."""
-
-    dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
-    flops: Number = None
-    kernel_num_gb: Number = None
-    kernel_flop: Number = None
-
-
-class _ShapesOf(msgspec.Struct, gc=False):
-    args: _Shapes | None = None
-
-
-_NO_SHAPES = _Shapes()
-_SHAPES_DECODER = msgspec.json.Decoder(_ShapesOf)
+_NO_ARGS = _OpArgs()
 
 
 MISSING = limits.INT64[0]  # a memory event's arg that is absent (Kineto writes integers; null is refused)
@@ -255,23 +241,16 @@ class Calls(Picked):
 
 @dataclass
 class Ops(Picked):
-    """CPU operators as columns, and each one's text, whose args parsers/_shapes.py reads for
-    the operators that launched GPU work (`inputs`)."""
+    """CPU operators as columns, and each one's args (_OpArgs: its shapes as raw JSON, read by
+    parsers/_shapes.py for the operators that launched GPU work, `inputs`)."""
 
     STRUCT: ClassVar[type] = _Op
     CORRELATED: ClassVar[bool] = False
-    KEEPS_TEXT: ClassVar[bool] = True
-    KEEPS_ARGS: ClassVar[bool] = False  # inputs() reads them again from the text
-    raw: list[msgspec.Raw] = field(default_factory=list)
 
-    def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
-        super().extend(events, cats, raws, ts_ns)
-        self.raw += raws
-
-    def inputs(self, i: int) -> _Shapes:
+    def inputs(self, i: int) -> _OpArgs:
         """Operator i's args "Input Dims", "Input type" and "Concrete Inputs" as raw JSON (null
-        where absent) and its counts (flops, kernel_num_gb, kernel_flop), read from its text."""
-        return _SHAPES_DECODER.decode(self.raw[i]).args or _NO_SHAPES
+        where absent) and its counts (flops, kernel_num_gb, kernel_flop)."""
+        return self.args[i] or _NO_ARGS
 
 
 @dataclass

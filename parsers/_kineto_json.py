@@ -1,19 +1,24 @@
 """Decoding Kineto trace JSON for parsers/chrome.py: the file's bytes (gunzipped), the
-top-level fields, and the events of chosen categories as columns.
+top-level fields, and the events of chosen categories as columns (`read_events`).
 
-Speed and memory: msgspec first splits `traceEvents` into raw JSON values
-(views of the file's bytes). Then, CHUNK_EVENTS at a time, each run of events
-is decoded once, in place (no copy: `_Source`), into a tagged union on `cat`:
-the chosen categories into a Struct with the few fields and args a row needs,
-every other known category into an empty Struct (its fields skipped unread),
-and at once dealt to its group's collector (parsers/_kineto_columns), which
-turns the chunk's fields into columns while its Structs are still in the CPU
-cache (2,048 events: ~1 MB of Structs; 16k-event chunks were ~10% slower).
-An event the union refuses (no `cat`, a category not seen yet, a bad field)
-goes the slow way, alone: its `cat` decoded, then its Struct, so a damaged
-event is named exactly. `ts` stays text until parsers/_kineto_ts reads it,
-exactly, in numpy. So a 375 MB trace loads in seconds, >10x faster than HTA,
-and never holds a Python object per event beyond a chunk but a few columns'
+Speed and memory: `traceEvents` is cut into runs of whole events straight from the
+bytes (`_layout`: Kineto writes every event between the same separator, `\n  },\n  {`,
+json.dumps `}, {`), RUN_BYTES at a time, and each run is decoded once, in place (no
+copy: `_Source`), into a tagged union on `cat`: the chosen categories into a Struct
+with the few fields and args a row needs, every other known category into an empty
+Struct (its fields skipped unread), and at once dealt to its group's collector
+(parsers/_kineto_columns), which turns the run's fields into columns while its Structs
+are still in the CPU cache (~1,600 events of 320 bytes: ~1 MB of Structs; 16k-event
+chunks were ~10% slower). A separator can also stand inside an event (a list of
+objects in its args): a run cut there is no JSON array of whole values, which its
+decode refuses, and the trace is read the general way instead, as is any file whose
+layout the cut does not find. The general way has msgspec split `traceEvents` into
+raw values (views of the bytes; ~15% of a parse) and decodes CHUNK_EVENTS of them at
+a time the same way. An event the union refuses (no `cat`, a category not seen yet,
+a bad field) goes the slow way, alone: its `cat` decoded, then its Struct, so a
+damaged event is named exactly. `ts` stays text until parsers/_kineto_ts reads it,
+exactly, in numpy. So a 375 MB trace loads in seconds, >10x faster than HTA, and
+never holds a Python object per event beyond a chunk but a few columns'
 (benchmarks/RESULTS.md).
 """
 from __future__ import annotations
@@ -35,10 +40,13 @@ from tracelab.errors import TraceFormatError
 from ._kineto_columns import _TS, Calls, Instants, Launches, Ops, Picked, _ts_array
 from ._kineto_ts import ts_ns
 
-__all__ = ["CHUNK_EVENTS", "Calls", "Instants", "Launches", "Ops", "Picked", "Trace", "decode", "pick", "read_bytes",
-           "ts_ns"]  # the collectors and ts_ns live in _kineto_columns and _kineto_ts
+__all__ = ["CHUNK_EVENTS", "RUN_BYTES", "Calls", "Instants", "Launches", "Ops", "Picked", "Trace", "decode", "pick",
+           "read_bytes", "read_events", "ts_ns"]  # the collectors and ts_ns live in _kineto_columns and _kineto_ts
 
 CHUNK_EVENTS = 2048  # events decoded at a time: bounds the memory held per event, and keeps them in the CPU cache
+RUN_BYTES = 512 * 1024  # bytes of events cut from the file for one decode (about CHUNK_EVENTS events of Kineto's)
+# what stands between two events of traceEvents: Kineto's writer, json.dumps (either separator)
+SEPARATORS = (b"\n  },\n  {", b"}, {", b"},{")
 MISSES_PER_CHUNK = 8  # events the union may refuse in a chunk before the rest goes the slow way
 MAX_SKIPPED_CATEGORIES = 256  # categories learnt into the union; past this, the slow way
 
@@ -121,11 +129,11 @@ class _Source:
     back. Where the raw values are not views of `data` (a bytes object, or a msgspec that
     copies), each run is joined into a new array instead."""
 
-    def __init__(self, data: bytes | bytearray, raws: list[msgspec.Raw]):
-        self.data = data if isinstance(data, bytearray) and raws else None
+    def __init__(self, data: bytes | bytearray, raws: list[msgspec.Raw] | None = None):
+        self.data = data if isinstance(data, bytearray) and (raws is None or raws) else None
         if self.data is not None:
             self.view, self.base = memoryview(self.data), _address(self.data)
-            if self._span(raws) is None:
+            if raws is not None and self._span(raws) is None:
                 self.data = None
 
     def _span(self, part: list[msgspec.Raw]) -> tuple[int, int] | None:
@@ -142,7 +150,10 @@ class _Source:
         span = None if self.data is None else self._span(part)
         if span is None:
             return decoder.decode(_array(part))
-        start, end = span
+        return self.decode_run(decoder, *span)
+
+    def decode_run(self, decoder: msgspec.json.Decoder, start: int, end: int) -> list:
+        """data[start:end], a run of whole events with a byte free on either side, as a JSON array."""
         before, after = self.data[start - 1], self.data[end]
         self.data[start - 1], self.data[end] = 0x5B, 0x5D  # "[", "]"
         try:
@@ -213,22 +224,127 @@ def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: fr
 
 
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')  # JSON's whitespace only
+_RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class _Unsplit(Exception):
+    """A run cut from the bytes is no JSON array of whole events: read the trace the general way."""
+
+
+def read_events(path: Path, data: bytes | bytearray, groups: list[tuple[set[str], type]]) -> tuple[Trace, list]:
+    """The trace's top-level fields (traceEvents emptied) and, per (categories, collector)
+    group, the events whose `cat` is among the categories, in a new collector: by runs cut
+    from the bytes where the layout allows (module docstring), else by pick()."""
+    layout = _layout(data)
+    if layout is not None:
+        try:
+            trace, picked = _pick_runs(path, data, *layout, groups)
+            trace.traceEvents = []
+            return trace, picked
+        except _Unsplit:
+            pass
+    trace = decode(path, data)
+    picked = pick(path, data, trace.traceEvents, groups)
+    trace.traceEvents = []
+    return trace, picked
+
+
+def _layout(data: bytes | bytearray) -> tuple[list[tuple[int, int]], bytes, bytes] | None:
+    """Runs of whole events cut from the bytes, RUN_BYTES or more each, at a separator
+    (SEPARATORS, the first found after the array's first byte), with the text before
+    traceEvents' key and the text from after the last run to the end; None where the
+    bytes cannot be cut so (not a bytearray, no `"traceEvents": [` after a `{` or `,`, no
+    separator, or too few events for one run)."""
+    if not isinstance(data, bytearray) or (key := data.find(b'"traceEvents"')) < 0:
+        return None
+    found = _EVENTS_KEY.match(data, key)
+    head = bytes(data[:key])
+    if found is None or not head.rstrip(b" \t\n\r").endswith((b"{", b",")):  # a key, not text in a string
+        return None
+    start = found.end()
+    window = bytes(data[start:start + RUN_BYTES])
+    sep = next((s for s in SEPARATORS if s in window), None)
+    if sep is None:
+        return None
+    runs, comma = [], sep.index(b",")
+    while (at := data.find(sep, start + RUN_BYTES)) >= 0:
+        runs.append((start, at + comma))
+        start = at + comma + 1
+    return (runs, head, bytes(data[start:])) if runs else None
+
+
+def _top_level(path: Path, head: bytes, tail: bytes) -> Trace:
+    """The fields of the text before traceEvents and of the text after the runs, the events of
+    the latter (its end of traceEvents) as raw values; _Unsplit where either is not JSON."""
+    try:
+        before = _TRACE_DECODER.decode(head + b'"traceEvents": []}')
+        trace = _TRACE_DECODER.decode(b'{"traceEvents": [' + tail)
+    except (ValueError, RecursionError):  # the general way names the fault
+        raise _Unsplit from None
+    for name in Trace.__struct_fields__:
+        if name != "traceEvents" and getattr(before, name) is not None:
+            setattr(trace, name, getattr(before, name))
+    return trace
+
+
+def _pick_runs(path: Path, data: bytearray, runs: list[tuple[int, int]], head: bytes, tail: bytes,
+               groups: list[tuple[set[str], type]]) -> tuple[Trace, list]:
+    """read_events by runs: each through the union; a run it refuses is split into raw values
+    and goes _pick_chunk's way; then the events after the runs as pick() reads them."""
+    trace = _top_level(path, head, tail)
+    picked = [collector() for _, collector in groups]
+    union, source, first = _Union(groups), _Source(data), 0
+    try:
+        for start, end in runs:
+            first += _pick_run(path, start, end, first, groups, picked, union, source)
+        _pick_raws(path, trace.traceEvents, first, groups, picked, union, _Source(tail))
+    except RecursionError as e:
+        raise limits.json_error(path, e) from None
+    return trace, picked
+
+
+def _pick_run(path: Path, start: int, end: int, first: int, groups: list, picked: list, union: "_Union",
+              source: _Source) -> int:
+    """One run of events, traceEvents[first:...]: the union's decode dealt at once, else split and
+    read by _pick_chunk (which names a bad event); how many events it held. _Unsplit where the
+    run is no array of whole events."""
+    if union.usable and MISSES_PER_CHUNK > 0:
+        try:
+            events = source.decode_run(union.decoder, start, end)
+            union.deal(events, None, picked)
+            return len(events)
+        except ValueError:  # an event the union refuses or a collector refuses (named below), or a wrong cut
+            pass
+    try:
+        raws = source.decode_run(_RAWS_DECODER, start, end)
+    except ValueError:
+        raise _Unsplit from None
+    _pick_chunk(path, raws, first, groups, picked, union, source)
+    return len(raws)
+
+
 
 
 def pick(path: Path, data: bytes | bytearray, raws: list[msgspec.Raw], groups: list[tuple[set[str], type]]) -> list:
     """Per (categories, collector) group, the events whose `cat` is among the categories,
     in a new collector (module docstring: the union first, the slow way for what it refuses)."""
     picked = [collector() for _, collector in groups]
-    union, source = _Union(groups), _Source(data, raws)
-    tail = _uncategorised_tail(raws)
     try:
-        for first in range(0, tail, CHUNK_EVENTS):
-            _pick_chunk(path, raws[first:min(first + CHUNK_EVENTS, tail)], first, groups, picked, union, source)
-        if tail < len(raws):
-            _slow(path, raws[tail:], tail, groups, picked, union)
+        _pick_raws(path, raws, 0, groups, picked, _Union(groups), _Source(data, raws))
     except RecursionError as e:
         raise limits.json_error(path, e) from None
     return picked
+
+
+def _pick_raws(path: Path, raws: list[msgspec.Raw], offset: int, groups: list, picked: list, union: "_Union",
+               source: _Source) -> None:
+    """The events of these raw values, traceEvents[offset:...], CHUNK_EVENTS at a time."""
+    tail = _uncategorised_tail(raws)
+    for first in range(0, tail, CHUNK_EVENTS):
+        _pick_chunk(path, raws[first:min(first + CHUNK_EVENTS, tail)], offset + first, groups, picked, union, source)
+    if tail < len(raws):
+        _slow(path, raws[tail:], offset + tail, groups, picked, union)
 
 
 def _uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int = 8) -> int:

@@ -55,7 +55,7 @@ from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids,
                       process_groups, scopes, thread_scopes, to_ints)
 from ._kineto_graphs import scope_launches
 from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
-from ._kineto_json import Trace, decode, pick, read_bytes
+from ._kineto_json import Trace, read_bytes, read_events
 from ._gemm_dims import odd_gemms
 from ._shapes import op_rows, row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
@@ -84,13 +84,11 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     path = Path(path)
     step_re = compile_pattern(options.step_pattern)
     data = read_bytes(path)
-    trace = decode(path, data)
-    gpu, gpu_ranges, launches, cpu_ranges, ops, instants = pick(path, data, trace.traceEvents, [
+    trace, (gpu, gpu_ranges, launches, cpu_ranges, ops, instants) = read_events(path, data, [
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
     del data  # the picked columns hold what is needed of the file's bytes and events
-    trace.traceEvents = []
     check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
         columns = _gpu_columns(gpu)

@@ -1,5 +1,5 @@
 """The Kineto collectors (parsers/_kineto_columns) against a plain json walk of the same file:
-ids, durations and names per event, CPU operators' shapes read lazily from their text, launch
+ids, durations and names per event, CPU operators' shapes kept as raw JSON, launch
 calls without their args; chunking (pid/tid kept per chunk as int64 or as labels) changes no
 frame; `ts` of texts that only look aligned. Truths come from json.loads and Decimal."""
 from __future__ import annotations
@@ -20,8 +20,12 @@ from conftest import DATA
 SHAPED = DATA / "train-small-1gpu-torch" / "rank0.pt.trace.json.gz"  # record_shapes=True
 
 
-def _picked(path, groups):
+def _picked(path, groups, by_runs: bool = True):
+    """The collectors as chrome.read fills them (by runs cut from the bytes), or by pick() over msgspec's split."""
     data = K.read_bytes(path)
+    if by_runs:
+        assert K._layout(data) is not None  # the runs way is the one tested
+        return K.read_events(path, data, groups)[1]
     return K.pick(path, data, K.decode(path, data).traceEvents, groups)
 
 
@@ -34,8 +38,10 @@ def _int_or_minus_one(value):
     return value if type(value) is int else -1
 
 
-def test_operators_shapes_ids_and_durations_equal_a_json_walk():
-    ops = _picked(SHAPED, [(chrome.CPU_OPS, K.Ops)])[0]
+@pytest.mark.parametrize("by_runs", [True, False], ids=["runs", "split"])
+def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypatch):
+    monkeypatch.setattr(K, "RUN_BYTES", 50_000)
+    ops = _picked(SHAPED, [(chrome.CPU_OPS, K.Ops)], by_runs)[0]
     want = _walk(SHAPED, chrome.CPU_OPS)
     assert ops.size == len(want) > 1000
     assert ops.name == [e["name"] for e in want]
@@ -43,7 +49,6 @@ def test_operators_shapes_ids_and_durations_equal_a_json_walk():
     assert ops.dur_ns.tolist() == [int(Decimal(str(e["dur"])).scaleb(3).to_integral_value()) for e in want]
     assert ops.external_id.tolist() == [_int_or_minus_one(e["args"].get("External id")) for e in want]
     keys = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
-    assert ops.args == []  # not kept: inputs() reads them again
     shaped = 0
     for i, e in enumerate(want):
         shapes = ops.inputs(i)

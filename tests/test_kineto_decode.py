@@ -33,9 +33,11 @@ def _slow_way(monkeypatch):
     monkeypatch.setattr(K, "MISSES_PER_CHUNK", 0)
 
 
-def _read_both(path: Path, monkeypatch, chunk: int | None = None):
+def _read_both(path: Path, monkeypatch, chunk: int | None = None, run_bytes: int | None = None):
     if chunk:
         monkeypatch.setattr(K, "CHUNK_EVENTS", chunk)
+    if run_bytes:
+        monkeypatch.setattr(K, "RUN_BYTES", run_bytes)
     fast = chrome.read(path)
     with monkeypatch.context() as m:
         _slow_way(m)
@@ -58,8 +60,9 @@ def test_the_union_gives_the_slow_ways_frame_on_our_captures(path, monkeypatch):
 
 
 @pytest.mark.parametrize("relpath", PUBLIC)
-def test_the_union_gives_the_slow_ways_frame_on_public_traces(relpath, monkeypatch):
-    fast, slow = _read_both(shared_trace(relpath), monkeypatch, chunk=997)  # chunks that split runs anywhere
+@pytest.mark.parametrize("run_bytes", [None, 20_000], ids=["default-runs", "small-runs"])
+def test_the_union_gives_the_slow_ways_frame_on_public_traces(relpath, monkeypatch, run_bytes):
+    fast, slow = _read_both(shared_trace(relpath), monkeypatch, chunk=997, run_bytes=run_bytes)  # chunks anywhere
     _same(fast, slow)
     assert len(fast.events) > 0
 
@@ -78,15 +81,17 @@ def _write(tmp_path: Path, events: list[dict], name: str = "rank0.json") -> Path
     return path
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
-def test_events_without_cat_and_unknown_categories_anywhere(tmp_path, monkeypatch, chunk):
+@pytest.mark.parametrize("chunk,run_bytes", [(1, None), (2, None), (3, None), (7, None), (64, None), (64, 300),
+                                             (64, 2000), (2, 5000)])
+def test_events_without_cat_and_unknown_categories_anywhere(tmp_path, monkeypatch, chunk, run_bytes):
     """Refused events (no cat, categories never seen, a cat that is not a string is not
-    among them: it is an error) at the start, middle and end of chunks, in runs."""
+    among them: it is an error) at the start, middle and end of chunks, in runs (of msgspec's
+    split, and cut from the bytes: run_bytes)."""
     rng = random.Random(chunk)
     cats = ["kernel", "gpu_memcpy", None, "my_new_category", "cpu_op", "cuda_runtime", "another_one", "ac2g"]
     events = [_event(i, rng.choice(cats)) for i in range(300)] + [{"ph": "M", "name": "process_name", "pid": 0}]
     path = _write(tmp_path, events)
-    fast, slow = _read_both(path, monkeypatch, chunk=chunk)
+    fast, slow = _read_both(path, monkeypatch, chunk=chunk, run_bytes=run_bytes)
     _same(fast, slow)
     want = sorted(e["name"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy"))
     assert sorted(fast.events["name"].astype(str)) == want
@@ -105,12 +110,93 @@ def test_more_categories_than_the_union_learns(tmp_path, monkeypatch):
     ({"ts": 1e300}, "beyond"), ({"pid": 2**70}, "pid"),
 ])
 @pytest.mark.parametrize("at", [0, 5, 299])
-def test_a_bad_chosen_event_is_named_exactly(tmp_path, monkeypatch, bad, where, at):
+@pytest.mark.parametrize("run_bytes", [None, 3000])
+def test_a_bad_chosen_event_is_named_exactly(tmp_path, monkeypatch, bad, where, at, run_bytes):
     monkeypatch.setattr(K, "CHUNK_EVENTS", 64)
+    if run_bytes:
+        monkeypatch.setattr(K, "RUN_BYTES", run_bytes)
     events = [_event(i, "kernel" if i % 2 == 0 else "cpu_op") for i in range(300)]
     events[at] = {**_event(at, "kernel"), **bad}
     with pytest.raises(TraceFormatError, match=rf"traceEvents\[{at}\] \(kernel( 'k{at}')?\): .*{where}"):
         chrome.read(_write(tmp_path, events))
+
+
+def _kineto_text(events: list[dict], before: str = '"schemaVersion": 1,', after: str = '"traceName": "t"') -> str:
+    """A trace as Kineto's writer lays it out: each event opened and closed on its own line."""
+    body = ",\n".join("  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)
+    return "{\n  " + before + '\n  "traceEvents": [\n' + body + "\n  ],\n  " + after + "\n}\n"
+
+
+def _layout_used(monkeypatch) -> list:
+    """The runs each read cut from the bytes and decoded to the end (appended as they finish)."""
+    done, real = [], K._pick_runs
+
+    def spy(path, data, runs, *rest):
+        out = real(path, data, runs, *rest)
+        done.append(len(runs))
+        return out
+
+    monkeypatch.setattr(K, "_pick_runs", spy)
+    return done
+
+
+@pytest.mark.parametrize("writer", ["kineto", "json.dumps", "compact"])
+def test_runs_cut_from_the_bytes_give_the_slow_ways_frame(tmp_path, monkeypatch, writer):
+    """Kineto's layout, json.dumps' and json.dumps without spaces: cut into runs at their
+    separator; metadata events (no cat) at the end, top-level fields on both sides."""
+    events = [_event(i, "kernel" if i % 3 else "cuda_runtime") for i in range(400)]
+    events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": i, "args": {"name": f"t{i}"}} for i in range(20)]
+    path = tmp_path / "rank0.json"
+    if writer == "kineto":
+        path.write_text(_kineto_text(events, after='"baseTimeNanoseconds": 1700000000000000000'))
+    else:
+        doc = {"distributedInfo": {"rank": 3, "world_size": 8}, "traceEvents": events, "baseTimeNanoseconds": 17}
+        path.write_text(json.dumps(doc, separators=(",", ":") if writer == "compact" else None))
+    used = _layout_used(monkeypatch)
+    fast, slow = _read_both(path, monkeypatch, run_bytes=2000)
+    _same(fast, slow)
+    assert used and used[0] > 5  # the fast read went by runs
+    want = [e["name"] for e in events if e.get("cat") == "kernel"]
+    assert sorted(fast.events["name"].astype(str)) == sorted(want)
+    assert fast.meta["trace_start_epoch_ns"] == slow.meta["trace_start_epoch_ns"]
+
+
+def test_a_separator_inside_an_event_reads_the_general_way(tmp_path, monkeypatch):
+    """`}, {` inside args (a list of objects) is cut too; that run is no array of whole events:
+    the read starts again the general way and gives the same frame."""
+    events = [_event(i, "kernel", args={"device": 0, "stream": 7, "correlation": i,
+                                         "parts": [{"a": j} for j in range(40)]}) for i in range(200)]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    used = _layout_used(monkeypatch)
+    fast, slow = _read_both(path, monkeypatch, run_bytes=3000)
+    _same(fast, slow)
+    assert not used and len(fast.events) == 200
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda t: t.replace('"name": "k150"', '"name": "k150",,'), "not valid JSON"),
+    (lambda t: t[:len(t) * 2 // 3], "not valid JSON"),
+    (lambda t: t.replace('"traceName": "t"', '"traceName": "t", "late": [1, 2'), "not valid JSON"),
+    (lambda t: t.replace('"schemaVersion": 1,', '"schemaVersion": [1,'), "not valid JSON"),
+    (lambda t: t + "trailing", "not valid JSON"),
+])
+def test_damage_anywhere_in_a_cut_trace_is_named_as_before(tmp_path, monkeypatch, damage, words):
+    monkeypatch.setattr(K, "RUN_BYTES", 2000)
+    path = tmp_path / "rank0.json"
+    path.write_text(damage(_kineto_text([_event(i, "kernel") for i in range(300)])))
+    with pytest.raises(TraceFormatError, match=words):
+        chrome.read(path)
+
+
+def test_a_trace_events_key_inside_another_value_is_not_cut(tmp_path, monkeypatch):
+    """The first `"traceEvents": [` in the text is inside another field: not the events."""
+    monkeypatch.setattr(K, "RUN_BYTES", 1000)
+    decoy = [_event(i, "kernel") for i in range(50)]
+    events = [_event(i + 1000, "kernel") for i in range(100)]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"schemaVersion": {"traceEvents": decoy}, "traceEvents": events}))
+    assert sorted(chrome.read(path).events["name"]) == sorted(e["name"] for e in events)
 
 
 def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
@@ -118,14 +204,19 @@ def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
     assert len(chrome.read(_write(tmp_path, events)).events) == 10
 
 
-def test_decoding_in_place_puts_every_byte_back(tmp_path):
+def test_decoding_in_place_puts_every_byte_back(tmp_path, monkeypatch):
     src = DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz"
     data = K.read_bytes(src)
     before = bytes(data)
     trace = K.decode(src, data)
     source = K._Source(data, trace.traceEvents)
     assert source.data is not None  # msgspec's raw values are views of the bytearray
-    K.pick(src, data, trace.traceEvents, [(set(chrome.GPU_KINDS), K.Picked), (chrome.LAUNCHES, K.Launches)])
+    groups = [(set(chrome.GPU_KINDS), K.Picked), (chrome.LAUNCHES, K.Launches), (chrome.CPU_OPS, K.Ops)]
+    K.pick(src, data, trace.traceEvents, groups)
+    assert bytes(data) == before
+    monkeypatch.setattr(K, "RUN_BYTES", 10_000)
+    assert K._layout(data) is not None
+    K.read_events(src, data, groups)  # by runs cut from the bytes
     assert bytes(data) == before
 
 
@@ -232,3 +323,24 @@ def test_the_tail_of_metadata_goes_the_slow_way_and_misses_nothing(tmp_path, mon
     _same(fast, slow)
     want = [f"k{i}" for i in range(0, 200, 2)] + ["k901", "k902"]
     assert fast.events.sort_values("start_ns", kind="stable")["name"].astype(str).tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_cut_anywhere_read_as_the_general_way_does(tmp_path, monkeypatch, seed):
+    """Separators inside names (strings) and inside args (lists of objects), either writer:
+    whatever the cut finds, the frame is the general way's (runs too big to cut: RUN_BYTES huge)."""
+    rng = random.Random(seed)
+    names = ["k", "a}, {b", "x},{y", "plain"]
+    events = []
+    for i in range(300):
+        extra = {"name": f"{rng.choice(names)}{i}"}
+        if rng.random() < 0.1:
+            extra["args"] = {"device": 0, "stream": 7, "correlation": i, "l": [{"q": j} for j in range(3)]}
+        events.append(_event(i, rng.choice(["kernel", "cuda_runtime", "cpu_op", None]), **extra))
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}, separators=rng.choice([(",", ":"), (", ", ": ")])))
+    monkeypatch.setattr(K, "RUN_BYTES", rng.choice([500, 1500, 4000]))
+    cut = chrome.read(path)
+    monkeypatch.setattr(K, "RUN_BYTES", 1 << 40)
+    _same(cut, chrome.read(path))
+    assert len(cut.events) == sum(e.get("cat") == "kernel" for e in events)
