@@ -346,20 +346,25 @@ def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> lis
 def combine(by_rank: dict[int, Idle]) -> Idle:
     """Ranks' idle summaries (RankIdle) by rank as one Idle, each under its rank (as resolved
     after parsing), sorted by step and rank; the hint line when any step is host-bound."""
-    parts = [Idle(*(f.assign(rank=int(r)) for f in (p.steps, p.ops, p.launches)), [f"rank {r}: {n}" for n in p.notes])
-             for r, p in by_rank.items()]
-    steps = [p.steps for p in parts if len(p.steps)]
-    ops = [p.ops for p in parts if len(p.ops)]
-    launches = [p.launches for p in parts if len(p.launches)]
-    out = Idle(pd.concat(steps, ignore_index=True).sort_values(["step", "rank"], kind="stable", ignore_index=True)
-               if steps else _empty(STEP_COLUMNS),
-               pd.concat(ops, ignore_index=True) if ops else _empty(OP_COLUMNS),
-               pd.concat(launches, ignore_index=True).sort_values("rank", ignore_index=True)
-               if launches else _empty(LAUNCH_COLUMNS),
-               [n for p in parts for n in p.notes])
+    steps, ops, launches = (_stacked({r: getattr(p, k) for r, p in by_rank.items()}) for k in ("steps", "ops", "launches"))
+    out = Idle(steps.sort_values(["step", "rank"], kind="stable", ignore_index=True)
+               if steps is not None else _empty(STEP_COLUMNS),
+               ops if ops is not None else _empty(OP_COLUMNS),
+               launches.sort_values("rank", ignore_index=True) if launches is not None else _empty(LAUNCH_COLUMNS),
+               [f"rank {r}: {n}" for r, p in by_rank.items() for n in p.notes])
     if len(out.steps) and (out.steps["bound"] == "host").any():
         out.notes.append(HINT)
     return out
+
+
+def _stacked(by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame | None:
+    """The ranks' non-empty frames as one (a new RangeIndex), each row's `rank` its rank's (int64),
+    set once after the concat; None where every frame is empty."""
+    kept = [(int(r), f) for r, f in by_rank.items() if len(f)]
+    if not kept:
+        return None
+    out = kept[0][1].reset_index(drop=True) if len(kept) == 1 else pd.concat([f for _, f in kept], ignore_index=True)
+    return out.assign(rank=np.repeat(np.array([r for r, _ in kept], dtype=np.int64), [len(f) for _, f in kept]))
 
 
 def of_input(i) -> Idle:
