@@ -289,7 +289,9 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     n_steps = len(np.unique(step[~np.isnan(step)]))
     known = kernel & rows["launch_start_ns"].notna().to_numpy()
     paired = known & rows["launch_dur_ns"].notna().to_numpy()  # a call is its start and its duration
-    calls = launch_calls(rows[paired])
+    at = np.flatnonzero(paired)  # the paired kernels' columns as arrays: no frame copied
+    calls = launch_calls(*(rows[c].to_numpy(dtype=np.int64, na_value=0)[at]  # exact: no NA among them
+                           for c in ("launch_start_ns", "launch_dur_ns", "start_ns")), rows["step"].notna().to_numpy()[at])
     delay = (calls["first_start_ns"] - calls["launch_start_ns"]).astype(np.float64)
     launch_dur = calls["launch_dur_ns"]
     single = calls["kernels"][calls["row"]] == 1  # per known kernel: its call started it alone
@@ -308,20 +310,18 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
         columns=LAUNCH_COLUMNS)
 
 
-def launch_calls(known: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per launch call (its start and CPU duration identify it) of the kernels whose launch is
-    known, in (start, duration) order: launch_start_ns, launch_dur_ns, how many kernels it started
-    (`kernels`), the first one's start, whether any is in a step; `row`: each kernel's call."""
-    ls = known["launch_start_ns"].to_numpy(dtype=np.int64)
-    ld = known["launch_dur_ns"].to_numpy(dtype=np.int64)
+def launch_calls(ls: np.ndarray, ld: np.ndarray, start: np.ndarray, in_step: np.ndarray) -> dict[str, np.ndarray]:
+    """Per launch call (its start `ls` and CPU duration `ld` identify it) of the kernels whose launch
+    is known (their `start` and whether each is in a step), in (start, duration) order:
+    launch_start_ns, launch_dur_ns, how many kernels it started (`kernels`), the first one's start,
+    whether any is in a step; `row`: each kernel's call."""
     order = np.lexsort((ld, ls))
     new = np.r_[True, (ls[order][1:] != ls[order][:-1]) | (ld[order][1:] != ld[order][:-1])] if len(order) else \
         np.zeros(0, bool)
     at = np.flatnonzero(new)
     row = np.empty(len(order), np.int64)
     row[order] = np.cumsum(new) - 1
-    start = known["start_ns"].to_numpy(dtype=np.int64)[order]
-    in_step = known["step"].notna().to_numpy()[order]
+    start, in_step = start[order], in_step[order]
     empty = not len(at)
     return {"launch_start_ns": ls[order][at], "launch_dur_ns": ld[order][at],
             "kernels": np.diff(np.r_[at, len(order)]), "row": row,

@@ -162,8 +162,8 @@ def _on_one_clock(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> n
 def comm_kernels(df: pd.DataFrame) -> pd.DataFrame:
     """The timed communication kernels, with the columns collective_skew reads: a few hundred
     rows of a rank's thousands, so many ranks' skew never needs their whole frames."""
-    rows = df[(df["kind"] == "kernel") & (df["op_class"] == "communication") & df["start_ns"].notna()]
-    return rows[["rank", "kind", "op_class", "kernel", "start_ns"]]
+    on = kind_mask(df, ("kernel",)) & (df["op_class"] == "communication").to_numpy() & df["start_ns"].notna().to_numpy()
+    return df[["rank", "kind", "op_class", "kernel", "start_ns"]][on]  # the columns kept, then the rows
 
 
 def collective_skew(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:
