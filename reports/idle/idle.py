@@ -186,11 +186,19 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
                                                          "exposed_comm_ns")}
     got = _sums_at(col["step"], col["rank"], gaps, parts)
     part = dict(zip(parts, got.T))
-    out = pd.DataFrame({"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
-                        "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
-                        "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
-                        **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]})
-    return out.assign(bound=step_bound(out))[STEP_COLUMNS]
+    out = {"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
+           "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
+           "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
+           **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]}
+    return pd.DataFrame({**out, "bound": _bound(out)}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order already
+
+
+def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
+    """step_bound of the int64 columns `col` (the rule lives in step_bound; this is its arithmetic on arrays)."""
+    gpu = (col["busy_ns"] - col["exposed_comm_ns"]).astype(np.float64)
+    comm = (col["exposed_comm_ns"] + col["idle_dependency_ns"]).astype(np.float64)
+    host = (col["idle_host_ns"] + col["idle_launch_ns"] + col["idle_sync_ns"]).astype(np.float64)
+    return _bound_of(gpu, comm, host, col["span_ns"].astype(np.float64))
 
 
 def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
@@ -216,8 +224,12 @@ def step_bound(steps: pd.DataFrame) -> np.ndarray:
     gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
     comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
     host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
+    return _bound_of(gpu, comm, host, steps["span_ns"].to_numpy(dtype=np.float64))
+
+
+def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndarray) -> np.ndarray:
     largest = np.array(BOUNDS)[np.argmax(np.c_[gpu, comm, host], axis=1)]
-    paced = (host >= HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)) & (host >= comm) & (host > 0)
+    paced = (host >= HOST_BOUND_SHARE * span) & (host >= comm) & (host > 0)
     return np.where(paced, "host", largest)
 
 
