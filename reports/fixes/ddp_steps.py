@@ -60,9 +60,17 @@ def _gradient_mask(rows: pd.DataFrame) -> np.ndarray:
     if not allreduce.any() or not backward.any():
         return np.zeros(len(rows), bool)
     step, start = _steps(rows), rows["start_ns"].to_numpy(dtype=np.int64)
-    first_ns = pd.Series(start[backward]).groupby(step[backward]).min()  # per step with backward kernels
-    first = first_ns.reindex(step).to_numpy(dtype=np.float64)  # NaN: a step without any
-    return allreduce & (start >= first)
+    return allreduce & (start >= _first_per_step(step, start, backward))
+
+
+def _first_per_step(step: np.ndarray, start: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Per row, the least start of the `on` rows of its step, as float64 (NaN: its step has none)."""
+    steps, at = np.unique(step[on], return_inverse=True)
+    least = np.full(len(steps), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least, at.reshape(-1), start[on])
+    pos = np.minimum(np.searchsorted(steps, step), max(len(steps) - 1, 0))
+    found = (pos < len(steps)) & (steps[pos] == step) if len(steps) else np.zeros(len(step), bool)
+    return np.where(found, least[pos].astype(np.float64) if len(steps) else np.nan, np.nan)
 
 
 def rank_ddp(events: pd.DataFrame) -> pd.DataFrame:

@@ -271,11 +271,12 @@ TIMELINE_COLUMNS = ["rank", "kind", "op_class", "start_ns", "dur_ns"]  # what id
 def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
     """idle() and overlap_ns() side by side, one row per timed rank. Their filters copy only
     the columns they read (a rank's whole frame, names and scopes too, was copied 4 times)."""
-    df = df[TIMELINE_COLUMNS]
-    rows = timed(df)
-    kernel = (rows["kind"] == "kernel").to_numpy()
+    keep = kind_mask(df, GPU_KINDS) & df["start_ns"].notna().to_numpy()  # timed()'s rows
+    rows = df if keep.all() else df[TIMELINE_COLUMNS][keep]  # most ranks: every row, read in place
+    kernel = kind_mask(rows, ("kernel",))
     ranks = _by_rank(rows)
     if not ranks or not all(kernel[on].any() for _, on in ranks):  # a rank of copies only: NaN beside it
+        df = df[TIMELINE_COLUMNS]
         return idle(df).merge(overlap_ns(df), on="rank", how="left")
     start, end = _times(rows)
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
