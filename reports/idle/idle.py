@@ -255,6 +255,16 @@ def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < end[np.maximum(i, 0)])
 
 
+def _overlaps(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """covered(start, end, u_start, u_end) > 0, by one search where the segments are disjoint (of
+    sorted disjoint segments of positive length, the last one beginning before `end` overlaps
+    [start, end) if any does), else by covered itself."""
+    if not len(u_start) or not (u_end > u_start).all() or not (u_start[1:] >= u_end[:-1]).all():
+        return covered(start, end, u_start, u_end) > 0
+    k = np.searchsorted(u_start, end, side="left") - 1
+    return (k >= 0) & (end > start) & (u_end[np.maximum(k, 0)] > start)
+
+
 def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS,
              sync: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per (kind, name) of the host's CPU ops, ranges and OS calls (OP_KINDS), the ns of
@@ -266,7 +276,7 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     u_start, u_end = host_idle_intervals(gaps, *(sync if sync is not None else _sync_union(host)))
     # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
     on = np.flatnonzero(kind_mask(host, OP_KINDS))
-    on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
+    on = on[_overlaps(h_start[on], h_start[on] + h_dur[on], u_start, u_end)]
     names, name_of = pd.factorize(np.asarray(host["name"].array, dtype=object)[on], sort=True)  # codes in name order
     kinds = host["kind"].cat.codes.to_numpy(dtype=np.int64)[on]
     order = np.lexsort((h_start[on], names, kinds))  # by kind, name, start
