@@ -252,6 +252,11 @@ class Ops(Picked):
         where absent) and its counts (flops, kernel_num_gb, kernel_flop)."""
         return self.args[i] or _NO_ARGS
 
+    def release_inputs(self) -> None:
+        """Drop every operator's args: their raw JSON are views of the file's bytes, which they
+        keep alive (a 375 MB trace's, through every later stage); inputs() is no longer asked."""
+        self.args = []
+
 
 @dataclass
 class Instants(Launches):

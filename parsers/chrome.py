@@ -103,6 +103,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
         columns = _cpu_columns(path, ops, cpu_ranges, step_re)
+    ops.release_inputs()  # the last reader of the shapes: the file's bytes are freed with them
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
     columns["start_ns"] = columns["start_ns"] - origin_ns

@@ -254,3 +254,29 @@ def test_launch_ends_with_torchrun_even_when_a_child_keeps_the_pipe(monkeypatch)
                                    seen.append, gpu=False)
     assert status == 3 and output == ["one", "two"] == seen
     assert time.monotonic() - t0 < 10
+
+
+def test_torch_sessions_hide_the_spurious_cycle_warning(tmp_path, monkeypatch):
+    """torch 2.10-2.11 warn that the profiler 'clears events at the end of each cycle' on a
+    single start without a schedule (pytorch#180387): a false line in the user's run log. Any
+    other warning of the start still reaches the user."""
+    import warnings
+
+    import torch
+
+    from tracelab import backends
+
+    class Warns:
+        def __init__(self, **kwargs):
+            pass
+
+        def start(self):
+            warnings.warn("Warning: Profiler clears events at the end of each cycle.Only events from the current "
+                          "cycle will be reported.", UserWarning)
+            warnings.warn("something else", UserWarning)
+
+    monkeypatch.setattr(torch.profiler, "profile", Warns)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        backends.TorchSession("torch", tmp_path, 0)._start()
+    assert [str(w.message) for w in seen] == ["something else"]

@@ -40,6 +40,7 @@ import functools
 import os
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -197,6 +198,10 @@ class ProtonSession(Session):
         proton.finalize()  # writes rank{r}.hatchet
 
 
+# torch.profiler's warning of a schedule's cycles, given by some releases without a schedule
+SPURIOUS_CYCLE_WARNING = r"Warning: Profiler clears events at the end of each cycle"
+
+
 class TorchSession(Session):
     def _start(self) -> None:
         torch = _torch()
@@ -207,7 +212,9 @@ class TorchSession(Session):
         # computes each kernel's FLOPs and bytes (issue 20)
         # profile_memory: a [memory] event per allocation and free (tracelab memory, issue 32)
         self._prof = torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=profile_memory())
-        self._prof.start()
+        with warnings.catch_warnings():  # torch 2.10-2.11 say so of one start and no schedule (pytorch#180387): untrue here
+            warnings.filterwarnings("ignore", message=SPURIOUS_CYCLE_WARNING, category=UserWarning)
+            self._prof.start()
 
     def _stop(self) -> None:
         self._prof.stop()
