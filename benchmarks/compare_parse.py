@@ -57,8 +57,18 @@ def _same(a, b) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b
     frames_equal = all((x is None and y is None) or (x is not None and y is not None and x.equals(y)
-                       and list(x.dtypes) == list(y.dtypes)) for x, y in zip(a[:3], b[:3]))
+                       and list(x.dtypes) == list(y.dtypes) and _same_categories(x, y)) for x, y in zip(a[:3], b[:3]))
     return frames_equal and a[3] == b[3]
+
+
+def _same_categories(x, y) -> bool:
+    """Each categorical column's categories in the same order and of the same dtype (equals and
+    dtype == take them as a set), and its codes of the same width."""
+    import pandas as pd
+
+    return all(list(x[c].cat.categories) == list(y[c].cat.categories)
+               and x[c].cat.categories.dtype == y[c].cat.categories.dtype and x[c].cat.codes.dtype == y[c].cat.codes.dtype
+               for c in x.columns if isinstance(x[c].dtype, pd.CategoricalDtype))
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ one, which blocks only for pageable host memory, which the trace does not say) a
 from __future__ import annotations
 
 import re
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ import pandas as pd
 from tracelab import schema
 
 from ._kineto import joined_ids
-from ._steps import is_step, name_mask
+from ._steps import is_step, name_mask, per_name
 
 SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
                        r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
@@ -51,8 +50,7 @@ def _kind_codes(names: list[str]) -> np.ndarray:
         if SYNC_CALL.fullmatch(name) is not None and "Async" not in name:
             return 1
         return 2 if ALLOC_CALL.fullmatch(name) is not None else 0
-    verdict = {name: code(name) for name in dict.fromkeys(names)}
-    return np.fromiter(map(verdict.__getitem__, names), dtype=np.int8, count=len(names))
+    return per_name(names, code, np.int8)
 
 
 def is_sync(names: list[str]) -> np.ndarray:
@@ -64,7 +62,7 @@ def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[st
     """Per GPU row, its launch call's start (since `origin_ns`, the events' origin) and
     duration; NA where `launch` (the call's index in `launches`, _kineto.launch_index) is -1."""
     found = launch >= 0
-    start = pd.array([pd.NA] * len(launch), dtype="Int64")
+    start = schema.na_ints(len(launch))
     dur = start.copy()
     start[found] = np.asarray(launches.ts_ns, dtype=np.int64)[launch[found]] - origin_ns
     dur[found] = launches.dur_ns[launch[found]]
@@ -87,7 +85,7 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
                  else np.full(len(picked.name), code))
         keep = slice(None) if mask is None else mask  # cpu_op and range: every one
         kind.append(codes[keep])
-        name += picked.name if mask is None else list(compress(picked.name, mask.tolist()))
+        name += picked.name if mask is None else list(map(picked.name.__getitem__, np.flatnonzero(mask).tolist()))
         tids.append(t[keep])
         start.append(np.asarray(picked.ts_ns, dtype=np.int64)[keep] - origin_ns)
         dur.append(picked.dur_ns[keep])

@@ -21,6 +21,7 @@ import numpy as np
 from tracelab import limits
 
 from ._kineto_ts import _ts_array
+from ._steps import Names
 
 # Value types checked at decode (limits.py): ids fit int64, durations (us) fit in int64 ns
 Int64 = Annotated[int, msgspec.Meta(ge=limits.INT64[0], le=limits.INT64[1])]
@@ -204,7 +205,7 @@ class Picked(Launches):
     STRUCT: ClassVar[type] = _Event
     EXTERNAL: ClassVar[bool] = True
     cat: list[str] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=Names)  # Names: masks of it test each distinct name once
     _names: dict[str, str] = field(default_factory=dict)
 
     def extend(self, events: list[_Event], cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
@@ -265,7 +266,7 @@ class Instants(Launches):
 
     STRUCT: ClassVar[type] = _Instant
     CORRELATED: ClassVar[bool] = False
-    name: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=Names)
 
     def extend(self, events: list, cats: list[str], raws: Texts, ts_ns: np.ndarray | None = None) -> None:
         super().extend(events, cats, raws, ts_ns)
@@ -273,7 +274,12 @@ class Instants(Launches):
 
 
 def _labels(values: list) -> np.ndarray | list:
-    """A chunk's pid or tid labels: int64 where every one is an integer, else the labels."""
+    """A chunk's pid or tid labels: int64 where every one is an integer, else the labels. One
+    integer throughout (a chunk's pid, the usual case) is found by a compare of each label with
+    the first, ~4x cheaper than numpy's look at each (labels are Id: an int, str or None, so a
+    label equal to an int is that int)."""
+    if values and type(values[0]) is int and values.count(values[0]) == len(values):
+        return np.full(len(values), values[0], dtype=np.int64)
     ints = np.array(values) if values else np.zeros(0, dtype=np.int64)
     return ints if ints.dtype == np.int64 else values  # Int64: within int64; a str or None: not
 

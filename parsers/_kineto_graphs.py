@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._steps import name_mask
+
 _API = r"(?:cuda|cu|hip)"  # runtime, driver, ROCm (whose calls Kineto files as cuda_runtime too)
 _BEGIN = re.compile(_API + r"StreamBeginCapture\w*")
 _END = re.compile(_API + r"StreamEndCapture\w*")
@@ -85,8 +87,7 @@ def scope_launches(names: list[str], pid: np.ndarray, tid: np.ndarray, ts_ns: np
 
 def _matches(names: list[str], pattern: re.Pattern) -> np.ndarray:
     """Mask of the names the pattern matches in full (each distinct name tried once)."""
-    hit = {n: pattern.fullmatch(n) is not None for n in set(names)}
-    return np.fromiter(map(hit.__getitem__, names), dtype=bool, count=len(names))
+    return name_mask(names, lambda n: pattern.fullmatch(n) is not None)
 
 
 def replays(graph_launch: np.ndarray, pid: np.ndarray, ts_ns: np.ndarray, launch: np.ndarray, row_kind: np.ndarray,

@@ -24,7 +24,6 @@ never holds a Python object per event beyond a chunk but a few columns'
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from itertools import compress
 from operator import attrgetter, itemgetter
@@ -186,17 +185,21 @@ class _Union:
         """Hand the decoded events (of these texts) to their groups' collectors, the `ts` of all read at once."""
         code = np.fromiter(map(self.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         group = self.group_by_code[code]
-        dealt = [(out, rows, _taken(events, rows)) for g, out in enumerate(picked)
-                 if len(rows := np.flatnonzero(group == g))]
-        if not dealt:
+        ends = np.cumsum(np.bincount(group + 1, minlength=len(picked) + 1))  # skipped (-1) first, then group by group
+        if ends[0] == len(events):
             return
-        ts = _ts_array(list(itertools.chain.from_iterable(map(_TS, chosen) for _, _, chosen in dealt)))
-        end = 0
-        for out, rows, chosen in dealt:
-            codes, end = code[rows], end + len(rows)
+        at = np.argsort(group, kind="stable")[ends[0]:]  # the chosen events' places, by group, each in trace order
+        chosen = _taken(events, at)
+        ts = _ts_array(list(map(_TS, chosen)))
+        ends = (ends - ends[0]).tolist()
+        for g, out in enumerate(picked):
+            first, end = ends[g], ends[g + 1]
+            if first == end:
+                continue
+            codes, rows = code[at[first:end]], at[first:end]
             cats = ([self.cat_by_code[codes[0]]] * len(rows) if (codes == codes[0]).all()  # one category: the usual
                     else self.cat_by_code[codes].tolist())
-            out.extend(chosen, cats, _taken(raws, rows) if out.KEEPS_TEXT else None, ts[end - len(rows):end])
+            out.extend(chosen[first:end], cats, _taken(raws, rows) if out.KEEPS_TEXT else None, ts[first:end])
 
 
 def _taken(items: list, at: np.ndarray) -> list:

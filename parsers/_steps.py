@@ -25,7 +25,7 @@ scope per step would keep scopes from aligning across steps and runs.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -50,13 +50,37 @@ def is_step(names: list[str], pattern: re.Pattern) -> np.ndarray:
     return name_mask(names, lambda n: pattern.fullmatch(n) is not None)
 
 
+class Names(list):
+    """A column of names (a Kineto collector's) that indexes its distinct names once: every mask
+    asked of it (name_mask, each pattern of parsers/_kineto_graphs, the host kinds) is then one
+    verdict per distinct name, spread by the index in numpy, not one dict look-up per row each.
+    The column only grows (appended to); the index is made again when its length changed."""
+
+    def distinct(self) -> tuple[list[str], np.ndarray]:
+        """The distinct names in first-seen order, and per row its name's place among them (int32)."""
+        made = self.__dict__.get("_distinct")
+        if made is None or made[0] != len(self):
+            index = dict.fromkeys(self)
+            for i, name in enumerate(index):
+                index[name] = i
+            made = self._distinct = (len(self), list(index),
+                                     np.fromiter(map(index.__getitem__, self), dtype=np.int32, count=len(self)))
+        return made[1], made[2]
+
+
+def per_name(names: list[str], verdict: Callable[[str], Any], dtype: type) -> np.ndarray:
+    """verdict(name) per row as `dtype`, computed once per distinct name (a trace's 40k CPU
+    operators and 25k runtime calls have a few hundred names)."""
+    if isinstance(names, Names):
+        distinct, index = names.distinct()
+        return np.fromiter(map(verdict, distinct), dtype=dtype, count=len(distinct))[index]
+    of = {name: verdict(name) for name in dict.fromkeys(names)}
+    return np.fromiter(map(of.__getitem__, names), dtype=dtype, count=len(names))
+
+
 def name_mask(names: list[str], test: Callable[[str], bool]) -> np.ndarray:
-    """Mask of the names for which `test` holds, tested once per distinct name (a trace's
-    40k CPU operators and 25k runtime calls have a few hundred names)."""
-    if not names:
-        return np.zeros(0, dtype=bool)
-    verdict = {name: test(name) for name in dict.fromkeys(names)}
-    return np.fromiter(map(verdict.__getitem__, names), dtype=bool, count=len(names))
+    """Mask of the names for which `test` holds, tested once per distinct name (per_name)."""
+    return per_name(names, test, bool)
 
 
 def _step_number(captured: str, name: str, pattern: re.Pattern) -> int:
@@ -168,8 +192,21 @@ def main_threads(pid: np.ndarray, tid: np.ndarray, dur_ns: np.ndarray) -> dict[i
     the process's other threads take its open ranges as their outer scope."""
     if not len(pid):
         return {}
-    total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(["pid", "tid"])["dur_ns"].sum()
-    return {int(p): int(key[1]) for p, key in total.groupby(level=0).idxmax().items()}
+    pid, tid = np.asarray(pid), np.asarray(tid)
+    if pid.dtype.kind not in "iu" or tid.dtype.kind not in "iu":
+        total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(
+            ["pid", "tid"])["dur_ns"].sum()
+        return {int(p): int(key[1]) for p, key in total.groupby(level=0).idxmax().items()}
+    order = np.lexsort((tid, pid))  # threads in (pid, tid) order, as the groupby above sorts them
+    p, t = pid[order], tid[order]
+    first = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])])
+    total = np.add.reduceat(np.asarray(dur_ns, dtype=np.float64)[order], first)  # per thread
+    threads_pid, threads_tid = p[first], t[first]
+    out = {}
+    for process in np.unique(threads_pid).tolist():  # a few processes
+        mine = np.flatnonzero(threads_pid == process)
+        out[int(process)] = int(threads_tid[mine[np.argmax(total[mine])]])  # the first of equals
+    return out
 
 
 def step_of_scope(scope: tuple[str, ...], pattern: re.Pattern) -> tuple[int | None, tuple[str, ...]]:

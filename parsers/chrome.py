@@ -245,7 +245,7 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
     rows whose launch is not in the trace: Kineto's GPU copy of the step range on their device."""
     pid = joined_ids((launches, "pid"), (cpu_annotations, "pid"))
     n_launches = launches.size
-    step = pd.array([None] * len(launch), dtype="Int64")
+    step = schema.na_ints(len(launch))
     found = launch >= 0
     at = launch[found]
     cpu = _step_ranges(cpu_annotations, pid[n_launches:], step_re)
@@ -292,11 +292,42 @@ def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[
     return named & ~np.isin(thread, list(op_threads))
 
 
+_ORDER = ("start_ns", "device", "stream")  # the rows' order
+
+
 def _frame(cols: dict[str, Any], rank: int | None) -> pd.DataFrame:
+    n_rows = len(cols["name"])
+    order = _row_order(cols, n_rows)
+    if order is not None:  # the columns put in order before the frame is made (numpy's take, not the frame's sort)
+        cols = {k: _taken_rows(v, order) for k, v in cols.items()}
     df = schema.coerce({**cols, "rank": -1 if rank is None else rank, "source": "torch", "count": 1},
-                       n_rows=len(cols["name"]), spec=schema.PARSED)
-    df = df.sort_values(["start_ns", "device", "stream"], kind="stable", ignore_index=True)
+                       n_rows=n_rows, spec=schema.PARSED)
+    if order is None:
+        df = df.sort_values(list(_ORDER), kind="stable", ignore_index=True)
     return schema.validate(df, schema.PARSED)
+
+
+def _taken_rows(column: Any, order: np.ndarray) -> Any:
+    """A column's rows in `order`; a scalar as it is (coerce repeats it)."""
+    if np.isscalar(column):
+        return column
+    if not isinstance(column, np.ndarray | pd.api.extensions.ExtensionArray):
+        column = np.fromiter(column, dtype=object, count=len(order))  # a list (of names): its objects as they are
+    return column[order]
+
+
+def _row_order(cols: dict[str, Any], n_rows: int) -> np.ndarray | None:
+    """The rows in order of _ORDER, stable (what the frame's sort_values gives), where each key
+    is an integer array or a scalar (the parser's, no NA); else None (the frame sorts)."""
+    keys = []
+    for name in _ORDER:
+        key = cols[name]
+        if isinstance(key, int | np.integer):
+            continue
+        if not (isinstance(key, np.ndarray) and key.dtype.kind in "iu" and key.shape == (n_rows,)):
+            return None
+        keys.append(key)
+    return np.lexsort(keys[::-1]) if keys else np.arange(n_rows)
 
 
 def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
