@@ -184,7 +184,11 @@ def _as_str_categorical(column: pd.Series, mask: np.ndarray) -> pd.Categorical:
     """pd.Categorical(column.astype(str)[mask]): a categorical column's names made once per
     category, not once per row (its categories: the names present, sorted)."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
-        return pd.Categorical(np.asarray(column.array, dtype=object)[mask].astype(str).astype(object))
+        values = np.asarray(column.array, dtype=object)[mask]
+        if isinstance(column.dtype, pd.StringDtype) and not column.isna().to_numpy()[mask].any():  # str already
+            codes, names = pd.factorize(values, sort=True)  # the categories pd.Categorical sorts, in one pass
+            return pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=object))
+        return pd.Categorical(values.astype(str).astype(object))
     codes = column.cat.codes.to_numpy()[mask]
     used = np.unique(codes)
     used = np.r_[used[used >= 0], used[used < 0]]  # a missing name (-1) last, as its label is

@@ -129,6 +129,17 @@ def is_kind(kind: pd.Series, kinds: tuple[str, ...]) -> np.ndarray:
     return np.isin(kind.astype(str).to_numpy(), kinds)
 
 
+def str_array(column: pd.Series) -> np.ndarray:
+    """column.astype(str) as an object array, equal value for value and type for type (a missing
+    categorical value is numpy's str "nan", as pandas writes it): a categorical's names are made
+    once per category, not once per row (pandas converts each row of object categories: ~0.4 ms
+    per 10k rows)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        names = np.array([str(c) for c in column.cat.categories] + [np.str_("nan")], dtype=object)
+        return names[column.cat.codes.to_numpy()]  # code -1 (missing): the last
+    return column.astype(str).to_numpy(dtype=object)
+
+
 class OnEvents:
     """A function of a rank's events alone, as a reducer of RankData (picklable, for the workers)."""
 

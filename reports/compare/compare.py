@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import str_array
+
 from ..stats import noise
 from ..steps import timeline
 from .digests import BY
@@ -35,7 +37,7 @@ def default_by(inputs: list[Input]) -> str:
 
 
 def _per_input(events: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    cols = {k: events[k].astype(str) for k in keys}
+    cols = {k: str_array(events[k]) for k in keys}
     frame = pd.DataFrame({**cols, "time_ns": events["dur_ns"].to_numpy(), "count": events["count"].to_numpy()})
     return frame.groupby(keys, sort=False).sum()
 
@@ -66,12 +68,7 @@ def compare(inputs: list[Input], by: str = "scope,kernel") -> pd.DataFrame:
                      (time / count.where(count > 0)).add_prefix("mean_ns[").add_suffix("]")], axis=1)
     if b.per_step is not None:
         out = pd.concat([out, b.per_step.add_prefix("per_step_ns[").add_suffix("]")], axis=1)
-    first = cmp[labels[0]]
-    against = {}  # one concat, not a column at a time: 128 ranks would fragment the frame
-    for L in labels[1:]:
-        against[f"delta_ns[{L}]"] = cmp[L] - first
-        against[f"ratio[{L}]"] = cmp[L] / first.where(first > 0)
-    out = pd.concat([out, pd.DataFrame(against, index=out.index)], axis=1)
+    out = pd.concat([out, _against_first(cmp, labels, out.index)], axis=1)  # one concat: 128 ranks would fragment
     present = (time > 0) | (count > 0)
     out["inputs"] = present.sum(axis=1)
     out["max_ns"], out["min_ns"] = time.max(axis=1), time.min(axis=1)
@@ -99,6 +96,25 @@ def _sigmas(inputs: list[Input], by: str, b: noise.Basis, count: pd.DataFrame) -
     return out
 
 
+def _against_first(cmp: pd.DataFrame, labels: list[str], index: pd.Index) -> pd.DataFrame:
+    """delta_ns[L] and ratio[L] of each input L but the first, against the first (ratio NaN where
+    the first has none): by numpy on the whole table where its columns share one dtype and its
+    rows are `index`'s, else column by column (pandas aligns each)."""
+    if len(set(cmp.dtypes)) <= 1 and cmp.index.equals(index) and list(cmp.columns) == labels:
+        values = cmp.to_numpy()
+        first = values[:, 0]
+        delta, ratio = values[:, 1:] - first[:, None], values[:, 1:] / np.where(first > 0, first, np.nan)[:, None]
+        return pd.DataFrame({name: column for k, L in enumerate(labels[1:])
+                             for name, column in ((f"delta_ns[{L}]", delta[:, k]), (f"ratio[{L}]", ratio[:, k]))},
+                            index=index)
+    first = cmp[labels[0]]
+    against = {}
+    for L in labels[1:]:
+        against[f"delta_ns[{L}]"] = cmp[L] - first
+        against[f"ratio[{L}]"] = cmp[L] / first.where(first > 0)
+    return pd.DataFrame(against, index=index)
+
+
 def measured(events: pd.DataFrame) -> str:
     """What the rows time: "GPU time", or "CPU operator time" for traces with no GPU activity."""
     return "CPU operator time" if _cpu_only(events) else "GPU time"
@@ -107,6 +123,13 @@ def measured(events: pd.DataFrame) -> str:
 def rows_are(events: pd.DataFrame) -> str:
     """What the rows are, in the plural: "kernels", or "CPU operators" for traces with no GPU activity."""
     return "CPU operators" if _cpu_only(events) else "kernels"
+
+
+def _measured_of(inputs: list[Input]) -> str:
+    """measured() of the inputs' sums together, without concatenating them."""
+    rows = sum(len(i.sums) for i in inputs)
+    cpu_only = bool(rows) and all(bool((i.sums["kind"] == "cpu_op").all()) for i in inputs)
+    return "CPU operator time" if cpu_only else "GPU time"
 
 
 def _cpu_only(events: pd.DataFrame) -> bool:
@@ -192,16 +215,18 @@ def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
     verdicts, straggler = run_verdicts(inputs, stragglers(totals_df), analysed)
     return Comparison(by, [i.label for i in inputs], compare(inputs, by), totals_df,
                       verdicts, _timelines(inputs), _skews(inputs),
-                      measured(pd.concat([i.sums[["kind"]] for i in inputs], ignore_index=True)), straggler,
+                      _measured_of(inputs), straggler,
                       analysed)
 
 
 
 
 
-def _comm_kernels(i: Input) -> pd.DataFrame:
-    rows = i.digest("comm_kernels")
-    return rows.assign(rank=np.int32(i.rank))  # the rank as resolved after parsing
+def _comm_kernels(members: list[Input]) -> pd.DataFrame:
+    """The members' comm_kernels digests as one frame, each under its rank as resolved after parsing."""
+    parts = [i.digest("comm_kernels") for i in members]
+    rank = np.repeat(np.array([i.rank for i in members], dtype=np.int32), [len(p) for p in parts])
+    return pd.concat(parts, ignore_index=True).assign(rank=rank)  # one assign, not one per rank
 
 
 def _timelines(inputs: list[Input]) -> pd.DataFrame:
@@ -216,7 +241,7 @@ def _skews(inputs: list[Input]) -> pd.DataFrame:
         members = [i for i in inputs if i.group == group]
         if len(members) < 2:
             continue
-        events = pd.concat([_comm_kernels(i) for i in members], ignore_index=True)
+        events = _comm_kernels(members)
         offsets = timeline.clock_offsets([{"rank": i.rank, "trace_start_epoch_ns": i.epoch_ns} for i in members])
         summary = timeline.skew_summary(timeline.collective_skew(events, offsets))
         if len(summary):  # a run with no timed collectives (proton) adds no rows

@@ -4,6 +4,7 @@
 states only what they decided; below its threshold a source says nothing."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
@@ -61,10 +62,12 @@ def roofline_findings(ev) -> list:
     best: dict[str, tuple] = {}
     for i in ev.inputs:
         d = i.digest("roofline")
-        rows = d["rows"].dropna(subset=["lost_ns", "roofline_frac"])  # a kernel without a roof share is not judged
-        if d["device"] is None or not len(rows) or not d["gpu_ns"]:
+        rows = d["rows"]
+        lost = rows["lost_ns"].to_numpy(dtype=np.float64)
+        judged = ~np.isnan(lost) & ~np.isnan(rows["roofline_frac"].to_numpy(dtype=np.float64))  # no roof share: not judged
+        if d["device"] is None or not judged.any() or not d["gpu_ns"]:
             continue
-        top = rows.loc[rows["lost_ns"].idxmax()]
+        top = rows.iloc[int(np.argmax(np.where(judged, lost, -np.inf)))]  # the first of the most lost (idxmax's)
         if top["lost_ns"] >= MIN_LOST_SHARE * d["gpu_ns"] and (i.group not in best or
                                                               top["lost_ns"] > best[i.group][1]["lost_ns"]):
             best[i.group] = (i, top, d)

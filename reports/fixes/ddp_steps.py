@@ -31,13 +31,15 @@ def gradient_allreduces(rows: pd.DataFrame) -> pd.Series:
     return pd.Series(_gradient_mask(rows), index=rows.index)
 
 
-def _distinct(column: pd.Series, test) -> np.ndarray:
-    """test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
+def _distinct(column: pd.Series, *tests) -> list[np.ndarray]:
+    """Per test, test(names) -> bool array, run on each distinct value of `column` (as str) once, per row."""
     if isinstance(column.dtype, pd.CategoricalDtype):  # each category, and "nan" (code -1) last
         names = pd.Index([str(c) for c in column.cat.categories] + ["nan"], dtype=object)
-        return np.asarray(test(names), dtype=bool)[column.cat.codes.to_numpy()]
-    codes, names = pd.factorize(column, use_na_sentinel=False)
-    return np.asarray(test(pd.Index(names.astype(str), dtype=object)), dtype=bool)[codes]
+        codes = column.cat.codes.to_numpy()
+    else:
+        codes, found = pd.factorize(column, use_na_sentinel=False)
+        names = pd.Index(found.astype(str), dtype=object)
+    return [np.asarray(test(names), dtype=bool)[codes] for test in tests]
 
 
 def _steps(rows: pd.DataFrame) -> np.ndarray:
@@ -49,17 +51,26 @@ def _steps(rows: pd.DataFrame) -> np.ndarray:
 def _gradient_mask(rows: pd.DataFrame) -> np.ndarray:
     kernel = (rows["kind"] == "kernel").to_numpy()
     comm = kernel & (rows["op_class"] == "communication").to_numpy()
-    by_name = _distinct(rows["kernel"], lambda k: [collective_type(n) == "allreduce" for n in k])
-    scope_allreduce = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains(r"all_?reduce", regex=True))
-    scope_backward = _distinct(rows["scope"], lambda sc: sc.str.lower().str.contains("backward", regex=False))
+    by_name, = _distinct(rows["kernel"], lambda k: [collective_type(n) == "allreduce" for n in k])
+    scope_allreduce, scope_backward = _distinct(  # the scope's names factorized once for both tests
+        rows["scope"], lambda sc: sc.str.lower().str.contains(r"all_?reduce", regex=True),
+        lambda sc: sc.str.lower().str.contains("backward", regex=False))
     allreduce = comm & (by_name | scope_allreduce)
     backward = kernel & ~comm & scope_backward
     if not allreduce.any() or not backward.any():
         return np.zeros(len(rows), bool)
     step, start = _steps(rows), rows["start_ns"].to_numpy(dtype=np.int64)
-    first_ns = pd.Series(start[backward]).groupby(step[backward]).min()  # per step with backward kernels
-    first = first_ns.reindex(step).to_numpy(dtype=np.float64)  # NaN: a step without any
-    return allreduce & (start >= first)
+    return allreduce & (start >= _first_per_step(step, start, backward))
+
+
+def _first_per_step(step: np.ndarray, start: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Per row, the least start of the `on` rows of its step, as float64 (NaN: its step has none)."""
+    steps, at = np.unique(step[on], return_inverse=True)
+    least = np.full(len(steps), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least, at.reshape(-1), start[on])
+    pos = np.minimum(np.searchsorted(steps, step), max(len(steps) - 1, 0))
+    found = (pos < len(steps)) & (steps[pos] == step) if len(steps) else np.zeros(len(step), bool)
+    return np.where(found, least[pos].astype(np.float64) if len(steps) else np.nan, np.nan)
 
 
 def rank_ddp(events: pd.DataFrame) -> pd.DataFrame:

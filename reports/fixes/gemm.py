@@ -113,14 +113,15 @@ def _pick(ev, select) -> dict[str, tuple]:
     """Per run, the rank whose selected GEMM kernels take most time, where that is at least
     MIN_GPU_SHARE of its GPU time: {group: (input, kernels, its GPU ns)}."""
     best: dict[str, tuple] = {}
+    best_ns: dict[str, int] = {}
     for i in ev.inputs:
         k, total = _of(ev, i)
         if not total:
             continue
-        mine = k[select(k)]
-        time = int(mine["dur_ns"].sum())
-        if time >= MIN_GPU_SHARE * total and (i.group not in best or time > best[i.group][1]["dur_ns"].sum()):
-            best[i.group] = (i, mine, total)
+        chosen = np.asarray(select(k), dtype=bool)
+        time = int(k["dur_ns"].to_numpy()[chosen].sum())  # the rows taken only for the one kept
+        if time >= MIN_GPU_SHARE * total and (i.group not in best or time > best_ns[i.group]):
+            best[i.group], best_ns[i.group] = (i, k[chosen], total), time
     return best
 
 

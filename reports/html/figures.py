@@ -58,9 +58,10 @@ def axis_label(text: object) -> str:
 
 def labelled_events(inputs: list[Input]) -> pd.DataFrame:
     """The columns the figures need from every input, with its label (ordered as given)."""
-    parts = [i.sums[["kind", "kernel", "op_class", "dur_ns", "count"]].assign(label=i.label) for i in inputs]
+    parts = [i.sums[["kind", "kernel", "op_class", "dur_ns", "count"]] for i in inputs]
     df = pd.concat(parts, ignore_index=True)
-    df["label"] = pd.Categorical(df["label"], categories=[i.label for i in inputs])
+    df["label"] = pd.Categorical.from_codes(np.repeat(np.arange(len(parts)), [len(p) for p in parts]),
+                                            categories=[i.label for i in inputs])  # each row's input, set once
     df["kernel"] = df["kernel"].astype(str)
     return df
 
@@ -141,11 +142,18 @@ def outliers_and_first(members: list[Input], count: int) -> list[Input]:
     """The ranks whose compute time (all but communication, from their sums) is an outlier,
     the farthest first, at most OUTLIERS_SHOWN; then the first others, up to `count` in all;
     in rank order."""
-    compute = pd.Series([float(s.loc[s["op_class"] != "communication", "dur_ns"].sum())
-                         for s in (i.sums for i in members)])
+    compute = pd.Series([_compute_ns(i.sums) for i in members])
     odd = [members[k] for k in outliers(compute)[:OUTLIERS_SHOWN]]
     rest = [i for i in members if all(i is not o for o in odd)][:max(0, count - len(odd))]
     return sorted(odd + rest, key=lambda i: i.rank)
+
+
+def _compute_ns(sums: pd.DataFrame) -> float:
+    """A rank's time but communication, from its sums (integer ns summed by numpy: no masked frame)."""
+    keep = (sums["op_class"] != "communication").to_numpy()
+    if sums["dur_ns"].dtype.kind in "iu":
+        return float(sums["dur_ns"].to_numpy()[keep].sum())
+    return float(sums.loc[keep, "dur_ns"].sum())
 
 
 def outliers(values: pd.Series) -> list:

@@ -332,9 +332,16 @@ def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]
     return out
 
 
+def _has_scopes(scope: pd.Series) -> bool:
+    """Whether any row has a scope: a non-empty name, missing ones taken as ""."""
+    if isinstance(scope.dtype, pd.StringDtype):  # str or missing: compared without a str per row made
+        return bool((scope.to_numpy(dtype=object, na_value="") != "").any())
+    return bool(scope.fillna("").astype(str).str.len().any())
+
+
 def _tree_sections(inputs: list[Input]) -> list[str]:
     """Scope trees of the first inputs that have scopes, and the diff tree of two inputs."""
-    scoped = [i for i in inputs if i.sums["scope"].fillna("").astype(str).str.len().any()]
+    scoped = [i for i in inputs if _has_scopes(i.sums["scope"])]
     if not scoped:
         return []
     out = ['<h2 id="scope-tree">Scope tree</h2>', '<p class="note">Inclusive time of every scope and of the kernels under it, '

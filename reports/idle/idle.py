@@ -41,7 +41,7 @@ import pandas as pd
 from tracelab.schema import RankData, kind_mask
 
 from ..steps.steps import shared_step_rows, step_rows
-from ..steps.timeline import covered, merge_intervals, timed
+from ..steps.timeline import covered, merge_intervals, run_cummax, timed
 from ..whatif.bound import with_path_bound
 from ..whatif.nodes import shared_graph
 
@@ -138,21 +138,25 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) 
                                                                              launch_end))
     first = np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])] if len(order) else np.zeros(0, bool)
     in_step = np.cumsum(first)  # the (rank, step) groups are runs of this order
-    before = _shifted(pd.Series(end).groupby(in_step, sort=False).cummax().to_numpy(), in_step)
-    streams, stream_at = np.unique(stream, return_inverse=True)
-    on_stream = in_step * len(streams) + stream_at.reshape(-1)  # the (rank, step, stream) groups
-    own_before = _shifted(pd.Series(end).groupby(on_stream, sort=False).cummax().to_numpy(), on_stream)
+    before = _previous_max(end, in_step)
+    stream_at, streams = pd.factorize(stream, sort=True)
+    on_stream = in_step * len(streams) + stream_at  # the (rank, step, stream) groups
+    own_before = _previous_max(end, on_stream)
     gap = start > before  # NaN (a step's first row): no gap
     return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
                    sync_start, sync_end)
 
 
-def _shifted(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Each row's previous row's value within its group (in row order), NaN for a group's first (float64)."""
+def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's largest value of the rows before it in its group (in row order), NaN for a
+    group's first (float64)."""
     order = np.argsort(group, kind="stable")
+    g = group[order]
+    first = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    running = run_cummax(values[order], first)
     out = np.full(len(values), np.nan)
-    same = group[order][1:] == group[order][:-1]
-    out[order[1:][same]] = values[order[:-1][same]]
+    later = np.flatnonzero(~first)
+    out[order[later]] = running[later - 1]
     return out
 
 
@@ -178,16 +182,40 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     if not len(base):
         return _empty(STEP_COLUMNS)
     parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
-    sums = gaps.groupby(["step", "rank"])[parts].sum()
-    got = sums.reindex(pd.MultiIndex.from_arrays([base["step"], base["rank"]])).fillna(0).to_numpy(dtype=np.int64)
     col = {c: base[c].to_numpy(dtype=np.int64) for c in ("step", "rank", "kernels", "span_ns", "busy_ns",
                                                          "exposed_comm_ns")}
+    got = _sums_at(col["step"], col["rank"], gaps, parts)
     part = dict(zip(parts, got.T))
-    out = pd.DataFrame({"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
-                        "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
-                        "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
-                        **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]})
-    return out.assign(bound=step_bound(out))[STEP_COLUMNS]
+    out = {"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
+           "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
+           "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
+           **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]}
+    return pd.DataFrame({**out, "bound": _bound(out)}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order already
+
+
+def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
+    """step_bound of the int64 columns `col` (the rule lives in step_bound; this is its arithmetic on arrays)."""
+    gpu = (col["busy_ns"] - col["exposed_comm_ns"]).astype(np.float64)
+    comm = (col["exposed_comm_ns"] + col["idle_dependency_ns"]).astype(np.float64)
+    host = (col["idle_host_ns"] + col["idle_launch_ns"] + col["idle_sync_ns"]).astype(np.float64)
+    return _bound_of(gpu, comm, host, col["span_ns"].astype(np.float64))
+
+
+def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
+    """[row, part]: the gaps' `parts` summed per (step, rank) of each row (0 where it has none), int64."""
+    got = np.zeros((len(step), len(parts)), np.int64)
+    if not len(gaps):
+        return got
+    g_step, g_rank = gaps["step"].to_numpy(dtype=np.int64), gaps["rank"].to_numpy(dtype=np.int64)
+    order = np.lexsort((g_rank, g_step))
+    g_step, g_rank = g_step[order], g_rank[order]
+    at = np.flatnonzero(np.r_[True, (g_step[1:] != g_step[:-1]) | (g_rank[1:] != g_rank[:-1])])
+    sums = np.add.reduceat(np.c_[tuple(gaps[c].to_numpy(dtype=np.int64)[order] for c in parts)], at, axis=0)
+    row_of = {k: i for i, k in enumerate(zip(g_step[at].tolist(), g_rank[at].tolist()))}
+    for i, k in enumerate(zip(step.tolist(), rank.tolist())):
+        if k in row_of:
+            got[i] = sums[row_of[k]]
+    return got
 
 
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
@@ -196,8 +224,12 @@ def step_bound(steps: pd.DataFrame) -> np.ndarray:
     gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
     comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
     host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
+    return _bound_of(gpu, comm, host, steps["span_ns"].to_numpy(dtype=np.float64))
+
+
+def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndarray) -> np.ndarray:
     largest = np.array(BOUNDS)[np.argmax(np.c_[gpu, comm, host], axis=1)]
-    paced = (host >= HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)) & (host >= comm) & (host > 0)
+    paced = (host >= HOST_BOUND_SHARE * span) & (host >= comm) & (host > 0)
     return np.where(paced, "host", largest)
 
 
@@ -223,6 +255,16 @@ def _inside(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < end[np.maximum(i, 0)])
 
 
+def _overlaps(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """covered(start, end, u_start, u_end) > 0, by one search where the segments are disjoint (of
+    sorted disjoint segments of positive length, the last one beginning before `end` overlaps
+    [start, end) if any does), else by covered itself."""
+    if not len(u_start) or not (u_end > u_start).all() or not (u_start[1:] >= u_end[:-1]).all():
+        return covered(start, end, u_start, u_end) > 0
+    k = np.searchsorted(u_start, end, side="left") - 1
+    return (k >= 0) & (end > start) & (u_end[np.maximum(k, 0)] > start)
+
+
 def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int | None = TOP_OPS,
              sync: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per (kind, name) of the host's CPU ops, ranges and OS calls (OP_KINDS), the ns of
@@ -234,7 +276,7 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     u_start, u_end = host_idle_intervals(gaps, *(sync if sync is not None else _sync_union(host)))
     # the ops whose own interval covers some host idle: a name's union over the rest adds nothing
     on = np.flatnonzero(kind_mask(host, OP_KINDS))
-    on = on[covered(h_start[on], h_start[on] + h_dur[on], u_start, u_end) > 0]
+    on = on[_overlaps(h_start[on], h_start[on] + h_dur[on], u_start, u_end)]
     names, name_of = pd.factorize(np.asarray(host["name"].array, dtype=object)[on], sort=True)  # codes in name order
     kinds = host["kind"].cat.codes.to_numpy(dtype=np.int64)[on]
     order = np.lexsort((h_start[on], names, kinds))  # by kind, name, start
@@ -242,16 +284,19 @@ def host_ops(gaps: pd.DataFrame, host: pd.DataFrame | None, rank: int, top: int 
     first = np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, dtype=bool)
     start = h_start[on][order]
     end = start + h_dur[on][order]
-    reached = pd.Series(end).groupby(group, sort=False).cummax().to_numpy(dtype=np.int64)  # a name's own overlaps once
+    reached = run_cummax(end, first)  # a name's own overlaps once
     reached = np.where(first, np.iinfo(np.int64).min, np.r_[np.iinfo(np.int64).min, reached[:-1]])
     ns = covered(np.maximum(start, reached), end, u_start, u_end)
     at = np.flatnonzero(first)
-    out = pd.DataFrame({"kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
-                        "name": name_of[names[order][at]].astype(str),
-                        "covered_ns": np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)})
-    out = out[out["covered_ns"] > 0].sort_values(["covered_ns", "name"], ascending=[False, True], kind="stable")
-    out = out.head(top) if top is not None else out
-    return out.assign(rank=rank, host_idle_ns=int((u_end - u_start).sum()))[OP_COLUMNS].reset_index(drop=True)
+    covered_ns = np.add.reduceat(ns, at) if len(at) else np.zeros(0, dtype=np.int64)
+    at = at[covered_ns > 0]
+    name_at = names[order][at]  # codes in name order: most covered first, then by name, then as listed
+    pick = np.lexsort((name_at, -covered_ns[covered_ns > 0]))[:top]
+    at, covered_ns = at[pick], covered_ns[covered_ns > 0][pick]
+    return pd.DataFrame({"rank": np.full(len(at), rank, dtype=np.int64),
+                         "kind": host["kind"].cat.categories.astype(str).to_numpy()[kinds[order][at]],
+                         "name": name_of[names[order][at]].astype(str), "covered_ns": covered_ns,
+                         "host_idle_ns": np.full(len(at), int((u_end - u_start).sum()), dtype=np.int64)})
 
 
 def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
@@ -266,7 +311,9 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
     n_steps = len(np.unique(step[~np.isnan(step)]))
     known = kernel & rows["launch_start_ns"].notna().to_numpy()
     paired = known & rows["launch_dur_ns"].notna().to_numpy()  # a call is its start and its duration
-    calls = launch_calls(rows[paired])
+    at = np.flatnonzero(paired)  # the paired kernels' columns as arrays: no frame copied
+    calls = launch_calls(*(rows[c].to_numpy(dtype=np.int64, na_value=0)[at]  # exact: no NA among them
+                           for c in ("launch_start_ns", "launch_dur_ns", "start_ns")), rows["step"].notna().to_numpy()[at])
     delay = (calls["first_start_ns"] - calls["launch_start_ns"]).astype(np.float64)
     launch_dur = calls["launch_dur_ns"]
     single = calls["kernels"][calls["row"]] == 1  # per known kernel: its call started it alone
@@ -285,20 +332,18 @@ def launch_stats(rows: pd.DataFrame, rank: int) -> pd.DataFrame:
         columns=LAUNCH_COLUMNS)
 
 
-def launch_calls(known: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per launch call (its start and CPU duration identify it) of the kernels whose launch is
-    known, in (start, duration) order: launch_start_ns, launch_dur_ns, how many kernels it started
-    (`kernels`), the first one's start, whether any is in a step; `row`: each kernel's call."""
-    ls = known["launch_start_ns"].to_numpy(dtype=np.int64)
-    ld = known["launch_dur_ns"].to_numpy(dtype=np.int64)
+def launch_calls(ls: np.ndarray, ld: np.ndarray, start: np.ndarray, in_step: np.ndarray) -> dict[str, np.ndarray]:
+    """Per launch call (its start `ls` and CPU duration `ld` identify it) of the kernels whose launch
+    is known (their `start` and whether each is in a step), in (start, duration) order:
+    launch_start_ns, launch_dur_ns, how many kernels it started (`kernels`), the first one's start,
+    whether any is in a step; `row`: each kernel's call."""
     order = np.lexsort((ld, ls))
     new = np.r_[True, (ls[order][1:] != ls[order][:-1]) | (ld[order][1:] != ld[order][:-1])] if len(order) else \
         np.zeros(0, bool)
     at = np.flatnonzero(new)
     row = np.empty(len(order), np.int64)
     row[order] = np.cumsum(new) - 1
-    start = known["start_ns"].to_numpy(dtype=np.int64)[order]
-    in_step = known["step"].notna().to_numpy()[order]
+    start, in_step = start[order], in_step[order]
     empty = not len(at)
     return {"launch_start_ns": ls[order][at], "launch_dur_ns": ld[order][at],
             "kernels": np.diff(np.r_[at, len(order)]), "row": row,
@@ -323,20 +368,25 @@ def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> lis
 def combine(by_rank: dict[int, Idle]) -> Idle:
     """Ranks' idle summaries (RankIdle) by rank as one Idle, each under its rank (as resolved
     after parsing), sorted by step and rank; the hint line when any step is host-bound."""
-    parts = [Idle(*(f.assign(rank=int(r)) for f in (p.steps, p.ops, p.launches)), [f"rank {r}: {n}" for n in p.notes])
-             for r, p in by_rank.items()]
-    steps = [p.steps for p in parts if len(p.steps)]
-    ops = [p.ops for p in parts if len(p.ops)]
-    launches = [p.launches for p in parts if len(p.launches)]
-    out = Idle(pd.concat(steps, ignore_index=True).sort_values(["step", "rank"], kind="stable", ignore_index=True)
-               if steps else _empty(STEP_COLUMNS),
-               pd.concat(ops, ignore_index=True) if ops else _empty(OP_COLUMNS),
-               pd.concat(launches, ignore_index=True).sort_values("rank", ignore_index=True)
-               if launches else _empty(LAUNCH_COLUMNS),
-               [n for p in parts for n in p.notes])
+    steps, ops, launches = (_stacked({r: getattr(p, k) for r, p in by_rank.items()}) for k in ("steps", "ops", "launches"))
+    out = Idle(steps.sort_values(["step", "rank"], kind="stable", ignore_index=True)
+               if steps is not None else _empty(STEP_COLUMNS),
+               ops if ops is not None else _empty(OP_COLUMNS),
+               launches.sort_values("rank", ignore_index=True) if launches is not None else _empty(LAUNCH_COLUMNS),
+               [f"rank {r}: {n}" for r, p in by_rank.items() for n in p.notes])
     if len(out.steps) and (out.steps["bound"] == "host").any():
         out.notes.append(HINT)
     return out
+
+
+def _stacked(by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame | None:
+    """The ranks' non-empty frames as one (a new RangeIndex), each row's `rank` its rank's (int64),
+    set once after the concat; None where every frame is empty."""
+    kept = [(int(r), f) for r, f in by_rank.items() if len(f)]
+    if not kept:
+        return None
+    out = kept[0][1].reset_index(drop=True) if len(kept) == 1 else pd.concat([f for _, f in kept], ignore_index=True)
+    return out.assign(rank=np.repeat(np.array([r for r, _ in kept], dtype=np.int64), [len(f) for _, f in kept]))
 
 
 def of_input(i) -> Idle:

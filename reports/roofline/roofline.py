@@ -96,16 +96,18 @@ def _traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return hbm, np.where(host, moved, np.nan)
 
 
-def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known."""
+def _min_ns(events: pd.DataFrame, device: Device | None, dtype: np.ndarray | None = None,
+            traffic: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known.
+    `dtype` (the rows' dtype as str) and `traffic` (_traffic's), where the caller has them."""
     n = len(events)
     if device is None:
         nan = np.full(n, np.nan)
         return nan, nan, nan
-    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy())  # a peak per distinct dtype
+    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy() if dtype is None else dtype)  # a peak per dtype
     peak = np.array([device.peak_tflop_s(d) or np.nan for d in dtypes], dtype=np.float64)[codes]
     compute_ns = events["flops"].to_numpy(dtype=np.float64) / (peak * 1e3)  # TFLOP/s = 1e3 FLOP/ns
-    hbm, host = _traffic(events)
+    hbm, host = _traffic(events) if traffic is None else traffic
     memory_ns = hbm / device.hbm_gb_s  # GB/s = bytes/ns
     if device.host_link_gb_s:
         memory_ns = np.where(np.isnan(host), memory_ns, host / device.host_link_gb_s)
@@ -114,7 +116,8 @@ def _min_ns(events: pd.DataFrame, device: Device | None) -> tuple[np.ndarray, np
 
 def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarray) -> np.ndarray:
     memoryish = events["op_class"].isin(MEMORY_CLASSES).to_numpy() | (events["kind"] != "kernel").to_numpy()
-    bound = np.full(len(events), "unknown", dtype=object)
+    bound = np.empty(len(events), dtype=object)
+    bound.fill("unknown")  # one str, not one per row (np.full's)
     both = ~np.isnan(compute_ns) & ~np.isnan(memory_ns)
     bound[both] = np.where(compute_ns[both] >= memory_ns[both], "compute", "memory")
     bound[np.isnan(compute_ns) & ~np.isnan(memory_ns) & memoryish] = "memory"
@@ -126,22 +129,22 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     """The rows of one rank's events grouped by `by` (module docstring); pure."""
     on = (events["kind"] != "cpu_op").to_numpy()
     gpu = events if on.all() else events[on]  # most traces: every row is GPU work, no copy
-    min_ns, compute_ns, memory_ns = _min_ns(gpu, device)
+    dtype, traffic = gpu["dtype"].astype(str).to_numpy(), _traffic(gpu)
+    min_ns, compute_ns, memory_ns = _min_ns(gpu, device, dtype, traffic)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
-    hbm, host = _traffic(gpu)
-    frame = pd.DataFrame({
+    hbm, host = traffic
+    rank = int(events["rank"].iloc[0]) if len(events) else 0
+    frame = {  # the rows' columns as arrays, grouped by key in _grouped (no frame of the rows is made)
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
         "known_ns": np.where(known, dur, 0.0),
         "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": np.where(np.isnan(hbm), host, hbm),
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
         "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
-        "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": gpu["dtype"].astype(str).to_numpy()})
-    rows = _grouped(frame)
-    rank = int(events["rank"].iloc[0]) if len(events) else 0
-    rows.insert(0, "rank", rank)
+        "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": dtype}
+    rows = _grouped(frame, rank)
     source = str(events["source"].iloc[0]) if len(events) else ""
-    return Roofline(rows[COLUMNS], device, device_from, int(dur.sum()), int(frame["known_ns"].sum()),
+    return Roofline(rows, device, device_from, int(dur.sum()), int(pd.Series(frame["known_ns"]).sum()),
                     MISSING_WORK.get(source, ""))
 
 
@@ -149,9 +152,10 @@ def _dominant(codes: np.ndarray, values: np.ndarray, dur: np.ndarray, n_keys: in
     """Per key code (0..n_keys-1), the value over the most time (ties: the first in order; None
     where the key has no row)."""
     value_codes, names = pd.factorize(values)
-    weights = pd.Series(dur).groupby([codes, value_codes], sort=False).sum()  # the pairs in order of appearance
-    key_of = weights.index.get_level_values(0).to_numpy()
-    value_of = weights.index.get_level_values(1).to_numpy()
+    width = len(names) + 1  # a (key, value) pair as one integer: value code -1 (a missing value) is 0
+    weights = pd.Series(dur).groupby(codes * width + (value_codes + 1), sort=False).sum()  # pairs in order of appearance
+    key_of = weights.index.to_numpy() // width
+    value_of = weights.index.to_numpy() % width - 1
     order = np.argsort(-weights.to_numpy(), kind="stable")  # most time first, ties in order
     key_sorted = key_of[order]
     first = np.unique(key_sorted, return_index=True)[1]
@@ -160,21 +164,24 @@ def _dominant(codes: np.ndarray, values: np.ndarray, dur: np.ndarray, n_keys: in
     return out
 
 
-def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
-    codes, keys = pd.factorize(frame["key"].to_numpy(dtype=object))  # in order of appearance, as groupby(sort=False)
-    both = (frame["flops"].notna() & frame["bytes"].notna()).to_numpy()
-    sums = frame[["dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns", "flops", "bytes", "min_ns"]]
-    sums = sums.assign(flops_both=np.where(both, sums["flops"], np.nan), bytes_both=np.where(both, sums["bytes"], np.nan))
+def _grouped(frame: dict[str, np.ndarray], rank: int) -> pd.DataFrame:
+    """The rows' columns (`frame`) grouped by key (COLUMNS), the most lost first."""
+    codes, keys = pd.factorize(frame["key"].astype(object))  # in order of appearance, as groupby(sort=False)
+    both = ~np.isnan(frame["flops"]) & ~np.isnan(frame["bytes"])
+    sums = pd.DataFrame({**{c: frame[c] for c in ("dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns",
+                                                   "flops", "bytes", "min_ns")},
+                         "flops_both": np.where(both, frame["flops"], np.nan),
+                         "bytes_both": np.where(both, frame["bytes"], np.nan)})
     # one pass: min_count=1 leaves the columns without NaN as a plain sum, and is NaN for a key
     # with no flops (bytes, roof, row with both) known; NaN rows are skipped, as their subset's sum
     out = sums.groupby(codes, sort=False).sum(min_count=1)
     col = {c: out[c].to_numpy() for c in out.columns if not c.endswith("_both")}
-    dur = frame["dur_ns"].to_numpy()
-    bound = frame["bound"].to_numpy(dtype=object)
+    dur = frame["dur_ns"]
+    bound = frame["bound"]
     judged = bound != "unknown"
     bounds = _dominant(codes[judged], bound[judged], dur[judged], len(keys))
     bounds[pd.isna(bounds)] = "unknown"
-    dtypes = _dominant(codes, frame["dtype"].to_numpy(dtype=object), dur, len(keys))
+    dtypes = _dominant(codes, frame["dtype"].astype(object), dur, len(keys))
     min_ns, min_known_ns = col["min_ns"], col["min_known_ns"]
     roofline_frac = min_ns / np.where(min_known_ns > 0, min_known_ns, np.nan)
     # a group mostly of rows without a roof (a GEMM whose dtype the trace omits, beside cuBLAS's
@@ -182,13 +189,21 @@ def _grouped(frame: pd.DataFrame) -> pd.DataFrame:
     partial = min_known_ns < 0.5 * col["dur_ns"]
     bounds[partial] = "unknown"
     both_bytes = out["bytes_both"].to_numpy()
-    out = pd.DataFrame({"key": pd.Index(keys, dtype=object), **col, "bound": bounds, "dtype": dtypes,
-                        "tflop_s": col["flops"] / np.where(col["flops_ns"] > 0, col["flops_ns"], np.nan) / 1e3,
-                        "gb_s": col["bytes"] / np.where(col["bytes_ns"] > 0, col["bytes_ns"], np.nan),
-                        "intensity": out["flops_both"].to_numpy() / np.where(both_bytes > 0, both_bytes, np.nan),
-                        "roofline_frac": np.where(partial, np.nan, roofline_frac), "lost_ns": min_known_ns - min_ns})
-    out = out.sort_values(["lost_ns", "dur_ns"], ascending=[False, False], na_position="last", kind="stable")
-    return out.reset_index(drop=True)
+    lost = min_known_ns - min_ns
+    got = {"rank": np.full(len(keys), rank, dtype=np.int64), "key": np.asarray(keys, dtype=object), **col,
+           "tflop_s": col["flops"] / np.where(col["flops_ns"] > 0, col["flops_ns"], np.nan) / 1e3,
+           "gb_s": col["bytes"] / np.where(col["bytes_ns"] > 0, col["bytes_ns"], np.nan),
+           "intensity": out["flops_both"].to_numpy() / np.where(both_bytes > 0, both_bytes, np.nan),
+           "bound": bounds, "roofline_frac": np.where(partial, np.nan, roofline_frac), "lost_ns": lost, "dtype": dtypes}
+    # the most lost first, then the longest; NaN last; ties as they came (sort_values' stable order)
+    order = np.lexsort((_descending(col["dur_ns"]), _descending(lost)))
+    return pd.DataFrame({c: got[c][order] for c in COLUMNS})
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """A float sort key putting `values` largest first and NaN last."""
+    values = values.astype(np.float64)
+    return np.where(np.isnan(values), np.inf, -values)
 
 
 def to_records(result: Roofline, top: int | None = None) -> list[dict[str, Any]]:

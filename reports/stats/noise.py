@@ -26,6 +26,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import str_array
+
 from . import MAD_TO_SD, MIN_LEAD_NS, MIN_LEAD_SHARE, MIN_SKEW_NS, NOISE_SIGMAS
 
 
@@ -85,10 +87,26 @@ def step_stds(events: pd.DataFrame, by: dict[str, list[str]]) -> dict[str, pd.Se
     has = events["step"].notna().to_numpy()
     steps, step_at = np.unique(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has], return_inverse=True)
     dur = events["dur_ns"].to_numpy(dtype=np.int64)[has]
-    codes = {k: pd.factorize(events[k][has].astype(str).to_numpy(dtype=object), sort=True)  # in the strings' order
+    codes = {k: _sorted_codes(events[k], has)  # in the strings' order
              for k in dict.fromkeys(k for keys in by.values() for k in keys)}
     columns = pd.Index(steps.astype(np.int64), name="step")
     return {name: _std([codes[k] for k in keys], keys, step_at.reshape(-1), dur, columns) for name, keys in by.items()}
+
+
+def _sorted_codes(column: pd.Series, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """pd.factorize(column.astype(str)[mask], sort=True): a categorical's by its codes, each
+    category's name made and sorted once (where two used names print alike: factorize itself)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.factorize(str_array(column)[mask], sort=True)
+    codes = column.cat.codes.to_numpy()[mask]
+    names = np.array([str(c) for c in column.cat.categories] + [np.str_("nan")], dtype=object)  # -1: the last
+    used = np.flatnonzero(np.bincount(codes + 1, minlength=len(names) + 1)[np.r_[1:len(names), 0]])
+    uniques = np.unique(names[used]) if len(used) else np.empty(0, dtype=object)
+    if len(uniques) < len(used):
+        return pd.factorize(str_array(column)[mask], sort=True)
+    position = np.zeros(len(names), np.int64)
+    position[used] = np.searchsorted(uniques, names[used])
+    return position[codes], uniques
 
 
 def _std(names: list[tuple[np.ndarray, np.ndarray]], keys: list[str], step_at: np.ndarray, dur: np.ndarray,

@@ -22,6 +22,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import kind_mask
+
 from .timeline import timed
 
 # NCCL's bus-bandwidth factor per collective type and rank count n (nccl-tests,
@@ -64,14 +66,18 @@ def comm_rows(df: pd.DataFrame) -> pd.DataFrame:
     rank, process_group, kernel, msg_bytes, step, arrival_ns, end_ns; one rank's rows are
     what `match` needs of it (reports/waits.rank_digest keeps them per rank)."""
     rows = activity(df)
-    rows = rows[rows["kind"].isin(["kernel", "cpu_op"]) & (rows["op_class"] == "communication")]
-    if len(rows) and (rows["kind"] == "cpu_op").all():  # a CPU run: the backend's worker ranges, not
+    on = kind_mask(rows, ("kernel", "cpu_op")) & (rows["op_class"] == "communication").to_numpy()
+    idx = np.flatnonzero(on)
+    if len(idx) and kind_mask(rows, ("cpu_op",))[idx].all():  # a CPU run: the backend's worker ranges, not
+        rows = rows[on]
         rows = rows[rows["name"].str.match(CPU_COLLECTIVE)]  # the calls that only enqueue them (c10d::allreduce_)
-    start = rows["start_ns"].to_numpy(dtype=np.int64)
-    return pd.DataFrame({"rank": rows["rank"].to_numpy(), "process_group": rows["process_group"].to_numpy(dtype=object),
-                         "kernel": rows["kernel"].astype(str).to_numpy(),
-                         "msg_bytes": rows["msg_bytes"].to_numpy(), "step": rows["step"].array,
-                         "arrival_ns": start, "end_ns": start + rows["dur_ns"].to_numpy(dtype=np.int64)})
+        idx = np.arange(len(rows))
+    start = rows["start_ns"].to_numpy(dtype=np.int64)[idx]  # the rows read column by column, not the whole frame
+    return pd.DataFrame({"rank": rows["rank"].to_numpy()[idx],
+                         "process_group": rows["process_group"].to_numpy(dtype=object)[idx],
+                         "kernel": rows["kernel"].take(idx).astype(str).to_numpy(),
+                         "msg_bytes": rows["msg_bytes"].to_numpy()[idx], "step": rows["step"].array[idx],
+                         "arrival_ns": start, "end_ns": start + rows["dur_ns"].to_numpy(dtype=np.int64)[idx]})
 
 
 def collectives(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:

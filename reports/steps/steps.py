@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.schema import RankData, kind_mask
 
 from .collectives import activity
 from .timeline import merge_intervals
@@ -47,17 +47,23 @@ def step_rows(df: pd.DataFrame) -> pd.DataFrame:
     """step_table without its wait column: what each rank's own events give (one rank's
     rows are its part of the table: reports/waits.rank_digest makes them per rank)."""
     rows = activity(df)
-    rows = rows[rows["step"].notna()]
-    if rows.empty:
+    stepped = rows["step"].notna().to_numpy()
+    if not stepped.any():
         return pd.DataFrame(columns=COLUMNS[:-1])
-    start = rows["start_ns"].to_numpy(dtype=np.int64)
-    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
-    kernel = rows["kind"].isin(["kernel", "cpu_op"]).to_numpy()  # CPU runs: operators stand for kernels
-    comm = kernel & (rows["op_class"] == "communication").to_numpy()
-    groups = rows.groupby(["step", "rank"], sort=True).indices  # (step, rank) -> row positions
-    table = pd.DataFrame([{"step": int(s), "rank": int(r), **_one(start[i], end[i], kernel[i], comm[i])}
-                          for (s, r), i in groups.items()], columns=COLUMNS[:-2])
-    first_ns = np.array([start[i].min() for i in groups.values()], dtype=np.int64)
+    at = np.flatnonzero(stepped)  # the columns read, as arrays: no frame is copied
+    step = rows["step"].to_numpy(dtype=np.int64, na_value=0)[at]
+    rank = rows["rank"].to_numpy(dtype=np.int64)[at]
+    start = rows["start_ns"].to_numpy(dtype=np.int64)[at]
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)[at]
+    kernel = kind_mask(rows, ("kernel", "cpu_op"))[at]  # CPU runs: operators stand for kernels
+    comm = kernel & (rows["op_class"] == "communication").to_numpy()[at]
+    order = np.lexsort((rank, step))  # by (step, rank), each group's rows in their order
+    bounds = np.flatnonzero(np.r_[True, (step[order][1:] != step[order][:-1]) | (rank[order][1:] != rank[order][:-1]),
+                                  True])
+    groups = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    table = pd.DataFrame([{"step": int(step[i[0]]), "rank": int(rank[i[0]]), **_one(start[i], end[i], kernel[i], comm[i])}
+                          for i in groups], columns=COLUMNS[:-2])
+    first_ns = np.array([start[i].min() for i in groups], dtype=np.int64)
     return table.assign(period_ns=_period_ns(table["step"].to_numpy(), table["rank"].to_numpy(), first_ns))
 
 

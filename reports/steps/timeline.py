@@ -11,6 +11,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import kind_mask, str_array
+
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
@@ -18,7 +20,7 @@ def timed(df: pd.DataFrame) -> pd.DataFrame:
     """GPU activity rows that carry a start time: `df` itself where every row does (most traces;
     a filtered copy of a rank's whole frame cost ~5 ms, and each rank's digests ask ~10 times).
     Callers read it and never write to it."""
-    keep = df["kind"].isin(GPU_KINDS) & df["start_ns"].notna()
+    keep = kind_mask(df, GPU_KINDS) & df["start_ns"].notna().to_numpy()
     return df if keep.all() else df[keep]
 
 
@@ -34,6 +36,20 @@ def merge_intervals(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarra
     first = np.flatnonzero(opens)
     last = np.r_[first[1:] - 1, len(starts) - 1]
     return starts[first], run_end[last]
+
+
+def run_cummax(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The running maximum of int64 `values` within each run of consecutive rows (`first`: True
+    at a run's first row), exact: one numpy accumulate, each run lifted above the ones before it
+    (pandas' groupby cummax where the values' range times the runs would not fit in int64)."""
+    if not len(values):
+        return values.astype(np.int64)
+    run = np.cumsum(first) - 1
+    low, width = int(values.min()), int(values.max()) - int(values.min()) + 1
+    if width * (int(run[-1]) + 1) >= 1 << 62:
+        return pd.Series(values).groupby(run, sort=False).cummax().to_numpy(dtype=np.int64)
+    lift = run * width
+    return np.maximum.accumulate(values - low + lift) - lift + low
 
 
 def covered(start: np.ndarray, end: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
@@ -146,8 +162,8 @@ def _on_one_clock(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None) -> n
 def comm_kernels(df: pd.DataFrame) -> pd.DataFrame:
     """The timed communication kernels, with the columns collective_skew reads: a few hundred
     rows of a rank's thousands, so many ranks' skew never needs their whole frames."""
-    rows = df[(df["kind"] == "kernel") & (df["op_class"] == "communication") & df["start_ns"].notna()]
-    return rows[["rank", "kind", "op_class", "kernel", "start_ns"]]
+    on = kind_mask(df, ("kernel",)) & (df["op_class"] == "communication").to_numpy() & df["start_ns"].notna().to_numpy()
+    return df[["rank", "kind", "op_class", "kernel", "start_ns"]][on]  # the columns kept, then the rows
 
 
 def collective_skew(df: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None) -> pd.DataFrame:
@@ -219,7 +235,7 @@ def rank_segments(df: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     rows = timed(df)
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
-    classes = pd.Series(rows["op_class"].astype(str).to_numpy())
+    classes = pd.Series(str_array(rows["op_class"]))
     return {op_class: merge_intervals(start[idx], end[idx])
             for op_class, idx in classes.groupby(classes, sort=True).indices.items()}
 
@@ -255,11 +271,12 @@ TIMELINE_COLUMNS = ["rank", "kind", "op_class", "start_ns", "dur_ns"]  # what id
 def rank_timeline(df: pd.DataFrame) -> pd.DataFrame:
     """idle() and overlap_ns() side by side, one row per timed rank. Their filters copy only
     the columns they read (a rank's whole frame, names and scopes too, was copied 4 times)."""
-    df = df[TIMELINE_COLUMNS]
-    rows = timed(df)
-    kernel = (rows["kind"] == "kernel").to_numpy()
+    keep = kind_mask(df, GPU_KINDS) & df["start_ns"].notna().to_numpy()  # timed()'s rows
+    rows = df if keep.all() else df[TIMELINE_COLUMNS][keep]  # most ranks: every row, read in place
+    kernel = kind_mask(rows, ("kernel",))
     ranks = _by_rank(rows)
     if not ranks or not all(kernel[on].any() for _, on in ranks):  # a rank of copies only: NaN beside it
+        df = df[TIMELINE_COLUMNS]
         return idle(df).merge(overlap_ns(df), on="rank", how="left")
     start, end = _times(rows)
     comm = kernel & (rows["op_class"] == "communication").to_numpy()

@@ -96,8 +96,13 @@ def _from_common_start(coll: pd.DataFrame, digests: Mapping[int, RankDigest], of
 
 
 def _comm_of(digests: Mapping[int, RankDigest]) -> pd.DataFrame:
-    parts = [d.comm.assign(rank=rank, window=range(len(d.comm))) for rank, d in digests.items() if len(d.comm)]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "window", *_DIGEST_COMM])
+    kept = [(rank, d.comm) for rank, d in digests.items() if len(d.comm)]
+    if not kept:
+        return pd.DataFrame(columns=["rank", "window", *_DIGEST_COMM])
+    sizes = [len(c) for _, c in kept]  # one concat, then the rank and window columns at once (not a frame per rank)
+    return pd.concat([c for _, c in kept], ignore_index=True).assign(
+        rank=np.repeat(np.array([r for r, _ in kept]), sizes),  # the keys' own type, as assign gives it
+        window=np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]))
 
 
 _KEEP = ("window", "busy_ns", "idle_ns")  # each rank's window before the collective (verdicts.why reads them)
@@ -118,8 +123,11 @@ def _on_one_clock(rows: pd.DataFrame, epochs: Mapping[int, int | None]) -> tuple
 
 
 def _steps_of(digests: Mapping[int, RankDigest]) -> pd.DataFrame:
-    parts = [d.steps.assign(rank=rank) for rank, d in digests.items() if len(d.steps)]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=S.COLUMNS[:-1])
+    kept = [(rank, d.steps) for rank, d in digests.items() if len(d.steps)]
+    if not kept:
+        return pd.DataFrame(columns=S.COLUMNS[:-1])
+    return pd.concat([s for _, s in kept], ignore_index=True).assign(
+        rank=np.repeat(np.array([r for r, _ in kept]), [len(s) for _, s in kept]))
 
 
 def analyse_digests(digests: Mapping[int, RankDigest], epochs: Mapping[int, int | None]) -> Waits:

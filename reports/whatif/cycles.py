@@ -100,7 +100,7 @@ def _cross(edges, group: np.ndarray) -> _Cross:
 def _positions(g, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node, its chain's index (0..C-1) and its place in the chain (the replay's order);
     per chain, its number of vertices (2 per node)."""
-    order = np.lexsort((g.end_ns, g.start_ns, chain))
+    order = g.chain_order(chain) if hasattr(g, "chain_order") else np.lexsort((g.end_ns, g.start_ns, chain))
     c_sorted = chain[order]
     first = np.r_[True, c_sorted[1:] != c_sorted[:-1]] if len(order) else np.zeros(0, bool)
     cidx = np.empty(len(order), np.int64)
@@ -138,25 +138,29 @@ class _Search:
         self.vdst = 2 * pos[self.x.dst] + self.x.dst_end
         by = np.lexsort((self.vdst, self.cidx[self.x.dst]))  # edges by target chain, then place
         self.live = by
+        # the live edges' target chain, source chain, source and target places, kept beside `live`
+        self.at = (self.cidx[self.x.dst[by]], self.cidx[self.x.src[by]], self.vsrc[by], self.vdst[by])
         self.ptr = np.zeros(len(self.length), np.int64)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        if not keep.all():
+            self.live = self.live[keep]
+            self.at = tuple(a[keep] for a in self.at)
 
     def drop(self, src: int, dst: int, kind: str) -> None:
         k = EDGE_KINDS.index(kind)
         x = self.x
-        gone = (x.kind[self.live] == k) & (x.dst[self.live] == dst) & (x.src[self.live] == src)
-        self.live = self.live[~gone]
+        self._keep(~((x.kind[self.live] == k) & (x.dst[self.live] == dst) & (x.src[self.live] == src)))
 
     def next_cycle(self) -> Cycle | None:
         while True:
-            e = self.live
-            dchain = self.cidx[self.x.dst[e]]
-            uns = ~(self.ptr[self.cidx[self.x.src[e]]] > self.vsrc[e])
+            dchain, schain, vsrc, vdst = self.at
             new = self.length.copy()
-            idx = np.flatnonzero(uns)
+            idx = np.flatnonzero(~(self.ptr[schain] > vsrc))
             if len(idx):
                 first = idx[np.r_[True, dchain[idx][1:] != dchain[idx][:-1]]]
-                new[dchain[first]] = self.vdst[e[first]]
-            self.live = e[self.vdst[e] >= new[dchain]]
+                new[dchain[first]] = vdst[first]
+            self._keep(vdst >= new[dchain])
             if np.array_equal(new, self.ptr):
                 break
             self.ptr = new
@@ -196,6 +200,8 @@ def _within(g, p) -> bool:
             return False
     if not ((p.group < 0) | (p.group == g.group)).all():
         return False
+    if np.array_equal(p.chain, g.chain):  # the graph's own chains
+        return True
     order = np.argsort(p.chain, kind="stable")
     same_p = p.chain[order][1:] == p.chain[order][:-1]
     return bool((g.chain[order][1:][same_p] == g.chain[order][:-1][same_p]).all())

@@ -30,6 +30,7 @@ UNEXPLAINED_NS = 20_000
 TAIL_NS = 200_000  # an op may start this long before a running op of another stream ends (its SMs freeing)
 MAX_UNEXPLAINED = 0.02
 LAUNCH_FLOOR_PCT = 5  # the percentile of launch-to-start delays taken as the least
+PAIRS = 1 << 20  # (late node, candidate) pairs _explain weighs at once
 
 
 @dataclass
@@ -69,11 +70,11 @@ def predecessors(chain: np.ndarray, order: np.ndarray) -> np.ndarray:
     return pred
 
 
-def rank_edges(g: RankGraph) -> Edges:
-    """The edges of one rank's nodes (module docstring)."""
+def rank_edges(g: RankGraph, order: np.ndarray | None = None) -> Edges:
+    """The edges of one rank's nodes (module docstring); `order`: chain_order(g), where the caller has it."""
     n, s, e = len(g), g.start_ns, g.end_ns
     big = np.iinfo(np.int64).max // 4
-    pred = predecessors(g.chain, chain_order(g))
+    pred = predecessors(g.chain, chain_order(g) if order is None else order)
     has_pred = pred >= 0
     gap = np.where(has_pred, s - e[np.maximum(pred, 0)], 0).astype(np.int64)
     device = np.isin(g.kind, (GPU, COLL))
@@ -110,27 +111,56 @@ def _explain(g: RankGraph, ed: Edges, pred: np.ndarray, device: np.ndarray, resi
     dev = np.flatnonzero(np.isin(g.kind, (GPU, COLL)))
     by_end = dev[np.argsort(g.end_ns[dev], kind="stable")]
     ends = g.end_ns[by_end]
-    for i in late.tolist():
-        lo = int(np.searchsorted(ends, g.start_ns[i] - residual[i], side="left"))
-        hi = int(np.searchsorted(ends, g.start_ns[i] + TAIL_NS, side="right"))
-        cand = by_end[lo:hi]
-        cand = cand[(g.chain[cand] != g.chain[i]) & (g.start_ns[cand] < g.start_ns[i])]
-        if len(cand):
-            j = int(cand[np.argmin(np.abs(g.end_ns[cand] - g.start_ns[i]))])
-            wait = int(g.start_ns[i] - g.end_ns[j])
-            ed.xe_src[i], ed.xe_off_ns[i] = j, wait
-            _relax(g, ed, pred, i)
-            ed.unexplained_ns[i] = max(0, wait - UNEXPLAINED_NS)
-        elif not ed.launch_bound[i]:  # a launch-bound op's delay is its launch latency, as measured
-            ed.unexplained_ns[i] = residual[i]
+    lo = np.searchsorted(ends, g.start_ns[late] - residual[late], side="left")
+    hi = np.maximum(np.searchsorted(ends, g.start_ns[late] + TAIL_NS, side="right"), lo)
+    found = np.full(len(late), NONE, np.int64)
+    for part in _parts(hi - lo, PAIRS):
+        found[part] = _nearest_end(g, late[part], by_end, lo[part], hi[part])
+    hit, j = late[found >= 0], found[found >= 0]
+    missed = late[found < 0]
+    wait = g.start_ns[hit] - g.end_ns[j]
+    ed.xe_src[hit], ed.xe_off_ns[hit] = j, wait
+    _relax(g, ed, pred, hit)
+    ed.unexplained_ns[hit] = np.maximum(0, wait - UNEXPLAINED_NS)
+    missed = missed[~ed.launch_bound[missed]]  # a launch-bound op's delay is its launch latency, as measured
+    ed.unexplained_ns[missed] = residual[missed]
 
 
-def _relax(g: RankGraph, ed: Edges, pred: np.ndarray, i: int) -> None:
-    """Node i is bound by its wait edge: its chain and launch edges drop to their floors."""
-    if pred[i] >= 0:
-        ed.gap_ns[i] = min(ed.gap_ns[i], int(g.start_ns[i] - g.end_ns[pred[i]]))
-    if ed.xs_src[i] >= 0:
-        ed.xs_off_ns[i] = min(int(ed.launch_floor_ns[i]), int(g.start_ns[i] - g.start_ns[ed.xs_src[i]]))
+def _parts(sizes: np.ndarray, most: int) -> list[slice]:
+    """Consecutive slices of `sizes` each summing to at most `most` (or one element alone)."""
+    out, begin, total = [], 0, 0
+    for k, n in enumerate(sizes.tolist()):
+        if k > begin and total + n > most:
+            out.append(slice(begin, k))
+            begin, total = k, 0
+        total += n
+    return out + [slice(begin, len(sizes))] if len(sizes) else out
+
+
+def _nearest_end(g: RankGraph, late: np.ndarray, by_end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per late node, the device op among by_end[lo:hi] of another chain begun before it whose end
+    is nearest its start (the first in by_end's order of equals), NONE where there is none:
+    every (node, candidate) pair at once."""
+    size = hi - lo
+    owner = np.repeat(np.arange(len(late)), size)  # pair -> late node, candidates in by_end order
+    cand = by_end[np.repeat(lo - np.r_[0, np.cumsum(size)[:-1]], size) + np.arange(int(size.sum()))]
+    i = late[owner]
+    ok = (g.chain[cand] != g.chain[i]) & (g.start_ns[cand] < g.start_ns[i])
+    owner, cand, i = owner[ok], cand[ok], i[ok]
+    order = np.lexsort((np.abs(g.end_ns[cand] - g.start_ns[i]), owner))  # stable: the first of equals
+    first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+    out = np.full(len(late), NONE, np.int64)
+    out[owner[first]] = cand[first]
+    return out
+
+
+def _relax(g: RankGraph, ed: Edges, pred: np.ndarray, i: np.ndarray) -> None:
+    """Nodes i are bound by their wait edge: their chain and launch edges drop to their floors."""
+    chained = i[pred[i] >= 0]
+    ed.gap_ns[chained] = np.minimum(ed.gap_ns[chained], g.start_ns[chained] - g.end_ns[pred[chained]])
+    launched = i[ed.xs_src[i] >= 0]
+    ed.xs_off_ns[launched] = np.minimum(ed.launch_floor_ns[launched],
+                                        g.start_ns[launched] - g.start_ns[ed.xs_src[launched]])
     ed.launch_bound[i] = False
 
 
@@ -146,18 +176,16 @@ def _sync_waits(g: RankGraph, ed: Edges) -> None:
     run_max = np.maximum.accumulate(g.end_ns[dev])
     arg = _running_argmax(g.end_ns[dev])
     k = np.searchsorted(launch_start, g.start_ns[sync], side="right") - 1
-    for i, j in zip(sync.tolist(), k.tolist()):
-        if j < 0:
-            continue
-        if run_max[j] <= g.end_ns[i]:
-            op = int(dev[arg[j]])
-        else:  # something launched earlier outlived the call (another stream): the latest that did not
-            fits = dev[: j + 1][g.end_ns[dev[: j + 1]] <= g.end_ns[i]]
-            if not len(fits):
-                continue
-            op = int(fits[np.argmax(g.end_ns[fits])])
-        if g.end_ns[op] > g.start_ns[i]:
-            ed.y_src[i], ed.y_off_ns[i] = op, int(g.end_ns[i] - g.end_ns[op])
+    sync, k = sync[k >= 0], k[k >= 0]
+    op = np.where(run_max[k] <= g.end_ns[sync], dev[arg[k]], NONE)
+    for at in np.flatnonzero(op < 0).tolist():  # something launched earlier outlived the call (another stream)
+        i, j = int(sync[at]), int(k[at])
+        fits = dev[: j + 1][g.end_ns[dev[: j + 1]] <= g.end_ns[i]]
+        if len(fits):  # the latest that did not
+            op[at] = int(fits[np.argmax(g.end_ns[fits])])
+    waited = (op >= 0) & (g.end_ns[np.maximum(op, 0)] > g.start_ns[sync])
+    sync, op = sync[waited], op[waited]
+    ed.y_src[sync], ed.y_off_ns[sync] = op, g.end_ns[sync] - g.end_ns[op]
 
 
 def _running_argmax(values: np.ndarray) -> np.ndarray:

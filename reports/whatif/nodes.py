@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import RankData, kind_mask
+from tracelab.schema import RankData, kind_mask, str_array
 
 from ..steps.collectives import CPU_COLLECTIVE
 from ..roofline.roofline import _min_ns, trace_device  # the per-row least time, as `tracelab roofline` has it
@@ -77,9 +77,17 @@ def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None
     rank = int(events["rank"].iloc[0]) if rank is None and len(events) else int(rank or 0)
     gpu = timed(events)
     if len(gpu):
-        return _gpu_graph(gpu.reset_index(drop=True), host, rank, device)
+        return _gpu_graph(_positional(gpu), host, rank, device)
     cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()].reset_index(drop=True)
     return _cpu_graph(cpu, host, rank)
+
+
+def _positional(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with the index 0..n-1: itself where it has it (most ranks' GPU rows, a 20-column copy saved)."""
+    index = frame.index
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+        return frame
+    return frame.reset_index(drop=True)
 
 
 def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -100,13 +108,13 @@ def _spans(host: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     return spans, steps
 
 
-def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFrame, np.ndarray]:
+def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """One row per launch or sync call (start_ns, end_ns, sync (bool), name), by start, end and
     syncs first, one per (start, end); and per GPU row, the row of its launch call (NONE unknown)."""
     known = gpu["launch_start_ns"].notna().to_numpy()
     ls = gpu["launch_start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
     ld = gpu["launch_dur_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[known].astype(np.int64)
-    start, end, sync, name = ls, ls + ld, np.zeros(len(ls), bool), np.full(len(ls), "launch", dtype=object)
+    start, end, sync, name = ls, ls + ld, np.zeros(len(ls), bool), _filled(len(ls), "launch")
     n_sync = 0
     if host is not None and len(host):
         at = kind_mask(host, ("sync",))
@@ -125,7 +133,8 @@ def _host_nodes(gpu: pd.DataFrame, host: pd.DataFrame | None) -> tuple[pd.DataFr
     row_of[order] = np.cumsum(new) - 1
     launch_of = np.full(len(gpu), NONE, np.int64)
     launch_of[known] = row_of[n_sync:]
-    nodes = pd.DataFrame({"start_ns": start[kept], "end_ns": end[kept], "sync": sync[kept], "name": name[kept]})
+    nodes = {"start_ns": start[kept].astype(np.int64), "end_ns": end[kept].astype(np.int64), "sync": sync[kept],
+             "name": name[kept].astype(object)}  # columns as arrays: _gpu_graph reads them so
     return nodes, launch_of
 
 
@@ -149,30 +158,36 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     g_start = gpu["start_ns"].to_numpy(dtype=np.int64)
     g_end = g_start + gpu["dur_ns"].to_numpy(dtype=np.int64)
     g_step = gpu["step"].fillna(NONE).to_numpy(dtype=np.int64)
-    h_step = _step_of(hn["start_ns"].to_numpy(dtype=np.int64), steps)
+    h_step = _step_of(hn["start_ns"], steps)
     if not len(steps):  # no host step ranges: a launch takes its first GPU row's step
         first = pd.Series(g_step[known.to_numpy()]).groupby(launch_of[known.to_numpy()]).first()
         h_step[first.index.to_numpy()] = first.to_numpy()
     streams = gpu["stream"].fillna(-1).to_numpy(dtype=np.int64)
     labels = ["host"] + [f"stream {s}" for s in np.unique(streams)]
-    chain = np.r_[np.zeros(len(hn), np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
+    n_h = len(hn["start_ns"])
+    chain = np.r_[np.zeros(n_h, np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
     comm = (gpu["op_class"] == "communication").to_numpy() & (gpu["kind"] == "kernel").to_numpy()
-    n_h = len(hn)
-    names = np.r_[hn["name"].to_numpy(dtype=object), gpu["kernel"].astype(str).to_numpy(dtype=object)]
+    names = np.r_[hn["name"], str_array(gpu["kernel"])]
     notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
-        chain=chain, start_ns=np.r_[hn["start_ns"].to_numpy(dtype=np.int64), g_start],
-        end_ns=np.r_[hn["end_ns"].to_numpy(dtype=np.int64), g_end], step=np.r_[h_step, g_step],
-        name=names, scope=np.r_[np.full(n_h, "", dtype=object), gpu["scope"].astype(str).to_numpy(dtype=object)],
-        op_class=np.r_[np.full(n_h, "host", dtype=object), gpu["op_class"].astype(str).to_numpy(dtype=object)],
+        chain=chain, start_ns=np.r_[hn["start_ns"], g_start], end_ns=np.r_[hn["end_ns"], g_end], step=np.r_[h_step, g_step],
+        name=names, scope=np.r_[_filled(n_h, ""), str_array(gpu["scope"])],
+        op_class=np.r_[_filled(n_h, "host"), str_array(gpu["op_class"])],
         msg_bytes=np.r_[np.full(n_h, np.nan), gpu["msg_bytes"].to_numpy(dtype=np.float64)],
-        process_group=np.r_[np.full(n_h, "", dtype=object), gpu["process_group"].astype(str).to_numpy(dtype=object)],
+        process_group=np.r_[_filled(n_h, ""), str_array(gpu["process_group"])],
         roof_ns=np.r_[np.full(n_h, np.nan), _min_ns(gpu, device)[0] if device is not None else np.full(len(gpu), np.nan)],
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
         chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap)
+
+
+def _filled(n: int, value: str) -> np.ndarray:
+    """An object array of `n` times the one str `value` (np.full makes a new str per element: 5x the time)."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
 
 
 def _graph_gap_ns(start: np.ndarray, end: np.ndarray, launch_of: np.ndarray, streams: np.ndarray) -> float:

@@ -72,10 +72,24 @@ def step_paths(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns:
 def _last_nodes(g: Graph, r: Replayed, win: pd.DataFrame):
     """Per window: (step, the node whose end ends it, begin_ns, end_ns)."""
     work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
-    for step, begin, end in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
-        ends = work & (r.end_ns == end) & ((g.step == step) | (step < 0))
-        node = int(np.flatnonzero(ends)[0]) if ends.any() else int(np.argmax(np.where(work, r.end_ns, NEG)))
-        yield int(step), node, int(begin), end
+    nodes = np.flatnonzero(work)
+    by_step = nodes[np.lexsort((r.end_ns[nodes], g.step[nodes]))]  # by step, end, then node
+    by_end = nodes[np.argsort(r.end_ns[nodes], kind="stable")]  # by end, then node
+    keys = (g.step[by_step], r.end_ns[by_step], r.end_ns[by_end])
+    for step, begin, end in zip(*(win[c].tolist() for c in ("step", "begin_ns", "end_ns"))):
+        node = _first_ending(keys, by_step, by_end, step, end)
+        yield int(step), int(np.argmax(np.where(work, r.end_ns, NEG))) if node is None else node, int(begin), end
+
+
+def _first_ending(keys: tuple, by_step: np.ndarray, by_end: np.ndarray, step: int, end: int) -> int | None:
+    """The first work node (by index) of `step` (any step where step < 0) that ends at `end`."""
+    step_sorted, end_in_step, end_sorted = keys
+    if step < 0:
+        k = int(np.searchsorted(end_sorted, end, side="left"))
+        return int(by_end[k]) if k < len(by_end) and end_sorted[k] == end else None
+    a, b = np.searchsorted(step_sorted, step, side="left"), np.searchsorted(step_sorted, step, side="right")
+    k = int(a + np.searchsorted(end_in_step[a:b], end, side="left"))
+    return int(by_step[k]) if k < b and end_in_step[k] == end else None
 
 
 _CODE = {c: i for i, c in enumerate(CATEGORIES)}
@@ -144,10 +158,18 @@ class _Hops:
 
     def arrays(self, seen: np.ndarray, stop_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(t0_ns, t1_ns, category code, vertex) of the walk's segments, latest first."""
-        v = np.array(seen, dtype=np.int64)
-        keep = np.c_[np.ones(len(v), bool), self.two[v]]
-        t0 = self.t0[v].copy()
-        if len(v) and self.anchor[v[-1]]:  # the time before a pinned start, back to the stop
+        v = np.asarray(seen, dtype=np.int64)
+        two = self.two[v]
+        pinned_last = bool(len(v)) and bool(self.anchor[v[-1]])
+        if not two.any() and not (pinned_last and self.time[v[-1]] <= stop_ns):  # one segment per vertex, each kept
+            t0 = self.t0[v, 0]
+            if pinned_last:  # the time before a pinned start, back to the stop
+                t0[-1] = stop_ns
+            return t0, self.t1[v, 0], self.cat[v, 0], v
+        keep = np.empty((len(v), 2), bool)
+        keep[:, 0], keep[:, 1] = True, two
+        t0 = self.t0[v]
+        if pinned_last:  # the time before a pinned start, back to the stop
             t0[-1, 0] = stop_ns
             keep[-1, 0] = self.time[v[-1]] > stop_ns
         keep = keep.ravel()
@@ -179,9 +201,12 @@ def wait_estimate(g: Graph) -> np.ndarray:
     if not len(idx):
         return out
     dur = g.end_ns[idx] - g.start_ns[idx]
-    key = pd.DataFrame({"r": g.rank[idx], "n": g.name[idx].astype(str), "b": np.nan_to_num(g.msg_bytes[idx], nan=-1)})
-    least = pd.Series(dur).groupby([key["r"], key["n"], key["b"]]).transform("min").to_numpy()
-    out[idx] = dur - least
+    keys = [g.rank[idx], pd.factorize(g.name[idx].astype(str))[0], np.nan_to_num(g.msg_bytes[idx], nan=-1)]
+    order = np.lexsort(keys[::-1])  # by rank, name, size: each (rank, name, size) a run
+    first = np.r_[True, np.any([k[order][1:] != k[order][:-1] for k in keys], axis=0)]
+    run = np.cumsum(first) - 1
+    least = np.minimum.reduceat(dur[order], np.flatnonzero(first))
+    out[idx[order]] = dur[order] - least[run]
     return out
 
 
@@ -193,11 +218,12 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
     sel = work & ((steps >= 0) if (steps >= 0).any() else True)
     if not sel.any():
         return pd.DataFrame({"step": [], "begin_ns": [], "end_ns": []})
-    ends = pd.Series(end_ns[sel]).groupby(steps[sel]).max().sort_index()
-    first = steps == ends.index[0]
-    begin = np.r_[start_ns[first].min(), ends.to_numpy()[:-1]]
-    return pd.DataFrame({"step": ends.index.to_numpy(dtype=np.int64), "begin_ns": begin.astype(np.int64),
-                         "end_ns": ends.to_numpy(dtype=np.int64)})
+    step, at = np.unique(steps[sel], return_inverse=True)  # sorted
+    ends = np.full(len(step), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(ends, at.reshape(-1), end_ns[sel].astype(np.int64))
+    first = steps == step[0]
+    begin = np.r_[start_ns[first].min(), ends[:-1]]
+    return pd.DataFrame({"step": step.astype(np.int64), "begin_ns": begin.astype(np.int64), "end_ns": ends})
 
 
 def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:

@@ -72,7 +72,7 @@ def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
     ReplayError at once where the graph has a cycle (cycles.py)."""
     check(g, p)
     n = len(g)
-    order = np.lexsort((g.end_ns, g.start_ns, p.chain))
+    order = g.chain_order(p.chain)
     bounds = np.flatnonzero(np.r_[True, p.chain[order][1:] != p.chain[order][:-1], True])
     chains = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     pred = np.full(n, -1, np.int64)
@@ -81,8 +81,9 @@ def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
     s = np.append(np.full(n, NEG, np.int64) if cold else g.start_ns.astype(np.int64), NEG)
     e = np.append(np.full(n, NEG, np.int64) if cold else g.end_ns.astype(np.int64), NEG)
     src = {k: np.where(getattr(p, k) >= 0, getattr(p, k), n) for k in ("xs_src", "xe_src", "y_src")}
-    chain_of = np.append(np.repeat(np.arange(len(chains)), [len(c) for c in chains])[np.argsort(order)], -1)
-    readers = _readers(chains, src, chain_of, p.group)
+    chain_of = np.full(n + 1, -1, np.int64)
+    chain_of[order] = np.repeat(np.arange(len(chains)), [len(c) for c in chains])
+    readers = _Readers(chains, src, chain_of, p.group)  # made when a chain first changes (never, where none does)
     prepared = [_prepare(idx, g, p, src) for idx in chains]
     gr = _groups(p.group)
     dirty = set(range(len(chains)))
@@ -157,6 +158,18 @@ def _group_max(s: np.ndarray, gr: _Groups) -> np.ndarray:
     if len(gr.members):
         out[gr.ids[gr.starts]] = np.maximum.reduceat(s[gr.members], gr.starts)
     return out
+
+
+class _Readers:
+    """_readers of a replay's chains, made the first time a chain's readers are asked for."""
+
+    def __init__(self, *args):
+        self.args, self.made = args, None
+
+    def __getitem__(self, c: int) -> set[int]:
+        if self.made is None:
+            self.made = _readers(*self.args)
+        return self.made[c]
 
 
 def _readers(chains: list[np.ndarray], src: dict[str, np.ndarray], chain_of: np.ndarray, group: np.ndarray
