@@ -38,7 +38,7 @@ def _int_or_minus_one(value):
     return value if type(value) is int else -1
 
 
-@pytest.mark.parametrize("by_runs", [True, False], ids=["runs", "split"])
+@pytest.mark.parametrize("by_runs", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["runs", "split"])
 def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypatch):
     monkeypatch.setattr(K, "RUN_BYTES", 50_000)
     ops = _picked(SHAPED, [(chrome.CPU_OPS, K.Ops)], by_runs)[0]

@@ -60,7 +60,7 @@ def test_the_union_gives_the_slow_ways_frame_on_our_captures(path, monkeypatch):
 
 
 @pytest.mark.parametrize("relpath", PUBLIC)
-@pytest.mark.parametrize("run_bytes", [None, 20_000], ids=["default-runs", "small-runs"])
+@pytest.mark.parametrize("run_bytes", [None, pytest.param(20_000, marks=pytest.mark.slow)], ids=["default-runs", "small-runs"])
 def test_the_union_gives_the_slow_ways_frame_on_public_traces(relpath, monkeypatch, run_bytes):
     fast, slow = _read_both(shared_trace(relpath), monkeypatch, chunk=997, run_bytes=run_bytes)  # chunks anywhere
     _same(fast, slow)
