@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from tracelab.reports.fixes import ddp_steps
+from tracelab.reports.idle import host as H
 from tracelab.reports.idle import idle as I
 from tracelab.reports.steps.timeline import covered, run_cummax
 from tracelab.schema import str_array
@@ -48,9 +49,9 @@ def test_overlaps_is_covered_positive(disjoint):
         u_start, u_end = _segments(disjoint)
         start = RNG.integers(-50, 1050, 300)
         end = start + RNG.integers(-5, 100, 300)  # negative durations too
-        assert np.array_equal(I._overlaps(start, end, u_start, u_end), covered(start, end, u_start, u_end) > 0)
+        assert np.array_equal(H._overlaps(start, end, u_start, u_end), covered(start, end, u_start, u_end) > 0)
     none = np.zeros(0, np.int64)
-    assert I._overlaps(np.array([1]), np.array([5]), none, none).tolist() == [False]
+    assert H._overlaps(np.array([1]), np.array([5]), none, none).tolist() == [False]
 
 
 @pytest.mark.parametrize("values", [["gemm", None, "elementwise", "gemm"], [1.5, None, 2.0], ["a"], []])
