@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Union
 
@@ -37,6 +36,8 @@ from tracelab import limits
 from tracelab.errors import TraceFormatError
 
 from ._kineto_columns import _TS, Calls, Instants, Launches, Ops, Picked, _ts_array
+from ._kineto_layout import cut
+from ._kineto_slow import array as _array, slow as _slow
 from ._kineto_ts import ts_ns
 
 __all__ = ["CHUNK_EVENTS", "RUN_BYTES", "Calls", "Instants", "Launches", "Ops", "Picked", "Trace", "decode", "pick",
@@ -59,12 +60,6 @@ KNOWN_CATEGORIES = ("cpu_op", "user_annotation", "gpu_user_annotation", "gpu_mem
                     "Memcpy", "Memset", "Python", "gpu_mem_alloc", "cpu_mem_alloc")
 
 
-class _Category(msgspec.Struct, gc=False):
-    """The slow way decodes every event this far, to choose the ones decoded in full."""
-
-    cat: str = ""
-
-
 class Trace(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
     schemaVersion: Any = None
@@ -77,13 +72,6 @@ class Trace(msgspec.Struct):
 
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
-_CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT = attrgetter("cat")
-
-
-def _array(raws: Iterable[msgspec.Raw]) -> bytes:
-    return b"[" + b",".join(raws) + b"]"
-
 
 def read_bytes(path: Path) -> bytearray:
     """The file's bytes, gunzipped when gzip (limits.read_trace_bytes); a TraceFormatError
@@ -227,7 +215,6 @@ def _union_decoder(chosen: tuple[tuple[tuple[str, ...], type], ...], skipped: fr
 
 
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
-_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')  # JSON's whitespace only
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -254,27 +241,8 @@ def read_events(path: Path, data: bytes | bytearray, groups: list[tuple[set[str]
 
 
 def _layout(data: bytes | bytearray) -> tuple[list[tuple[int, int]], bytes, bytes] | None:
-    """Runs of whole events cut from the bytes, RUN_BYTES or more each, at a separator
-    (SEPARATORS, the first found after the array's first byte), with the text before
-    traceEvents' key and the text from after the last run to the end; None where the
-    bytes cannot be cut so (not a bytearray, no `"traceEvents": [` after a `{` or `,`, no
-    separator, or too few events for one run)."""
-    if not isinstance(data, bytearray) or (key := data.find(b'"traceEvents"')) < 0:
-        return None
-    found = _EVENTS_KEY.match(data, key)
-    head = bytes(data[:key])
-    if found is None or not head.rstrip(b" \t\n\r").endswith((b"{", b",")):  # a key, not text in a string
-        return None
-    start = found.end()
-    window = bytes(data[start:start + RUN_BYTES])
-    sep = next((s for s in SEPARATORS if s in window), None)
-    if sep is None:
-        return None
-    runs, comma = [], sep.index(b",")
-    while (at := data.find(sep, start + RUN_BYTES)) >= 0:
-        runs.append((start, at + comma))
-        start = at + comma + 1
-    return (runs, head, bytes(data[start:])) if runs else None
+    """The runs of RUN_BYTES or more cut from the bytes (parsers/_kineto_layout.cut)."""
+    return cut(data, RUN_BYTES, SEPARATORS)
 
 
 def _top_level(path: Path, head: bytes, tail: bytes) -> Trace:
@@ -392,53 +360,3 @@ def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, p
         at += refused + 1
     if at < len(part):
         _slow(path, part[at:], first + at, groups, picked, union)
-
-
-def _slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union) -> None:
-    """Every event's `cat` decoded, then the events of each group again, into its Struct."""
-    cats: list[str] = []
-    try:
-        cats = list(map(_CAT, _CATEGORY_DECODER.decode(_array(part))))
-        for (group, collector), out in zip(groups, picked):
-            chosen = list(map(group.__contains__, cats))
-            if any(chosen):
-                texts = list(compress(part, chosen))
-                events = msgspec.json.decode(_array(texts), type=list[collector.STRUCT])
-                out.extend(events, list(compress(cats, chosen)))
-    except ValueError as e:  # msgspec's ValidationError, bad UTF-8, a value out of range
-        raise _located(path, part, first, cats, groups) or TraceFormatError(
-            path, f"unexpected event in traceEvents[{first}:{first + len(part)}]: {_plain(e)}") from None
-    union.learn(cats)
-
-
-def _located(path: Path, part: list[msgspec.Raw], first: int, cats: list[str],
-             groups: list[tuple[set[str], type]]) -> TraceFormatError | None:
-    """The first bad event of a run that failed, decoded one by one (the error path only):
-    its index in traceEvents, category, name and the field at fault."""
-    for i, (raw, cat) in enumerate(zip(part, cats)):
-        for group, collector in groups:
-            if cat in group:
-                try:
-                    collector().extend(msgspec.json.decode(_array([raw]), type=list[collector.STRUCT]), [cat])
-                except ValueError as e:
-                    return TraceFormatError(path, f"unexpected event traceEvents[{first + i}] "
-                                                  f"({cat}{_name_of(raw)}): {_plain(e)}")
-    return None
-
-
-def _name_of(raw: msgspec.Raw) -> str:
-    try:
-        return f" {msgspec.json.decode(raw, type=_Named).name[:60]!r}"
-    except ValueError:
-        return ""
-
-
-class _Named(msgspec.Struct):
-    name: str = ""
-
-
-def _plain(e: ValueError) -> str:
-    """The error in words, the field first: 'dur: Expected `float` <= ...', 'invalid UTF-8 (...)'."""
-    if isinstance(e, UnicodeDecodeError):
-        return f"invalid UTF-8 ({e.reason})"
-    return re.sub(r"^(.*) - at `\$\[\d+\]\.(.*)`$", r"\2: \1", str(e))
