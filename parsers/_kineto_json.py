@@ -2,17 +2,17 @@
 top-level fields, and the events of chosen categories as columns (`read_events`).
 
 Speed and memory: `traceEvents` is cut into runs of whole events straight from the
-bytes (`_layout`: Kineto writes every event between the same separator, `\n  },\n  {`,
-json.dumps `}, {`), RUN_BYTES at a time, and each run is decoded once, in place (no
-copy: `_Source`), into a tagged union on `cat`: the chosen categories into a Struct
-with the few fields and args a row needs, every other known category into an empty
-Struct (its fields skipped unread), and at once dealt to its group's collector
+bytes (`_layout`, parsers/_kineto_layout: where one object ends, a comma, the next
+begins), RUN_BYTES at a time, and each run is decoded once, in place (no copy:
+`_Source`), into a tagged union on `cat`: the chosen categories into a Struct with the
+few fields and args a row needs, every other known category into an empty Struct (its
+fields skipped unread), and at once dealt to its group's collector
 (parsers/_kineto_columns), which turns the run's fields into columns while its Structs
 are still in the CPU cache (~1,600 events of 320 bytes: ~1 MB of Structs; 16k-event
-chunks were ~10% slower). A separator can also stand inside an event (a list of
-objects in its args): a run cut there is no JSON array of whole values, which its
-decode refuses, and the trace is read the general way instead, as is any file whose
-layout the cut does not find. The general way has msgspec split `traceEvents` into
+chunks were ~10% slower). The cut can also fall inside an event (a list of objects in
+its args, a name): a run cut there is no JSON array of whole values, which its decode
+refuses, and the trace is read the general way instead, as is any file the cut does
+not fit. The general way has msgspec split `traceEvents` into
 raw values (views of the bytes; ~15% of a parse) and decodes CHUNK_EVENTS of them at
 a time the same way. An event the union refuses (no `cat`, a category not seen yet,
 a bad field) goes the slow way, alone: its `cat` decoded, then its Struct, so a
@@ -45,8 +45,6 @@ __all__ = ["CHUNK_EVENTS", "RUN_BYTES", "Calls", "Instants", "Launches", "Ops", 
 
 CHUNK_EVENTS = 2048  # events decoded at a time: bounds the memory held per event, and keeps them in the CPU cache
 RUN_BYTES = 512 * 1024  # bytes of events cut from the file for one decode (about CHUNK_EVENTS events of Kineto's)
-# what stands between two events of traceEvents: Kineto's writer, json.dumps (either separator)
-SEPARATORS = (b"\n  },\n  {", b"}, {", b"},{")
 MISSES_PER_CHUNK = 8  # events the union may refuse in a chunk before the rest goes the slow way
 MAX_SKIPPED_CATEGORIES = 256  # categories learnt into the union; past this, the slow way
 
@@ -242,7 +240,7 @@ def read_events(path: Path, data: bytes | bytearray, groups: list[tuple[set[str]
 
 def _layout(data: bytes | bytearray) -> tuple[list[tuple[int, int]], bytes, bytes] | None:
     """The runs of RUN_BYTES or more cut from the bytes (parsers/_kineto_layout.cut)."""
-    return cut(data, RUN_BYTES, SEPARATORS)
+    return cut(data, RUN_BYTES)
 
 
 def _top_level(path: Path, head: bytes, tail: bytes) -> Trace:

@@ -140,15 +140,19 @@ def _layout_used(monkeypatch) -> list:
     return done
 
 
-@pytest.mark.parametrize("writer", ["kineto", "json.dumps", "compact"])
+@pytest.mark.parametrize("writer", ["kineto", "json.dumps", "compact", "crlf", "one-per-line"])
 def test_runs_cut_from_the_bytes_give_the_slow_ways_frame(tmp_path, monkeypatch, writer):
-    """Kineto's layout, json.dumps' and json.dumps without spaces: cut into runs at their
-    separator; metadata events (no cat) at the end, top-level fields on both sides."""
+    """Kineto's layout, json.dumps' with and without spaces, Kineto's with CRLF line ends and one
+    event per line: cut into runs where one event ends and the next begins; metadata events (no
+    cat) at the end, top-level fields on both sides."""
     events = [_event(i, "kernel" if i % 3 else "cuda_runtime") for i in range(400)]
     events += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": i, "args": {"name": f"t{i}"}} for i in range(20)]
     path = tmp_path / "rank0.json"
-    if writer == "kineto":
-        path.write_text(_kineto_text(events, after='"baseTimeNanoseconds": 1700000000000000000'))
+    if writer in ("kineto", "crlf"):
+        text = _kineto_text(events, after='"baseTimeNanoseconds": 1700000000000000000')
+        path.write_bytes((text.replace("\n", "\r\n") if writer == "crlf" else text).encode())
+    elif writer == "one-per-line":
+        path.write_text('{"traceEvents": [\n' + ",\n".join(map(json.dumps, events)) + '\n], "baseTimeNanoseconds": 17}')
     else:
         doc = {"distributedInfo": {"rank": 3, "world_size": 8}, "traceEvents": events, "baseTimeNanoseconds": 17}
         path.write_text(json.dumps(doc, separators=(",", ":") if writer == "compact" else None))
