@@ -10,7 +10,7 @@ from tracelab.schema import recorded
 
 from .breakdown.breakdown import spread
 from .fmt import ms_cell, us_cell
-from .compare.compare import Comparison, lead_and_wait, lead_explains_wait
+from .compare.compare import Comparison, lead_and_wait, lead_explains_wait, summed_over
 from .csvout import csv_text
 from .jsonout import dumps, records
 from .stats import MIN_LEAD_SHARE as MIN_LEAD
@@ -255,7 +255,7 @@ def _totals_table(totals: pd.DataFrame, measured: str) -> Table:
         return _spread_table(f"{measured} per input", totals, {"total_ns": "total (ms)", "compute_ns": "compute (ms)",
                                                               "comm_ns": "communication (ms)"},
                              ["total_ns", "compute_ns", "comm_ns"])
-    t = Table(title=f"{measured} per input", title_justify="left", show_edge=False)
+    t = Table(title=f"{measured} per input ({summed_over(measured)})", title_justify="left", show_edge=False)
     for name in ("input", "source", "total (ms)", "compute (ms)", "communication (ms)", "/ first"):
         t.add_column(name, justify="left" if name in ("input", "source") else "right")
     for _, r in totals.iterrows():

@@ -137,13 +137,15 @@ def _rendered(paths: list[Path]) -> str:
     return console.file.getvalue()
 
 
-@pytest.mark.parametrize("paths, said, not_said", [
-    ([CPU_ONLY, CPU_ONLY], "CPU operator time", "GPU time"),
-    (SAMPLED, "GPU time", "CPU operator"),
+@pytest.mark.parametrize("paths, said, not_said, summed", [
+    ([CPU_ONLY, CPU_ONLY], "CPU operator time", "GPU time", "threads"),
+    (SAMPLED, "GPU time", "CPU operator", "streams"),
 ])
-def test_compare_text_says_what_was_timed(paths, said, not_said):
+def test_compare_text_says_what_was_timed(paths, said, not_said, summed):
+    """What the totals time, and that they add a rank's threads or streams (which overlap: a
+    finding's union of them is smaller, and must not read as a contradiction)."""
     text = _rendered([shared_trace(rel) for rel in paths])
-    assert f"{said} per input" in text
+    assert f"{said} per input (summed over {summed})" in text
     assert "no clear straggler" in text, text  # the same work twice, or two steps that disagree
     assert not_said not in text
 

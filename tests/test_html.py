@@ -250,3 +250,5 @@ def test_headings_say_what_was_timed(trace, heading, rows, tmp_path):
     assert other not in text and text.count('<h2 id="top-kernels">Top ') == 1
     assert f"Top {rows}: {heading.split(' per ')[0]} per input" in text  # the heatmap's title
     assert f'<th class="t">{rows[:-1]}</th>' in text  # the top table's first column
+    summed = "threads" if heading.startswith("CPU") else "streams"
+    assert f"The totals are summed over {summed}, which overlap" in text  # beside a finding's union of them

@@ -120,6 +120,12 @@ def measured(events: pd.DataFrame) -> str:
     return "CPU operator time" if _cpu_only(events) else "GPU time"
 
 
+def summed_over(measured_as: str) -> str:
+    """How a rank's total adds its rows (measured_as: measured()'s words): over its threads or
+    streams, which overlap, so the timeline's union and a finding's union of collectives are smaller."""
+    return "summed over threads" if measured_as.startswith("CPU") else "summed over streams"
+
+
 def rows_are(events: pd.DataFrame) -> str:
     """What the rows are, in the plural: "kernels", or "CPU operators" for traces with no GPU activity."""
     return "CPU operators" if _cpu_only(events) else "kernels"

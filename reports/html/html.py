@@ -21,7 +21,7 @@ from ...errors import UsageError
 from . import figures, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
 from ..results.runs import number_text, run_table, shared_rows
-from ..compare.compare import Comparison, comparison, rows_are
+from ..compare.compare import Comparison, comparison, rows_are, summed_over
 from ..session import Input
 from ..topics import TOPICS
 from ..findings.findings import Evidence, Finding, findings, none_text
@@ -289,6 +289,8 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
     what = c.measured
     out = [f'<h2 id="op-classes">{what} per input, by op class</h2>',
            _figure(figs, figures.op_class_bars(side_by_side.only(events, drawn)), note),
+           f'<p class="note">The totals are {summed_over(what)}, which overlap: a union over them '
+           '(the timeline, the findings) is smaller.</p>',
            _per_input_table(c.totals, TOTALS_COLUMNS, ["total_ns", "compute_ns", "comm_ns"])]
     out += [f"<p>{_e(_straggler(r, what))}</p>" for _, r in c.stragglers.iterrows()]
     if (steps_fig := side_by_side.step_time_boxes(inputs)) is not None:
