@@ -12,10 +12,12 @@ work each rank did between its previous collective and this one: more busy GPU t
 on the gating rank ("more GPU work before the collective", with the kernels that
 differ) or more idle GPU time (the host launched late).
 
-The run's straggler is the rank that is significantly late and gates most of the steps:
+The run's straggler is the rank that is significantly late, by more than the noise, and gates most of the steps:
 per step each rank's lateness (its arrivals less the other ranks' mean, summed over the
 step's collectives), a one-sided Wilcoxon signed-rank test that it leans late (exact;
-Bonferroni over the ranks), p < STRAGGLER_ALPHA, and the rank gates more than half the gated steps.
+Bonferroni over the ranks), p < STRAGGLER_ALPHA, the rank gates more than half the gated steps, and its
+mean lateness per step is above the clocks' noise at the step's collectives (`noise_floor_ns`: the
+ranks of a CPU run sharing two cores can lean one way by 0.6x that, p < 0.05 over a thousand steps).
 Above SIGNED_RANK_UP_TO ranks the test is instead how often the rank gates: a binomial tail
 of its gated steps against 1/ranks per step (Bonferroni over the ranks). The signed-rank
 test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 ranks need
@@ -42,7 +44,7 @@ import pandas as pd
 from . import evidence as E
 from .fmt import ms
 from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
-from .stats.noise import noise_ns
+from .stats.noise import clock_spread_ns, noise_ns
 from .stats.tests import binomial_tail, signed_rank_p
 from .steps.timeline import _coverage, merge_intervals
 
@@ -128,7 +130,11 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     out.update(p_value=p_of[top], lateness_ns=float(late[top].mean()) if top in late else 0.0, test=test)
     if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2 and out["lateness_ns"] > 0:  # late on average too:
         # the others lose time to it (last often, yet earlier on average, it costs them nothing in all)
-        return {**out, "rank": top, "pattern": "straggler", "evidence": E.evidence_of(late, pc, coll, top)}
+        ev = E.evidence_of(late, pc, coll, top)
+        floor = noise_floor_ns(ev, clock_spread_ns(coll))
+        if ev is None or ev["lateness_ns"] > floor:
+            return {**out, "rank": top, "pattern": "straggler", "evidence": ev}
+        out["within_noise"] = {"rank": top, "floor_ns": floor, **ev}  # steadily late, by less than the clocks tell
     block = E.block_of(late, pc, coll, MIN_SKEW_NS) if basis == "steps" else {"named": False}
     out["block"] = block if block.get("rank") is not None else None
     if block["named"]:  # few steps: the block test over steps and the size against the noise (reports/evidence.py)
@@ -142,6 +148,17 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < STRAGGLER_ALPHA:
             out["pattern"] = "alternating"
     return out
+
+
+def noise_floor_ns(ev: dict[str, Any] | None, clock_ns: float) -> float:
+    """The least mean lateness per step (E.evidence: collectives per step) that names a straggler:
+    the clocks' noise (the collectives' median end spread, at least MIN_SKEW_NS) at each of the
+    step's collectives. A rank steadily late by less than the clocks can tell apart is not a
+    straggler. (Not the step-to-step noise: a rank that stalls every other step raises that noise
+    itself, and is the straggler: whatif-stall-2gpu-torch.)"""
+    if ev is None or not ev["steps"]:
+        return 0.0
+    return max(clock_ns, MIN_SKEW_NS) * ev["collectives"] / ev["steps"]
 
 
 def windows(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:

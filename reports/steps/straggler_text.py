@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..fmt import ms
+from ..fmt import duration, ms
 from ..stats import STRAGGLER_ALPHA
 
 
@@ -19,6 +19,13 @@ def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
     if e.get("x_step_noise"):
         text += f", {e['x_step_noise']:,.1f}x the step-to-step noise"
     return text
+
+
+def _within(e: dict[str, Any], unit: str) -> str:
+    """'45.6 us later per step on average, under the 76.0 us per step the clocks tell apart': a
+    lateness the verdict did not call a straggler's (verdicts.noise_floor_ns)."""
+    return (f"{duration(e['lateness_ns'])} later per {unit[:-1]} on average, under the {duration(e['floor_ns'])} "
+            f"per {unit[:-1]} the clocks tell apart")
 
 
 def not_enough(block: dict[str, Any] | None) -> str:
@@ -87,5 +94,9 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
         return (f"no clear straggler: the rank last most often is earlier than the others on average "
                 f"({ms(v['lateness_ns'])} per {unit[:-1]}; gated: {counts} of {v['gated_units']}{p}): "
                 f"the others lose no time to it in all{at_collectives}")
+    if v.get("within_noise"):
+        w = v["within_noise"]
+        return (f"no clear straggler: rank {w['rank']} is late more often than chance (gated: {counts} of "
+                f"{v['gated_units']}{p}) but by less than the noise: {_within(w, unit)}{at_collectives}")
     return (f"no clear straggler: no rank is significantly late in most {unit} "
             f"(gated: {counts} of {v['gated_units']}{p}{at_collectives}){not_enough(v.get('block'))}")
