@@ -60,8 +60,7 @@ def evidence(late_r: pd.Series, pc: pd.DataFrame, rank: int, clock_ns: float, fl
     """What the line says of the rank: at how many collectives it was last (beyond the noise) of
     how many, in how many steps it was late of how many, its mean lateness per step, and that
     as a multiple of the clock noise per step and of the step-to-step noise (None where zero)."""
-    per_step = pc.groupby("unit")["collective"].size()
-    clock_step = float(clock_ns * per_step.mean()) if len(per_step) else 0.0
+    clock_step = clock_per_step_ns(pc, clock_ns)
     mean = float(late_r.mean()) if len(late_r) else 0.0
     types = pc.get("type")
     return {"last_at": int((pc["last_rank"] == rank).sum()), "collectives": int(len(pc)),
@@ -69,6 +68,13 @@ def evidence(late_r: pd.Series, pc: pd.DataFrame, rank: int, clock_ns: float, fl
             "x_clock": mean / clock_step if clock_step > 0 else None,
             "x_step_noise": mean / floor_ns if floor_ns > 0 else None,
             "kind": _kind(types) if types is not None else "collectives"}
+
+
+def clock_per_step_ns(pc: pd.DataFrame, clock_ns: float) -> float:
+    """A clock noise of `clock_ns` at each of a step's collectives (their mean count per unit of
+    `pc`, verdicts.per_collective), per step; 0 without units."""
+    per_step = pc.groupby("unit")["collective"].size()
+    return float(clock_ns * per_step.mean()) if len(per_step) else 0.0
 
 
 _PLURAL = {"allreduce": "all-reduces", "allgather": "all-gathers", "reducescatter": "reduce-scatters",

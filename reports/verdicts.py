@@ -16,8 +16,11 @@ The run's straggler is the rank that is significantly late, by more than the noi
 per step each rank's lateness (its arrivals less the other ranks' mean, summed over the
 step's collectives), a one-sided Wilcoxon signed-rank test that it leans late (exact;
 Bonferroni over the ranks), p < STRAGGLER_ALPHA, the rank gates more than half the gated steps, and its
-mean lateness per step is above the clocks' noise at the step's collectives (`noise_floor_ns`: the
-ranks of a CPU run sharing two cores can lean one way by 0.6x that, p < 0.05 over a thousand steps).
+mean lateness per step is above the clocks' noise (their median end spread, at least MIN_SKEW_NS) at each
+of the step's collectives: a rank steadily late by less than the clocks can tell apart is not a
+straggler (the ranks of a CPU run sharing two cores can lean one way by 0.6x that, p < 0.05 over a
+thousand steps). Not the step-to-step noise: a rank that stalls every other step raises that noise
+itself, and is the straggler (whatif-stall-2gpu-torch).
 Above SIGNED_RANK_UP_TO ranks the test is instead how often the rank gates: a binomial tail
 of its gated steps against 1/ranks per step (Bonferroni over the ranks). The signed-rank
 test cannot scale: with n steps its smallest p is 2^-n, times the ranks, so 64 ranks need
@@ -131,7 +134,7 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
     if p_of[top] < STRAGGLER_ALPHA and counts[top] > n / 2 and out["lateness_ns"] > 0:  # late on average too:
         # the others lose time to it (last often, yet earlier on average, it costs them nothing in all)
         ev = E.evidence_of(late, pc, coll, top)
-        floor = noise_floor_ns(ev, clock_spread_ns(coll))
+        floor = E.clock_per_step_ns(pc, max(clock_spread_ns(coll), MIN_SKEW_NS))  # at least 1 us a collective
         if ev is None or ev["lateness_ns"] > floor:
             return {**out, "rank": top, "pattern": "straggler", "evidence": ev}
         out["within_noise"] = {"rank": top, "floor_ns": floor, **ev}  # steadily late, by less than the clocks tell
@@ -148,17 +151,6 @@ def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
         if switches >= ALTERNATING_SHARE * moves and out["alternation_p"] < STRAGGLER_ALPHA:
             out["pattern"] = "alternating"
     return out
-
-
-def noise_floor_ns(ev: dict[str, Any] | None, clock_ns: float) -> float:
-    """The least mean lateness per step (E.evidence: collectives per step) that names a straggler:
-    the clocks' noise (the collectives' median end spread, at least MIN_SKEW_NS) at each of the
-    step's collectives. A rank steadily late by less than the clocks can tell apart is not a
-    straggler. (Not the step-to-step noise: a rank that stalls every other step raises that noise
-    itself, and is the straggler: whatif-stall-2gpu-torch.)"""
-    if ev is None or not ev["steps"]:
-        return 0.0
-    return max(clock_ns, MIN_SKEW_NS) * ev["collectives"] / ev["steps"]
 
 
 def windows(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:

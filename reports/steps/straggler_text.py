@@ -23,7 +23,7 @@ def evidence_phrase(e: dict[str, Any], unit: str = "steps") -> str:
 
 def _within(e: dict[str, Any], unit: str) -> str:
     """'45.6 us later per step on average, under the 76.0 us per step the clocks tell apart': a
-    lateness the verdict did not call a straggler's (verdicts.noise_floor_ns)."""
+    lateness the verdict did not call a straggler's (verdicts.straggler: under its clock floor)."""
     return (f"{duration(e['lateness_ns'])} later per {unit[:-1]} on average, under the {duration(e['floor_ns'])} "
             f"per {unit[:-1]} the clocks tell apart")
 
