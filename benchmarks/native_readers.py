@@ -46,15 +46,15 @@ def _empty_groups(groups):
 def _msgspec_readers(path: Path, data: bytearray) -> dict:
     import msgspec
 
-    from tracelab.parsers import _kineto_json as kj
+    from tracelab.parsers import _kineto_json as kj, _kineto_union
     layout = kj.cut(data, kj.RUN_BYTES)
     if layout is None:
         sys.exit(f"{path}: its events cannot be cut into runs (not Kineto's layout)")
     runs = layout[0]
-    source, raws = kj._Source(data), msgspec.json.Decoder(list[msgspec.Raw])
+    source, raws = _kineto_union._Source(data), msgspec.json.Decoder(list[msgspec.Raw])
 
     def decode_all(groups):
-        union = kj._Union(groups)
+        union = _kineto_union._Union(groups)
         return lambda: [source.decode_run(union.decoder, start, end) for start, end in runs]
 
     groups = _groups()
