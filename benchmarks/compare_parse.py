@@ -76,15 +76,19 @@ def main() -> None:
     p.add_argument("paths", nargs="*", type=Path, default=DEFAULT)
     p.add_argument("--base", type=Path, required=True, help="the other checkout")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--new-meta", action="append", default=[], metavar="KEY",
+                   help="a meta key this checkout adds: left out of the comparison (repeatable)")
     a = p.parse_args()
     files = sorted(f for d in a.paths for f in ([d] if d.is_file() else d.rglob("*.json*"))
                    if f.name.endswith((".json", ".json.gz")))
     if a.child:
         return _read_all(Path(a.child[0]), files, Path(a.child[1]))
-    got = in_each_checkout(__file__, a.paths, a.base)
+    got = in_each_checkout(__file__, a.paths, a.base)  # (--new-meta is not passed on: the children read all)
     bad = 0
     for f in map(str, files):
         this, base = got["this"][f], got["base"][f]
+        if not isinstance(this, str):
+            this = (*this[:3], {k: v for k, v in this[3].items() if k not in a.new_meta})
         same = _same(this, base)
         bad += not same
         what = f"refused: {this[:80]}" if isinstance(this, str) else f"{len(this[0]):,} rows"

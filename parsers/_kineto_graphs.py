@@ -46,6 +46,8 @@ class Replays:
 
     scope_launch: np.ndarray
     notes: list[str]
+    captured: int = 0  # graph captures in the trace (begin to end)
+    captured_calls: int = 0  # the launch calls inside them (they ran nothing then)
 
 
 def _node_kind(call: str) -> str:
@@ -79,9 +81,17 @@ def scope_launches(names: list[str], pid: np.ndarray, tid: np.ndarray, ts_ns: np
     takes: a replayed row its capture-time launch (module docstring), any other row its own."""
     has_rows = np.zeros(len(names), dtype=bool)
     has_rows[launch[launch >= 0]] = True
-    out = replays(_matches(names, _GRAPH_LAUNCH), pid, ts_ns, launch, row_kind, row_start_ns, row_stream,
-                  captures(names, pid, tid, ts_ns, has_rows))
+    found = captures(names, pid, tid, ts_ns, has_rows)
+    graph_launch = _matches(names, _GRAPH_LAUNCH)
+    out = replays(graph_launch, pid, ts_ns, launch, row_kind, row_start_ns, row_stream, found)
     out.scope_launch = np.where(out.scope_launch >= 0, out.scope_launch, launch)
+    out.captured = len(found)
+    out.captured_calls = nodes = sum(len(c.nodes) for c in found)
+    one_by_one = int(((launch >= 0) & ~graph_launch[np.maximum(launch, 0)]).sum()) if len(names) else 0
+    if found and nodes >= one_by_one:  # a trace mostly of capturing
+        out.notes.append(f"{len(found)} CUDA-graph capture{'s' if len(found) > 1 else ''} in this trace ({nodes:,} "
+                         "launch calls inside, which ran nothing then): its idle, launch and host figures "
+                         "include capturing, not only the steps that replay the graphs")
     return out
 
 

@@ -114,6 +114,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     meta = _meta(path, trace, origin_ns)
     meta["notes"] = (graphs.notes if gpu.cat else unread) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
+    meta["graph_capture_calls"] = graphs.captured_calls if gpu.cat else 0  # reports/fixes/host.py reads it
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
     return Profile(_frame(columns, meta["rank"]), meta, host=host, memory=memory)

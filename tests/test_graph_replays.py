@@ -248,3 +248,48 @@ def test_nsys_graph_node_id_of_the_wrong_type(tmp_path):
 def test_which_calls_make_nodes_and_launch_graphs(call, node, graph_launch):
     from tracelab.parsers import _kineto_graphs as g
     assert (bool(g._NODE_CALL.fullmatch(call)), bool(g._GRAPH_LAUNCH.fullmatch(call))) == (node, graph_launch)
+
+
+def _capture_calls_from_json(doc: dict) -> int:
+    """Launch calls between a thread's cudaStreamBeginCapture and EndCapture that launched no GPU row."""
+    with_rows = {e["args"]["correlation"] for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    calls = sorted((e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"])
+    open_on, n = set(), 0
+    for e in calls:
+        thread = (e["pid"], e["tid"])
+        if re.fullmatch(r"(cuda|cu|hip)StreamBeginCapture\w*", e["name"]):
+            open_on.add(thread)
+        elif re.fullmatch(r"(cuda|cu|hip)StreamEndCapture\w*", e["name"]):
+            open_on.discard(thread)
+        elif thread in open_on and e["args"].get("correlation") not in with_rows and re.fullmatch(
+                r"(cuda|cu|hip)(Ext|Module)?(Launch\w*Kernel\w*|Memcpy\w*Async\w*|Memset\w*Async\w*)", e["name"]):
+            n += 1
+    return n
+
+
+def test_a_trace_that_is_mostly_capturing_graphs_is_not_told_to_use_them(tmp_path, capsys):
+    """graph-1gpu-torch captures a 24-node graph once and launches 162 kernels one by one: it is told to
+    use CUDA graphs. The same trace with 200 more launch calls inside its capture (as vLLM's graph-capture
+    traces are: 349 calls captured, 7 kernels run) is not; a note says its figures include capturing."""
+    from malformed import run_cli_output
+
+    path = DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    p = tracelab.load(path)
+    assert p.meta["graph_capture_calls"] == _capture_calls_from_json(doc) == 24
+    assert not [n for n in p.meta["notes"] if "CUDA-graph capture in" in n]  # 24 captured against 162 launched
+    assert "capture the step in a CUDA graph" in run_cli_output(capsys, "breakdown", str(path))[1]
+    begin = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("cudaStreamBeginCapture"))
+    end = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("cudaStreamEndCapture"))
+    top = max(e["args"]["correlation"] for e in doc["traceEvents"] if "correlation" in e.get("args", {}))
+    for k in range(200):  # captured launches: no GPU row of their own
+        doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": begin["pid"],
+                                   "tid": begin["tid"], "ts": begin["ts"] + (end["ts"] - begin["ts"]) * (k + 1) / 202,
+                                   "dur": 0.5, "args": {"correlation": top + 1 + k, "External id": 0}})
+    edited = tmp_path / "rank0.pt.trace.json"
+    edited.write_text(json.dumps(doc))
+    q = tracelab.load(edited)
+    assert q.meta["graph_capture_calls"] == _capture_calls_from_json(doc) == 224
+    status, out, err = run_cli_output(capsys, "breakdown", str(edited))
+    assert status == 0 and "capture the step in a CUDA graph" not in out
+    assert "1 CUDA-graph capture in this trace (224 launch calls inside" in err

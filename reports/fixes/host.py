@@ -1,5 +1,7 @@
 """Host-bound steps made of kernels shorter than their own launch call: CUDA graphs or
-torch.compile(mode="reduce-overhead"), which launch the whole step at once. From the idle
+torch.compile(mode="reduce-overhead"), which launch the whole step at once; not said of a trace
+that is mostly capturing CUDA graphs (meta graph_capture_calls, launch calls inside captures, at
+least the kernels launched one by one: vLLM's graph-capture traces). From the idle
 analysis (reports/idle.py: each step's idle by cause and bound, the launch statistics) and
 `replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
 
@@ -31,6 +33,8 @@ def _figures(ev, i) -> dict | None:
     replays = i.digest("replays")
     launched = replays["launched"] - replays["replayed"]  # one by one
     if 2 * len(host) <= len(steps) or not launched or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
+        return None
+    if (i.meta.get("graph_capture_calls") or 0) >= launched:  # a trace mostly of capturing: it uses graphs already
         return None
     stake = (host["idle_host_ns"] + host["idle_launch_ns"]).to_numpy(dtype=np.int64)
     return {"steps": len(steps), "host_bound": len(host), "launched": launched,
