@@ -16,7 +16,7 @@ from tracelab import devices
 from tracelab.errors import UsageError
 from tracelab.reports.roofline.roofline import roofline, with_scope_work
 
-from conftest import DATA
+from conftest import DATA, shared_trace
 from malformed import run_cli_output
 from test_html import chromium  # noqa: F401  (the fixture)
 
@@ -187,6 +187,23 @@ def test_proton_device_by_arch_and_bandwidth():
     assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # not A10
     with pytest.raises(UsageError):
         devices.by_option("TPU v5")
+
+
+def test_a_device_the_table_lacks_is_unknown_never_its_nearest_kin():
+    """A named GPU not in the table (nsys-ai's mock.sqlite: a GeForce RTX 3080, sm_86) and an unnamed
+    proton device whose bandwidth is far from every entry of its architecture (Triton's triton.json:
+    an sm_86 part of 176 GB/s) are unknown, not the A10 (sm_86, 600 GB/s) they were taken for."""
+    mock = shared_trace("nsys-ai/mock.sqlite")
+    with sqlite3.connect(f"file:{mock}?mode=ro", uri=True) as db:
+        (name,), = db.execute("SELECT name FROM TARGET_INFO_GPU").fetchall()
+    assert "RTX 3080" in name and devices.detect({"name": name, "arch": "86", "memory_bandwidth_gb_s": 760.0}) is None
+    assert devices.meta_device(tracelab.load(mock).meta)[0] is None
+    props = json.loads(shared_trace("proton/triton.json").read_text())[1]["CUDA"]["0"]
+    gb_s = props["bus_width"] / 8 * props["memory_clock_rate"] * 2 / 1e6  # bits -> bytes, kHz DDR -> GB/s
+    assert props["arch"] == "86" and gb_s == pytest.approx(176.0, rel=0.01)
+    assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": gb_s}) is None
+    assert devices.meta_device(tracelab.load(shared_trace("proton/triton.json")).meta)[0] is None
+    assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": 600.0 * 1.05}).name == "A10"  # within 10%
 
 
 def test_cli_json_is_strict_with_the_device_and_rows(capsys):

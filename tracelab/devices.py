@@ -131,13 +131,19 @@ def custom(peak_tflop_s: float, peak_gb_s: float, base: Device | None = None) ->
                   peak_gb_s, base.host_link_gb_s if base else None, "--peak-tflops / --peak-gb-s")
 
 
+# an unnamed device (proton) is told by its architecture and a memory bandwidth within this fraction
+# of the entry's: a 176 GB/s sm_86 laptop part is no 600 GB/s A10
+BANDWIDTH_MATCH = 0.10
+
+
 def detect(props: dict[str, Any]) -> Device | None:
     """The table entry for a trace's device properties (Kineto deviceProperties, nsys
-    TARGET_INFO_GPU, run.json devices): by name; else (proton: no name) by architecture and
-    the nearest memory bandwidth (proton-viewer's memory clock x bus width)."""
+    TARGET_INFO_GPU, run.json devices): by name, None for a name not in the table; else (proton:
+    no name) by architecture and the nearest memory bandwidth (proton-viewer's memory clock x bus
+    width), None unless within BANDWIDTH_MATCH of it."""
     name = props.get("name")
-    if isinstance(name, str) and (found := _from_name(name)):
-        return found
+    if isinstance(name, str) and name.strip():  # a named device not in the table is unknown: a GeForce
+        return _from_name(name)                 # RTX 3080 (sm_86) is no A10, whatever its bandwidth
     if props.get("type") not in (None, "CUDA"):  # an AMD gfx90a is no sm_90: by name only
         return None
     arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
@@ -145,7 +151,8 @@ def detect(props: dict[str, Any]) -> Device | None:
     same = [d for d in DEVICES if d.arch == arch]
     if not same or not isinstance(bandwidth, (int, float)):
         return None
-    return min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
+    nearest = min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
+    return nearest if abs(nearest.hbm_gb_s - bandwidth) <= BANDWIDTH_MATCH * nearest.hbm_gb_s else None
 
 
 MAX_PEAK = 1e7  # TFLOP/s or GB/s: 100x any device made so far

@@ -26,7 +26,7 @@ def _rate(x: float | None) -> str:
 
 def device_line(r: Roofline) -> str:
     if r.device is None:
-        return ("device: unknown (the trace names none): rates shown, no roofline; give --device H100|H200|A100|"
+        return ("device: unknown (the trace names none that tracelab knows): rates shown, no roofline; give --device H100|H200|A100|"
                 "B200|... or --peak-tflops and --peak-gb-s")
     peaks = ", ".join(f"{class_label(k)} {v:,.1f}" for k, v in r.device.tflop_s.items())
     return (f"device: {r.device.name} (from the {r.device_from}), peak TFLOP/s {peaks}; HBM {r.device.hbm_gb_s:,.0f} GB/s"
