@@ -374,3 +374,18 @@ def test_cuda_graph_replays_get_their_captured_ops_work():
         replayed = events[events["scope"] == f"capture/layer{layer}"]
         eager = events[events["scope"] == f"eager/layer{layer}"]
         assert replayed["flops"].sum() == pytest.approx(per_layer) and eager["flops"].sum() == pytest.approx(per_layer)
+
+
+def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
+    """HTA's gloo rank 34 has no GPU event: the coverage line names rank 34 (read from the file's
+    distributedInfo) and says there is no GPU activity, not 'rank -: 0.000 ms of 0.000 ms (-%)'."""
+    path = shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert not gpu and doc["distributedInfo"]["rank"] == 34
+    status, out, err = run_cli_output(capsys, "roofline", str(path))
+    assert status == 0, err
+    assert "rank 34: no GPU activity in this trace" in out and "rank -" not in out and "(-%)" not in out
+    status, out, err = run_cli_output(capsys, "roofline", str(path), "--format", "json")
+    assert _strict(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]

@@ -34,8 +34,11 @@ def device_line(r: Roofline) -> str:
 
 
 def coverage_line(r: Roofline) -> str:
-    share = r.known_ns / r.gpu_ns if r.gpu_ns else math.nan
-    return (f"rank {int(r.rows['rank'].iloc[0]) if len(r.rows) else '-'}: work known for "
+    who = f"rank {'-' if r.rank is None else r.rank}"
+    if not r.gpu_ns:
+        return f"{who}: no GPU activity in this trace (kernels, copies or fills): nothing to place on a roofline"
+    share = r.known_ns / r.gpu_ns
+    return (f"{who}: work known for "
             f"{r.known_ns / 1e6:,.3f} ms of {r.gpu_ns / 1e6:,.3f} ms GPU time ({_num(100 * share, '.1f')}%); "
             "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero"
             + (f"; {r.missing_hint}" if r.missing_hint and share < 0.95 else ""))
@@ -71,9 +74,9 @@ def as_json(results: list[Roofline], by: str, top: int | None) -> str:
     first = results[0] if results else None
     device = None if first is None or first.device is None else {**first.device.to_json(), "source": first.device_from}
     doc = {"by": by, "device": device if len(devices) == 1 else
-           [{"rank": int(r.rows["rank"].iloc[0]) if len(r.rows) else None,
+           [{"rank": r.rank,
              **(r.device.to_json() if r.device else {"name": None}), "source": r.device_from} for r in results],
-           "coverage": [{"rank": int(r.rows["rank"].iloc[0]) if len(r.rows) else None, "gpu_ns": r.gpu_ns,
+           "coverage": [{"rank": r.rank, "gpu_ns": r.gpu_ns,
                          "known_ns": r.known_ns} for r in results],
            "rows": [{**row, by: row.pop("key")} for r in results for row in to_records(r, top)]}
     return json.dumps(doc, indent=1, allow_nan=False)
