@@ -307,3 +307,29 @@ def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
         by_node = replay(g, p)
         monkeypatch.setattr(rp, "WORK_PER_NODE", 1 << 40)
         assert np.array_equal(rounds.start_ns, by_node.start_ns) and np.array_equal(rounds.end_ns, by_node.end_ns)
+
+
+def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):
+    """HTA's triton_example: its ProfilerStep#1 lies on a thread that launched nothing, so its one
+    kernel is in no step. whatif printed nothing at all (no table, no note); it now replays the
+    trace as one window, as tracelab idle does: from the launch call's start to the kernel's end."""
+    import gzip
+
+    from conftest import shared_trace
+
+    path = shared_trace("hta/triton_example/triton_example.json.gz")
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    kernel, = (e for e in events if e.get("cat") == "kernel")
+    launch, = (e for e in events if e.get("name") == "cuLaunchKernel")
+    step, = (e for e in events if str(e.get("name")).startswith("ProfilerStep"))
+    assert step["tid"] != launch["tid"]
+    window_ns = round((kernel["ts"] + kernel["dur"] - launch["ts"]) * 1e3)
+    status, out, err = run_cli_output(capsys, "whatif", str(path), "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert [s["step"] for s in doc["steps"]] == [None]
+    assert doc["steps"][0]["step_ns"] == pytest.approx(window_ns, abs=2)
+    assert doc["steps"][0]["path"]["compute_ns"] == pytest.approx(kernel["dur"] * 1e3, abs=2)
+    status, out, err = run_cli_output(capsys, "whatif", str(path))
+    assert status == 0 and "whole trace" in out, out
