@@ -256,3 +256,22 @@ def test_even_gemm_shapes_are_no_finding(tmp_path):
 def tracelab_meta(run) -> dict:
     import tracelab
     return tracelab.load(run / "rank0.pt.trace.json").meta
+
+
+@pytest.mark.parametrize("size, multiple, to", [(8190, 8, 8192), (50257, 8, 50304), (5, 4, 8), (5, 8, 8),
+                                                (100, 8, 104), (1000, 4, 1024), (3, 4, 4)])
+def test_padding_adds_little_work(size, multiple, to):
+    from tracelab.reports.fixes.gemm import PAD_GROWTH, padded
+    assert padded(size, multiple) == to and to % multiple == 0
+    assert to - size <= max(PAD_GROWTH * size, multiple - 1)
+
+
+def test_a_tiny_odd_dimension_is_padded_to_its_alignment_not_64():
+    """HTA's MI250 toy: aten::mm of [128, 5] x [5, 128] fp32 (read from the raw JSON). K = 5 -> 64
+    was advised (12.8x the GEMM's work); fp32 needs multiples of 4: 8."""
+    path = shared_trace("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    with gzip.open(path, "rt") as f:
+        mm = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "aten::mm"]
+    assert [a["Input Dims"] for a in mm] == [[[128, 5], [5, 128]]] and mm[0]["Input type"][0] == "float"
+    found = _by_fix(_found(path), "no multiple of 16 bytes")
+    assert len(found) == 1 and "K = 5 -> 8)" in found[0].text and "-> 64" not in found[0].text
