@@ -37,7 +37,8 @@ def test_idle_finding_states_tracelab_idle_numbers(capsys):
     scenario = next(s for s in _json(capsys, "whatif", str(DATA / "idle-1gpu-small-torch"), "--scenario",
                                      "no-host-gaps")["scenarios"] if s["name"] == "no-host-gaps")
     assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
-    assert f"{scenario['saving_ns'] / 1e6:,.2f} ms of {scenario['step_ns'] / 1e6:,.2f} ms per step" in found[0].text
+    assert (f"saves {scenario['saving_ns'] / 1e6:,.2f} ms of {scenario['step_ns'] / 1e6:,.2f} ms per step, step end to "
+            "step end" in found[0].text)
 
 
 def test_the_fix_carries_the_diagnosis_saving_once(capsys):
@@ -88,7 +89,7 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     saved = f"{scenario['saving_ns'] / 1e6:,.2f} ms"
     nothing = scenario["saving_ns"] < NOTHING_FRAC * scenario["step_ns"]
     assert (f"what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
-            + (f"nothing to gain now ({saved} of " if nothing else f"{saved} of ")) in found[0].text
+            + (f"nothing to gain now ({saved} of " if nothing else f"saves {saved} of ")) in found[0].text
     graphs = _found("train-1gpu-steps-torch", [graphs_findings])
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
 
