@@ -333,3 +333,20 @@ def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):
     assert doc["steps"][0]["path"]["compute_ns"] == pytest.approx(kernel["dur"] * 1e3, abs=2)
     status, out, err = run_cli_output(capsys, "whatif", str(path))
     assert status == 0 and "whole trace" in out, out
+
+
+def test_balance_removes_the_injected_straggler_to_its_twins_step():
+    """tp-2gpu-late-torch is tp-2gpu-equal-torch with 10.7 ms of extra GEMMs per step on rank 1
+    (their READMEs): 'balance' (every rank's work at the lower median rank's) must predict about
+    the equal run's measured step. Its collectives, one chain each, kept their chain gap (the
+    previous step's instance ended ~10.9 ms before) after a wait edge explained their start, so
+    nothing moved them: balance predicted 0.00 ms of saving beside 'rank 1 is the straggler'."""
+    def doc(name):
+        result = CliRunner().invoke(app, ["whatif", str(DATA / name), "--format", "json"])
+        assert result.exit_code == 0, result.output
+        return {s["name"]: s for s in json.loads(result.stdout)["scenarios"]}
+
+    equal_step_ns = doc("tp-2gpu-equal-torch")["balance"]["step_ns"]
+    late = doc("tp-2gpu-late-torch")["balance"]
+    assert late["step_ns"] > 10 * equal_step_ns  # the straggler's 10.7 ms per step
+    assert late["predicted_ns"] == pytest.approx(equal_step_ns, rel=0.15)
