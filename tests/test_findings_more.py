@@ -176,3 +176,20 @@ def test_a_wait_the_compute_lead_cannot_explain_is_said_to_be_elsewhere():
     assert "computes 100.6 ms more than any other rank and" not in f.text and "capture with --backend torch" in f.text
     assert f.at_stake_ns == wait and f.evidence["unexplained_wait_ns"] == wait - lead
     assert f"its compute lead (100.615 ms) is {100 * lead / wait:.1f}% of their extra wait" in straggler_line(row, "GPU time")
+
+
+def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
+    """whatif-stall: rank 1's host sleeps 10 ms in a host_stall range every other step (its README),
+    so it is late with an idle GPU, not more work. 'balance' evens GPU work and moved nothing
+    (its saving, from tracelab whatif, is ~0), so the finding said 'what if every rank's work at
+    the median rank's (the straggler removed): nothing to gain now' beside 6.85 ms of lateness per
+    step; it now says why no such what-if applies. The injected extra-work straggler keeps it."""
+    from tracelab.reports.findings.findings import straggler_findings
+    scenario = next(s for s in _json(capsys, "whatif", str(DATA / "whatif-stall-2gpu-torch"), "--scenario",
+                                     "balance")["scenarios"] if s["name"] == "balance")
+    assert scenario["saving_ns"] < 0.01 * scenario["step_ns"]
+    stall, = _found("whatif-stall-2gpu-torch", [straggler_findings])
+    assert "sits idle" in stall.text and "would not move it: its delay is idle time" in stall.text
+    assert "what if" not in stall.text and "whatif" not in stall.evidence
+    late, = _found("tp-2gpu-late-torch", [straggler_findings])
+    assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance"

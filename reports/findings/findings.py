@@ -82,7 +82,11 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
                 f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit, idle_cause))
-        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
+        evidence = {"verdict": v, "line": w.line, "gated_skew_ns": skew}
+        if _late_by_idle(w.causes, r):  # 'balance' evens GPU work: it cannot move a rank its host held back
+            text += "; evening the ranks' GPU work would not move it: its delay is idle time, not work"
+            evidence["scenario"] = None
+        return Finding(text, skew, SECTIONS["steps"], evidence)
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
         counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1])[:4]
@@ -110,6 +114,12 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
     return f"; its {device} does {duration(work)} more work before them per {unit}{top}"
+
+
+def _late_by_idle(causes: pd.DataFrame, rank: int) -> bool:
+    """Whether the straggler's units it gates show more idle than extra work before them (_why)."""
+    mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
+    return bool(len(mine)) and mine["extra_work_ns"].mean() < mine["extra_idle_ns"].mean()
 
 
 def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:

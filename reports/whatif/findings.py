@@ -124,7 +124,7 @@ def _none_step(ev) -> tuple[str, float] | None:
 
 
 def _scenario(source: str, f: Finding) -> str | None:
-    return f.evidence.get("scenario") or SCENARIO_OF.get(source)
+    return f.evidence["scenario"] if "scenario" in f.evidence else SCENARIO_OF.get(source)  # None: no scenario fits
 
 
 def _label(row) -> str:
