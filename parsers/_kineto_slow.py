@@ -32,7 +32,7 @@ def array(raws: Iterable[msgspec.Raw]) -> bytes:
 
 def slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: Any) -> None:
     """Every event's `cat` decoded, then the events of each group again, into its Struct;
-    `union` (_kineto_json._Union) learns the categories seen."""
+    `union` (_kineto_union._Union) learns the categories seen."""
     cats: list[str] = []
     try:
         cats = list(map(_CAT, _CATEGORY_DECODER.decode(array(part))))

@@ -17,6 +17,7 @@ import pytest
 from tracelab import limits
 from tracelab.errors import TraceFormatError
 from tracelab.parsers import _kineto_json as K
+from tracelab.parsers import _kineto_union
 from tracelab.parsers import chrome
 
 from conftest import DATA, shared_trace
@@ -98,7 +99,7 @@ def test_events_without_cat_and_unknown_categories_anywhere(tmp_path, monkeypatc
 
 
 def test_more_categories_than_the_union_learns(tmp_path, monkeypatch):
-    monkeypatch.setattr(K, "MAX_SKIPPED_CATEGORIES", 40)
+    monkeypatch.setattr(_kineto_union, "MAX_SKIPPED_CATEGORIES", 40)
     events = [_event(i, "kernel" if i % 3 == 0 else f"cat{i}") for i in range(600)]
     fast, slow = _read_both(_write(tmp_path, events), monkeypatch, chunk=50)
     _same(fast, slow)
@@ -213,7 +214,7 @@ def test_decoding_in_place_puts_every_byte_back(tmp_path, monkeypatch):
     data = K.read_bytes(src)
     before = bytes(data)
     trace = K.decode(src, data)
-    source = K._Source(data, trace.traceEvents)
+    source = _kineto_union._Source(data, trace.traceEvents)
     assert source.data is not None  # msgspec's raw values are views of the bytearray
     groups = [(set(chrome.GPU_KINDS), K.Picked), (chrome.LAUNCHES, K.Launches), (chrome.CPU_OPS, K.Ops)]
     K.pick(src, data, trace.traceEvents, groups)
@@ -228,7 +229,7 @@ def test_bytes_input_is_joined_not_decoded_in_place(monkeypatch):
     src = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
     data = bytes(K.read_bytes(src))
     trace = K.decode(src, data)
-    assert K._Source(data, trace.traceEvents).data is None
+    assert _kineto_union._Source(data, trace.traceEvents).data is None
     groups = [(set(chrome.GPU_KINDS), K.Picked)]
     got = K.pick(src, data, trace.traceEvents, groups)[0]
     in_place = K.read_bytes(src)
