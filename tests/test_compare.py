@@ -23,6 +23,7 @@ from tracelab.cli import app
 from tracelab.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
+from malformed import run_cli_output
 
 ROOT = Path(__file__).resolve().parents[1]
 # public traces, by their path under shared/traces (conftest.shared_trace finds them)
@@ -415,3 +416,50 @@ def test_one_run_keeps_the_first_input_as_reference(paths, ranks, labels, tmp_pa
     result = comparison(inputs, "kernel")
     assert result.labels == labels
     assert result.totals["ratio"].iloc[0] == 1.0
+
+
+def _dist(path) -> tuple[int, int, float]:
+    """(rank, world size, first ts in us) straight from a Kineto file."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    info = doc["distributedInfo"]
+    return info["rank"], info["world_size"], min(e["ts"] for e in doc["traceEvents"] if "ts" in e)
+
+
+@pytest.mark.parametrize("sizes, starts_s, why", [
+    ((8, 2), (0, 735_004), "world sizes differ"), ((2, 2), (0, 3 * 3600), "3.0 hours apart"),
+    ((2, 2), (0, 59), None), ((None, 2), (None, 0), None), ((128, 128), (0, 1), None)])
+def test_one_job_by_world_size_and_start(sizes, starts_s, why):
+    from tracelab.reports.session import not_one_job
+    profiles = [tracelab.Profile(pd.DataFrame(), {"rank": r, "path": f"r{r}", "world_size": n,
+                                                  "trace_start_epoch_ns": None if t is None else t * 10**9})
+                for r, (n, t) in enumerate(zip(sizes, starts_s))]
+    got = not_one_job(profiles)
+    assert (got is None) if why is None else (why in got)
+
+
+@pytest.mark.slow
+def test_ranks_of_different_jobs_are_runs_not_one_run(capsys):
+    """HTA's trace_diff pair is rank 3 of 8 and rank 1 of 2, 8.5 days apart (read from the files):
+    taken as one run, steps and compare put them on one clock 735,003 s apart ('rank 3 waits 290.2
+    ms per step at sendrecv', a collective skew of 735,003,792,218 us). They are now two runs;
+    steps refuses them in one line; whatif replays each alone. HTA's two sampled ranks of one
+    128-rank job stay one run."""
+    control = shared_trace("hta/trace_diff/control/control.json.gz")
+    test = shared_trace("hta/trace_diff/test/test.json.gz")
+    (r0, n0, t0), (r1, n1, t1) = _dist(control), _dist(test)
+    assert (r0, n0, r1, n1) == (3, 8, 1, 2) and (t1 - t0) / 3.6e9 > 24
+    status, out, err = run_cli_output(capsys, "compare", str(control), str(test), "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert [i["label"] for i in doc["inputs"]] == ["control", "test"] and doc["straggler"] is None
+    assert not doc["collective_skew"]
+    status, out, err = run_cli_output(capsys, "steps", str(control), str(test))
+    assert status == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "world sizes differ" in err and "control.json.gz (rank 3 of 8)" in err
+    status, out, err = run_cli_output(capsys, "whatif", str(control), str(test), "--format", "json")
+    assert status == 0 and len(json.loads(out)["inputs"]) == 2, err
+    a, b = shared_trace("hta/trace_filter/sampled_rank-0.json.gz"), shared_trace("hta/trace_filter/sampled_rank-1.json.gz")
+    assert _dist(a)[1] == _dist(b)[1] == 128
+    status, out, err = run_cli_output(capsys, "compare", str(a), str(b), "--format", "json")
+    assert [i["label"] for i in json.loads(out)["inputs"]] == ["rank0", "rank1"]

@@ -143,6 +143,7 @@ def whatif(
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..errors import RankError
+    from ..reports.session import not_one_job
     from ..reports.whatif import whatif as replay_whatif
     from ..reports.whatif.nodes import RankGraphReduce
     from ..reports.whatif.render import WHATIF_RENDERERS
@@ -155,7 +156,9 @@ def whatif(
     work = {"reduce": {"whatif": RankGraphReduce()}, "keep_events": False, "options": options}
     try:  # the ranks of one run, given as files or a folder: one job
         groups = [(", ".join(paths), _load(paths, rank, **work))]
-    except RankError:  # inputs repeating a rank: several runs, each on its own
+        if len(paths) > 1 and not_one_job(groups[0][1]):  # distinct ranks of different jobs
+            raise RankError(paths[0], "not one job")
+    except RankError:  # inputs repeating a rank, or of different jobs: several runs, each on its own
         groups = [(path, _load([path], rank, **work)) for path in paths]
     parts = []
     for label, profiles in groups:

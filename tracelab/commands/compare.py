@@ -124,11 +124,13 @@ def steps(
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     options = _options(step, scheduler)
-    from ..reports.session import FINDINGS, rank_digests
+    from ..reports.session import FINDINGS, not_one_job, rank_digests
 
     findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
     profiles = _load(paths, rank, reduce={**findings, **STEP_DIGESTS, "idle": RankIdle(0)},
                      keep_events=False, options=options)  # digested in its worker
+    if why := not_one_job(profiles):  # steps weighs ranks against each other on one clock
+        raise UsageError("steps", f"{why}: it takes the ranks of one run (compare takes several runs)")
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
