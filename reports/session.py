@@ -145,13 +145,15 @@ MAX_START_SPREAD_NS = 3600 * 10**9  # the ranks of one job start their traces wi
 
 
 def not_one_job(profiles: list[Profile]) -> str | None:
-    """Why the profiles cannot be ranks of one job, or None: one world size where the files give
-    it, and wall-clock starts within MAX_START_SPREAD_NS where they give them (HTA's trace_diff
+    """Why the profiles cannot be ranks of one job, or None: one profiler, one world size where the
+    files give it, and wall-clock starts within MAX_START_SPREAD_NS where they give them (HTA's trace_diff
     pair, rank 3 of 8 and rank 1 of 2, 8.5 days apart, are two runs, not a run whose collectives
     are days late)."""
     def who(p: Profile) -> str:
         return f"{p.meta.get('path')} (rank {p.rank} of {p.meta.get('world_size') or '?'})"
 
+    if len(sources := list(dict.fromkeys(str(p.meta.get("source")) for p in profiles))) > 1:
+        return f"{who(profiles[0])} and the others are not one job: their profilers differ ({', '.join(sources)})"
     sized = [p for p in profiles if p.meta.get("world_size") is not None]
     if other := [p for p in sized if p.meta["world_size"] != sized[0].meta["world_size"]]:
         return f"{who(sized[0])} and {who(other[0])} are not one job: their world sizes differ"
@@ -176,8 +178,7 @@ def label(paths: list[str | Path], folders: list[bool], groups: list[list[Profil
     paths = [Path(p) for p in paths]
     profiles = [p for g in groups for p in g]
     ranks = [p.rank for p in profiles]
-    one_run = (len(set(ranks)) == len(ranks) and len({p.meta.get("source") for p in profiles}) == 1
-               and sum(folders) <= 1 and _one_job(profiles))
+    one_run = len(set(ranks)) == len(ranks) and sum(folders) <= 1 and _one_job(profiles)
     if one_run:  # in the order given (the first is the reference); a folder's ranks by rank
         return [_input(f"rank{p.rank}", "", p) for g in groups for p in sorted(g, key=lambda p: p.rank)]
     out = []

@@ -426,14 +426,16 @@ def _dist(path) -> tuple[int, int, float]:
     return info["rank"], info["world_size"], min(e["ts"] for e in doc["traceEvents"] if "ts" in e)
 
 
-@pytest.mark.parametrize("sizes, starts_s, why", [
-    ((8, 2), (0, 735_004), "world sizes differ"), ((2, 2), (0, 3 * 3600), "3.0 hours apart"),
-    ((2, 2), (0, 59), None), ((None, 2), (None, 0), None), ((128, 128), (0, 1), None)])
-def test_one_job_by_world_size_and_start(sizes, starts_s, why):
+@pytest.mark.parametrize("sizes, starts_s, sources, why", [
+    ((8, 2), (0, 735_004), "tt", "world sizes differ"), ((2, 2), (0, 3 * 3600), "tt", "3.0 hours apart"),
+    ((2, 2), (0, 59), "tt", None), ((None, 2), (None, 0), "tt", None), ((128, 128), (0, 1), "tt", None),
+    ((2, 2), (0, 1), "tn", "profilers differ (torch, nsys)")])
+def test_one_job_by_profiler_world_size_and_start(sizes, starts_s, sources, why):
     from tracelab.reports.session import not_one_job
-    profiles = [tracelab.Profile(pd.DataFrame(), {"rank": r, "path": f"r{r}", "world_size": n,
+    name = {"t": "torch", "n": "nsys"}
+    profiles = [tracelab.Profile(pd.DataFrame(), {"rank": r, "path": f"r{r}", "world_size": n, "source": name[src],
                                                   "trace_start_epoch_ns": None if t is None else t * 10**9})
-                for r, (n, t) in enumerate(zip(sizes, starts_s))]
+                for r, (n, t, src) in enumerate(zip(sizes, starts_s, sources))]
     got = not_one_job(profiles)
     assert (got is None) if why is None else (why in got)
 
