@@ -56,6 +56,7 @@ from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids,
 from ._kineto_graphs import scope_launches
 from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
 from ._kineto_json import Trace, read_bytes, read_events
+from ._kineto_unread import unread_notes
 from ._gemm_dims import odd_gemms
 from ._shapes import op_rows, row_work
 from ._steps import assign, compile_pattern, is_step, numbers, repeat_note
@@ -88,6 +89,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
+    unread = [] if gpu.cat else unread_notes(data)  # a trace without GPU rows may hold other device activity
     del data  # the picked columns hold what is needed of the file's bytes and events
     check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
     if gpu.cat:
@@ -102,7 +104,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
-        columns = _cpu_columns(path, ops, cpu_ranges, step_re)
+        columns = _cpu_columns(path, ops, cpu_ranges, step_re, unread)
     ops.release_inputs()  # the last reader of the shapes: the file's bytes are freed with them
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
@@ -110,7 +112,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
-    meta["notes"] = (graphs.notes if gpu.cat else []) + _step_notes(cpu_ranges, step_re)
+    meta["notes"] = (graphs.notes if gpu.cat else unread) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
@@ -255,10 +257,11 @@ def _gpu_steps(cols: dict[str, Any], launch: np.ndarray, launches: Launches, cpu
     return step
 
 
-def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Pattern) -> dict[str, Any]:
+def _cpu_columns(path: Path, ops: Picked, annotations: Picked, step_re: re.Pattern, unread: list[str]
+                 ) -> dict[str, Any]:
     if not ops.cat:
-        raise TraceFormatError(path, "no GPU activity (kernel, gpu_memcpy, gpu_memset) "
-                                     "and no CPU operators (cpu_op): nothing to report")
+        raise TraceFormatError(path, "no GPU activity tracelab reads (kernel, gpu_memcpy, gpu_memset) and no CPU "
+                                     "operators (cpu_op): nothing to report" + "".join(f"; {u}" for u in unread))
     n_ops = ops.size
     pid, thread = joined_ids((ops, "pid"), (annotations, "pid")), joined_ids((ops, "tid"), (annotations, "tid"))
     start_ns = np.r_[np.array(ops.ts_ns, dtype=np.int64), np.array(annotations.ts_ns, dtype=np.int64)]

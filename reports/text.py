@@ -40,7 +40,7 @@ def _cpu_what(row: pd.Series) -> str:
 def summary_line(row: pd.Series) -> str:
     """'rank 0 (torch): kernels 12.345 ms, memcpy 0.1 ms, busy 13 ms of a 20 ms span (35.0% idle)'."""
     if _cpu_only(row):
-        parts = [f"CPU operators {ms_cell(row['cpu_op_ns'])} ms{_cpu_what(row)} (no GPU activity in this trace)"]
+        parts = [f"CPU operators {ms_cell(row['cpu_op_ns'])} ms{_cpu_what(row)} (no GPU kernel, memcpy or memset in this trace)"]
     else:
         parts = [f"kernels {ms_cell(row['kernel_ns'])} ms",
                  f"memcpy {ms_cell(row['memcpy_ns'])} ms" if recorded(row["source"], "memcpy")

@@ -89,7 +89,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
         why = ("proton records no launches and no timestamps" if source == "proton" or
-               (len(events) and not events["start_ns"].notna().any()) else "no GPU activity with timestamps")
+               (len(events) and not events["start_ns"].notna().any()) else "no GPU kernel, memcpy or memset with timestamps")
         return Idle(empty(STEP_COLUMNS), empty(OP_COLUMNS), empty(LAUNCH_COLUMNS),
                     [f"no idle breakdown: {why}"])
     sync = sync_union(host)
