@@ -386,6 +386,6 @@ def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
     assert not gpu and doc["distributedInfo"]["rank"] == 34
     status, out, err = run_cli_output(capsys, "roofline", str(path))
     assert status == 0, err
-    assert "rank 34: no GPU activity in this trace" in out and "rank -" not in out and "(-%)" not in out
+    assert "rank 34: no GPU kernel, memcpy or memset in this trace" in out and "rank -" not in out and "(-%)" not in out
     status, out, err = run_cli_output(capsys, "roofline", str(path), "--format", "json")
     assert _strict(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]

@@ -36,7 +36,7 @@ def device_line(r: Roofline) -> str:
 def coverage_line(r: Roofline) -> str:
     who = f"rank {'-' if r.rank is None else r.rank}"
     if not r.gpu_ns:
-        return f"{who}: no GPU activity in this trace (kernels, copies or fills): nothing to place on a roofline"
+        return f"{who}: no GPU kernel, memcpy or memset in this trace: nothing to place on a roofline"
     share = r.known_ns / r.gpu_ns
     return (f"{who}: work known for "
             f"{r.known_ns / 1e6:,.3f} ms of {r.gpu_ns / 1e6:,.3f} ms GPU time ({_num(100 * share, '.1f')}%); "
