@@ -215,3 +215,24 @@ def test_a_kernel_bound_by_latency_is_no_roofline_finding(capsys):
     assert not _found("decode-1b-1gpu-torch", [roofline_findings])
     large, = _found("idle-1gpu-large-torch", [roofline_findings])
     assert "elementwise_kernel loses" in large.text
+
+
+def test_exposed_communication_without_steps_says_the_wait():
+    """decode-2gpu-nsys has no steps: rank 1's 'exposed communication' (60.6 ms of its 66.6 ms
+    span) was stated bare; it is mostly waiting at the first all-reduce for rank 0, whose trace
+    began 57 ms later. The wait, from each SQLite's session epoch plus the i-th all-reduce's start
+    (straight from the files), is now in the sentence."""
+    import sqlite3
+
+    from tracelab.reports.findings.findings import exposed_findings
+    starts = {}
+    for r in (0, 1):
+        with sqlite3.connect(f"file:{DATA / 'decode-2gpu-nsys' / f'rank{r}.sqlite'}?mode=ro", uri=True) as db:
+            (epoch_ns,), = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchall()
+            starts[r] = [epoch_ns + s for (s,) in db.execute(
+                "SELECT k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+                "WHERE s.value = 'one_shot_all_reduce_kernel' ORDER BY k.start")]
+    waits = [max(0, a - b) for a, b in zip(starts[0], starts[1])]
+    found, = _found("decode-2gpu-nsys", [exposed_findings])
+    assert found.text.startswith(f"rank 1 waits {sum(waits) / 1e6:,.1f} ms in all at its {len(waits)} collectives, "
+                                 f"most at allreduce ({waits[0] / 1e6:,.1f} ms of it at its first); ")

@@ -183,15 +183,31 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
 
 
 def _wait_text(w, rank: int) -> str:
-    """'waits 3.0 ms per step at allreduce, ' (the collective type it waits at most), or ''."""
-    if w is None or not len(w.collectives) or not len(w.steps):
+    """'waits 3.0 ms per step at allreduce, ' (the collective type it waits at most); without
+    steps, its wait in all and what of it the first collective holds (ranks whose traces start
+    apart wait there for the others to begin); or ''."""
+    if w is None or not len(w.collectives):
         return ""
-    mine = w.steps[w.steps["rank"] == rank]
     coll = w.collectives[w.collectives["rank"] == rank]
+    if not len(w.steps):
+        return _stepless_wait_text(coll)
+    mine = w.steps[w.steps["rank"] == rank]
     if not len(mine) or not mine["wait_ns"].sum():
         return ""
     kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
     return f"waits {duration(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
+
+
+def _stepless_wait_text(coll: pd.DataFrame) -> str:
+    total = int(coll["wait_ns"].sum()) if len(coll) else 0
+    if not total:
+        return ""
+    kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
+    first = int(coll.sort_values("arrival_ns")["wait_ns"].iloc[0])
+    at_first = f" ({duration(first)} of it at its first)" if 2 * first >= total else ""
+    named = collective_type(str(kind))
+    return (f"waits {duration(total)} in all at its {len(coll):,} collectives, most at "
+            f"{named if named and named != 'other' else kind}{at_first}; ")
 
 
 def idle_share_findings(ev: Evidence) -> list[Finding]:
