@@ -389,3 +389,16 @@ def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
     assert "rank 34: no GPU kernel, memcpy or memset in this trace" in out and "rank -" not in out and "(-%)" not in out
     status, out, err = run_cli_output(capsys, "roofline", str(path), "--format", "json")
     assert _strict(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
+
+
+def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
+    """HTA's NCCL trace ran on 'NVIDIA A100-PG509-200' with 42,297,524,224 bytes (read from its
+    deviceProperties): the 40 GB part, 1,555 GB/s of HBM, not the 80 GB one's 2,039 GB/s it got."""
+    path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
+    with gzip.open(path, "rt") as f:
+        props = json.load(f)["deviceProperties"][0]
+    assert props["name"] == "NVIDIA A100-PG509-200" and props["totalGlobalMem"] < 60 * 2**30
+    found, source = devices.meta_device(tracelab.load(path).meta)
+    assert (found.name, found.hbm_gb_s, source) == ("A100 40GB", 1555.0, "trace")
+    assert devices.detect({"name": "NVIDIA A100-PG509-200", "memory_bytes": 85_899_345_920}).name == "A100 SXM 80GB"
+    assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # no size given: the name's

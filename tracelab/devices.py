@@ -131,6 +131,14 @@ def custom(peak_tflop_s: float, peak_gb_s: float, base: Device | None = None) ->
                   peak_gb_s, base.host_link_gb_s if base else None, "--peak-tflops / --peak-gb-s")
 
 
+def _sized(found: Device, memory_bytes) -> Device:
+    """An A100 whose name gives no size (HTA's 'NVIDIA A100-PG509-200', 39.4 GiB): its memory tells
+    the 40 GB part (1,555 GB/s of HBM2) from the 80 GB one (2,039 GB/s)."""
+    if found.name == "A100 SXM 80GB" and isinstance(memory_bytes, (int, float)) and 0 < memory_bytes < 60 * 2**30:
+        return _BY_KEY["a100 40gb"]
+    return found
+
+
 # an unnamed device (proton) is told by its architecture and a memory bandwidth within this fraction
 # of the entry's: a 176 GB/s sm_86 laptop part is no 600 GB/s A10
 BANDWIDTH_MATCH = 0.10
@@ -143,7 +151,8 @@ def detect(props: dict[str, Any]) -> Device | None:
     width), None unless within BANDWIDTH_MATCH of it."""
     name = props.get("name")
     if isinstance(name, str) and name.strip():  # a named device not in the table is unknown: a GeForce
-        return _from_name(name)                 # RTX 3080 (sm_86) is no A10, whatever its bandwidth
+        found = _from_name(name)                # RTX 3080 (sm_86) is no A10, whatever its bandwidth
+        return _sized(found, props.get("memory_bytes") or props.get("total_memory_bytes")) if found else None
     if props.get("type") not in (None, "CUDA"):  # an AMD gfx90a is no sm_90: by name only
         return None
     arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
