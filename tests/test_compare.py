@@ -465,3 +465,16 @@ def test_ranks_of_different_jobs_are_runs_not_one_run(capsys):
     assert _dist(a)[1] == _dist(b)[1] == 128
     status, out, err = run_cli_output(capsys, "compare", str(a), str(b), "--format", "json")
     assert [i["label"] for i in json.loads(out)["inputs"]] == ["rank0", "rank1"]
+
+
+def test_a_rank_neither_file_nor_name_gives_is_said_to_be_assumed():
+    """HTA's rank_not_found.json.gz: distributedInfo without a rank (read from the file), a name
+    without one; it is shown as rank 0 and a note says so (the breakdown said 'rank 0' as if read)."""
+    path = shared_trace("hta/rank_unavailable/rank_not_found.json.gz")
+    with gzip.open(path, "rt") as f:
+        assert "rank" not in json.load(f)["distributedInfo"]
+    p = tracelab.load(path)
+    assert p.rank == 0 and p.meta["rank_from"] == "default (one file)"
+    assert any("gives its rank: shown as rank 0" in n for n in p.meta["notes"])
+    named = tracelab.load(shared_trace("hta/trace_filter/sampled_rank-1.json.gz"))
+    assert named.rank == 1 and not any("gives its rank" in n for n in named.meta.get("notes") or [])
