@@ -26,7 +26,7 @@ SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-com
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings"})  # name the change
-TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
+TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
         "roofline": "every kernel whose work is known at its roofline time"}
