@@ -24,6 +24,7 @@ from tracelab.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
 from malformed import run_cli_output
+from conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 # public traces, by their path under shared/traces (conftest.shared_trace finds them)
@@ -478,3 +479,34 @@ def test_a_rank_neither_file_nor_name_gives_is_said_to_be_assumed():
     assert any("gives its rank: shown as rank 0" in n for n in p.meta["notes"])
     named = tracelab.load(shared_trace("hta/trace_filter/sampled_rank-1.json.gz"))
     assert named.rank == 1 and not any("gives its rank" in n for n in named.meta.get("notes") or [])
+
+
+def _gpu_ns(path) -> tuple[int, int]:
+    """(kernel ns, kernel + memcpy + memset ns) summed straight from a Kineto file."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    dur = lambda cats: sum(round(e["dur"] * 1000) for e in events if e.get("cat") in cats)  # noqa: E731
+    return dur(("kernel",)), dur(("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+def test_breakdown_and_roofline_take_two_runs_that_share_a_rank(capsys, tmp_path):
+    """A 2-rank run folder and a 1-rank file both hold rank 0: breakdown and roofline refused them
+    ('resolves to rank 0, as does ...; pass ranks explicitly') though every command takes any mix
+    of run folders and files; each input's ranks now come labelled with it, their figures those
+    of the files alone. A broken file beside them is still one line naming it."""
+    folder, file = DATA / "decode-2gpu-torch", DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(file), "--format", "json")
+    assert status == 0, err
+    got = {(r["input"], r["rank"]): r["kernel_ns"] for r in json.loads(out)["summary"]}
+    want = {(str(folder), r): _gpu_ns(folder / f"rank{r}.pt.trace.json.gz")[0] for r in (0, 1)}
+    assert got == {**want, (str(file), 0): _gpu_ns(file)[0]}
+    status, out, err = run_cli_output(capsys, "roofline", str(folder), str(file), "--format", "json")
+    assert status == 0, err
+    cover = {(c["input"], c["rank"]): c["gpu_ns"] for c in json.loads(out)["coverage"]}
+    assert cover[(str(file), 0)] == _gpu_ns(file)[1] and cover[(str(folder), 1)] == _gpu_ns(folder / "rank1.pt.trace.json.gz")[1]
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(file))
+    assert status == 0 and f"{folder}: rank 1 (torch" in " ".join(out.split()), err
+    broken = tmp_path / "rank0.pt.trace.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur"')
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(broken))
+    assert status == 2 and len(err.strip().splitlines()) == 1 and str(broken) in err

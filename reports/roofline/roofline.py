@@ -52,6 +52,7 @@ class Roofline:
     known_ns: int
     missing_hint: str = ""  # how the trace's source would record the work it lacks (MISSING_WORK)
     rank: int | None = None  # None: no events at all
+    run: str | None = None  # the input it came from, where several runs are shown (their ranks repeat)
 
 
 # per source, how its traces would give the kernels' work (FLOPs and bytes) they lack

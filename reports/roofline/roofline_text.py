@@ -34,7 +34,7 @@ def device_line(r: Roofline) -> str:
 
 
 def coverage_line(r: Roofline) -> str:
-    who = f"rank {'-' if r.rank is None else r.rank}"
+    who = f"{r.run + ': ' if r.run else ''}rank {'-' if r.rank is None else r.rank}"
     if not r.gpu_ns:
         return f"{who}: no GPU kernel, memcpy or memset in this trace: nothing to place on a roofline"
     share = r.known_ns / r.gpu_ns
@@ -76,9 +76,10 @@ def as_json(results: list[Roofline], by: str, top: int | None) -> str:
     doc = {"by": by, "device": device if len(devices) == 1 else
            [{"rank": r.rank,
              **(r.device.to_json() if r.device else {"name": None}), "source": r.device_from} for r in results],
-           "coverage": [{"rank": r.rank, "gpu_ns": r.gpu_ns,
+           "coverage": [{**({"input": r.run} if r.run else {}), "rank": r.rank, "gpu_ns": r.gpu_ns,
                          "known_ns": r.known_ns} for r in results],
-           "rows": [{**row, by: row.pop("key")} for r in results for row in to_records(r, top)]}
+           "rows": [{**({"input": r.run} if r.run else {}), **row, by: row.pop("key")}
+                    for r in results for row in to_records(r, top)]}
     return json.dumps(doc, indent=1, allow_nan=False)
 
 
