@@ -58,6 +58,7 @@ class Trace(msgspec.Struct):
 
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
+_EXECUTION_TRACE = re.compile(rb'^\s*\{\s*"schema"\s*:[^{]*"nodes"\s*:\s*\[')  # ExecutionTraceObserver's head
 
 def read_bytes(path: Path) -> bytearray:
     """The file's bytes, gunzipped when gzip (limits.read_trace_bytes); a TraceFormatError
@@ -74,6 +75,10 @@ def decode(path: Path, data: bytes | bytearray) -> Trace:
         return _TRACE_DECODER.decode(data)
     except msgspec.ValidationError as e:
         _check_json(path, data)
+        if _EXECUTION_TRACE.search(data[:4096]):
+            raise TraceFormatError(path, "a PyTorch execution trace (ExecutionTraceObserver: operators and tensors, "
+                                         "no GPU times), not a torch.profiler trace: read the Kineto trace "
+                                         "(*.pt.trace.json) the profiler writes for the same run") from None
         raise TraceFormatError(path, f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON (truncated or damaged?): {e}") from None

@@ -412,6 +412,11 @@ BROKEN = {
     "truncated.json.gz": (lambda: _path(GOOD).read_bytes()[:40_000], "truncated gzip"),
     "random.json": (lambda: random.Random(7).randbytes(4096), "not valid JSON"),
     "config.json": (lambda: b'{"model": "llama", "layers": 32}', "not a Kineto trace"),
+    "execution_trace.json": (lambda: b'{\n  "schema": "1.0.1", "pid": 563677, "time": "2023-07-14 11:53:07",\n  "nodes": [\n'
+                                     b'    {"name": "[pytorch|profiler|execution_trace|thread]", "id": 2}\n  ]\n}',
+                             "a PyTorch execution trace .* read the Kineto trace"),
+    "schema_then_events.json": (lambda: b'{"schema": "x", "notnodes": [], "traceEvents": {"ph": "X"}}',
+                                "not a Kineto trace"),  # no `nodes` list: not taken for an execution trace
     "events_not_a_list.json": (lambda: b'{"traceEvents": {"ph": "X"}}', "not a Kineto trace"),
     "a_list.json": (lambda: b"[1, 2, 3]", "not a Kineto trace"),
     "string_dur.json": (lambda: _trace_json([{**KERNEL, "dur": "2.0"}]), "unexpected event"),

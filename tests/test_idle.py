@@ -239,18 +239,21 @@ def test_bound_is_the_largest_share() -> None:
     assert I.idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
 
 
-@pytest.mark.parametrize("busy, comm, host, dependency, want", [
-    (900, 0, 50, 0, "gpu"),                 # host-caused idle 5% of the step: the GPU is the bound
-    (530, 0, 410, 0, "host"),               # most of the step busy, yet 41% waiting for the host: host
-    (500, 300, 150, 0, "communication"),    # host 15%, but communication waits more
-    (350, 100, 150, 200, "communication"),  # exposed comm and dependency 300 against gpu 250, host 150
-    (0, 0, 0, 0, "gpu"),
+@pytest.mark.parametrize("busy, comm, host, dependency, other, want", [
+    (900, 0, 50, 0, 10, "gpu"),                 # host-caused idle 5% of the step: the GPU is the bound
+    (530, 0, 410, 0, 10, "host"),               # most of the step busy, yet 41% waiting for the host: host
+    (500, 300, 150, 0, 10, "communication"),    # host 15%, but communication waits more
+    (350, 100, 150, 200, 10, "communication"),  # exposed comm and dependency 300 against gpu 250, host 150
+    (0, 0, 0, 0, 10, "unclear"),                # nothing but the GPU's own gaps
+    (200, 0, 30, 100, 700, "unclear"),          # 70% idle on what the trace does not explain: not gpu-bound
+    (200, 0, 150, 100, 550, "host"),            # the same, but the host paced 15% of it: host
+    (400, 0, 30, 100, 399, "gpu"),              # the gaps short of the busy time: gpu
 ])
-def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, want):
-    span = busy + host + dependency + 10
+def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, other, want):
+    span = busy + host + dependency + other
     step = pd.DataFrame({"span_ns": [span], "busy_ns": [busy], "exposed_comm_ns": [comm], "idle_host_ns": [host],
                          "idle_launch_ns": [0], "idle_sync_ns": [0], "idle_dependency_ns": [dependency],
-                         "idle_other_ns": [10]})
+                         "idle_other_ns": [other]})
     assert I.step_bound(step).tolist() == [want]
 
 
@@ -427,3 +430,24 @@ def test_launch_cpu_is_each_launch_call_once_on_a_graph_capture() -> None:
     row = I.launch_stats(events, 0).iloc[0]
     assert graph and row["graph_launches"] == len(graph)
     assert row["launch_cpu_ns"] == pytest.approx(sum(round(e["dur"] * 1000) for e in calls), abs=len(calls))
+
+
+def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() -> None:
+    """tp-2gpu-late-torch's rank 0, alone, waits ~10.7 ms per token for its late peer inside NCCL: its
+    own critical path is almost all `other` (no edge in its trace explains the wait), 66 us compute.
+    It was called gpu-bound; its bound is now unclear wherever the path's other outweighs every
+    bound's categories, as whatif's own path table (an independent walk) gives them."""
+    from tracelab.reports.whatif.analyse import path_steps
+    from tracelab.reports.whatif.bound import BOUNDS
+    from tracelab.reports.whatif.nodes import rank_graph
+
+    for r, want_unclear in ((0, True), (1, False)):
+        p = tracelab.load(DATA / "tp-2gpu-late-torch" / f"rank{r}.pt.trace.json.gz")
+        path = path_steps({0: rank_graph(p.events, p.host, 0)}, {0: None})
+        score = np.c_[tuple(path[list(cols)].sum(axis=1) for cols in BOUNDS.values())]
+        unclear = path["other_ns"].to_numpy() > score.max(axis=1)
+        assert unclear.all() if want_unclear else not unclear.any()
+        steps = I.idle(p.events, {0: p.host}).steps
+        by_step = dict(zip(steps["step"].tolist(), steps["bound"].tolist()))
+        for step, u, best in zip(path["step"].tolist(), unclear.tolist(), np.argmax(score, axis=1).tolist()):
+            assert by_step[step] == ("unclear" if u else list(BOUNDS)[best])

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, of_input
+from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_WHY, bound_words, of_input
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -22,7 +22,8 @@ CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
               "idle_sync_ns": "while the host was blocked in a synchronising call",
               "idle_dependency_ns": "waiting on another stream, an event or a peer",
-              "idle_other_ns": "queued behind its own stream's work"}
+              "idle_other_ns": "with the next op queued behind its own stream's work or launched by no call in "
+                               "the trace"}
 
 
 def _run(group: str, several: bool) -> str:
@@ -47,9 +48,9 @@ def idle_findings(ev) -> list:
     for group, (i, idle, span, steps) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
         stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
-        bounds = (f"{steps['bound'].iloc[0]}-bound over the whole trace, which has no steps" if stepless else
-                  ", ".join(f"{b}-bound in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-                  + " steps")
+        bounds = (f"{bound_words(steps['bound'].iloc[0])} over the whole trace, which has no steps" if stepless else
+                  ", ".join(f"{bound_words(b)} in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
+                  + " steps") + (f": {UNCLEAR_WHY}" if (steps["bound"] == UNCLEAR).any() else "")
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "

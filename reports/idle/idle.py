@@ -25,7 +25,8 @@ gpu, transfers and waits -> communication, host, launch and sync -> host), so th
 disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `host` where the
 host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
 the step and no less than the communication's (exposed_comm_ns + idle_dependency_ns), else the
-largest of gpu (busy_ns - exposed_comm_ns), communication and host; idle_other_ns counts for none.
+largest of gpu (busy_ns - exposed_comm_ns), communication and host, or `unclear` where
+idle_other_ns is more than each (the GPU idled on what the trace does not explain).
 
 What the host was doing (the host frame's CPU ops, ranges and OS calls over the host-caused
 gaps) and the launch statistics per rank: reports/idle/host.py.
@@ -42,7 +43,7 @@ from tracelab.schema import RankData
 from ..steps.steps import shared_step_rows, step_rows
 from ..steps.timeline import covered, run_cummax, timed
 from .host import LAUNCH_COLUMNS, OP_COLUMNS, TOP_OPS, empty, host_ops, launch_stats, sync_union
-from ..whatif.bound import with_path_bound
+from ..whatif.bound import UNCLEAR, with_path_bound
 from ..whatif.nodes import shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
@@ -180,7 +181,7 @@ def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
     gpu = (col["busy_ns"] - col["exposed_comm_ns"]).astype(np.float64)
     comm = (col["exposed_comm_ns"] + col["idle_dependency_ns"]).astype(np.float64)
     host = (col["idle_host_ns"] + col["idle_launch_ns"] + col["idle_sync_ns"]).astype(np.float64)
-    return _bound_of(gpu, comm, host, col["span_ns"].astype(np.float64))
+    return _bound_of(gpu, comm, host, col["span_ns"].astype(np.float64), col["idle_other_ns"].astype(np.float64))
 
 
 def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
@@ -200,17 +201,27 @@ def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list
     return got
 
 
+UNCLEAR_WHY = "GPU gaps that no launch, stream order or wait in the trace explains make most of the critical path"
+
+
+def bound_words(bound: str) -> str:
+    """'host-bound', or 'no clear bound' for UNCLEAR (UNCLEAR_WHY says why)."""
+    return "no clear bound" if bound == UNCLEAR else f"{bound}-bound"
+
+
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
     """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
     communication or host (module docstring). The one place the rule lives."""
     gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
     comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
     host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
-    return _bound_of(gpu, comm, host, steps["span_ns"].to_numpy(dtype=np.float64))
+    return _bound_of(gpu, comm, host, steps["span_ns"].to_numpy(dtype=np.float64),
+                     steps["idle_other_ns"].to_numpy(dtype=np.float64))
 
 
-def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndarray) -> np.ndarray:
-    largest = np.array(BOUNDS)[np.argmax(np.c_[gpu, comm, host], axis=1)]
+def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndarray, other: np.ndarray) -> np.ndarray:
+    score = np.c_[gpu, comm, host]
+    largest = np.where(other > score.max(axis=1), UNCLEAR, np.array(BOUNDS, dtype=object)[np.argmax(score, axis=1)])
     paced = (host >= HOST_BOUND_SHARE * span) & (host >= comm) & (host > 0)
     return np.where(paced, "host", largest)
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..html import side_by_side
 from ..html.figures import CATEGORY_AXIS, axis_label, label
-from .idle import HINT, Idle, of_input
+from .idle import HINT, Idle, bound_words, of_input
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
@@ -70,7 +70,7 @@ def _bound_lines(steps: pd.DataFrame) -> list[str]:
     naming the inputs that have it (one line per input where each differs)."""
     said: dict[str, list[str]] = {}
     for lab, g in steps.groupby("label", sort=False):
-        text = ", ".join(f"{bound}-bound in {n} of {len(g)} steps" for bound, n in g["bound"].value_counts().items())
+        text = ", ".join(f"{bound_words(bound)} in {n} of {len(g)} steps" for bound, n in g["bound"].value_counts().items())
         said.setdefault(text, []).append(str(lab))
     return [f"<p>{escape(', '.join(labels))}: {escape(text)}</p>" for text, labels in said.items()]
 

@@ -1,6 +1,8 @@
 """What bounds a step, from its critical path (issue 27): `gpu` where compute makes most of the
 path, `communication` where transfers and waits for other ranks do, `host` where host time,
-launches and syncs do (the path's `other`, the GPU's own gaps, counts for none). Per rank, from
+launches and syncs do; `unclear` where the path's `other` (the GPU's own gaps, and starts no
+launch, stream order or wait in the trace explains) outweighs each of them: a step whose GPU
+idled most of the time on something the trace does not show is called no one's bound. Per rank, from
 the rank's own graph (its collectives' waits estimated, no peer needed), so that `tracelab idle`
 and `steps` can state it in the worker that parsed the rank, and every view agrees. Pure."""
 from __future__ import annotations
@@ -16,13 +18,20 @@ from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
 BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
+UNCLEAR = "unclear"  # the path's other outweighs every bound
 COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
 
 
 def bound_of(path: pd.DataFrame) -> np.ndarray:
     """Per row of a critical-path table (analyse.STEP_COLUMNS), the bound its path is made of most."""
     score = np.c_[tuple(path[list(cols)].sum(axis=1).to_numpy(dtype=np.float64) for cols in BOUNDS.values())]
-    return np.array(list(BOUNDS))[np.argmax(score, axis=1)]
+    return _largest(score, path["other_ns"].to_numpy(dtype=np.float64))
+
+
+def _largest(score: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Per row of score [step, bound], the bound with the most; UNCLEAR where `other` is more."""
+    largest = np.array(list(BOUNDS), dtype=object)[np.argmax(score, axis=1)]
+    return np.where(other > score.max(axis=1), UNCLEAR, largest)
 
 
 def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
@@ -44,7 +53,7 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
     by = {f"{c}_ns": ns[:, i] for i, c in enumerate(CATEGORIES)}
     score = np.c_[tuple(sum(by[c] for c in cols).astype(np.float64) for cols in BOUNDS.values())]
     return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
-                         "path_bound": np.array(list(BOUNDS), dtype=object)[np.argmax(score, axis=1)],
+                         "path_bound": _largest(score, by["other_ns"].astype(np.float64)),
                          **{c: by[c] for c in COLUMNS[2:]}})
 
 
