@@ -402,3 +402,16 @@ def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
     assert (found.name, found.hbm_gb_s, source) == ("A100 40GB", 1555.0, "trace")
     assert devices.detect({"name": "NVIDIA A100-PG509-200", "memory_bytes": 85_899_345_920}).name == "A100 SXM 80GB"
     assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # no size given: the name's
+
+
+def test_only_the_first_gpu_names_the_device():
+    """Triton's cuda.json lists an sm_89 part of 1,008 GB/s first (no entry within 10%: unknown) and
+    an sm_90 one second (bandwidths from its bus width and memory clock, read from the file): the
+    trace's device is unknown, not the second GPU's kind applied to kernels that ran on the first."""
+    path = shared_trace("proton/cuda.json")
+    gpus = json.loads(path.read_text())[1]["CUDA"]
+    gb_s = {k: g["bus_width"] / 8 * g["memory_clock_rate"] * 2 / 1e6 for k, g in gpus.items()}
+    assert gpus["0"]["arch"] == "89" and gpus["1"]["arch"] == "90" and gb_s["0"] == pytest.approx(1008.1, abs=1)
+    assert devices.detect({"arch": "89", "memory_bandwidth_gb_s": gb_s["0"]}) is None
+    assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": gb_s["1"]}) is not None
+    assert devices.meta_device(tracelab.load(path).meta) == (None, "unknown")

@@ -184,9 +184,11 @@ def given_device(name: str | None, tflops: float | None, gb_s: float | None) -> 
 def meta_device(meta: dict) -> tuple[Device | None, str]:
     """The device of a trace's meta (its first GPU), else of the run.json beside the trace,
     with where it came from: "trace", "run.json" or "unknown"."""
-    for props in (meta.get("devices") or {}).values():
-        if isinstance(props, dict) and (found := detect(props)):
-            return found, "trace"
+    gpus = [props for props in (meta.get("devices") or {}).values() if isinstance(props, dict)]
+    # its first GPU only: where that one is unknown, a second one's kind is no guess at it (proton's
+    # cuda.json: an unknown sm_89 part first, an sm_90 one second)
+    if gpus and (found := detect(gpus[0])):
+        return found, "trace"
     run_json = Path(str(meta.get("path", ""))).parent / "run.json"
     devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
     for props in devices:
