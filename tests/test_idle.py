@@ -454,3 +454,21 @@ def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() 
             assert by_step[step] == ("unclear" if u else list(BOUNDS)[best])
         if r == 0:
             assert set(by_step.values()) == {"communication"} and (path["wait_ns"] > 100 * path["compute_ns"]).all()
+
+
+def test_a_step_range_that_holds_no_launch_is_not_called_absent(capsys):
+    """HTA's triton_example has a ProfilerStep#1 range (read from the file) on a thread other than the
+    one that launched its one kernel: 'no range matches the step pattern' was false; it says the
+    ranges hold no GPU work's launch. decode-1gpu-torch, with no step range, keeps the old reason."""
+    from conftest import shared_trace
+    from malformed import run_cli_output
+    path = shared_trace("hta/triton_example/triton_example.json.gz")
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    step, = (e for e in events if e["name"].startswith("ProfilerStep#"))
+    launch, = (e for e in events if e["name"] == "cuLaunchKernel")
+    assert step["tid"] != launch["tid"]
+    status, out, err = run_cli_output(capsys, "idle", str(path))
+    assert status == 0 and "its step ranges hold no GPU work's launch" in " ".join(out.split()), err
+    status, out, err = run_cli_output(capsys, "idle", str(DATA / "decode-1gpu-torch"))
+    assert status == 0 and "no range matches the step pattern" in " ".join(out.split()), err
