@@ -7,6 +7,7 @@ cudaStreamSynchronize, cudaEventSynchronize (and the driver's cuCtx/cuStream/cuE
 the blocking copies and fills (cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH, ..., never an *Async
 one, which blocks only for pageable host memory, which the trace does not say) and cudaFree
 (it synchronises the device). nsys adds a version suffix (`cudaStreamSynchronize_v3020`).
+ROCm's Kineto names the same calls hip* (hipDeviceSynchronize, hipMemcpyWithStream, hipFree).
 """
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from tracelab import schema
 from ._kineto import joined_ids
 from ._steps import is_step, name_mask, per_name
 
-SYNC_CALL = re.compile(r"cu(?:da)?(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
-                       r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz)?")
+SYNC_CALL = re.compile(r"(?:cu(?:da)?|hip)(?:DeviceSynchronize|CtxSynchronize|StreamSynchronize|EventSynchronize"
+                       r"|Memcpy\w*|Memset\w*|Free)(?:_v\d+)?(?:_ptds|_ptsz|_spt)?")
 
 
-# the allocator's own calls (reports/memory): CUDA's allocations and frees; cudaFree also synchronises
-ALLOC_CALL = re.compile(r"cu(?:da)?(?:Malloc\w*|MemAlloc\w*|MemCreate|MemMap|MemUnmap|MemRelease|Free\w*|MemFree\w*"
-                        r"|HostAlloc|MallocHost)(?:_v\d+)?(?:_ptds|_ptsz)?")
+# the allocator's own calls (reports/memory): CUDA's (and HIP's) allocations and frees; cudaFree also synchronises
+ALLOC_CALL = re.compile(r"(?:cu(?:da)?|hip)(?:Malloc\w*|MemAlloc\w*|MemCreate|MemMap|MemUnmap|MemRelease|Free\w*"
+                        r"|MemFree\w*|HostAlloc|MallocHost|HostMalloc|HostFree|ExtMalloc\w*)(?:_v\d+)?(?:_ptds|_ptsz|_spt)?")
 
 
 def is_alloc(names: list[str]) -> np.ndarray:

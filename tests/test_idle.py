@@ -472,3 +472,39 @@ def test_a_step_range_that_holds_no_launch_is_not_called_absent(capsys):
     assert status == 0 and "its step ranges hold no GPU work's launch" in " ".join(out.split()), err
     status, out, err = run_cli_output(capsys, "idle", str(DATA / "decode-1gpu-torch"))
     assert status == 0 and "no range matches the step pattern" in " ".join(out.split()), err
+
+
+def test_a_launch_returning_long_before_its_op_starts_is_launch_latency_only_until_then() -> None:
+    """A gap whose next op's launch call began in it but returned long before the op started: launch
+    latency is the call and LAUNCH_LATENCY_NS after it; the rest the op waited on another stream (a
+    HIP kernel queued behind an event for 463 ms was all 'launch' before)."""
+    lat = I.LAUNCH_LATENCY_NS
+    events = _frame([
+        (7, 0, 100, -50, 10),                      # busy 0-100
+        (8, 1_000_000, 50, 200, 300),              # gap 100-1,000,000: host 100-200, launch call 200-500
+        (8, 1_000_100, 50, 1_000_040, 30),         # gap 1,000,050-1,000,100: launch running: all launch
+    ])
+    row = I.idle(events, {0: _host([])}).steps.iloc[0]
+    assert row["idle_host_ns"] == 100 and row["idle_sync_ns"] == 0
+    assert row["idle_launch_ns"] == (500 + lat - 200) + 50  # call and latency; the second gap's 50 ns are launch
+    assert row["idle_dependency_ns"] == 1_000_000 - (500 + lat)  # queued on stream 8, nothing of it ran: waited
+    assert row["idle_other_ns"] == 0 and row["idle_ns"] == sum(row[c] for c in I.CAUSES)
+
+
+def test_hip_sync_and_allocator_calls_are_known_as_cuda_ones_are() -> None:
+    """ROCm's Kineto names the runtime hip*: a blocking hipMemcpyWithStream or hipDeviceSynchronize is a
+    sync (the idle it covers is sync, not host or launch), hipMalloc/hipFree the allocator's."""
+    from tracelab.parsers._host import host_kinds, is_sync
+
+    names = ["hipDeviceSynchronize", "hipStreamSynchronize", "hipMemcpyWithStream", "hipMemcpy", "hipFree",
+             "hipMemcpyAsync", "hipMemsetAsync", "hipLaunchKernel", "hipMalloc", "hipHostMalloc", "hipExtMallocWithFlags",
+             "cudaMemcpy", "cudaMemcpyAsync", "hipGraphLaunch"]
+    assert is_sync(names).tolist() == [True, True, True, True, True, False, False, False, False, False, False,
+                                       True, False, False]
+    assert host_kinds(names).tolist() == ["sync"] * 5 + ["", "", "", "alloc", "alloc", "alloc", "sync", "", ""]
+    path = DATA / "public" / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    want = sorted(e["name"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
+                  and e["name"] in ("hipMemcpyWithStream", "hipDeviceSynchronize"))  # 2 + 1, counted from the JSON
+    host = tracelab.load(path).host
+    assert sorted(host.loc[host["kind"] == "sync", "name"]) == want and len(want) == 3

@@ -276,8 +276,10 @@ def test_a_scenario_that_matches_nothing_says_so() -> None:
 def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
     """bound.rank_path_bounds sums the path per category itself (path.category_ns, issue 30): the
     same integers as analyse.path_steps' full step table, on every rank."""
-    from tracelab.reports.whatif.analyse import path_steps
+    from tracelab.reports.whatif.analyse import path_steps, unexplained_in
     from tracelab.reports.whatif.bound import bound_of, rank_path_bounds
+    from tracelab.reports.whatif.join import join
+    from tracelab.reports.whatif.path import windows
 
     for p in tracelab.load_many(DATA / name):
         full = path_steps({0: rank_graph(p.events, p.host, 0)}, {0: None})
@@ -285,7 +287,9 @@ def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
         assert len(full) and list(lean["step"]) == list(full["step"])
         cols = [c for c in lean.columns if c.endswith("_ns")]
         assert (lean[cols].to_numpy(dtype=np.int64) == full[cols].to_numpy(dtype=np.int64)).all()
-        assert list(lean["path_bound"]) == list(bound_of(full))
+        g = join({0: rank_graph(p.events, p.host, 0)}, {0: None})
+        launch_unexplained = unexplained_in(g, windows(g, g.start_ns, g.end_ns), launch_bound=True)
+        assert list(lean["path_bound"]) == list(bound_of(full, launch_unexplained))
 
 
 @pytest.mark.parametrize("name", FAST + ["idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys"])
@@ -350,3 +354,27 @@ def test_balance_removes_the_injected_straggler_to_its_twins_step():
     late = doc("tp-2gpu-late-torch")["balance"]
     assert late["step_ns"] > 10 * equal_step_ns  # the straggler's 10.7 ms per step
     assert late["predicted_ns"] == pytest.approx(equal_step_ns, rel=0.15)
+
+
+def test_an_op_that_waited_long_after_its_launch_returned_is_unexplained_not_launch_latency():
+    """A launch-bound op that started more than UNEXPLAINED_NS after its launch call returned, with no
+    other stream's op to explain it, waited on something the trace does not show: that wait is
+    unexplained (the step claims no saving), not launch latency a faster host would remove."""
+    from tracelab.reports.whatif.edges import UNEXPLAINED_NS, rank_edges
+
+    base = tracelab.load(DATA / "idle-1gpu-small-torch" / "rank0.pt.trace.json.gz")
+    ev = base.events.sort_values("start_ns").reset_index(drop=True)
+    k = len(ev) // 2  # one kernel in the middle: it and all after it start 5 ms later, its launch call as it was
+    wait_ns = 5_000_000
+    ev.loc[k:, "start_ns"] = ev.loc[k:, "start_ns"] + wait_ns
+    later = ev.loc[k + 1:, "launch_start_ns"].notna()
+    ev.loc[k + 1:, "launch_start_ns"] = ev.loc[k + 1:, "launch_start_ns"].where(~later, ev.loc[k + 1:, "launch_start_ns"] + wait_ns)
+    g = rank_graph(ev, base.host, 0)
+    ed = rank_edges(g)
+    node = int(np.flatnonzero((g.kind == GPU) & (g.start_ns == ev.loc[k, "start_ns"]))[0])
+    assert ed.launch_bound[node]
+    returned = g.end_ns[g.launch[node]]
+    assert ed.unexplained_ns[node] == g.start_ns[node] - returned - UNEXPLAINED_NS > wait_ns - UNEXPLAINED_NS - 1
+    w = whatif({0: g}, {0: None})
+    step = int(ev.loc[k, "step"])
+    assert not w.steps.set_index("step").loc[step, "claimed"]

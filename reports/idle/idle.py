@@ -11,7 +11,9 @@ starting together, the one launched first). With L = the start of that op's laun
 - `idle_sync_ns`: the part of [g0, L) that a synchronising call covered: the host was
   blocked waiting for the GPU (cudaDeviceSynchronize, ..., a blocking copy);
 - `idle_launch_ns`: [max(g0, L), g1) where the launch call was still running at g0 (E > g0):
-  the op was being launched onto an empty queue and had not started (launch latency);
+  the op was being launched onto an empty queue and had not started (launch latency), up to
+  LAUNCH_LATENCY_NS after the call returned; what is left of the gap past that the op waited
+  as below (a HIP launch returning at 48 us of a 463 ms gap is 25 us of launch, not 463 ms);
 - `idle_dependency_ns`: the same part where the op was already queued (E <= g0) and nothing
   on its own stream ran up to g0: it waited on another stream, an event or a peer. Waits at
   collectives are inside the collective kernels (busy, not idle): see `tracelab steps`;
@@ -51,6 +53,7 @@ STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAU
 BOUNDS = ("gpu", "communication", "host")
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
 ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
+LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call returns at most (whatif/edges.UNEXPLAINED_NS)
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
 HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
@@ -149,15 +152,17 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
     g0, g1 = before.astype(np.int64), start
     known = ~np.isnan(launch)
     a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
-    post = g1 - a
     queued = known & (launch_end <= g0)
-    behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False
+    # a launch still running at g0 holds the op until it returns and LAUNCH_LATENCY_NS more; past that it waited
+    held = np.nan_to_num(launch_end, nan=0).astype(np.int64) + LAUNCH_LATENCY_NS
+    e = np.where(queued, a, np.clip(held, a, g1))  # where launching ends and waiting begins
+    behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False; a launch returning later: not
     return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
                          "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
                          "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, sync_start, sync_end),
-                         "idle_launch_ns": np.where(known & ~queued, post, 0),
-                         "idle_dependency_ns": np.where(queued & ~behind_own, post, 0),
-                         "idle_other_ns": np.where(known, np.where(behind_own, post, 0), g1 - g0)})
+                         "idle_launch_ns": np.where(known, e - a, 0),
+                         "idle_dependency_ns": np.where(known & ~behind_own, g1 - e, 0),
+                         "idle_other_ns": np.where(known, np.where(behind_own, g1 - e, 0), g1 - g0)})
 
 
 def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:

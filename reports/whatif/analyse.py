@@ -120,7 +120,7 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     path = step_paths(g, base, r, win, wait_estimate(g))
     comp = composition(path, win, g)
     top = top_items(path, win, g) if with_top else {}
-    unexplained = _unexplained(g, measured_win)
+    unexplained = unexplained_in(g, measured_win)
     error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
     out = pd.DataFrame({"step": win["step"].to_numpy(), "step_ns": step_ns, "replayed_ns": replayed_ns,
                         "error_frac": error, "unexplained_ns": unexplained})
@@ -134,9 +134,12 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     return out[STEP_COLUMNS]
 
 
-def _unexplained(g: Graph, win: pd.DataFrame) -> np.ndarray:
+def unexplained_in(g: Graph, win: pd.DataFrame, launch_bound: bool | None = None) -> np.ndarray:
+    """Per window, the unexplained delays (edges.unexplained_ns) of the device ops that start in it;
+    `launch_bound` True or False: of the ops whose launch edge binds (their delay counted on the
+    path as launch latency), or of the others, only."""
     ns = g.edges.unexplained_ns
-    idx = np.flatnonzero(ns > 0)
+    idx = np.flatnonzero((ns > 0) & (True if launch_bound is None else g.edges.launch_bound == launch_bound))
     out = np.zeros(len(win), np.int64)
     for k, (b, e) in enumerate(zip(win["begin_ns"], win["end_ns"])):
         inside = (g.start_ns[idx] > b) & (g.start_ns[idx] <= e)

@@ -10,8 +10,10 @@ one that moves it later delays it as it should. A device node that started more 
 UNEXPLAINED_NS after both (waiting on another stream's event) takes a wait edge from the
 latest op of another chain of its rank that ended before it, where one did and that explains
 more; else the delay stays on its binding edge, as measured: launch latency where its launch
-binds, and `unexplained_ns` where only its chain (or nothing) does. A step where unexplained
-delays add up to more than MAX_UNEXPLAINED of the step claims no saving (an edge is missing).
+binds (but what it waited past UNEXPLAINED_NS after its launch call returned is `unexplained_ns`:
+a HIP kernel queued behind an event for 463 ms is no launch latency that a faster host removes),
+and `unexplained_ns` where only its chain (or nothing) does. A step where unexplained delays add
+up to more than MAX_UNEXPLAINED of the step claims no saving (an edge is missing).
 
 A synchronising call that was still running when a GPU op it could wait on (launched before
 the call began) ended gets a sync edge from the latest such op: it returns `y_off_ns` (its
@@ -122,7 +124,9 @@ def _explain(g: RankGraph, ed: Edges, pred: np.ndarray, device: np.ndarray, resi
     ed.xe_src[hit], ed.xe_off_ns[hit] = j, wait
     _relax(g, ed, pred, hit)
     ed.unexplained_ns[hit] = np.maximum(0, wait - UNEXPLAINED_NS)
-    missed = missed[~ed.launch_bound[missed]]  # a launch-bound op's delay is its launch latency, as measured
+    bound = missed[ed.launch_bound[missed]]  # its delay is launch latency, as measured, until its call returned
+    ed.unexplained_ns[bound] = np.maximum(0, g.start_ns[bound] - g.end_ns[g.launch[bound]] - UNEXPLAINED_NS)
+    missed = missed[~ed.launch_bound[missed]]
     ed.unexplained_ns[missed] = residual[missed]
 
 
