@@ -378,3 +378,16 @@ def test_an_op_that_waited_long_after_its_launch_returned_is_unexplained_not_lau
     w = whatif({0: g}, {0: None})
     step = int(ev.loc[k, "step"])
     assert not w.steps.set_index("step").loc[step, "claimed"]
+
+
+def test_a_cpu_only_path_says_its_compute_is_cpu_operators():
+    """gloo-2cpu-late has no kernel (its ranks' JSON hold CPU ops only): whatif's 'compute' column is
+    its CPU operators' time, and the notes say so; a GPU capture's notes do not."""
+    import gzip
+
+    with gzip.open(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz", "rt") as f:
+        assert not [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    result = CliRunner().invoke(app, ["whatif", str(DATA / "gloo-2cpu-late"), "--format", "json"])
+    assert result.exit_code == 0 and any("compute is CPU operators' time" in n for n in json.loads(result.stdout)["notes"])
+    result = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-torch"), "--format", "json"])
+    assert not any("CPU operators" in n for n in json.loads(result.stdout)["notes"])
