@@ -506,6 +506,8 @@ def test_breakdown_and_roofline_take_two_runs_that_share_a_rank(capsys, tmp_path
     assert cover[(str(file), 0)] == _gpu_ns(file)[1] and cover[(str(folder), 1)] == _gpu_ns(folder / "rank1.pt.trace.json.gz")[1]
     status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(file))
     assert status == 0 and f"{folder}: rank 1 (torch" in " ".join(out.split()), err
+    status, out, err = run_cli_output(capsys, "roofline", str(folder), str(file), "--format", "csv")
+    assert status == 0 and out.startswith("input,rank,kernel,") and f"\n{file},0," in out, err
     status, out, err = run_cli_output(capsys, "steps", str(folder), str(file))  # steps is one run's
     assert status == 2 and not out and "a rank repeats across" in err and len(err.strip().splitlines()) == 1
     broken = tmp_path / "rank0.pt.trace.json"

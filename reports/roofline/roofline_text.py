@@ -63,6 +63,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
 
 def csv(results: list[Roofline], by: str, top: int | None) -> str:
     frames = [pd.DataFrame(to_records(r, top)) for r in results]
+    frames = [f.assign(input=r.run)[["input", *f.columns]] if r.run else f for f, r in zip(frames, results)]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return csv_text(frame.rename(columns={"key": by}))
 
