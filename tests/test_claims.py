@@ -95,8 +95,10 @@ def _exposed(events: pd.DataFrame) -> tuple[int, int]:
 
 def _lost_ns(events: pd.DataFrame, kernel: str, device: devices.Device) -> tuple[float, float, float]:
     """(lost ns, time with a roof, the kernel's time) of one kernel's rows against `device`:
-    per row max(flops / peak of its dtype, traffic / bandwidth), traffic a D2D copy's twice its size."""
+    per row max(flops / peak of its dtype, traffic / bandwidth, the rank's fastest op of its kind),
+    traffic a D2D copy's twice its size."""
     rows = events[(events["kernel"] == kernel) & (events["kind"] != "cpu_op")]
+    fastest = events[events["kind"] != "cpu_op"].groupby(events["kind"].astype(str))["dur_ns"].min()
     lost = roofed = 0.0
     for _, r in rows.iterrows():
         peak = device.peak_tflop_s(str(r["dtype"]))
@@ -108,6 +110,7 @@ def _lost_ns(events: pd.DataFrame, kernel: str, device: devices.Device) -> tuple
             factor = 2 if r["kind"] == "memcpy" else 1
             memory = factor * r["bytes"] / device.hbm_gb_s
         least = np.fmax(compute, memory)
+        least = least if np.isnan(least) else max(least, float(fastest[str(r["kind"])]))
         if not np.isnan(least):
             lost, roofed = lost + r["dur_ns"] - least, roofed + r["dur_ns"]
     return lost, roofed, float(rows["dur_ns"].sum())

@@ -13,7 +13,8 @@ the host its size against the host link. The `bytes` column is that traffic (a d
 copy's read plus written), so `gb_s` and `roofline_frac` count bytes one way: gb_s / bandwidth is
 the memory term of roofline_frac. A group sums its rows: achieved rates over the
 time of the rows that carry that work, `roofline_frac` = min_ns / known_ns (achieved over
-attainable), `lost_ns` = known_ns - min_ns (the time beyond what the roofline allows: what
+attainable), `lost_ns` = known_ns - the rows' least times (the time beyond what the roofline
+allows, each row never under the fastest op of its kind in the rank's trace: least_time_ns; what
 optimising the group could win at most), `bound` from the group's intensity against the
 ridge point (peak FLOP/s / bandwidth) of its dtype: compute or memory; rows with only bytes
 (elementwise, reductions, copies) are memory-bound by nature; with only FLOPs, unknown. A
@@ -116,6 +117,18 @@ def _min_ns(events: pd.DataFrame, device: Device | None, dtype: np.ndarray | Non
     return np.fmax(compute_ns, memory_ns), compute_ns, memory_ns
 
 
+def least_time_ns(events: pd.DataFrame, min_ns: np.ndarray) -> np.ndarray:
+    """The least time each row could take: its roofline time (`min_ns`, NaN unknown), but never
+    under the least duration of any row of its kind (kernel, memcpy, memset) among `events`, one
+    rank's: no op runs faster than the fastest of its kind in the trace (a kernel's fixed cost of
+    some microseconds: 16 bytes in 5 us lose nothing to the roofline)."""
+    kind = events["kind"].astype(str).to_numpy()
+    dur = events["dur_ns"].to_numpy(dtype=np.float64)
+    codes, kinds = pd.factorize(kind)
+    least = np.array([dur[codes == c].min() for c in range(len(kinds))], dtype=np.float64)[codes]
+    return np.where(np.isnan(min_ns), min_ns, np.fmax(min_ns, least)) if len(codes) else min_ns
+
+
 def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarray) -> np.ndarray:
     memoryish = events["op_class"].isin(MEMORY_CLASSES).to_numpy() | (events["kind"] != "kernel").to_numpy()
     bound = np.empty(len(events), dtype=object)
@@ -142,7 +155,7 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
         "known_ns": np.where(known, dur, 0.0),
         "flops": gpu["flops"].to_numpy(dtype=np.float64), "bytes": np.where(np.isnan(hbm), host, hbm),
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
-        "min_ns": min_ns, "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
+        "min_ns": min_ns, "least_ns": least_time_ns(gpu, min_ns), "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
         "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": dtype}
     rows = _grouped(frame, 0 if rank is None else rank)
     source = str(events["source"].iloc[0]) if len(events) else ""
@@ -171,7 +184,7 @@ def _grouped(frame: dict[str, np.ndarray], rank: int) -> pd.DataFrame:
     codes, keys = pd.factorize(frame["key"].astype(object))  # in order of appearance, as groupby(sort=False)
     both = ~np.isnan(frame["flops"]) & ~np.isnan(frame["bytes"])
     sums = pd.DataFrame({**{c: frame[c] for c in ("dur_ns", "count", "known_ns", "flops_ns", "bytes_ns", "min_known_ns",
-                                                   "flops", "bytes", "min_ns")},
+                                                   "flops", "bytes", "min_ns", "least_ns")},
                          "flops_both": np.where(both, frame["flops"], np.nan),
                          "bytes_both": np.where(both, frame["bytes"], np.nan)})
     # one pass: min_count=1 leaves the columns without NaN as a plain sum, and is NaN for a key
@@ -191,7 +204,7 @@ def _grouped(frame: dict[str, np.ndarray], rank: int) -> pd.DataFrame:
     partial = min_known_ns < 0.5 * col["dur_ns"]
     bounds[partial] = "unknown"
     both_bytes = out["bytes_both"].to_numpy()
-    lost = min_known_ns - min_ns
+    lost = min_known_ns - col.pop("least_ns")  # beyond the roofline, and beyond the fastest op of each kind
     got = {"rank": np.full(len(keys), rank, dtype=np.int64), "key": np.asarray(keys, dtype=object), **col,
            "tflop_s": col["flops"] / np.where(col["flops_ns"] > 0, col["flops_ns"], np.nan) / 1e3,
            "gb_s": col["bytes"] / np.where(col["bytes_ns"] > 0, col["bytes_ns"], np.nan),
