@@ -59,11 +59,9 @@ def test_gpu_bound_capture_has_no_idle_finding():
 
 
 def test_roofline_finding_names_the_row_losing_most(capsys):
-    from tracelab.reports.findings.findings_more import MIN_ROOF_NS_PER_CALL
-    found = [f for f in _found("idle-1gpu-large-torch") if f.section == "roofline"]
-    rows = _json(capsys, "roofline", str(DATA / "idle-1gpu-large-torch"), "--top", "0")["rows"]
-    top = max((r for r in rows if r["lost_ns"] is not None
-               and (r["dur_ns"] - r["lost_ns"]) / r["count"] >= MIN_ROOF_NS_PER_CALL), key=lambda r: r["lost_ns"])
+    found = [f for f in _found("decode-1b-1gpu-torch") if f.section == "roofline"]
+    rows = _json(capsys, "roofline", str(DATA / "decode-1b-1gpu-torch"), "--top", "0")["rows"]
+    top = max((r for r in rows if r["lost_ns"] is not None), key=lambda r: r["lost_ns"])
     assert len(found) == 1 and found[0].evidence["kernel"] == top["kernel"]
     assert found[0].evidence["lost_ns"] == top["lost_ns"]
     assert f"loses {top['lost_ns'] / 1e6:,.3f} ms to its roofline" in found[0].text
@@ -195,26 +193,6 @@ def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
     assert "what if" not in stall.text and "whatif" not in stall.evidence
     late, = _found("tp-2gpu-late-torch", [straggler_findings])
     assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance"
-
-
-def test_a_kernel_bound_by_latency_is_no_roofline_finding(capsys):
-    """The 1B decode's elementwise_kernel: 1,875 calls of about 2.2 us (summed from the raw JSON)
-    whose work needs about 0.3 us each at the H100's roof (tracelab roofline's time less its lost
-    time): a kernel runs about 1 us however little it does, so its 'lost' time is launch and
-    latency, not bandwidth. idle-1gpu-large's elementwise_kernel, 71 us a call, stays a finding."""
-    import gzip
-
-    from tracelab.reports.findings.findings_more import MIN_ROOF_NS_PER_CALL, roofline_findings
-    with gzip.open(DATA / "decode-1b-1gpu-torch" / "rank0.pt.trace.json.gz", "rt") as f:
-        calls = [e["dur"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"
-                 and e["name"].startswith("void at::native::elementwise_kernel<")]
-    rows = _json(capsys, "roofline", str(DATA / "decode-1b-1gpu-torch"), "--top", "0")["rows"]
-    row = next(r for r in rows if r["kernel"] == "elementwise_kernel")
-    assert row["count"] == len(calls) and row["dur_ns"] == pytest.approx(sum(calls) * 1e3, rel=1e-3)
-    assert (row["dur_ns"] - row["lost_ns"]) / row["count"] < MIN_ROOF_NS_PER_CALL < row["dur_ns"] / row["count"]
-    assert not _found("decode-1b-1gpu-torch", [roofline_findings])
-    large, = _found("idle-1gpu-large-torch", [roofline_findings])
-    assert "elementwise_kernel loses" in large.text
 
 
 def test_exposed_communication_without_steps_says_the_wait():

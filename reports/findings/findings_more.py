@@ -13,11 +13,6 @@ from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_WHY, bound_words, of_input
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
-# a kernel whose work takes under this per call at its roof is bound by launch and latency (a kernel runs
-# about 1 us however little it does: 1.05 us per 16-byte copy, 1.2 us per small elementwise kernel on an
-# H100 in tests/data), so its "lost" time is no roofline finding: the decode's 2.2 us elementwise calls at
-# 14.8 GB/s need 0.3 us each at the roof
-MIN_ROOF_NS_PER_CALL = 1_000
 CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
               "idle_sync_ns": "while the host was blocked in a synchronising call",
@@ -63,9 +58,8 @@ def idle_findings(ev) -> list:
 
 def roofline_findings(ev) -> list:
     """Per run, the kernel losing most time to its roofline (lost_ns), where that is a
-    material share of its rank's GPU time, the device is known, the kernel has a share of its
-    roof (roofline.py gives none where rows with a roof cover under half its time) and its work
-    takes at least MIN_ROOF_NS_PER_CALL per call at the roof."""
+    material share of its rank's GPU time, the device is known and the kernel has a share
+    of its roof (roofline.py gives none where rows with a roof cover under half its time)."""
     groups = {i.group for i in ev.inputs}
     best: dict[str, tuple] = {}
     for i in ev.inputs:
@@ -73,8 +67,6 @@ def roofline_findings(ev) -> list:
         rows = d["rows"]
         lost = rows["lost_ns"].to_numpy(dtype=np.float64)
         judged = ~np.isnan(lost) & ~np.isnan(rows["roofline_frac"].to_numpy(dtype=np.float64))  # no roof share: not judged
-        roof_ns_per_call = (rows["dur_ns"].to_numpy(dtype=np.float64) - lost) / np.maximum(rows["count"].to_numpy(), 1)
-        judged &= roof_ns_per_call >= MIN_ROOF_NS_PER_CALL  # below it launch and latency bound the kernel, not the roof
         if d["device"] is None or not judged.any() or not d["gpu_ns"]:
             continue
         top = rows.iloc[int(np.argmax(np.where(judged, lost, -np.inf)))]  # the first of the most lost (idxmax's)
