@@ -141,16 +141,44 @@ def _group_names(paths: list[Path], folders: list[bool], groups: list[list[Profi
     return path_labels(paths, folders)
 
 
+MAX_START_SPREAD_NS = 3600 * 10**9  # the ranks of one job start their traces within an hour of each other
+
+
+def not_one_job(profiles: list[Profile]) -> str | None:
+    """Why the profiles cannot be ranks of one job, or None: one profiler, one world size where the
+    files give it, and wall-clock starts within MAX_START_SPREAD_NS where they give them (HTA's trace_diff
+    pair, rank 3 of 8 and rank 1 of 2, 8.5 days apart, are two runs, not a run whose collectives
+    are days late)."""
+    def who(p: Profile) -> str:
+        return f"{p.meta.get('path')} (rank {p.rank} of {p.meta.get('world_size') or '?'})"
+
+    if len(sources := list(dict.fromkeys(str(p.meta.get("source")) for p in profiles))) > 1:
+        return f"{who(profiles[0])} and the others are not one job: their profilers differ ({', '.join(sources)})"
+    sized = [p for p in profiles if p.meta.get("world_size") is not None]
+    if other := [p for p in sized if p.meta["world_size"] != sized[0].meta["world_size"]]:
+        return f"{who(sized[0])} and {who(other[0])} are not one job: their world sizes differ"
+    timed = sorted((s, i) for i, p in enumerate(profiles) if isinstance(s := p.meta.get("trace_start_epoch_ns"), int))
+    if len(timed) > 1 and timed[-1][0] - timed[0][0] > MAX_START_SPREAD_NS:
+        first, last = profiles[timed[0][1]], profiles[timed[-1][1]]
+        return (f"{who(first)} and {who(last)} are not one job: their traces start "
+                f"{(timed[-1][0] - timed[0][0]) / 3.6e12:,.1f} hours apart")
+    return None
+
+
+def _one_job(profiles: list[Profile]) -> bool:
+    return not_one_job(profiles) is None
+
+
 def label(paths: list[str | Path], folders: list[bool], groups: list[list[Profile]]) -> list[Input]:
     """Label the profiles loaded from each path (`folders`: which paths are folders):
-    `rank3` when all are ranks of one run (distinct ranks, one source, at most one folder),
+    `rank3` when all are ranks of one run (distinct ranks, one source, at most one folder, one
+    job: _one_job),
     else `<run>/rank3` (or `<run>` for a lone profile) since ranks collide across runs.
     tracelab.inputs.label_inputs looks at the paths and calls this."""
     paths = [Path(p) for p in paths]
     profiles = [p for g in groups for p in g]
     ranks = [p.rank for p in profiles]
-    one_run = (len(set(ranks)) == len(ranks) and len({p.meta.get("source") for p in profiles}) == 1
-               and sum(folders) <= 1)
+    one_run = len(set(ranks)) == len(ranks) and sum(folders) <= 1 and _one_job(profiles)
     if one_run:  # in the order given (the first is the reference); a folder's ranks by rank
         return [_input(f"rank{p.rank}", "", p) for g in groups for p in sorted(g, key=lambda p: p.rank)]
     out = []

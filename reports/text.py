@@ -50,7 +50,8 @@ def summary_line(row: pd.Series) -> str:
     if not pd.isna(row.get("span_ns")):
         parts.append(f"GPU busy {ms_cell(row['busy_ns'])} ms of a {ms_cell(row['span_ns'])} ms span "
                      f"({_pct(row['idle_share'])} idle)")
-    return f"rank {row['rank']} ({row['source']}, {row['events']:,} rows): " + ", ".join(parts)
+    run = f"{row['input']}: " if isinstance(row.get("input"), str) else ""  # several runs: whose rank
+    return f"{run}rank {row['rank']} ({row['source']}, {row['events']:,} rows): " + ", ".join(parts)
 
 
 def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Group:
@@ -60,7 +61,7 @@ def breakdown_tables(summary: pd.DataFrame, table: pd.DataFrame, by: str) -> Gro
         return _breakdown_spread(summary, table, by)
     parts = []
     for _, head in summary.iterrows():
-        rows = table[table["rank"] == head["rank"]]
+        rows = table[(table["rank"] == head["rank"]) & ((table["input"] == head["input"]) if "input" in table else True)]
         t = Table(title=Text(summary_line(head)), title_justify="left", show_edge=False)
         t.add_column("time (ms)", justify="right")
         t.add_column("share", justify="right")

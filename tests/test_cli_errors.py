@@ -107,10 +107,12 @@ def test_two_files_claiming_one_rank(tmp_path, capsys):
     a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
     shutil.copy(src, a)
     shutil.copy(src, b)
-    status, _, err = run_cli_output(capsys, "breakdown", str(a), str(b))  # in this process
+    status, _, err = run_cli_output(capsys, "breakdown", str(tmp_path))  # one run folder, rank 0 twice
     assert status == 2
     assert "rank 0" in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+    status, out, err = run_cli_output(capsys, "breakdown", str(a), str(b))  # two inputs: two runs, each labelled
+    assert status == 0 and f"{a}: rank 0" in " ".join(out.split()) and f"{b}: rank 0" in " ".join(out.split()), err
 
 
 @pytest.mark.parametrize("args, fragment", [

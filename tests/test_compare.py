@@ -23,6 +23,8 @@ from tracelab.cli import app
 from tracelab.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
+from malformed import run_cli_output
+from conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 # public traces, by their path under shared/traces (conftest.shared_trace finds them)
@@ -415,3 +417,100 @@ def test_one_run_keeps_the_first_input_as_reference(paths, ranks, labels, tmp_pa
     result = comparison(inputs, "kernel")
     assert result.labels == labels
     assert result.totals["ratio"].iloc[0] == 1.0
+
+
+def _dist(path) -> tuple[int, int, float]:
+    """(rank, world size, first ts in us) straight from a Kineto file."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    info = doc["distributedInfo"]
+    return info["rank"], info["world_size"], min(e["ts"] for e in doc["traceEvents"] if "ts" in e)
+
+
+@pytest.mark.parametrize("sizes, starts_s, sources, why", [
+    ((8, 2), (0, 735_004), "tt", "world sizes differ"), ((2, 2), (0, 3 * 3600), "tt", "3.0 hours apart"),
+    ((2, 2), (0, 59), "tt", None), ((None, 2), (None, 0), "tt", None), ((128, 128), (0, 1), "tt", None),
+    ((2, 2), (0, 1), "tn", "profilers differ (torch, nsys)")])
+def test_one_job_by_profiler_world_size_and_start(sizes, starts_s, sources, why):
+    from tracelab.reports.session import not_one_job
+    name = {"t": "torch", "n": "nsys"}
+    profiles = [tracelab.Profile(pd.DataFrame(), {"rank": r, "path": f"r{r}", "world_size": n, "source": name[src],
+                                                  "trace_start_epoch_ns": None if t is None else t * 10**9})
+                for r, (n, t, src) in enumerate(zip(sizes, starts_s, sources))]
+    got = not_one_job(profiles)
+    assert (got is None) if why is None else (why in got)
+
+
+@pytest.mark.slow
+def test_ranks_of_different_jobs_are_runs_not_one_run(capsys):
+    """HTA's trace_diff pair is rank 3 of 8 and rank 1 of 2, 8.5 days apart (read from the files):
+    taken as one run, steps and compare put them on one clock 735,003 s apart ('rank 3 waits 290.2
+    ms per step at sendrecv', a collective skew of 735,003,792,218 us). They are now two runs;
+    steps refuses them in one line; whatif replays each alone. HTA's two sampled ranks of one
+    128-rank job stay one run."""
+    control = shared_trace("hta/trace_diff/control/control.json.gz")
+    test = shared_trace("hta/trace_diff/test/test.json.gz")
+    (r0, n0, t0), (r1, n1, t1) = _dist(control), _dist(test)
+    assert (r0, n0, r1, n1) == (3, 8, 1, 2) and (t1 - t0) / 3.6e9 > 24
+    status, out, err = run_cli_output(capsys, "compare", str(control), str(test), "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert [i["label"] for i in doc["inputs"]] == ["control", "test"] and doc["straggler"] is None
+    assert not doc["collective_skew"]
+    status, out, err = run_cli_output(capsys, "steps", str(control), str(test))
+    assert status == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "world sizes differ" in err and "control.json.gz (rank 3 of 8)" in err
+    status, out, err = run_cli_output(capsys, "whatif", str(control), str(test), "--format", "json")
+    assert status == 0 and len(json.loads(out)["inputs"]) == 2, err
+    a, b = shared_trace("hta/trace_filter/sampled_rank-0.json.gz"), shared_trace("hta/trace_filter/sampled_rank-1.json.gz")
+    assert _dist(a)[1] == _dist(b)[1] == 128
+    status, out, err = run_cli_output(capsys, "compare", str(a), str(b), "--format", "json")
+    assert [i["label"] for i in json.loads(out)["inputs"]] == ["rank0", "rank1"]
+
+
+def test_a_rank_neither_file_nor_name_gives_is_said_to_be_assumed():
+    """HTA's rank_not_found.json.gz: distributedInfo without a rank (read from the file), a name
+    without one; it is shown as rank 0 and a note says so (the breakdown said 'rank 0' as if read)."""
+    path = shared_trace("hta/rank_unavailable/rank_not_found.json.gz")
+    with gzip.open(path, "rt") as f:
+        assert "rank" not in json.load(f)["distributedInfo"]
+    p = tracelab.load(path)
+    assert p.rank == 0 and p.meta["rank_from"] == "default (one file)"
+    assert any("gives its rank: shown as rank 0" in n for n in p.meta["notes"])
+    named = tracelab.load(shared_trace("hta/trace_filter/sampled_rank-1.json.gz"))
+    assert named.rank == 1 and not any("gives its rank" in n for n in named.meta.get("notes") or [])
+
+
+def _gpu_ns(path) -> tuple[int, int]:
+    """(kernel ns, kernel + memcpy + memset ns) summed straight from a Kineto file."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    dur = lambda cats: sum(round(e["dur"] * 1000) for e in events if e.get("cat") in cats)  # noqa: E731
+    return dur(("kernel",)), dur(("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+def test_breakdown_and_roofline_take_two_runs_that_share_a_rank(capsys, tmp_path):
+    """A 2-rank run folder and a 1-rank file both hold rank 0: breakdown and roofline refused them
+    ('resolves to rank 0, as does ...; pass ranks explicitly') though every command takes any mix
+    of run folders and files; each input's ranks now come labelled with it, their figures those
+    of the files alone. A broken file beside them is still one line naming it."""
+    folder, file = DATA / "decode-2gpu-torch", DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(file), "--format", "json")
+    assert status == 0, err
+    got = {(r["input"], r["rank"]): r["kernel_ns"] for r in json.loads(out)["summary"]}
+    want = {(str(folder), r): _gpu_ns(folder / f"rank{r}.pt.trace.json.gz")[0] for r in (0, 1)}
+    assert got == {**want, (str(file), 0): _gpu_ns(file)[0]}
+    status, out, err = run_cli_output(capsys, "roofline", str(folder), str(file), "--format", "json")
+    assert status == 0, err
+    cover = {(c["input"], c["rank"]): c["gpu_ns"] for c in json.loads(out)["coverage"]}
+    assert cover[(str(file), 0)] == _gpu_ns(file)[1] and cover[(str(folder), 1)] == _gpu_ns(folder / "rank1.pt.trace.json.gz")[1]
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(file))
+    assert status == 0 and f"{folder}: rank 1 (torch" in " ".join(out.split()), err
+    status, out, err = run_cli_output(capsys, "roofline", str(folder), str(file), "--format", "csv")
+    assert status == 0 and out.startswith("input,rank,kernel,") and f"\n{file},0," in out, err
+    status, out, err = run_cli_output(capsys, "steps", str(folder), str(file))  # steps is one run's
+    assert status == 2 and not out and "a rank repeats across" in err and len(err.strip().splitlines()) == 1
+    broken = tmp_path / "rank0.pt.trace.json"
+    broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur"')
+    status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(broken))
+    assert status == 2 and len(err.strip().splitlines()) == 1 and str(broken) in err

@@ -256,3 +256,51 @@ def test_even_gemm_shapes_are_no_finding(tmp_path):
 def tracelab_meta(run) -> dict:
     import tracelab
     return tracelab.load(run / "rank0.pt.trace.json").meta
+
+
+@pytest.mark.parametrize("size, multiple, to", [(8190, 8, 8192), (50257, 8, 50304), (5, 4, 8), (5, 8, 8),
+                                                (100, 8, 104), (1000, 4, 1024), (3, 4, 4)])
+def test_padding_adds_little_work(size, multiple, to):
+    from tracelab.reports.fixes.gemm import PAD_GROWTH, padded
+    assert padded(size, multiple) == to and to % multiple == 0
+    assert to - size <= max(PAD_GROWTH * size, multiple - 1)
+
+
+def test_a_tiny_odd_dimension_is_padded_to_its_alignment_not_64():
+    """HTA's MI250 toy: aten::mm of [128, 5] x [5, 128] fp32 (read from the raw JSON). K = 5 -> 64
+    was advised (12.8x the GEMM's work); fp32 needs multiples of 4: 8."""
+    path = shared_trace("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    with gzip.open(path, "rt") as f:
+        mm = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "aten::mm"]
+    assert [a["Input Dims"] for a in mm] == [[[128, 5], [5, 128]]] and mm[0]["Input type"][0] == "float"
+    found = _by_fix(_found(path), "no multiple of 16 bytes")
+    assert len(found) == 1 and "K = 5 -> 8)" in found[0].text and "-> 64" not in found[0].text
+
+
+def _kernels_per_step_by_launch(path) -> dict[str, tuple[int, int]]:
+    """Per 'token N' range of a Kineto trace: (kernels launched inside it, of them by cudaGraphLaunch),
+    the launch found by correlation id, straight from the JSON."""
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and re.fullmatch(r"token \d+", e["name"])]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    out = {}
+    for s in steps:
+        inside = [calls[k["args"]["correlation"]] for k in events if k.get("cat") == "kernel"
+                  and (c := calls.get(k["args"].get("correlation"))) and s["ts"] <= c["ts"] <= s["ts"] + s["dur"]]
+        out[s["name"]] = (len(inside), sum(c["name"] == "cudaGraphLaunch" for c in inside))
+    return out
+
+
+def test_steps_that_replay_cuda_graphs_are_not_told_to_use_them():
+    """The compiled decode's 'token N' steps each replay one CUDA graph (reduce-overhead) and launch
+    a few kernels beside it; the eager prefill outside them launches the rest one by one. Over the
+    trace half the kernels are replayed (150 of 301), so the advice to 'capture the step in a CUDA
+    graph' fired on steps that are graph replays already; it now weighs the host-bound steps' own
+    kernels."""
+    path = DATA / "decode-1gpu-steps-torch" / "rank0.pt.trace.json.gz"
+    per_step = _kernels_per_step_by_launch(path)
+    assert len(per_step) == 5 and all(replayed > 0.5 * n for n, replayed in per_step.values())
+    assert not _by_fix(_found(path.parent), "CUDA graph")
+    whole = _by_fix(_found(DATA / "decode-1gpu-torch"), "CUDA graph")  # no steps: the eager prefill dominates
+    assert len(whole) == 1 and "is host-bound over the whole trace, which has no steps" in whole[0].text

@@ -433,15 +433,16 @@ def test_launch_cpu_is_each_launch_call_once_on_a_graph_capture() -> None:
 
 
 def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() -> None:
-    """tp-2gpu-late-torch's rank 0, alone, waits ~10.7 ms per token for its late peer inside NCCL: its
-    own critical path is almost all `other` (no edge in its trace explains the wait), 66 us compute.
-    It was called gpu-bound; its bound is now unclear wherever the path's other outweighs every
-    bound's categories, as whatif's own path table (an independent walk) gives them."""
+    """tp-2gpu-late-torch's rank 0, alone, waits ~10.7 ms per token for its late peer inside NCCL,
+    66 us compute. It was called gpu-bound. Its collectives' wait edges now explain that delay
+    (whatif/edges._relax drops their chain gap), so its path is wait, communication-bound, not
+    'other'; a step is unclear wherever the path's other outweighs every bound's categories, as
+    whatif's own path table (an independent walk) gives them: on neither rank here."""
     from tracelab.reports.whatif.analyse import path_steps
     from tracelab.reports.whatif.bound import BOUNDS
     from tracelab.reports.whatif.nodes import rank_graph
 
-    for r, want_unclear in ((0, True), (1, False)):
+    for r, want_unclear in ((0, False), (1, False)):
         p = tracelab.load(DATA / "tp-2gpu-late-torch" / f"rank{r}.pt.trace.json.gz")
         path = path_steps({0: rank_graph(p.events, p.host, 0)}, {0: None})
         score = np.c_[tuple(path[list(cols)].sum(axis=1) for cols in BOUNDS.values())]
@@ -451,6 +452,26 @@ def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() 
         by_step = dict(zip(steps["step"].tolist(), steps["bound"].tolist()))
         for step, u, best in zip(path["step"].tolist(), unclear.tolist(), np.argmax(score, axis=1).tolist()):
             assert by_step[step] == ("unclear" if u else list(BOUNDS)[best])
+        if r == 0:
+            assert set(by_step.values()) == {"communication"} and (path["wait_ns"] > 100 * path["compute_ns"]).all()
+
+
+def test_a_step_range_that_holds_no_launch_is_not_called_absent(capsys):
+    """HTA's triton_example has a ProfilerStep#1 range (read from the file) on a thread other than the
+    one that launched its one kernel: 'no range matches the step pattern' was false; it says the
+    ranges hold no GPU work's launch. decode-1gpu-torch, with no step range, keeps the old reason."""
+    from conftest import shared_trace
+    from malformed import run_cli_output
+    path = shared_trace("hta/triton_example/triton_example.json.gz")
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    step, = (e for e in events if e["name"].startswith("ProfilerStep#"))
+    launch, = (e for e in events if e["name"] == "cuLaunchKernel")
+    assert step["tid"] != launch["tid"]
+    status, out, err = run_cli_output(capsys, "idle", str(path))
+    assert status == 0 and "its step ranges hold no GPU work's launch" in " ".join(out.split()), err
+    status, out, err = run_cli_output(capsys, "idle", str(DATA / "decode-1gpu-torch"))
+    assert status == 0 and "no range matches the step pattern" in " ".join(out.split()), err
 
 
 def test_a_launch_returning_long_before_its_op_starts_is_launch_latency_only_until_then() -> None:

@@ -359,3 +359,16 @@ def test_a_few_allocator_blocks_are_no_finding():
     assert across.fragmentation(_peaks([2**20], [2**20 + 2**21])) == []  # 200% over, 2 MiB: no finding
     (text, _, ev), = across.fragmentation(_peaks([2**30], [int(1.5 * 2**30)]))
     assert ev["reserved_bytes"] - ev["allocated_bytes"] == 2**29
+
+
+def test_no_memory_events_prints_the_note_not_empty_tables(capsys):
+    """HTA's sampled rank has no [memory] event (counted in the raw JSON): three empty tables stood
+    above the note saying so; the note alone is printed."""
+    from conftest import shared_trace
+    path = shared_trace("hta/trace_filter/sampled_rank-0.json.gz")
+    with gzip.open(path, "rt") as f:
+        assert not [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    status, out, err = run_cli_output(capsys, "memory", str(path))
+    assert status == 0, err
+    lines = " ".join(out.split())
+    assert lines.startswith("note: ") and "no memory events in the trace" in lines and "peak per rank" not in lines

@@ -16,7 +16,7 @@ from tracelab import devices
 from tracelab.errors import UsageError
 from tracelab.reports.roofline.roofline import roofline, with_scope_work
 
-from conftest import DATA
+from conftest import DATA, shared_trace
 from malformed import run_cli_output
 from test_html import chromium  # noqa: F401  (the fixture)
 
@@ -189,6 +189,23 @@ def test_proton_device_by_arch_and_bandwidth():
         devices.by_option("TPU v5")
 
 
+def test_a_device_the_table_lacks_is_unknown_never_its_nearest_kin():
+    """A named GPU not in the table (nsys-ai's mock.sqlite: a GeForce RTX 3080, sm_86) and an unnamed
+    proton device whose bandwidth is far from every entry of its architecture (Triton's triton.json:
+    an sm_86 part of 176 GB/s) are unknown, not the A10 (sm_86, 600 GB/s) they were taken for."""
+    mock = shared_trace("nsys-ai/mock.sqlite")
+    with sqlite3.connect(f"file:{mock}?mode=ro", uri=True) as db:
+        (name,), = db.execute("SELECT name FROM TARGET_INFO_GPU").fetchall()
+    assert "RTX 3080" in name and devices.detect({"name": name, "arch": "86", "memory_bandwidth_gb_s": 760.0}) is None
+    assert devices.meta_device(tracelab.load(mock).meta)[0] is None
+    props = json.loads(shared_trace("proton/triton.json").read_text())[1]["CUDA"]["0"]
+    gb_s = props["bus_width"] / 8 * props["memory_clock_rate"] * 2 / 1e6  # bits -> bytes, kHz DDR -> GB/s
+    assert props["arch"] == "86" and gb_s == pytest.approx(176.0, rel=0.01)
+    assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": gb_s}) is None
+    assert devices.meta_device(tracelab.load(shared_trace("proton/triton.json")).meta)[0] is None
+    assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": 600.0 * 1.05}).name == "A10"  # within 10%
+
+
 def test_cli_json_is_strict_with_the_device_and_rows(capsys):
     status, out, err = run_cli_output(capsys, "roofline", str(DATA / "roofline-1gpu-nsys"), "--format", "json")
     assert status == 0, err
@@ -357,6 +374,47 @@ def test_cuda_graph_replays_get_their_captured_ops_work():
         replayed = events[events["scope"] == f"capture/layer{layer}"]
         eager = events[events["scope"] == f"eager/layer{layer}"]
         assert replayed["flops"].sum() == pytest.approx(per_layer) and eager["flops"].sum() == pytest.approx(per_layer)
+
+
+def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
+    """HTA's gloo rank 34 has no GPU event: the coverage line names rank 34 (read from the file's
+    distributedInfo) and says there is no GPU activity, not 'rank -: 0.000 ms of 0.000 ms (-%)'."""
+    path = shared_trace("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert not gpu and doc["distributedInfo"]["rank"] == 34
+    status, out, err = run_cli_output(capsys, "roofline", str(path))
+    assert status == 0, err
+    assert "rank 34: no GPU kernel, memcpy or memset in this trace" in out and "rank -" not in out and "(-%)" not in out
+    status, out, err = run_cli_output(capsys, "roofline", str(path), "--format", "json")
+    assert _strict(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
+
+
+def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
+    """HTA's NCCL trace ran on 'NVIDIA A100-PG509-200' with 42,297,524,224 bytes (read from its
+    deviceProperties): the 40 GB part, 1,555 GB/s of HBM, not the 80 GB one's 2,039 GB/s it got."""
+    path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
+    with gzip.open(path, "rt") as f:
+        props = json.load(f)["deviceProperties"][0]
+    assert props["name"] == "NVIDIA A100-PG509-200" and props["totalGlobalMem"] < 60 * 2**30
+    found, source = devices.meta_device(tracelab.load(path).meta)
+    assert (found.name, found.hbm_gb_s, source) == ("A100 40GB", 1555.0, "trace")
+    assert devices.detect({"name": "NVIDIA A100-PG509-200", "memory_bytes": 85_899_345_920}).name == "A100 SXM 80GB"
+    assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # no size given: the name's
+
+
+def test_only_the_first_gpu_names_the_device():
+    """Triton's cuda.json lists an sm_89 part of 1,008 GB/s first (no entry within 10%: unknown) and
+    an sm_90 one second (bandwidths from its bus width and memory clock, read from the file): the
+    trace's device is unknown, not the second GPU's kind applied to kernels that ran on the first."""
+    path = shared_trace("proton/cuda.json")
+    gpus = json.loads(path.read_text())[1]["CUDA"]
+    gb_s = {k: g["bus_width"] / 8 * g["memory_clock_rate"] * 2 / 1e6 for k, g in gpus.items()}
+    assert gpus["0"]["arch"] == "89" and gpus["1"]["arch"] == "90" and gb_s["0"] == pytest.approx(1008.1, abs=1)
+    assert devices.detect({"arch": "89", "memory_bandwidth_gb_s": gb_s["0"]}) is None
+    assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": gb_s["1"]}) is not None
+    assert devices.meta_device(tracelab.load(path).meta) == (None, "unknown")
 
 
 def test_no_op_loses_time_below_the_fastest_of_its_kind_in_the_trace():

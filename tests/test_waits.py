@@ -261,6 +261,27 @@ def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
     assert missing.exit_code != 0
 
 
+def test_no_collective_at_all_is_no_verdict_not_none_late() -> None:
+    """nsys-ai's 2-H100 FSDP second has no NCCL kernel (counted in its SQLite): the line said 'no
+    collective has a rank late beyond the noise' as if collectives had been weighed; it says none
+    matched. DDP on 2 H200s, with 8 all-reduces, keeps the old verdict's kind of line."""
+    import sqlite3
+
+    path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        (nccl,), = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = "
+                              "k.demangledName WHERE s.value LIKE '%nccl%'").fetchall()
+    assert nccl == 0
+    result = CliRunner().invoke(app, ["steps", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.output)["straggler"]
+    assert s["collectives"] == 0 and s["line"].startswith("no straggler verdict: no collective matched")
+    equal = CliRunner().invoke(app, ["steps", str(Path(__file__).parent / "data" / "ddp-2gpu-alternating-nsys"),
+                                     "--format", "json"])
+    s = json.loads(equal.output)["straggler"]
+    assert s["collectives"] > 0 and not s["line"].startswith("no straggler verdict")
+
+
 def test_cli_compare_json_straggler_object(decode) -> None:
     result = CliRunner().invoke(app, ["compare", str(DECODE), "--step", "decode_one_token", "--format", "json"])
     assert result.exit_code == 0, result.output

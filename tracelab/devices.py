@@ -131,13 +131,28 @@ def custom(peak_tflop_s: float, peak_gb_s: float, base: Device | None = None) ->
                   peak_gb_s, base.host_link_gb_s if base else None, "--peak-tflops / --peak-gb-s")
 
 
+def _sized(found: Device, memory_bytes) -> Device:
+    """An A100 whose name gives no size (HTA's 'NVIDIA A100-PG509-200', 39.4 GiB): its memory tells
+    the 40 GB part (1,555 GB/s of HBM2) from the 80 GB one (2,039 GB/s)."""
+    if found.name == "A100 SXM 80GB" and isinstance(memory_bytes, (int, float)) and 0 < memory_bytes < 60 * 2**30:
+        return _BY_KEY["a100 40gb"]
+    return found
+
+
+# an unnamed device (proton) is told by its architecture and a memory bandwidth within this fraction
+# of the entry's: a 176 GB/s sm_86 laptop part is no 600 GB/s A10
+BANDWIDTH_MATCH = 0.10
+
+
 def detect(props: dict[str, Any]) -> Device | None:
     """The table entry for a trace's device properties (Kineto deviceProperties, nsys
-    TARGET_INFO_GPU, run.json devices): by name; else (proton: no name) by architecture and
-    the nearest memory bandwidth (proton-viewer's memory clock x bus width)."""
+    TARGET_INFO_GPU, run.json devices): by name, None for a name not in the table; else (proton:
+    no name) by architecture and the nearest memory bandwidth (proton-viewer's memory clock x bus
+    width), None unless within BANDWIDTH_MATCH of it."""
     name = props.get("name")
-    if isinstance(name, str) and (found := _from_name(name)):
-        return found
+    if isinstance(name, str) and name.strip():  # a named device not in the table is unknown: a GeForce
+        found = _from_name(name)                # RTX 3080 (sm_86) is no A10, whatever its bandwidth
+        return _sized(found, props.get("memory_bytes") or props.get("total_memory_bytes")) if found else None
     if props.get("type") not in (None, "CUDA"):  # an AMD gfx90a is no sm_90: by name only
         return None
     arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
@@ -145,7 +160,8 @@ def detect(props: dict[str, Any]) -> Device | None:
     same = [d for d in DEVICES if d.arch == arch]
     if not same or not isinstance(bandwidth, (int, float)):
         return None
-    return min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
+    nearest = min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
+    return nearest if abs(nearest.hbm_gb_s - bandwidth) <= BANDWIDTH_MATCH * nearest.hbm_gb_s else None
 
 
 MAX_PEAK = 1e7  # TFLOP/s or GB/s: 100x any device made so far
@@ -168,9 +184,11 @@ def given_device(name: str | None, tflops: float | None, gb_s: float | None) -> 
 def meta_device(meta: dict) -> tuple[Device | None, str]:
     """The device of a trace's meta (its first GPU), else of the run.json beside the trace,
     with where it came from: "trace", "run.json" or "unknown"."""
-    for props in (meta.get("devices") or {}).values():
-        if isinstance(props, dict) and (found := detect(props)):
-            return found, "trace"
+    gpus = [props for props in (meta.get("devices") or {}).values() if isinstance(props, dict)]
+    # its first GPU only: where that one is unknown, a second one's kind is no guess at it (proton's
+    # cuda.json: an unknown sm_89 part first, an sm_90 one second)
+    if gpus and (found := detect(gpus[0])):
+        return found, "trace"
     run_json = Path(str(meta.get("path", ""))).parent / "run.json"
     devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
     for props in devices:

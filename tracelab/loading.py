@@ -234,6 +234,8 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
     meta["rank"], meta["rank_from"] = found
+    if found[1] == "default (one file)":  # said, not silently assumed (HTA's rank_not_found.json.gz)
+        meta["notes"] = [*meta.get("notes", []), "neither the file nor its name gives its rank: shown as rank 0"]
     if not INT32[0] <= meta["rank"] <= INT32[1]:  # the int32 rank column
         raise RankError(path, f"rank {meta['rank']} (from the {meta['rank_from']}) is outside int32")
     profile.events["rank"] = np.int32(meta["rank"])  # one Profile is one rank; the frame is this load's own

@@ -82,7 +82,11 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
         text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
                 f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit, idle_cause))
-        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
+        evidence = {"verdict": v, "line": w.line, "gated_skew_ns": skew}
+        if _late_by_idle(w.causes, r):  # 'balance' evens GPU work: it cannot move a rank its host held back
+            text += "; evening the ranks' GPU work would not move it: its delay is idle time, not work"
+            evidence["scenario"] = None
+        return Finding(text, skew, SECTIONS["steps"], evidence)
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
         counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1])[:4]
@@ -110,6 +114,12 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
     return f"; its {device} does {duration(work)} more work before them per {unit}{top}"
+
+
+def _late_by_idle(causes: pd.DataFrame, rank: int) -> bool:
+    """Whether the straggler's units it gates show more idle than extra work before them (_why)."""
+    mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
+    return bool(len(mine)) and mine["extra_work_ns"].mean() < mine["extra_idle_ns"].mean()
 
 
 def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
@@ -173,15 +183,31 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
 
 
 def _wait_text(w, rank: int) -> str:
-    """'waits 3.0 ms per step at allreduce, ' (the collective type it waits at most), or ''."""
-    if w is None or not len(w.collectives) or not len(w.steps):
+    """'waits 3.0 ms per step at allreduce, ' (the collective type it waits at most); without
+    steps, its wait in all and what of it the first collective holds (ranks whose traces start
+    apart wait there for the others to begin); or ''."""
+    if w is None or not len(w.collectives):
         return ""
-    mine = w.steps[w.steps["rank"] == rank]
     coll = w.collectives[w.collectives["rank"] == rank]
+    if not len(w.steps):
+        return _stepless_wait_text(coll)
+    mine = w.steps[w.steps["rank"] == rank]
     if not len(mine) or not mine["wait_ns"].sum():
         return ""
     kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
     return f"waits {duration(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
+
+
+def _stepless_wait_text(coll: pd.DataFrame) -> str:
+    total = int(coll["wait_ns"].sum()) if len(coll) else 0
+    if not total:
+        return ""
+    kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
+    first = int(coll.sort_values("arrival_ns")["wait_ns"].iloc[0])
+    at_first = f" ({duration(first)} of it at its first)" if 2 * first >= total else ""
+    named = collective_type(str(kind))
+    return (f"waits {duration(total)} in all at its {len(coll):,} collectives, most at "
+            f"{named if named and named != 'other' else kind}{at_first}; ")
 
 
 def idle_share_findings(ev: Evidence) -> list[Finding]:

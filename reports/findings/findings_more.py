@@ -48,7 +48,8 @@ def idle_findings(ev) -> list:
                   + " steps") + (f": {UNCLEAR_WHY}" if (steps["bound"] == UNCLEAR).any() else "")
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
-                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} ({bounds})")
+                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
+                f"(by its critical path: {bounds})")  # what most of the path is, beside the idle it also has
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                             **{c: float(steps[c].mean()) for c in CAUSES}}))

@@ -36,12 +36,17 @@ def _figures(ev, i) -> dict | None:
         return None
     if (i.meta.get("graph_capture_calls") or 0) >= launched:  # a trace mostly of capturing: it uses graphs already
         return None
+    in_host = [replays.get("by_step", {}).get(int(s)) for s in host["step"].dropna()]
+    in_host = [n for n in in_host if n]
+    if in_host and sum(r for _, r in in_host) > MAX_REPLAYED_SHARE * sum(n for n, _ in in_host):
+        return None  # the host-bound steps already replay CUDA graphs (compiled decode steps): no advice to use them
     stake = (host["idle_host_ns"] + host["idle_launch_ns"]).to_numpy(dtype=np.int64)
     return {"steps": len(steps), "host_bound": len(host), "launched": launched,
             "short_kernels": replays["short"], "short_gpu_ns": replays["short_gpu_ns"],
             "kernels_per_step": launch["kernels_per_step"],
             "stake_ns_per_step": float(stake.mean()), "stake_ns": int(stake.sum()),
-            "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"]}
+            "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"],
+            "whole_trace": bool(steps["step"].isna().all())}  # no steps: the one window is the trace
 
 
 def graphs_findings(ev) -> list[Finding]:
@@ -62,8 +67,9 @@ def graphs_findings(ev) -> list[Finding]:
             f" ({f['kernels_per_step']:,.0f} kernels per step)"
         bound = (f"; at most {ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's "
                  "idle before and during launches, an upper bound)")
-        text = (f"{group + ': ' if several and group else ''}rank {i.rank}'s steps are host-bound ({f['host_bound']} "
-                f"of {f['steps']}) and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
+        bound_where = (" is host-bound over the whole trace, which has no steps," if f["whole_trace"] else
+                       f"'s steps are host-bound ({f['host_bound']} of {f['steps']})")
+        text = (f"{group + ': ' if several and group else ''}rank {i.rank}{bound_where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
                 "run shorter than their own launch call: capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
                 "torch.compile(mode=\"reduce-overhead\"), which launches it in one call" + bound)
         out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f, "bound_text": bound}))

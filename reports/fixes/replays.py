@@ -15,12 +15,15 @@ from tracelab.schema import kind_mask
 def rank_replays(events: pd.DataFrame) -> dict:
     """launched: kernels whose launch call the trace gives; replayed: those sharing it with
     another kernel; short: of the rest (launched one by one), those running shorter than their
-    own launch call; short_gpu_ns: their GPU time."""
+    own launch call; short_gpu_ns: their GPU time; by_step: per step, (launched, replayed)."""
     at = np.flatnonzero(kind_mask(events, ("kernel",)) & events["launch_start_ns"].notna().to_numpy())
     launch = events["launch_start_ns"].to_numpy(dtype=np.int64, na_value=0)[at]  # the columns' arrays: no frame copied
     replayed = pd.Series(launch).duplicated(keep=False).to_numpy()
     dur = events["dur_ns"].to_numpy(dtype=np.int64)[at]
     call_ns = events["launch_dur_ns"]
     short = ~replayed & call_ns.notna().to_numpy()[at] & (dur < call_ns.to_numpy(dtype=np.int64, na_value=0)[at])
+    step = pd.Series(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[at])
+    by_step = pd.DataFrame({"launched": 1, "replayed": replayed.astype(np.int64)}).groupby(step).sum()  # NA: none
     return {"launched": int(len(at)), "replayed": int(replayed.sum()), "short": int(short.sum()),
-            "short_gpu_ns": int(dur[short].sum())}  # a call's unknown duration compares as no call (pandas' NA)
+            "short_gpu_ns": int(dur[short].sum()),  # a call's unknown duration compares as no call (pandas' NA)
+            "by_step": {int(k): (int(r.launched), int(r.replayed)) for k, r in by_step.iterrows()}}

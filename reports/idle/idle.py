@@ -234,7 +234,9 @@ def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndar
 def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:
     notes = []
     if stepless:
-        notes.append("no steps in this trace (no range matches the step pattern; see --step): the whole "
+        why = ("its step ranges hold no GPU work's launch" if host is not None and len(host)
+               and (host["kind"] == "step").any() else "no range matches the step pattern")
+        notes.append(f"no steps in this trace ({why}; see --step): the whole "
                      "trace, first GPU start to last GPU end, is one window (step null)")
     if not rows["launch_start_ns"].notna().any():
         notes.append(f"no launch calls in this trace (none matched by correlation id): "

@@ -92,6 +92,8 @@ def runs_table(m: Memory) -> Table:
 
 
 def render_table(m: Memory, top: int | None = None) -> Group:
+    if not len(m.steps) and not len(m.peaks):  # no rank recorded memory: the notes say why, no empty tables
+        return Group(*[Text(f"note: {n}") for n in m.notes or ["no memory events in these inputs"]])
     several = m.steps["input"].nunique() > 1
     shown, line = _shown_steps(m)
     parts = [steps_table(m, several, shown), *([Text(line)] if line else []), Text(""), top_table(m, several),

@@ -52,6 +52,8 @@ class Roofline:
     gpu_ns: int
     known_ns: int
     missing_hint: str = ""  # how the trace's source would record the work it lacks (MISSING_WORK)
+    rank: int | None = None  # None: no events at all
+    run: str | None = None  # the input it came from, where several runs are shown (their ranks repeat)
 
 
 # per source, how its traces would give the kernels' work (FLOPs and bytes) they lack
@@ -147,7 +149,7 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
     hbm, host = traffic
-    rank = int(events["rank"].iloc[0]) if len(events) else 0
+    rank = int(events["rank"].iloc[0]) if len(events) else None
     frame = {  # the rows' columns as arrays, grouped by key in _grouped (no frame of the rows is made)
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
         "known_ns": np.where(known, dur, 0.0),
@@ -155,10 +157,10 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
         "flops_ns": np.where(gpu["flops"].notna(), dur, 0.0), "bytes_ns": np.where(gpu["bytes"].notna(), dur, 0.0),
         "min_ns": min_ns, "least_ns": least_time_ns(gpu, min_ns), "min_known_ns": np.where(np.isnan(min_ns), 0.0, dur),
         "bound": _row_bound(gpu, compute_ns, memory_ns), "dtype": dtype}
-    rows = _grouped(frame, rank)
+    rows = _grouped(frame, 0 if rank is None else rank)
     source = str(events["source"].iloc[0]) if len(events) else ""
     return Roofline(rows, device, device_from, int(dur.sum()), int(pd.Series(frame["known_ns"]).sum()),
-                    MISSING_WORK.get(source, ""))
+                    MISSING_WORK.get(source, ""), rank)
 
 
 def _dominant(codes: np.ndarray, values: np.ndarray, dur: np.ndarray, n_keys: int) -> np.ndarray:

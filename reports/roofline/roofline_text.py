@@ -26,7 +26,7 @@ def _rate(x: float | None) -> str:
 
 def device_line(r: Roofline) -> str:
     if r.device is None:
-        return ("device: unknown (the trace names none): rates shown, no roofline; give --device H100|H200|A100|"
+        return ("device: unknown (the trace names none that tracelab knows): rates shown, no roofline; give --device H100|H200|A100|"
                 "B200|... or --peak-tflops and --peak-gb-s")
     peaks = ", ".join(f"{class_label(k)} {v:,.1f}" for k, v in r.device.tflop_s.items())
     return (f"device: {r.device.name} (from the {r.device_from}), peak TFLOP/s {peaks}; HBM {r.device.hbm_gb_s:,.0f} GB/s"
@@ -34,8 +34,11 @@ def device_line(r: Roofline) -> str:
 
 
 def coverage_line(r: Roofline) -> str:
-    share = r.known_ns / r.gpu_ns if r.gpu_ns else math.nan
-    return (f"rank {int(r.rows['rank'].iloc[0]) if len(r.rows) else '-'}: work known for "
+    who = f"{r.run + ': ' if r.run else ''}rank {'-' if r.rank is None else r.rank}"
+    if not r.gpu_ns:
+        return f"{who}: no GPU kernel, memcpy or memset in this trace: nothing to place on a roofline"
+    share = r.known_ns / r.gpu_ns
+    return (f"{who}: work known for "
             f"{r.known_ns / 1e6:,.3f} ms of {r.gpu_ns / 1e6:,.3f} ms GPU time ({_num(100 * share, '.1f')}%); "
             "the rest (kernels whose shapes or metrics the trace lacks) is unknown, not zero"
             + (f"; {r.missing_hint}" if r.missing_hint and share < 0.95 else ""))
@@ -60,6 +63,7 @@ def tables(results: list[Roofline], by: str, top: int | None) -> Group:
 
 def csv(results: list[Roofline], by: str, top: int | None) -> str:
     frames = [pd.DataFrame(to_records(r, top)) for r in results]
+    frames = [f.assign(input=r.run)[["input", *f.columns]] if r.run else f for f, r in zip(frames, results)]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return csv_text(frame.rename(columns={"key": by}))
 
@@ -71,11 +75,12 @@ def as_json(results: list[Roofline], by: str, top: int | None) -> str:
     first = results[0] if results else None
     device = None if first is None or first.device is None else {**first.device.to_json(), "source": first.device_from}
     doc = {"by": by, "device": device if len(devices) == 1 else
-           [{"rank": int(r.rows["rank"].iloc[0]) if len(r.rows) else None,
+           [{"rank": r.rank,
              **(r.device.to_json() if r.device else {"name": None}), "source": r.device_from} for r in results],
-           "coverage": [{"rank": int(r.rows["rank"].iloc[0]) if len(r.rows) else None, "gpu_ns": r.gpu_ns,
+           "coverage": [{**({"input": r.run} if r.run else {}), "rank": r.rank, "gpu_ns": r.gpu_ns,
                          "known_ns": r.known_ns} for r in results],
-           "rows": [{**row, by: row.pop("key")} for r in results for row in to_records(r, top)]}
+           "rows": [{**({"input": r.run} if r.run else {}), **row, by: row.pop("key")}
+                    for r in results for row in to_records(r, top)]}
     return json.dumps(doc, indent=1, allow_nan=False)
 
 

@@ -145,7 +145,8 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = F
     elif untimed:  # untimed inputs: steps are summed away, not absent
         parts.append(Text(UNTIMED_STEPS))
     else:
-        parts.append(Text("no steps in these traces (no range matches the step pattern; see --step)"))
+        parts.append(Text("no steps in these traces (no range matches the step pattern, or none holds a GPU op's "
+                          "launch; see --step)"))
     if totals is not None and len(totals):
         parts.append(Text("per step from totals (no instances: " + ", ".join(
             f"rank {int(r['rank'])}: {r['calls_per_step']:,.1f} calls, compute {ms_cell(r['compute_ns_per_step'])} ms, "

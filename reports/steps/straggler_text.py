@@ -85,6 +85,9 @@ def verdict_line(v: dict[str, Any], causes: pd.DataFrame | None = None) -> str:
     if v["pattern"] == "alternating":
         return (f"alternating: the last rank switches between consecutive {unit} (gated: {counts}; "
                 f"switches p = {v['alternation_p']:.3g} against chance)")
+    if not v["gated_units"] and not v.get("collectives"):
+        return ("no straggler verdict: no collective matched across the ranks (none in the traces, or none "
+                "found on every rank), so who waits on whom cannot be told")
     if not v["gated_units"]:
         return f"no clear straggler: no {unit[:-1]} has a rank late beyond the noise (clocks, step-to-step variation)"
     last = _counted(v["last_at_collectives"])

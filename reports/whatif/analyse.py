@@ -167,6 +167,9 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
 
 def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
     notes = []
+    if g.cpu_only:  # the columns keep their names: say what they hold here
+        notes.append("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
+                     "(compute is CPU operators' time, comm their collectives')")
     if len(g.ranks) > 1:
         notes.append(f"ranks on one clock: {g.clock}")
     bad = steps[~steps["claimed"]]

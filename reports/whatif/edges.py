@@ -161,7 +161,7 @@ def _nearest_end(g: RankGraph, late: np.ndarray, by_end: np.ndarray, lo: np.ndar
 def _relax(g: RankGraph, ed: Edges, pred: np.ndarray, i: np.ndarray) -> None:
     """Nodes i are bound by their wait edge: their chain and launch edges drop to their floors."""
     chained = i[pred[i] >= 0]
-    ed.gap_ns[chained] = np.minimum(ed.gap_ns[chained], g.start_ns[chained] - g.end_ns[pred[chained]])
+    ed.gap_ns[chained] = np.minimum(ed.gap_ns[chained], 0)  # no gap on the stream: the wait explains the delay
     launched = i[ed.xs_src[i] >= 0]
     ed.xs_off_ns[launched] = np.minimum(ed.launch_floor_ns[launched],
                                         g.start_ns[launched] - g.start_ns[ed.xs_src[launched]])

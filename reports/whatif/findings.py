@@ -26,7 +26,7 @@ SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-com
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings"})  # name the change
-TEXT = {"balance": "every rank's work at the median rank's (the straggler removed)",
+TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
         "roofline": "every kernel whose work is known at its roofline time"}
@@ -124,7 +124,7 @@ def _none_step(ev) -> tuple[str, float] | None:
 
 
 def _scenario(source: str, f: Finding) -> str | None:
-    return f.evidence.get("scenario") or SCENARIO_OF.get(source)
+    return f.evidence["scenario"] if "scenario" in f.evidence else SCENARIO_OF.get(source)  # None: no scenario fits
 
 
 def _label(row) -> str:
@@ -137,13 +137,15 @@ def _saved(f: Finding, row, whole: bool = False) -> Finding:
     label = _label(row)
     b = band(row.name)
     error = f"; {b.short()}" if b else ""
-    of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step"
+    # the replay's step runs from the previous step's end to its own: the host's time between steps is in it,
+    # so it is longer than the steps' own (first to last GPU activity) the finding's text may give beside it
+    of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step, step end to step end"
     scenario = f.evidence.get('scenario_text') or TEXT[row.name]
     if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
         what = (f"what if {scenario}: nothing to gain now ({fmt.ms(row.saving_ns, 2)} of {of}: the critical "
                 "path runs through other work; tracelab whatif)")
     else:
-        what = (f"what if {scenario}: {fmt.ms(row.saving_ns, 2)} of {of} ({100 * row.saving_frac:.0f}%{error}; "
+        what = (f"what if {scenario}: saves {fmt.ms(row.saving_ns, 2)} of {of} ({100 * row.saving_frac:.0f}%{error}; "
                 "tracelab whatif)")
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),

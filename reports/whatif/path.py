@@ -214,7 +214,9 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
     """Per step (sorted): begin_ns and end_ns of its window (module docstring); one window,
     step -1, for a trace without steps."""
     work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
-    steps = g.step if (g.step >= 0).any() else np.zeros(len(g), np.int64) - 1
+    # steps only where some work lies in one: a step range on a thread that launched nothing (HTA's
+    # triton_example) leaves the work of the trace one window, as in tracelab idle, not none
+    steps = g.step if (g.step[work] >= 0).any() else np.zeros(len(g), np.int64) - 1
     sel = work & ((steps >= 0) if (steps >= 0).any() else True)
     if not sel.any():
         return pd.DataFrame({"step": [], "begin_ns": [], "end_ns": []})

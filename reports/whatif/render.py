@@ -11,7 +11,7 @@ from ..csvout import csv_text
 from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from ..many_steps import largest_steps
-from .analyse import SCENARIO_COLUMNS, WhatIf
+from .analyse import MAX_ERROR, SCENARIO_COLUMNS, WhatIf
 from .bands import band
 from .path import CATEGORIES
 
@@ -64,8 +64,11 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
         items += [Text(f"{label}{n}") for n in w.notes]
-        if len(w.steps) and not w.steps["claimed"].all():
-            items.append(Text("* the unchanged replay does not reproduce this step: no saving is claimed for it"))
+        if not len(w.steps) and not w.notes:
+            items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
+        if len(w.steps) and not w.steps["claimed"].all():  # the step's note says which of the two
+            items.append(Text("* no saving is claimed for this step: the unchanged replay misses it by more than "
+                              f"{100 * MAX_ERROR:.0f}% or an edge is missing (GPU starts it cannot explain)"))
     return Group(*items)
 
 

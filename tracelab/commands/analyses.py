@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
-                     _findings, _top, _check_choice)
+                     _findings, _load_runs, _top, _check_choice)
 
 
 def breakdown(
@@ -31,16 +31,25 @@ def breakdown(
     top = _top(top)
     options = _options(step, scheduler)
     if rank is not None:  # one rank picked out of the inputs: its events
-        profiles = _load(paths, rank, options=options)
-        df = events(profiles)
-        _emit(BREAKDOWN_RENDERERS[fmt](summary(df), analyse(df, by=by, top=top), by))
-        return _findings(fmt, paths, profiles)
-    # each rank's tables made where it was parsed; its events never reach this process
-    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
-    profiles = _load(paths, reduce={**per_rank(by), **findings}, keep_events=False, options=options)
-    table = top_rows(stacked(profiles, "breakdown"), by, top)  # the top N over all ranks' totals
-    _emit(BREAKDOWN_RENDERERS[fmt](stacked(profiles, "summary"), table, by))
-    _findings(fmt, paths, profiles)
+        runs = _load_runs(paths, rank, options=options)
+        frames = [(path, summary(df), analyse(df, by=by, top=top)) for path, ps in runs for df in [events(ps)]]
+    else:  # each rank's tables made where it was parsed; its events never reach this process
+        findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
+        runs = _load_runs(paths, reduce={**per_rank(by), **findings}, keep_events=False, options=options)
+        frames = [(path, stacked(ps, "summary"), top_rows(stacked(ps, "breakdown"), by, top))  # top N over its ranks
+                  for path, ps in runs]
+    _emit(BREAKDOWN_RENDERERS[fmt](*_with_input(frames), by))
+    _findings(fmt, paths, [p for _, ps in runs for p in ps])
+
+
+def _with_input(frames: list[tuple]) -> tuple:
+    """(summary, table) of one job; of several runs, stacked with an `input` column first."""
+    import pandas as pd
+
+    if len(frames) == 1:
+        return frames[0][1:]
+    return tuple(pd.concat([f[k].assign(input=f[0])[["input", *f[k].columns]] for f in frames], ignore_index=True)
+                 for k in (1, 2))
 
 
 
@@ -63,6 +72,8 @@ def roofline(
     metadata; nsys without NVTX shapes) are unknown, never zero; the share of GPU time with known
     work is printed. The device comes from the trace (Kineto deviceProperties, nsys, proton's
     device info, a run folder's run.json), else --device; peaks are datasheet dense figures."""
+    from dataclasses import replace
+
     from ..devices import given_device, meta_device
     from ..reports.roofline.roofline import BY_CHOICES, roofline as analyse, with_scope_work
     from ..reports.roofline.roofline_text import RENDERERS
@@ -72,11 +83,12 @@ def roofline(
     top = _top(top)
     given = given_device(device, peak_tflops, peak_gb_s)
     results = []
-    for p in _load(paths, rank):
-        found, source = given if given[0] is not None else meta_device(p.meta)
-        # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
-        events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
-        results.append(analyse(events, found, by, source))
+    for run, profiles in _load_runs(paths, rank):  # several runs where their ranks repeat
+        for p in profiles:
+            found, source = given if given[0] is not None else meta_device(p.meta)
+            # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
+            events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
+            results.append(replace(analyse(events, found, by, source), run=run))
     _emit(RENDERERS[fmt](results, by, top))
 
 
@@ -143,6 +155,7 @@ def whatif(
     scheduler: SchedulerOpt = None,
 ) -> None:
     from ..errors import RankError
+    from ..reports.session import not_one_job
     from ..reports.whatif import whatif as replay_whatif
     from ..reports.whatif.nodes import RankGraphReduce
     from ..reports.whatif.render import WHATIF_RENDERERS
@@ -155,7 +168,9 @@ def whatif(
     work = {"reduce": {"whatif": RankGraphReduce()}, "keep_events": False, "options": options}
     try:  # the ranks of one run, given as files or a folder: one job
         groups = [(", ".join(paths), _load(paths, rank, **work))]
-    except RankError:  # inputs repeating a rank: several runs, each on its own
+        if len(paths) > 1 and not_one_job(groups[0][1]):  # distinct ranks of different jobs
+            raise RankError(paths[0], "not one job")
+    except RankError:  # inputs repeating a rank, or of different jobs: several runs, each on its own
         groups = [(path, _load([path], rank, **work)) for path in paths]
     parts = []
     for label, profiles in groups:

@@ -77,6 +77,20 @@ def _load(paths: list[str], rank: int | None = None, **work):
     return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
 
 
+def _load_runs(paths: list[str], rank: int | None = None, **work) -> list[tuple[str | None, list]]:
+    """_load of the inputs as one job, [(None, profiles)]; where ranks repeat across them (two runs
+    that both hold rank 0), each input on its own, [(path, profiles), ...], so every command takes
+    any mix of run folders and files."""
+    from ..errors import RankError
+
+    try:
+        return [(None, _load(paths, rank, **work))]
+    except RankError:
+        if len(paths) < 2:
+            raise
+        return [(path, _load([path], rank, **work)) for path in paths]
+
+
 def _with_traces(paths: list[str]) -> list[str]:
     """The paths less run folders without traces (runs under backend none, whose run.json the
     findings and the report still read: `tracelab breakdown runs/*/` takes them in its stride);

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from .common import FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, _options, _load, _emit, _findings, _top, _check_choice, _load_groups, _picked
+from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, _options, _load, _emit, _findings, _top,
+                     _check_choice, _load_groups, _load_runs, _picked)
 
 
 def compare(
@@ -124,11 +125,17 @@ def steps(
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     options = _options(step, scheduler)
-    from ..reports.session import FINDINGS, rank_digests
+    from ..reports.session import FINDINGS, not_one_job, rank_digests
 
     findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
-    profiles = _load(paths, rank, reduce={**findings, **STEP_DIGESTS, "idle": RankIdle(0)},
-                     keep_events=False, options=options)  # digested in its worker
+    runs = _load_runs(paths, rank, reduce={**findings, **STEP_DIGESTS, "idle": RankIdle(0)},
+                      keep_events=False, options=options)  # digested in its worker
+    profiles = [p for _, ps in runs for p in ps]
+    if len(runs) > 1:  # ranks repeat across the inputs: several runs
+        raise UsageError("steps", f"a rank repeats across {', '.join(str(r) for r, _ in runs)}: they are "
+                                  "several runs; it takes the ranks of one run (compare takes several runs)")
+    if why := not_one_job(profiles):  # steps weighs ranks against each other on one clock
+        raise UsageError("steps", f"{why}: it takes the ranks of one run (compare takes several runs)")
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
     n_steps = n_steps or recorded_steps(run_info(paths))
