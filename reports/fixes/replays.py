@@ -22,8 +22,11 @@ def rank_replays(events: pd.DataFrame) -> dict:
     dur = events["dur_ns"].to_numpy(dtype=np.int64)[at]
     call_ns = events["launch_dur_ns"]
     short = ~replayed & call_ns.notna().to_numpy()[at] & (dur < call_ns.to_numpy(dtype=np.int64, na_value=0)[at])
-    step = pd.Series(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[at])
-    by_step = pd.DataFrame({"launched": 1, "replayed": replayed.astype(np.int64)}).groupby(step).sum()  # NA: none
+    step = events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[at]
+    known = ~np.isnan(step)  # NA: in no step
+    steps, at_step = np.unique(step[known].astype(np.int64), return_inverse=True)
+    launched = np.bincount(at_step, minlength=len(steps)).tolist()
+    replays = np.bincount(at_step, weights=replayed[known], minlength=len(steps)).astype(np.int64).tolist()
     return {"launched": int(len(at)), "replayed": int(replayed.sum()), "short": int(short.sum()),
             "short_gpu_ns": int(dur[short].sum()),  # a call's unknown duration compares as no call (pandas' NA)
-            "by_step": {int(k): (int(r.launched), int(r.replayed)) for k, r in by_step.iterrows()}}
+            "by_step": {s: (n, r) for s, n, r in zip(steps.tolist(), launched, replays)}}
