@@ -1,7 +1,8 @@
 """Host-bound steps made of kernels shorter than their own launch call: CUDA graphs or
 torch.compile(mode="reduce-overhead"), which launch the whole step at once; not said of a trace
 that is mostly capturing CUDA graphs (meta graph_capture_calls, launch calls inside captures, at
-least the kernels launched one by one: vLLM's graph-capture traces). From the idle
+least the kernels launched one by one: vLLM's graph-capture traces) nor of one with fewer than
+idle.MIN_LAUNCHED_FOR_GRAPHS kernels launched one by one (its idle is warm-up, not launches). From the idle
 analysis (reports/idle.py: each step's idle by cause and bound, the launch statistics) and
 `replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
 
@@ -17,7 +18,7 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..idle.idle import of_input
+from ..idle.idle import MIN_LAUNCHED_FOR_GRAPHS, of_input
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
@@ -32,7 +33,7 @@ def _figures(ev, i) -> dict | None:
     launch = launches.iloc[0]
     replays = i.digest("replays")
     launched = replays["launched"] - replays["replayed"]  # one by one
-    if 2 * len(host) <= len(steps) or not launched or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
+    if 2 * len(host) <= len(steps) or launched < MIN_LAUNCHED_FOR_GRAPHS or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
         return None
     if (i.meta.get("graph_capture_calls") or 0) >= launched:  # a trace mostly of capturing: it uses graphs already
         return None

@@ -6,6 +6,8 @@ duration, a sync edge or its collective's last arrival. Walking those from the l
 back gives the path: a list of segments, each a span of time with what filled it:
 
 - compute: a GPU op (a CPU op in a CPU-only trace) running;
+- copy: a memcpy or memset running (the copy engines' work, a host-to-device input copy
+  among them: not the kernels' compute, so a path of copies is not called GPU-bound);
 - comm: a collective's transfer (from its last rank's arrival), or a CPU op enqueueing one;
 - wait: the part of an unmatched collective (no peer among the inputs) beyond its fastest
   instance of the same name and size: waiting for a rank the inputs do not hold;
@@ -32,7 +34,7 @@ from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import NEG, Params, Replayed, _group_max, _groups
 
-CATEGORIES = ("compute", "comm", "launch", "host", "sync", "wait", "other")
+CATEGORIES = ("compute", "copy", "comm", "launch", "host", "sync", "wait", "other")
 _CHAIN, _XS, _XE, _ANCHOR = 0, 1, 2, 3
 _OWN, _Y, _COLL = 0, 1, 2
 
@@ -127,8 +129,8 @@ class _Hops:
         own = ~y & ~coll
         t0[end_v[own], 0], t1[end_v[own], 0], nxt[end_v[own]] = s[own], e[own], 2 * np.flatnonzero(own)
         comm_op = g.op_class == "communication"
-        own_cat = np.select([kind == GPU, kind == COLL, kind == LAUNCH, kind == SYNC, comm_op],
-                            [_C["compute"], _C["comm"], _C["launch"], _C["sync"], _C["comm"]], _C["compute"])
+        own_cat = np.select([(kind == GPU) & g.copy, kind == GPU, kind == COLL, kind == LAUNCH, kind == SYNC, comm_op],
+                            [_C["copy"], _C["compute"], _C["comm"], _C["launch"], _C["sync"], _C["comm"]], _C["compute"])
         cat[end_v[own], 0] = own_cat[own]
         split = own & (kind == COLL)  # unmatched: the wait estimate first in time, listed second
         w = np.minimum(np.maximum(wait_est_ns[split], 0), e[split] - s[split])
