@@ -45,3 +45,40 @@ def test_a_lone_rank_file_among_runs_is_named_by_its_folder():
     # the contrast: files of one run keep their plain rank labels (no run prefix at all)
     one_run = _found(*sorted((DATA / "decode-2gpu-torch").glob("rank*.pt.trace.json.gz")))
     assert one_run and not [f.text for f in one_run if f.text.startswith(("rank0:", "rank1:", "decode-2gpu-torch"))]
+
+
+def test_a_whole_trace_saving_names_its_window_from_the_first_traced_call():
+    """decode-1gpu-torch has no steps; it opens with a cudaDeviceSynchronize 2.65 ms before its first
+    GPU op. whatif's window runs from that call to the last op's end (15.57 ms), idle's span from
+    the first GPU op (12.86 ms): the saving's clause says which window it is, computed from the JSON."""
+    import gzip
+
+    path = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    linked = {e["args"]["correlation"] for e in gpu}
+    calls = [e for e in events if e.get("cat") == "cuda_runtime"
+             and (e["args"].get("correlation") in linked or "Synchronize" in e["name"])]
+    last_us = max(e["ts"] + e["dur"] for e in gpu)
+    window_ns = round((last_us - min(e["ts"] for e in gpu + calls)) * 1000)
+    span_ns = round((last_us - min(e["ts"] for e in gpu)) * 1000)
+    found = [f for f in _found(path.parent) if "whatif" in f.evidence]
+    assert found and window_ns > span_ns * 1.1  # the two windows differ here: the clause must say which
+    for f in found:
+        assert abs(f.evidence["whatif"]["step_ns"] - window_ns) <= 1000  # the JSON's us, to the ns
+        assert f"of the {window_ns / 1e6:,.2f} ms trace, first traced call to last op's end" in f.text
+
+
+def test_a_lone_step_is_not_measured_step_end_to_step_end():
+    """A trace of one step (TraceLens's HF model traces hold ProfilerStep#6 only): its window has
+    no previous step's end, so its saving is not 'per step, step end to step end'."""
+    found = [f for f in _found(DATA / "train-1gpu-steps-torch") if "whatif" in f.evidence]
+    assert found and all("step end to step end" in f.text for f in found)  # the contrast: many steps
+    from tracelab.reports.whatif.findings import _saved
+
+    class Row:
+        name, args, saving_ns, steps, step_ns, saving_frac = "no-host-gaps", "", 3.93e6, 1, 4.27e6, 0.92
+    from tracelab.reports.findings.finding import Finding
+    one = _saved(Finding("rank 0 is host-bound", 0, "idle", {}), Row(), whole=False, one=True)
+    assert "its one 4.27 ms step, first traced call to last op's end" in one.text and "step end to step end" not in one.text

@@ -49,7 +49,10 @@ from ..whatif.bound import UNCLEAR, with_path_bound
 from ..whatif.nodes import shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
-STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
+# bound_from: "path" where the step's critical path gave its bound (whatif/bound.py), "causes" where
+# the path is not known (an edge is missing) or was not made, and step_bound's rule on the causes did
+STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound",
+                "bound_from"]
 BOUNDS = ("gpu", "communication", "host")
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
 ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
@@ -184,7 +187,7 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
            "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
            "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
            **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]}
-    return pd.DataFrame({**out, "bound": _bound(out)}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order already
+    return pd.DataFrame({**out, "bound": _bound(out), "bound_from": "causes"}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order
 
 
 def _bound(col: dict[str, np.ndarray]) -> np.ndarray:

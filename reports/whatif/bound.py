@@ -91,5 +91,9 @@ def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.Data
     step = step_rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
     by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
     old = step_rows["bound"].to_numpy(dtype=object)
-    bound = [by_step.get(int(s) if s == s else -1, b) for s, b in zip(step.tolist(), old.tolist())]
-    return step_rows.assign(bound=np.array(bound, dtype=object))
+    keys = [int(s) if s == s else -1 for s in step.tolist()]
+    bound = [by_step.get(k, b) for k, b in zip(keys, old.tolist())]
+    out = step_rows.assign(bound=np.array(bound, dtype=object))
+    if "bound_from" in out.columns:  # which rule gave it: the findings say "by its critical path" only where that did
+        out["bound_from"] = np.where([k in by_step for k in keys], "path", out["bound_from"].to_numpy(dtype=object))
+    return out
