@@ -7,8 +7,9 @@ analysis (reports/idle.py: each step's idle by cause and bound, the launch stati
 `replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
 
 The time at stake is the step's idle before the host began each launch and during the launch
-calls (idle_host_ns + idle_launch_ns): what a graph replay, launched in one call, could take off
-at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
+calls (idle_host_ns + idle_launch_ns), less its one-off launch calls (replays.ONE_OFF_LAUNCH_NS:
+a first call loading its module, which a capture pays too): what a graph replay, launched in one
+call, could take off at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
 work between steps stays.
 """
 from __future__ import annotations
@@ -42,12 +43,22 @@ def _figures(ev, i) -> dict | None:
     if in_host and sum(r for _, r in in_host) > MAX_REPLAYED_SHARE * sum(n for n, _ in in_host):
         return None  # the host-bound steps already replay CUDA graphs (compiled decode steps): no advice to use them
     stake = (host["idle_host_ns"] + host["idle_launch_ns"]).to_numpy(dtype=np.int64)
+    stake = np.maximum(0, stake - _one_off_ns(replays, host))  # first-call loading: no graph saves it
     return {"steps": len(steps), "host_bound": len(host), "launched": launched,
             "short_kernels": replays["short"], "short_gpu_ns": replays["short_gpu_ns"],
             "kernels_per_step": launch["kernels_per_step"],
             "stake_ns_per_step": float(stake.mean()), "stake_ns": int(stake.sum()),
             "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"],
             "whole_trace": bool(steps["step"].isna().all())}  # no steps: the one window is the trace
+
+
+def _one_off_ns(replays: dict, host: pd.DataFrame) -> np.ndarray:
+    """Per host-bound step row, the time in its one-off launch calls (replays.ONE_OFF_LAUNCH_NS:
+    module loading or compiling); the trace's all where it has no steps (one row)."""
+    by_step = replays.get("one_off_launch_ns_by_step", {})
+    steps = host["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.array([replays.get("one_off_launch_ns", 0) if s != s else by_step.get(int(s), 0) for s in steps.tolist()],
+                    dtype=np.int64)
 
 
 def graphs_findings(ev) -> list[Finding]:

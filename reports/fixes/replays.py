@@ -11,11 +11,18 @@ import pandas as pd
 
 from tracelab.schema import kind_mask
 
+# a launch call this long is no launch overhead (a few us; this is ~200x): it loaded a module or
+# compiled (a kernel's first call: lazy loading, JIT), once; a CUDA graph's capture pays it as well,
+# so the GPU's idle during it is no time a graph would save (TraceLens's MI300X normalization
+# trace: six first-call hipLaunchKernels of 111-332 ms, median launch 5.4 us)
+ONE_OFF_LAUNCH_NS = 1_000_000
+
 
 def rank_replays(events: pd.DataFrame) -> dict:
     """launched: kernels whose launch call the trace gives; replayed: those sharing it with
     another kernel; short: of the rest (launched one by one), those running shorter than their
-    own launch call; short_gpu_ns: their GPU time; by_step: per step, (launched, replayed)."""
+    own launch call; short_gpu_ns: their GPU time; by_step: per step, (launched, replayed);
+    one_off_launch_ns (and _by_step): the time in launch calls of ONE_OFF_LAUNCH_NS or more."""
     at = np.flatnonzero(kind_mask(events, ("kernel",)) & events["launch_start_ns"].notna().to_numpy())
     launch = events["launch_start_ns"].to_numpy(dtype=np.int64, na_value=0)[at]  # the columns' arrays: no frame copied
     replayed = pd.Series(launch).duplicated(keep=False).to_numpy()
@@ -24,6 +31,10 @@ def rank_replays(events: pd.DataFrame) -> dict:
     short = ~replayed & call_ns.notna().to_numpy()[at] & (dur < call_ns.to_numpy(dtype=np.int64, na_value=0)[at])
     step = pd.Series(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[at])
     by_step = pd.DataFrame({"launched": 1, "replayed": replayed.astype(np.int64)}).groupby(step).sum()  # NA: none
+    call = call_ns.to_numpy(dtype=np.int64, na_value=0)[at]
+    one_off = ~pd.Series(launch).duplicated().to_numpy() & (call >= ONE_OFF_LAUNCH_NS)  # each call once
     return {"launched": int(len(at)), "replayed": int(replayed.sum()), "short": int(short.sum()),
             "short_gpu_ns": int(dur[short].sum()),  # a call's unknown duration compares as no call (pandas' NA)
-            "by_step": {int(k): (int(r.launched), int(r.replayed)) for k, r in by_step.iterrows()}}
+            "by_step": {int(k): (int(r.launched), int(r.replayed)) for k, r in by_step.iterrows()},
+            "one_off_launch_ns": int(call[one_off].sum()),  # over the trace; per step below (steps only)
+            "one_off_launch_ns_by_step": {int(k): int(v) for k, v in pd.Series(call[one_off]).groupby(step[one_off]).sum().items()}}
