@@ -47,10 +47,10 @@ def test_a_lone_rank_file_among_runs_is_named_by_its_folder():
     assert one_run and not [f.text for f in one_run if f.text.startswith(("rank0:", "rank1:", "decode-2gpu-torch"))]
 
 
-def test_a_whole_trace_saving_names_its_window_from_the_first_traced_call():
+def test_a_whole_trace_window_starts_at_its_first_op_or_launch_not_a_sync_before():
     """decode-1gpu-torch has no steps; it opens with a cudaDeviceSynchronize 2.65 ms before its first
-    GPU op. whatif's window runs from that call to the last op's end (15.57 ms), idle's span from
-    the first GPU op (12.86 ms): the saving's clause says which window it is, computed from the JSON."""
+    op's launch. whatif's one window began at that call (15.57 ms, beside idle's 12.86 ms span): it now
+    begins at the first GPU op or its launch call (12.91 ms), and the saving's clause says so."""
     import gzip
 
     path = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
@@ -58,16 +58,27 @@ def test_a_whole_trace_saving_names_its_window_from_the_first_traced_call():
         events = json.load(f)["traceEvents"]
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     linked = {e["args"]["correlation"] for e in gpu}
-    calls = [e for e in events if e.get("cat") == "cuda_runtime"
-             and (e["args"].get("correlation") in linked or "Synchronize" in e["name"])]
+    launches = [e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") in linked]
+    syncs = [e for e in events if e.get("cat") == "cuda_runtime" and "Synchronize" in e["name"]]
     last_us = max(e["ts"] + e["dur"] for e in gpu)
-    window_ns = round((last_us - min(e["ts"] for e in gpu + calls)) * 1000)
-    span_ns = round((last_us - min(e["ts"] for e in gpu)) * 1000)
+    window_ns = round((last_us - min(e["ts"] for e in gpu + launches)) * 1000)
+    assert min(e["ts"] for e in syncs) < min(e["ts"] for e in gpu + launches)  # the sync before any work
     found = [f for f in _found(path.parent) if "whatif" in f.evidence]
-    assert found and window_ns > span_ns * 1.1  # the two windows differ here: the clause must say which
+    assert found
     for f in found:
         assert abs(f.evidence["whatif"]["step_ns"] - window_ns) <= 1000  # the JSON's us, to the ns
-        assert f"of the {window_ns / 1e6:,.2f} ms trace, first traced call to last op's end" in f.text
+        assert f"of the {window_ns / 1e6:,.2f} ms trace, its first op (or that op's launch) to its last op's end" in f.text
+    # the contrast: with its first op's launch call moved before the sync, the window is from there
+    import tracelab
+    from tracelab.reports.whatif import rank_graph, whatif
+
+    p = tracelab.load(path)
+    ev = p.events.copy()
+    k = ev["start_ns"].idxmin()
+    sync_ns = round(min(e["ts"] for e in syncs) * 1000) - round(min(e["ts"] for e in gpu) * 1000) + int(ev.loc[k, "start_ns"])
+    ev.loc[k, "launch_start_ns"] = sync_ns - 1000
+    w = whatif({0: rank_graph(ev, p.host, 0)}, {0: None})
+    assert w.steps["step_ns"].iloc[0] == int((ev["start_ns"] + ev["dur_ns"]).max()) - (sync_ns - 1000)
 
 
 def test_a_lone_step_is_not_measured_step_end_to_step_end():

@@ -140,11 +140,10 @@ def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
     error = f"; {b.short()}" if b else ""
     # the replay's step runs from the previous step's end to its own: the host's time between steps is in it,
     # so it is longer than the steps' own (first to last GPU activity) the finding's text may give beside it
-    # a first window (the whole trace's, or a lone step's) has no previous step's end: it runs from its
-    # first traced call (a launch before any GPU op), so it is longer than the GPU's span idle gives
-    first = "first traced call to last op's end"
-    of = (f"the {fmt.ms(row.step_ns, 2)} trace, {first}" if whole else
-          f"its one {fmt.ms(row.step_ns, 2)} step, {first}" if one else
+    # a first window (the whole trace's, or a lone step's) has no previous step's end: it runs from the
+    # first op's launch (a lone step's: its first traced call), so it is longer than idle's GPU span
+    of = (f"the {fmt.ms(row.step_ns, 2)} trace, its first op (or that op's launch) to its last op's end" if whole else
+          f"its one {fmt.ms(row.step_ns, 2)} step, first traced call to last op's end" if one else
           f"{fmt.ms(row.step_ns, 2)} per step, step end to step end")
     scenario = f.evidence.get('scenario_text') or TEXT[row.name]
     if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band

@@ -20,7 +20,9 @@ back gives the path: a list of segments, each a span of time with what filled it
   window; before a host chain's first call, that time is host time, untraced).
 
 A step's window runs from the previous step's end (the end of its last GPU op, or CPU op in
-a CPU-only trace, over all ranks) to its own; the path's segments are cut at the windows.
+a CPU-only trace, over all ranks) to its own, the first step's from its first node; a trace
+without steps is one window from its first GPU op or launch of one (not a sync or other call
+before any work) to its last op's end; the path's segments are cut at the windows.
 """
 from __future__ import annotations
 
@@ -226,8 +228,18 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
     ends = np.full(len(step), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(ends, at.reshape(-1), end_ns[sel].astype(np.int64))
     first = steps == step[0]
+    if step[0] < 0:  # no steps: from the first work node or its launch call, not from a call before
+        first = _work_or_launch(g, work)  # any work (vLLM's capture trace: a 115 ms sync on an idle GPU)
     begin = np.r_[start_ns[first].min(), ends[:-1]]
     return pd.DataFrame({"step": step.astype(np.int64), "begin_ns": begin.astype(np.int64), "end_ns": ends})
+
+
+def _work_or_launch(g: Graph, work: np.ndarray) -> np.ndarray:
+    """The work nodes and the launch calls of work nodes (mask)."""
+    out = work.copy()
+    launch = g.launch[work]
+    out[launch[launch >= 0]] = True
+    return out
 
 
 def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:
