@@ -9,6 +9,7 @@ the worker that parsed it) and calls `label`; every report reads an Input throug
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,7 +139,17 @@ def _group_names(paths: list[Path], folders: list[bool], groups: list[list[Profi
     sources = [{p.meta.get("source") for p in g} for g in groups]
     if all(len(s) == 1 for s in sources) and len({next(iter(s)) for s in sources}) == len(groups):
         return [str(next(iter(s))) for s in sources]
-    return path_labels(paths, folders)
+    return [_not_a_rank(name, Path(os.path.abspath(p))) for name, p in zip(path_labels(paths, folders), paths)]
+
+
+_RANK_NAME = re.compile(r"rank[-_]?\d+", re.IGNORECASE)
+
+
+def _not_a_rank(name: str, path: Path) -> str:
+    """A run's name that reads as a rank's (a lone `rank0.pt.trace.json.gz` among run folders)
+    with its folder before it, `decode/rank0`: its findings would read 'rank0: rank 0's ...',
+    the run taken for a rank."""
+    return f"{path.parent.name}/{name}" if _RANK_NAME.fullmatch(name) and path.parent.name else name
 
 
 MAX_START_SPREAD_NS = 3600 * 10**9  # the ranks of one job start their traces within an hour of each other

@@ -178,7 +178,7 @@ def test_json_has_the_issues_shape() -> None:
     doc = _strict(result.stdout)
     step = doc["steps"][1]
     assert set(step) >= {"step", "step_ns", "replayed_ns", "path", "path_ranks", "top"}
-    assert set(step["path"]) == {"compute_ns", "comm_ns", "launch_ns", "host_ns", "sync_ns", "wait_ns", "other_ns"}
+    assert set(step["path"]) == {"compute_ns", "copy_ns", "comm_ns", "launch_ns", "host_ns", "sync_ns", "wait_ns", "other_ns"}
     assert sum(step["path"].values()) == pytest.approx(step["replayed_ns"], abs=1)
     assert sum(step["compute_by_class"].values()) == step["path"]["compute_ns"] > 0
     names = [s["name"] for s in doc["scenarios"]]

@@ -49,11 +49,23 @@ def idle_findings(ev) -> list:
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
-                f"(by its critical path: {bounds})")  # what most of the path is, beside the idle it also has
+                f"({_bound_basis(steps)}: {bounds})")  # what most of the path is, beside the idle it also has
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                             **{c: float(steps[c].mean()) for c in CAUSES}}))
     return out
+
+
+def _bound_basis(steps) -> str:
+    """Whence the steps' bounds: their critical paths, or (where an edge is missing, so the path is
+    not known: whatif's path_known) the idle causes' rule (idle.step_bound)."""
+    by_path = (steps["bound_from"] == "path").to_numpy() if "bound_from" in steps.columns else np.ones(len(steps), bool)
+    if by_path.all():
+        return "by its critical path"
+    if not by_path.any():
+        return "by its idle causes, its critical path not known (an edge is missing: tracelab whatif)"
+    return (f"by its critical path, or its idle causes in the {int((~by_path).sum())} steps whose path is not "
+            "known (an edge is missing: tracelab whatif)")
 
 
 def roofline_findings(ev) -> list:

@@ -1,13 +1,15 @@
 """Host-bound steps made of kernels shorter than their own launch call: CUDA graphs or
 torch.compile(mode="reduce-overhead"), which launch the whole step at once; not said of a trace
 that is mostly capturing CUDA graphs (meta graph_capture_calls, launch calls inside captures, at
-least the kernels launched one by one: vLLM's graph-capture traces). From the idle
+least the kernels launched one by one: vLLM's graph-capture traces) nor of one with fewer than
+idle.MIN_LAUNCHED_FOR_GRAPHS kernels launched one by one (its idle is warm-up, not launches). From the idle
 analysis (reports/idle.py: each step's idle by cause and bound, the launch statistics) and
 `replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
 
 The time at stake is the step's idle before the host began each launch and during the launch
-calls (idle_host_ns + idle_launch_ns): what a graph replay, launched in one call, could take off
-at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
+calls (idle_host_ns + idle_launch_ns), less its one-off launch calls (replays.ONE_OFF_LAUNCH_NS:
+a first call loading its module, which a capture pays too): what a graph replay, launched in one
+call, could take off at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
 work between steps stays.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..idle.idle import of_input
+from ..idle.idle import MIN_LAUNCHED_FOR_GRAPHS, of_input
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
@@ -32,7 +34,7 @@ def _figures(ev, i) -> dict | None:
     launch = launches.iloc[0]
     replays = i.digest("replays")
     launched = replays["launched"] - replays["replayed"]  # one by one
-    if 2 * len(host) <= len(steps) or not launched or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
+    if 2 * len(host) <= len(steps) or launched < MIN_LAUNCHED_FOR_GRAPHS or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
         return None
     if (i.meta.get("graph_capture_calls") or 0) >= launched:  # a trace mostly of capturing: it uses graphs already
         return None
@@ -41,12 +43,22 @@ def _figures(ev, i) -> dict | None:
     if in_host and sum(r for _, r in in_host) > MAX_REPLAYED_SHARE * sum(n for n, _ in in_host):
         return None  # the host-bound steps already replay CUDA graphs (compiled decode steps): no advice to use them
     stake = (host["idle_host_ns"] + host["idle_launch_ns"]).to_numpy(dtype=np.int64)
+    stake = np.maximum(0, stake - _one_off_ns(replays, host))  # first-call loading: no graph saves it
     return {"steps": len(steps), "host_bound": len(host), "launched": launched,
             "short_kernels": replays["short"], "short_gpu_ns": replays["short_gpu_ns"],
             "kernels_per_step": launch["kernels_per_step"],
             "stake_ns_per_step": float(stake.mean()), "stake_ns": int(stake.sum()),
             "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"],
             "whole_trace": bool(steps["step"].isna().all())}  # no steps: the one window is the trace
+
+
+def _one_off_ns(replays: dict, host: pd.DataFrame) -> np.ndarray:
+    """Per host-bound step row, the time in its one-off launch calls (replays.ONE_OFF_LAUNCH_NS:
+    module loading or compiling); the trace's all where it has no steps (one row)."""
+    by_step = replays.get("one_off_launch_ns_by_step", {})
+    steps = host["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.array([replays.get("one_off_launch_ns", 0) if s != s else by_step.get(int(s), 0) for s in steps.tolist()],
+                    dtype=np.int64)
 
 
 def graphs_findings(ev) -> list[Finding]:

@@ -49,10 +49,19 @@ from ..whatif.bound import UNCLEAR, with_path_bound
 from ..whatif.nodes import shared_graph
 
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
-STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound"]
+# bound_from: "path" where the step's critical path gave its bound (whatif/bound.py), "causes" where
+# the path is not known (an edge is missing) or was not made, and step_bound's rule on the causes did
+STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound",
+                "bound_from"]
 BOUNDS = ("gpu", "communication", "host")
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
 ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
+# CUDA-graph advice (this hint, fixes/host.py) only where at least this many kernels were launched
+# one by one: a graph pays for itself by replacing many launch calls (its own launch costs about
+# as much as a few, its capture and instantiation once more); a trace of fewer is warm-up or
+# one-off calls (first-call module loading, allocator set-up), idle a graph does not remove
+# (nsys-ai's mock.sqlite: 2 kernels, 18 ms of launch idle, ~10 us of it launch calls)
+MIN_LAUNCHED_FOR_GRAPHS = 32
 LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call returns at most (whatif/edges.UNEXPLAINED_NS)
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
@@ -178,7 +187,7 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
            "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
            "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
            **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]}
-    return pd.DataFrame({**out, "bound": _bound(out)}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order already
+    return pd.DataFrame({**out, "bound": _bound(out), "bound_from": "causes"}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order
 
 
 def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
@@ -256,9 +265,16 @@ def combine(by_rank: dict[int, Idle]) -> Idle:
                ops if ops is not None else empty(OP_COLUMNS),
                launches.sort_values("rank", ignore_index=True) if launches is not None else empty(LAUNCH_COLUMNS),
                [f"rank {r}: {n}" for r, p in by_rank.items() for n in p.notes])
-    if len(out.steps) and (out.steps["bound"] == "host").any():
+    if graphs_may_help(out.steps, out.launches):
         out.notes.append(HINT)
     return out
+
+
+def graphs_may_help(steps: pd.DataFrame, launches: pd.DataFrame) -> bool:
+    """Whether the CUDA-graph hint fits: some step host-bound and, on some rank, at least
+    MIN_LAUNCHED_FOR_GRAPHS kernels whose launch call the trace holds."""
+    launched = launches["launched"] if len(launches) else pd.Series(dtype=float)
+    return bool(len(steps)) and bool((steps["bound"] == "host").any()) and bool((launched >= MIN_LAUNCHED_FOR_GRAPHS).any())
 
 
 def _stacked(by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame | None:

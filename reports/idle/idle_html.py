@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..html import side_by_side
 from ..html.figures import CATEGORY_AXIS, axis_label, label
-from .idle import HINT, Idle, bound_words, of_input
+from .idle import HINT, Idle, bound_words, graphs_may_help, of_input
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
@@ -51,7 +51,7 @@ def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, lis
         launches.append(one.launches.assign(label=i.label))
         ops.append(one.ops.head(TOP_OPS).assign(label=i.label))
         notes += [f"{name}: {escape(n)}" for n in one.notes if n != HINT]
-    notes += [escape(HINT)] if any((s["bound"] == "host").any() for s in steps if len(s)) else []
+    notes += [escape(HINT)] if any(graphs_may_help(s, ln) for s, ln in zip(steps, launches)) else []
     return (*(_stacked(f) for f in (steps, launches, ops)), notes)
 
 

@@ -24,7 +24,7 @@ from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
 
 MAX_ERROR = 0.02
-STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed",
+STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed", "path_known",
                 *[f"{c}_ns" for c in CATEGORIES], "compute_by_class", "path_ranks", "path_chains", "top"]
 SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac"]
 
@@ -124,7 +124,10 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     error = np.abs(replayed_ns - step_ns) / np.where(step_ns > 0, step_ns, np.nan)
     out = pd.DataFrame({"step": win["step"].to_numpy(), "step_ns": step_ns, "replayed_ns": replayed_ns,
                         "error_frac": error, "unexplained_ns": unexplained})
-    out["claimed"] = (out["error_frac"] <= MAX_ERROR) & (out["unexplained_ns"] <= MAX_UNEXPLAINED * out["step_ns"])
+    # an edge is missing (GPU starts nothing in the trace explains): the path runs through those
+    # pinned starts, so what it is made of is not known (the renderers say so; the step time stands)
+    out["path_known"] = out["unexplained_ns"] <= MAX_UNEXPLAINED * out["step_ns"]
+    out["claimed"] = (out["error_frac"] <= MAX_ERROR) & out["path_known"]
     for c in CATEGORIES:
         out[f"{c}_ns"] = comp[c].to_numpy() if len(comp) else 0
     out["compute_by_class"] = comp["compute_by_class"].to_numpy() if len(comp) else [{}] * len(out)
@@ -177,7 +180,9 @@ def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
         why = (f"the unchanged replay gives {fmt.ms(row.replayed_ns)} against {fmt.ms(row.step_ns)} measured"
                if not row.error_frac <= MAX_ERROR else
                f"{fmt.ms(row.unexplained_ns)} of GPU starts that no launch, stream order or other stream explains")
-        notes.append(f"step {row.step}: an edge is missing ({why}): no saving is claimed for it")
+        unknown = "" if row.path_known else (": what its critical path is made of is not known either (the path "
+                                             "runs through those starts; shown as ?, null in JSON)")
+        notes.append(f"step {row.step}: an edge is missing ({why}): no saving is claimed for it{unknown}")
     if len(g.ranks) == 1 and (g.kind == COLL).any():
         notes.append("one rank: its collectives' waits cannot be told from their transfers by a peer; "
                      "wait is each one's time beyond its fastest instance of the same name and size")

@@ -1,5 +1,6 @@
 """What bounds a step, from its critical path (issue 27): `gpu` where compute makes most of the
-path, `communication` where transfers and waits for other ranks do, `host` where host time,
+path, `copy` where memcpys and memsets do (an input copied in from the host is neither the
+kernels' compute nor the host's launching), `communication` where transfers and waits for other ranks do, `host` where host time,
 launches and syncs do; `unclear` where the path's `other` (the GPU's own gaps, and starts no
 launch, stream order or wait in the trace explains) or the step's unexplained delays (edges.py:
 ops that waited past their launch on what the trace does not show, counted on the path as
@@ -14,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from .analyse import unexplained_in
+from .edges import MAX_UNEXPLAINED
 from .join import join
 from .nodes import RankGraph, rank_graph
 from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
-BOUNDS = {"gpu": ("compute_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
+BOUNDS = {"gpu": ("compute_ns",), "copy": ("copy_ns",), "communication": ("comm_ns", "wait_ns"), "host": ("host_ns", "launch_ns", "sync_ns")}
 UNCLEAR = "unclear"  # the path's other outweighs every bound
 COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
 CATEGORY_COLUMNS = [f"{c}_ns" for c in CATEGORIES]
@@ -64,9 +66,13 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
         return pd.DataFrame(columns=COLUMNS)
     ns = category_matrix(g, base, r, win, wait_estimate(g))  # [step, category]
     by = {f"{c}_ns": ns[:, i] for i, c in enumerate(CATEGORIES)}
-    return pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
-                         "path_bound": _bound(by, unexplained_in(g, win, launch_bound=True)),
-                         **{c: by[c] for c in COLUMNS[2:]}})
+    out = pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
+                        "path_bound": _bound(by, unexplained_in(g, win, launch_bound=True)),
+                        **{c: by[c] for c in COLUMNS[2:]}})
+    # a step where an edge is missing (whatif's path_known false): its path is not known, so it
+    # gives no bound; the step keeps the one its idle causes give (with_path_bound)
+    known = unexplained_in(g, win) <= MAX_UNEXPLAINED * (win["end_ns"] - win["begin_ns"]).to_numpy()
+    return out[known].reset_index(drop=True)
 
 
 def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None,
@@ -85,5 +91,9 @@ def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.Data
     step = step_rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
     by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
     old = step_rows["bound"].to_numpy(dtype=object)
-    bound = [by_step.get(int(s) if s == s else -1, b) for s, b in zip(step.tolist(), old.tolist())]
-    return step_rows.assign(bound=np.array(bound, dtype=object))
+    keys = [int(s) if s == s else -1 for s in step.tolist()]
+    bound = [by_step.get(k, b) for k, b in zip(keys, old.tolist())]
+    out = step_rows.assign(bound=np.array(bound, dtype=object))
+    if "bound_from" in out.columns:  # which rule gave it: the findings say "by its critical path" only where that did
+        out["bound_from"] = np.where([k in by_step for k in keys], "path", out["bound_from"].to_numpy(dtype=object))
+    return out

@@ -88,7 +88,8 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     none = _none_step(ev)
-    out = [(source, _against_none(_saved(f, None if name in unmatched else rows.get(name), whole), none))
+    one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
+    out = [(source, _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one), none))
            for source, found in by_source for f, name in zip(found, wanted[source])]
     fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
     return [f for source, f in out
@@ -131,7 +132,7 @@ def _label(row) -> str:
     return f"{row.name}:{row.args}" if row.args else row.name
 
 
-def _saved(f: Finding, row, whole: bool = False) -> Finding:
+def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
@@ -139,7 +140,11 @@ def _saved(f: Finding, row, whole: bool = False) -> Finding:
     error = f"; {b.short()}" if b else ""
     # the replay's step runs from the previous step's end to its own: the host's time between steps is in it,
     # so it is longer than the steps' own (first to last GPU activity) the finding's text may give beside it
-    of = f"the {fmt.ms(row.step_ns, 2)} trace" if whole else f"{fmt.ms(row.step_ns, 2)} per step, step end to step end"
+    # a first window (the whole trace's, or a lone step's) has no previous step's end: it runs from the
+    # first op's launch (a lone step's: its first traced call), so it is longer than idle's GPU span
+    of = (f"the {fmt.ms(row.step_ns, 2)} trace, its first op (or that op's launch) to its last op's end" if whole else
+          f"its one {fmt.ms(row.step_ns, 2)} step, first traced call to last op's end" if one else
+          f"{fmt.ms(row.step_ns, 2)} per step, step end to step end")
     scenario = f.evidence.get('scenario_text') or TEXT[row.name]
     if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
         what = (f"what if {scenario}: nothing to gain now ({fmt.ms(row.saving_ns, 2)} of {of}: the critical "

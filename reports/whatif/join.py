@@ -38,6 +38,7 @@ class Graph:
     roof_ns: np.ndarray
     event_row: np.ndarray
     launch: np.ndarray
+    copy: np.ndarray  # bool: a memcpy or memset
     edges: Edges
     group: np.ndarray
     transfer_ns: np.ndarray
@@ -68,7 +69,7 @@ class Graph:
 
 
 _ARRAYS = ("rank", "kind", "chain", "start_ns", "end_ns", "step", "name", "scope", "op_class", "msg_bytes",
-           "roof_ns", "event_row", "launch")
+           "roof_ns", "event_row", "launch", "copy")
 _EDGE_ARRAYS = ("gap_ns", "xs_src", "xs_off_ns", "xe_src", "xe_off_ns", "y_src", "y_off_ns", "pinned",
                 "launch_floor_ns", "unexplained_ns", "launch_bound")
 
@@ -112,7 +113,7 @@ def _shifted(g: RankGraph, base: int, chain_base: int, offset: int) -> dict[str,
     return {"rank": np.full(len(g), g.rank, np.int64), "kind": g.kind, "chain": g.chain.astype(np.int64) + chain_base,
             "start_ns": g.start_ns + offset, "end_ns": g.end_ns + offset, "step": g.step, "name": g.name,
             "scope": g.scope, "op_class": g.op_class, "msg_bytes": g.msg_bytes, "roof_ns": g.roof_ns, "event_row": g.event_row,
-            "launch": local(g.launch)}
+            "launch": local(g.launch), "copy": g.copy}
 
 
 def _edges_shifted(ed: Edges, base: int) -> dict[str, np.ndarray]:

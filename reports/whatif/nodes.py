@@ -59,6 +59,7 @@ class RankGraph:
     roof_ns: np.ndarray  # float64: a GPU op's least time on the device's roofline (reports/roofline.py), NaN unknown
     event_row: np.ndarray  # int64, the events row of a device node (-1 for host nodes)
     launch: np.ndarray  # int64, local index of the launching host node, -1 none
+    copy: np.ndarray  # bool: a memcpy or memset (the copy engine's work, not a kernel's compute)
     chain_labels: list[str]
     cpu_only: bool
     host_spans: pd.DataFrame  # name, start_ns, end_ns: ranges, CPU ops and OS calls (scenario remove, top host ops)
@@ -181,6 +182,7 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
                       else np.full(len(gpu), np.nan)],
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
+        copy=np.r_[np.zeros(n_h, bool), gpu["kind"].isin(("memcpy", "memset")).to_numpy(dtype=bool)],
         chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap)
 
 
@@ -229,7 +231,7 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         msg_bytes=cpu["msg_bytes"].to_numpy(dtype=np.float64),
         process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
         event_row=np.arange(len(cpu), dtype=np.int64),
-        launch=launch, chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
+        launch=launch, copy=np.zeros(len(cpu), bool), chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
 
 
 def shared_graph(rank: RankData) -> RankGraph:

@@ -6,6 +6,8 @@ duration, a sync edge or its collective's last arrival. Walking those from the l
 back gives the path: a list of segments, each a span of time with what filled it:
 
 - compute: a GPU op (a CPU op in a CPU-only trace) running;
+- copy: a memcpy or memset running (the copy engines' work, a host-to-device input copy
+  among them: not the kernels' compute, so a path of copies is not called GPU-bound);
 - comm: a collective's transfer (from its last rank's arrival), or a CPU op enqueueing one;
 - wait: the part of an unmatched collective (no peer among the inputs) beyond its fastest
   instance of the same name and size: waiting for a rank the inputs do not hold;
@@ -18,7 +20,9 @@ back gives the path: a list of segments, each a span of time with what filled it
   window; before a host chain's first call, that time is host time, untraced).
 
 A step's window runs from the previous step's end (the end of its last GPU op, or CPU op in
-a CPU-only trace, over all ranks) to its own; the path's segments are cut at the windows.
+a CPU-only trace, over all ranks) to its own, the first step's from its first node; a trace
+without steps is one window from its first GPU op or launch of one (not a sync or other call
+before any work) to its last op's end; the path's segments are cut at the windows.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import NEG, Params, Replayed, _group_max, _groups
 
-CATEGORIES = ("compute", "comm", "launch", "host", "sync", "wait", "other")
+CATEGORIES = ("compute", "copy", "comm", "launch", "host", "sync", "wait", "other")
 _CHAIN, _XS, _XE, _ANCHOR = 0, 1, 2, 3
 _OWN, _Y, _COLL = 0, 1, 2
 
@@ -127,8 +131,8 @@ class _Hops:
         own = ~y & ~coll
         t0[end_v[own], 0], t1[end_v[own], 0], nxt[end_v[own]] = s[own], e[own], 2 * np.flatnonzero(own)
         comm_op = g.op_class == "communication"
-        own_cat = np.select([kind == GPU, kind == COLL, kind == LAUNCH, kind == SYNC, comm_op],
-                            [_C["compute"], _C["comm"], _C["launch"], _C["sync"], _C["comm"]], _C["compute"])
+        own_cat = np.select([(kind == GPU) & g.copy, kind == GPU, kind == COLL, kind == LAUNCH, kind == SYNC, comm_op],
+                            [_C["copy"], _C["compute"], _C["comm"], _C["launch"], _C["sync"], _C["comm"]], _C["compute"])
         cat[end_v[own], 0] = own_cat[own]
         split = own & (kind == COLL)  # unmatched: the wait estimate first in time, listed second
         w = np.minimum(np.maximum(wait_est_ns[split], 0), e[split] - s[split])
@@ -224,8 +228,18 @@ def windows(g: Graph, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
     ends = np.full(len(step), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(ends, at.reshape(-1), end_ns[sel].astype(np.int64))
     first = steps == step[0]
+    if step[0] < 0:  # no steps: from the first work node or its launch call, not from a call before
+        first = _work_or_launch(g, work)  # any work (vLLM's capture trace: a 115 ms sync on an idle GPU)
     begin = np.r_[start_ns[first].min(), ends[:-1]]
     return pd.DataFrame({"step": step.astype(np.int64), "begin_ns": begin.astype(np.int64), "end_ns": ends})
+
+
+def _work_or_launch(g: Graph, work: np.ndarray) -> np.ndarray:
+    """The work nodes and the launch calls of work nodes (mask)."""
+    out = work.copy()
+    launch = g.launch[work]
+    out[launch[launch >= 0]] = True
+    return out
 
 
 def _inside_ns(seg: pd.DataFrame, b: int, e: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from .bands import band
 from .path import CATEGORIES
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
+UNKNOWN_PATH = "not known: an edge is missing (see its note)"
 
 
 def _step(step) -> str:
@@ -30,9 +31,11 @@ def _steps_table(label: str, shown: pd.DataFrame) -> Table:
         t.add_column(h, justify="left" if h in ("ranks", "top on the path") else "right")
     for r in shown.itertuples(index=False):
         top = r.top[0] if r.top else None
+        cells = ([ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES] if r.path_known else ["?"] * len(CATEGORIES))
+        what = (f"{top['what']} {top['name']} (rank {top['rank']}, {ms_cell(top['ns'])})" if top else "") if r.path_known \
+            else UNKNOWN_PATH
         t.add_row(_step(r.step) + ("" if r.claimed else " *"), ms_cell(r.step_ns), ms_cell(r.replayed_ns),
-                  *(ms_cell(getattr(r, f"{c}_ns")) for c in CATEGORIES), ",".join(str(x) for x in r.path_ranks),
-                  f"{top['what']} {top['name']} (rank {top['rank']}, {ms_cell(top['ns'])})" if top else "")
+                  *cells, ",".join(str(x) for x in r.path_ranks) if r.path_known else "?", what)
     return t
 
 
@@ -80,15 +83,19 @@ def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
 
 def _doc(w: WhatIf) -> dict:
     steps = [{"step": None if s.step < 0 else int(s.step), "step_ns": s.step_ns, "replayed_ns": s.replayed_ns,
-              "claimed": bool(s.claimed), "unexplained_ns": int(s.unexplained_ns),
-              "path": {k: int(getattr(s, k)) for k in PATH_KEYS}, "compute_by_class": dict(s.compute_by_class),
-              "path_ranks": list(s.path_ranks),
-              "path_chains": list(s.path_chains), "top": s.top} for s in w.steps.itertuples(index=False)]
+              "claimed": bool(s.claimed), "unexplained_ns": int(s.unexplained_ns), "path_known": bool(s.path_known),
+              **(_path_doc(s) if s.path_known else dict.fromkeys(("path", "compute_by_class", "path_ranks", "path_chains",
+                                                                   "top")))} for s in w.steps.itertuples(index=False)]
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
                   "error_band": b.doc() if (b := band(r.name)) else None}
                  for r in w.scenarios.itertuples(index=False)]
     return strict({"steps": steps, "scenarios": scenarios, "notes": w.notes})
+
+
+def _path_doc(s) -> dict:
+    return {"path": {k: int(getattr(s, k)) for k in PATH_KEYS}, "compute_by_class": dict(s.compute_by_class),
+            "path_ranks": list(s.path_ranks), "path_chains": list(s.path_chains), "top": s.top}
 
 
 def to_json(parts: list[tuple[str, WhatIf]]) -> str:

@@ -19,9 +19,10 @@ from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
+from .render import UNKNOWN_PATH
 
 MAX_STEPS = 64  # steps drawn and listed per run
-COLORS = {"compute": "#4c78a8", "comm": "#72b7b2", "launch": "#f58518", "host": "#e45756", "sync": "#b279a2",
+COLORS = {"compute": "#4c78a8", "copy": "#9ecae9", "comm": "#72b7b2", "launch": "#f58518", "host": "#e45756", "sync": "#b279a2",
           "wait": "#eeca3b", "other": "#bab0ac"}
 STEP_COLUMNS = {"step_text": "step", "step_ns": "measured (ms)", "replayed_ns": "replayed (ms)",
                 **{f"{c}_ns": f"{c} (ms)" for c in CATEGORIES}, "ranks": "ranks on the path", "top_text": "top on the path"}
@@ -75,7 +76,9 @@ def _step_text(step) -> str:
 def _bars(steps: pd.DataFrame, per_step: pd.DataFrame) -> dict:
     """Stacked bars of the path per step (ms); a marker per scenario at its predicted step time."""
     x = [_step_text(s) + ("" if c else " *") for s, c in zip(steps["step"], steps["claimed"])]
-    data = [{"type": "bar", "name": c, "x": x, "y": (steps[f"{c}_ns"] / 1e6).round(4).tolist(),
+    known = steps["path_known"].to_numpy(dtype=bool)  # a step whose path is not known: no bar, its scenario markers only
+    data = [{"type": "bar", "name": c, "x": x,
+             "y": [round(v / 1e6, 4) if k else None for v, k in zip(steps[f"{c}_ns"].tolist(), known)],
              "marker": {"color": COLORS[c]}, "hovertemplate": "step %{x}: %{y} ms<extra>" + c + "</extra>"}
             for c in CATEGORIES if steps[f"{c}_ns"].any()]
     for scenario in per_step.columns:
@@ -133,7 +136,10 @@ def _step_rows(steps: pd.DataFrame) -> pd.DataFrame:
     out = steps.assign(step_text=[_step_text(s) + ("" if c else " (no saving claimed)")
                                   for s, c in zip(steps["step"], steps["claimed"])],
                        ranks=[", ".join(str(x) for x in r) for r in steps["path_ranks"]],
-                       top_text=[_top(t) for t in steps["top"]])
+                       top_text=[_top(t) if k else UNKNOWN_PATH for t, k in zip(steps["top"], steps["path_known"])])
+    unknown = ~steps["path_known"].to_numpy(dtype=bool)
+    out.loc[unknown, [f"{c}_ns" for c in CATEGORIES]] = np.nan  # shown as '-': not known (the note says why)
+    out.loc[unknown, "ranks"] = ""
     return out[list(STEP_COLUMNS)]
 
 
