@@ -247,7 +247,10 @@ def test_bound_is_the_largest_share() -> None:
     (0, 0, 0, 0, 10, "unclear"),                # nothing but the GPU's own gaps
     (200, 0, 30, 100, 700, "unclear"),          # 70% idle on what the trace does not explain: not gpu-bound
     (200, 0, 150, 100, 550, "host"),            # the same, but the host paced 15% of it: host
-    (400, 0, 30, 100, 399, "gpu"),              # the gaps short of the busy time: gpu
+    (400, 0, 30, 100, 299, "gpu"),              # the gaps and waits short of the busy time: gpu
+    (400, 0, 30, 100, 399, "unclear"),          # no exposed communication: the 100 of waits are unexplained too
+    (300, 100, 30, 250, 210, "communication"),  # waits beside exposed communication are its: 350 > gpu 200
+    (300, 0, 30, 250, 210, "unclear"),          # the same waits with no communication exposed: 460 unexplained
 ])
 def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, other, want):
     span = busy + host + dependency + other

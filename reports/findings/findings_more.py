@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_WHY, bound_words, of_input
+from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words, of_input
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -45,27 +45,40 @@ def idle_findings(ev) -> list:
         stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
         bounds = (f"{bound_words(steps['bound'].iloc[0])} over the whole trace, which has no steps" if stepless else
                   ", ".join(f"{bound_words(b)} in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-                  + " steps") + (f": {UNCLEAR_WHY}" if (steps["bound"] == UNCLEAR).any() else "")
+                  + " steps")
+        basis, tail = _bound_basis(steps)
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
-                f"({_bound_basis(steps)}: {bounds})")  # what most of the path is, beside the idle it also has
+                f"({basis}: {bounds}{_unclear_why(steps)}{tail})")  # what most of the path is, beside the idle
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
                            {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                             **{c: float(steps[c].mean()) for c in CAUSES}}))
     return out
 
 
-def _bound_basis(steps) -> str:
-    """Whence the steps' bounds: their critical paths, or (where an edge is missing, so the path is
-    not known: whatif's path_known) the idle causes' rule (idle.step_bound)."""
-    by_path = (steps["bound_from"] == "path").to_numpy() if "bound_from" in steps.columns else np.ones(len(steps), bool)
+def _by_path(steps) -> np.ndarray:
+    return (steps["bound_from"] == "path").to_numpy() if "bound_from" in steps.columns else np.ones(len(steps), bool)
+
+
+def _bound_basis(steps) -> tuple[str, str]:
+    """Whence the steps' bounds, and what to add after them: their critical paths, or (where an
+    edge is missing, so the path is not known: whatif's path_known) the idle causes' rule."""
+    by_path = _by_path(steps)
     if by_path.all():
-        return "by its critical path"
+        return "by its critical path", ""
     if not by_path.any():
-        return "by its idle causes, its critical path not known (an edge is missing: tracelab whatif)"
+        return "by its idle causes", "; its critical path is not known: an edge is missing (tracelab whatif)"
     return (f"by its critical path, or its idle causes in the {int((~by_path).sum())} steps whose path is not "
-            "known (an edge is missing: tracelab whatif)")
+            "known (an edge is missing: tracelab whatif)"), ""
+
+
+def _unclear_why(steps) -> str:
+    """Why a step has no clear bound, by what decided it (its path, or its idle causes)."""
+    unclear = (steps["bound"] == UNCLEAR).to_numpy()
+    if not unclear.any():
+        return ""
+    return f": {UNCLEAR_WHY if _by_path(steps)[unclear].any() else UNCLEAR_CAUSES_WHY}"
 
 
 def roofline_findings(ev) -> list:

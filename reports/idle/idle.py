@@ -28,7 +28,9 @@ disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `hos
 host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
 the step and no less than the communication's (exposed_comm_ns + idle_dependency_ns), else the
 largest of gpu (busy_ns - exposed_comm_ns), communication and host, or `unclear` where
-idle_other_ns is more than each (the GPU idled on what the trace does not explain).
+idle_other_ns is more than each (the GPU idled on what the trace does not explain);
+idle_dependency_ns counts as communication in a step with exposed communication, else as
+unexplained (a lone rank's wait on an event is no communication).
 
 What the host was doing (the host frame's CPU ops, ranges and OS calls over the host-caused
 gaps) and the launch statistics per rank: reports/idle/host.py.
@@ -192,10 +194,7 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
     """step_bound of the int64 columns `col` (the rule lives in step_bound; this is its arithmetic on arrays)."""
-    gpu = (col["busy_ns"] - col["exposed_comm_ns"]).astype(np.float64)
-    comm = (col["exposed_comm_ns"] + col["idle_dependency_ns"]).astype(np.float64)
-    host = (col["idle_host_ns"] + col["idle_launch_ns"] + col["idle_sync_ns"]).astype(np.float64)
-    return _bound_of(gpu, comm, host, col["span_ns"].astype(np.float64), col["idle_other_ns"].astype(np.float64))
+    return step_bound(pd.DataFrame({c: col[c] for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}))
 
 
 def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
@@ -216,6 +215,7 @@ def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list
 
 
 UNCLEAR_WHY = "GPU gaps that no launch, stream order or wait in the trace explains make most of the critical path"
+UNCLEAR_CAUSES_WHY = "waits and gaps the trace does not explain make most of its idle"
 
 
 def bound_words(bound: str) -> str:
@@ -226,11 +226,13 @@ def bound_words(bound: str) -> str:
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
     """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
     communication or host (module docstring). The one place the rule lives."""
-    gpu = (steps["busy_ns"] - steps["exposed_comm_ns"]).to_numpy(dtype=np.float64)
-    comm = (steps["exposed_comm_ns"] + steps["idle_dependency_ns"]).to_numpy(dtype=np.float64)
-    host = (steps["idle_host_ns"] + steps["idle_launch_ns"] + steps["idle_sync_ns"]).to_numpy(dtype=np.float64)
-    return _bound_of(gpu, comm, host, steps["span_ns"].to_numpy(dtype=np.float64),
-                     steps["idle_other_ns"].to_numpy(dtype=np.float64))
+    f = {c: steps[c].to_numpy(dtype=np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}
+    talks = f["exposed_comm_ns"] > 0  # a wait on another stream is communication's only beside exposed communication
+    dependency = f["idle_dependency_ns"]
+    comm = f["exposed_comm_ns"] + np.where(talks, dependency, 0)
+    host = f["idle_host_ns"] + f["idle_launch_ns"] + f["idle_sync_ns"]
+    other = f["idle_other_ns"] + np.where(talks, 0, dependency)  # else an event or stream the trace does not explain
+    return _bound_of(f["busy_ns"] - f["exposed_comm_ns"], comm, host, f["span_ns"], other)
 
 
 def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndarray, other: np.ndarray) -> np.ndarray:
