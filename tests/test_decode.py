@@ -74,6 +74,7 @@ def test_unshardable(args, world_size, reason):
     assert unshardable(args, world_size) == reason
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_separate_wq_wk_wv_checkpoints_load(tmp_path):
     full = _full_model()
     state = full.state_dict()

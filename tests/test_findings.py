@@ -150,6 +150,7 @@ def _as_one_config(tmp_path: Path, runs: list[Path]) -> list[Path]:
     return out
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_a_difference_between_runs_per_call_from_the_json(tmp_path):
     """Two runs of one config (4 and 3 steps: compared per call): the kernel whose difference
     costs most, its time per call in each as the raw JSON's kernel durations and counts give it."""

@@ -74,6 +74,7 @@ def test_no_tf32_finding_on_cpu_operators():
     assert not _by_fix(_found(DATA / "train-cpu-torch"), "CUDA cores")
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_volta_gets_fp16_not_tf32():
     path = shared_trace("hta/trace_diff/test/test.json.gz")
     found = _by_fix(_found(path), "CUDA cores")
@@ -81,6 +82,7 @@ def test_volta_gets_fp16_not_tf32():
     assert found[0].evidence["simt_ns"] == _kernel_ns(path, SIMT)
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_unaligned_tensor_core_gemms_name_padding():
     path = shared_trace("hta/trace_diff/control/control.json.gz")
     found = _by_fix(_found(path), "unaligned")

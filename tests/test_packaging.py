@@ -103,6 +103,7 @@ def _imported_modules(name: str, path: Path, known: set[str], packages: set[str]
     return found
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_no_import_cycles():
     modules = _module_names()
     packages = {name for name, path in modules.items() if path.stem == "__init__"}

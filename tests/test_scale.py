@@ -463,6 +463,7 @@ def test_nsys_in_bulk_equals_sql_on_a_tiled_export_with_nulls_and_missing_names(
     assert {k: (int(c), int(d)) for k, (c, d) in got.iterrows()} == want
 
 
+@pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
 def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     """20 ranks (the late DDP capture's rank 0 nineteen times, its rank 1 as rank 7): the
     aligned table gives per row its min, median and max over the inputs, the totals and the
