@@ -58,6 +58,7 @@ def test_a_pattern_added_after_caching_applies_to_the_cached_trace(tmp_path, mon
     assert (after.loc[after["kernel"] == kernel, "op_class"] == new).all()
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_a_pattern_applies_in_load_many_with_spawned_workers(monkeypatch) -> None:
     spawn = functools.partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("spawn"))
     monkeypatch.setattr(importlib.import_module("tracelab.loading"), "ProcessPoolExecutor", spawn)

@@ -489,6 +489,7 @@ def _gpu_ns(path) -> tuple[int, int]:
     return dur(("kernel",)), dur(("kernel", "gpu_memcpy", "gpu_memset"))
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_breakdown_and_roofline_take_two_runs_that_share_a_rank(capsys, tmp_path):
     """A 2-rank run folder and a 1-rank file both hold rank 0: breakdown and roofline refused them
     ('resolves to rank 0, as does ...; pass ranks explicitly') though every command takes any mix

@@ -135,6 +135,7 @@ def _file_size_limit(limit_bytes: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_report_past_ulimit_f_is_one_line_and_leaves_nothing(tmp_path):
     out = tmp_path / "report.html"
     result = _tracelab("report", str(ONE_RANK), "-o", str(out), preexec=_file_size_limit(64 * 1024))

@@ -178,6 +178,7 @@ def test_a_wait_the_compute_lead_cannot_explain_is_said_to_be_elsewhere():
     assert f"its compute lead (100.615 ms) is {100 * lead / wait:.1f}% of their extra wait" in straggler_line(row, "GPU time")
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
     """whatif-stall: rank 1's host sleeps 10 ms in a host_stall range every other step (its README),
     so it is late with an idle GPU, not more work. 'balance' evens GPU work and moved nothing

@@ -79,6 +79,7 @@ def test_memory_frame_holds_every_memory_event(folder):
         assert mem["step"].dropna().astype(int).unique().tolist() == [0, 1, 2]
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_steps_against_a_walk_of_the_json(capsys):
     status, out, _ = run_cli_output(capsys, "memory", str(IMBALANCED), "--format", "json", "--top", "3")
     assert status == 0

@@ -343,6 +343,7 @@ def test_heatmap_opens_on_each_input_against_the_row_median(decode3):
             assert got == pytest.approx(max(-100.0, min(100.0, want)), abs=0.06)
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_a_merged_trace_in_a_run_folder_is_not_read_back_as_a_rank(tmp_path):
     run = tmp_path / "decode-torch-20261122-015135"
     shutil.copytree(DATA / "decode-2gpu-torch", run)

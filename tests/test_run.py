@@ -244,6 +244,7 @@ def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_launch_ends_with_torchrun_even_when_a_child_keeps_the_pipe(monkeypatch):
     import time
 
