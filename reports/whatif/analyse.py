@@ -137,12 +137,10 @@ def _step_table(g: Graph, base, r, win: pd.DataFrame, with_top: bool = True) -> 
     return out[STEP_COLUMNS]
 
 
-def unexplained_in(g: Graph, win: pd.DataFrame, launch_bound: bool | None = None) -> np.ndarray:
-    """Per window, the unexplained delays (edges.unexplained_ns) of the device ops that start in it;
-    `launch_bound` True or False: of the ops whose launch edge binds (their delay counted on the
-    path as launch latency), or of the others, only."""
+def unexplained_in(g: Graph, win: pd.DataFrame) -> np.ndarray:
+    """Per window, the unexplained delays (edges.unexplained_ns) of the device ops that start in it."""
     ns = g.edges.unexplained_ns
-    idx = np.flatnonzero((ns > 0) & (True if launch_bound is None else g.edges.launch_bound == launch_bound))
+    idx = np.flatnonzero(ns > 0)
     out = np.zeros(len(win), np.int64)
     for k, (b, e) in enumerate(zip(win["begin_ns"], win["end_ns"])):
         inside = (g.start_ns[idx] > b) & (g.start_ns[idx] <= e)

@@ -2,9 +2,9 @@
 path, `copy` where memcpys and memsets do (an input copied in from the host is neither the
 kernels' compute nor the host's launching), `communication` where transfers and waits for other ranks do, `host` where host time,
 launches and syncs do; `unclear` where the path's `other` (the GPU's own gaps, and starts no
-launch, stream order or wait in the trace explains) or the step's unexplained delays (edges.py:
-ops that waited past their launch on what the trace does not show, counted on the path as
-launch latency) outweigh each of them: such a step is called no one's bound. Per rank, from
+launch, stream order or wait in the trace explains) outweighs each of them: such a step is
+called no one's bound. A step whose unexplained delays (edges.py) make its path unknown gives
+no bound here at all: its idle causes give it (with_path_bound). Per rank, from
 the rank's own graph (its collectives' waits estimated, no peer needed), so that `tracelab idle`
 and `steps` can state it in the worker that parsed the rank, and every view agrees. Pure."""
 from __future__ import annotations
@@ -27,20 +27,15 @@ COLUMNS = ["step", "path_bound", *[c for cols in BOUNDS.values() for c in cols]]
 CATEGORY_COLUMNS = [f"{c}_ns" for c in CATEGORIES]
 
 
-def bound_of(path: pd.DataFrame, launch_unexplained_ns: np.ndarray) -> np.ndarray:
-    """Per row of a critical-path table (analyse.STEP_COLUMNS), the bound its path is made of most;
-    `launch_unexplained_ns`: per row, analyse.unexplained_in(..., launch_bound=True)."""
-    by = {c: path[c].to_numpy(dtype=np.int64) for c in CATEGORY_COLUMNS}
-    return _bound(by, launch_unexplained_ns)
+def bound_of(path: pd.DataFrame) -> np.ndarray:
+    """Per row of a critical-path table (analyse.STEP_COLUMNS), the bound its path is made of most."""
+    return _bound({c: path[c].to_numpy(dtype=np.int64) for c in CATEGORY_COLUMNS})
 
 
-def _bound(by: dict[str, np.ndarray], launch_unexplained_ns: np.ndarray) -> np.ndarray:
-    """The bound of each step from its path's ns per category (`by`): the unexplained delays of
-    launch-bound ops (counted on the path as launch) moved from launch to the unknown."""
-    moved = np.minimum(launch_unexplained_ns, by["launch_ns"])
-    by_bound = {**by, "launch_ns": by["launch_ns"] - moved}
-    score = np.c_[tuple(sum(by_bound[c] for c in cols).astype(np.float64) for cols in BOUNDS.values())]
-    return _largest(score, (by["other_ns"] + moved).astype(np.float64))
+def _bound(by: dict[str, np.ndarray]) -> np.ndarray:
+    """The bound of each step from its path's ns per category (`by`)."""
+    score = np.c_[tuple(sum(by[c] for c in cols).astype(np.float64) for cols in BOUNDS.values())]
+    return _largest(score, by["other_ns"].astype(np.float64))
 
 
 def _largest(score: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -67,7 +62,7 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
     ns = category_matrix(g, base, r, win, wait_estimate(g))  # [step, category]
     by = {f"{c}_ns": ns[:, i] for i, c in enumerate(CATEGORIES)}
     out = pd.DataFrame({"step": win["step"].to_numpy(dtype=np.int64),
-                        "path_bound": _bound(by, unexplained_in(g, win, launch_bound=True)),
+                        "path_bound": _bound(by),
                         **{c: by[c] for c in COLUMNS[2:]}})
     # a step where an edge is missing (whatif's path_known false): its path is not known, so it
     # gives no bound; the step keeps the one its idle causes give (with_path_bound)
