@@ -190,7 +190,7 @@ def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
                                      "balance")["scenarios"] if s["name"] == "balance")
     assert scenario["saving_ns"] < 0.01 * scenario["step_ns"]
     stall, = _found("whatif-stall-2gpu-torch", [straggler_findings])
-    assert "sits idle" in stall.text and "would not move it: its delay is idle time" in stall.text
+    assert "sits idle" in stall.text and "evening the ranks' GPU work would not move it: its delay is idle time" in stall.text
     assert "what if" not in stall.text and "whatif" not in stall.evidence
     late, = _found("tp-2gpu-late-torch", [straggler_findings])
     assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance"
@@ -215,3 +215,14 @@ def test_exposed_communication_without_steps_says_the_wait():
     found, = _found("decode-2gpu-nsys", [exposed_findings])
     assert found.text.startswith(f"rank 1 waits {sum(waits) / 1e6:,.1f} ms in all at its {len(waits)} collectives, "
                                  f"most at allreduce ({waits[0] / 1e6:,.1f} ms of it at its first); ")
+
+
+def test_the_work_a_balance_would_even_is_the_ranks_own_device():
+    """A CPU-only run's straggler held back by idle time was told 'evening the ranks' GPU work would
+    not move it' (the README's CPU decode, 2026-11-26): the device is the one verdicts.why names."""
+    import pandas as pd
+
+    from tracelab.reports.findings.findings import _device
+    causes = pd.DataFrame({"gating_rank": [0, 1, 1], "cause": ["idle GPU (+1 busy)", "idle CPU (+0.8 busy, +2.1 idle)",
+                                                              "more CPU work"]})
+    assert (_device(causes, 1), _device(causes, 0), _device(causes, 5)) == ("CPU", "GPU", "GPU")

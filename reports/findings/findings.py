@@ -83,8 +83,8 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
                 f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit, idle_cause))
         evidence = {"verdict": v, "line": w.line, "gated_skew_ns": skew}
-        if _late_by_idle(w.causes, r):  # 'balance' evens GPU work: it cannot move a rank its host held back
-            text += "; evening the ranks' GPU work would not move it: its delay is idle time, not work"
+        if _late_by_idle(w.causes, r):  # 'balance' evens the ranks' work: it cannot move a rank its host held back
+            text += f"; evening the ranks' {_device(w.causes, r)} work would not move it: its delay is idle time, not work"
             evidence["scenario"] = None
         return Finding(text, skew, SECTIONS["steps"], evidence)
     if v["pattern"] == "alternating":
@@ -97,6 +97,12 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
     return None
 
 
+def _device(causes: pd.DataFrame, rank: int) -> str:
+    """'CPU' where the rank's gating causes are a CPU-only trace's (verdicts.why says so), else 'GPU'."""
+    mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
+    return "CPU" if len(mine) and "CPU" in str(mine["cause"].iloc[0]) else "GPU"
+
+
 def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str] | None = None) -> str:
     """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
     (the mean over the units it gates), or ''. More idle is said in the words of the rank's
@@ -106,7 +112,7 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
     if not len(mine):
         return ""
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
-    device = "CPU" if "CPU" in str(mine["cause"].iloc[0]) else "GPU"
+    device = _device(causes, rank)
     if work < idle:
         return f"; its {device} sits idle {duration(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
     names = pd.Series(dtype="float64")
