@@ -32,6 +32,15 @@ class Device:
     def peak_tflop_s(self, dtype: str) -> float | None:
         return self.tflop_s.get(DTYPE_CLASS.get(dtype, ""))
 
+    @property
+    def tensor_dtypes(self) -> frozenset[str]:
+        """The dtypes its matrix units (tensor cores, AMD's matrix cores) run: from its architecture
+        where the table gives one, else the dtype classes its datasheet lists a matrix peak for."""
+        by_arch = arch_tensor_dtypes(self.arch)
+        if by_arch is not None:
+            return by_arch
+        return frozenset(d for d in ("fp16", "bf16", "tf32", "fp8", "int8") if DTYPE_CLASS[d] in self.tflop_s)
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "peaks": {"tflop_s": self.tflop_s, "hbm_gb_s": self.hbm_gb_s,
                                              "host_link_gb_s": self.host_link_gb_s}, "figures_from": self.source}
@@ -89,6 +98,27 @@ DEVICES = [
            "NVIDIA V100 datasheet, SXM2", "70", ("v100", "v100-sxm2")),
     Device("V100 PCIe", {"fp64": 7.0, "fp32": 14.0, "16": 112.0}, 900.0, 15.75,
            "NVIDIA V100 datasheet, PCIe", "70", ("v100-pcie",)),
+    # NVIDIA H800 SXM: the H100 SXM5's tensor-core and FP32 compute and 3.35 TB/s of HBM3 (the export
+    # part differs in NVLink); no FP64 figure is given here rather than a guessed one
+    Device("H800", {"fp32": 66.9, "tf32": 494.7, "16": 989.4, "8": 1978.9}, 3350.0, _PCIE5_GB_S,
+           "NVIDIA H800 SXM (H100 SXM5 compute), dense", "90", ("h800", "h800-sxm")),
+    # NVIDIA H20 (2024): FP32 44, TF32 74, BF16/FP16 148, FP8/INT8 296 (dense); HBM3 4.0 TB/s
+    Device("H20", {"fp32": 44.0, "tf32": 74.0, "16": 148.0, "8": 296.0}, 4000.0, _PCIE5_GB_S,
+           "NVIDIA H20 specifications, dense", "90", ("h20",)),
+    # NVIDIA Ada Lovelace whitepaper (2022), RTX 4090: FP32 82.6, TF32 82.6, FP16 (FP32 accumulate)
+    # 165.2, FP8 330.3 (dense); GDDR6X 1,008 GB/s
+    Device("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "16": 165.2, "8": 330.3}, 1008.0, _PCIE4_GB_S,
+           "NVIDIA Ada Lovelace whitepaper, RTX 4090, dense", "89", ("rtx-4090", "rtx 4090", "4090")),
+    # NVIDIA Ampere GA102 whitepaper (2020), RTX 3090: FP32 35.6, TF32 35.6, FP16/BF16 (FP32
+    # accumulate) 71 (dense); GDDR6X 936 GB/s
+    Device("RTX 3090", {"fp32": 35.6, "tf32": 35.6, "16": 71.0}, 936.0, _PCIE4_GB_S,
+           "NVIDIA Ampere GA102 whitepaper, RTX 3090, dense", "86", ("rtx-3090", "rtx 3090", "3090")),
+    # NVIDIA Turing whitepaper (2018), RTX 2080 Ti reference: FP32 13.4, FP16 tensor (FP32 accumulate)
+    # 53.8, INT8 215.2; GDDR6 616 GB/s; PCIe Gen3 x16. Turing has no bf16 or TF32.
+    Device("RTX 2080 Ti", {"fp32": 13.4, "16": 53.8, "8": 215.2}, 616.0, 15.75,
+           "NVIDIA Turing whitepaper, RTX 2080 Ti", "75", ("rtx-2080-ti", "rtx 2080 ti", "2080ti")),
+    # NVIDIA T4 datasheet (2019): FP32 8.1, FP16 (mixed) 65, INT8 130; GDDR6 320 GB/s; PCIe Gen3
+    Device("T4", {"fp32": 8.1, "16": 65.0, "8": 130.0}, 320.0, 15.75, "NVIDIA T4 datasheet", "75", ("t4",)),
     # AMD Instinct MI300X datasheet (2023): FP64 matrix 163.4, FP32 163.4, TF32 653.7, FP16/BF16 1307.4,
     # FP8 2614.9 (dense); HBM3 5.3 TB/s; PCIe Gen5
     Device("MI300X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "16": 1307.4, "8": 2614.9}, 5300.0, _PCIE5_GB_S,
@@ -96,14 +126,64 @@ DEVICES = [
     # AMD Instinct MI250X datasheet (2021): FP64/FP32 matrix 95.7, FP16/BF16 383; HBM2e 3.2768 TB/s
     Device("MI250X", {"fp64": 95.7, "fp32": 95.7, "16": 383.0}, 3276.8, _PCIE4_GB_S,
            "AMD Instinct MI250X datasheet", None, ("mi250x",)),
+    # AMD Instinct MI325X datasheet (2024): FP32 163.4, TF32 653.7, FP16/BF16 1307.4, FP8 2614.9 (dense);
+    # HBM3E 6 TB/s
+    Device("MI325X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "16": 1307.4, "8": 2614.9}, 6000.0, _PCIE5_GB_S,
+           "AMD Instinct MI325X datasheet, dense", None, ("mi325x",)),
+    # AMD Instinct MI210 datasheet (2022): FP64/FP32 matrix 45.3, FP16/BF16 181; HBM2e 1.6384 TB/s
+    Device("MI210", {"fp64": 45.3, "fp32": 45.3, "16": 181.0}, 1638.4, _PCIE4_GB_S,
+           "AMD Instinct MI210 datasheet", None, ("mi210",)),
 ]
 _BY_KEY = {alias: d for d in DEVICES for alias in (d.name.lower(), *d.aliases)}
 # the names CUDA gives (cudaDeviceProp.name) -> table entry; checked in order
 _NAME_PATTERNS = [(re.compile(p, re.IGNORECASE), name) for p, name in [
     (r"H100.*NVL", "H100 NVL"), (r"H100.*PCIe", "H100 PCIe"), (r"H100", "H100 SXM"), (r"H200", "H200"),
+    (r"H800", "H800"), (r"\bH20\b", "H20"), (r"RTX 4090", "RTX 4090"), (r"RTX 3090(?! Ti)", "RTX 3090"),
+    (r"RTX 2080 Ti", "RTX 2080 Ti"), (r"\bT4\b", "T4"), (r"MI325X", "MI325X"), (r"MI210", "MI210"),
     (r"A100.*PCIe.*80|A100 80GB PCIe", "A100 PCIe 80GB"), (r"A100.*40GB", "A100 40GB"), (r"A100", "A100 SXM 80GB"),
     (r"B200", "B200"), (r"L40S", "L40S"), (r"\bL4\b", "L4"), (r"\bA10\b(?!0)", "A10"),
     (r"V100.*PCIE", "V100 PCIe"), (r"V100", "V100 SXM2"), (r"MI300X", "MI300X"), (r"MI250X?", "MI250X")]]
+
+
+# The dtypes NVIDIA's tensor cores run, by compute capability (CUDA C++ Programming Guide, "Warp Matrix
+# Functions"; the architecture whitepapers): Volta fp16; Turing adds int8; Ampere bf16 and TF32; Ada and
+# Hopper fp8; Blackwell keeps them. Before Volta there are none. AMD's matrix cores by gfx target (CDNA
+# instruction set references): MI100/MI200 fp16, bf16, int8; MI300 adds TF32 (xf32) and fp8.
+_AMPERE = frozenset({"fp16", "bf16", "tf32", "int8"})
+_ARCH_TENSOR_DTYPES = {"70": frozenset({"fp16"}), "72": frozenset({"fp16"}), "75": frozenset({"fp16", "int8"}),
+                       "80": _AMPERE, "86": _AMPERE, "87": _AMPERE, "89": _AMPERE | {"fp8"},
+                       "90": _AMPERE | {"fp8"}, "100": _AMPERE | {"fp8"}, "101": _AMPERE | {"fp8"},
+                       "103": _AMPERE | {"fp8"}, "110": _AMPERE | {"fp8"}, "120": _AMPERE | {"fp8"},
+                       "121": _AMPERE | {"fp8"},
+                       "gfx908": frozenset({"fp16", "bf16", "int8"}), "gfx90a": frozenset({"fp16", "bf16", "int8"}),
+                       "gfx940": _AMPERE | {"fp8"}, "gfx941": _AMPERE | {"fp8"}, "gfx942": _AMPERE | {"fp8"}}
+
+
+def arch_tensor_dtypes(arch: str | None) -> frozenset[str] | None:
+    """The dtypes an architecture's matrix units run ("86": compute capability 8.6; "gfx90a"), the
+    empty set for an NVIDIA architecture before Volta, None where the architecture is unknown."""
+    if not arch:
+        return None
+    arch = str(arch).strip().lower()
+    if arch in _ARCH_TENSOR_DTYPES:
+        return _ARCH_TENSOR_DTYPES[arch]
+    return frozenset() if arch.isdigit() and int(arch) < 70 else None
+
+
+def tensor_dtypes(props: dict[str, Any]) -> frozenset[str] | None:
+    """What a trace's device can run on its matrix units: its table entry's, else its architecture's
+    (a GeForce RTX 2070 SUPER, sm_75, is in no table but is Turing); None when neither is known, so
+    that no advice is given for features the device may not have."""
+    found = detect(props)
+    if found is not None:
+        return found.tensor_dtypes
+    return arch_tensor_dtypes(props.get("arch") or str(props.get("capability") or "").replace(".", ""))
+
+
+def meta_tensor_dtypes(meta: dict) -> frozenset[str] | None:
+    """tensor_dtypes of a trace's first GPU (as meta_device picks it), None where it names none."""
+    gpus = [props for props in (meta.get("devices") or {}).values() if isinstance(props, dict)]
+    return tensor_dtypes(gpus[0]) if gpus else None
 
 
 def by_option(name: str) -> Device:

@@ -19,6 +19,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from tracelab.devices import meta_tensor_dtypes
+
 from ..fmt import flop, tflops
 from ..findings.finding import SECTIONS, Finding, ms
 
@@ -138,10 +140,13 @@ def tf32_findings(ev) -> list[Finding]:
         work = with_tensor_core_roof(simt, roof)
         time = int(simt["dur_ns"].sum())
         device = roof.get("device")
+        dtypes = device.tensor_dtypes if device is not None else meta_tensor_dtypes(i.meta)
+        if dtypes is not None and "fp16" not in dtypes:
+            continue  # a GPU without tensor cores runs every GEMM on CUDA cores: nothing to move
         text = (f"{_run(group, several)}rank {i.rank} runs fp32 GEMMs on CUDA cores, not tensor cores: {_names(simt)} "
                 f"{ms(time)}, {_share(time, total)} of its GPU time"
                 + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "")
-                + "; " + _fix(device) + _roof_text(work, device))
+                + "; " + _fix(device, dtypes) + _roof_text(work, device))
         out.append(Finding(text, time, SECTIONS["roofline"], {
             "rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
             "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work), **_tf32_scenario(work)}))
@@ -161,11 +166,18 @@ def _tf32_scenario(work: pd.DataFrame) -> dict:
             "scenario_text": "these GEMMs ran at the TF32 roof"}
 
 
-def _fix(device) -> str:
-    if device is not None and device.peak_tflop_s("tf32") is None:
-        return f"the {device.name} has no TF32: run them under fp16 autocast (torch.autocast(\"cuda\", torch.float16))"
-    return ("allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
-            "torch.set_float32_matmul_precision(\"high\")) or run them under bf16 autocast")
+def _fix(device, dtypes: frozenset[str] | None) -> str:
+    """The fix for the features the device has (tracelab/devices.tensor_dtypes): TF32 or bf16 from
+    Ampere on, fp16 autocast on Volta and Turing; for a device the trace does not make known, the
+    rule itself rather than a feature it may lack."""
+    named = f"the {device.name}" if device is not None else "this GPU"
+    if dtypes is None:
+        return ("run them on tensor cores: TF32 or bf16 autocast on GPUs of compute capability 8.0 and later, "
+                "fp16 autocast on 7.x (the trace does not say which GPU ran them)")
+    if "tf32" in dtypes:
+        return ("allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
+                "torch.set_float32_matmul_precision(\"high\")) or run them under bf16 autocast")
+    return f"{named} has no TF32 or bf16: run them under fp16 autocast (torch.autocast(\"cuda\", torch.float16))"
 
 
 def _roof_evidence(work: pd.DataFrame) -> dict:
