@@ -31,8 +31,15 @@ _CPU_LAYOUT = (r"^(view|_?unsafe_view|reshape|reshape_alias|_reshape_alias|selec
                r"|cat|stack|to|_to_copy|type_as|clone|contiguous|copy|empty(_like|_strided)?|detach|index_select"
                r"|(un)?flatten_dense_tensors|item|_local_scalar_dense)$")
 
+# Communication libraries whose kernels are named by what they do inside the library's namespace
+# (DeepEP's `deep_ep::intranode::dispatch`, NVSHMEM's, MSCCL++'s, UCCL's, pplx-kernels'): their
+# canonical names keep the library (`deep_ep::dispatch`), so a `dispatch` or `combine` kernel of a
+# library of collectives is communication and never joins an unrelated kernel of that name.
+COMM_LIBRARY = re.compile(r"deep_?ep|nvshmemi?|mscclpp|msccl|uccl|pplx", re.IGNORECASE)
+
 _DEFAULT_PATTERNS: list[tuple[str, str]] = [
-    (r"nccl|rccl", "communication"),
+    (r"nccl|rccl|gloo", "communication"),
+    (r"deep_?ep::|nvshmem|mscclpp|msccl|uccl::|pplx::", "communication"),
     (r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|sendrecv|broadcast", "communication"),
     (r"one_?shot|two_?shot|multimem|intra_node_comm|symm_?mem|cross_device|p2p|barrier_kernel", "communication"),
     (r"flash|fmha|attention|attn|sdpa|mha_", "attention"),
@@ -207,8 +214,16 @@ _GENERIC = {"kernel", "kernel2", "device_kernel", "cutlass_kernel", "global_kern
 
 @lru_cache(maxsize=65536)
 def canonical(name: str) -> str:
-    """Short join key for a kernel name, mangled (`_ZN...`) or demangled."""
-    name = name.strip()
+    """Short join key for a kernel name, mangled (`_ZN...`) or demangled; a communication
+    library's kernel keeps the library's name before it (COMM_LIBRARY)."""
+    short = _canonical(name.strip())
+    library = COMM_LIBRARY.search(name)
+    if library is None or COMM_LIBRARY.search(short):
+        return short
+    return f"{library.group(0).lower()}::{short}"
+
+
+def _canonical(name: str) -> str:
     if name.startswith("_Z"):
         short = _demangle_short(name) or name
         if short.lower() in _GENERIC:  # cutlass::Kernel2<cutlass_80_..._gemm...>: the argument says more
@@ -220,7 +235,7 @@ def canonical(name: str) -> str:
     outer = outer.split("(", 1)[0].strip()  # argument list
     short = outer.rsplit("::", 1)[-1].strip() or outer
     if short.lower() in _GENERIC and first_arg:
-        return canonical(first_arg)
+        return _canonical(first_arg)
     return short or name
 
 

@@ -28,6 +28,9 @@ class Device:
     source: str
     arch: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    # told only by its name: an unnamed device (proton) of its architecture and bandwidth may as
+    # well be a sibling the table lacks (an sm_75 part of 320 GB/s: a T4, or an RTX 2060 at 336)
+    by_name_only: bool = False
 
     def peak_tflop_s(self, dtype: str) -> float | None:
         return self.tflop_s.get(DTYPE_CLASS.get(dtype, ""))
@@ -101,24 +104,27 @@ DEVICES = [
     # NVIDIA H800 SXM: the H100 SXM5's tensor-core and FP32 compute and 3.35 TB/s of HBM3 (the export
     # part differs in NVLink); no FP64 figure is given here rather than a guessed one
     Device("H800", {"fp32": 66.9, "tf32": 494.7, "16": 989.4, "8": 1978.9}, 3350.0, _PCIE5_GB_S,
-           "NVIDIA H800 SXM (H100 SXM5 compute), dense", "90", ("h800", "h800-sxm")),
+           "NVIDIA H800 SXM (H100 SXM5 compute), dense", "90", ("h800", "h800-sxm"), by_name_only=True),
     # NVIDIA H20 (2024): FP32 44, TF32 74, BF16/FP16 148, FP8/INT8 296 (dense); HBM3 4.0 TB/s
     Device("H20", {"fp32": 44.0, "tf32": 74.0, "16": 148.0, "8": 296.0}, 4000.0, _PCIE5_GB_S,
-           "NVIDIA H20 specifications, dense", "90", ("h20",)),
+           "NVIDIA H20 specifications, dense", "90", ("h20",), by_name_only=True),
     # NVIDIA Ada Lovelace whitepaper (2022), RTX 4090: FP32 82.6, TF32 82.6, FP16 (FP32 accumulate)
     # 165.2, FP8 330.3 (dense); GDDR6X 1,008 GB/s
     Device("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "16": 165.2, "8": 330.3}, 1008.0, _PCIE4_GB_S,
-           "NVIDIA Ada Lovelace whitepaper, RTX 4090, dense", "89", ("rtx-4090", "rtx 4090", "4090")),
+           "NVIDIA Ada Lovelace whitepaper, RTX 4090, dense", "89", ("rtx-4090", "rtx 4090", "4090"),
+           by_name_only=True),
     # NVIDIA Ampere GA102 whitepaper (2020), RTX 3090: FP32 35.6, TF32 35.6, FP16/BF16 (FP32
     # accumulate) 71 (dense); GDDR6X 936 GB/s
     Device("RTX 3090", {"fp32": 35.6, "tf32": 35.6, "16": 71.0}, 936.0, _PCIE4_GB_S,
-           "NVIDIA Ampere GA102 whitepaper, RTX 3090, dense", "86", ("rtx-3090", "rtx 3090", "3090")),
+           "NVIDIA Ampere GA102 whitepaper, RTX 3090, dense", "86", ("rtx-3090", "rtx 3090", "3090"),
+           by_name_only=True),
     # NVIDIA Turing whitepaper (2018), RTX 2080 Ti reference: FP32 13.4, FP16 tensor (FP32 accumulate)
     # 53.8, INT8 215.2; GDDR6 616 GB/s; PCIe Gen3 x16. Turing has no bf16 or TF32.
     Device("RTX 2080 Ti", {"fp32": 13.4, "16": 53.8, "8": 215.2}, 616.0, 15.75,
-           "NVIDIA Turing whitepaper, RTX 2080 Ti", "75", ("rtx-2080-ti", "rtx 2080 ti", "2080ti")),
+           "NVIDIA Turing whitepaper, RTX 2080 Ti", "75", ("rtx-2080-ti", "rtx 2080 ti", "2080ti"), by_name_only=True),
     # NVIDIA T4 datasheet (2019): FP32 8.1, FP16 (mixed) 65, INT8 130; GDDR6 320 GB/s; PCIe Gen3
-    Device("T4", {"fp32": 8.1, "16": 65.0, "8": 130.0}, 320.0, 15.75, "NVIDIA T4 datasheet", "75", ("t4",)),
+    Device("T4", {"fp32": 8.1, "16": 65.0, "8": 130.0}, 320.0, 15.75, "NVIDIA T4 datasheet", "75", ("t4",),
+           by_name_only=True),
     # AMD Instinct MI300X datasheet (2023): FP64 matrix 163.4, FP32 163.4, TF32 653.7, FP16/BF16 1307.4,
     # FP8 2614.9 (dense); HBM3 5.3 TB/s; PCIe Gen5
     Device("MI300X", {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "16": 1307.4, "8": 2614.9}, 5300.0, _PCIE5_GB_S,
@@ -237,7 +243,7 @@ def detect(props: dict[str, Any]) -> Device | None:
         return None
     arch, bandwidth = props.get("arch") or str(props.get("capability", "")).replace(".", ""), \
         props.get("memory_bandwidth_gb_s")
-    same = [d for d in DEVICES if d.arch == arch]
+    same = [d for d in DEVICES if d.arch == arch and not d.by_name_only]
     if not same or not isinstance(bandwidth, (int, float)):
         return None
     nearest = min(same, key=lambda d: abs(d.hbm_gb_s - bandwidth))
