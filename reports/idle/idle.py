@@ -114,7 +114,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
     graph_of = (lambda: shared_graph(shared)) if shared is not None else None
-    steps = with_path_bound(_step_table(base, gaps), events, host, graph_of)  # issue 27: bound from the critical path
+    steps = host_needs_host_idle(with_path_bound(_step_table(base, gaps), events, host, graph_of))
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top, sync)
@@ -216,6 +216,24 @@ def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list
 
 UNCLEAR_WHY = "GPU gaps that no launch, stream order or wait in the trace explains make most of the critical path"
 UNCLEAR_CAUSES_WHY = "waits and gaps the trace does not explain make most of its idle"
+
+
+def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step rows whose critical path says host-bound while the GPU waited on the host (host,
+    launch and sync idle) for less than HOST_BOUND_SHARE of the step take their idle causes'
+    bound instead: a host that runs ahead of a busy GPU is on the path only because it queued the
+    work early, and removing all of its time could save no more than that idle."""
+    if not len(steps) or "bound_from" not in steps.columns:
+        return steps
+    host = sum(steps[c].to_numpy(dtype=np.float64) for c in ("idle_host_ns", "idle_launch_ns", "idle_sync_ns"))
+    ahead = ((steps["bound"].to_numpy(dtype=object) == "host") & (steps["bound_from"].to_numpy(dtype=object) == "path")
+             & (host < HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)))
+    if not ahead.any():
+        return steps
+    out = steps.copy()
+    out.loc[ahead, "bound"] = step_bound(out[ahead])
+    out.loc[ahead, "bound_from"] = "causes"
+    return out
 
 
 def bound_words(bound: str) -> str:
