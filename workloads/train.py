@@ -63,7 +63,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
     late.add_arguments(p)  # before the backward, so before the gradient all-reduce
-    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes (issue 32)
+    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     return _validate(args)
