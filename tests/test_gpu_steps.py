@@ -1,5 +1,5 @@
 """One training job on one H100 under proton, torch and nsys (tests/data/train-1gpu-steps-*,
-made by benchmarks/gpu_steps.sh): per-step kernel counts and ns equal an independent reading
+made by benchmarks/gpu_steps.sh, in git at da8b67c): per-step kernel counts and ns equal an independent reading
 of each raw file, and the three profilers agree per step and per call where their raw
 per-call times agree."""
 from __future__ import annotations

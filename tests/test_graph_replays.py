@@ -1,6 +1,6 @@
 """CUDA-graph replays attributed to the scopes where their kernels were captured (issue 24).
 
-The H100 captures tests/data/graph-*-1gpu-{torch,nsys} (benchmarks/graph_scopes.py: 4 layers
+The H100 captures tests/data/graph-*-1gpu-{torch,nsys} (benchmarks/graph_scopes.py, in git at da8b67c: 4 layers
 captured into one graph inside regions layer0..layer3, replayed once in each of 5 steps, each
 step also running the layers eagerly) against a walk of the raw file written here: json/gzip
 for Kineto, sqlite3 for nsys, with no tracelab code.

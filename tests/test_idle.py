@@ -387,7 +387,7 @@ def test_a_trace_without_steps_is_one_window(results) -> None:
 
 @pytest.mark.parametrize("capture", ["idle-sync-1gpu-torch", "idle-sync-1gpu-nsys"])
 def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
-    """benchmarks/idle_causes.py on an H100: per step `syncs` x (.item(), then host_ms of sleep).
+    """benchmarks/idle_causes.py (in git at da8b67c) on an H100: per step `syncs` x (.item(), then host_ms of sleep).
     The host's sleeps are idle_host_ns (at least syncs x host_ms a step); the synchronising
     calls' return is idle_sync_ns, non-zero under both profilers."""
     import json as _json

@@ -437,7 +437,7 @@ def test_report_run_table_median_step_and_no_exponents(tmp_path):
 
 def test_profiler_cost_against_a_sweep_under_none():
     """A run under none that swept --ddp flat,bucketed is the baseline of a profiled --ddp flat run,
-    on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh had "-" there); a sweep
+    on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh, in git at da8b67c, had "-" there); a sweep
     without that config is none."""
     from tracelab.reports.results.runs import cost_of
     profiled = _run_json(DATA / "train-2gpu-torch")
