@@ -14,7 +14,7 @@ from __future__ import annotations
 SUBPACKAGES = ("parsers", "reports", "workloads")
 
 # What `import tracelab` offers, imported on first use (PEP 562): the command line and each
-# worker process start without pandas until they need it (benchmarks/RESULTS.md, imports).
+# worker process start without pandas until they need it (benchmarks/bench_stages.py measures the imports).
 _LAZY = {"TracelabError": "errors", "detect": "loading", "events": "loading", "load": "loading",
          "load_many": "loading",
          "COLUMNS": "schema", "Profile": "schema", "validate": "schema"}
