@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts (benchmarks/gpu_decode.sh, gpu_decode_tp.sh) from the checkout's
+# Sourced by the GPU scripts (benchmarks/gpu_final.sh) from the checkout's
 # root, with W set: installs the carried wheels (.whl) and this checkout into /tmp/site, points
 # at the carried nsys libraries (.device-lib), prints the versions, and moves to $W, away from the
 # checkout, whose ./tracelab would shadow the installed package. REPO is the checkout.

@@ -1,4 +1,4 @@
-# Sourced by the GPU capture scripts (gpu_round1.sh, gpu_round2_graphs.sh) after device_prelude.sh,
+# Sourced by the GPU scripts (gpu_final.sh) after device_prelude.sh,
 # with START (date +%s) and BUDGET_S set: the time spent, the budget check, and nsys_cap.
 elapsed() { echo $(( $(date +%s) - START )); }
 budget() { if (( $(elapsed) > BUDGET_S - $1 )); then echo "SKIPPED (budget): $2"; return 1; fi; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """HolisticTraceAnalysis' nearest equivalent of `tracelab report DIR`, for the side-by-side
-measurement of issue 13 (benchmarks/RESULTS.md, "A thousand ranks"). Run it with the Python
-of a venv that has HolisticTraceAnalysis 0.5.0 (it needs pandas < 3), never ours:
+measurement (benchmarks/bench_hta_ranks.py; benchmarks/RESULTS.md, "the many-rank report").
+Run it with the Python of a venv that has HolisticTraceAnalysis 0.5.0 (it needs pandas < 3),
+never ours:
 
     /path/to/hta-venv/bin/python benchmarks/hta_report.py DIR
 

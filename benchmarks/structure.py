@@ -1,6 +1,5 @@
-"""Structure figures of issue 31 (benchmarks/structure.md): imports among reports/ modules,
-cli.py's lines, the files a --step value crosses, and (second half) where the statistics
-live, the constants defined more than once, and the duration formatters. Run from the
+"""Structure figures: imports among reports/ modules, cli.py's lines, the files a --step
+value crosses, and (second half) where the statistics live, the constants defined more than once, and the duration formatters. Run from the
 checkout's root, or name another checkout to measure it (its reports/ and tracelab/):
     python benchmarks/structure.py [CHECKOUT]
 """

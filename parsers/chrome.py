@@ -88,7 +88,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     trace, (gpu, gpu_ranges, launches, cpu_ranges, ops, instants) = read_events(path, data, [
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
-    # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (issue 32)
+    # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (Profile.memory)
     unread = [] if gpu.cat else unread_notes(data)  # a trace without GPU rows may hold other device activity
     del data  # the picked columns hold what is needed of the file's bytes and events
     check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
@@ -100,7 +100,8 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         external = _external_ids(gpu, launch, graphs.scope_launch, launches)
         op_of_row = op_rows(columns["kind"], external, ops)  # the operator that launched each row, -1 for none
         columns.update(_work(columns, gpu, ops, op_of_row, np.where(replay, launch, -1)))
-        odd = odd_gemms(gpu.name, columns["dur_ns"], op_of_row, ops)  # issue 28: pad them
+        # GEMMs of an odd N or K run slower: the fix finding names them and says pad them
+        odd = odd_gemms(gpu.name, columns["dur_ns"], op_of_row, ops)
         columns["scope"] = _scopes(columns, graphs.scope_launch, launches, cpu_ranges, gpu_ranges, step_re)
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
@@ -115,7 +116,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     meta["notes"] = (graphs.notes if gpu.cat else unread) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
     meta["graph_capture_calls"] = graphs.captured_calls if gpu.cat else 0  # reports/fixes/host.py reads it
-    host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing (issue 21)
+    host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing: the idle causes
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
     return Profile(_frame(columns, meta["rank"]), meta, host=host, memory=memory)
 

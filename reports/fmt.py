@@ -1,4 +1,4 @@
-"""One formatter for the quantities renderers print (issue 31): durations, sizes, rates and
+"""One formatter for the quantities renderers print, so each prints the same way everywhere: durations, sizes, rates and
 counts. Sentences take the value with its unit (`ms`, `us`, `duration`); table cells take the
 number alone, the unit in the column's header, and "-" where there is none (`ms_cell`,
 `us_cell`). Analyses return numbers; only renderers call these.

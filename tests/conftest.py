@@ -1,28 +1,11 @@
+"""Fixtures for every test module; what modules share besides fixtures is in helpers.py."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data"
-PUBLIC_TRACES = DATA / "public"  # the few public traces a plain clone's tests need
-SHARED_TRACES = ROOT.parent / "shared" / "traces"  # the full collection, beside the checkout in CI
-REQUIRE_SHARED = "TRACELAB_REQUIRE_SHARED"  # set (CI's full run): a missing trace fails instead of skipping
-
-
-def shared_trace(relpath: str) -> Path:
-    """A public trace by its path under shared/traces (e.g. "hta/cpu_only/rank-34...json.gz"):
-    the copy in tests/data/public, else ../shared/traces. When neither holds it (a plain clone
-    has no ../shared) the calling test skips, naming the file. Call it inside a test."""
-    for root in (PUBLIC_TRACES, SHARED_TRACES):
-        if (root / relpath).exists():
-            return root / relpath
-    reason = f"{relpath} is neither in tests/data/public nor in {SHARED_TRACES}"
-    if os.environ.get(REQUIRE_SHARED):
-        pytest.fail(f"{reason} ({REQUIRE_SHARED} is set)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -53,27 +36,13 @@ def _one_process(request, monkeypatch) -> None:
     monkeypatch.setattr(loading, "_parse_all", lambda files, workers, *rest: parse_all(files, workers or 1, *rest))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _click_command_built_once():
-    """typer builds the click command of an app on every call, from every command's signature
-    (~14 ms: inspect evaluates each Annotated hint); the in-process CLI tests (~570 calls:
-    malformed.run_cli, CliRunner) build each app's once. The app is fixed at import, so the
-    command built is the same; what a command does is still looked up when it runs."""
-    import typer.main
-    import typer.testing
-
-    build, built = typer.main.get_command, {}
-
-    def once(app):
-        if app not in built:
-            built[app] = build(app)
-        return built[app]
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(typer.main, "get_command", once)
-    patch.setattr(typer.testing, "_get_command", once)
-    yield
-    patch.undo()
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The headless browser the HTML tests open reports in; the test skips, saying so, without one."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    return found
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

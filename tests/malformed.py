@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable
+
+from helpers import run_cli, run_cli_output  # noqa: F401  (malformed cases run through them: m.run_cli)
 
 DATA = Path(__file__).resolve().parent / "data"
 KINETO = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
@@ -130,30 +131,3 @@ def with_bytes(maker: Callable[[Path], Path], edit: Callable[[bytes], bytes]) ->
         path.write_bytes(edit(path.read_bytes()))
         return path
     return make
-
-
-def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
-    """`tracelab ARGS` in this process (the CLI's own entry point): exit status, stderr lines."""
-    status, _, err = run_cli_output(capsys, *args)
-    return status, err.splitlines()
-
-
-def run_cli_output(capsys, *args: str) -> tuple[int, str, str]:
-    """`tracelab ARGS` in this process: exit status, stdout, stderr."""
-    import sys
-
-    from tracelab import cli
-
-    argv, sys.argv = sys.argv, ["tracelab", *args]
-    environ = dict(os.environ)  # --step and --scheduler reach the parsers through it
-    try:
-        cli.main()
-        status = 0
-    except SystemExit as done:
-        status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    finally:
-        sys.argv = argv
-        os.environ.clear()
-        os.environ.update(environ)
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err

@@ -12,7 +12,7 @@ import pytest
 
 from tracelab.reports.idle.idle import HOST_BOUND_SHARE, host_needs_host_idle
 
-from conftest import DATA, shared_trace
+from helpers import DATA, shared_trace
 
 
 def _rows(**over) -> pd.DataFrame:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
-from malformed import run_cli_output
+from helpers import shared_trace
+from helpers import run_cli_output
 
 import tracelab
 from tracelab.classify import canonical

@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 import malformed as m
 import tracelab

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 import tracelab
 from tracelab import classify

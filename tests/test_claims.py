@@ -16,7 +16,7 @@ import pytest
 from tracelab import devices
 from tracelab.inputs import findings_of, load_groups
 
-from conftest import DATA, SHARED_TRACES
+from helpers import DATA, SHARED_TRACES
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 FAST = ["ddp-2gpu-late-torch", "ddp-2gpu-alternating-torch", "allreduce-2gpu-torch", "gloo-2cpu-late",

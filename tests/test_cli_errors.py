@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 GOOD_KINETO = "hta/trace_filter/sampled_rank-0.json.gz"
 
@@ -101,7 +101,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path):
 
 
 def test_two_files_claiming_one_rank(tmp_path, capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     src = shared_trace(GOOD_KINETO)  # distributedInfo says rank 0
     a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"

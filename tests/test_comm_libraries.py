@@ -12,7 +12,7 @@ import pytest
 
 from tracelab.classify import canonical, classify_one
 
-from conftest import DATA
+from helpers import DATA
 
 TRACE = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
 RENAMED = {"void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)": "deep_ep::dispatch",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -23,11 +23,11 @@ from tracelab.cli import app
 from tracelab.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
-from malformed import run_cli_output
-from conftest import DATA
+from helpers import run_cli_output
+from helpers import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-# public traces, by their path under shared/traces (conftest.shared_trace finds them)
+# public traces, by their path under shared/traces (helpers.shared_trace finds them)
 SAMPLED = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"]
 NSYS_BEFORE_AFTER = ["nsys-ai/mfu_2gpu_before.sqlite", "nsys-ai/mfu_2gpu_after.sqlite"]
 PROTON_CUDA = "proton/cuda.json"

@@ -15,7 +15,7 @@ from tracelab.cli import app
 from tracelab.dataset import export
 from tracelab.errors import TraceFormatError
 
-from malformed import run_cli
+from helpers import run_cli
 
 pytest.importorskip("pyarrow")
 DATA = Path(__file__).resolve().parent / "data"

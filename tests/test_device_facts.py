@@ -13,7 +13,7 @@ import pytest
 from tracelab import cli, devices
 from tracelab.reports import fmt
 
-from conftest import DATA
+from helpers import DATA
 
 TRACE = DATA / "train-1gpu-steps-torch" / "rank0.pt.trace.json.gz"
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)

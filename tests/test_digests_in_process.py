@@ -14,7 +14,7 @@ from tracelab.inputs import label_inputs, load_groups
 from tracelab.loading import expand, load_many
 from tracelab.reports.session import RANK_DIGESTS
 
-from conftest import DATA
+from helpers import DATA
 
 FOLDERS = ["idle-1gpu-small-torch", "ddp-2gpu-late-torch", "graph-1gpu-torch", "train-1gpu-steps-nsys"]
 

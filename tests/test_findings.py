@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from tracelab.cli import app
 from tracelab.inputs import findings_of, load_groups, write_report
 from tracelab.reports.findings import findings as F
-from test_html import chromium  # noqa: F401  (the fixture)
 
 DATA = Path(__file__).parent / "data"
 LATE = DATA / "ddp-2gpu-late-torch"
@@ -211,7 +210,7 @@ def test_json_output_stays_json():
 def test_findings_on_top_linked_and_rendered_in_chromium(paths, command, chromium, tmp_path):
     """In headless Chromium: the findings come first, each links to a section that exists, every
     plot renders, no console message, no request; and they are the terminal's sentences."""
-    from test_html import ARTIFACTS, check_rendered, open_page
+    from helpers import ARTIFACTS, check_rendered, open_page
 
     out = write_report([str(p) for p in paths], tmp_path / "r.html")
     dom = check_rendered(chromium, out)["dom"]

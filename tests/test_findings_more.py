@@ -9,8 +9,8 @@ import pytest
 
 from tracelab.inputs import findings_of, load_groups
 
-from conftest import DATA
-from malformed import run_cli_output
+from helpers import DATA
+from helpers import run_cli_output
 
 
 def _found(folder: str, sources=None) -> list:

@@ -12,7 +12,7 @@ from tracelab.classify import classify_one
 from tracelab.inputs import findings_of, load_groups
 from tracelab.reports.findings import findings_runs
 
-from conftest import DATA
+from helpers import DATA
 
 
 def _found(paths, sources=None):
@@ -72,7 +72,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
 
 
 def test_cpu_operator_total_says_it_sums_threads(capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
     from tracelab.loading import load
     ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
     threads, span = ev["stream"].nunique(), (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min()

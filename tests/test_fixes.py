@@ -12,7 +12,7 @@ import pytest
 from tracelab.inputs import findings_of, load_groups
 from tracelab.reports import fmt
 
-from conftest import DATA, shared_trace
+from helpers import DATA, shared_trace
 
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
 GEMV = re.compile(r"gemv", re.IGNORECASE)
@@ -186,7 +186,7 @@ def _short_kernels(path) -> tuple[int, int]:
 
 
 def test_host_bound_short_kernels_name_cuda_graphs(capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
     folder = DATA / "idle-1gpu-small-torch"
     found = _by_fix(_found(folder), "reduce-overhead")
     assert len(found) == 1

@@ -1,5 +1,5 @@
 """One training job on one H100 under proton, torch and nsys (tests/data/train-1gpu-steps-*,
-made by benchmarks/gpu_steps.sh): per-step kernel counts and ns equal an independent reading
+made by benchmarks/gpu_steps.sh, in git at da8b67c): per-step kernel counts and ns equal an independent reading
 of each raw file, and the three profilers agree per step and per call where their raw
 per-call times agree."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_steps import _kineto_steps, _per_step
+from helpers import kineto_steps, per_step
 
 import tracelab
 
@@ -45,15 +45,15 @@ def _kernels(source: str):
 
 def test_torch_steps_equal_a_plain_walk() -> None:
     path = TRAIN["torch"] / "rank0.pt.trace.json.gz"
-    want = _kineto_steps(path, r"step (\d+)")  # kernels, copies and sets
+    want = kineto_steps(path, r"step (\d+)")  # kernels, copies and sets
     assert sorted(want) == list(range(STEPS))
-    assert _per_step(tracelab.load(path).events) == want
+    assert per_step(tracelab.load(path).events) == want
 
 
 def test_nsys_steps_equal_sql() -> None:
     want = _nsys_steps_by_text(TRAIN["nsys"] / "rank0.sqlite")
     assert sorted(want) == list(range(STEPS))
-    assert _per_step(_kernels("nsys")) == want
+    assert per_step(_kernels("nsys")) == want
 
 
 def _proton_total() -> tuple[int, int]:
@@ -72,7 +72,7 @@ def _proton_total() -> tuple[int, int]:
 
 
 def test_profilers_agree_per_step_and_per_call() -> None:
-    torch_steps, nsys_steps = _per_step(_kernels("torch")), _per_step(_kernels("nsys"))
+    torch_steps, nsys_steps = per_step(_kernels("torch")), per_step(_kernels("nsys"))
     proton_count, proton_ns = _proton_total()
     for step in range(STEPS):
         (n_torch, ns_torch), (n_nsys, ns_nsys) = torch_steps[step], nsys_steps[step]

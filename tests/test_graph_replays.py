@@ -1,6 +1,6 @@
 """CUDA-graph replays attributed to the scopes where their kernels were captured (issue 24).
 
-The H100 captures tests/data/graph-*-1gpu-{torch,nsys} (benchmarks/graph_scopes.py: 4 layers
+The H100 captures tests/data/graph-*-1gpu-{torch,nsys} (benchmarks/graph_scopes.py, in git at da8b67c: 4 layers
 captured into one graph inside regions layer0..layer3, replayed once in each of 5 steps, each
 step also running the layers eagerly) against a walk of the raw file written here: json/gzip
 for Kineto, sqlite3 for nsys, with no tracelab code.
@@ -142,7 +142,7 @@ def test_kineto_replay_on_two_streams_is_flagged(tmp_path):
 
 
 def test_cli_prints_the_note_after_the_output(capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     status, out, err = run_cli_output(capsys, "breakdown", str(DATA / "graph-outside-1gpu-torch"), "--by", "scope")
     assert status == 0 and "(no scope)" in out
@@ -271,7 +271,7 @@ def test_a_trace_that_is_mostly_capturing_graphs_is_not_told_to_use_them(tmp_pat
     """graph-1gpu-torch captures a 24-node graph once and launches 162 kernels one by one: it is told to
     use CUDA graphs. The same trace with 200 more launch calls inside its capture (as vLLM's graph-capture
     traces are: 349 calls captured, 7 kernels run) is not; a note says its figures include capturing."""
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     path = DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))

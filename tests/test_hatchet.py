@@ -8,14 +8,14 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 import tracelab
 from tracelab.errors import TraceFormatError
 from tracelab.parsers import hatchet
 
 DATA = Path(__file__).resolve().parent / "data"
-# Triton's proton-viewer examples (public, found by conftest.shared_trace) and our legacy conversion
+# Triton's proton-viewer examples (public, found by helpers.shared_trace) and our legacy conversion
 FILES = [f"proton/{name}" for name in ("cuda.json", "frame.json", "hip.json", "triton.json")] + \
     sorted((DATA / "proton-legacy").glob("*.hatchet"))
 

@@ -11,15 +11,13 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import ARTIFACTS, check_rendered, open_page, shared_trace
 
 from tracelab.errors import OutputError, UsageError
 from tracelab.inputs import write, write_report
@@ -27,61 +25,9 @@ from tracelab.reports.html import html
 from tracelab.reports.session import Input
 from tracelab.schema import coerce
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = Path(os.environ.get("TRACELAB_TEST_ARTIFACTS", ROOT / "test-artifacts"))
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 XSS = "<img src=x onerror=alert(1)>"
 XSS_MARK = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
 XSS_SCOPE = "</script><script>document.body.setAttribute('data-pwned','2')</script><!--"
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    return found
-
-
-def open_page(chromium: str, page: Path, screenshot: Path | None = None) -> dict:
-    """Load the page headless; return its DOM after scripts ran, the console messages and
-    the URLs the page (not the browser's own background services) asked the network for."""
-    with tempfile.TemporaryDirectory() as tmp:
-        net_log = Path(tmp) / "net.json"
-        args = [chromium, *FLAGS, f"--user-data-dir={tmp}/profile", "--enable-logging=stderr", "--v=0",
-                "--virtual-time-budget=20000", f"--log-net-log={net_log}"]
-        args += [f"--screenshot={screenshot}", "--window-size=1400,3000"] if screenshot else ["--dump-dom"]
-        proc = subprocess.run([*args, page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
-        requests = _page_requests(net_log)
-    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
-    return {"dom": proc.stdout, "console": console, "requests": requests, "rc": proc.returncode}
-
-
-def _page_requests(net_log: Path) -> list[str]:
-    """URL requests started for a page: Chromium's own (update checks, ...) have no origin."""
-    log = json.loads(net_log.read_text())
-    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    return [e["params"]["url"] for e in log["events"]
-            if e["type"] == start and e.get("params", {}).get("initiator", "not an origin") != "not an origin"]
-
-
-def plots_in(dom: str) -> tuple[int, int]:
-    """(plots the report says it rendered, plot divs that hold a plotly SVG)."""
-    said = re.search(r'data-plots="(\d+)"', dom)
-    drawn = len(re.findall(r'<div class="plot js-plotly-plot" id="fig\d+"', dom))
-    return (int(said.group(1)) if said else -1), drawn
-
-
-def check_rendered(chromium: str, page: Path) -> dict:
-    got = open_page(chromium, page)
-    expected = page.read_text().count('<div class="plot" id="fig')
-    assert got["rc"] == 0
-    assert got["console"] == [], got["console"]
-    assert got["requests"] == [], got["requests"]
-    assert expected > 0 and plots_in(got["dom"]) == (expected, expected)
-    assert got["dom"].count('class="main-svg"') >= expected
-    return got
 
 
 @pytest.mark.slow
@@ -187,7 +133,7 @@ def test_script_json_escapes():
 
 
 def test_existing_output_needs_force(tmp_path, capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     out = tmp_path / "report.html"
     out.write_text("old")

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tracelab
+from helpers import strict_json
 from tracelab import cache, classify, schema
 from tracelab.cli import app
 from tracelab.errors import TraceFormatError
@@ -263,16 +264,10 @@ def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, c
 # ---- the command: strict JSON, proton, broken inputs ---------------------------------------------
 
 
-def _strict(text: str):
-    def refuse(name):
-        raise ValueError(f"not strict JSON: {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
 def test_json_is_strict_and_steps_json_carries_the_idle_columns() -> None:
     result = CliRunner().invoke(app, ["idle", str(DATA / "idle-1gpu-small-nsys"), "--format", "json", "--top", "3"])
     assert result.exit_code == 0, result.output
-    doc = _strict(result.stdout)
+    doc = strict_json(result.stdout)
     assert len(doc["steps"]) == 4 and len(doc["host_ops"]) == 3 and doc["launches"][0]["kernels_per_step"] == 297
     steps = CliRunner().invoke(app, ["steps", str(DATA / "idle-1gpu-small-nsys"), "--format", "json"])
     rows = json.loads(steps.stdout)["steps"]  # its clock line's NaN is issue 22's
@@ -284,7 +279,7 @@ def test_json_is_strict_and_steps_json_carries_the_idle_columns() -> None:
 
 def test_proton_says_it_records_no_launches_in_one_line() -> None:
     result = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), "--format", "json"])
-    doc = _strict(result.stdout)
+    doc = strict_json(result.stdout)
     assert result.exit_code == 0 and doc["steps"] == [] and doc["launches"] == []
     assert doc["notes"] == ["rank 0: no idle breakdown: proton records no launches and no timestamps"]
     table = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), str(DATA / "idle-1gpu-small-torch")])
@@ -345,7 +340,7 @@ def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp
     from tracelab.dataset import export
 
     export([str(_trace("small", "nsys"))], tmp_path / "ds")
-    doc = _strict(CliRunner().invoke(app, ["idle", str(tmp_path / "ds"), "--format", "json"]).stdout)
+    doc = strict_json(CliRunner().invoke(app, ["idle", str(tmp_path / "ds"), "--format", "json"]).stdout)
     direct = results["small", "nsys"].steps
     host_and_sync = direct["idle_host_ns"] + direct["idle_sync_ns"]
     assert [r["idle_host_ns"] for r in doc["steps"]] == host_and_sync.tolist() and doc["host_ops"] == []
@@ -354,7 +349,7 @@ def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp
 
 
 def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
-    doc = _strict(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
+    doc = strict_json(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
     assert doc["steps"] == [] and all("no GPU kernel, memcpy or memset" in n for n in doc["notes"])
 
 
@@ -373,7 +368,7 @@ def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
     console = Console(width=200, record=True)
     console.print(IDLE_RENDERERS["table"](result, 3))
     assert "medians over the ranks" in console.export_text()
-    assert _strict(IDLE_RENDERERS["json"](result, 3))["steps"][0]["bound"] in I.BOUNDS
+    assert strict_json(IDLE_RENDERERS["json"](result, 3))["steps"][0]["bound"] in I.BOUNDS
     assert IDLE_RENDERERS["csv"](result, 3).count("\n") == 18
 
 
@@ -387,12 +382,12 @@ def test_a_trace_without_steps_is_one_window(results) -> None:
     assert sum(row[c] for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
     steps = results["small", "nsys"].steps  # the steps' idle lies inside the whole trace's
     assert row["idle_ns"] > steps["idle_ns"].sum() and row["busy_ns"] == steps["busy_ns"].sum()
-    assert _strict(idle_json(result))["steps"][0]["step"] is None
+    assert strict_json(idle_json(result))["steps"][0]["step"] is None
 
 
 @pytest.mark.parametrize("capture", ["idle-sync-1gpu-torch", "idle-sync-1gpu-nsys"])
 def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
-    """benchmarks/idle_causes.py on an H100: per step `syncs` x (.item(), then host_ms of sleep).
+    """benchmarks/idle_causes.py (in git at da8b67c) on an H100: per step `syncs` x (.item(), then host_ms of sleep).
     The host's sleeps are idle_host_ns (at least syncs x host_ms a step); the synchronising
     calls' return is idle_sync_ns, non-zero under both profilers."""
     import json as _json
@@ -463,8 +458,8 @@ def test_a_step_range_that_holds_no_launch_is_not_called_absent(capsys):
     """HTA's triton_example has a ProfilerStep#1 range (read from the file) on a thread other than the
     one that launched its one kernel: 'no range matches the step pattern' was false; it says the
     ranges hold no GPU work's launch. decode-1gpu-torch, with no step range, keeps the old reason."""
-    from conftest import shared_trace
-    from malformed import run_cli_output
+    from helpers import shared_trace
+    from helpers import run_cli_output
     path = shared_trace("hta/triton_example/triton_example.json.gz")
     with gzip.open(path, "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]

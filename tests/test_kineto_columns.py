@@ -15,7 +15,7 @@ from tracelab.parsers import _kineto_json as K
 from tracelab.parsers import chrome
 from tracelab.parsers._kineto import to_ints
 
-from conftest import DATA
+from helpers import DATA
 
 SHAPED = DATA / "train-small-1gpu-torch" / "rank0.pt.trace.json.gz"  # record_shapes=True
 

@@ -20,7 +20,7 @@ from tracelab.parsers import _kineto_json as K
 from tracelab.parsers import _kineto_union
 from tracelab.parsers import chrome
 
-from conftest import DATA, shared_trace
+from helpers import DATA, shared_trace
 
 OWN_TRACES = sorted(DATA.glob("*-torch/rank*.pt.trace.json.gz")) + sorted(DATA.glob("gloo-2cpu-*/rank*.json.gz"))
 PUBLIC = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",

@@ -41,8 +41,8 @@ def test_many_steps_keep_the_slowest_in_step_order():
 
 
 def _memory(steps: int) -> across.Memory:
-    from test_memory import _digest, _steps
-    digests = {r: _digest(_steps(r, (r + 1) * 2**20, calls=(0,) * steps)) for r in range(2)}
+    from helpers import memory_digest, memory_steps
+    digests = {r: memory_digest(memory_steps(r, (r + 1) * 2**20, calls=(0,) * steps)) for r in range(2)}
     for r, d in digests.items():
         d.steps["peak_allocated_bytes"] = [(r + 1) * 2**20 + 4096 * s for s in range(steps)]  # later steps higher
     return across.combine([("run", digests)])

@@ -23,7 +23,7 @@ from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
-from malformed import run_cli, run_cli_output
+from helpers import memory_digest, memory_steps, run_cli, run_cli_output
 
 DATA = Path(__file__).parent / "data"
 IMBALANCED = DATA / "train-2cpu-memory-torch"
@@ -299,31 +299,19 @@ def test_broken_snapshots_are_one_line(tmp_path, capsys, doc, says):
 
 # ---- the rules on hand-made digests ---------------------------------------------------------------
 
-def _steps(rank: int, peak: int, reserved: int | None = None, calls: tuple[int, ...] = (0, 0)) -> pd.DataFrame:
-    return pd.DataFrame([{"rank": rank, "step": s, "device": 0, "allocated_start_bytes": 0, "allocated_end_bytes": 0,
-                          "peak_allocated_bytes": peak, "peak_at_ns": 0, "peak_during": "", "reserved_bytes": reserved,
-                          "held_back_bytes": None, "alloc_calls": c, "alloc_ns": 1000 * c, "alloc_sync_calls": 0}
-                         for s, c in enumerate(calls)])
-
-
-def _digest(steps: pd.DataFrame) -> analysis.RankMemory:
-    empty = pd.DataFrame({c: [] for c in analysis.TOP_COLUMNS})
-    return analysis.RankMemory(-1, steps, empty, pd.DataFrame(), pd.DataFrame())
-
-
 @pytest.mark.parametrize("peaks, flagged", [((100, 100, 111), [2]), ((100, 100, 110), []), ((100, 130), [1]),
                                             ((100,), [])])
 def test_imbalance_rule(peaks, flagged):  # peaks in MiB: past the 8 MiB floor
-    m = across.combine([("run", {r: _digest(_steps(r, p * 2**20)) for r, p in enumerate(peaks)})])
+    m = across.combine([("run", {r: memory_digest(memory_steps(r, p * 2**20)) for r, p in enumerate(peaks)})])
     assert [f[2]["rank"] for f in m.found] == flagged
 
 
 def test_fragmentation_and_allocator_rules():
     mib = 2**20
-    m = across.combine([("run", {0: _digest(_steps(0, 100 * mib, reserved=121 * mib)),
-                                 1: _digest(_steps(1, 100 * mib, reserved=120 * mib))})])
+    m = across.combine([("run", {0: memory_digest(memory_steps(0, 100 * mib, reserved=121 * mib)),
+                                 1: memory_digest(memory_steps(1, 100 * mib, reserved=120 * mib))})])
     assert [f[2]["rank"] for f in m.found] == [0] and "expandable_segments:True" in m.found[0][0]
-    m = across.combine([("run", {0: _digest(_steps(0, 100, calls=(5, 0, 0))), 1: _digest(_steps(1, 100, calls=(5, 2, 0)))})])
+    m = across.combine([("run", {0: memory_digest(memory_steps(0, 100, calls=(5, 0, 0))), 1: memory_digest(memory_steps(1, 100, calls=(5, 2, 0)))})])
     assert [(f[2]["rank"], f[2]["alloc_calls"], f[1]) for f in m.found] == [(1, 2, 2000)]
 
 
@@ -365,7 +353,7 @@ def test_a_few_allocator_blocks_are_no_finding():
 def test_no_memory_events_prints_the_note_not_empty_tables(capsys):
     """HTA's sampled rank has no [memory] event (counted in the raw JSON): three empty tables stood
     above the note saying so; the note alone is printed."""
-    from conftest import shared_trace
+    from helpers import shared_trace
     path = shared_trace("hta/trace_filter/sampled_rank-0.json.gz")
     with gzip.open(path, "rt") as f:
         assert not [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_html import check_rendered, chromium  # noqa: F401 (the fixture)
+from helpers import check_rendered
 from typer.testing import CliRunner
 
 from tracelab.cli import app

@@ -13,7 +13,7 @@ from tracelab.loading import load_many
 from tracelab.reports.memory.live import BEFORE_TRACE, GROUPS, live_tops
 from tracelab.reports.memory.memory import AllocatorCalls, is_allocator, rank_memory
 
-from conftest import DATA
+from helpers import DATA
 
 
 def _reference(mem: pd.DataFrame, at: int, allocated_bytes: float, top: int | None) -> pd.DataFrame:

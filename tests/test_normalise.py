@@ -12,7 +12,7 @@ from tracelab.reports.stats import noise
 from tracelab.reports.compare.compare import compare
 from tracelab.reports.session import Input
 
-from conftest import shared_trace
+from helpers import shared_trace
 
 
 @pytest.mark.parametrize("top, second, sigma_top, sigma_second, expected", [

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 import tracelab
 from tracelab import classify
@@ -17,7 +17,7 @@ from tracelab.errors import RankError, TraceFormatError
 from tracelab.parsers import nsys
 
 DATA = Path(__file__).resolve().parent / "data"
-# nsys-ai's public exports by name (conftest.shared_trace: CI has them) and our own captures
+# nsys-ai's public exports by name (helpers.shared_trace: CI has them) and our own captures
 PUBLIC = [f"nsys-ai/{name}.sqlite" for name in ("h100_2gpu_1s", "mfu_2gpu_after", "mfu_2gpu_before", "mock")]
 FILES = PUBLIC + sorted(DATA.glob("*-nsys/*.sqlite"))
 PID = "((globalPid >> 24) & 16777215)"

@@ -1,9 +1,11 @@
-"""The subpackages (parsers/, reports/, workloads/ at the checkout's top) import as tracelab.* through
-pyproject's package-dir mapping only: an editable install's finder from the checkout root, a built
-copy from anywhere else; tracelab/__init__.py touches no import path."""
+"""The subpackages (parsers/, reports/, workloads/ at the checkout's top) import as tracelab.*: a build
+maps them in through pyproject's package-dir, and the checkout's tracelab/ holds relative symlinks to
+them, so that from the checkout's root (./tracelab first on sys.path) the package is whole after
+`pip install .` as after `pip install -e .`; tracelab/__init__.py touches no import path."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +32,24 @@ def test_subpackages_import_from_the_checkout_root_through_the_editable_install(
     done = _python(IMPORTS + "; print(tracelab.reports.__file__, tracelab.__file__)", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     reports_file, core_file = done.stdout.split()
-    assert Path(reports_file) == ROOT / "reports" / "__init__.py" and Path(core_file) == ROOT / "tracelab" / "__init__.py"
+    assert Path(reports_file).resolve() == ROOT / "reports" / "__init__.py"
+    assert Path(core_file) == ROOT / "tracelab" / "__init__.py"
+
+
+def test_the_checkouts_tracelab_folder_links_each_subpackage():
+    """Relative links, so that a clone anywhere (and a copy made with its links) stays whole."""
+    for name in tracelab.SUBPACKAGES:
+        link = ROOT / "tracelab" / name
+        assert link.is_symlink() and os.readlink(link) == f"../{name}", link
+        assert link.resolve() == ROOT / name
+
+
+def test_subpackages_import_from_the_checkout_root_without_the_editable_finder():
+    """What a plain `pip install .` leaves a user at the checkout's root: ./tracelab alone."""
+    done = _python(WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; import tracelab.reports.session; "
+                   "print(tracelab.reports.session.__file__)", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == ROOT / "tracelab" / "reports" / "session.py"
 
 
 def test_the_package_juggles_no_import_path():
@@ -48,30 +67,61 @@ def test_subpackages_are_pyprojects_package_dirs():
     assert {name.removeprefix("tracelab.") for name in mapped if name != "tracelab"} == set(tracelab.SUBPACKAGES)
 
 
-@pytest.mark.slow
-def test_built_package_imports_from_the_root_and_from_elsewhere(tmp_path):
-    """A real build (pip install --target, no dependencies), imported from a neutral folder without
-    the editable finder: the installed copy, whole; from the checkout root without putting the
-    root first (python -P), the installed copy too."""
-    target, source = tmp_path / "site", tmp_path / "source"  # built from a copy: the build leaves build/ behind
-    source.mkdir()
+def _throwaway_venv(tmp_path: Path) -> Path:
+    """A venv without pip of its own that sees this interpreter's site-packages after its own, as
+    plain path entries: their .pth files (an editable install's finder among them) do not run."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    parents = [p for p in sys.path if p.endswith("site-packages")]
+    Path(purelib, "zz_parent.pth").write_text("\n".join(parents) + "\n")
+    return python
+
+
+def _copy_of_checkout(to: Path) -> Path:
+    """The files a build reads, links kept as links (the build leaves build/ behind in its source)."""
+    to.mkdir()
     for name in ("pyproject.toml", "README.md", "tracelab", *tracelab.SUBPACKAGES):
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(ROOT / name, to / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy(ROOT / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
+            shutil.copy(ROOT / name, to / name)
+    return to
+
+
+def _sources() -> set[str]:
+    """Every module's path as a wheel places it: tracelab/<file>, tracelab/<subpackage>/<file>."""
+    out = {f"tracelab/{f.relative_to(ROOT / 'tracelab')}" for f in (ROOT / "tracelab").glob("**/*.py")}
+    for name in tracelab.SUBPACKAGES:
+        out |= {f"tracelab/{name}/{f.relative_to(ROOT / name)}" for f in (ROOT / name).glob("**/*.py")}
+    return out
+
+
+@pytest.mark.slow  # a real build and install: ~4 s
+def test_plain_pip_install_works_from_the_checkout_root_and_from_elsewhere(tmp_path):
+    """`pip install .` (not -e; no dependencies: the venv sees this one's) into a throwaway venv. The
+    installed copy holds every module once (package-dir, not the links, feeds the build); from a
+    neutral folder it is what imports; from the checkout's root ./tracelab imports, and whole."""
+    python = _throwaway_venv(tmp_path)
+    if subprocess.run([python, "-c", "import setuptools.command.bdist_wheel"], capture_output=True).returncode:
+        pytest.skip("no setuptools >= 70.1 here to build a wheel without isolation (the test extra has it)")
+    source = _copy_of_checkout(tmp_path / "source")
+    built = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                            "--no-build-isolation", str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    assert (target / "tracelab" / "reports" / "breakdown" / "breakdown.py").is_file()
-    code = WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; print(tracelab.reports.__file__)"
-    elsewhere = _python(code, cwd=tmp_path, path=[str(target)])
-    assert elsewhere.returncode == 0, elsewhere.stderr
-    assert Path(elsewhere.stdout.strip()) == target / "tracelab" / "reports" / "__init__.py"
-    at_root = subprocess.run([sys.executable, "-P", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); " + code],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert at_root.returncode == 0, at_root.stderr
-    assert Path(at_root.stdout.strip()) == target / "tracelab" / "reports" / "__init__.py"
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(subprocess.run([python, "-c", where], capture_output=True, text=True).stdout.strip())
+    installed = {str(f.relative_to(site)) for f in (site / "tracelab").rglob("*.py")}
+    assert installed == _sources()
+    code = IMPORTS + "; import tracelab.reports.session; print(tracelab.reports.session.__file__)"
+    for cwd, home in ((tmp_path, site / "tracelab"), (ROOT, ROOT / "tracelab")):
+        done = subprocess.run([python, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert Path(done.stdout.strip()) == home / "reports" / "session.py"
+        cli = subprocess.run([python, "-m", "tracelab", "--help"], cwd=cwd, capture_output=True, text=True, timeout=120)
+        assert cli.returncode == 0 and "Usage" in cli.stdout, cli.stderr
 
 
 def _module_names() -> dict[str, Path]:

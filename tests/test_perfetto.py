@@ -26,75 +26,15 @@ from tracelab.reports.html import slices
 from tracelab.reports.session import Input
 from tracelab.schema import coerce
 
-from conftest import shared_trace
+from helpers import format_errors, shared_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 KINETO_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 NSYS_TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
                "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
-PHASES = {"X", "M", "s", "f"}
 
 
 # ---- the Chrome trace event format, checked -------------------------------------------------
-
-
-def format_errors(doc: dict) -> list[str]:
-    """What breaks the Chrome trace event format (JSON object form) as Perfetto reads it:
-    required fields per phase, named processes and threads, complete events nested on each
-    track, every flow id one start and one finish, each inside a slice of its track."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        return ["no traceEvents list"]
-    errors, named, tracks, flows = [], set(), defaultdict(list), defaultdict(list)
-    for n, e in enumerate(doc["traceEvents"]):
-        found = _event_errors(e)
-        errors += [f"event {n}: {m}" for m in found]
-        if found:
-            continue
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
-            named.add((e["name"], e["pid"]) if e["name"] == "process_name" else (e["name"], e["pid"], e["tid"]))
-        elif e.get("ph") == "X":
-            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
-        elif e.get("ph") in ("s", "f"):
-            flows[e.get("id")].append(e)
-    for (pid, tid), spans in tracks.items():
-        if ("process_name", pid) not in named or ("thread_name", pid, tid) not in named:
-            errors.append(f"track {pid}/{tid} has no process or thread name")
-        errors += [f"track {pid}/{tid}: {m}" for m in _nesting_errors(spans)]
-    for fid, ends in flows.items():
-        if sorted(e["ph"] for e in ends) != ["f", "s"]:
-            errors.append(f"flow {fid}: {[e['ph'] for e in ends]}, not one s and one f")
-        errors += [f"flow {fid} at {e['ts']} binds to no slice" for e in ends
-                   if not any(a <= e["ts"] <= b for a, b in tracks.get((e["pid"], e["tid"]), []))]
-    return errors
-
-
-def _event_errors(e: dict) -> list[str]:
-    ph = e.get("ph")
-    if ph not in PHASES:
-        return [f"phase {ph!r}"]
-    need = {"X": ("name", "pid", "tid", "ts", "dur"), "M": ("name", "pid", "args"),
-            "s": ("name", "pid", "tid", "ts", "id"), "f": ("name", "pid", "tid", "ts", "id")}[ph]
-    out = [f"{ph} without {k}" for k in need if k not in e]
-    if out:
-        return out
-    if not isinstance(e["name"], str) or not all(isinstance(e[k], int) for k in ("pid", "tid") if k in e):
-        out.append("name not a string or pid/tid not integers")
-    out += [f"{k}={e[k]!r}" for k in ("ts", "dur") if k in e and not (isinstance(e[k], (int, float)) and e[k] >= 0)]
-    if ph == "f" and e.get("bp") != "e":
-        out.append("a flow finish that does not bind to its enclosing slice")
-    return out
-
-
-def _nesting_errors(spans: list[tuple[float, float]]) -> list[str]:
-    """Complete events of one track must nest: each ends before its parent ends."""
-    open_ends: list[float] = []
-    for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-        while open_ends and open_ends[-1] <= start:
-            open_ends.pop()
-        if open_ends and end > open_ends[-1] + 1e-9:
-            return [f"slice {start}-{end} overlaps its parent ending at {open_ends[-1]}"]
-        open_ends.append(end)
-    return []
 
 
 GOOD = {"traceEvents": [

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import tracelab
+from helpers import strict_json
 from tracelab import provenance
 from tracelab.errors import TraceFormatError
 from tracelab.reports.breakdown.breakdown import breakdown, module_type
@@ -105,7 +106,7 @@ def test_a_broken_map_names_the_file(tmp_path, text):
 
 
 def test_cli_one_line_for_a_broken_map(tmp_path, capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     status, _, err = run_cli_output(capsys, "breakdown", str(_copy(tmp_path, "{")))  # in this process
     assert status == 2 and err.count("\n") == 1 and "provenance" in err
@@ -132,7 +133,7 @@ def test_cli_breakdown_by_module_type_is_strict_json(capsys):
     with pytest.raises(SystemExit) as done:
         cli.app(["breakdown", str(RUN), "--by", "module_type", "--format", "json", "--top", "0"])
     assert done.value.code == 0
-    rows = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    rows = strict_json(capsys.readouterr().out)
     assert "layers.*.attention.wqkv" in json.dumps(rows)
 
 
@@ -154,7 +155,7 @@ def test_gpu_compiled_decode_layers_have_equal_kernels(backend):
     the two layers get the same kernel count, and attributed + unattributed rows are the whole trace."""
     import tracelab
 
-    from conftest import DATA
+    from helpers import DATA
 
     folder = DATA / f"decode-compile-prov-1gpu-{backend}"
     events = tracelab.load_many(folder)[0].events

@@ -17,8 +17,8 @@ from tracelab import provenance
 from tracelab.errors import TraceFormatError
 from tracelab.workloads.provenance import kernel_work
 
-from conftest import DATA, shared_trace
-from malformed import run_cli_output
+from helpers import DATA, shared_trace
+from helpers import run_cli_output
 
 CPU_RUN = DATA / "decode-compile-cpu-torch"  # tiny Llama: dim 128, 16 heads of 8, 8 KV heads, ffn 256, fp32
 

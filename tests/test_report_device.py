@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from conftest import DATA
-from malformed import run_cli_output
+from helpers import DATA
+from helpers import run_cli_output
 
 from tracelab.inputs import load_groups
 

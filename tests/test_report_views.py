@@ -222,7 +222,7 @@ def test_long_run_names_wrap_at_their_parts(tmp_path):
 
 @pytest.mark.slow
 def test_report_links_each_rank_to_the_merged_trace(tmp_path):
-    from test_perfetto import format_errors
+    from helpers import format_errors
 
     text = _report([DATA / "decode-2gpu-torch"], tmp_path, perfetto=True)
     merged = tmp_path / "r.perfetto.json.gz"
@@ -261,7 +261,7 @@ BROWSER_CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BROWSER_CASES))
 def test_report_in_chromium(case, tmp_path):
-    from test_html import ARTIFACTS, check_rendered, open_page
+    from helpers import ARTIFACTS, check_rendered, open_page
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -437,7 +437,7 @@ def test_report_run_table_median_step_and_no_exponents(tmp_path):
 
 def test_profiler_cost_against_a_sweep_under_none():
     """A run under none that swept --ddp flat,bucketed is the baseline of a profiled --ddp flat run,
-    on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh had "-" there); a sweep
+    on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh, in git at da8b67c, had "-" there); a sweep
     without that config is none."""
     from tracelab.reports.results.runs import cost_of
     profiled = _run_json(DATA / "train-2gpu-torch")
@@ -471,7 +471,7 @@ def test_a_cpu_run_has_no_gpus_in_its_run_table():
 
 def test_a_cpu_only_run_is_not_called_gpu(capsys):
     """A CPU run (gloo, torch.profiler, no GPU): its steps are its operators', its device the CPU."""
-    from malformed import run_cli_output
+    from helpers import run_cli_output
     status, out, _ = run_cli_output(capsys, "steps", str(DATA / "train-2cpu-memory-torch"))
     assert status == 0 and "CPU busy" in out and "GPU busy" not in out and "first CPU start" in out
 

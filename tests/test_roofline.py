@@ -16,19 +16,11 @@ from tracelab import devices
 from tracelab.errors import UsageError
 from tracelab.reports.roofline.roofline import roofline, with_scope_work
 
-from conftest import DATA, shared_trace
-from malformed import run_cli_output
-from test_html import chromium  # noqa: F401  (the fixture)
+from helpers import DATA, run_cli_output, shared_trace, strict_json
 
 SHAPES = DATA / "roofline-1gpu-torch"
 EXPECTED = json.loads((SHAPES / "expected.results.json").read_text())["regions"]
 H100 = devices.by_option("H100")
-
-
-def _strict(text: str):
-    def refuse(constant):
-        raise ValueError(f"not strict JSON: {constant}")
-    return json.loads(text, parse_constant=refuse)
 
 
 def _raw_kernels_by_region() -> dict[str, list[float]]:
@@ -209,7 +201,7 @@ def test_a_device_the_table_lacks_is_unknown_never_its_nearest_kin():
 def test_cli_json_is_strict_with_the_device_and_rows(capsys):
     status, out, err = run_cli_output(capsys, "roofline", str(DATA / "roofline-1gpu-nsys"), "--format", "json")
     assert status == 0, err
-    doc = _strict(out)
+    doc = strict_json(out)
     assert doc["device"]["name"] == "H100 SXM" and doc["device"]["source"] == "trace"
     assert {"kernel", "dur_ns", "tflop_s", "gb_s", "intensity", "bound", "roofline_frac", "lost_ns"} <= set(doc["rows"][0])
     assert any(r["flops"] is None for r in doc["rows"])
@@ -217,10 +209,10 @@ def test_cli_json_is_strict_with_the_device_and_rows(capsys):
 
 def test_cli_device_option_and_peaks(capsys):
     status, out, _ = run_cli_output(capsys, "roofline", str(SHAPES), "--format", "json", "--device", "A100")
-    assert status == 0 and _strict(out)["device"]["name"] == "A100 SXM 80GB"
+    assert status == 0 and strict_json(out)["device"]["name"] == "A100 SXM 80GB"
     status, out, _ = run_cli_output(capsys, "roofline", str(SHAPES), "--format", "json",
                                     "--peak-tflops", "100", "--peak-gb-s", "1000")
-    rows = {r["kernel"]: r for r in _strict(out)["rows"]}
+    rows = {r["kernel"]: r for r in strict_json(out)["rows"]}
     gemm = rows["nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"]
     assert gemm["min_ns"] == pytest.approx(gemm["flops"] / 100e3)
 
@@ -235,7 +227,7 @@ def test_cli_bad_options_are_one_line(capsys, args, says):
 def test_cpu_trace_has_no_roof(capsys):
     status, out, err = run_cli_output(capsys, "roofline", str(DATA / "train-cpu-torch"), "--format", "json")
     assert status == 0, err
-    doc = _strict(out)
+    doc = strict_json(out)
     assert doc["device"] is None or doc["device"]["name"] is None
     assert all(r["roofline_frac"] is None for r in doc["rows"])
 
@@ -335,7 +327,7 @@ def test_nsys_flops_from_emit_nvtx_sizes_equal_2mnk():
 def test_roofline_and_idle_sections_render_in_chromium(chromium, tmp_path, capsys):
     """The report of a host-bound H100 train capture: its roofline plot (log axes, the roofs) and
     the idle bars draw in a real headless Chromium with no console error and no request."""
-    from test_html import check_rendered
+    from helpers import check_rendered
 
     out = tmp_path / "report.html"
     status, _, err = run_cli_output(capsys, "report", str(DATA / "idle-1gpu-small-torch"), "-o", str(out))
@@ -388,7 +380,7 @@ def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
     assert status == 0, err
     assert "rank 34: no GPU kernel, memcpy or memset in this trace" in out and "rank -" not in out and "(-%)" not in out
     status, out, err = run_cli_output(capsys, "roofline", str(path), "--format", "json")
-    assert _strict(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
+    assert strict_json(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
 
 
 def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():

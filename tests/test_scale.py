@@ -544,7 +544,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
     real = I.with_events
     monkeypatch.setattr(I, "with_events", lambda inputs, ranks, *a, **k: read.append(ranks) or real(inputs, ranks, *a, **k))
     lean = tmp_path / "lean.json"
-    from malformed import run_cli_output
+    from helpers import run_cli_output
 
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(DATA / folder), "-o", str(lean), *options)
     assert status == 0, err

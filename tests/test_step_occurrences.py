@@ -4,7 +4,6 @@ Kineto and nsys. Checked on copies of real captures whose later token ranges are
 to repeat the first ones' numbers, against the original capture's rows."""
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import sqlite3
@@ -16,25 +15,17 @@ import pytest
 from tracelab.parsers import chrome, nsys
 from tracelab.parsers._steps import occurrences
 
+from helpers import TOKEN_RENAME, renamed_token_copy
+
 DATA = Path(__file__).resolve().parent / "data"
-RENAME = {"token 4": "token 1", "token 5": "token 2"}  # tokens 1..5 -> a second sample's 1, 2
 MOVED = {1: 1, 2: 2, 3: 3, 4: 11, 5: 12}  # largest number 3: a repeat moves by 10
-
-
-def _torch_copy(tmp_path: Path) -> Path:
-    trace = json.loads(gzip.open(DATA / "decode-1gpu-steps-torch/rank0.pt.trace.json.gz").read())
-    for e in trace["traceEvents"]:
-        e["name"] = RENAME.get(e.get("name"), e.get("name"))
-    out = tmp_path / "rank0.pt.trace.json"
-    out.write_text(json.dumps(trace))
-    return out
 
 
 def _nsys_copy(tmp_path: Path) -> Path:
     out = tmp_path / "rank0.sqlite"
     shutil.copy(DATA / "decode-1gpu-steps-nsys/rank0.sqlite", out)
     with sqlite3.connect(out) as con:
-        for old, new in RENAME.items():
+        for old, new in TOKEN_RENAME.items():
             con.execute("UPDATE NVTX_EVENTS SET text = ? WHERE text = ?", (new, old))
     return out
 
@@ -45,7 +36,7 @@ def _steps_by_row(profile) -> list:
 
 
 @pytest.mark.parametrize("read, original, copy", [
-    (chrome.read, DATA / "decode-1gpu-steps-torch/rank0.pt.trace.json.gz", _torch_copy),
+    (chrome.read, DATA / "decode-1gpu-steps-torch/rank0.pt.trace.json.gz", renamed_token_copy),
     (lambda p: nsys.read(p)[0], DATA / "decode-1gpu-steps-nsys/rank0.sqlite", _nsys_copy),
 ])
 def test_a_repeated_step_range_is_a_step_of_its_own(tmp_path, read, original, copy):

@@ -38,8 +38,8 @@ def test_the_period_is_the_next_steps_first_start_minus_this_ones():
 
 
 def test_a_samples_last_step_has_no_period(tmp_path):
-    from tests.test_step_occurrences import _torch_copy  # tokens 1..5 -> 1, 2, 3 and a second sample's 11, 12
-    events = load(_torch_copy(tmp_path)).events
+    from helpers import renamed_token_copy  # tokens 1..5 -> 1, 2, 3 and a second sample's 11, 12
+    events = load(renamed_token_copy(tmp_path)).events
     got = _period(step_table(events))
     first = _first_start_ns(events)
     assert sorted(got) == [1, 2, 3, 11, 12]

@@ -3,16 +3,14 @@ of the Kineto JSON and SQL straight on the nsys export, on real traces (ours in
 tests/data, public ones in ../shared/traces)."""
 from __future__ import annotations
 
-import gzip
 import json
-import re
 import sqlite3
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import kineto_steps, per_step, shared_trace
 
 from tracelab.options import Options
 from tracelab.errors import UsageError
@@ -20,56 +18,11 @@ from tracelab.parsers import chrome, hatchet, nsys
 from tracelab.parsers._steps import assign, compile_pattern, step_of_scope
 
 DATA = Path(__file__).resolve().parent / "data"
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
 def _need(path: Path | str) -> Path:
-    """Ours by path; a public trace by its path under shared/traces (conftest.shared_trace)."""
+    """Ours by path; a public trace by its path under shared/traces (helpers.shared_trace)."""
     return shared_trace(path) if isinstance(path, str) else path
-
-
-def _ns(us) -> int:
-    return round(float(us) * 1000)
-
-
-def _kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
-    """step -> (GPU rows, their summed dur ns): each GPU event's launch call (same
-    correlation), then the step range on any thread of the launch's pid holding its start;
-    a pattern without a number counts its ranges in start order per pid."""
-    events = json.loads(gzip.open(path).read())["traceEvents"]
-    regex = re.compile(pattern, re.IGNORECASE)
-    ranges = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "user_annotation" and regex.fullmatch(e["name"]):
-            ranges[e["pid"]].append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["name"]))
-    numbered = {}
-    for pid, rs in ranges.items():
-        for i, (start, end, name) in enumerate(sorted(rs)):
-            digits = re.findall(r"\d+", name)
-            numbered.setdefault(pid, []).append((start, end, int(digits[0]) if digits else i))
-    launch = {}
-    for e in events:
-        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
-            launch.setdefault(e["args"]["correlation"], e)
-    out = Counter(), Counter()
-    for e in events:
-        if e.get("cat") not in GPU_CATS:
-            continue
-        call = launch.get(e["args"].get("correlation"))
-        if call is None:
-            continue
-        at = _ns(call["ts"])
-        hits = [s for start, end, s in numbered.get(call["pid"], []) if start <= at < end]
-        if hits:
-            out[0][hits[-1]] += 1
-            out[1][hits[-1]] += _ns(e["dur"])
-    return {s: (out[0][s], out[1][s]) for s in out[0]}
-
-
-def _per_step(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    g = events.dropna(subset=["step"]).groupby("step")["dur_ns"].agg(["size", "sum"])
-    return {int(s): (int(n), int(t)) for s, (n, t) in g.iterrows()}
 
 
 KINETO = [
@@ -83,9 +36,9 @@ KINETO = [
 @pytest.mark.parametrize("path, pattern, plain", KINETO, ids=lambda v: getattr(v, "name", v))
 def test_kineto_steps_equal_a_plain_walk(path: Path, pattern: str | None, plain: str) -> None:
     path = _need(path)
-    want = _kineto_steps(path, plain)
+    want = kineto_steps(path, plain)
     assert want and len(want) >= 2
-    assert _per_step(chrome.read(path, Options(step_pattern=pattern)).events) == want
+    assert per_step(chrome.read(path, Options(step_pattern=pattern)).events) == want
 
 
 def _sql(path: Path, query: str) -> list[tuple]:
@@ -121,7 +74,7 @@ def test_nsys_steps_equal_sql(rank: int) -> None:
     kernels = profile.events[profile.events["kind"] == "kernel"]
     want = _nsys_steps(path, "decode_one_token")
     assert len(want) == 5
-    assert _per_step(kernels) == want
+    assert per_step(kernels) == want
 
 
 def test_default_pattern_numbers_steps_and_leaves_them_out_of_scopes() -> None:
@@ -218,12 +171,12 @@ def test_two_step_patterns_in_one_process_do_not_interfere(tmp_path, monkeypatch
     monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cache, "MIN_BYTES", 0)
     named, plain = Options(step_pattern="decode_one_token"), Options()
-    want = {o: _per_step(chrome.read(path, o).events) for o in (named, plain)}
+    want = {o: per_step(chrome.read(path, o).events) for o in (named, plain)}
     assert len(want[named]) == 5 and want[plain] != want[named]
     for _ in range(2):  # the second time from the cache
         for o in (named, plain):
-            assert _per_step(tracelab.load(path, options=o).events) == want[o]
+            assert per_step(tracelab.load(path, options=o).events) == want[o]
     assert cache.key(path, chrome.__file__, named) != cache.key(path, chrome.__file__, plain)
     in_workers = {o: tracelab.load_many([path, DATA / "decode-2gpu-torch" / "rank1.pt.trace.json.gz"], workers=2,
                                         options=o)[0] for o in (named, plain)}
-    assert {o: _per_step(p.events) for o, p in in_workers.items()} == want
+    assert {o: per_step(p.events) for o, p in in_workers.items()} == want

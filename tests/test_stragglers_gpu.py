@@ -1,6 +1,6 @@
 """Straggler verdicts on real NCCL traffic: a data-parallel training job on 2 H200s
 (tests/data/ddp-2gpu-{late,alternating,equal}-{torch,nsys,proton}, made by
-benchmarks/gpu_stragglers.sh; their READMEs say how). Per-step waits equal an independent
+benchmarks/gpu_stragglers.sh at da8b67c; their READMEs say how). Per-step waits equal an independent
 reading of the raw files; the verdicts name the late rank and why, or say "alternating"
 or "no clear straggler", where the captures show it; and proton's NCCL kernel time,
 which has no timestamps, is shown to hold the same wait as torch's and nsys's."""

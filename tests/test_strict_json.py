@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from helpers import strict_json
+
 from tracelab.cli import app
 from tracelab.reports.jsonout import dumps, records
 
@@ -22,14 +24,6 @@ COMPARED = [["decode-1gpu-proton", "decode-1gpu-torch", "decode-1gpu-nsys"],  # 
             ["train-2gpu-torch", "decode-1gpu-torch"], ["ddp-2gpu-late-torch"]]
 
 
-def _refuse(constant: str):
-    raise ValueError(f"not strict JSON: {constant}")
-
-
-def _strict(text: str):
-    return json.loads(text, parse_constant=_refuse)
-
-
 def _run(*args: str) -> str:
     result = CliRunner().invoke(app, [*args, "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -38,18 +32,18 @@ def _run(*args: str) -> str:
 
 def test_the_parser_refuses_nan():
     with pytest.raises(ValueError):
-        _strict('{"a": NaN}')
+        strict_json('{"a": NaN}')
 
 
 @pytest.mark.parametrize("name", ONE_RANK + MANY_RANKS)
 @pytest.mark.parametrize("command", ["breakdown", "steps"])
 def test_json_is_strict(command, name):
-    _strict(_run(command, str(DATA / name)))
+    strict_json(_run(command, str(DATA / name)))
 
 
 @pytest.mark.parametrize("names", COMPARED, ids=lambda n: "+".join(n))
 def test_compare_json_is_strict(names):
-    doc = _strict(_run("compare", *(str(DATA / n) for n in names)))
+    doc = strict_json(_run("compare", *(str(DATA / n) for n in names)))
     assert doc["rows"]
 
 
@@ -58,7 +52,7 @@ def test_one_rank_steps_has_no_multi_rank_lines(name):
     result = CliRunner().invoke(app, ["steps", str(DATA / name)])
     assert result.exit_code == 0, result.output
     assert "clock" not in result.stdout and "straggler" not in result.stdout
-    doc = _strict(_run("steps", str(DATA / name)))
+    doc = strict_json(_run("steps", str(DATA / name)))
     assert doc["straggler"] is None and doc["waits_from_comm_time"] is None
 
 
@@ -70,5 +64,5 @@ def test_two_rank_steps_keeps_them():
 def test_encoder_turns_every_missing_number_into_null():
     frame = pd.DataFrame({"x": [1.0, np.nan], "y": pd.array([1, None], dtype="Int64")})
     doc = {"nan": float("nan"), "inf": -math.inf, "np": np.float32("nan"), 1: np.int64(3), "rows": records(frame)}
-    assert _strict(dumps(doc)) == {"nan": None, "inf": None, "np": None, "1": 3,
+    assert strict_json(dumps(doc)) == {"nan": None, "inf": None, "np": None, "1": 3,
                                    "rows": [{"x": 1.0, "y": 1}, {"x": None, "y": None}]}

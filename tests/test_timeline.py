@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 
 import tracelab
 from tracelab.schema import coerce
 from tracelab.reports.steps import timeline
 
-SAMPLED = "hta/trace_filter/sampled_rank-{rank}.json.gz"  # a public trace, found by conftest.shared_trace
+SAMPLED = "hta/trace_filter/sampled_rank-{rank}.json.gz"  # a public trace, found by helpers.shared_trace
 
 
 def frame(rows: list[tuple]) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import pytest
 import tracelab
 from tracelab.parsers._shapes import op_work
 
-from conftest import DATA
+from helpers import DATA
 
 F32 = '"float"'
 
@@ -58,7 +58,7 @@ def test_a_capture_without_input_dims_has_no_kernel_work():
 
 
 def test_the_roofline_says_how_to_record_the_missing_work_and_names_dtypes(capsys):
-    from malformed import run_cli_output
+    from helpers import run_cli_output
     status, out, _ = run_cli_output(capsys, "roofline", str(DATA / "ddp-2gpu-late-torch"))
     flat = " ".join(out.split())
     assert status == 0 and "torch.profiler(record_shapes=True) would give" in flat

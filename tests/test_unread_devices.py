@@ -13,8 +13,9 @@ from tracelab import load
 from tracelab.errors import TraceFormatError
 from tracelab.parsers._kineto_unread import unread_counts
 
-from conftest import shared_trace
-from malformed import kineto_doc, run_cli_output, write_json
+from helpers import shared_trace
+from helpers import run_cli_output
+from malformed import kineto_doc, write_json
 
 CUPTI = "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
 

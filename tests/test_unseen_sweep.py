@@ -7,8 +7,8 @@ import sqlite3
 from tracelab.inputs import findings_of, load_groups
 from tracelab.reports.idle.idle import MIN_LAUNCHED_FOR_GRAPHS
 
-from conftest import DATA, shared_trace
-from malformed import run_cli_output
+from helpers import DATA, shared_trace
+from helpers import run_cli_output
 
 
 def _found(*paths) -> list:

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from conftest import DATA
-from malformed import run_cli_output
+from helpers import DATA
+from helpers import run_cli_output
 
 PROTON = [DATA / "ddp-2gpu-equal-proton", DATA / "decode-1gpu-steps-proton", DATA / "allreduce-2gpu-proton"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import shared_trace
+from helpers import shared_trace
 from shifted import EXTRA_KERNEL, make_late, ranks_from_one
 from typer.testing import CliRunner
 

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 import tracelab
-from tracelab import classify, schema
 from tracelab.cli import app
 from tracelab.reports.whatif import rank_graph, whatif
 from tracelab.reports.whatif.analyse import MAX_ERROR
@@ -20,7 +19,7 @@ from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC
 from tracelab.reports.whatif.replay import measured, replay
 from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 
-from malformed import run_cli, run_cli_output
+from helpers import kernel_rows, host_rows, run_cli, run_cli_output, strict_json
 
 DATA = Path(__file__).parent / "data"
 TIMED = sorted(d.name for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
@@ -71,20 +70,6 @@ def test_the_graph_holds_every_gpu_row_launch_and_sync_of_the_trace() -> None:
 # ---- scenarios on hand-made steps: answers computed by hand ---------------------------------------
 
 
-def _events(rows: list[tuple], rank: int = 0) -> pd.DataFrame:
-    """rows: (name, stream, start, dur, launch_start, launch_dur), all in step 0."""
-    name, stream, start, dur, launch, launch_dur = zip(*rows)
-    return schema.validate(classify.classified(schema.coerce({
-        "rank": rank, "source": "torch", "kind": "kernel", "name": list(name), "device": 0, "stream": list(stream),
-        "start_ns": list(start), "dur_ns": list(dur), "step": 0, "launch_start_ns": list(launch),
-        "launch_dur_ns": list(launch_dur)}, n_rows=len(rows), spec=schema.PARSED)))
-
-
-def _host(rows: list[tuple]) -> pd.DataFrame:
-    kind, name, start, dur = zip(*rows)
-    return schema.host_frame(kind, name, [1] * len(rows), start, dur)
-
-
 def _answer(events: pd.DataFrame, host: pd.DataFrame, *specs: str) -> dict[str, float]:
     w = whatif({0: rank_graph(events, host, 0)}, {0: None}, list(specs))
     assert w.steps["step_ns"].tolist() == w.steps["replayed_ns"].tolist()
@@ -94,16 +79,16 @@ def _answer(events: pd.DataFrame, host: pd.DataFrame, *specs: str) -> dict[str, 
 
 def test_no_host_gaps_runs_the_kernels_back_to_back_after_the_first_launch() -> None:
     # three launches 100 ns apart (5 ns each), each kernel 20 ns after its launch, 10 ns long
-    events = _events([("a", 7, 20, 10, 0, 5), ("b", 7, 120, 10, 100, 5), ("c", 7, 220, 10, 200, 5)])
-    host = _host([("step", "step 0", 0, 1000)])
+    events = kernel_rows([("a", 7, 20, 10, 0, 5), ("b", 7, 120, 10, 100, 5), ("c", 7, 220, 10, 200, 5)])
+    host = host_rows([("step", "step 0", 0, 1000)])
     # first launch keeps its 5 ns; the others take none; kernels start 20 ns after launch, queue behind each other
     assert _answer(events, host, "no-host-gaps") == {"no-host-gaps": 50}
 
 
 def test_no_host_gaps_queues_kernels_a_graph_gap_apart_not_the_eager_queues() -> None:
     # launched early (0, 5, 10; 5 ns each), each queued 1000 ns behind the previous (eager's gap)
-    events = _events([("a", 7, 100, 10, 0, 5), ("b", 7, 1110, 10, 5, 5), ("c", 7, 2120, 10, 10, 5)])
-    host = _host([("step", "step 0", 0, 3000)])
+    events = kernel_rows([("a", 7, 100, 10, 0, 5), ("b", 7, 1110, 10, 5, 5), ("c", 7, 2120, 10, 10, 5)])
+    host = host_rows([("step", "step 0", 0, 3000)])
     # the launch floor (5th percentile of launch-to-start) is 100 ns: a 100-110; b and c each
     # GRAPH_GAP_NS behind the previous: 366-376, 632-642
     assert GRAPH_GAP_NS == 256 and _answer(events, host, "no-host-gaps") == {"no-host-gaps": 642}
@@ -111,38 +96,38 @@ def test_no_host_gaps_queues_kernels_a_graph_gap_apart_not_the_eager_queues() ->
 
 def test_a_graph_launchs_own_kernel_gap_is_the_traces() -> None:
     # one call launches two kernels 40 ns apart (a graph), then one eager kernel
-    events = _events([("g1", 7, 100, 10, 0, 5), ("g2", 7, 150, 10, 0, 5), ("e", 7, 400, 10, 300, 5)])
-    g = rank_graph(events, _host([("step", "step 0", 0, 1000)]), 0)
+    events = kernel_rows([("g1", 7, 100, 10, 0, 5), ("g2", 7, 150, 10, 0, 5), ("e", 7, 400, 10, 300, 5)])
+    g = rank_graph(events, host_rows([("step", "step 0", 0, 1000)]), 0)
     assert g.graph_gap_ns == 40
     assert np.isnan(rank_graph(events.iloc[2:], None, 0).graph_gap_ns)  # no call launched several
 
 
 def test_scale_and_remove_on_a_gpu_bound_stream() -> None:
-    events = _events([("a", 7, 10, 100, 0, 1), ("b", 7, 110, 100, 1, 1), ("c", 7, 210, 100, 2, 1)])
-    host = _host([("step", "step 0", 0, 1000)])
+    events = kernel_rows([("a", 7, 10, 100, 0, 1), ("b", 7, 110, 100, 1, 1), ("c", 7, 210, 100, 2, 1)])
+    host = host_rows([("step", "step 0", 0, 1000)])
     out = _answer(events, host, "scale:^b$=2", "remove:^c$")
     assert out == {"scale:^b$=2": 410, "remove:^c$": 210, "scale:^b$=2+remove:^c$": 310}  # jointly, never summed
 
 
 def test_a_sync_waits_for_its_kernel_and_returns_sooner_when_it_is_removed() -> None:
-    events = _events([("big", 7, 10, 1000, 0, 5), ("small", 7, 1030, 10, 1020, 5)])
-    host = _host([("sync", "cudaDeviceSynchronize", 10, 1005), ("step", "step 0", 0, 2000)])
+    events = kernel_rows([("big", 7, 10, 1000, 0, 5), ("small", 7, 1030, 10, 1020, 5)])
+    host = host_rows([("sync", "cudaDeviceSynchronize", 10, 1005), ("step", "step 0", 0, 2000)])
     # the sync returns 5 ns after `big` ends; without it, 5 ns after its own start (15); launch at 20, kernel 30-40
     assert _answer(events, host, "remove:big") == {"remove:big": 40}
 
 
 def test_a_host_stall_in_a_named_range_is_removed_with_it() -> None:
-    events = _events([("a", 7, 20, 10, 0, 5), ("b", 7, 620, 10, 600, 5)])
-    host = _host([("range", "host_stall", 100, 450), ("step", "step 0", 0, 1000)])
+    events = kernel_rows([("a", 7, 20, 10, 0, 5), ("b", 7, 620, 10, 600, 5)])
+    host = host_rows([("range", "host_stall", 100, 450), ("step", "step 0", 0, 1000)])
     # the host's 595 ns gap loses the 450 ns the range covers: launch at 150, kernel at 170-180
     assert _answer(events, host, "remove:host_stall") == {"remove:host_stall": 180}
 
 
 def test_the_last_rank_to_arrive_sets_the_transfer_and_balance_removes_it() -> None:
     coll = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-    r0 = _events([("w", 7, 10, 100, 0, 1), (coll, 7, 110, 60, 2, 1)], rank=0)
-    r1 = _events([("w", 7, 10, 150, 0, 1), (coll, 7, 160, 10, 2, 1)], rank=1)  # arrives last, 50 ns later
-    host = _host([("step", "step 0", 0, 1000)])
+    r0 = kernel_rows([("w", 7, 10, 100, 0, 1), (coll, 7, 110, 60, 2, 1)], rank=0)
+    r1 = kernel_rows([("w", 7, 10, 150, 0, 1), (coll, 7, 160, 10, 2, 1)], rank=1)  # arrives last, 50 ns later
+    host = host_rows([("step", "step 0", 0, 1000)])
     for frame in (r0, r1):
         frame["msg_bytes"] = 1000.0
     w = whatif({0: rank_graph(r0, host, 0), 1: rank_graph(r1, host, 1)}, {0: 0, 1: 0}, ["balance", "busbw:100"])
@@ -166,16 +151,10 @@ def test_removing_the_late_ranks_extra_work_saves_at_most_that_work() -> None:
 # ---- the command ---------------------------------------------------------------------------------
 
 
-def _strict(text: str):
-    def refuse(name):
-        raise ValueError(f"not strict JSON: {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
 def test_json_has_the_issues_shape() -> None:
     result = CliRunner().invoke(app, ["whatif", str(DATA / "ddp-2gpu-late-torch"), "--format", "json"])
     assert result.exit_code == 0, result.output
-    doc = _strict(result.stdout)
+    doc = strict_json(result.stdout)
     step = doc["steps"][1]
     assert set(step) >= {"step", "step_ns", "replayed_ns", "path", "path_ranks", "top"}
     assert set(step["path"]) == {"compute_ns", "copy_ns", "comm_ns", "launch_ns", "host_ns", "sync_ns", "wait_ns", "other_ns"}
@@ -203,7 +182,7 @@ def test_broken_input_is_one_line(capsys, tmp_path: Path) -> None:
 def test_proton_inputs_say_they_have_no_timeline() -> None:
     proton = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-proton"), "--format", "json"])
     assert proton.exit_code == 0
-    assert any("proton records no timeline" in n for n in _strict(proton.stdout)["notes"])
+    assert any("proton records no timeline" in n for n in strict_json(proton.stdout)["notes"])
 
 
 # ---- the workloads' hooks: --host-stall-ms R:MS, --late-every N ----------------------------------
@@ -316,7 +295,7 @@ def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):
     trace as one window, as tracelab idle does: from the launch call's start to the kernel's end."""
     import gzip
 
-    from conftest import shared_trace
+    from helpers import shared_trace
 
     path = shared_trace("hta/triton_example/triton_example.json.gz")
     with gzip.open(path, "rt") as f:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tracelab.reports.whatif.bands import BANDS, band
 
-from malformed import run_cli_output
+from helpers import run_cli_output
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,8 +17,8 @@ from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.path import step_paths, wait_estimate, windows
 from tracelab.reports.whatif.replay import measured, replay
 
-from conftest import DATA, shared_trace
-from malformed import run_cli_output
+from helpers import DATA, shared_trace
+from helpers import run_cli_output
 
 COPY = "Memcpy HtoD (Pageable -> Device)"
 

@@ -14,7 +14,7 @@ from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.nodes import GPU, SYNC
 from tracelab.reports.whatif.replay import ReplayError, measured, replay
 
-from test_whatif import _events, _host
+from helpers import host_rows, kernel_rows
 
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 ALL_GATHER = "ncclDevKernel_AllGather_RING_LL"
@@ -25,8 +25,8 @@ def _two_threads(sync_start_ns: int):
     device sync from `sync_start_ns` to 300 us returns after K (100-200 us) ends. With the sync
     begun before K0's launch (another thread's call, overlapping it on the one host chain), the
     graph has a cycle: launch -> K0 -> K -> sync -> (host chain) -> launch."""
-    events = _events([("K", 7, 100_000, 100_000, 0, 5), ("K0", 8, 30_000, 10_000, 20_000, 5)])
-    host = _host([("sync", "cudaDeviceSynchronize", sync_start_ns, 300_000 - sync_start_ns),
+    events = kernel_rows([("K", 7, 100_000, 100_000, 0, 5), ("K0", 8, 30_000, 10_000, 20_000, 5)])
+    host = host_rows([("sync", "cudaDeviceSynchronize", sync_start_ns, 300_000 - sync_start_ns),
                   ("step", "step 0", 0, 400_000)])
     return {0: rank_graph(events, host, 0)}
 
@@ -81,9 +81,9 @@ def _crossing(order_r1: tuple[str, str]):
     """Two ranks, two collectives (all-reduce then all-gather on rank 0) on one stream; rank 1
     runs them in `order_r1`. Crossed, each waits on the other's last arrival: a cycle."""
     def rank(names, r):  # rank 1 10 ns behind (collectives.match numbers collectives by first arrival)
-        ev = _events([(names[0], 7, 1000 + 10 * r, 100, 0, 1), (names[1], 7, 1100 + 10 * r, 100, 1, 1)], rank=r)
+        ev = kernel_rows([(names[0], 7, 1000 + 10 * r, 100, 0, 1), (names[1], 7, 1100 + 10 * r, 100, 1, 1)], rank=r)
         ev["msg_bytes"] = 1000.0
-        return rank_graph(ev, _host([("step", "step 0", 0, 5000)]), r)
+        return rank_graph(ev, host_rows([("step", "step 0", 0, 5000)]), r)
     return {0: rank((ALL_REDUCE, ALL_GATHER), 0), 1: rank(order_r1, 1)}
 
 

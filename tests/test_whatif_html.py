@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_html import check_rendered, chromium  # noqa: F401 (the fixture)
+from helpers import check_rendered
 from typer.testing import CliRunner
 
 import tracelab

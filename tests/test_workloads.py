@@ -236,7 +236,7 @@ def test_parse_sizes(text, sizes):
     assert harness.parse_sizes(text) == sizes
 
 
-# -- the 2-GPU captures in tests/data (benchmarks/gpu_workloads.sh): regions under every profiler --
+# -- the 2-GPU captures in tests/data (benchmarks/gpu_workloads.sh at da8b67c): regions under every profiler --
 
 DATA = Path(__file__).resolve().parent / "data"
 REGIONS = {

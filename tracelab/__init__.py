@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 # Installed under tracelab.*, kept in the checkout as top-level folders: pyproject's package-dir
-# maps them in (an editable install's finder does the same for a checkout), nothing at run time.
+# maps them in for a build, and tracelab/<name> in the checkout is a relative symlink to ../<name>,
+# so that ./tracelab (first on sys.path from the checkout's root) is the whole package whichever
+# way it was installed. Nothing at run time touches an import path.
 SUBPACKAGES = ("parsers", "reports", "workloads")
 
 # What `import tracelab` offers, imported on first use (PEP 562): the command line and each
-# worker process start without pandas until they need it (benchmarks/RESULTS.md, imports).
+# worker process start without pandas until they need it (benchmarks/bench_stages.py measures the imports).
 _LAZY = {"TracelabError": "errors", "detect": "loading", "events": "loading", "load": "loading",
          "load_many": "loading",
          "COLUMNS": "schema", "Profile": "schema", "validate": "schema"}

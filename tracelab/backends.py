@@ -49,7 +49,7 @@ from .errors import RunError, ToolMissingError, UsageError
 
 NSYS_ENV = "TRACELAB_NSYS"  # the nsys to run, when it is not the one on the PATH
 MEMORY_ENV = "TRACELAB_PROFILE_MEMORY"  # "0": the torch session records no memory events (tracelab run --no-memory)
-# how each backend records memory (issue 32): run.json's "memory"
+# how each backend records memory, said in run.json's "memory" so a reader knows what the trace's memory rows count
 MEMORY_HOW = {"torch": "torch.profiler(profile_memory=True): [memory] events of every allocation and free",
               "nsys": "nsys profile --cuda-memory-usage=true: CUDA_GPU_MEMORY_USAGE_EVENTS (CUDA's allocations)",
               "proton": "proton records no memory", "none": "no profiler"}
@@ -209,8 +209,8 @@ class TorchSession(Session):
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         # record_shapes: the aten ops' Input Dims and types, from which `tracelab roofline`
-        # computes each kernel's FLOPs and bytes (issue 20)
-        # profile_memory: a [memory] event per allocation and free (tracelab memory, issue 32)
+        # computes each kernel's FLOPs and bytes
+        # profile_memory: a [memory] event per allocation and free, what `tracelab memory` reads
         self._prof = torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=profile_memory())
         with warnings.catch_warnings():  # torch 2.10-2.11 say so of one start and no schedule (pytorch#180387): untrue here
             warnings.filterwarnings("ignore", message=SPURIOUS_CYCLE_WARNING, category=UserWarning)

@@ -1,12 +1,12 @@
 """Memory bounded in proportion to the input: before the rows of a trace are built, the
 memory they will take (a measured figure per row) is compared with what the machine has
 left, and a trace that would not fit is one line instead of a machine swapping or an
-out-of-memory kill (issue 29).
+out-of-memory kill, which would lose the user's other work with no word of why.
 
 ROW_PEAK_BYTES is the peak resident memory of `tracelab breakdown` per GPU row of a Kineto
 trace of tiny kernels (the most rows per byte of JSON there is): 884 MB for 1 million
 rows, 2,333 MB for 3 million, 4,334 MB for 6 million (benchmarks/mem_kernels.py,
-benchmarks/RESULTS.md, issue 29), 700-735 bytes a row once the interpreter's own ~150 MB
+benchmarks/RESULTS.md), 700-735 bytes a row once the interpreter's own ~150 MB
 is counted out.
 
 TRACELAB_MAX_MEMORY_BYTES sets the peak the check allows one process (default: what it

@@ -30,8 +30,8 @@ OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name
 # fields added after run folders were made, and what those runs did: nobody was made late
 ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
          "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
-ADDED["train"]["extra_memory_mb"] = {}  # issue 32
-# row fields added since, and what older rows held of them: nothing recorded (issue 32)
+ADDED["train"]["extra_memory_mb"] = {}  # no rank held extra memory before the option existed
+# row fields added since, and what older rows held of them: nothing recorded
 ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
                                           "step_peak_allocated_bytes", "step_end_reserved_bytes",
                                           "step_peak_reserved_bytes", "memory_snapshot")}}
@@ -85,7 +85,8 @@ ROWS: dict[str, dict[str, Field]] = {
               "achieved_tflops": Field("TFLOP/s", "model FLOPs / step time"),
               "peak_tflops": Field("TFLOP/s", "the device's peak"), "peak_source": Field("", "where the peak came from"),
               "mfu": Field("", "achieved / peak"), "peak_mem_bytes": Field("bytes", "peak GPU memory (None on the CPU)"),
-              # issue 32: torch.cuda's counters around each timed step (lists; None on the CPU)
+              # torch.cuda's counters around each timed step (lists; None on the CPU): what the trace's
+              # memory rows are checked against
               "step_start_allocated_bytes": Field("bytes", "memory_allocated() before each step"),
               "step_end_allocated_bytes": Field("bytes", "memory_allocated() after each step"),
               "step_peak_allocated_bytes": Field("bytes", "max_memory_allocated() over each step"),

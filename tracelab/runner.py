@@ -173,7 +173,7 @@ def torchrun_command(p: Plan, run_dir: Path) -> list[str]:
     program = ["-m", p.module, *spec.workload_args, "--backend", p.backend, "--out", str(run_dir)]
     if p.nsys is None:
         return cmd + program
-    memory = ["--cuda-memory-usage=true"] if spec.memory else []  # CUDA_GPU_MEMORY_USAGE_EVENTS (issue 32)
+    memory = ["--cuda-memory-usage=true"] if spec.memory else []  # CUDA_GPU_MEMORY_USAGE_EVENTS: tracelab memory
     return cmd + ["--no-python", str(p.nsys), *NSYS_PROFILE, *memory, "-o", str(run_dir / "rank%q{RANK}"),
                   sys.executable, *program]
 

@@ -58,12 +58,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
     p.add_argument("--capturable", action="store_true",
                    help="AdamW(capturable=True), the optimizer a CUDA graph of the whole step needs (GPU only): "
-                        "an eager trace of the same kernels as benchmarks/whatif_graph_step.py's graphed step")
+                        "an eager trace of the same kernels that a CUDA graph of the whole step replays")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
     late.add_arguments(p)  # before the backward, so before the gradient all-reduce
-    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes (issue 32)
+    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     return _validate(args)

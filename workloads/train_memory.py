@@ -1,4 +1,4 @@
-"""The train workload's memory options and figures (issue 32), so a trace's memory events can
+"""The train workload's memory options and figures, so a trace's memory events can
 be checked against the allocator's own counters:
 
 - per timed step, torch.cuda's memory_allocated() before and after it, max_memory_allocated()

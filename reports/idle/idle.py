@@ -22,7 +22,7 @@ starting together, the one launched first). With L = the start of that op's laun
   whose next op has no launch call in the trace.
 
 They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is what most of the
-step's critical path on this rank is made of (reports/whatif/bound.py, issue 27: compute ->
+step's critical path on this rank is made of (reports/whatif/bound.py: compute ->
 gpu, transfers and waits -> communication, host, launch and sync -> host), so that no view
 disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `host` where the
 host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
@@ -114,6 +114,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
     graph_of = (lambda: shared_graph(shared)) if shared is not None else None
+    # each step's bound from its critical path, so that idle and whatif agree, where the host's idle backs it
     steps = host_needs_host_idle(with_path_bound(_step_table(base, gaps), events, host, graph_of))
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))

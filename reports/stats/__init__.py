@@ -1,6 +1,7 @@
-"""One home for the statistics (issue 31): the tests (tests.py: p values and intervals, no
-scipy), the noise models (noise.py: how much a time may differ by chance), and the levels
-they are judged at, each defined once here with a name that says what it means.
+"""One home for the statistics, so that every verdict judges with the same numbers: the tests
+(tests.py: p values and intervals, no scipy), the noise models (noise.py: how much a time may
+differ by chance), and the levels they are judged at, each defined once here with a name that
+says what it means.
 
 Analyses import what they judge with from here; what a verdict says in English is the
 renderers' (reports/<topic>/*_text.py and the verdict lines), never these modules'.

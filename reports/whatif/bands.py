@@ -1,5 +1,5 @@
 """How far each scenario's prediction has been from the step measured without the cause, on
-real runs (benchmarks/RESULTS.md, issue 27): the answer states it beside each prediction, so
+real runs (benchmarks/RESULTS.md): the answer states it beside each prediction, so
 that nobody reads a replay as exact. A scenario without a band has not been measured against
 a run without its cause: its prediction is stated with no band, never with a made-up one.
 

@@ -1,4 +1,4 @@
-"""What bounds a step, from its critical path (issue 27): `gpu` where compute makes most of the
+"""What bounds a step, from its critical path: `gpu` where compute makes most of the
 path, `copy` where memcpys and memsets do (an input copied in from the host is neither the
 kernels' compute nor the host's launching), `communication` where transfers and waits for other ranks do, `host` where host time,
 launches and syncs do; `unclear` where the path's `other` (the GPU's own gaps, and starts no
@@ -73,7 +73,7 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
 def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None,
                     graph_of: Callable[[], RankGraph] | None = None) -> pd.DataFrame:
     """Step rows of one rank (a `step` and a `bound` column) whose bound becomes that of each
-    step's critical path where the path gives one (issue 27); the rest keep theirs. A trace
+    step's critical path where the path gives one (one answer in every view); the rest keep theirs. A trace
     without steps is matched through its one window (step NA or -1). `graph_of`: rank_path_bounds'."""
     if not len(step_rows):
         return step_rows

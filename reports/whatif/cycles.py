@@ -1,4 +1,4 @@
-"""Cycles in the dependency graph, found before any replay (issue 27). Pure, numpy.
+"""Cycles in the dependency graph, found before any replay. Pure, numpy.
 
 The replay (replay.py) settles only on a graph without a cycle. A cycle means the trace's times
 contradict its dependencies somewhere: calls of concurrent host threads that overlap on the one

@@ -1,5 +1,5 @@
 """Renderers of `tracelab whatif` (analyse.WhatIf per input): terminal tables, CSV, JSON
-(strict: null, never NaN; the shape of issue 27). Units converted here only."""
+(strict: null, never NaN; one object per input, its steps, path and scenarios). Units converted here only."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,0 +1,294 @@
+"""What several test modules share, in one place: where the traces are, strict JSON, the CLI
+run in this process, the HTML report opened in Chromium, the Chrome trace format checked, and
+independent readings and small frames more than one module compares against. Test modules
+import from here (and from the themed builders: malformed.py, shifted.py, promise.py), never
+from one another or from conftest.py, which holds the fixtures."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+PUBLIC_TRACES = DATA / "public"  # the few public traces a plain clone's tests need
+SHARED_TRACES = ROOT.parent / "shared" / "traces"  # the full collection, beside the checkout in CI
+REQUIRE_SHARED = "TRACELAB_REQUIRE_SHARED"  # set (CI's full run): a missing trace fails instead of skipping
+
+
+def shared_trace(relpath: str) -> Path:
+    """A public trace by its path under shared/traces (e.g. "hta/cpu_only/rank-34...json.gz"):
+    the copy in tests/data/public, else ../shared/traces. When neither holds it (a plain clone
+    has no ../shared) the calling test skips, naming the file. Call it inside a test."""
+    for root in (PUBLIC_TRACES, SHARED_TRACES):
+        if (root / relpath).exists():
+            return root / relpath
+    reason = f"{relpath} is neither in tests/data/public nor in {SHARED_TRACES}"
+    if os.environ.get(REQUIRE_SHARED):
+        pytest.fail(f"{reason} ({REQUIRE_SHARED} is set)")
+    pytest.skip(reason)
+
+
+# ---- strict JSON ----------------------------------------------------------------------------------
+
+
+def _refuse(constant: str):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def strict_json(text: str):
+    """The document, or ValueError on NaN, Infinity or -Infinity (json.loads takes them)."""
+    return json.loads(text, parse_constant=_refuse)
+
+
+# ---- the CLI in this process ----------------------------------------------------------------------
+
+
+def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
+    """`tracelab ARGS` in this process (the CLI's own entry point): exit status, stderr lines."""
+    status, _, err = run_cli_output(capsys, *args)
+    return status, err.splitlines()
+
+
+def run_cli_output(capsys, *args: str) -> tuple[int, str, str]:
+    """`tracelab ARGS` in this process: exit status, stdout, stderr."""
+    from tracelab import cli
+
+    argv, sys.argv = sys.argv, ["tracelab", *args]
+    environ = dict(os.environ)  # --step and --scheduler reach the parsers through it
+    try:
+        cli.main()
+        status = 0
+    except SystemExit as done:
+        status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    finally:
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# ---- the HTML report in headless Chromium ---------------------------------------------------------
+
+ARTIFACTS = Path(os.environ.get("TRACELAB_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def open_page(chromium: str, page: Path, screenshot: Path | None = None) -> dict:
+    """Load the page headless; return its DOM after scripts ran, the console messages and
+    the URLs the page (not the browser's own background services) asked the network for."""
+    with tempfile.TemporaryDirectory() as tmp:
+        net_log = Path(tmp) / "net.json"
+        args = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp}/profile", "--enable-logging=stderr", "--v=0",
+                "--virtual-time-budget=20000", f"--log-net-log={net_log}"]
+        args += [f"--screenshot={screenshot}", "--window-size=1400,3000"] if screenshot else ["--dump-dom"]
+        proc = subprocess.run([*args, page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+        requests = _page_requests(net_log)
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return {"dom": proc.stdout, "console": console, "requests": requests, "rc": proc.returncode}
+
+
+def _page_requests(net_log: Path) -> list[str]:
+    """URL requests started for a page: Chromium's own (update checks, ...) have no origin."""
+    log = json.loads(net_log.read_text())
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    return [e["params"]["url"] for e in log["events"]
+            if e["type"] == start and e.get("params", {}).get("initiator", "not an origin") != "not an origin"]
+
+
+def plots_in(dom: str) -> tuple[int, int]:
+    """(plots the report says it rendered, plot divs that hold a plotly SVG)."""
+    said = re.search(r'data-plots="(\d+)"', dom)
+    drawn = len(re.findall(r'<div class="plot js-plotly-plot" id="fig\d+"', dom))
+    return (int(said.group(1)) if said else -1), drawn
+
+
+def check_rendered(chromium: str, page: Path) -> dict:
+    got = open_page(chromium, page)
+    expected = page.read_text().count('<div class="plot" id="fig')
+    assert got["rc"] == 0
+    assert got["console"] == [], got["console"]
+    assert got["requests"] == [], got["requests"]
+    assert expected > 0 and plots_in(got["dom"]) == (expected, expected)
+    assert got["dom"].count('class="main-svg"') >= expected
+    return got
+
+
+# ---- the Chrome trace event format, as Perfetto reads it ------------------------------------------
+
+TRACE_PHASES = {"X", "M", "s", "f"}
+
+
+def format_errors(doc: dict) -> list[str]:
+    """What breaks the Chrome trace event format (JSON object form) as Perfetto reads it:
+    required fields per phase, named processes and threads, complete events nested on each
+    track, every flow id one start and one finish, each inside a slice of its track."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["no traceEvents list"]
+    errors, named, tracks, flows = [], set(), defaultdict(list), defaultdict(list)
+    for n, e in enumerate(doc["traceEvents"]):
+        found = _event_errors(e)
+        errors += [f"event {n}: {m}" for m in found]
+        if found:
+            continue
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            named.add((e["name"], e["pid"]) if e["name"] == "process_name" else (e["name"], e["pid"], e["tid"]))
+        elif e.get("ph") == "X":
+            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        elif e.get("ph") in ("s", "f"):
+            flows[e.get("id")].append(e)
+    for (pid, tid), spans in tracks.items():
+        if ("process_name", pid) not in named or ("thread_name", pid, tid) not in named:
+            errors.append(f"track {pid}/{tid} has no process or thread name")
+        errors += [f"track {pid}/{tid}: {m}" for m in _nesting_errors(spans)]
+    for fid, ends in flows.items():
+        if sorted(e["ph"] for e in ends) != ["f", "s"]:
+            errors.append(f"flow {fid}: {[e['ph'] for e in ends]}, not one s and one f")
+        errors += [f"flow {fid} at {e['ts']} binds to no slice" for e in ends
+                   if not any(a <= e["ts"] <= b for a, b in tracks.get((e["pid"], e["tid"]), []))]
+    return errors
+
+
+def _event_errors(e: dict) -> list[str]:
+    ph = e.get("ph")
+    if ph not in TRACE_PHASES:
+        return [f"phase {ph!r}"]
+    need = {"X": ("name", "pid", "tid", "ts", "dur"), "M": ("name", "pid", "args"),
+            "s": ("name", "pid", "tid", "ts", "id"), "f": ("name", "pid", "tid", "ts", "id")}[ph]
+    out = [f"{ph} without {k}" for k in need if k not in e]
+    if out:
+        return out
+    if not isinstance(e["name"], str) or not all(isinstance(e[k], int) for k in ("pid", "tid") if k in e):
+        out.append("name not a string or pid/tid not integers")
+    out += [f"{k}={e[k]!r}" for k in ("ts", "dur") if k in e and not (isinstance(e[k], (int, float)) and e[k] >= 0)]
+    if ph == "f" and e.get("bp") != "e":
+        out.append("a flow finish that does not bind to its enclosing slice")
+    return out
+
+
+def _nesting_errors(spans: list[tuple[float, float]]) -> list[str]:
+    """Complete events of one track must nest: each ends before its parent ends."""
+    open_ends: list[float] = []
+    for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+        while open_ends and open_ends[-1] <= start:
+            open_ends.pop()
+        if open_ends and end > open_ends[-1] + 1e-9:
+            return [f"slice {start}-{end} overlaps its parent ending at {open_ends[-1]}"]
+        open_ends.append(end)
+    return []
+
+
+# ---- steps read straight from the Kineto JSON -----------------------------------------------------
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+
+
+def _ns(us) -> int:
+    return round(float(us) * 1000)
+
+
+def kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
+    """step -> (GPU rows, their summed dur ns): each GPU event's launch call (same
+    correlation), then the step range on any thread of the launch's pid holding its start;
+    a pattern without a number counts its ranges in start order per pid."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    regex = re.compile(pattern, re.IGNORECASE)
+    ranges = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "user_annotation" and regex.fullmatch(e["name"]):
+            ranges[e["pid"]].append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["name"]))
+    numbered = {}
+    for pid, rs in ranges.items():
+        for i, (start, end, name) in enumerate(sorted(rs)):
+            digits = re.findall(r"\d+", name)
+            numbered.setdefault(pid, []).append((start, end, int(digits[0]) if digits else i))
+    launch = {}
+    for e in events:
+        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
+            launch.setdefault(e["args"]["correlation"], e)
+    out = Counter(), Counter()
+    for e in events:
+        if e.get("cat") not in GPU_CATS:
+            continue
+        call = launch.get(e["args"].get("correlation"))
+        if call is None:
+            continue
+        at = _ns(call["ts"])
+        hits = [s for start, end, s in numbered.get(call["pid"], []) if start <= at < end]
+        if hits:
+            out[0][hits[-1]] += 1
+            out[1][hits[-1]] += _ns(e["dur"])
+    return {s: (out[0][s], out[1][s]) for s in out[0]}
+
+
+def per_step(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    g = events.dropna(subset=["step"]).groupby("step")["dur_ns"].agg(["size", "sum"])
+    return {int(s): (int(n), int(t)) for s, (n, t) in g.iterrows()}
+
+
+# ---- memory digests of given steps ----------------------------------------------------------------
+
+
+def memory_steps(rank: int, peak: int, reserved: int | None = None, calls: tuple[int, ...] = (0, 0)) -> pd.DataFrame:
+    """A rank's memory step rows: one per entry of `calls` (its allocation calls), each peaking at `peak` bytes."""
+    return pd.DataFrame([{"rank": rank, "step": s, "device": 0, "allocated_start_bytes": 0, "allocated_end_bytes": 0,
+                          "peak_allocated_bytes": peak, "peak_at_ns": 0, "peak_during": "", "reserved_bytes": reserved,
+                          "held_back_bytes": None, "alloc_calls": c, "alloc_ns": 1000 * c, "alloc_sync_calls": 0}
+                         for s, c in enumerate(calls)])
+
+
+def memory_digest(steps: pd.DataFrame) -> analysis.RankMemory:
+    """A rank's memory digest holding just these steps (no top allocations, no snapshot)."""
+    from tracelab.reports.memory import memory as analysis
+
+    empty = pd.DataFrame({c: [] for c in analysis.TOP_COLUMNS})
+    return analysis.RankMemory(-1, steps, empty, pd.DataFrame(), pd.DataFrame())
+
+
+# ---- a decode capture whose later tokens repeat the first ones' numbers ---------------------------
+
+TOKEN_RENAME = {"token 4": "token 1", "token 5": "token 2"}  # tokens 1..5 -> a second sample's 1, 2
+
+
+def renamed_token_copy(tmp_path: Path) -> Path:
+    """decode-1gpu-steps-torch's trace with its ranges renamed by TOKEN_RENAME, written under tmp_path."""
+    trace = json.loads(gzip.open(DATA / "decode-1gpu-steps-torch/rank0.pt.trace.json.gz").read())
+    for e in trace["traceEvents"]:
+        e["name"] = TOKEN_RENAME.get(e.get("name"), e.get("name"))
+    out = tmp_path / "rank0.pt.trace.json"
+    out.write_text(json.dumps(trace))
+    return out
+
+
+# ---- small frames of GPU and host rows ------------------------------------------------------------
+
+
+def kernel_rows(rows: list[tuple], rank: int = 0) -> pd.DataFrame:
+    """Classified kernel rows of one rank. rows: (name, stream, start, dur, launch_start, launch_dur), all in step 0."""
+    from tracelab import classify, schema
+
+    name, stream, start, dur, launch, launch_dur = zip(*rows)
+    return schema.validate(classify.classified(schema.coerce({
+        "rank": rank, "source": "torch", "kind": "kernel", "name": list(name), "device": 0, "stream": list(stream),
+        "start_ns": list(start), "dur_ns": list(dur), "step": 0, "launch_start_ns": list(launch),
+        "launch_dur_ns": list(launch_dur)}, n_rows=len(rows), spec=schema.PARSED)))
+
+
+def host_rows(rows: list[tuple]) -> pd.DataFrame:
+    """A host frame on thread 1. rows: (kind, name, start, dur)."""
+    from tracelab import schema
+
+    kind, name, start, dur = zip(*rows)
+    return schema.host_frame(kind, name, [1] * len(rows), start, dur)
