@@ -77,14 +77,18 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
     n_calls, n_ops = calls.size, ops.size
     call_kinds = _kind_codes(calls.name)
+    # an operator named as a step is the step range that older releases filed as an operator
+    # (parsers/chrome._legacy_steps has added it to the ranges): no CPU operator of its own
+    op_steps = is_step(ops.name, step_re) if n_ops else np.zeros(0, dtype=bool)
     parts = [("sync", calls, tid[:n_calls], call_kinds == 1), ("alloc", calls, tid[:n_calls], call_kinds == 2),
-             ("cpu_op", ops, tid[n_calls:n_calls + n_ops], None), ("range", ranges, tid[n_calls + n_ops:], None)]
+             ("cpu_op", ops, tid[n_calls:n_calls + n_ops], ~op_steps if op_steps.any() else None),
+             ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []
     for k, picked, t, mask in parts:
         code = schema.HOST_KINDS.index(k)
         codes = (np.where(is_step(picked.name, step_re), schema.HOST_KINDS.index("step"), code) if k == "range"
                  else np.full(len(picked.name), code))
-        keep = slice(None) if mask is None else mask  # cpu_op and range: every one
+        keep = slice(None) if mask is None else mask  # ranges: every one
         kind.append(codes[keep])
         name += picked.name if mask is None else list(map(picked.name.__getitem__, np.flatnonzero(mask).tolist()))
         tids.append(t[keep])

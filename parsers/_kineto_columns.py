@@ -221,6 +221,21 @@ class Picked(Launches):
         self._parts["dur_us"].append(np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events)))
         self.name += names
 
+    def take_rows(self, other: "Picked", rows: np.ndarray) -> None:
+        """Add the events `rows` (indices) of another collector, as they were decoded there."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self.ts_parts.append(other.ts_ns[rows])
+        for column in ("pid", "tid"):
+            labels = other.ids(column)
+            self._parts[column].append(labels[rows] if labels is not None else [getattr(other, column)[i] for i in rows])
+        for column in ("correlation", "external_id"):
+            self._parts[column].append(_joined(other._parts[column])[rows] if other._parts[column]
+                                       else np.full(len(rows), -1, dtype=np.int64))
+        self._parts["dur_us"].append(_joined(other._parts["dur_us"], np.float64)[rows])
+        self.cat += [other.cat[i] for i in rows]
+        self.name += [other.name[i] for i in rows]
+        self._made.clear()
+
     @property
     def dur_ns(self) -> np.ndarray:
         """`dur` in integer ns, each event's own round(dur * 1000) (int64, read-only); made once."""

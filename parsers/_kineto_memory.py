@@ -47,7 +47,9 @@ def frame(path: Path, instants: Any, mask: np.ndarray, at: dict[str, np.ndarray]
     columns["op"] = outermost_ops(at["pid"], at["tid"], at["ts_ns"], ops)
     columns["scope"] = thread_scopes(at["pid"], at["tid"], at["ts_ns"], ranges) if len(ranges["name"]) else ""
     columns["step"] = assign(at["pid"], at["ts_ns"], steps)
-    return schema.memory_frame(columns, len(args))
+    out = schema.memory_frame(columns, len(args))
+    out.attrs[SUMMED] = bool(any(a.allocated == MISSING for a in args))
+    return out
 
 
 def _args(path: Path, args: list, ts_ns: np.ndarray, origin_ns: int) -> dict[str, Any]:
@@ -58,10 +60,38 @@ def _args(path: Path, args: list, ts_ns: np.ndarray, origin_ns: int) -> dict[str
         np.fromiter(map(attrgetter(f), args), dtype=np.int64, count=len(args)) for f in _FIELDS)
     _check(path, ts_ns, nbytes, allocated, reserved, device_id)
     cpu = device_type == CPU_DEVICE_TYPE
+    device = np.where(cpu, -1, np.where(device_id == MISSING, 0, device_id))
+    allocated = _running_totals(allocated, nbytes, device, ts_ns)
     return {"time_ns": ts_ns - origin_ns, "addr": _nullable(addr), "bytes": nbytes,
             "total_allocated_bytes": _nullable(allocated),
             "total_reserved_bytes": _nullable(np.where(cpu, MISSING, reserved)),  # the CPU allocator caches nothing
-            "device": np.where(cpu, -1, np.where(device_id == MISSING, 0, device_id))}
+            "device": device}
+
+
+def running_sum_note(memory) -> str | None:
+    """What a reader must know of a frame whose totals were summed from the events (_running_totals)."""
+    if memory is None or not memory.attrs.get(SUMMED):
+        return None
+    return ("its [memory] events give no totals (PyTorch 1.8/1.9): allocated is the running sum of their bytes "
+            "from the trace's start, so what was allocated before it (weights, optimizer state) is not counted, "
+            "and without addresses no block is followed from its allocation to its free")
+
+
+SUMMED = "allocated_summed_from_bytes"  # the frame's attrs key: its totals are _running_totals'
+
+
+def _running_totals(allocated: np.ndarray, nbytes: np.ndarray, device: np.ndarray, ts_ns: np.ndarray) -> np.ndarray:
+    """Total Allocated as recorded; where a device's events give none (the releases before the
+    totals were written), the running sum of that device's Bytes in time order, from 0 at the
+    trace's start."""
+    out = allocated.copy()
+    for d in np.unique(device).tolist():
+        mine = np.flatnonzero(device == d)
+        if (allocated[mine] != MISSING).any():
+            continue
+        order = mine[np.argsort(ts_ns[mine], kind="stable")]
+        out[order] = np.cumsum(nbytes[order])
+    return out
 
 
 _FIELDS = ("addr", "bytes", "allocated", "reserved", "device_id", "device_type")

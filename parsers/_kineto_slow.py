@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from itertools import compress
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,10 +18,17 @@ class _Category(msgspec.Struct, gc=False):
     """The slow way decodes every event this far, to choose the ones decoded in full."""
 
     cat: str = ""
+    name: Any = ""
 
 
 _CATEGORY_DECODER = msgspec.json.Decoder(list[_Category])
-_CAT = attrgetter("cat")
+# PyTorch 1.8/1.9 wrote its allocator events (`[memory]` instants) with no `cat`: they are the
+# category later releases file them under, so the memory frame reads them alike
+UNCATEGORISED = {"[memory]": "cpu_instant_event"}
+
+
+def _cat(event: _Category) -> str:
+    return event.cat or (UNCATEGORISED.get(event.name, "") if isinstance(event.name, str) else "")
 
 
 def array(raws: Iterable[msgspec.Raw]) -> bytes:
@@ -35,7 +41,7 @@ def slow(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: 
     `union` (_kineto_union._Union) learns the categories seen."""
     cats: list[str] = []
     try:
-        cats = list(map(_CAT, _CATEGORY_DECODER.decode(array(part))))
+        cats = list(map(_cat, _CATEGORY_DECODER.decode(array(part))))
         for (group, collector), out in zip(groups, picked):
             chosen = list(map(group.__contains__, cats))
             if any(chosen):

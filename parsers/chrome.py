@@ -89,6 +89,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
         (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
     # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (Profile.memory)
+    _legacy_steps(cpu_ranges, ops, step_re)
     unread = [] if gpu.cat else unread_notes(data)  # a trace without GPU rows may hold other device activity
     del data  # the picked columns hold what is needed of the file's bytes and events
     check_rows(path, sum(x.size for x in (gpu, launches, ops, cpu_ranges, instants)), "events")
@@ -118,7 +119,20 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     meta["graph_capture_calls"] = graphs.captured_calls if gpu.cat else 0  # reports/fixes/host.py reads it
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing: the idle causes
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
+    if note := _kineto_memory.running_sum_note(memory):
+        meta["notes"].append(note)
     return Profile(_frame(columns, meta["rank"]), meta, host=host, memory=memory)
+
+
+def _legacy_steps(ranges: Calls, ops: Ops, step_re: re.Pattern) -> None:
+    """PyTorch 1.8/1.9 filed record_function ranges, ProfilerStep#N among them, as CPU operators
+    (cat `Operator`): where the annotations hold no step range, the operators named as steps
+    are the step ranges (added to `ranges`), as a later release would have filed them."""
+    if is_step(ranges.name, step_re).any() or not ops.size:
+        return
+    legacy = is_step(ops.name, step_re) & np.array([c == "Operator" for c in ops.cat], dtype=bool)
+    if legacy.any():
+        ranges.take_rows(ops, np.flatnonzero(legacy))
 
 
 def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origin_ns: int, step_re: re.Pattern):

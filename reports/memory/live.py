@@ -49,6 +49,8 @@ def live_tops(mem: pd.DataFrame, ats: np.ndarray, peaks: np.ndarray, steps: pd.S
     scope, op and module (the `top` largest of each, ties in order of first appearance; module
     left out where no live block names one) and BEFORE_TRACE, the total less those blocks;
     COLUMNS, in step order then GROUPS order."""
+    if not mem["addr"].notna().any():  # no block can be followed to its free: none is known live, nor the rest
+        return pd.DataFrame({"step": pd.array([], dtype="Int64"), "by": [], "name": [], "bytes": np.array([], np.int64)})
     k, j = live_pairs(mem, np.asarray(ats, dtype=np.int64))
     sizes = mem["bytes"].to_numpy()[j].astype(np.int64)
     parts = []
