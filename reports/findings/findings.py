@@ -311,6 +311,11 @@ def none_text(untimed_sources: set[str] | frozenset = frozenset(), timed: bool =
     return NONE
 
 
+def as_json(found: list[Finding]) -> list[dict]:
+    """The findings for JSON users: each one's code, values and text (Finding.as_json), in rank order."""
+    return [f.as_json() for f in found]
+
+
 def lines(found: list[Finding], untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> list[str]:
     """The findings as the terminal prints them (the report shows the same text); `untimed_sources`
     and `timed` (any input with a timeline) say why there are none (none_text)."""
