@@ -62,6 +62,33 @@ def test_a_run_says_the_same_alone_and_beside_another(beside):
         assert {**there.values, "run": ""} == alone.values and there.code == alone.code == "host_bound"
 
 
+def test_the_saving_against_none_is_the_runs_beside_another_run():
+    """The profiled run's saving restated against its own run under backend none (run.json's median
+    step), the same with another run beside it."""
+    import statistics
+
+    none = DATA / "train-1gpu-steps-none"
+    rows = next(iter(json.loads((none / "run.json").read_text())["results"].values()))["rows"]
+    none_ns = 1e6 * statistics.median(rows[0]["step_ms"])
+    (alone,) = _found([TRAIN, none], HOST)
+    (there,) = [f for f in _found([TRAIN, none, SMALL], HOST) if f.run == TRAIN.name]
+    for f in (alone, there):
+        gain_ns = none_ns - (f.values["step_ns"] - f.values["saving_ns"])
+        assert f.values["none_step_ns"] == pytest.approx(none_ns) and f.values["saving_ns_under_none"] == pytest.approx(gain_ns)
+        assert f.text.endswith(f"{gain_ns / 1e6:,.2f} ms ({100 * gain_ns / none_ns:.0f}%) to gain without the "
+                               "profiler's own host time")
+    assert there.text == f"{TRAIN.name}: {alone.text}"
+
+
+def test_the_words_are_rendered_from_the_values(beside):
+    """A program holding a finding's values renders its what-if clause as the terminal says it."""
+    from tracelab.reports.whatif.bands import band
+    from tracelab.reports.whatif.findings import TEXT, saving_words
+
+    for f in beside:
+        assert f.text.endswith(saving_words(f.values, TEXT["no-host-gaps"], band("no-host-gaps")))
+
+
 def test_one_finding_per_cause_and_run(beside):
     """The idle GPU and the CUDA-graphs fix of one run are one cause (the host's gaps): the fix
     alone is said, per run, whether or not a replay gives its saving."""

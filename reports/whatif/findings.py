@@ -113,12 +113,17 @@ def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     name, none_ns = none
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
-    text = (f"{f.text}; the same job under backend none ({name}) steps in {fmt.ms(none_ns, 2)} (median): "
-            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
-    return replace(f, text=text, at_stake_ns=int(gain_ns * w["steps"]),
+    values = {**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns}
+    return replace(f, text=f"{f.text}; {none_words(values)}", at_stake_ns=int(gain_ns * w["steps"]),
                    evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
-                                                      "saving_ns_per_step_under_none": gain_ns}},
-                   values={**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns})
+                                                      "saving_ns_per_step_under_none": gain_ns}}, values=values)
+
+
+def none_words(v: dict) -> str:
+    """The saving against the run under none, from a finding's values (none_run, none_step_ns, saving_ns_under_none)."""
+    gain_ns, none_ns = v["saving_ns_under_none"], v["none_step_ns"]
+    return (f"the same job under backend none ({v['none_run']}) steps in {fmt.ms(none_ns, 2)} (median): "
+            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
 
 
 def _none_step(ev, inputs: list) -> tuple[str, float] | None:
@@ -140,31 +145,44 @@ def _label(row) -> str:
 
 
 def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
+    """`f` with the replay's saving of its scenario (`row`): in its values, then in its words."""
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
     b = band(row.name)
-    error = f"; {b.short()}" if b else ""
-    # the replay's step runs from the previous step's end to its own: the host's time between steps is in it,
-    # so it is longer than the steps' own (first to last GPU activity) the finding's text may give beside it
-    # a first window (the whole trace's, or a lone step's) has no previous step's end: it runs from the
-    # first op's launch (a lone step's: its first traced call), so it is longer than idle's GPU span
-    of = (f"the {fmt.ms(row.step_ns, 2)} trace, its first op (or that op's launch) to its last op's end" if whole else
-          f"its one {fmt.ms(row.step_ns, 2)} step, first traced call to last op's end" if one else
-          f"{fmt.ms(row.step_ns, 2)} per step, step end to step end")
-    scenario = f.evidence.get('scenario_text') or TEXT[row.name]
-    if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
-        what = (f"what if {scenario}: nothing to gain now ({fmt.ms(row.saving_ns, 2)} of {of}: the critical "
-                "path runs through other work; tracelab whatif)")
-    else:
-        what = (f"what if {scenario}: saves {fmt.ms(row.saving_ns, 2)} of {of} ({100 * row.saving_frac:.0f}%{error}; "
-                "tracelab whatif)")
-    text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     # the replay's saving replaces the sentence's upper bound (bound_ns): one number per cause and run
     values = {k: v for k, v in f.values.items() if k != "bound_ns"}
     values.update(scenario=label, saving_ns=float(row.saving_ns), step_ns=float(row.step_ns), steps=int(row.steps),
-                  saving_share=float(row.saving_frac), window="trace" if whole else "one step" if one else "per step")
+                  saving_share=float(row.saving_frac), window="trace" if whole else "one step" if one else "per step",
+                  error_band=b.doc() if b else None)
+    text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
+    what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None}}, values=values)
+
+
+def saving_words(v: dict, scenario: str, b=None) -> str:
+    """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
+    its scenario's words; `b` its error band (bands.band), said beside a percentage."""
+    of = _window_words(v["window"], v["step_ns"])
+    if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
+        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}: the critical "
+                "path runs through other work; tracelab whatif)")
+    error = f"; {b.short()}" if b else ""
+    return (f"what if {scenario}: saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; "
+            "tracelab whatif)")
+
+
+def _window_words(window: str, step_ns: float) -> str:
+    """What the replay's step is. It runs from the previous step's end to its own: the host's time
+    between steps is in it, so it is longer than the steps' own (first to last GPU activity) the
+    finding's text may give beside it. A first window (the whole trace's, or a lone step's) has no
+    previous step's end: it runs from the first op's launch (a lone step's: its first traced
+    call), so it is longer than idle's GPU span."""
+    if window == "trace":
+        return f"the {fmt.ms(step_ns, 2)} trace, its first op (or that op's launch) to its last op's end"
+    if window == "one step":
+        return f"its one {fmt.ms(step_ns, 2)} step, first traced call to last op's end"
+    return f"{fmt.ms(step_ns, 2)} per step, step end to step end"
