@@ -12,6 +12,7 @@ import pandas as pd
 from tracelab.schema import Memo
 
 from ..compare.compare import Comparison, compare
+from ..jsonout import strict
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
 from ..session import Input
 
@@ -25,11 +26,32 @@ SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", 
 class Finding:
     """One sentence with its number; `at_stake_ns` ranks it (the time it is about, over the
     capture); `section` is the id of the report section that proves it; `evidence` the
-    numbers behind it (JSON-able)."""
+    numbers behind it (JSON-able). `code` names its cause, stable for JSON users ("host_bound",
+    "straggler", ...: CODES) and `values` its numbers, units in their names (`saving_ns`,
+    `bound_ns`, `share`), with `run` (its run's name, "" for the one unnamed run, None for a
+    finding across runs) and `rank` where it is about one: what a program reads instead of
+    parsing `text`, which is the sentence rendered from them."""
     text: str
     at_stake_ns: int
     section: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    code: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run(self) -> str | None:
+        return self.values.get("run")
+
+    def as_json(self) -> dict[str, Any]:
+        """code, values and text (strict JSON: null, never NaN), with its section and time at stake."""
+        return strict({"code": self.code, "values": self.values, "text": self.text, "section": self.section,
+                       "at_stake_ns": self.at_stake_ns})
+
+
+# every finding's code: its cause, one per source (memory's three are the memory topic's)
+CODES = frozenset({"straggler", "alternating", "straggler_totals", "exposed_comm", "cpu_comm", "idle", "idle_share",
+                   "roofline", "difference", "profiler_cost", "tf32", "alignment", "host_bound", "ddp_bucket",
+                   "memory_imbalance", "fragmentation", "allocator_misses"})
 
 
 @dataclass

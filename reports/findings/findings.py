@@ -83,17 +83,23 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
                 f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
                 + _why(w.causes, r, unit, idle_cause))
         evidence = {"verdict": v, "line": w.line, "gated_skew_ns": skew}
-        if _late_by_idle(w.causes, r):  # 'balance' evens the ranks' work: it cannot move a rank its host held back
+        values = {"run": group, "rank": int(r), "last_units": int(v["gated_by_rank"][r]),
+                  "gated_units": int(v["gated_units"]), "unit": unit, "lateness_ns": float(v["lateness_ns"]),
+                  "skew_ns": skew, "late_by_idle": _late_by_idle(w.causes, r)}
+        if values["late_by_idle"]:  # 'balance' evens the ranks' work: it cannot move a rank its host held back
             text += f"; evening the ranks' {_device(w.causes, r)} work would not move it: its delay is idle time, not work"
             evidence["scenario"] = None
-        return Finding(text, skew, SECTIONS["steps"], evidence)
+        return Finding(text, skew, SECTIONS["steps"], evidence, "straggler", values)
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
         counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(v["gated_by_rank"].items(), key=lambda kv: -kv[1])[:4]
                            if n)
         text = (f"{_run(group)}no single straggler: the last rank alternates between consecutive {unit}s "
                 f"({counts} of {v['gated_units']}), {duration(skew)} of skew in all")
-        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew})
+        return Finding(text, skew, SECTIONS["steps"], {"verdict": v, "line": w.line, "gated_skew_ns": skew},
+                       "alternating", {"run": group, "gated_units": int(v["gated_units"]), "unit": unit,
+                                       "last_units_by_rank": {int(r): int(n) for r, n in v["gated_by_rank"].items()},
+                                       "skew_ns": skew})
     return None
 
 
@@ -152,17 +158,19 @@ def _totals_finding(row: pd.Series) -> Finding:
     who = f"{_run(row['group'])}{row['label']}"
     evidence = {"compute_ns": int(row["compute_ns"]), "next_compute_ns": int(row["next_compute_ns"]),
                 "comm_ns": int(row["comm_ns"]), "comm_max_ns": int(row["comm_max_ns"])}
+    values = {"run": row["group"], "input": str(row["label"]), "lead_ns": int(lead), "wait_ns": int(wait)}
     if lead_explains_wait(row):
         text = (f"{who} computes {duration(lead)} more than any other rank and spends the least "
                 f"in communication ({duration(wait)} less than the rank that waits most): "
                 "the others wait for it (from totals; no timestamps to say in which steps)")
-        return Finding(text, lead, SECTIONS["totals"], evidence)
+        return Finding(text, lead, SECTIONS["totals"], evidence, "straggler_totals", values)
     text = (f"the other ranks wait for {who} in collectives: up to {duration(wait)} more communication kernel "
             f"time than its own; its GPU computes only {duration(lead)} more than any other rank "
             f"({100 * lead / wait:.1f}% of that wait), so the rest of its lateness is outside its GPU kernels "
             "(its host launching late, or a wait of its own); the trace has no timestamps to say which, or in "
             "which steps: capture with --backend torch or nsys")
-    return Finding(text, wait, SECTIONS["totals"], {**evidence, "unexplained_wait_ns": wait - lead})
+    return Finding(text, wait, SECTIONS["totals"], {**evidence, "unexplained_wait_ns": wait - lead}, "straggler_totals",
+                   {**values, "unexplained_wait_ns": int(wait - lead)})
 
 
 def exposed_findings(ev: Evidence) -> list[Finding]:
@@ -184,7 +192,10 @@ def exposed_findings(ev: Evidence) -> list[Finding]:
                 f"{duration(top['exposed_ns'])} of its {duration(top['span_ns'])} span{median}")
         out.append(Finding(text, int(top["exposed_ns"]), SECTIONS["overlap"],
                            {"rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),
-                            "comm_ns": int(top["comm_ns"]), "span_ns": int(top["span_ns"])}))
+                            "comm_ns": int(top["comm_ns"]), "span_ns": int(top["span_ns"])}, "exposed_comm",
+                           {"run": group, "rank": int(top["rank"]), "exposed_ns": int(top["exposed_ns"]),
+                            "comm_ns": int(top["comm_ns"]), "span_ns": int(top["span_ns"]),
+                            "share": float(top["exposed_ns"] / top["comm_ns"])}))
     return out
 
 
@@ -242,9 +253,10 @@ def idle_share_findings(ev: Evidence) -> list[Finding]:
             + ": " + "; ".join(f"{group} rank {int(top['rank'])} {_pct(top['idle_ns'], top['span_ns'])} of "
                                    f"{duration(top['span_ns'])}" for group, top, _ in runs)
     most = max((top for _, top, _ in runs), key=lambda t: t["idle_ns"])
-    return [Finding(text, int(most["idle_ns"]), SECTIONS["overlap"],
-                    {"runs": {group: {"rank": int(top["rank"]), "idle_ns": int(top["idle_ns"]),
-                                      "span_ns": int(top["span_ns"])} for group, top, _ in runs}})]
+    by_run = {group: {"rank": int(top["rank"]), "idle_ns": int(top["idle_ns"]), "span_ns": int(top["span_ns"])}
+              for group, top, _ in runs}
+    values = {"run": runs[0][0], **by_run[runs[0][0]]} if len(runs) == 1 else {"run": None, "runs": by_run}
+    return [Finding(text, int(most["idle_ns"]), SECTIONS["overlap"], {"runs": by_run}, "idle_share", values)]
 
 
 def _pct(part: float, whole: float) -> str:
@@ -267,8 +279,20 @@ def all_sources() -> list[Callable[[Evidence], list[Finding]]]:
 def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None) -> list[Finding]:
     """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first."""
     found = with_savings(ev, [(s.__name__, s(ev)) for s in (all_sources() if sources is None else sources)])
-    # issue 27: by what-if saving where known; what the measurement itself cost (the profiler) after the job's
-    return sorted(found, key=lambda f: (bool(f.evidence.get("measurement")), -f.at_stake_ns))[:MAX_FINDINGS]
+    # by what-if saving where known; what the measurement itself cost (the profiler) after the job's
+    return capped(sorted(found, key=lambda f: (bool(f.evidence.get("measurement")), -f.at_stake_ns)))
+
+
+def capped(ranked: list[Finding], most: int = MAX_FINDINGS) -> list[Finding]:
+    """The first `most` of the ranked findings, but each run's first (a finding across runs counts
+    as a run of its own) before any run's second: the cap never drops a run's only finding while
+    another run has two. Those kept stay in rank order."""
+    first: dict[str | None, int] = {}
+    for k, f in enumerate(ranked):
+        first.setdefault(f.run, k)
+    kept = set(sorted(first.values())[:most])
+    kept.update([k for k in range(len(ranked)) if k not in kept][:most - len(kept)])
+    return [f for k, f in enumerate(ranked) if k in kept]
 
 
 NONE = "nothing in these inputs stands out beyond the noise and the thresholds of each finding"
@@ -285,6 +309,11 @@ def none_text(untimed_sources: set[str] | frozenset = frozenset(), timed: bool =
     if untimed_sources and not timed:
         return UNTIMED.format(sources=" and ".join(sorted(untimed_sources)))
     return NONE
+
+
+def as_json(found: list[Finding]) -> list[dict]:
+    """The findings for JSON users: each one's code, values and text (Finding.as_json), in rank order."""
+    return [f.as_json() for f in found]
 
 
 def lines(found: list[Finding], untimed_sources: set[str] | frozenset = frozenset(), timed: bool = True) -> list[str]:

@@ -51,9 +51,12 @@ def idle_findings(ev) -> list:
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
                 f"({basis}: {bounds}{_unclear_why(steps)}{tail})")  # what most of the path is, beside the idle
-        out.append(Finding(text, int(steps["idle_ns"].sum()), "idle",
-                           {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
-                            **{c: float(steps[c].mean()) for c in CAUSES}}))
+        evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
+                    **{c: float(steps[c].mean()) for c in CAUSES}}
+        values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
+                  "steps": len(steps), "stepless": bool(stepless),
+                  "bound_steps": {str(b): int(n) for b, n in steps["bound"].value_counts().items()}}
+        out.append(Finding(text, int(steps["idle_ns"].sum()), "idle", evidence, "idle", values))
     return out
 
 
@@ -106,10 +109,12 @@ def roofline_findings(ev) -> list:
         text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {ms(top['lost_ns'])} to its roofline on "
                 f"rank {i.rank} ({int(top['count']):,} calls, {ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
                 f"on the {d['device'].name}; work known for {100 * d['known_ns'] / d['gpu_ns']:.0f}% of the GPU time)")
-        out.append(Finding(text, int(top["lost_ns"]), "roofline",
-                           {"rank": i.rank, "kernel": str(top["key"]), "lost_ns": int(top["lost_ns"]),
-                            "roofline_frac": None if pd.isna(top["roofline_frac"]) else float(top["roofline_frac"]),
-                            "device": d["device"].name}))
+        evidence = {"rank": i.rank, "kernel": str(top["key"]), "lost_ns": int(top["lost_ns"]),
+                    "roofline_frac": None if pd.isna(top["roofline_frac"]) else float(top["roofline_frac"]),
+                    "device": d["device"].name}
+        values = {"run": group, **evidence, "calls": int(top["count"]), "dur_ns": int(top["dur_ns"]),
+                  "bound": str(top["bound"]), "known_share": float(d["known_ns"] / d["gpu_ns"])}
+        out.append(Finding(text, int(top["lost_ns"]), "roofline", evidence, "roofline", values))
     return out
 
 
@@ -140,5 +145,6 @@ def cpu_comm_findings(ev) -> list:
                 f"{ms(c['span_ns'])} span ({ms(c['in_flight_ns'])}: the union of its communication operators"
                 f"{threads}; {c['top_op']} {ms(c['top_op_ns'])} over {c['top_op_calls']:,} calls): its wait for "
                 "the other ranks and the transfer together (who waits on whom splits them)")
-        out.append(Finding(text, c["in_flight_ns"], SECTIONS["totals"], {"rank": i.rank, **c}))
+        out.append(Finding(text, c["in_flight_ns"], SECTIONS["totals"], {"rank": i.rank, **c}, "cpu_comm",
+                           {"run": group, "rank": i.rank, "share": float(share), **c}))
     return out

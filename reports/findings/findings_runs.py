@@ -47,10 +47,16 @@ def difference_findings(ev) -> list:
     kernel, other, stake_ns = best
     row = rows.loc[kernel]
     noise = _has_noise(ev, first) and _has_noise(ev, other)
+    evidence = {"kernel": kernel, "against": first, "input": other, "delta_ns": float(row[f"delta_ns[{other}]"]),
+                "stake_ns": stake_ns, "basis": str(t.attrs.get("basis", ""))}
+    values = {"run": None, **evidence, "ratio": _number(row[f"ratio[{other}]"]), "per_call": per_call,
+              "beyond_noise": noise}
     return [Finding(_difference_text(kernel, row, first, other, per_call, stake_ns, noise), int(stake_ns),
-                    SECTIONS["comparison"], {"kernel": kernel, "against": first, "input": other,
-                                             "delta_ns": float(row[f"delta_ns[{other}]"]), "stake_ns": stake_ns,
-                                             "basis": str(t.attrs.get("basis", ""))})]
+                    SECTIONS["comparison"], evidence, "difference", values)]
+
+
+def _number(x) -> float | None:
+    return None if pd.isna(x) else float(x)
 
 
 def _stake_ns(rows: pd.DataFrame, first: str, other: str, per_call: bool) -> pd.Series:
@@ -136,8 +142,11 @@ def profiler_cost_findings(ev) -> list:
         text = (f"profiling changes {costs[0][2]['measure']} against the same config under none "
                 f"({costs[0][2]['theirs']:,.4g}{unit}, {base}): " + "; ".join(each))
         at_stake = max(abs(cost["change"]) * _run_span_ns(ev, name) for name, _, cost in costs)
-        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "measurement": True, "runs": {
-            name: cost for name, _, cost in costs}}))
+        by_run = {name: cost for name, _, cost in costs}
+        out.append(Finding(text, int(at_stake), SECTIONS["runs"], {"baseline": base, "measurement": True, "runs": by_run},
+                           "profiler_cost", {"run": None, "baseline": base, "measure": costs[0][2]["measure"],
+                                             "unit": costs[0][2].get("unit"),
+                                             "change_share": {name: float(c["change"]) for name, c in by_run.items()}}))
     return out
 
 

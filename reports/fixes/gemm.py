@@ -147,9 +147,10 @@ def tf32_findings(ev) -> list[Finding]:
                 f"{ms(time)}, {_share(time, total)} of its GPU time"
                 + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "")
                 + "; " + _fix(device, dtypes) + _roof_text(work, device))
-        out.append(Finding(text, time, SECTIONS["roofline"], {
-            "rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
-            "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work), **_tf32_scenario(work)}))
+        evidence = {"rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
+                    "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work)}
+        out.append(Finding(text, time, SECTIONS["roofline"], {**evidence, **_tf32_scenario(work)}, "tf32",
+                           {"run": group, **evidence, "share": time / total}))
     return out
 
 
@@ -252,8 +253,9 @@ def alignment_findings(ev) -> list[Finding]:
                          "vocabulary or hidden size to a multiple of 64) to get the vectorised kernels")
         head = (f"{_run(group, several)}rank {i.rank}'s GEMMs have a dimension that is no multiple of 16 bytes: "
                 if shapes else f"{_run(group, several)}rank {i.rank}'s ")
-        out.append(Finding(head + "; ".join(parts), stake, SECTIONS["roofline"], {
-            "rank": i.rank, "kernels": odd_kernels["kernel"].astype(str).tolist(),
-            "unaligned_ns": int(odd_kernels["dur_ns"].sum()), "odd_shapes": shapes,
-            "odd_shapes_ns": sum(o["dur_ns"] for o in shapes), "gpu_ns": total}))
+        evidence = {"rank": i.rank, "kernels": odd_kernels["kernel"].astype(str).tolist(),
+                    "unaligned_ns": int(odd_kernels["dur_ns"].sum()), "odd_shapes": shapes,
+                    "odd_shapes_ns": sum(o["dur_ns"] for o in shapes), "gpu_ns": total}
+        out.append(Finding(head + "; ".join(parts), stake, SECTIONS["roofline"], evidence, "alignment",
+                           {"run": group, **evidence, "stake_ns": stake, "share": stake / total}))
     return out

@@ -84,5 +84,8 @@ def graphs_findings(ev) -> list[Finding]:
         text = (f"{group + ': ' if several and group else ''}rank {i.rank}{bound_where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
                 "run shorter than their own launch call: capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
                 "torch.compile(mode=\"reduce-overhead\"), which launches it in one call" + bound)
-        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f, "bound_text": bound}))
+        # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
+        values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"]}
+        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], {"rank": i.rank, **f, "bound_text": bound},
+                           "host_bound", values))
     return out

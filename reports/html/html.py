@@ -24,7 +24,7 @@ from ..results.runs import number_text, run_table, shared_rows
 from ..compare.compare import Comparison, comparison, rows_are, summed_over
 from ..session import Input
 from ..topics import TOPICS
-from ..findings.findings import Evidence, Finding, findings, none_text
+from ..findings.findings import Evidence, Finding, as_json, findings, none_text
 
 TOP_KERNELS_TABLE = 200
 COMPARE_ROWS = 50
@@ -280,7 +280,8 @@ def findings_html(found: list[Finding], inputs: list[Input] = ()) -> str:
         why = none_text(untimed, timed=any(i.timed for i in inputs) or not inputs)
         return f'<section id="findings"><h2>Findings</h2><p class="note">None: {_e(why)}.</p></section>'
     items = "".join(f'<li><a href="#{_e(f.section)}">{_e(f.text)}</a></li>' for f in found)
-    return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol></section>'
+    data = f'<script type="application/json" id="tracelab-findings">{script_json(as_json(found))}</script>'
+    return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol>{data}</section>'
 
 
 def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:

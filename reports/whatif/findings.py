@@ -1,17 +1,20 @@
 """Findings ranked by what fixing them would save (issue 27): the sources of reports/findings.py
-keep their sentences; where the inputs are one run of at most MAX_RANKS ranks with timelines,
-each finding whose question a scenario answers gets that scenario's predicted saving (a joint
-replay of the run's graph, whatif.analyse) appended, and is ranked by it: the saving per step
-times the steps. Findings of other runs, or without a scenario, keep their time at stake.
+keep their sentences; per run of at most MAX_RANKS ranks with timelines, each finding of that
+run whose question a scenario answers gets that scenario's predicted saving (a joint replay of
+the run's graph, whatif.analyse) appended, and is ranked by it: the saving per step times the
+steps. Findings across runs, of runs without graphs, or without a scenario keep their time at
+stake. A run's findings read the same alone or beside other runs.
 
 A finding that names a fix may carry its own scenario in its evidence (`scenario`, with
 `scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and its upper-bound clause
-(`bound_text`), dropped once the replay gives the saving. Where a fix and a diagnosis get
-the same scenario's saving (CUDA graphs and the idle GPU: no-host-gaps; the DDP bucket and
-the exposed communication: overlap-comm), the fix alone is kept: one saving, said once."""
+(`bound_text`), dropped once the replay gives the saving. Where a fix and a diagnosis of one
+run answer to the same scenario (CUDA graphs and the idle GPU: no-host-gaps; the DDP bucket and
+the exposed communication: overlap-comm), the fix alone is kept, replayed or not: one finding
+per cause and run, and one number (its saving, else its bound)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from .. import fmt
 from ..findings.finding import Finding
@@ -30,15 +33,6 @@ TEXT = {"balance": "every rank's work in each step at the lower median rank's (t
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
         "roofline": "every kernel whose work is known at its roofline time"}
-
-
-def run_whatif(ev, names: list[str]) -> WhatIf | None:
-    """The replay of the scenarios `names` over the inputs, when they are one run of timed
-    ranks whose graphs their workers made; else None."""
-    inputs = ev.inputs
-    if not inputs or len({i.group for i in inputs}) != 1:
-        return None
-    return replay_inputs(inputs, names)
 
 
 def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
@@ -75,25 +69,36 @@ _PREPARED: list[tuple] = []
 
 
 def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding]:
-    """The sources' findings, each with its scenario's saving where one applies (module docstring)."""
-    wanted = {source: [_scenario(source, f) for f in found] for source, found in by_source}
-    names = sorted({name for found in wanted.values() for name in found if name})
+    """The sources' findings, each with its scenario's saving where one applies (module docstring),
+    replayed run by run: a run's findings say the same saving whichever other runs are beside it.
+    Per run, a diagnosis whose scenario a fix of that run names is left out, replayed or not: one
+    finding per cause and run."""
+    found = [(source, f, _scenario(source, f)) for source, fs in by_source for f in fs]
+    saved = {}
+    for run in dict.fromkeys(f.run for _, f, _ in found):
+        mine = [(k, f, name) for k, (_, f, name) in enumerate(found) if f.run == run]
+        saved.update(_saved_in_run(ev, run, mine) if run is not None else {k: f for k, f, _ in mine})
+    fixed = {(f.run, name) for source, f, name in found if source in FIXES and name}
+    return [saved[k] for k, (source, f, name) in enumerate(found) if source in FIXES or (f.run, name) not in fixed]
+
+
+def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) -> dict[int, Finding]:
+    """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
+    names = sorted({name for _, _, name in found if name})
+    inputs = [i for i in ev.inputs if i.group == run]
     try:
-        w = run_whatif(ev, names) if names else None
+        w = replay_inputs(inputs, names) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving
         w = None
     if w is None:
-        return [f for _, found in by_source for f in found]
+        return {k: f for k, f, _ in found}
     unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
-    none = _none_step(ev)
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
-    out = [(source, _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one), none))
-           for source, found in by_source for f, name in zip(found, wanted[source])]
-    fixed = {f.evidence["whatif"]["scenario"] for source, f in out if source in FIXES and "whatif" in f.evidence}
-    return [f for source, f in out
-            if source in FIXES or "whatif" not in f.evidence or f.evidence["whatif"]["scenario"] not in fixed]
+    none = _none_step(ev, inputs)
+    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one), none)
+            for k, f, name in found}
 
 
 def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
@@ -108,18 +113,25 @@ def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     name, none_ns = none
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
-    text = (f"{f.text}; the same job under backend none ({name}) steps in {fmt.ms(none_ns, 2)} (median): "
-            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
-    return replace(f, text=text, at_stake_ns=int(gain_ns * w["steps"]),
+    values = {**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns}
+    return replace(f, text=f"{f.text}; {none_words(values)}", at_stake_ns=int(gain_ns * w["steps"]),
                    evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
-                                                      "saving_ns_per_step_under_none": gain_ns}})
+                                                      "saving_ns_per_step_under_none": gain_ns}}, values=values)
 
 
-def _none_step(ev) -> tuple[str, float] | None:
-    """(the run under none, its median step in ns) of the one profiled run among the inputs'
-    run folders that has such a baseline with per-step times (reports/results/runs.cost_of); None
-    otherwise."""
-    costs = [c for _, info in ev.runs if info.get("backend") != "none"
+def none_words(v: dict) -> str:
+    """The saving against the run under none, from a finding's values (none_run, none_step_ns, saving_ns_under_none)."""
+    gain_ns, none_ns = v["saving_ns_under_none"], v["none_step_ns"]
+    return (f"the same job under backend none ({v['none_run']}) steps in {fmt.ms(none_ns, 2)} (median): "
+            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
+
+
+def _none_step(ev, inputs: list) -> tuple[str, float] | None:
+    """(the run under none, its median step in ns) of the run folder `inputs` were read from,
+    where it is a profiled run whose baseline under none has per-step times
+    (reports/results/runs.cost_of); None otherwise."""
+    folders = {Path(i.path).parent.name for i in inputs if i.path}
+    costs = [c for name, info in ev.runs if name in folders and info.get("backend") != "none"
              and (c := cost_of(info, ev.runs)) is not None and c["measure"] == "step time" and c["unit"] == "ms"]
     return (costs[0]["baseline"], 1e6 * costs[0]["theirs"]) if len(costs) == 1 and costs[0]["theirs"] else None
 
@@ -133,27 +145,44 @@ def _label(row) -> str:
 
 
 def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
+    """`f` with the replay's saving of its scenario (`row`): in its values, then in its words."""
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
     b = band(row.name)
-    error = f"; {b.short()}" if b else ""
-    # the replay's step runs from the previous step's end to its own: the host's time between steps is in it,
-    # so it is longer than the steps' own (first to last GPU activity) the finding's text may give beside it
-    # a first window (the whole trace's, or a lone step's) has no previous step's end: it runs from the
-    # first op's launch (a lone step's: its first traced call), so it is longer than idle's GPU span
-    of = (f"the {fmt.ms(row.step_ns, 2)} trace, its first op (or that op's launch) to its last op's end" if whole else
-          f"its one {fmt.ms(row.step_ns, 2)} step, first traced call to last op's end" if one else
-          f"{fmt.ms(row.step_ns, 2)} per step, step end to step end")
-    scenario = f.evidence.get('scenario_text') or TEXT[row.name]
-    if row.saving_frac < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
-        what = (f"what if {scenario}: nothing to gain now ({fmt.ms(row.saving_ns, 2)} of {of}: the critical "
-                "path runs through other work; tracelab whatif)")
-    else:
-        what = (f"what if {scenario}: saves {fmt.ms(row.saving_ns, 2)} of {of} ({100 * row.saving_frac:.0f}%{error}; "
-                "tracelab whatif)")
+    # the replay's saving replaces the sentence's upper bound (bound_ns): one number per cause and run
+    values = {k: v for k, v in f.values.items() if k != "bound_ns"}
+    values.update(scenario=label, saving_ns=float(row.saving_ns), step_ns=float(row.step_ns), steps=int(row.steps),
+                  saving_share=float(row.saving_frac), window="trace" if whole else "one step" if one else "per step",
+                  error_band=b.doc() if b else None)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
+    what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
-                                                      "error_band": b.doc() if b else None}})
+                                                      "error_band": b.doc() if b else None}}, values=values)
+
+
+def saving_words(v: dict, scenario: str, b=None) -> str:
+    """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
+    its scenario's words; `b` its error band (bands.band), said beside a percentage."""
+    of = _window_words(v["window"], v["step_ns"])
+    if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
+        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}: the critical "
+                "path runs through other work; tracelab whatif)")
+    error = f"; {b.short()}" if b else ""
+    return (f"what if {scenario}: saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; "
+            "tracelab whatif)")
+
+
+def _window_words(window: str, step_ns: float) -> str:
+    """What the replay's step is. It runs from the previous step's end to its own: the host's time
+    between steps is in it, so it is longer than the steps' own (first to last GPU activity) the
+    finding's text may give beside it. A first window (the whole trace's, or a lone step's) has no
+    previous step's end: it runs from the first op's launch (a lone step's: its first traced
+    call), so it is longer than idle's GPU span."""
+    if window == "trace":
+        return f"the {fmt.ms(step_ns, 2)} trace, its first op (or that op's launch) to its last op's end"
+    if window == "one step":
+        return f"its one {fmt.ms(step_ns, 2)} step, first traced call to last op's end"
+    return f"{fmt.ms(step_ns, 2)} per step, step end to step end"
