@@ -28,7 +28,7 @@ then awaited: `free_completed`), and memory as reserved from `segment_alloc`/`se
 segments' sizes, so the totals before the first action kept are those less the actions'
 sum. Rows: the alloc and free_requested actions (`bytes` + / -), each with both totals after
 it; a segment action changes the reserved total of the next row. `op` is the innermost
-frame outside torch (function, file:line); `scope` the frames outside torch, outermost
+Python frame outside torch (function, file:line; C++ frames skipped); `scope` those frames, outermost
 first, "file:function" joined by "/" (the call path: the model's forward shows here, a
 backward run by autograd's own thread has no Python frames). No steps (NA), no thread.
 """
@@ -244,10 +244,17 @@ def _placed_once(frames: Any, places: dict[int, tuple[str, str]]) -> tuple[str, 
 
 
 def _user_frames(frames: Any) -> list[dict]:
+    """The user's Python frames: a snapshot also records C++ frames (the allocator's, the
+    snapshot tool's own unwinder: .cpp, .h, .so, '??') and torch's own Python (/torch/)."""
     if not isinstance(frames, list):
         return []
-    return [f for f in frames if isinstance(f, dict) and isinstance(f.get("filename"), str)
-            and "/torch/" not in f["filename"] and not f["filename"].startswith("??")]
+    return [f for f in frames if isinstance(f, dict) and _is_user_python(f.get("filename"))]
+
+
+def _is_user_python(filename: Any) -> bool:
+    if not isinstance(filename, str) or "/torch/" in filename or filename.startswith("torch/"):
+        return False
+    return filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">"))  # <stdin>, <string>
 
 
 def _placed(frames: Any) -> tuple[str, str]:
