@@ -260,8 +260,8 @@ def _whole_graphs(con: sqlite3.Connection, nodes: list[pd.DataFrame]) -> pd.Data
     if known is not None and len(df):
         key = pd.MultiIndex.from_frame(df[["globalPid", "correlationId"]].astype("float64"))
         df = df[~key.isin(pd.MultiIndex.from_frame(known.astype("float64")))]
-    graph = df["graphId"].map(lambda g: "?" if pd.isna(g) else str(int(g)))
-    return df.assign(kind="kernel", name="CUDA graph " + graph + " (whole launch)", bytes=np.nan)
+    names = [f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole launch)" for g in df["graphId"]]
+    return df.assign(kind="kernel", name=names, bytes=np.nan)
 
 
 def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:

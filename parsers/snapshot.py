@@ -191,6 +191,8 @@ def _final_totals(path: Path, segments: list) -> dict[Any, tuple[int, int]]:
         device = device if type(device) is int else None  # a dict key that hashes: never a list
         before = totals.get(device, (0, 0))
         totals[device] = (before[0] + allocated, before[1] + reserved)
+        if max(totals[device]) > limits.INT64[1]:
+            raise TraceFormatError(path, f"segments[{i}]: the device's segments add up past 2**63 bytes: a damaged snapshot")
     return totals
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 from .errors import UsageError
 
 BUDGET_S = 2.0  # all names of one match together; a sane pattern on 100 k names takes < 0.2 s
+MAX_PATTERN_CHARS = 10_000  # compiling is not bounded by the timer: re's parser takes ~7 s per MB
 
 
 class _OutOfTime(Exception):
@@ -31,16 +32,21 @@ class _OutOfTime(Exception):
 
 
 def compiled(pattern: str, option: str) -> re.Pattern:
-    """`pattern` compiled; UsageError naming `option` where it is not a regular expression."""
+    """`pattern` compiled; UsageError naming `option` where it is not a regular expression
+    or is longer than MAX_PATTERN_CHARS."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise UsageError(option, f"a pattern of {len(pattern):,} characters: at most {MAX_PATTERN_CHARS:,}")
     try:
         return re.compile(pattern)
     except (re.error, RecursionError, OverflowError) as e:
         raise UsageError(option, f"{pattern!r} is not a regular expression: {e}") from None
 
 
-def matches(regex: re.Pattern, values, option: str, budget_s: float = BUDGET_S) -> np.ndarray:
+def matches(regex: re.Pattern, values, option: str, budget_s: float | None = None) -> np.ndarray:
     """Which of `values` (names, as anything pandas reads) `regex` finds a match in, a bool
-    array; UsageError naming `option` when matching takes more than `budget_s` seconds."""
+    array; UsageError naming `option` when matching takes more than `budget_s` seconds
+    (default BUDGET_S)."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
     codes, names = pd.factorize(pd.Series(values, dtype=object).astype(str), use_na_sentinel=False)
     try:
         with _time_bound(budget_s):
