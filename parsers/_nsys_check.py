@@ -26,6 +26,7 @@ RULES: dict[str, tuple[str, str]] = {
     "bytes": ("{c} IS NULL OR " + _INT + " AND {c} >= 0", "a whole number of bytes or NULL"),
     "graphNodeId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
     "originalGraphNodeId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
+    "graphId": ("{c} IS NULL OR " + _INT, "an integer or NULL"),
 }
 _ACTIVITY = ("start", "end", "deviceId", "streamId", "globalPid", "correlationId", "bytes", "graphNodeId")
 # table -> (columns checked, which rows the parser reads, the columns that choice needs)
@@ -33,6 +34,8 @@ TABLES: dict[str, tuple[tuple[str, ...], str, set[str]]] = {
     "CUPTI_ACTIVITY_KIND_KERNEL": (_ACTIVITY, "1", set()),
     "CUPTI_ACTIVITY_KIND_MEMCPY": (_ACTIVITY, "1", set()),
     "CUPTI_ACTIVITY_KIND_MEMSET": (_ACTIVITY, "1", set()),
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (("start", "end", "deviceId", "streamId", "globalPid", "correlationId", "graphId"),
+                                        "1", set()),
     "CUPTI_ACTIVITY_KIND_RUNTIME": (("start", "globalTid", "correlationId"),
                                     "correlationId IS NOT NULL AND globalTid IS NOT NULL",
                                     {"correlationId", "globalTid"}),

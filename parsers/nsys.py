@@ -4,7 +4,10 @@ The file is opened read-only. Tables exist only when the run used them:
 kernels come from CUPTI_ACTIVITY_KIND_KERNEL (names through StringIds,
 demangled where nsys has it, else its short name), copies from ..._MEMCPY
 (named like Kineto's "Memcpy HtoD (Pinned -> Device)"), fills from ..._MEMSET;
-copies and fills carry their size in `bytes`.
+copies and fills carry their size in `bytes`. A CUDA graph launch traced as a whole (nsys's
+default `--cuda-graph-trace=graph`: CUPTI_ACTIVITY_KIND_GRAPH_TRACE, no row per node) is
+one GPU op over the graph's span, named "CUDA graph N (whole launch)", and a note says its
+kernels are not in the file; a launch whose nodes are in the file is read through them.
 
 Scope: a GPU activity's scope is the NVTX ranges (push/pop and start/end)
 open on the thread that launched it, at the start of the launching CUDA API
@@ -64,6 +67,12 @@ _MEMCPY = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid,
            bytes, copyKind, srcKind, dstKind
     FROM CUPTI_ACTIVITY_KIND_MEMCPY"""
+_GRAPHS = """
+    SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid, graphId
+    FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE"""
+GRAPHS_NOTE = ("{n} CUDA graph launches were traced as whole graphs (nsys's default, --cuda-graph-trace=graph): "
+               "each is one GPU op over its graph's span, its kernels not in the file; "
+               "profile with --cuda-graph-trace=node to see them")
 _MEMSET = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid, bytes, memKind
     FROM CUPTI_ACTIVITY_KIND_MEMSET"""
@@ -117,6 +126,8 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
         raise TraceFormatError(path, "nsys export without GPU activity (no kernel, memcpy or memset rows)")
     check_rows(path, len(activity), "GPU rows")
     activity["scope"], activity["step"], notes = _regions(con, tables, activity, step_re)
+    if whole := activity.attrs.get("whole_graphs"):
+        notes = [GRAPHS_NOTE.format(n=whole), *notes]
     activity["flops"] = _nvtx_flops(con, tables, activity)
     return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)
 
@@ -209,12 +220,17 @@ def _activity(con: sqlite3.Connection, tables: set[str], path: Path) -> pd.DataF
         parts.append(_memcpy(con, tables))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         parts.append(_memset(con, tables))
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
+        parts.append(_whole_graphs(con, parts))
+    whole = len(parts[-1]) if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables else 0
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame()
     cols = ["kind", "name", "start", "end", "device", "stream", "correlationId", "globalPid", "bytes"]
     df = pd.concat([p[cols] for p in parts], ignore_index=True)
-    return df.sort_values("start", kind="stable", ignore_index=True)
+    df = df.sort_values("start", kind="stable", ignore_index=True)
+    df.attrs["whole_graphs"] = whole  # said in a note (_read_tables)
+    return df
 
 
 def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
@@ -234,6 +250,18 @@ def _copy_kind(enum_name: str) -> str:
     short = enum_name.removeprefix("CUDA_MEMCPY_KIND_")
     short = re.sub(r"([A-Z])TO([A-Z])$", r"\1to\2", short).replace("_", " ")
     return short.capitalize() if short == "UNKNOWN" else short
+
+
+def _whole_graphs(con: sqlite3.Connection, nodes: list[pd.DataFrame]) -> pd.DataFrame:
+    """Graph launches traced as a whole, as kernel rows, but those whose nodes' rows (the same
+    process and correlation id) are in `nodes`: their work is counted there already."""
+    df = _query(con, _GRAPHS)
+    known = pd.concat([p[["globalPid", "correlationId"]] for p in nodes]) if nodes else None
+    if known is not None and len(df):
+        key = pd.MultiIndex.from_frame(df[["globalPid", "correlationId"]].astype("float64"))
+        df = df[~key.isin(pd.MultiIndex.from_frame(known.astype("float64")))]
+    names = [f"CUDA graph {'?' if pd.isna(g) else int(g)} (whole launch)" for g in df["graphId"]]
+    return df.assign(kind="kernel", name=names, bytes=np.nan)
 
 
 def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:

@@ -7,6 +7,17 @@ its own opcodes comes out: dict, list, tuple, str, int, float, bool, None (and b
 A pickle that names anything (os.system through __reduce__, a torch class) raises
 TraceFormatError naming what it asked for, before anything is called.
 
+Bounds: a pickle is a program for a stack machine, and a small one can build much more
+than itself: each `}` byte is a 64-byte dict (30 MB of them peaked at 2.8 GB). So before
+unpickling, its size is bounded (limits.max_trace_bytes()); while unpickling, the
+unpickler reads through _Bounded, which, every 128 KiB, counts the containers built so far
+(the collector's allocation count, the collector paused meanwhile) and the time taken: more
+than one container per MIN_BYTES_PER_CONTAINER bytes read (a real snapshot's frame dict
+takes 30-60 bytes) or more than the time bound is refused as a bomb, so what is built stays
+within about ten times the file. Frames shared through the pickle's memo are read once per
+shared object (by its id), not once per action that names them: 1.5 MB that names one list
+of 2,000 frames from 50,000 actions is not 10**8 frames to walk.
+
 What it holds: `segments` (the allocator's segments at the dump, each with its `blocks`,
 state `active_allocated` and so on) and `device_traces` (per device, the last actions:
 alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map,
@@ -17,15 +28,17 @@ then awaited: `free_completed`), and memory as reserved from `segment_alloc`/`se
 segments' sizes, so the totals before the first action kept are those less the actions'
 sum. Rows: the alloc and free_requested actions (`bytes` + / -), each with both totals after
 it; a segment action changes the reserved total of the next row. `op` is the innermost
-frame outside torch (function, file:line); `scope` the frames outside torch, outermost
+Python frame outside torch (function, file:line; C++ frames skipped); `scope` those frames, outermost
 first, "file:function" joined by "/" (the call path: the model's forward shows here, a
 backward run by autograd's own thread has no Python frames). No steps (NA), no thread.
 """
 from __future__ import annotations
 
-import io
+import gc
 import os
 import pickle
+import reprlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +53,11 @@ from tracelab.schema import Profile
 ALLOCATED = {"alloc": 1, "free_requested": -1}
 RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 MAX_SCOPE_FRAMES = 8
+MIN_BYTES_PER_CONTAINER = 8  # fewer bytes per dict, list or tuple built: a bomb (module docstring)
+CONTAINER_SLACK = 10_000  # a small pickle's first containers, before the density means anything
+BASE_S, S_PER_GIB = 30.0, 120.0  # unpickling's time bound: a real snapshot reads at ~100 MB/s
+_SHOWN = reprlib.Repr()  # a value echoed in an error: short, and safe for nesting 10**5 deep
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
 
 
 class _Refused(Exception):
@@ -56,17 +74,69 @@ class _PlainUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
+class _Bomb(Exception):
+    pass
+
+
+class _Bounded:
+    """The pickle's bytes as a file the unpickler reads (with peek, it asks for 128 KiB at a
+    time), checking at each read how many containers it has built and for how long."""
+
+    def __init__(self, data: bytearray):
+        self.view, self.at, self.handed, self.started = memoryview(data), 0, 0, time.monotonic()
+        self.limit_s = BASE_S + S_PER_GIB * len(data) / 1024**3
+        self.containers0 = gc.get_count()[0]
+
+    def _check(self) -> None:
+        built = gc.get_count()[0] - self.containers0
+        if built > self.handed / MIN_BYTES_PER_CONTAINER + CONTAINER_SLACK:
+            raise _Bomb(f"{built:,} dicts, lists or tuples from its first {self.handed:,} bytes: it builds far more "
+                        "than a snapshot holds (a pickle bomb)")
+        if time.monotonic() - self.started > self.limit_s:
+            raise _Bomb(f"still unpickling after {self.limit_s:.0f} s, at byte {self.at:,}")
+
+    def peek(self, n: int = 1) -> bytes:
+        self._check()
+        chunk = bytes(self.view[self.at:self.at + max(n, 1)])
+        self.handed = max(self.handed, self.at + len(chunk))
+        return chunk
+
+    def read(self, n: int = -1) -> bytes:
+        self._check()
+        end = len(self.view) if n is None or n < 0 else min(len(self.view), self.at + n)
+        chunk, self.at = bytes(self.view[self.at:end]), end
+        self.handed = max(self.handed, end)
+        return chunk
+
+    def readinto(self, buffer) -> int:
+        chunk = self.read(len(buffer))
+        buffer[:len(chunk)] = chunk
+        return len(chunk)
+
+    def readline(self) -> bytes:
+        self._check()
+        end = bytes(self.view[self.at:self.at + 65536]).find(b"\n")
+        return self.read(65536 if end < 0 else end + 1)
+
+
 def plain_load(path: Path) -> Any:
-    """The pickle's value, built from plain types only (module docstring)."""
+    """The pickle's value, built from plain types only, bounded (module docstring)."""
     data = limits.read_trace_bytes(path)
+    collecting = gc.isenabled()
+    gc.disable()  # the allocation count then only grows as containers are built (and unpickling is faster)
     try:
-        return _PlainUnpickler(io.BytesIO(bytes(data))).load()
+        return _PlainUnpickler(_Bounded(data)).load()
     except _Refused as e:
         raise TraceFormatError(path, f"a pickle that asks for {e} to be called or built: refused "
                                      "(tracelab reads only plain values from a pickle)") from None
+    except _Bomb as e:
+        raise TraceFormatError(path, f"not read: {e}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             MemoryError, RecursionError) as e:
         raise TraceFormatError(path, f"not a readable pickle ({type(e).__name__}: {str(e)[:80]})") from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
@@ -78,7 +148,10 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     traces = snap.get("device_traces") or []
     if not isinstance(traces, list):
         raise TraceFormatError(path, "device_traces: not a list")
-    frames = [_replay(path, device, actions, snap["segments"]) for device, actions in enumerate(traces)]
+    totals = _final_totals(path, snap["segments"])
+    places: dict[int, tuple[str, str]] = {}  # id(frames) -> (op, scope): memo-shared frames walked once
+    frames = [_replay(path, device, actions, totals.get(device, (0, 0)), places)
+              for device, actions in enumerate(traces) if actions != []]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     memory = _memory_frame(rows)
     meta = {"path": str(path), "source": "torch", "rank": None, "world_size": None, "devices": {},
@@ -96,35 +169,44 @@ def _notes(traces: list) -> list[str]:
 
 def _int(path: Path, value: Any, where: str) -> int:
     if type(value) is not int or not limits.INT64[0] <= value <= limits.INT64[1]:
-        raise TraceFormatError(path, f"{where}: {value!r} is not an integer")
+        raise TraceFormatError(path, f"{where}: {_SHOWN.repr(value)} is not an integer")
     return value
 
 
-def _final_totals(path: Path, device: int, segments: list) -> tuple[int, int]:
-    """(allocated, reserved) bytes of `device` at the dump: its active blocks' and segments' sizes."""
-    allocated = reserved = 0
+def _final_totals(path: Path, segments: list) -> dict[Any, tuple[int, int]]:
+    """Per device, (allocated, reserved) bytes at the dump: its active blocks' and segments'
+    sizes (one pass over the segments, whatever the number of devices)."""
+    totals: dict[Any, tuple[int, int]] = {}
+    active: dict[int, int] = {}  # id(blocks) -> active bytes: a blocks list shared by memo summed once
     for i, seg in enumerate(segments):
-        if not isinstance(seg, dict) or not isinstance(seg.get("blocks", []), list):
+        if not isinstance(seg, dict) or not isinstance(blocks := seg.get("blocks", []), list):
             raise TraceFormatError(path, f"segments[{i}]: not a segment with a blocks list")
-        if seg.get("device") != device:
-            continue
-        reserved += _int(path, seg.get("total_size"), f"segments[{i}].total_size")
-        for j, block in enumerate(seg.get("blocks", [])):
-            if isinstance(block, dict) and block.get("state") == "active_allocated":
-                allocated += _int(path, block.get("size"), f"segments[{i}].blocks[{j}].size")
-    return allocated, reserved
+        reserved = _int(path, seg.get("total_size"), f"segments[{i}].total_size")
+        if id(blocks) not in active:
+            active[id(blocks)] = sum(_int(path, block.get("size"), f"segments[{i}].blocks[{j}].size")
+                                     for j, block in enumerate(blocks)
+                                     if isinstance(block, dict) and block.get("state") == "active_allocated")
+        allocated = active[id(blocks)]
+        device = seg.get("device")
+        device = device if type(device) is int else None  # a dict key that hashes: never a list
+        before = totals.get(device, (0, 0))
+        totals[device] = (before[0] + allocated, before[1] + reserved)
+        if max(totals[device]) > limits.INT64[1]:
+            raise TraceFormatError(path, f"segments[{i}]: the device's segments add up past 2**63 bytes: a damaged snapshot")
+    return totals
 
 
-def _replay(path: Path, device: int, actions: Any, segments: list) -> pd.DataFrame:
+def _replay(path: Path, device: int, actions: Any, totals: tuple[int, int],
+            places: dict[int, tuple[str, str]]) -> pd.DataFrame:
     """The device's alloc and free_requested actions with both totals after each."""
     if not isinstance(actions, list):
         raise TraceFormatError(path, f"device_traces[{device}]: not a list")
-    parsed = [_action(path, device, i, a) for i, a in enumerate(actions)]
+    parsed = [_action(path, device, i, a, places) for i, a in enumerate(actions)]
     kind = np.array([p[0] for p in parsed], dtype=object)
     size = np.array([p[1] for p in parsed], dtype=np.int64)
     d_alloc = np.array([ALLOCATED.get(k, 0) for k in kind], dtype=np.int64) * size
     d_reserved = np.array([RESERVED.get(k, 0) for k in kind], dtype=np.int64) * size
-    allocated, reserved = _final_totals(path, device, segments)
+    allocated, reserved = totals
     total_alloc = allocated - d_alloc.sum() + np.cumsum(d_alloc)
     total_reserved = reserved - d_reserved.sum() + np.cumsum(d_reserved)
     lowest = min(allocated - d_alloc.sum(), reserved - d_reserved.sum(), *total_alloc[:1], *total_reserved[:1],
@@ -139,7 +221,8 @@ def _replay(path: Path, device: int, actions: Any, segments: list) -> pd.DataFra
                          "op": [parsed[i][4][0] for i in keep], "scope": [parsed[i][4][1] for i in keep]})
 
 
-def _action(path: Path, device: int, i: int, a: Any) -> tuple[str, int, float | None, int | None, tuple[str, str]]:
+def _action(path: Path, device: int, i: int, a: Any,
+            places: dict[int, tuple[str, str]]) -> tuple[str, int, float | None, int | None, tuple[str, str]]:
     where = f"device_traces[{device}][{i}]"
     if not isinstance(a, dict) or not isinstance(a.get("action"), str):
         raise TraceFormatError(path, f"{where}: not an action")
@@ -149,16 +232,31 @@ def _action(path: Path, device: int, i: int, a: Any) -> tuple[str, int, float | 
     addr = a.get("addr")
     time_us = a.get("time_us")
     if time_us is not None and (type(time_us) not in (int, float) or not abs(time_us) < limits.MAX_TIME_NS / 1000):
-        raise TraceFormatError(path, f"{where}.time_us: {time_us!r} is not a time")
-    placed = _placed(a.get("frames")) if a["action"] in ALLOCATED else ("", "")
+        raise TraceFormatError(path, f"{where}.time_us: {_SHOWN.repr(time_us)} is not a time")
+    placed = _placed_once(a.get("frames"), places) if a["action"] in ALLOCATED else ("", "")
     return a["action"], size, time_us, addr if type(addr) is int else None, placed
 
 
+def _placed_once(frames: Any, places: dict[int, tuple[str, str]]) -> tuple[str, str]:
+    """_placed, once per frames object (a pickle's memo lets many actions share one list)."""
+    key = id(frames)
+    if key not in places:
+        places[key] = _placed(frames)
+    return places[key]
+
+
 def _user_frames(frames: Any) -> list[dict]:
+    """The user's Python frames: a snapshot also records C++ frames (the allocator's, the
+    snapshot tool's own unwinder: .cpp, .h, .so, '??') and torch's own Python (/torch/)."""
     if not isinstance(frames, list):
         return []
-    return [f for f in frames if isinstance(f, dict) and isinstance(f.get("filename"), str)
-            and "/torch/" not in f["filename"] and not f["filename"].startswith("??")]
+    return [f for f in frames if isinstance(f, dict) and _is_user_python(f.get("filename"))]
+
+
+def _is_user_python(filename: Any) -> bool:
+    if not isinstance(filename, str) or "/torch/" in filename or filename.startswith("torch/"):
+        return False
+    return filename.endswith(".py") or (filename.startswith("<") and filename.endswith(">"))  # <stdin>, <string>
 
 
 def _placed(frames: Any) -> tuple[str, str]:

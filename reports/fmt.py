@@ -82,3 +82,13 @@ def flop(n_flop: float) -> str:
 def count(n: float) -> str:
     """'1,234'."""
     return f"{int(n):,}"
+
+
+def clipped(text: str, chars: int) -> str:
+    """`text` at most `chars` characters: cut after the last space, '/' or ',' that fits, with
+    '...' (never mid-word); a single word longer than that is cut at `chars` with '...'."""
+    if len(text) <= chars:
+        return text
+    room = text[:chars - 3]
+    cut = max(room.rfind(" "), room.rfind("/"), room.rfind(","))
+    return (room[:cut + 1] if cut > 0 else room).rstrip() + "..."

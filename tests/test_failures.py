@@ -216,7 +216,9 @@ def test_warning_of_a_command_that_succeeds_is_one_escaped_line(capsys, monkeypa
         warnings.simplefilter("always")
         with pytest.raises(SystemExit):
             cli.main()
-    assert capsys.readouterr().err == "tracelab: warning: overflow in\\x1b[2J cast\\nsecond line\n"
+    err = capsys.readouterr().err
+    assert err.startswith("tracelab: warning: a library tracelab uses warned (RuntimeWarning at test_failures.py:")
+    assert err.endswith("): overflow in\\x1b[2J cast\\nsecond line\n") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("text, shown", [

@@ -18,6 +18,7 @@ import importlib
 import os
 import re
 import signal
+import stat
 import warnings
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -285,18 +286,39 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
 
 def _traces_in(folder: Path) -> list[Path]:
     """Trace files under `folder` (symlinked folders not followed), sorted. A subfolder that
-    cannot be read is an error, not skipped: its traces would be missing without a word."""
+    cannot be read is an error, not skipped: its traces would be missing without a word. So is
+    a name that looks like a trace but is no regular file (a FIFO, a socket, a device, a link to
+    one): judged by stat, never opened, since opening a FIFO waits for a writer."""
     def refuse(e: OSError) -> None:
         raise TraceFormatError(e.filename or folder, f"cannot read this folder: {e.strerror or e}")
 
     found = []
     for root, _, names in os.walk(folder, onerror=refuse):
         for f in map(Path(root).joinpath, names):
-            if _looks_like_trace(f) and (reason := _broken_link(f)):
+            if _looks_like_trace(f) and (reason := _broken_link(f) or _not_regular(f)):
                 raise TraceFormatError(f, reason)  # a rank missing without a word otherwise
             if _looks_like_trace(f) and f.is_file():
                 found.append(f)
     return sorted(found)
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why a trace's name in a folder is not read, where it names no regular file (a folder
+    of that name is searched like any other); None otherwise."""
+    try:
+        mode = path.stat().st_mode  # follows a link: one to /dev/zero is a device
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    for test, kind in _SPECIAL:
+        if test(mode):
+            link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+            return (f"{kind}{link}, not a trace file: not read (it could block or never end); "
+                    "move it out of the folder or replace it by the trace itself")
+    return None
 
 
 def _broken_link(path: Path) -> str | None:

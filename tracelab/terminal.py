@@ -27,6 +27,27 @@ def printable(text: str, keep: str = "") -> str:
     return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
 
 
+# an echoed value (a name, a path, an option's text) is shown at most this long, then its length;
+# the line as a whole at most LINE_CHARS: an error about a 50 MB kernel name stays one short line
+VALUE_CHARS = 200
+LINE_CHARS = 2000
+_LONG_WORD = re.compile(r"\S{%d,}" % (VALUE_CHARS + 1))
+
+
+def _cut(text: str, keep: int) -> str:
+    return f"{text[:keep]}... ({len(text):,} characters)"
+
+
+def shortened(text: str) -> str:
+    """`text` with each run of more than VALUE_CHARS characters without a space cut to its first
+    VALUE_CHARS and its length, and the whole cut to about LINE_CHARS (its head and its end)."""
+    text = _LONG_WORD.sub(lambda m: _cut(m.group(), VALUE_CHARS), text)
+    if len(text) <= LINE_CHARS:
+        return text
+    head, tail = LINE_CHARS * 2 // 3, LINE_CHARS // 3
+    return f"{text[:head]} ... ({len(text) - head - tail:,} characters left out) ... {text[-tail:]}"
+
+
 def _schema_error(error: BaseException) -> bool:
     """A tracelab.schema.SchemaError, without importing that module (and pandas) to ask:
     one can only have been raised once it was imported."""
@@ -47,13 +68,22 @@ def error_line(error: BaseException) -> str | None:
         text = "out of memory"
     else:
         return None
-    return "tracelab: error: " + printable(text)
+    return "tracelab: error: " + printable(shortened(text))
 
 
 def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
-    """Each distinct warning once, as one line."""
-    lines = [f"tracelab: warning: {printable(str(w.message))}" for w in caught]
+    """Each distinct warning once, as one line. tracelab says what it notices as notes, never
+    as Python warnings, so a warning caught here is a library's (numpy, pandas, torch): said
+    as that library's, with its category, never as tracelab's own finding."""
+    lines = [f"tracelab: warning: a library tracelab uses warned ({_origin(w)}): {printable(shortened(str(w.message)))}"
+             for w in caught]
     return list(dict.fromkeys(lines))
+
+
+def _origin(w: warnings.WarningMessage) -> str:
+    module = getattr(w.category, "__module__", "builtins")
+    where = f"{module}.{w.category.__name__}" if module != "builtins" else w.category.__name__
+    return printable(shortened(f"{where} at {w.filename.rsplit('/', 1)[-1]}:{w.lineno}"))
 
 
 class Escaped:

@@ -140,15 +140,25 @@ def allocator_misses(steps: pd.DataFrame) -> list[tuple[str, int, dict]]:
 
 
 def runs(peaks: pd.DataFrame) -> pd.DataFrame:
-    """Each input's peak per rank against the first input's of that rank (align, then subtract)."""
-    columns = ["input", "rank", "peak_bytes", "delta_bytes", "ratio"]
+    """Each input's peak per rank against the first input's of that rank (align, then subtract),
+    like with like: allocated where both inputs give it, else reserved where both do (`of` says
+    which), else no difference (one input has neither of the other's quantities)."""
+    columns = ["input", "rank", "of", "peak_bytes", "delta_bytes", "ratio"]
     if peaks["input"].nunique() < 2:
         return pd.DataFrame({c: [] for c in columns})
-    level = peaks.assign(peak_bytes=peaks.apply(_peak, axis=1).astype("float64"))[["input", "rank", "peak_bytes"]]
-    first = level[level["input"] == level["input"].iloc[0]][["rank", "peak_bytes"]].rename(columns={"peak_bytes": "base"})
-    out = level.merge(first, on="rank", how="left")
-    out["delta_bytes"] = out["peak_bytes"] - out["base"]
-    out["ratio"] = np.where(out["base"] > 0, out["peak_bytes"] / out["base"], np.nan)
+    level = peaks[["input", "rank", "peak_allocated_bytes", "peak_reserved_bytes"]].copy()
+    for c in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        level[c] = level[c].astype("float64")
+    first = level[level["input"] == level["input"].iloc[0]].drop(columns="input")
+    out = level.merge(first, on="rank", how="left", suffixes=("", "_base"))
+    both = {q: out[f"peak_{q}_bytes"].notna() & out[f"peak_{q}_bytes_base"].notna() for q in ("allocated", "reserved")}
+    out["of"] = np.where(both["allocated"], "allocated", np.where(both["reserved"], "reserved", None))
+    out["peak_bytes"] = np.where(both["allocated"], out["peak_allocated_bytes"],
+                                 np.where(both["reserved"], out["peak_reserved_bytes"], out.apply(_peak, axis=1)))
+    base = np.where(both["allocated"], out["peak_allocated_bytes_base"], out["peak_reserved_bytes_base"])
+    base = np.where(out["of"].notna(), base, np.nan).astype("float64")
+    out["delta_bytes"] = out["peak_bytes"].astype("float64") - base
+    out["ratio"] = np.divide(out["peak_bytes"].astype("float64"), base, out=np.full(len(out), np.nan), where=base > 0)
     return out[columns]
 
 

@@ -81,9 +81,21 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
         ats.append(at)
         peaks.append(peak)
     tops = live_tops(mem, np.array(ats, dtype=np.int64), np.array(peaks, dtype=np.float64), spans["step"], top)
-    notes = [] if mem["total_allocated_bytes"].notna().any() else [NO_ALLOCATED]
+    notes = ([] if mem["total_allocated_bytes"].notna().any() else [NO_ALLOCATED]) + _before_start(rows)
     return RankMemory(rank, pd.DataFrame(rows, columns=STEP_COLUMNS), tops.assign(rank=rank)[TOP_COLUMNS],
                       timeline(mem), spans, notes)
+
+
+def _before_start(rows: list[dict]) -> list[str]:
+    """A note where a peak falls before the trace's start (time 0): memory allocated before the
+    capture began (nsys counts CUDA's allocations since the process began), so its time is
+    negative, not an error."""
+    early = [r for r in rows if r["peak_at_ns"] < 0]
+    if not early:
+        return []
+    first = min(r["peak_at_ns"] for r in early)
+    return [f"{len(early)} of {len(rows)} peaks fall before the trace's start (as early as {first / 1e6:,.1f} ms): "
+            "memory allocated before the capture began; their 'peak at' times are negative"]
 
 
 def _none_note(source: str | None) -> str:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..csvout import csv_text
 from ..jsonout import dumps, strict
-from ..fmt import binary_size, ms_cell
+from ..fmt import binary_size, clipped, ms_cell
 from ..many_steps import largest_steps
 from .across import Memory
 
@@ -46,7 +46,7 @@ def steps_table(m: Memory, several: bool, shown: pd.DataFrame) -> Table:
     for _, r in shown.iterrows():
         t.add_row(*([str(r["input"])] if several else []), _step(r["step"]), str(r["rank"]),
                   _size(r["allocated_start_bytes"]), _size(r["allocated_end_bytes"]), _size(r["peak_allocated_bytes"]),
-                  ms_cell(r["peak_at_ns"]), str(r["peak_during"])[:60], _size(r["reserved_bytes"]),
+                  ms_cell(r["peak_at_ns"]), clipped(str(r["peak_during"]), 60), _size(r["reserved_bytes"]),
                   _size(r["held_back_bytes"]), _int(r["alloc_calls"]),
                   ms_cell(r["alloc_ns"]), _int(r["alloc_sync_calls"]))
     return t
@@ -64,7 +64,7 @@ def top_table(m: Memory, several: bool) -> Table:
     for _, p in m.peaks.iterrows():
         for _, r in _live(m, p).iterrows():
             t.add_row(*([str(r["input"])] if several else []), str(r["rank"]), _step(r["step"]), r["by"],
-                      str(r["name"])[:80], _size(r["bytes"]))
+                      clipped(str(r["name"]), 80), _size(r["bytes"]))
     return t
 
 
@@ -84,9 +84,11 @@ def _outliers(peaks: pd.DataFrame) -> pd.DataFrame:
 
 
 def runs_table(m: Memory) -> Table:
-    t = _table("peaks against the first input (same rank)", ["input", "rank", "peak", "delta", "ratio"])
+    t = _table("peaks against the first input (same rank; allocated against allocated, reserved against reserved)",
+               ["input", "rank", "of", "peak", "delta", "ratio"])
     for _, r in m.runs.iterrows():
-        t.add_row(str(r["input"]), str(r["rank"]), _size(r["peak_bytes"]), _size(r["delta_bytes"]),
+        t.add_row(str(r["input"]), str(r["rank"]), r["of"] or "not comparable", _size(r["peak_bytes"]),
+                  _size(r["delta_bytes"]),
                   "-" if pd.isna(r["ratio"]) else f"{r['ratio']:.3f}")
     return t
 

@@ -23,6 +23,12 @@ Graph; several given together change one Params, replayed once (never summed). P
   the trace does not say which later op reads a collective's result.
 - `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
   bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
+
+Values are bounded to what a step can mean: F within [0, MAX_SCALE], GBPS within
+[MIN_BUS_GB_S, MAX_BUS_GB_S], and a changed duration at most limits.MAX_DUR_NS, so no
+sum of them wraps int64. A REGEX is matched once per distinct name (a trace has thousands
+of ops but few names), with a time budget (regexes.py): a pattern that backtracks without
+bound, such as `(a+)+$` on a long name, is refused in one line, not waited for.
 """
 from __future__ import annotations
 
@@ -33,7 +39,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tracelab import limits
 from tracelab.errors import UsageError
+from tracelab.regexes import compiled, matches
 
 from ..steps import collectives as C
 from ..steps.timeline import covered, merge_intervals
@@ -47,6 +55,8 @@ from .replay import Params
 GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "roofline", "balance", "overlap-comm")
 NAMES = ("no-host-gaps", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
+MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
+MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
 
 @dataclass
@@ -76,33 +86,33 @@ def parse(spec: str) -> Scenario:
         return Scenario(name, arg, lambda g, p: _remove(g, p, regex, at), lambda g: _count(g, regex, at, spans=True))
     if name == "scale" and "=" in arg:
         pattern, _, factor = arg.rpartition("=")
-        f = _number(factor, spec)
+        f = _number(factor, spec, 0.0, MAX_SCALE)
         regex = _regex(pattern)
         return Scenario(name, arg, lambda g, p: _scale(g, p, regex, f), lambda g: _count(g, regex, None, spans=False))
     if name == "busbw" and arg:
-        gb_s = _number(arg, spec)
-        if gb_s <= 0:
-            raise UsageError("--scenario", f"{spec!r}: the bus bandwidth must be above 0 GB/s")
+        gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, remove:REGEX[@RANK], scale:REGEX=F, "
                                    "roofline, balance, overlap-comm, busbw:GBPS")
 
 
 def _regex(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise UsageError("--scenario", f"{pattern!r} is not a regular expression: {e}") from None
+    return compiled(pattern, "--scenario")
 
 
-def _number(text: str, spec: str) -> float:
+def _number(text: str, spec: str, low: float, high: float) -> float:
     try:
         value = float(text)
     except ValueError:
         raise UsageError("--scenario", f"{spec!r}: {text!r} is not a number") from None
-    if not np.isfinite(value) or value < 0:
-        raise UsageError("--scenario", f"{spec!r}: {text!r} must be a finite number, at least 0")
+    if not low <= value <= high:  # NaN fails too
+        raise UsageError("--scenario", f"{spec!r}: {text!r} must be a number from {low:g} to {high:g}")
     return value
+
+
+def _durations_ns(values: np.ndarray) -> np.ndarray:
+    """Changed durations as int64 ns, each at most limits.MAX_DUR_NS (their sums stay in int64)."""
+    return np.rint(np.minimum(values, float(limits.MAX_DUR_NS))).astype(np.int64)
 
 
 def _work(g: Graph) -> np.ndarray:
@@ -111,8 +121,7 @@ def _work(g: Graph) -> np.ndarray:
 
 
 def _matching(g: Graph, regex: re.Pattern, rank: int | None) -> np.ndarray:
-    names = pd.Series(g.name.astype(str)).str.contains(regex) | pd.Series(g.scope.astype(str)).str.contains(regex)
-    hit = names.to_numpy() & _work(g)
+    hit = (matches(regex, g.name, "--scenario") | matches(regex, g.scope, "--scenario")) & _work(g)
     return hit & (g.rank == rank) if rank is not None else hit
 
 
@@ -120,7 +129,7 @@ def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
     """Ops (and, with `spans`, host ranges, CPU ops and OS calls) matching `regex`, on `rank` or all."""
     n = int(_matching(g, regex, rank).sum())
     if spans:
-        n += sum(int(rg.host_spans["name"].str.contains(regex).sum()) for r, rg in g.ranks.items()
+        n += sum(int(matches(regex, rg.host_spans["name"], "--scenario").sum()) for r, rg in g.ranks.items()
                  if rank is None or r == rank)
     return n
 
@@ -161,7 +170,7 @@ def _remove(g: Graph, p: Params, regex: re.Pattern, rank: int | None) -> None:
     for r, rg in g.ranks.items():
         if rank is not None and r != rank:
             continue
-        spans = rg.host_spans[rg.host_spans["name"].str.contains(regex)]
+        spans = rg.host_spans[matches(regex, rg.host_spans["name"], "--scenario")]
         if len(spans):
             off = g.offsets_ns.get(r, 0)
             _drop_host_time(g, p, r, spans["start_ns"].to_numpy(np.int64) + off, spans["end_ns"].to_numpy(np.int64) + off)
@@ -187,7 +196,7 @@ def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.n
 
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
-    p.dur_ns[hit] = np.rint(p.dur_ns[hit] * factor).astype(np.int64)
+    p.dur_ns[hit] = _durations_ns(p.dur_ns[hit] * factor)
 
 
 def _roofline(g: Graph, p: Params) -> None:
@@ -232,4 +241,4 @@ def _busbw(g: Graph, p: Params, gb_s: float) -> None:
                       dtype=np.float64)
     algbw = gb_s / factor  # GB/s = bytes per ns
     ok = np.isfinite(algbw) & (algbw > 0)
-    p.dur_ns[idx[ok]] = np.rint(g.msg_bytes[idx[ok]] / algbw[ok]).astype(np.int64)
+    p.dur_ns[idx[ok]] = _durations_ns(g.msg_bytes[idx[ok]] / algbw[ok])
