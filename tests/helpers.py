@@ -9,6 +9,8 @@ import gzip
 import json
 import os
 import re
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -292,3 +294,17 @@ def host_rows(rows: list[tuple]) -> pd.DataFrame:
 
     kind, name, start, dur = zip(*rows)
     return schema.host_frame(kind, name, [1] * len(rows), start, dur)
+
+
+def nsys_with_memory(tmp_path: Path, rows: list[tuple]) -> Path:
+    """A copy of graph-1gpu-nsys with CUDA_GPU_MEMORY_USAGE_EVENTS of these rows: (ns after its first
+    kernel, address, bytes, memKind, memoryOperationType)."""
+    path = tmp_path / "rank0.sqlite"
+    shutil.copy(DATA / "graph-1gpu-nsys/rank0.sqlite", path)
+    with sqlite3.connect(path) as con:
+        pid, t0 = con.execute("SELECT globalPid, MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        con.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER, globalPid INTEGER, deviceId INTEGER, "
+                    "address INTEGER, bytes INTEGER, memKind INTEGER, memoryOperationType INTEGER)")
+        con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [(t0 + dt, pid, 0, addr, size, kind, op) for dt, addr, size, kind, op in rows])
+    return path

@@ -8,7 +8,6 @@ import gzip
 import json
 import pickle
 import shutil
-import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
-from helpers import memory_digest, memory_steps, run_cli, run_cli_output
+from helpers import memory_digest, memory_steps, nsys_with_memory, run_cli, run_cli_output
 
 DATA = Path(__file__).parent / "data"
 IMBALANCED = DATA / "train-2cpu-memory-torch"
@@ -185,16 +184,6 @@ def test_allocator_calls_from_the_host_frame():
 
 # ---- nsys: CUDA_GPU_MEMORY_USAGE_EVENTS -----------------------------------------------------------
 
-def _nsys_with_memory(tmp_path: Path, rows: list[tuple]) -> Path:
-    path = tmp_path / "rank0.sqlite"
-    shutil.copy(DATA / "graph-1gpu-nsys/rank0.sqlite", path)
-    with sqlite3.connect(path) as con:
-        pid, t0 = con.execute("SELECT globalPid, MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
-        con.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER, globalPid INTEGER, deviceId INTEGER, "
-                    "address INTEGER, bytes INTEGER, memKind INTEGER, memoryOperationType INTEGER)")
-        con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [(t0 + dt, pid, 0, addr, size, kind, op) for dt, addr, size, kind, op in rows])
-    return path
 
 
 NSYS_ROWS = [(-5_000, 0x1000, 2**30, 2, 0),  # before the capture: weights' segment
@@ -203,7 +192,7 @@ NSYS_ROWS = [(-5_000, 0x1000, 2**30, 2, 0),  # before the capture: weights' segm
 
 
 def test_nsys_memory_is_reserved_only(tmp_path, capsys):
-    path = _nsys_with_memory(tmp_path, NSYS_ROWS)
+    path = nsys_with_memory(tmp_path, NSYS_ROWS)
     mem = tracelab.load(path).memory
     assert mem["total_allocated_bytes"].isna().all()
     assert mem["total_reserved_bytes"].astype(int).tolist() == [2**30, 2**30 + 512 * 2**20, 2**30 + 576 * 2**20,
@@ -217,7 +206,7 @@ def test_nsys_memory_is_reserved_only(tmp_path, capsys):
 
 
 def test_nsys_broken_memory_table_is_one_line(tmp_path, capsys):
-    path = _nsys_with_memory(tmp_path, [(0, 1, 4096, 2, 7)])
+    path = nsys_with_memory(tmp_path, [(0, 1, 4096, 2, 7)])
     status, err = run_cli(capsys, "memory", str(path))
     assert status == 2 and len(err) == 1 and "memoryOperationType" in err[0]
 

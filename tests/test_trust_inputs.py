@@ -284,9 +284,9 @@ def test_runs_compare_only_a_quantity_both_inputs_have():
 
 
 def test_a_peak_before_the_trace_start_is_said(tmp_path, capsys):
-    from test_memory import _nsys_with_memory
+    from helpers import nsys_with_memory
 
-    path = _nsys_with_memory(tmp_path, [(-17_700_000, 0x1000, 2**30, 2, 0), (-1_000_000, 0x1000, 2**30, 2, 1),
+    path = nsys_with_memory(tmp_path, [(-17_700_000, 0x1000, 2**30, 2, 0), (-1_000_000, 0x1000, 2**30, 2, 1),
                                         (1_000, 0x5000, 2**20, 2, 0)])
     status, out, _ = m.run_cli_output(capsys, "memory", str(path), "--format", "json")
     peak_at_ns = json.loads(out)["steps"][0]["peak_at_ns"]
