@@ -20,6 +20,7 @@ from tracelab.schema import OnEvents
 
 from .compare import digests
 from .fixes.ddp_steps import rank_ddp
+from .fixes.loader_digest import rank_loader
 from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
 from .memory.memory import RankMemoryDigest
@@ -67,9 +68,9 @@ TOPICS: tuple[Topic, ...] = (
                                "findings.findings_runs:profiler_cost_findings")),
     # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}, section="whatif.whatif_html:sections"),
-    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays)},  # issue 28: name the fix
+    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader},  # name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
-                    "fixes.ddp:ddp_findings")),
+                    "fixes.ddp:ddp_findings", "fixes.loader:loader_findings")),
     Topic("memory", {"memory": RankMemoryDigest()}, findings=("memory.findings:memory_findings",),
           section="memory.memory_html:sections"),  # issue 32
 )

@@ -1,0 +1,45 @@
+"""How long a rank's host spends in its data loader (the DataLoader's `__next__`: the profiler's
+`enumerate(DataLoader)#...__next__` operator, a record_function or NVTX range of that name), as
+reports/fixes/loader.py needs it: a per-rank digest of the host frame, made where the rank is
+parsed. Pure."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracelab.schema import RankData
+
+LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.IGNORECASE)
+MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)
+
+
+def rank_loader(rank: RankData) -> dict:
+    """The host's time in data-loader ranges and operators (their union, ns), their names (the
+    longest first), whether any loader is multi-process, and the time the steps' ranges cover
+    (the trace's host span where it has none) with how many steps."""
+    host = rank.host
+    if host is None or not len(host):
+        return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0}
+    names = host["name"].astype(str)
+    loader = host[names.str.contains(LOADER) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
+    steps = host[host["kind"] == "step"]
+    window = steps if len(steps) else host
+    span_ns = int(_union_ns(window)) if len(steps) else int((host["start_ns"] + host["dur_ns"]).max() - host["start_ns"].min())
+    by_name = loader.groupby(loader["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    return {"loader_ns": int(_union_ns(loader)), "names": by_name.index.tolist()[:3],
+            "multiprocess": bool(loader["name"].astype(str).str.contains(MULTIPROCESS).any()),
+            "span_ns": span_ns, "steps": int(len(steps))}
+
+
+def _union_ns(rows: pd.DataFrame) -> int:
+    """The time the rows' intervals cover, overlaps counted once."""
+    if not len(rows):
+        return 0
+    start = rows["start_ns"].to_numpy(dtype=np.int64)
+    end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
+    gaps = np.maximum(0, start[1:] - end[:-1])  # a new interval begins past all before it
+    return int(end[-1] - start[0] - gaps.sum())

@@ -1,0 +1,36 @@
+"""A step that waits on its data loader is told to load in worker processes, not to use CUDA
+graphs: pytorch/kineto's ResNet-50 sample with num_workers=0 (tests/data/public/kineto), the
+loader's time recomputed from the JSON's own `enumerate(DataLoader)` operators."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+from helpers import DATA, run_cli_output, shared_trace
+
+PATH = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+
+
+def _findings(capsys, path) -> list[str]:
+    status, out, _ = run_cli_output(capsys, "breakdown", str(path))
+    assert status == 0
+    return [line for line in out.splitlines() if re.match(r"\s*\d+\. ", line)]
+
+
+def test_loader_named_with_its_fix_and_its_time(capsys):
+    path = shared_trace(PATH)
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    loader_us = sum(e["dur"] for e in events if "DataLoader" in e.get("name", "") and e.get("cat") == "Operator")
+    steps = sum(1 for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    found = _findings(capsys, path)
+    loader = [f for f in found if "data loader" in f]
+    assert len(loader) == 1 and "num_workers=N" in loader[0]
+    assert f"{loader_us / 1000 / steps:.1f} ms per step" in loader[0]
+    graphs = [f for f in found if "CUDA graph" in f]
+    assert graphs and all("what if" not in f and "at most" in f for f in graphs)  # its bound, not the loader's saving
+
+
+def test_no_loader_finding_without_a_loader(capsys):
+    assert not [f for f in _findings(capsys, DATA / "train-1gpu-steps-torch") if "data loader" in f]
