@@ -33,6 +33,16 @@ def rank_digests(names: tuple[str, ...] | None = None) -> dict:
     """RANK_DIGESTS of these names (every one where None): load_many's reduce for one output."""
     return dict(RANK_DIGESTS) if names is None else {n: RANK_DIGESTS[n] for n in names}
 
+def digest_key(name: str, fn) -> str:
+    """The name a command's own digest goes by: `name` where it is the registry's (RANK_DIGESTS),
+    else `name(param=value, ...)`, so that a command's parameters (idle --top) never replace the
+    digest of that name the findings read."""
+    known = RANK_DIGESTS.get(name)
+    if known is not None and type(known) is type(fn) and vars(known) == vars(fn):
+        return name
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in sorted(vars(fn).items()))})"
+
+
 _TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".hatchet",
                    ".sqlite3", ".sqlite")
 

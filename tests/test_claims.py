@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from tracelab import devices
-from tracelab.inputs import findings_of, load_groups
+from tracelab.session import Session
 
 from helpers import DATA, SHARED_TRACES
 
@@ -203,9 +203,9 @@ def _no_disagreement(found) -> None:
 
 def _claims(path: Path) -> set[str]:
     """Check every finding of `path`; the kinds checked."""
-    groups = load_groups([path], keep_events=True)
-    found = findings_of([path], groups)
-    events = _events(groups)
+    session = Session.open([path], keep_events=True)
+    found = session.findings()
+    events = _events([r.profiles for r in session.runs])
     kinds = set()
     for f in found:
         kind = _kind(f)

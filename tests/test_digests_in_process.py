@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.inputs import label_inputs, load_groups
+from tracelab.inputs import label_inputs
+from tracelab.session import Session
 from tracelab.loading import expand, load_many
 from tracelab.reports.session import RANK_DIGESTS
 
@@ -42,7 +43,7 @@ def _same(a, b) -> bool:
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_digests_made_in_the_parent_equal_the_workers(folder):
     path = str(DATA / folder)
-    workers = {p.rank: p.summary for p in load_groups([path], keep_events=False)[0]}
+    workers = {p.rank: p.summary for p in Session.open([path]).runs[0].profiles}
     profiles = load_many(expand([path]), keep_events=True)
     assert any(p.host is not None for p in profiles)
     for i in label_inputs([path], [profiles]):

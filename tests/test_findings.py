@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.inputs import findings_of, load_groups, write_report
+from tracelab.inputs import write_report
+from tracelab.session import Session
 from tracelab.reports.findings import findings as F
 
 DATA = Path(__file__).parent / "data"
@@ -25,16 +26,14 @@ TRAIN4 = [DATA / f"train-1gpu-steps-{b}" for b in ("none", "torch", "nsys", "pro
 
 def _found(paths: list[Path]) -> list[F.Finding]:
     paths = [str(p) for p in paths]
-    return findings_of(paths, load_groups(paths, keep_events=False))
+    return Session.open(paths).findings()
 
 
 def _evidence(paths: list[Path]) -> F.Evidence:
-    from tracelab.inputs import label_inputs, run_infos
     from tracelab.reports.compare.compare import comparison
 
-    paths = [str(p) for p in paths]
-    inputs = label_inputs(paths, load_groups(paths, keep_events=False))
-    return F.Evidence(inputs, comparison(inputs, "kernel"), run_infos(paths))
+    session = Session.open([str(p) for p in paths])
+    return F.Evidence(session.inputs, comparison(session.inputs, "kernel"), session.run_infos)
 
 
 def _kernels(path: Path, cats: tuple[str, ...] = ("kernel",)) -> list[dict]:

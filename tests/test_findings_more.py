@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tracelab.inputs import findings_of, load_groups
+from tracelab.session import Session
 
 from helpers import DATA
 from helpers import run_cli_output
@@ -15,7 +15,7 @@ from helpers import run_cli_output
 
 def _found(folder: str, sources=None) -> list:
     paths = [str(DATA / folder)]
-    return findings_of(paths, load_groups(paths), sources=sources)
+    return Session.open(paths, keep_events=True).findings(sources=sources)
 
 
 def _json(capsys, *args) -> dict:
@@ -102,7 +102,7 @@ def test_the_host_fix_is_restated_against_the_run_under_none():
 
     from tracelab.reports.fixes.host import graphs_findings
     paths = [str(DATA / "train-1gpu-steps-torch"), str(DATA / "train-1gpu-steps-none")]
-    (f,) = findings_of(paths, load_groups(paths), sources=[graphs_findings])
+    (f,) = Session.open(paths, keep_events=True).findings(sources=[graphs_findings])
     none = json.loads((DATA / "train-1gpu-steps-none" / "run.json").read_text())
     rows = next(iter((none.get("results") or none["figures"]).values()))["rows"]
     none_ns = 1e6 * statistics.median(rows[0]["step_ms"])

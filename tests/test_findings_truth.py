@@ -9,14 +9,14 @@ import re
 import pandas as pd
 
 from tracelab.classify import classify_one
-from tracelab.inputs import findings_of, load_groups
+from tracelab.session import Session
 from tracelab.reports.findings import findings_runs
 
 from helpers import DATA
 
 
 def _found(paths, sources=None):
-    return findings_of(paths, load_groups(paths, keep_events=False), sources=sources)
+    return Session.open(paths).findings(sources=sources)
 
 
 def test_a_collective_kernels_wait_is_no_difference_between_profilers():

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tracelab.inputs import findings_of, load_groups
+from tracelab.session import Session
 from tracelab.reports import fmt
 
 from helpers import DATA, shared_trace
@@ -21,7 +21,7 @@ TENSOR_CORE_ALIGN1 = re.compile(r"tensorop.*align[12](?![0-9])", re.IGNORECASE)
 
 def _found(*paths) -> list:
     paths = [str(p) for p in paths]
-    found = findings_of(paths, load_groups(paths))
+    found = Session.open(paths, keep_events=True).findings()
     for f in found:
         json.dumps(f.evidence, allow_nan=False)  # strict JSON, as every --format json
     return found

@@ -76,12 +76,14 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     from pathlib import Path
 
     from tracelab.commands.compare import _with_steps
-    from tracelab.inputs import label_inputs, load_groups
+    from tracelab.inputs import label_inputs
     from tracelab.options import Options
+    from tracelab.session import Session
 
     data = Path(__file__).resolve().parent / "data"
     paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]
-    groups = _with_steps(paths, [[p for p in g if p.rank == 0] for g in load_groups(paths, options=Options(step_pattern="decode_one_token"))], None)
+    session = _with_steps(Session.open(paths, Options(step_pattern="decode_one_token"), keep_events=True, rank=0), None)
+    groups = [r.profiles for r in session.runs]
     torch = groups[1][0]
     torch.events = torch.events[torch.events["step"].isin([0, 1, 2])]
     proton = groups[0][0]

@@ -358,9 +358,10 @@ def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path):
     assert got == want and len(got["traceEvents"]) > 200
     from functools import partial
 
-    from tracelab.inputs import load_groups, with_events
+    from tracelab.inputs import with_events
+    from tracelab.session import Session
 
-    lean = label_inputs([str(run)], load_groups([str(run)], keep_events=False))
+    lean = Session.open([str(run)]).inputs
     kept = with_events(lean, None, partial(perfetto.rows_of_steps, steps=frozenset({2, 3})))
     assert all(set(i.events["step"].dropna().astype(int)) == {2, 3} and i.events["step"].notna().all() for i in kept)
 

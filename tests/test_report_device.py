@@ -8,7 +8,7 @@ import shutil
 from helpers import DATA
 from helpers import run_cli_output
 
-from tracelab.inputs import load_groups
+from tracelab.session import Session
 
 
 def _without_device(tmp_path):
@@ -24,7 +24,7 @@ def _without_device(tmp_path):
 
 def test_report_roofline_device_from_run_json_as_the_roofline_command(tmp_path, capsys):
     folder = _without_device(tmp_path)
-    (profile,) = load_groups([folder], keep_events=False)[0]
+    (profile,) = Session.open([folder]).runs[0].profiles
     digest = profile.summary["roofline"]
     status, out, _ = run_cli_output(capsys, "roofline", str(folder), "--format", "json")
     assert status == 0 and digest["device_from"] == "run.json"

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from tracelab.errors import TraceFormatError
-from tracelab.inputs import label_inputs, load_groups, run_infos, write_report
+from tracelab.inputs import run_infos, write_report
+from tracelab.session import Session
 from tracelab.reports.html import figures, html, scopetree, side_by_side
 from tracelab.reports.session import Input
 from tracelab.reports.results.runs import run_table
@@ -126,7 +127,7 @@ def test_distribution_outliers():
 @pytest.fixture(scope="module")
 def decode3() -> list[Input]:
     paths = [str(p) for p in DECODE_3]
-    return label_inputs(paths, load_groups(paths))
+    return Session.open(paths, keep_events=True).inputs
 
 
 def test_heatmap_colours_each_row_by_its_largest(decode3):
@@ -237,7 +238,7 @@ def test_run_infos_and_traceless_runs(tmp_path):
     paths = [str(DATA / "decode-1gpu-torch"), str(tmp_path / "none-run"), str(DATA / "decode-1gpu-torch" /
                                                                             "rank0.pt.trace.json.gz")]
     assert [n for n, _ in run_infos(paths)] == ["decode-1gpu-torch", "none-run"]
-    assert [len(g) for g in load_groups(paths)] == [1, 0, 1]
+    assert [len(r.profiles) for r in Session.open(paths, digests=()).runs] == [1, 0, 1]
 
 
 # ---- in a real browser: renders, no console errors, screenshots to look at ----------------

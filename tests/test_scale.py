@@ -366,24 +366,25 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     """The report's path at scale: every rank reduced in its worker (events dropped there),
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
-    from tracelab.inputs import label_inputs, load_groups, write_report
+    from tracelab.inputs import write_report
     from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import COMPARE_RENDERERS
+    from tracelab.session import Session
 
     paths = [str(DATA / f) for f in folders]
-    lean_groups = load_groups(paths, keep_events=False)
-    assert all(p.events.empty for g in lean_groups for p in g)
-    full = write_report(paths, tmp_path / "full.html", title="t", groups=load_groups(paths, keep_events=True))
-    lean = write_report(paths, tmp_path / "lean.html", title="t", groups=lean_groups)
+    lean_session = Session.open(paths)
+    assert all(p.events.empty for p in lean_session.profiles)
+    full = write_report(Session.open(paths, keep_events=True), tmp_path / "full.html", title="t")
+    lean = write_report(lean_session, tmp_path / "lean.html", title="t")
     assert lean.read_bytes() == full.read_bytes()
     assert ('<h2 id="timeline">Timeline</h2>' in full.read_text()) == any(f.endswith(("torch", "nsys")) and "gloo" not in f
                                                             for f in folders)
 
-    def as_json(groups):
-        c = comparison(label_inputs(paths, groups), "kernel")
+    def as_json(session):
+        c = comparison(session.inputs, "kernel")
         return COMPARE_RENDERERS["json"](c, ["kernel"], 0)
 
-    assert as_json(load_groups(paths, keep_events=False)) == as_json(load_groups(paths, keep_events=True))
+    assert as_json(Session.open(paths)) == as_json(Session.open(paths, keep_events=True))
 
 
 def test_load_reads_one_file_by_url_through_fsspec():
@@ -548,10 +549,12 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
 
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(DATA / folder), "-o", str(lean), *options)
     assert status == 0, err
-    groups = I.load_groups([str(DATA / folder)], keep_events=True)
+    from tracelab.session import Session
+
+    session = Session.open([str(DATA / folder)], keep_events=True)
     picks = {"ranks": perfetto.parse_ints("--ranks", options[1]),
              "steps": perfetto.parse_ints("--steps", options[3]) if len(options) > 2 else None}
-    full = perfetto.trace(I.label_inputs([str(DATA / folder)], groups), **picks)
+    full = perfetto.trace(session.inputs, **picks)
     assert json.loads(lean.read_text()) == json.loads(json.dumps(full)) and read == [picks["ranks"]]
 
 

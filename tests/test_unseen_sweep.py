@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from tracelab.inputs import findings_of, load_groups
+from tracelab.session import Session
 from tracelab.reports.idle.idle import MIN_LAUNCHED_FOR_GRAPHS
 
 from helpers import DATA, shared_trace
@@ -13,7 +13,7 @@ from helpers import run_cli_output
 
 def _found(*paths) -> list:
     paths = [str(p) for p in paths]
-    return findings_of(paths, load_groups(paths))
+    return Session.open(paths, keep_events=True).findings()
 
 
 def test_no_cuda_graph_advice_for_a_trace_of_two_kernels(capsys):

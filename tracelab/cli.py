@@ -9,7 +9,7 @@ import sys
 import typer
 
 from .commands import analyses, compare, outputs, run
-from .commands.common import _NOTES as NOTES, EXIT_BAD_INPUT
+from .commands.common import _SESSIONS, EXIT_BAD_INPUT, said_notes
 from .errors import Interrupted
 
 app = typer.Typer(
@@ -86,14 +86,14 @@ def main() -> None:
     from .outputs import interruptible
     from .terminal import error_line, printable, warning_lines
 
-    NOTES.clear()  # this command's own (a test may run several in one process)
+    _SESSIONS.clear()  # this command's own (a test may run several in one process)
     limits.reuse_freed_memory()  # each rank's buffers reused, not page-faulted afresh (tracelab/limits.py)
     with warnings.catch_warnings(record=True) as caught, interruptible():
         try:
             sys.exit(_run_app())
         except SystemExit as done:
             if not done.code:
-                for line in [*map(printable, dict.fromkeys(NOTES)), *warning_lines(caught)]:
+                for line in [*map(printable, said_notes()), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
         except Interrupted as stop:  # what was half written is gone (tracelab/outputs.py)

@@ -44,8 +44,11 @@ class _Part:
 
 
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
-           on_loaded: Callable | None = None, options: Options = DEFAULT) -> list[Path]:
+           on_loaded: Callable | None = None, options: Options = DEFAULT,
+           load: Callable[[dict], list] | None = None) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
+    `load(reduce)`: the ranks, each reduced where it was parsed (default: load_many of the paths;
+    the CLI's opens a session, which refuses several runs).
     An existing DIR is replaced only with `force`, and only when it is a dataset (never an
     input, a folder holding one or any other folder); written beside it first, then renamed."""
     from .loading import load_many
@@ -62,8 +65,9 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
     staging = _beside(out)
     try:
         staging.mkdir()
-        profiles = load_many(paths, on_loaded=on_loaded, reduce={"part": _Part(str(staging))}, keep_events=False,
-                             options=options)
+        reduce = {"part": _Part(str(staging))}
+        profiles = load(reduce) if load else load_many(paths, on_loaded=on_loaded, reduce=reduce, keep_events=False,
+                                                       options=options)
         written = []
         for p in profiles:
             folder = staging / f"rank={p.rank}"

@@ -16,6 +16,7 @@ from .schema import OnEvents, Profile
 
 if TYPE_CHECKING:
     from .reports.session import Input
+    from .session import Session
 
 
 def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
@@ -24,27 +25,6 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
     from .reports.session import label
 
     return label(paths, [Path(p).is_dir() for p in paths], groups)
-
-
-def load_groups(paths: list[str | Path], on_loaded=None, keep_events: bool = True,
-                options: Options = DEFAULT, device=None, digests: tuple[str, ...] | None = None
-                ) -> list[list[Profile]]:
-    """Each path (file or folder) loaded on its own, so ranks may repeat across runs; each
-    rank's RANK_DIGESTS (reports.session) of these names (all where None) computed in the
-    worker that parsed it. Without `keep_events` the events stay in the workers: the report
-    and compare need only the summaries (the merged Perfetto trace needs the events). `device`
-    (a devices.Device: report --device) is the roofline's device instead of the one the traces
-    or run.json name."""
-    from .loading import load_many
-    from .reports.roofline.roofline import RankRoofline
-    from .reports.session import rank_digests
-
-    reduce = rank_digests(digests)
-    run_infos(paths)  # each run folder's own files checked before any trace is parsed
-    if device is not None and "roofline" in reduce:
-        reduce = {**reduce, "roofline": RankRoofline(device)}
-    return [[] if traceless_run(Path(p)) else load_many(p, on_loaded=on_loaded, reduce=reduce,
-                                                        keep_events=keep_events, options=options) for p in paths]
 
 
 def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
@@ -67,14 +47,15 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
     return inputs
 
 
-def traceless_run(path: Path) -> bool:
-    """A run folder with no trace in it (a run under backend none): its run.json still counts."""
-    from .loading import expand
+def traceless_run(path: Path, suffixes: tuple[str, ...] | None = None) -> bool:
+    """A run folder with no trace in it (a run under backend none): its run.json still counts.
+    `suffixes`: the files that count (default: loading.TRACE_SUFFIXES)."""
+    from .loading import TRACE_SUFFIXES, expand
 
     if not (path.is_dir() and (path / "run.json").is_file()):
         return False
     try:
-        expand(path)
+        expand(path, suffixes or TRACE_SUFFIXES)
     except NoTracesError:
         return True
     return False
@@ -109,28 +90,28 @@ def _gathered(folder: Path) -> dict[str, dict]:
     return gather(folder)
 
 
-def write_report(paths: list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 groups: list[list[Profile]] | None = None, perfetto: bool = False,
-                 options: Options = DEFAULT) -> Path:
-    """Load each path (a file, run folder or folder of traces) unless `groups` (the profiles
-    loaded per path) are given, read the run folder's run.json, render the HTML report and
-    write it atomically. `tracelab report` and `tracelab run` call this. With `perfetto`, the
-    merged Perfetto trace of the timed ranks is written beside it (<out>.perfetto.json.gz)
-    and the report links each rank to it. `options`: how the traces are (or were) loaded."""
+def write_report(session: Session | list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
+                 perfetto: bool = False, options: Options = DEFAULT) -> Path:
+    """Render the HTML report of the session's runs (or of the paths, opened here with `options`)
+    with their run folders' run.json, and write it atomically. `tracelab report` and `tracelab run`
+    call this. With `perfetto`, the merged Perfetto trace of the timed ranks is written beside it
+    (<out>.perfetto.json.gz) and the report links each rank to it."""
     from .reports.html import html
+    from .session import SNAPSHOT, TRACES, Session
 
-    paths = [str(p) for p in paths]
+    if not isinstance(session, Session):
+        session = Session.open(session, options, keep_events=perfetto)
+    paths = session.paths
     out, merged = Path(out), perfetto_name(Path(out))
     for target in (out, merged) if perfetto else (out,):
         check_output(target, paths)
         if target.exists() and not force:
             raise UsageError(target, "exists; pass --force to overwrite it")
-    groups = groups if groups is not None else load_groups(paths, keep_events=perfetto, options=options)
+    if session.of_kind(TRACES, SNAPSHOT):  # a run under backend none alone: its run.json only
+        session.usable("report")
     title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
-    kept = [(p, g) for p, g in zip(paths, groups) if g]  # a run under backend none has no traces
-    inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept) if kept else []
-    trace = _perfetto_content(_with_perfetto_events(inputs, options)) if perfetto else None
-    page = html.render(inputs, paths, run_info(paths), title, runs=run_infos(paths),
+    trace = _perfetto_content(_with_perfetto_events(session.inputs, session.options)) if perfetto else None
+    page = html.render(session.inputs, paths, run_info(paths), title, runs=session.run_infos,
                        perfetto=merged.name if trace else None)
     return write_together([(out, page, False)] + ([(merged, trace, True)] if trace else []), force=force)[0]
 
@@ -138,25 +119,6 @@ def write_report(paths: list[str | Path], out: str | Path, force: bool = False, 
 def perfetto_name(out: Path) -> Path:
     """The merged trace written beside a report: OUT (less its suffix).perfetto.json.gz."""
     return out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
-
-
-def _run_devices(inputs: list[Input], kept: list[tuple[str, list[Profile]]]) -> list[Input]:
-    """Inputs whose trace names no GPU (proton) take it from their run folder's run.json
-    (devices of the node, by local rank). label_inputs keeps each path's ranks in rank order."""
-    from dataclasses import replace
-
-    named = []
-    for path, group in kept:
-        devices = [d for d in ((run_info([path]) or {}).get("devices") or []) if isinstance(d, dict)]
-        named += [_device_name(devices[p.rank % len(devices)]) if devices else ""
-                  for p in sorted(group, key=lambda p: p.rank)]
-    return [i if i.device or not name else replace(i, device=name) for i, name in zip(inputs, named)]
-
-
-def _device_name(device: dict) -> str:
-    """A GPU's name; run.json's entry of a run on the CPU (index -1) 'CPU (x86_64)'."""
-    name = str(device.get("name", ""))
-    return f"CPU ({name})" if device.get("index") == -1 else name
 
 
 def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
@@ -184,36 +146,3 @@ def _perfetto_content(inputs: list[Input]) -> Callable | None:
     if not all(len(i.events) for i in inputs if i.timed):
         raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
     return lambda put: perfetto.write_json(put, inputs)
-
-
-def regroup(paths: list[str | Path], profiles: list[Profile]) -> list[list[Profile]]:
-    """Profiles loaded from all the paths together, back into one list per path (by the file
-    each came from), as load_groups would give them; a profile of no path's files joins the first."""
-    from .loading import expand
-
-    owner: dict[str, str] = {}
-    for p in map(str, paths):
-        if not traceless_run(Path(p)):
-            owner.update({os.path.abspath(f): p for f in expand(p) if os.path.abspath(f) not in owner})
-    out: dict[str, list[Profile]] = {str(p): [] for p in paths}
-    for prof in profiles:
-        out[owner.get(os.path.abspath(str(prof.meta.get("path"))), str(paths[0]))].append(prof)
-    return [out[str(p)] for p in paths]
-
-
-def findings_of(paths: list[str | Path], groups: list[list[Profile]], comparison=None, sources=None) -> list:
-    """The findings (reports/findings/findings.py) of the profiles loaded per path, labelled as the
-    report labels them, so every command prints the report's sentences; `comparison`, a
-    Comparison of those same inputs (any --by), is reused where its labels match; `sources`:
-    only these findings sources (default: every topic's)."""
-    from .reports.compare.compare import comparison as compare_inputs
-    from .reports.findings.findings import Evidence, findings
-
-    paths = [str(p) for p in paths]
-    kept = [(p, g) for p, g in zip(paths, groups) if g]
-    if not kept:
-        return []
-    inputs = _run_devices(label_inputs([p for p, _ in kept], [g for _, g in kept]), kept)
-    if comparison is None or comparison.labels != [i.label for i in inputs]:
-        comparison = compare_inputs(inputs, "kernel")
-    return findings(Evidence(inputs, comparison, run_infos(paths)), sources)

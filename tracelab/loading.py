@@ -260,20 +260,22 @@ def load(path: str | os.PathLike, rank: int | None = None, options: Options = DE
     return _with_rank(profiles[0], rank, path, single=True)
 
 
-def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
-    """Files given, with folders replaced by the trace files inside them (sorted)."""
+def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike,
+           suffixes: tuple[str, ...] = TRACE_SUFFIXES) -> list[Path]:
+    """Files given, with folders replaced by the trace files inside them (sorted): those whose
+    names end in `suffixes` (tracelab.session adds memory snapshots')."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
     for p in paths:
         if remote.is_url(p):  # fsspec: a file, or the traces under a folder
-            files.extend(remote.expand_url(p, lambda name: _looks_like_trace(Path(name))))
+            files.extend(remote.expand_url(p, lambda name: _looks_like_trace(Path(name), suffixes)))
             continue
         p = Path(p)
         if p.is_dir():
-            found = _traces_in(p)
+            found = _traces_in(p, suffixes)
             if not found:
-                raise NoTracesError(p, f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this folder")
+                raise NoTracesError(p, f"no trace files ({', '.join(suffixes)}) in this folder")
             files.extend(found)
         elif not p.exists():
             raise TraceFormatError(p, _broken_link(p) or "no such file or folder")
@@ -284,7 +286,7 @@ def expand(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]
     return files
 
 
-def _traces_in(folder: Path) -> list[Path]:
+def _traces_in(folder: Path, suffixes: tuple[str, ...] = TRACE_SUFFIXES) -> list[Path]:
     """Trace files under `folder` (symlinked folders not followed), sorted. A subfolder that
     cannot be read is an error, not skipped: its traces would be missing without a word. So is
     a name that looks like a trace but is no regular file (a FIFO, a socket, a device, a link to
@@ -295,9 +297,9 @@ def _traces_in(folder: Path) -> list[Path]:
     found = []
     for root, _, names in os.walk(folder, onerror=refuse):
         for f in map(Path(root).joinpath, names):
-            if _looks_like_trace(f) and (reason := _broken_link(f) or _not_regular(f)):
+            if _looks_like_trace(f, suffixes) and (reason := _broken_link(f) or _not_regular(f)):
                 raise TraceFormatError(f, reason)  # a rank missing without a word otherwise
-            if _looks_like_trace(f) and f.is_file():
+            if _looks_like_trace(f, suffixes) and f.is_file():
                 found.append(f)
     return sorted(found)
 
@@ -336,9 +338,9 @@ def _broken_link(path: Path) -> str | None:
     return None
 
 
-def _looks_like_trace(path: Path) -> bool:
+def _looks_like_trace(path: Path, suffixes: tuple[str, ...] = TRACE_SUFFIXES) -> bool:
     name = path.name.lower()
-    return (name not in NOT_TRACES and name.endswith(TRACE_SUFFIXES) and not name.endswith(NOT_TRACE_SUFFIXES)
+    return (name not in NOT_TRACES and name.endswith(suffixes) and not name.endswith(NOT_TRACE_SUFFIXES)
             and not name.startswith(".tmp-"))  # a dataset part being written (tracelab/dataset.py)
 
 
@@ -363,14 +365,31 @@ def load_many(
     `options` (tracelab.options: the step pattern, the Dask scheduler) reach every worker as a value.
     """
     files = expand(paths)
+    return ranked(files, parse_files(files, workers, on_loaded, reduce, keep_events, options), ranks)
+
+
+def parse_files(files: list[Path], workers: int | None = None, on_loaded: Callable[[Path], None] | None = None,
+                reduce: Reduce | None = None, keep_events: bool = True, options: Options = DEFAULT
+                ) -> list[list[Profile]]:
+    """Each file's profiles (one per process it holds), parsed in parallel as load_many parses
+    them, their ranks not yet resolved (ranked): a caller that groups files into runs after
+    reading them (tracelab.session) parses every file once, in one pool."""
+    return _parse_all(files, workers, on_loaded, (reduce, keep_events, options))
+
+
+def ranked(files: list[Path], parsed: list[list[Profile]], ranks: Mapping[str, int] | None = None,
+           single: bool | None = None) -> list[Profile]:
+    """The files' profiles (parse_files) as the ranks of one job, by rank: each rank the caller's
+    (`ranks`: path -> rank), else the file's own, else its name, else 0 for the lone file
+    (`single`, default: one file of one process); a rank given twice is a RankError."""
     ranks = {str(Path(k)): v for k, v in (ranks or {}).items()}
-    parsed = _parse_all(files, workers, on_loaded, (reduce, keep_events, options))
+    single = len(files) == 1 if single is None else single
     profiles = []
     for path, found in zip(files, parsed):
         for p in found:
             rank = ranks.get(str(path)) if len(found) == 1 else None
-            profiles.append(_with_rank(p, rank, path, single=len(files) == 1 and len(found) == 1))
-    return _check_unique(profiles)
+            profiles.append(_with_rank(p, rank, path, single=single and len(found) == 1))
+    return check_unique(profiles)
 
 
 def _parse_all(files: list[Path], workers: int | None, on_loaded, work: tuple[Reduce | None, bool, Options]
@@ -455,7 +474,8 @@ def _warn_again(path: Path, caught: list[tuple[str, type[Warning]]]) -> None:
         warnings.warn(f"{path}: {message}", category, stacklevel=3)
 
 
-def _check_unique(profiles: list[Profile]) -> list[Profile]:
+def check_unique(profiles: list[Profile]) -> list[Profile]:
+    """The profiles by rank; two of one rank are a RankError naming both files."""
     seen: dict[int, str] = {}
     for p in profiles:
         r, path = p.meta["rank"], str(p.meta.get("path"))

@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _digests_per_input, _options, _load, _emit,
-                     _findings, _load_runs, _top, _check_choice)
+from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _emit, _top, _check_choice,
+                     end_on_findings, findings_digests, open_session)
 
 
 def breakdown(
@@ -23,23 +23,22 @@ def breakdown(
     headed by the rank's kernel and memcpy time and, where timestamps exist, busy span and idle share."""
     from ..loading import events
     from ..reports.breakdown.breakdown import BY_CHOICES, breakdown as analyse, per_rank, stacked, summary, top_rows
-    from ..reports.session import FINDINGS, rank_digests
     from ..reports.text import BREAKDOWN_RENDERERS
 
     _check_choice("--by", by, BY_CHOICES)
     _check_choice("--format", fmt, tuple(BREAKDOWN_RENDERERS))
     top = _top(top)
     options = _options(step, scheduler)
-    if rank is not None:  # one rank picked out of the inputs: its events
-        runs = _load_runs(paths, rank, options=options)
-        frames = [(path, summary(df), analyse(df, by=by, top=top)) for path, ps in runs for df in [events(ps)]]
+    if rank is not None:  # one rank picked out of each run: its events
+        session = open_session(paths, options, rank=rank, keep_events=True, digests=())
+        frames = [(r.name, summary(df), analyse(df, by=by, top=top)) for r in session.usable("breakdown")
+                  for df in [events(r.profiles)]]
     else:  # each rank's tables made where it was parsed; its events never reach this process
-        findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
-        runs = _load_runs(paths, reduce={**per_rank(by), **findings}, keep_events=False, options=options)
-        frames = [(path, stacked(ps, "summary"), top_rows(stacked(ps, "breakdown"), by, top))  # top N over its ranks
-                  for path, ps in runs]
+        session = open_session(paths, options, digests={**per_rank(by), **findings_digests(fmt)})
+        frames = [(r.name, stacked(r.profiles, "summary"), top_rows(stacked(r.profiles, "breakdown"), by, top))
+                  for r in session.usable("breakdown")]  # top N over its ranks
     _emit(BREAKDOWN_RENDERERS[fmt](*_with_input(frames), by))
-    _findings(fmt, paths, [p for _, ps in runs for p in ps])
+    end_on_findings(fmt, session)
 
 
 def _with_input(frames: list[tuple]) -> tuple:
@@ -82,14 +81,17 @@ def roofline(
     _check_choice("--format", fmt, tuple(RENDERERS))
     top = _top(top)
     given = given_device(device, peak_tflops, peak_gb_s)
+    session = open_session(paths, rank=rank, keep_events=True, digests=())
+    runs = session.usable("roofline")
     results = []
-    for run, profiles in _load_runs(paths, rank):  # several runs where their ranks repeat
-        for p in profiles:
+    for r in runs:
+        for p in r.profiles:
             found, source = given if given[0] is not None else meta_device(p.meta)
             # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
             events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
-            results.append(replace(analyse(events, found, by, source), run=run))
+            results.append(replace(analyse(events, found, by, source), run=r.name if len(runs) > 1 else None))
     _emit(RENDERERS[fmt](results, by, top))
+    end_on_findings(fmt, session, "roofline")
 
 
 
@@ -127,12 +129,16 @@ def idle(
 ) -> None:
     from ..reports.idle.idle import RankIdle, combine, labelled
     from ..reports.idle.idle_text import IDLE_RENDERERS
+    from ..reports.session import digest_key
 
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
-    options = _options(step, scheduler)
-    parts = [(path, combine(by_rank)) for path, by_rank in _digests_per_input(paths, rank, "idle", RankIdle(top), options)]
+    key = digest_key("idle", RankIdle(top))
+    session = open_session(paths, _options(step, scheduler), rank=rank,
+                           digests={key: RankIdle(top), **findings_digests(fmt)})
+    parts = [(r.name, combine({p.rank: p.summary[key] for p in r.profiles})) for r in session.usable("idle")]
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
+    end_on_findings(fmt, session, "idle")
 
 
 WHATIF_HELP = ("What should I fix first, and how much faster will the step be? Builds a dependency graph of every "
@@ -154,8 +160,7 @@ def whatif(
     fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
     scheduler: SchedulerOpt = None,
 ) -> None:
-    from ..errors import RankError
-    from ..reports.session import not_one_job
+    from ..reports.session import digest_key
     from ..reports.whatif import whatif as replay_whatif
     from ..reports.whatif.nodes import RankGraphReduce
     from ..reports.whatif.render import WHATIF_RENDERERS
@@ -164,23 +169,20 @@ def whatif(
     _check_choice("--format", fmt, tuple(WHATIF_RENDERERS))
     for spec in scenario or ():
         parse(spec)
-    options = _options(step, scheduler)
-    work = {"reduce": {"whatif": RankGraphReduce()}, "keep_events": False, "options": options}
-    try:  # the ranks of one run, given as files or a folder: one job
-        groups = [(", ".join(paths), _load(paths, rank, **work))]
-        if len(paths) > 1 and not_one_job(groups[0][1]):  # distinct ranks of different jobs
-            raise RankError(paths[0], "not one job")
-    except RankError:  # inputs repeating a rank, or of different jobs: several runs, each on its own
-        groups = [(path, _load([path], rank, **work)) for path in paths]
+    key = digest_key("whatif", RankGraphReduce())
+    session = open_session(paths, _options(step, scheduler), rank=rank,
+                           digests={key: RankGraphReduce(), **findings_digests(fmt)})
     parts = []
-    for label, profiles in groups:
+    for r in session.usable("whatif"):  # each run replayed on its own
         graphs = {}
-        for p in profiles:
-            graphs[p.rank] = p.summary["whatif"]
+        for p in r.profiles:
+            graphs[p.rank] = p.summary[key]
             graphs[p.rank].rank = p.rank
-        parts.append((label, replay_whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles},
-                                           scenario or None)))
+        parts.append((r.name, replay_whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in r.profiles},
+                                            scenario or None)))
     _emit(WHATIF_RENDERERS[fmt](parts))
+    end_on_findings(fmt, session)  # every topic's: they are ranked by their what-if saving
+
 
 MEMORY_HELP = ("Where did the memory go? Per rank and step: allocated at the step's start and end, the peak and "
                "when it happened (the op and scope running then), reserved at the peak and what the caching allocator "
@@ -204,8 +206,14 @@ def memory(
 ) -> None:
     from ..reports.memory import RankMemoryDigest, combine
     from ..reports.memory.memory_text import MEMORY_RENDERERS
+    from ..reports.session import digest_key
+    from ..session import SNAPSHOT, TRACES
 
     _check_choice("--format", fmt, tuple(MEMORY_RENDERERS))
     top = _top(top)
-    options = _options(step, scheduler)
-    _emit(MEMORY_RENDERERS[fmt](combine(_digests_per_input(paths, rank, "memory", RankMemoryDigest(top), options)), top))
+    key = digest_key("memory", RankMemoryDigest(top))
+    session = open_session(paths, _options(step, scheduler), rank=rank,
+                           digests={key: RankMemoryDigest(top), **findings_digests(fmt)})
+    parts = [(r.name, {p.rank: p.summary[key] for p in r.profiles}) for r in session.usable("memory", (TRACES, SNAPSHOT))]
+    _emit(MEMORY_RENDERERS[fmt](combine(parts), top))
+    end_on_findings(fmt, session, "memory")

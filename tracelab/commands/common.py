@@ -59,65 +59,73 @@ def _options(step: str | None = None, scheduler: str | None = None):
     return options
 
 
-def _load(paths: list[str], rank: int | None = None, **work):
-    """Load with a progress bar on stderr when there are several files; --rank picks one rank.
-    `work`: load_many's reduce, keep_events and options (default: the environment's)."""
-    from ..loading import expand, load_many
-    from ..pick import pick_rank
+def open_session(paths: list[str], options=None, **how):
+    """Session.open (tracelab/session.py) of the paths with the command's Options (default: the
+    environment's), a progress bar on stderr while the ranks are parsed; its notes are said
+    after the output. `how`: Session.open's digests, keep_events, rank, device."""
+    from ..session import Session
 
-    work.setdefault("options", _options())
-    files = expand(_with_traces(paths))
-    if len(files) == 1:
-        profiles = load_many(files, **work)  # a file of several processes gives one Profile per rank
-    else:
-        with _progress() as bar:
-            task = bar.add_task(f"loading {len(files)} traces", total=len(files))
-            profiles = load_many(files, on_loaded=lambda _: bar.advance(task), **work)
-    _say_notes(profiles)
-    return profiles if rank is None else pick_rank(profiles, rank, ", ".join(paths))
+    with _progress() as bar:
+        task = bar.add_task("loading traces", total=None)
+        session = Session.open(paths, options or _options(), on_loaded=lambda _: bar.advance(task), **how)
+    _SESSIONS.append(session)
+    return session
 
 
-def _load_runs(paths: list[str], rank: int | None = None, **work) -> list[tuple[str | None, list]]:
-    """_load of the inputs as one job, [(None, profiles)]; where ranks repeat across them (two runs
-    that both hold rank 0), each input on its own, [(path, profiles), ...], so every command takes
-    any mix of run folders and files."""
-    from ..errors import RankError
+def findings_digests(fmt: str) -> dict:
+    """The digests the findings read, made in the workers: only the table ends on the findings."""
+    from ..reports.session import FINDINGS, rank_digests
 
-    try:
-        return [(None, _load(paths, rank, **work))]
-    except RankError:
-        if len(paths) < 2:
-            raise
-        return [(path, _load([path], rank, **work)) for path in paths]
+    return rank_digests(FINDINGS) if fmt == "table" else {}
 
 
-def _with_traces(paths: list[str]) -> list[str]:
-    """The paths less run folders without traces (runs under backend none, whose run.json the
-    findings and the report still read: `tracelab breakdown runs/*/` takes them in its stride);
-    all of them where every path is such a folder (expand then says there is no trace)."""
-    from ..inputs import traceless_run
-
-    kept = [p for p in paths if not traceless_run(Path(p))]
-    return kept or paths
+def end_on_findings(fmt: str, session, topic: str | None = None, comparison=None) -> None:
+    """After a table: the session's findings (of `topic` only, where given), or the line saying
+    why there are none; CSV and JSON stay as they are."""
+    if fmt == "table":
+        _emit("\n" + "\n".join(session.findings_lines(topic, comparison)))
 
 
-def _digests_per_input(paths: list[str], rank: int | None, name: str, reducer, options) -> list[tuple[str, dict]]:
-    """Each input on its own (two runs may both hold rank 0): its ranks' `name` digest by rank,
-    made by `reducer` in the workers that parse them."""
-    out = []
-    for path in _with_traces(paths):
-        profiles = _load([path], rank, reduce={name: reducer}, keep_events=False, options=options)
-        out.append((path, {p.rank: p.summary[name] for p in profiles}))
-    return out
+def each_run(render, fmt: str, parts: list[tuple[str, tuple]]):
+    """`render(*args)` of each run's (name, args): one run's output as it is; several runs' tables
+    one after another under their names, JSON as {"runs": [{"input": name, ...}]}, CSV with an
+    `input` column first."""
+    if len(parts) == 1:
+        return render(*parts[0][1])
+    if fmt == "json":
+        import json
+
+        from ..reports.jsonout import dumps
+
+        return dumps({"runs": [{"input": name, **json.loads(render(*args))} for name, args in parts]})
+    if fmt == "csv":
+        return "".join(_csv_with_input(name, render(*args), first=n == 0) for n, (name, args) in enumerate(parts))
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(*(g for name, args in parts for g in (Text(f"\n{name}:", style="bold"), render(*args))))
 
 
-_NOTES: list[str] = []  # what the parsers noted about the inputs, said after the output (main)
+def _csv_with_input(name: str, text: str, first: bool) -> str:
+    """CSV text with an `input` column (the run's name) in front; its header only where `first`."""
+    import csv
+    import io
+
+    from ..reports.csvout import neutral
+
+    rows = list(csv.reader(io.StringIO(text)))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([["input", *rows[0]]] * first + [[neutral(name), *r] for r in rows[1:]])
+    return out.getvalue()
 
 
-def _say_notes(profiles) -> None:
-    """What a parser noted about a trace (meta["notes"]: a CUDA graph captured outside it, say):
-    one line each on stderr once the command has succeeded, each distinct line once."""
-    _NOTES.extend(f"tracelab: note: {p.meta.get('path')}: {note}" for p in profiles for note in p.meta.get("notes") or ())
+_SESSIONS: list = []  # the sessions this command opened: their notes are said after the output (main)
+
+
+def said_notes() -> list[str]:
+    """Each note of the sessions opened, once, as the CLI prints it."""
+    return list(dict.fromkeys(f"tracelab: note: {n}" for s in _SESSIONS for n in s.notes))
 
 
 def _err_console():
@@ -162,23 +170,6 @@ def _emit(rendered) -> None:
         Console(width=None if sys.stdout.isatty() else 160).print(Escaped(rendered))
 
 
-def _findings(fmt: str, paths: list[str], profiles: list | None = None, groups: list | None = None,
-              comparison=None) -> None:
-    """The findings lines (reports/findings/findings.py), the report's sentences, after a table's output
-    (CSV and JSON stay as they are)."""
-    if fmt != "table":
-        return
-    from ..inputs import findings_of, regroup
-    from ..reports.findings.findings import lines
-    from ..schema import recorded
-
-    groups = groups if groups is not None else regroup(paths, profiles)
-    found = findings_of(paths, groups, comparison)
-    sources = {str(p.meta.get("source")) for g in groups for p in g}
-    untimed = {s for s in sources if not recorded(s, "timeline")}  # none of these: say what they cannot answer
-    _emit("\n" + "\n".join(lines(found, untimed, timed=bool(sources - untimed))))
-
-
 def _top(top: int) -> int | None:
     """--top, one meaning for every command: the N largest rows; 0 all of them (None)."""
     if top < 0:
@@ -191,43 +182,9 @@ def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
         raise UsageError(option, f"{value!r} is not one of {', '.join(choices)}")
 
 
-def _load_groups(paths: list[str], keep_events: bool = True, options=None, device=None,
-                 digests: tuple[str, ...] | None = None) -> list[list]:
-    """Each path (file or folder) loaded on its own, so ranks may repeat across runs;
-    one progress bar on stderr over all their files. Without `keep_events` only each rank's
-    summaries (`digests`, reports.session.RANK_DIGESTS names; all where None), made in the
-    worker that parsed it, reach this process."""
-    from ..inputs import load_groups
-
-    total = _trace_count(paths)
-    with _progress(disable=total < 2) as bar:
-        task = bar.add_task(f"loading {total} traces", total=total)
-        groups = load_groups(paths, on_loaded=lambda _: bar.advance(task), keep_events=keep_events,
-                             digests=digests, options=options or _options(), device=device)
-    _say_notes([p for group in groups for p in group])
-    return groups
-
-
-def _picked(paths: list[str], groups: list[list], rank: int | None) -> list[list]:
-    """--rank N: that rank out of each input's profiles."""
-    from ..pick import pick_rank
-
-    return groups if rank is None else [pick_rank(g, rank, p) for p, g in zip(paths, groups)]
-
-
-def _trace_count(paths: list[str]) -> int:
-    """The trace files the paths hold (a run folder without traces holds none)."""
-    from pathlib import Path
-
-    from ..inputs import traceless_run
-    from ..loading import expand
-
-    return sum(0 if traceless_run(Path(p)) else len(expand(p)) for p in paths)
-
-
-def _many_traces(paths: list[str]) -> bool:
+def many_traces(paths: list[str]) -> bool:
     """More trace files than reports show one by one (figures.MANY_RANKS)."""
     from ..reports.html.figures import MANY_RANKS
+    from ..session import trace_count
 
-    return _trace_count(paths) > MANY_RANKS
-
+    return trace_count(paths) > MANY_RANKS

@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
-from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, _options, _load, _emit, _findings, _top,
-                     _check_choice, _load_groups, _load_runs, _picked)
+from .common import (FORMAT_HELP, Paths, RankOpt, StepOpt, SchedulerOpt, _options, _emit, _top, _check_choice, each_run,
+                     end_on_findings, findings_digests, open_session)
 
 
 def compare(
@@ -30,7 +30,6 @@ def compare(
     """Ranks, runs or profilers side by side: time and count per input, delta and ratio
     against the first, spread and slowest input per row, and the straggler verdict
     (who waits on whom at the collectives; `tracelab steps` shows it per step)."""
-    from ..inputs import label_inputs
     from ..reports.compare.compare import BY, comparison, default_by
     from ..reports.session import COMPARISON, FINDINGS
     from ..reports.text import COMPARE_RENDERERS
@@ -41,17 +40,15 @@ def compare(
     top = _top(top)
     if tree:
         return _tree_diff(paths)
-    options = _options(step, scheduler)
     digests = FINDINGS if fmt == "table" else COMPARISON  # only the table ends on the findings
-    groups = _with_steps(paths, _picked(paths, _load_groups(paths, keep_events=False, options=options,
-                                                            digests=digests), rank), n_steps)
-    if sum(len(g) for g in groups) < 2:
+    session = _with_steps(open_session(paths, _options(step, scheduler), digests=digests, rank=rank), n_steps)
+    session.usable("compare")
+    if len(session.inputs) < 2:
         raise UsageError("compare", "needs two or more traces or ranks (files, folders, or one file of several ranks)")
-    inputs = label_inputs(paths, groups)
-    by = by or default_by(inputs)
-    c = comparison(inputs, by)
+    by = by or default_by(session.inputs)
+    c = comparison(session.inputs, by)
     _emit(COMPARE_RENDERERS[fmt](c, BY[by], top))
-    _findings(fmt, paths, groups=groups, comparison=c)
+    end_on_findings(fmt, session, comparison=c)
 
 
 
@@ -70,20 +67,19 @@ def _tree_diff(paths: list[str]) -> None:
 
 
 
-def _with_steps(paths: list[str], groups: list[list], n_steps: int | None) -> list[list]:
-    """Profiles without step instances (proton) get meta["steps"]: --steps, else the steps their
+def _with_steps(session, n_steps: int | None):
+    """Ranks without step instances (proton) get meta["steps"]: --steps, else the steps their
     run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
-    from ..inputs import run_info
     from ..reports.steps.steps import recorded_steps
 
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
-    for path, group in zip(paths, groups):
-        steps = n_steps or recorded_steps(run_info([path]))
-        for p in group:
+    for run in session.runs:
+        steps = n_steps or recorded_steps(run.info)
+        for p in run.profiles:
             if steps and not _has_steps(p):
                 p.meta["steps"] = steps
-    return groups
+    return session
 
 
 
@@ -113,37 +109,54 @@ def steps(
     rank (the last to arrive for most of the step's collective skew), every rank's wait and why
     the gating rank was late (more GPU work before the collective, or an idle GPU); then the
     run's verdict: a straggler only when it gates a significant majority of steps."""
-    import pandas as pd
-
-    from ..inputs import run_info
-    from ..reports.steps.steps import per_step_totals, recorded_steps
+    from ..reports.idle.idle import RankIdle
+    from ..reports.session import digest_key
     from ..reports.steps.steps_text import STEPS_RENDERERS
-    from ..reports.idle.idle import RankIdle, idle_columns
-    from ..reports.steps.waits import STEP_DIGESTS, analyse_digests
+    from ..reports.steps.waits import STEP_DIGESTS
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
-    options = _options(step, scheduler)
-    from ..reports.session import FINDINGS, not_one_job, rank_digests
+    idle = digest_key("idle", RankIdle(0))
+    session = open_session(paths, _options(step, scheduler), rank=rank,
+                           digests={**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0)})  # digested in its worker
+    parts = [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
+    _emit(each_run(STEPS_RENDERERS[fmt], fmt, parts))
+    end_on_findings(fmt, session)
 
-    findings = rank_digests(FINDINGS) if fmt == "table" else {}  # only the table ends on the findings
-    runs = _load_runs(paths, rank, reduce={**findings, **STEP_DIGESTS, "idle": RankIdle(0)},
-                      keep_events=False, options=options)  # digested in its worker
-    profiles = [p for _, ps in runs for p in ps]
-    if len(runs) > 1:  # ranks repeat across the inputs: several runs
-        raise UsageError("steps", f"a rank repeats across {', '.join(str(r) for r, _ in runs)}: they are "
-                                  "several runs; it takes the ranks of one run (compare takes several runs)")
-    if why := not_one_job(profiles):  # steps weighs ranks against each other on one clock
+
+def _one_job_runs(session) -> list:
+    """The runs steps weighs (ranks against each other on one clock): each run whose ranks are of
+    one job; any other said in a note."""
+    from ..reports.session import not_one_job
+
+    kept, why = [], None
+    for r in session.usable("steps"):
+        if why := not_one_job(r.profiles):
+            session.note(f"{r.name}: {why}: steps takes the ranks of one run (compare takes several runs)")
+        else:
+            kept.append(r)
+    if not kept:
         raise UsageError("steps", f"{why}: it takes the ranks of one run (compare takes several runs)")
+    return kept
+
+
+def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
+    """The steps renderer's arguments for one run: its who-waits, per-step totals of an untimed
+    run (proton) where the steps are known, and whether it is untimed."""
+    import pandas as pd
+
+    from ..reports.idle.idle import idle_columns
+    from ..reports.steps.steps import per_step_totals, recorded_steps
+    from ..reports.steps.waits import analyse_digests
+
+    profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
                         {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
-    n_steps = n_steps or recorded_steps(run_info(paths))
+    n_steps = n_steps or recorded_steps(run.info)
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
-    if len(w.steps):  # issue 21: the idle columns beside each step row
-        w.steps = idle_columns(w.steps, {p.rank: p.summary["idle"] for p in profiles})
-    _emit(STEPS_RENDERERS[fmt](w, totals, untimed=untimed))
-    _findings(fmt, paths, profiles)
-
+    if len(w.steps):  # the idle columns beside each step row
+        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles})
+    return w, totals, untimed

@@ -8,7 +8,7 @@ import typer
 from ..errors import UsageError
 from ..reports import fmt
 from .common import (Paths, RankOpt, StepOpt, SchedulerOpt, DeviceOpt, _options, _progress, _status, _shown,
-                     _load_groups, _picked, _many_traces)
+                     many_traces, open_session)
 
 
 def report(
@@ -38,15 +38,13 @@ def report(
     check_output(out, paths)
     if Path(out).exists() and not force:
         raise UsageError(out, "exists; pass --force to overwrite it")
-    options = _options(step, scheduler)
-    whole = perfetto and not _many_traces(paths)  # else the merged trace's ranks are read again, if it fits
+    whole = perfetto and not many_traces(paths)  # else the merged trace's ranks are read again, if it fits
     from ..devices import given_device
 
     given = given_device(device, None, None)[0]  # the roofline's device, as `tracelab roofline --device`
-    groups = _picked(paths, _load_groups(paths, keep_events=whole, options=options, device=given), rank)
-    with _status(f"analysing {sum(map(len, groups))} ranks, writing {_shown(out)}"):
-        written = write_report(paths, out, force=force, title=title, groups=groups, perfetto=perfetto,
-                               options=options)
+    session = open_session(paths, _options(step, scheduler), keep_events=whole, rank=rank, device=given)
+    with _status(f"analysing {len(session.profiles)} ranks, writing {_shown(out)}"):
+        written = write_report(session, out, force=force, title=title, perfetto=perfetto)
     typer.echo(f"wrote {_shown(written)} ({fmt.size(written.stat().st_size)})", err=True)
 
 
@@ -75,7 +73,7 @@ def export_perfetto(
     from functools import partial
     from pathlib import Path
 
-    from ..inputs import check_output, label_inputs, with_events, write
+    from ..inputs import check_output, with_events, write
     from ..reports.perfetto import perfetto
     from ..reports.session import PERFETTO
 
@@ -87,9 +85,11 @@ def export_perfetto(
     pick = {"ranks": ranks and perfetto.parse_ints("--ranks", ranks),
             "steps": steps and perfetto.parse_ints("--steps", steps),
             "window_ns": window and perfetto.parse_window_ms(window)}
-    lean = bool(pick["ranks"]) or _many_traces(paths)  # summaries first: the others' put the run on one clock
+    lean = bool(pick["ranks"]) or many_traces(paths)  # summaries first: the others' put the run on one clock
     options = _options()
-    inputs = label_inputs(paths, _load_groups(paths, keep_events=not lean, options=options, digests=PERFETTO))
+    session = open_session(paths, options, keep_events=not lean, digests=PERFETTO)
+    session.usable("export perfetto")
+    inputs = session.inputs
     if pick["steps"]:  # before any rank is read again
         perfetto.check_steps([i for i in inputs if i.timed], pick["steps"])
     if too_big := perfetto.oversize(inputs, pick["ranks"] or None, pick["steps"] or None, max_events):
@@ -131,15 +131,18 @@ def export_parquet(
     from pathlib import Path
 
     from ..dataset import export
-    from ..loading import expand
 
     options = _options(step, scheduler)
     began = time.perf_counter()
-    files = expand(paths)
-    with _progress(disable=len(files) < 2) as bar:
-        task = bar.add_task(f"writing {len(files)} traces", total=len(files))
-        written = export(paths, out, force=force, on_loaded=lambda _: bar.advance(task), options=options)
+
+    def ranks(reduce: dict) -> list:  # each rank's part written by the worker that parsed it
+        runs = open_session(paths, options, digests=reduce).usable("export parquet")
+        if len(runs) > 1:
+            raise UsageError("export parquet", f"takes the ranks of one job, each once, not {len(runs)} runs "
+                                               f"({', '.join(r.name for r in runs)})")
+        return runs[0].profiles
+
+    written = export(paths, out, force=force, load=ranks)
     size = sum(p.stat().st_size for p in written)
     typer.echo(f"wrote {_shown(Path(out))}: {len(written)} parts, {fmt.size(size)}, "
                f"{time.perf_counter() - began:.1f} s", err=True)
-

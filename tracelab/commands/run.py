@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import fail, _options, _load, _shown, _emit, _findings, _top
+from .common import fail, _options, _shown, _emit, _top, end_on_findings, open_session
 
 
 def _backend_names() -> str:
@@ -73,14 +73,12 @@ def _run_report(run_dir, top: int) -> None:
     from ..reports.breakdown.breakdown import breakdown as analyse, summary
     from ..reports.text import BREAKDOWN_RENDERERS
 
-    options = _options()
-    profiles = _load([str(run_dir)], options=options)
-    df = events(profiles)
-    _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
     from ..inputs import write_report
 
-    written = write_report([run_dir], run_dir / "report.html", title=f"tracelab run {run_dir.name}",
-                           groups=[profiles], options=options)
+    session = open_session([str(run_dir)], keep_events=True, digests=())
+    df = events(session.profiles)
+    _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
+    written = write_report(session, run_dir / "report.html", title=f"tracelab run {run_dir.name}")
     typer.echo(f"wrote {_shown(written)}", err=True)
-    _findings("table", [str(run_dir)], groups=[profiles])
+    end_on_findings("table", session)
 
