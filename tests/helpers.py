@@ -308,3 +308,25 @@ def nsys_with_memory(tmp_path: Path, rows: list[tuple]) -> Path:
         con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)",
                         [(t0 + dt, pid, 0, addr, size, kind, op) for dt, addr, size, kind, op in rows])
     return path
+
+
+def memory_snapshot() -> dict:
+    """A snapshot as torch.cuda.memory._snapshot() lays it out: at the dump, one 20 MiB segment
+    holding a 4 MiB weight (allocated before the history) and an 8 MiB activation."""
+    frames = [{"filename": "/x/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
+              {"filename": "/w/lm.py", "line": 60, "name": "forward"}, {"filename": "/w/train.py", "line": 9, "name": "step"}]
+    mib = 2**20
+    trace = [{"action": "segment_alloc", "addr": 0x100, "size": 20 * mib, "stream": 0, "time_us": 1_000, "frames": []},
+             {"action": "alloc", "addr": 0x100 + 4 * mib, "size": 8 * mib, "stream": 0, "time_us": 1_010, "frames": frames},
+             {"action": "alloc", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_020, "frames": frames},
+             {"action": "free_requested", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_030,
+              "frames": frames},
+             {"action": "free_completed", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_031,
+              "frames": frames}]
+    blocks = [{"address": 0x100, "size": 4 * mib, "requested_size": 4 * mib, "state": "active_allocated", "frames": []},
+              {"address": 0x100 + 4 * mib, "size": 8 * mib, "requested_size": 8 * mib, "state": "active_allocated",
+               "frames": frames},
+              {"address": 0x100 + 12 * mib, "size": 8 * mib, "state": "inactive", "frames": []}]
+    return {"segments": [{"device": 0, "address": 0x100, "total_size": 20 * mib, "stream": 0, "segment_type": "large",
+                          "allocated_size": 12 * mib, "active_size": 12 * mib, "blocks": blocks}],
+            "device_traces": [trace], "allocator_settings": {"expandable_segments": False}}

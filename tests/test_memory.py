@@ -22,7 +22,7 @@ from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
-from helpers import memory_digest, memory_steps, nsys_with_memory, run_cli, run_cli_output
+from helpers import memory_digest, memory_snapshot, memory_steps, nsys_with_memory, run_cli, run_cli_output
 
 DATA = Path(__file__).parent / "data"
 IMBALANCED = DATA / "train-2cpu-memory-torch"
@@ -213,31 +213,11 @@ def test_nsys_broken_memory_table_is_one_line(tmp_path, capsys):
 
 # ---- snapshot pickles -----------------------------------------------------------------------------
 
-def _snapshot() -> dict:
-    """A snapshot as torch.cuda.memory._snapshot() lays it out: at the dump, one 20 MiB segment
-    holding a 4 MiB weight (allocated before the history) and an 8 MiB activation."""
-    frames = [{"filename": "/x/torch/nn/modules/linear.py", "line": 125, "name": "forward"},
-              {"filename": "/w/lm.py", "line": 60, "name": "forward"}, {"filename": "/w/train.py", "line": 9, "name": "step"}]
-    mib = 2**20
-    trace = [{"action": "segment_alloc", "addr": 0x100, "size": 20 * mib, "stream": 0, "time_us": 1_000, "frames": []},
-             {"action": "alloc", "addr": 0x100 + 4 * mib, "size": 8 * mib, "stream": 0, "time_us": 1_010, "frames": frames},
-             {"action": "alloc", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_020, "frames": frames},
-             {"action": "free_requested", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_030,
-              "frames": frames},
-             {"action": "free_completed", "addr": 0x100 + 12 * mib, "size": 2 * mib, "stream": 0, "time_us": 1_031,
-              "frames": frames}]
-    blocks = [{"address": 0x100, "size": 4 * mib, "requested_size": 4 * mib, "state": "active_allocated", "frames": []},
-              {"address": 0x100 + 4 * mib, "size": 8 * mib, "requested_size": 8 * mib, "state": "active_allocated",
-               "frames": frames},
-              {"address": 0x100 + 12 * mib, "size": 8 * mib, "state": "inactive", "frames": []}]
-    return {"segments": [{"device": 0, "address": 0x100, "total_size": 20 * mib, "stream": 0, "segment_type": "large",
-                          "allocated_size": 12 * mib, "active_size": 12 * mib, "blocks": blocks}],
-            "device_traces": [trace], "allocator_settings": {"expandable_segments": False}}
 
 
 def test_snapshot_replayed(tmp_path):
     path = tmp_path / "rank0.memory.pickle"
-    path.write_bytes(pickle.dumps(_snapshot(), protocol=4))
+    path.write_bytes(pickle.dumps(memory_snapshot(), protocol=4))
     mem = tracelab.load(path).memory
     mib = 2**20
     assert mem["bytes"].tolist() == [8 * mib, 2 * mib, -2 * mib]

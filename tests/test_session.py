@@ -20,9 +20,9 @@ TORCH, NSYS, NONE_RUN = DATA / "decode-2gpu-torch", DATA / "decode-2gpu-nsys", D
 
 def _snapshot_bytes() -> bytes:
     """A memory snapshot pickle as torch.cuda.memory._snapshot() lays it out (tests/test_memory.py)."""
-    from test_memory import _snapshot
+    from helpers import memory_snapshot
 
-    return pickle.dumps(_snapshot(), protocol=4)
+    return pickle.dumps(memory_snapshot(), protocol=4)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ renders); the CLI and `tracelab run` call these.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 

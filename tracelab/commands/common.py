@@ -4,7 +4,6 @@ findings after a table. Only the CLI prints: tracelab/cli.py and these modules."
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer

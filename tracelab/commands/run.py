@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import fail, _options, _shown, _emit, _top, end_on_findings, open_session
+from .common import fail, _shown, _emit, _top, end_on_findings, open_session
 
 
 def _backend_names() -> str:
