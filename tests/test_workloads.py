@@ -58,6 +58,9 @@ def _assert_step_times(record: dict, unprofiled_steps: int, profiled_steps: int)
 
     for phase, n in (("unprofiled", unprofiled_steps), ("profiled", profiled_steps)):
         samples = record[f"{phase}_step_ns_samples"]
+        if n is None:  # a phase not run
+            assert samples is None and record[f"{phase}_step_ns"] is None
+            continue
         assert len(samples) == n and all(isinstance(t, int) and t > 0 for t in samples)
         assert record[f"{phase}_step_ns"] == round(statistics.median(samples))
 
@@ -108,6 +111,11 @@ def test_overlap_results(overlap_run):
     assert [(r["op"], r["M"], r["N"], r["K"]) for r in rows] == [
         ("ag-matmul", 64, 64, 128), ("ag-matmul", 128, 64, 128), ("matmul-rs", 64, 64, 128), ("matmul-rs", 128, 64, 128)]
     assert all(r["unfused_us"] > 0 and r["matmul_us"] > 0 and r["speedup"] is None for r in rows)
+    for r in rows:  # under none, the window's 5 calls per variant are the unprofiled steps
+        assert sorted(r["step_times"]) == ["matmul", "unfused"]
+        for variant, times in r["step_times"].items():
+            _assert_step_times(times, unprofiled_steps=5, profiled_steps=None)
+            assert times["unprofiled_step_ns"] <= r[f"{variant}_us"] * 1e3 + 1  # this rank's median, the slowest's
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ ADDED["decode"].update(_NO_STEP_TIMES, profiled_tokens=None)  # before: every to
 ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
                                           "step_peak_allocated_bytes", "step_end_reserved_bytes",
                                           "step_peak_reserved_bytes", "memory_snapshot")},
-              "allreduce": dict(_NO_STEP_TIMES)}
+              "allreduce": dict(_NO_STEP_TIMES), "overlap": {"step_times": None}}
 ADDED_ROWS["train"].update(_NO_STEP_TIMES)
 
 _EVERY = {
@@ -48,7 +48,7 @@ _EVERY = {
     "device": Field("", "the device's name (cpu on the CPU)"),
 }
 # The profiler's cost, per run: the same steps (decode's `token N`, train's `step N`, one call of an
-# all-reduce size) timed the same way in the same processes, with the profiler off and on.
+# all-reduce size or an overlap variant) timed the same way in the same processes, with the profiler off and on.
 STEP_TIMES = {
     "unprofiled_step_ns": Field("ns", "median step with the profiler off (null: not timed, --no-unprofiled)"),
     "unprofiled_step_ns_samples": Field("ns", "each of those steps"),
@@ -117,7 +117,8 @@ ROWS: dict[str, dict[str, Field]] = {
                 "M": Field("", "rows"), "N": Field("", "columns"), "K": Field("", "inner dimension"),
                 "matmul_us": Field("us", "the product alone"), "unfused_us": Field("us", "collective then product"),
                 "fused_us": Field("us", "symmetric-memory fused"), "speedup": Field("x", "unfused / fused"),
-                "rel_err": Field("", "fused against unfused"), "checked": Field("", "fused result verified")},
+                "rel_err": Field("", "fused against unfused"), "checked": Field("", "fused result verified"),
+                "step_times": Field("", "variant -> STEP_TIMES of its calls (a step is one call)")},
 }
 
 

@@ -238,7 +238,8 @@ def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
     for note in p.notes:
         on_line(note)
     on_line(f"run folder {run_dir}")
-    on_line(f"starting {p.spec.ranks * _nnodes(p.spec)} rank(s) of {p.spec.workload} under {p.backend} (torchrun)")
+    nodes = f" on each of {_nnodes(p.spec)} nodes" if _nnodes(p.spec) > 1 else ""
+    on_line(f"starting {p.spec.ranks} rank(s){nodes} of {p.spec.workload} under {p.backend} (torchrun)")
     t0 = time.perf_counter()
     try:
         with stop_on_signals():

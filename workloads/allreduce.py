@@ -193,8 +193,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
             times = [measure(c, n, d) for c, n in zip(cases, iters)]
     rows = [result_row(c, t, e, d) for c, t, e in zip(cases, times, errors)]
     for i, row in enumerate(rows):
-        unprofiled, in_window = (bare[i] if bare else None, times[i]) if profiled else (times[i], None)
-        row.update(harness.step_times(unprofiled, in_window, unit_ns=1e3))
+        row.update(harness.window_step_times(bare[i] if bare else None, times[i], profiled, unit_ns=1e3))
     if d.rank == 0:
         print("\n".join(_line(r) for r in rows), flush=True)
     results.write(args.out, d.rank, {

@@ -81,8 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
     p.add_argument("--new-tokens", type=int, default=200, help="tokens to generate per sample")
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--samples", type=int, default=5,
-                   help="measured samples, the profiler off: tokens/s and the unprofiled step come from them")
+    p.add_argument("--samples", type=int, default=None,
+                   help="measured samples, the profiler off: tokens/s and the unprofiled step come from them "
+                        "(default: 5 on a GPU, as gpt-fast; 3 on the CPU)")
     p.add_argument("--warmup", type=int, default=1, help="samples before them (compilation happens here)")
     p.add_argument("--profile-tokens", type=int, default=None,
                    help="decode steps the profiler records: tokens 1..N of one more sample, after the measured ones "
@@ -114,6 +115,9 @@ def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
     args.model = args.model or ("llama-2-7b" if gpu else "tiny")
     args.dtype = args.dtype or ("bf16" if gpu else "fp32")
     args.allreduce = args.allreduce or group_backend(gpu)  # run.json names the all-reduce that runs
+    # on the CPU a tiny model's sample takes seconds (each token all-reduced through gloo): 3 keep the
+    # README's first command within a minute on 2 shared cores, and give 60 unprofiled steps
+    args.samples = args.samples if args.samples is not None else (5 if gpu else 3)
     if args.profile_tokens is None:
         args.profile_tokens = min(PROFILE_TOKENS, max(1, args.new_tokens - 1))
     if args.tuned:

@@ -190,6 +190,13 @@ def time_each_us(fn: Callable[[], Any], iters: int, device: torch.device) -> lis
     return [t / 1e3 for t in clock.ns()]
 
 
+def window_step_times(bare: list[float] | None, window: list[float], profiled: bool,
+                      unit_ns: float = 1) -> dict[str, Any]:
+    """step_times of a window's steps and the same steps timed before it, bare (None: not
+    timed); under no profiler the window's steps are the unprofiled ones."""
+    return step_times(bare, window, unit_ns) if profiled else step_times(window, None, unit_ns)
+
+
 def step_times(unprofiled: list[float] | None, profiled: list[float] | None, unit_ns: float = 1) -> dict[str, Any]:
     """The results' step fields (results.STEP_TIMES): the median of the same steps timed the
     same way with the profiler off and on (in units of unit_ns), each with its samples in

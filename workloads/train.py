@@ -200,8 +200,7 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
             step_ms += timed_steps(step, 1, d.device, memory, first=args.steps - 1)
     row = result_row(args, cfg, model, step_ms, d)
     row.update(memory.figures, memory_snapshot=None if snap is None else snap.name)
-    unprofiled, profiled = (unprofiled_ms, step_ms) if prof is not None else (step_ms, None)
-    row.update(harness.step_times(unprofiled, profiled, unit_ns=1e6))
+    row.update(harness.window_step_times(unprofiled_ms, step_ms, prof is not None, unit_ns=1e6))
     if d.gpu:
         row["peak_mem_bytes"] = max([warm_peak, *memory.figures["step_peak_allocated_bytes"]])
     del model, batch, sync, optimizer, step
