@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tracelab import results  # noqa: E402
-from tracelab.workloads import checkpoint, decode  # noqa: E402
+from tracelab.workloads import checkpoint, decode, harness  # noqa: E402
 from tracelab.workloads.model import CONFIGS, ModelArgs, Transformer, weight_bytes  # noqa: E402
 from tracelab.workloads.tp import shard_state, unshardable  # noqa: E402
 
@@ -92,6 +92,45 @@ def test_top1_sampling_is_argmax():
     logits = torch.randn(3, 4, 50)  # [B, S, V]
     got = decode.sample(logits, temperature=0.8, top_k=1)
     assert got.shape == (3, 1) and torch.equal(got[:, 0].long(), logits[:, -1].argmax(-1))
+
+
+class _Window:
+    """A profiler session's start/stop, recording which token's step each came around."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, list[str]]] = []
+        self.regions: list[str] = []
+
+    def start(self):
+        self.calls.append(("start", list(self.regions)))
+
+    def stop(self):
+        self.calls.append(("stop", list(self.regions)))
+
+
+@pytest.mark.parametrize("new_tokens, window", [(6, 2), (6, 5), (3, 1)])
+def test_the_profiled_window_is_tokens_1_to_n(monkeypatch, new_tokens, window):
+    """The window opens before token 1's region and closes after token N's; tokens 1..N are timed, no other."""
+    seen: list[str] = []
+    real_region = decode.backends.region
+
+    def region(name, work=None):
+        seen.append(name)
+        return real_region(name, work)
+
+    monkeypatch.setattr(decode.backends, "region", region)
+    args = decode.build_parser().parse_args(["--top-k", "1"])
+    prof, clock = _Window(), harness.StepClock(torch.device("cpu"))
+    prof.regions = seen
+    with torch.no_grad():
+        decode.generate(_full_model(), torch.zeros(2, 4, dtype=torch.int), new_tokens,
+                        (decode.prefill, decode.decode_one_token), args, around=decode.first_tokens(clock, window, prof))
+    tokens = [n for n in seen if n.startswith("token ")]
+    assert tokens == [f"token {i}" for i in range(1, new_tokens)]
+    started, stopped = prof.calls
+    assert started == ("start", seen[:seen.index("token 1")])
+    assert stopped == ("stop", seen[:seen.index(f"token {window}") + 2])  # token N and its decode_one_token
+    assert len(clock.ns()) == window and min(clock.ns()) > 0
 
 
 def test_generate_is_deterministic_per_seed_and_fills_every_position():
@@ -425,13 +464,13 @@ def test_symm_two_shot_compiled_by_inductor_sums_in_the_registered_buffer(monkey
 
 
 def test_a_long_torch_window_of_a_large_model_is_announced():
-    """torch.profiler on a GPU with the 7B model and the default 5 x 200 tokens: minutes of writing,
-    said before it starts; a short window, the tiny model, the CPU or another backend say nothing."""
+    """torch.profiler on a GPU with the 7B model and a window of 1,000 tokens: minutes of writing,
+    said before it starts; the default window, the tiny model, the CPU or another backend say nothing."""
     from argparse import Namespace
-    long = Namespace(backend="torch", model="llama-2-7b", samples=5, new_tokens=200)
+    long = Namespace(backend="torch", model="llama-2-7b", profile_tokens=1000)
     note = decode.trace_size_note(long, gpu=True)
-    assert note and "1,000 tokens traced (5 samples x 200)" in note and "--samples 1 --new-tokens 50" in note
-    assert decode.trace_size_note(Namespace(**{**vars(long), "samples": 1, "new_tokens": 50}), gpu=True) is None
+    assert note and "1,000 tokens traced (--profile-tokens)" in note and "--profile-tokens 50" in note
+    assert decode.trace_size_note(Namespace(**{**vars(long), "profile_tokens": decode.PROFILE_TOKENS}), gpu=True) is None
     assert decode.trace_size_note(Namespace(**{**vars(long), "model": "tiny"}), gpu=True) is None
     assert decode.trace_size_note(Namespace(**{**vars(long), "backend": "proton"}), gpu=True) is None
     assert decode.trace_size_note(long, gpu=False) is None

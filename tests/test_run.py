@@ -6,6 +6,7 @@ import gzip
 import os
 import json
 import re
+import statistics
 import textwrap
 from pathlib import Path
 
@@ -111,10 +112,34 @@ def test_defaults_do_what_the_run_says(tmp_path, monkeypatch):
     assert config["decode", 2]["allreduce"] == "gloo"
 
 
-def test_more_ranks_than_gpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(machine, "gpu_count", lambda: 1)
-    with pytest.raises(UsageError, match="2 ranks per node but only 1 GPU"):
-        runner.plan(RunSpec("decode", 2, "torch", tmp_path))
+@pytest.mark.parametrize("gpus, ranks, runs, note", [
+    (1, 2, 1, "note: 1 GPU(s) visible: running 1 rank(s) instead of 2 (--ranks)"),
+    (2, 4, 2, "note: 2 GPU(s) visible: running 2 rank(s) instead of 4 (--ranks)"),
+    (2, 2, 2, None), (4, 2, 2, None),
+    (0, 4, 4, None),  # CPU ranks (gloo): as many as asked
+])
+def test_ranks_from_the_gpus_seen(tmp_path, monkeypatch, gpus, ranks, runs, note):
+    monkeypatch.setattr(machine, "gpu_count", lambda: gpus)
+    monkeypatch.setattr(machine, "devices", lambda gpus: [])  # no CUDA here to ask
+    p = runner.plan(RunSpec("decode", ranks, "torch", tmp_path))
+    assert p.spec.ranks == runs and p.notes == ([note] if note else [])
+    command = runner.torchrun_command(p, tmp_path)
+    assert command[command.index("--nproc-per-node") + 1] == str(runs)
+    assert runner.new_record(p, command)["ranks_asked"] == ranks
+
+
+@pytest.mark.parametrize("spec, words", [
+    # every node must start the same count of ranks
+    (RunSpec("decode", 2, "torch", nnodes="2", rdzv_endpoint="h:29500"), "2 ranks per node but only 1 GPU(s) are visible"),
+    # tiny's 8 key/value heads do not split over 3 ranks: the fallback cannot run either
+    (RunSpec("decode", 4, "torch"), "4 ranks per node but only 3 GPU(s) are visible, and 3 cannot run either: "
+                                    "tiny: heads (16) do not divide over 3 ranks"),
+])
+def test_too_few_gpus_where_no_fallback_runs(tmp_path, monkeypatch, spec, words):
+    monkeypatch.setattr(machine, "gpu_count", lambda: 3 if spec.ranks == 4 else 1)
+    spec.out_root = tmp_path
+    with pytest.raises(UsageError, match=re.escape(words)):
+        runner.plan(spec)
 
 
 def test_nsys_missing(tmp_path, monkeypatch):
@@ -168,9 +193,49 @@ def test_failed_rank_from_torchrun_output():
     assert launch.failed_rank(["rank      : 3 (local_rank: 1)"]) == (None, None)  # not under Root Cause
 
 
-def _annotations(trace: Path, name: str) -> int:
+def _annotation_names(trace: Path, prefix: str = "") -> list[str]:
+    """The trace's user annotations (record_function ranges) whose name starts with prefix, one per range."""
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    return sum(1 for e in events if e.get("name") == name and e.get("cat") == "user_annotation")
+    return [e["name"] for e in events if e.get("cat") == "user_annotation" and e.get("name", "").startswith(prefix)]
+
+
+def _annotations(trace: Path, name: str) -> int:
+    return _annotation_names(trace).count(name)
+
+
+@pytest.mark.slow  # 0.6-3 s each here (torch.profiler's start); tests/test_decode.py checks the window fast
+@pytest.mark.parametrize("argv, tokens, unprofiled", [
+    (["--new-tokens", "6", "--samples", "2", "--profile-tokens", "2"], 2, 2 * 2),
+    (["--new-tokens", "4", "--samples", "1"], 3, 3),  # the default window: all of a short sample's steps
+    (["--new-tokens", "6", "--samples", "1", "--profile-tokens", "2", "--no-unprofiled"], 2, 0),
+])
+def test_decode_profiles_a_window_of_tokens(tmp_path, argv, tokens, unprofiled):
+    """One rank alone: the trace holds tokens 1..N of one sample, counted straight from its JSON;
+    the results hold both phases' steps, positive, their medians those of their samples."""
+    assert decode.main([*argv, "--warmup", "0", "--top-k", "1", "--backend", "torch", "--out", str(tmp_path)]) == 0
+    names = _annotation_names(tmp_path / "rank0.pt.trace.json.gz", "token ")
+    assert sorted(names, key=lambda n: int(n.split()[1])) == [f"token {i}" for i in range(1, tokens + 1)]
+    f = json.loads((tmp_path / "rank0.results.json").read_text())
+    assert f["profiled_tokens"] == tokens and len(f["profiled_step_ns_samples"]) == tokens
+    assert f["profiled_step_ns"] == round(statistics.median(f["profiled_step_ns_samples"])) > 0
+    if unprofiled:
+        assert len(f["unprofiled_step_ns_samples"]) == unprofiled and min(f["unprofiled_step_ns_samples"]) > 0
+        assert f["unprofiled_step_ns"] == round(statistics.median(f["unprofiled_step_ns_samples"]))
+    else:
+        assert f["unprofiled_step_ns"] is None and f["unprofiled_step_ns_samples"] is None
+    # tokens/s from the measured samples, which ran with the profiler off
+    assert f["tokens_per_s"] == pytest.approx(int(argv[1]) / (sum(f["sample_s"]) / len(f["sample_s"])))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--new-tokens", "5", "--profile-tokens", "5"], "--profile-tokens: must be 1 to --new-tokens - 1 (4), not 5"),
+    (["--new-tokens", "5", "--profile-tokens", "0"], "--profile-tokens: must be 1 to --new-tokens - 1 (4), not 0"),
+    (["--new-tokens", "1"], "--new-tokens: at least 2 under a profiler"),
+])
+def test_a_window_outside_the_sample_is_refused(argv, words):
+    with pytest.raises(UsageError, match=re.escape(words)):
+        decode.parse([*argv, "--backend", "torch"])
+    decode.parse(["--new-tokens", "1", "--backend", "none"])  # nothing profiled: any length
 
 
 @pytest.mark.slow
@@ -191,14 +256,22 @@ def test_decode_two_ranks_end_to_end(tmp_path, tiny_ckpt):
     one_rank = json.loads((alone / "rank0.results.json").read_text())["first_tokens"]
     assert per_rank["0"]["first_tokens"] == per_rank["1"]["first_tokens"] == one_rank
     assert any("rank 1: " in line and "tokens/s" in line for line in lines)
-    # progress: each measured sample, and the trace written with its size and time
+    # progress: each phase, each measured sample, and the trace written with its size and time
+    phases = ["starting 2 rank(s) of decode under torch", "rank 0: warm-up: 1 sample(s)", "rank 0: measuring: 2 sample(s)",
+              "rank 0: profiling 3 tokens under torch", "rank 0: writing the torch trace"]
+    assert [next(i for i, line in enumerate(lines) if phase in line) for phase in phases] == sorted(
+        next(i for i, line in enumerate(lines) if phase in line) for phase in phases)
     assert sum("rank 1: sample " in line for line in lines) == 2
     wrote = [line for line in lines if "rank 0: torch wrote rank0.pt.trace.json.gz (" in line]
     assert len(wrote) == 1 and wrote[0].rstrip().endswith(" s")
-    # the profiled window holds the measured samples only: 2 samples x 3 decode steps, 2 prefills
+    # the profiled window holds tokens 1..3 of one sample: 3 decode steps, no prefill
+    assert record["profiled_steps"] == 3
     for trace in result.traces:
-        assert _annotations(trace, "decode_one_token") == 2 * 3
-        assert _annotations(trace, "prefill") == 2
+        assert _annotations(trace, "decode_one_token") == 3 and _annotations(trace, "prefill") == 0
+        assert sorted(_annotation_names(trace, "token ")) == ["token 1", "token 2", "token 3"]
+    for f in per_rank.values():  # tokens 1..3 of both measured samples without the profiler, once with it
+        assert len(f["unprofiled_step_ns_samples"]) == 2 * 3 and len(f["profiled_step_ns_samples"]) == 3
+        assert f["unprofiled_step_ns"] > 0 and f["profiled_step_ns"] > 0 and f["profiled_tokens"] == 3
     profiles = tracelab.load_many(run_dir)
     assert [p.rank for p in profiles] == [0, 1]
 

@@ -102,6 +102,9 @@ NOISE = [
     ("[default0]:USDT:2026-11-23 18:35:09 7097:7097 Other.cpp:1] something else", False, False),
     ("[default0]:rank 0: 2.903 s per sample, 68.90 tokens/s", False, False),
     ("[default1]:ValueError: profiler_start", False, False),
+    ("[default1]:[rank1]:[W1206 03:38:56.630018985 CPUAllocator.cpp:245] Memory block of unknown size was allocated "
+     "before the profiling started, profiler results will not include the deallocation event", True, True),
+    ("[default1]:[rank1]:[W1206 03:38:56.630018985 CPUAllocator.cpp:245] Memory block of size 8 freed twice", False, False),
 ]
 
 

@@ -64,7 +64,7 @@ def test_back_to_back_ranges_of_one_number_are_two_occurrences():
 
 
 @pytest.mark.slow
-def test_two_decode_samples_on_two_cpu_ranks_are_distinct_aligned_steps(tmp_path):
+def test_a_decode_window_on_two_cpu_ranks_is_the_same_aligned_steps(tmp_path):
     pytest.importorskip("torch")
     from tracelab.loading import load
     from tracelab.runner import RunSpec, run
@@ -74,4 +74,5 @@ def test_two_decode_samples_on_two_cpu_ranks_are_distinct_aligned_steps(tmp_path
     for rank in (0, 1):
         ev = load(result.run_dir / f"rank{rank}.pt.trace.json.gz").events
         steps[rank] = sorted(int(s) for s in ev["step"].dropna().unique())
-    assert steps[0] == steps[1] == [1, 2, 3, 11, 12, 13]  # tokens 1..3 of each sample: 6 steps, aligned
+    # the profiler records tokens 1..3 of one sample (repeated numbers: the renamed captures above)
+    assert steps[0] == steps[1] == [1, 2, 3]

@@ -52,6 +52,19 @@ def _annotations(trace: Path) -> set[str]:
     return {e["name"] for e in events if e.get("cat") == "user_annotation"}
 
 
+def _assert_step_times(record: dict, unprofiled_steps: int, profiled_steps: int) -> None:
+    """Both phases' steps there and positive, each median that of its samples."""
+    import statistics
+
+    for phase, n in (("unprofiled", unprofiled_steps), ("profiled", profiled_steps)):
+        samples = record[f"{phase}_step_ns_samples"]
+        if n is None:  # a phase not run
+            assert samples is None and record[f"{phase}_step_ns"] is None
+            continue
+        assert len(samples) == n and all(isinstance(t, int) and t > 0 for t in samples)
+        assert record[f"{phase}_step_ns"] == round(statistics.median(samples))
+
+
 @pytest.mark.slow
 def test_train_results(train_run):
     run_dir, record = train_run
@@ -68,6 +81,9 @@ def test_train_results(train_run):
         assert len(row["step_ms"]) == 3 and all(ms > 0 for ms in row["step_ms"])
         assert row["step_ms_mean"] == pytest.approx(sum(row["step_ms"]) / 3)
         assert row["step_ms_std"] >= 0 and row["mfu"] is None  # no known peak on the CPU
+        # the profiled steps are the window's own step_ms; the same 3 steps timed again with the profiler off
+        assert row["profiled_step_ns_samples"] == [round(ms * 1e6) for ms in row["step_ms"]]
+        _assert_step_times(row, unprofiled_steps=3, profiled_steps=3)
     names = _annotations(run_dir / "rank1.pt.trace.json.gz")
     assert {"forward", "backward", "grad_sync", "optimizer"} <= names
 
@@ -82,6 +98,9 @@ def test_allreduce_results(allreduce_run):
             assert r["checked"] and r["rel_err"] == 0.0 and r["iters"] == 20
             assert r["latency_us"] >= r["rank_latency_us"] > 0  # the slowest rank's median
             assert r["busbw_gb_s"] == pytest.approx(2 * (2 - 1) / 2 * r["msg_bytes"] / r["latency_us"] / 1e3)
+            # a step is one call: the window's 20 calls, and 20 more with the profiler off
+            assert r["profiled_step_ns"] == pytest.approx(r["rank_latency_us"] * 1e3, abs=1)
+            _assert_step_times(r, unprofiled_steps=20, profiled_steps=20)
     assert {"allreduce_gloo_4096", "allreduce_gloo_65536"} <= _annotations(run_dir / "rank0.pt.trace.json.gz")
 
 
@@ -92,6 +111,11 @@ def test_overlap_results(overlap_run):
     assert [(r["op"], r["M"], r["N"], r["K"]) for r in rows] == [
         ("ag-matmul", 64, 64, 128), ("ag-matmul", 128, 64, 128), ("matmul-rs", 64, 64, 128), ("matmul-rs", 128, 64, 128)]
     assert all(r["unfused_us"] > 0 and r["matmul_us"] > 0 and r["speedup"] is None for r in rows)
+    for r in rows:  # under none, the window's 5 calls per variant are the unprofiled steps
+        assert sorted(r["step_times"]) == ["matmul", "unfused"]
+        for variant, times in r["step_times"].items():
+            _assert_step_times(times, unprofiled_steps=5, profiled_steps=None)
+            assert times["unprofiled_step_ns"] <= r[f"{variant}_us"] * 1e3 + 1  # this rank's median, the slowest's
 
 
 @pytest.mark.slow

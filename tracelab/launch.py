@@ -23,6 +23,10 @@ TAIL_LINES = 20
 # Lines the profiler prints on every run that tell the user nothing; the rank logs keep them.
 # Kineto marks each profiling window ("USDT:<date> <time> <pid>:<tid> <file>.cpp:<line>] profiler_start").
 _KINETO_MARK = re.compile(r"USDT:\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] profiler_(start|stop)")
+# The profiler started after the model's memory was allocated (a window of a few steps, late in the run)
+# cannot see those blocks freed: expected, and said once per rank.
+_KINETO_UNKNOWN_BLOCK = re.compile(r"CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated before the "
+                                   r"profiling started")
 # A CUDA build of torch without a driver (35: insufficient driver) or device (100): on a CPU run, expected.
 _NO_CUDA_DEVICE = re.compile(r"gpuGetDeviceCount failed with code (35|100)")
 _RANK_PREFIX = re.compile(r"^\[default\d+\]:")
@@ -39,7 +43,7 @@ class Stopped(Exception):
 def is_noise(line: str, gpu: bool) -> bool:
     """Whether a line of rank output is profiler chatter to keep off the terminal."""
     text = _RANK_PREFIX.sub("", line).strip()
-    if _KINETO_MARK.search(text):
+    if _KINETO_MARK.search(text) or _KINETO_UNKNOWN_BLOCK.search(text):
         return True
     return not gpu and _NO_CUDA_DEVICE.search(text) is not None
 

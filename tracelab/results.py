@@ -31,16 +31,29 @@ OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name
 ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
          "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
 ADDED["train"]["extra_memory_mb"] = {}  # no rank held extra memory before the option existed
+# the same steps timed with the profiler off and on (workloads/harness.py step_times): older runs timed none
+_NO_STEP_TIMES = {f"{phase}_step_ns{tail}": None for phase in ("unprofiled", "profiled") for tail in ("", "_samples")}
+ADDED["decode"].update(_NO_STEP_TIMES, profiled_tokens=None)  # before: every token of every sample
 # row fields added since, and what older rows held of them: nothing recorded
 ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_end_allocated_bytes",
                                           "step_peak_allocated_bytes", "step_end_reserved_bytes",
-                                          "step_peak_reserved_bytes", "memory_snapshot")}}
+                                          "step_peak_reserved_bytes", "memory_snapshot")},
+              "allreduce": dict(_NO_STEP_TIMES), "overlap": {"step_times": None}}
+ADDED_ROWS["train"].update(_NO_STEP_TIMES)
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
     "rank": Field("", "this process's rank"),
     "world_size": Field("", "ranks in the job"),
     "device": Field("", "the device's name (cpu on the CPU)"),
+}
+# The profiler's cost, per run: the same steps (decode's `token N`, train's `step N`, one call of an
+# all-reduce size or an overlap variant) timed the same way in the same processes, with the profiler off and on.
+STEP_TIMES = {
+    "unprofiled_step_ns": Field("ns", "median step with the profiler off (null: not timed, --no-unprofiled)"),
+    "unprofiled_step_ns_samples": Field("ns", "each of those steps"),
+    "profiled_step_ns": Field("ns", "median of the same steps inside the profiled window"),
+    "profiled_step_ns_samples": Field("ns", "each of those steps"),
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
 _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
@@ -58,8 +71,10 @@ RESULTS: dict[str, dict[str, Field]] = {
                "attention": Field("", "attention kernel choice"), "batch_size": Field("sequences", "batch"),
                **_LATE,
                "prompt_len": Field("tokens", "prompt length"), "new_tokens": Field("tokens", "generated per sample"),
-               "sample_s": Field("s", "each measured sample's time"), "s_per_sample": Field("s", "their mean"),
+               "sample_s": Field("s", "each measured sample's time (the profiler off since step_times)"), "s_per_sample": Field("s", "their mean"),
                "tokens_per_s": Field("tokens/s", "new tokens / s_per_sample (per sequence)"),
+               "profiled_tokens": Field("tokens", "the decode steps the trace holds (--profile-tokens)"),
+               **STEP_TIMES,
                "batch_tokens_per_s": Field("tokens/s", "tokens_per_s x batch"),
                "weight_bytes": Field("bytes", "weights this rank reads per step"),
                "bandwidth_gb_s": Field("GB/s", "weight_bytes x steps per second, as gpt-fast"),
@@ -92,17 +107,19 @@ ROWS: dict[str, dict[str, Field]] = {
               "step_peak_allocated_bytes": Field("bytes", "max_memory_allocated() over each step"),
               "step_end_reserved_bytes": Field("bytes", "memory_reserved() after each step"),
               "step_peak_reserved_bytes": Field("bytes", "max_memory_reserved() over each step"),
-              "memory_snapshot": Field("", "the last step's memory snapshot file (--memory-snapshot), else None")},
+              "memory_snapshot": Field("", "the last step's memory snapshot file (--memory-snapshot), else None"),
+              **STEP_TIMES},
     "allreduce": {"impl": Field("", "implementation"), "msg_bytes": Field("bytes", "message size"),
                   "iters": Field("", "timed calls"), "latency_us": Field("us", "slowest rank's median"),
                   "rank_latency_us": Field("us", "this rank's median"), "algbw_gb_s": Field("GB/s", "msg_bytes / latency"),
                   "busbw_gb_s": Field("GB/s", "algbw x 2(n-1)/n"), "checked": Field("", "sum verified"),
-                  "rel_err": Field("", "relative error of the sum")},
+                  "rel_err": Field("", "relative error of the sum"), **STEP_TIMES},
     "overlap": {"op": Field("", "operation"), "model": Field("", "model whose shapes are used"),
                 "M": Field("", "rows"), "N": Field("", "columns"), "K": Field("", "inner dimension"),
                 "matmul_us": Field("us", "the product alone"), "unfused_us": Field("us", "collective then product"),
                 "fused_us": Field("us", "symmetric-memory fused"), "speedup": Field("x", "unfused / fused"),
-                "rel_err": Field("", "fused against unfused"), "checked": Field("", "fused result verified")},
+                "rel_err": Field("", "fused against unfused"), "checked": Field("", "fused result verified"),
+                "step_times": Field("", "variant -> STEP_TIMES of its calls (a step is one call)")},
 }
 
 

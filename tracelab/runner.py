@@ -8,13 +8,15 @@ Everything that can be checked is checked before anything starts (plan()): first
 what needs no torch (the workload's name, ranks, nodes, the backend's name), then
 torch itself, the rank count against the GPUs, the workload's own options (its
 parse(argv), workloads/harness.py), nsys. A workload is a module with parse, run and
-a main that takes --backend and --out; it writes rank{r}.results.json (tracelab/results.py),
+a main that takes --backend and --out (and, where its window is not all its steps,
+profiled_steps(config) -> int for run.json); it writes rank{r}.results.json (tracelab/results.py),
 which run.json gathers under "results". The run ends
 with run.json's status: ok, failed or interrupted (SIGINT/SIGTERM, passed on to the
 ranks); a trace cut short is renamed *.partial.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import importlib.util
@@ -74,6 +76,7 @@ class RunSpec:
     rdzv_endpoint: str | None = None
     argv: list[str] = field(default_factory=list)  # the user's command line, for run.json
     memory: bool = True  # record memory events where the backend can (run.json "memory" says how)
+    ranks_asked: int | None = None  # --ranks as given, where fewer GPUs made it fewer (plan())
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Plan:
     config: dict
     gpus: int
     nsys: Path | None = None
+    notes: list[str] = field(default_factory=list)  # what plan() changed, for the user first
+    profiled_steps: int | None = None  # steps in the profiled window, where the workload says (run.json)
 
 
 @dataclass
@@ -108,13 +113,35 @@ def plan(spec: RunSpec) -> Plan:
     gpus = machine.gpu_count()
     backend = spec.backend or machine.default_backend(gpus)
     backends.check(backend, gpus > 0)
-    if gpus and spec.ranks > gpus:
-        raise UsageError("--ranks", f"{spec.ranks} ranks per node but only {gpus} GPU(s) are visible")
+    spec, notes = ranks_for_gpus(spec, gpus)
     world_size = spec.ranks * _nnodes(spec)
-    config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend], world_size)
+    try:
+        config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend], world_size)
+    except UsageError as e:
+        if notes:  # the fallback's world does not suit the workload: the request cannot run here
+            raise UsageError("--ranks", f"{too_few_gpus(spec.ranks_asked, gpus)}, and {spec.ranks} cannot run "
+                                        f"either: {e.reason}") from None
+        raise
     config.pop("out", None)  # the run folder, not known yet; run.json lies in it
     nsys = backends.find_nsys() if backend == "nsys" else None
-    return Plan(spec, backend, module.__name__, config, gpus, nsys)
+    steps = getattr(module, "profiled_steps", lambda config: None)(config) if backend != "none" else None
+    return Plan(spec, backend, module.__name__, config, gpus, nsys, notes, steps)
+
+
+def ranks_for_gpus(spec: RunSpec, gpus: int) -> tuple[RunSpec, list[str]]:
+    """One rank per visible GPU at most (NCCL takes no two ranks on one GPU): with fewer
+    GPUs than --ranks on one node, as many ranks as GPUs, said in a note; across nodes,
+    where every node must start the same count, UsageError. CPU ranks (gloo) any count."""
+    if not gpus or spec.ranks <= gpus:
+        return spec, []
+    if _nnodes(spec) > 1:
+        raise UsageError("--ranks", f"{too_few_gpus(spec.ranks, gpus)} (every node must run --ranks ranks)")
+    note = f"note: {gpus} GPU(s) visible: running {gpus} rank(s) instead of {spec.ranks} (--ranks)"
+    return dataclasses.replace(spec, ranks=gpus, ranks_asked=spec.ranks), [note]
+
+
+def too_few_gpus(ranks: int, gpus: int) -> str:
+    return f"{ranks} ranks per node but only {gpus} GPU(s) are visible"
 
 
 def check_spec(spec: RunSpec) -> None:
@@ -191,7 +218,8 @@ def new_record(p: Plan, command: list[str]) -> dict:
             "nnodes": spec.nnodes or "1", "argv": spec.argv, "command": command, "config": p.config,
             "env": SAFE_ENV, "versions": machine.versions(p.nsys), "devices": machine.devices(p.gpus),
             "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running",
-            "memory": backends.memory_recording(p.backend, spec.memory)}
+            "memory": backends.memory_recording(p.backend, spec.memory), "ranks_asked": spec.ranks_asked or spec.ranks,
+            "notes": p.notes, **({"profiled_steps": p.profiled_steps} if p.profiled_steps is not None else {})}
 
 
 def run(spec: RunSpec, on_line: OnLine = lambda line: None) -> RunResult:
@@ -207,7 +235,11 @@ def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
     cmd = torchrun_command(p, run_dir)
     record = new_record(p, cmd)
     _write_record(run_dir, record)
+    for note in p.notes:
+        on_line(note)
     on_line(f"run folder {run_dir}")
+    nodes = f" on each of {_nnodes(p.spec)} nodes" if _nnodes(p.spec) > 1 else ""
+    on_line(f"starting {p.spec.ranks} rank(s){nodes} of {p.spec.workload} under {p.backend} (torchrun)")
     t0 = time.perf_counter()
     try:
         with stop_on_signals():

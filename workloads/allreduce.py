@@ -184,11 +184,16 @@ def run(args: argparse.Namespace, d: Dist) -> None:
         harness.enable_symm_mem(d)
     cases = [make_case(impl, n, dtype, d) for impl in args.impls for n in args.msg_bytes]
     errors = [check_sum(c, d, dtype) for c in cases]
+    profiled = args.backend != "none"
     with backends.session(args.backend, args.out, d.rank) as prof:
         iters = [pick_iters(c, args, d) for c in cases]
+        # the same calls timed the same way with the profiler off: its cost (with none, the window is that)
+        bare = [measure(c, n, d) for c, n in zip(cases, iters)] if profiled and args.unprofiled else None
         with prof.window():
             times = [measure(c, n, d) for c, n in zip(cases, iters)]
     rows = [result_row(c, t, e, d) for c, t, e in zip(cases, times, errors)]
+    for i, row in enumerate(rows):
+        row.update(harness.window_step_times(bare[i] if bare else None, times[i], profiled, unit_ns=1e3))
     if d.rank == 0:
         print("\n".join(_line(r) for r in rows), flush=True)
     results.write(args.out, d.rank, {

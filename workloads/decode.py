@@ -5,13 +5,16 @@
 
 Per rank it prints and writes (rank{r}.results.json, tracelab/results.py) what gpt-fast prints: seconds
 per sample, tokens/s, and achieved bandwidth = bytes of weights this rank reads per
-step x steps per second. Phases are marked `prefill` and `decode_one_token`, each token
-inside a `token N` region, the step tracelab reads.
+step x steps per second, from samples run with the profiler off. Phases are marked `prefill`
+and `decode_one_token`, each token inside a `token N` region, the step tracelab reads. The
+profiler records tokens 1..N (--profile-tokens) of one more sample; the same tokens of each
+measured sample, timed the same way, give the step without it (results: unprofiled_step_ns).
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.util
 import os
 import time
@@ -32,6 +35,9 @@ MATVECS = ("inductor", "cublas", "triton")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 COMPILE_TIMEOUT_S = 1800.0
 SEED = 1234  # the same on every rank: replicated weights and sampled tokens must agree
+# A window of a few steps reads in seconds; every token of every sample (1,000 by default) was 402 MB of
+# Kineto JSON per rank on the CPU, held by each rank while writing it, and minutes of writing on a GPU.
+PROFILE_TOKENS = 20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,8 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=8, help="prompt tokens (random ids)")
     p.add_argument("--new-tokens", type=int, default=200, help="tokens to generate per sample")
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--samples", type=int, default=5, help="measured samples, inside the profiled window")
-    p.add_argument("--warmup", type=int, default=1, help="samples before the window (compilation happens here)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="measured samples, the profiler off: tokens/s and the unprofiled step come from them "
+                        "(default: 5 on a GPU, as gpt-fast; 3 on the CPU)")
+    p.add_argument("--warmup", type=int, default=1, help="samples before them (compilation happens here)")
+    p.add_argument("--profile-tokens", type=int, default=None,
+                   help="decode steps the profiler records: tokens 1..N of one more sample, after the measured ones "
+                        f"(default: {PROFILE_TOKENS}, or all of a shorter sample's)")
     late.add_arguments(p)  # before each token's step, so before its tensor-parallel all-reduces
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=200)
@@ -104,6 +115,11 @@ def resolve(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
     args.model = args.model or ("llama-2-7b" if gpu else "tiny")
     args.dtype = args.dtype or ("bf16" if gpu else "fp32")
     args.allreduce = args.allreduce or group_backend(gpu)  # run.json names the all-reduce that runs
+    # on the CPU a tiny model's sample takes seconds (each token all-reduced through gloo): 3 keep the
+    # README's first command within a minute on 2 shared cores, and give 60 unprofiled steps
+    args.samples = args.samples if args.samples is not None else (5 if gpu else 3)
+    if args.profile_tokens is None:
+        args.profile_tokens = min(PROFILE_TOKENS, max(1, args.new_tokens - 1))
     if args.tuned:
         args.fuse_mlp = True
         args.pdl = args.pdl or (gpu and args.compile and inductor_has_pdl())
@@ -121,6 +137,7 @@ def check(args: argparse.Namespace, world_size: int, gpu: bool) -> dict:
             raise UsageError(f"--{name.replace('_', '-')}", f"must be at least 1, not {getattr(args, name)}")
     if args.warmup < 0:
         raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
+    check_window(args)
     if args.prompt_len + args.new_tokens > config.block_size:
         raise UsageError("--new-tokens", f"prompt + new tokens ({args.prompt_len + args.new_tokens}) exceed "
                                          f"{args.model}'s context of {config.block_size}")
@@ -150,6 +167,18 @@ def check_kernel_options(args: argparse.Namespace, gpu: bool) -> None:
     if args.pdl and not inductor_has_pdl():
         raise UsageError("--pdl", f"torch {torch.__version__}'s inductor has no PDL option")
     inductor_settings(args.inductor, args.compile)
+
+
+def check_window(args: argparse.Namespace) -> None:
+    """The profiled tokens lie in one sample's decode steps (token 0 comes from the prefill)."""
+    if args.backend == "none":
+        return
+    if args.new_tokens < 2:
+        raise UsageError("--new-tokens", f"at least 2 under a profiler, which records decode steps (token 1 on), "
+                                         f"not {args.new_tokens}")
+    if not 1 <= args.profile_tokens < args.new_tokens:
+        raise UsageError("--profile-tokens", f"must be 1 to --new-tokens - 1 ({args.new_tokens - 1}), "
+                                             f"not {args.profile_tokens}")
 
 
 def inductor_has_pdl() -> bool:
@@ -252,8 +281,10 @@ def attention_backend(choice: str):
 
 
 def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: argparse.Namespace,
-             extra=None) -> Tensor:
+             extra=None, around=None) -> Tensor:
+    """`around(i)`: a context around token i's step (timing, the profiler's window), outside its region."""
     # prompt: [B, T] -> [B, T + new_tokens]
+    around = around or (lambda i: contextlib.nullcontext())
     first, step = steps
     bsz, t = prompt.shape
     seq = torch.empty(bsz, t + new_tokens, dtype=torch.int, device=prompt.device)
@@ -265,7 +296,7 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
     work = {"bytes": float(weight_bytes(model))}  # gpt-fast's bytes per token: the weights, read once
     for i in range(1, new_tokens):
         # one step per token: `token N` is the step (parsers/_steps.py), decode_one_token its phase
-        with backends.region(f"token {i}"):
+        with around(i), backends.region(f"token {i}"):
             if extra is not None:
                 extra(i)  # late.late_work: the late rank's products, before this token's all-reduces
             with backends.region("decode_one_token", work), attention_backend(args.attention):
@@ -276,17 +307,37 @@ def generate(model: Transformer, prompt: Tensor, new_tokens: int, steps, args: a
 
 
 def timed_sample(model: Transformer, prompt: Tensor, steps, args: argparse.Namespace,
-                 extra=None) -> tuple[float, Tensor]:
+                 extra=None, around=None, new_tokens: int | None = None) -> tuple[float, Tensor]:
     """Seconds for one sample (prefill + all new tokens), device work included, and the tokens."""
     sync = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
     sync()
     t0 = time.perf_counter()
-    seq = generate(model, prompt, args.new_tokens, steps, args, extra)
+    seq = generate(model, prompt, new_tokens or args.new_tokens, steps, args, extra, around)
     sync()
     return time.perf_counter() - t0, seq
 
 
-def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int, seq: Tensor) -> dict:
+def first_tokens(clock: harness.StepClock, count: int, prof=None):
+    """around(i) for generate: tokens 1..count timed on `clock`; with `prof`, its window
+    opened before token 1 and closed after token `count` (the trace holds those steps only)."""
+
+    @contextlib.contextmanager
+    def around(i: int):
+        if i > count:
+            yield
+            return
+        if prof is not None and i == 1:
+            prof.start()
+        with clock.step():
+            yield
+        if prof is not None and i == count:
+            prof.stop()
+
+    return around
+
+
+def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes: int, seq: Tensor,
+           step_ns: dict) -> dict:
     # seq: [B, T + new]; its first new tokens let ranks and runs be checked against each other
     s_per_sample = sum(seconds) / len(seconds)
     tokens_per_s = args.new_tokens / s_per_sample
@@ -300,7 +351,8 @@ def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes:
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,
             "bandwidth_gb_s": model_bytes * tokens_per_s / 1e9,
-            "first_tokens": seq[0, args.prompt_len:args.prompt_len + 16].tolist()}
+            "first_tokens": seq[0, args.prompt_len:args.prompt_len + 16].tolist(),
+            "profiled_tokens": args.profile_tokens if args.backend != "none" else 0, **step_ns}
 
 
 def run(args: argparse.Namespace, d: Dist) -> None:
@@ -311,23 +363,32 @@ def run(args: argparse.Namespace, d: Dist) -> None:
 
 
 # torch.profiler records every op of every traced token: on 2 H200s the eager llama-2-7b wrote 24.6 MiB of
-# gzip per rank in 22.5 s for 50 tokens, and had not written the default 1,000 tokens' after 270 s
+# gzip per rank in 22.5 s for 50 tokens
 TORCH_TRACED_TOKENS = 250
 
 
 def trace_size_note(args: argparse.Namespace, gpu: bool) -> str | None:
     """A line for the user before a torch.profiler window of many tokens of a large model on a GPU."""
-    tokens = args.samples * args.new_tokens
+    tokens = args.profile_tokens
     if args.backend != "torch" or not gpu or args.model == "tiny" or tokens <= TORCH_TRACED_TOKENS:
         return None
-    return (f"note: torch.profiler records every op of the {tokens:,} tokens traced ({args.samples} samples x "
-            f"{args.new_tokens}): for {args.model} that is about 0.5 MiB of gzip and 0.45 s of writing per token and "
-            "rank (measured on 2 H200s), so minutes; `-- --samples 1 --new-tokens 50` traces 50 tokens")
+    return (f"note: torch.profiler records every op of the {tokens:,} tokens traced (--profile-tokens): for "
+            f"{args.model} that is about 0.5 MiB of gzip and 0.45 s of writing per token and rank (measured on "
+            f"2 H200s), so minutes; `-- --profile-tokens 50` traces 50 tokens")
+
+
+def profiled_steps(config: dict) -> int:
+    """The decode steps the profiled window holds (run.json's profiled_steps, for the runner)."""
+    return config["profile_tokens"]
 
 
 def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
-    if d.rank == 0 and (note := trace_size_note(args, d.gpu)):
-        say(note)
+    """Warm-up, the measured samples with the profiler off (tokens/s; tokens 1..N of each
+    timed one by one: the unprofiled step), then tokens 1..N of one more sample profiled and
+    timed the same way (the profiled step, and the trace)."""
+    phase = say if d.rank == 0 else (lambda line: None)
+    if note := trace_size_note(args, d.gpu):
+        phase(note)
     model = build_model(args, d)
     model.setup_caches(args.batch_size, args.prompt_len + args.new_tokens)
     steps = compiled_steps(args)  # compiles lazily, at the first call: the recorder sees it
@@ -335,18 +396,27 @@ def measure(args: argparse.Namespace, d: Dist, say=print) -> dict:
     prompt = torch.randint(0, model.args.vocab_size, (args.batch_size, args.prompt_len),
                            generator=torch.Generator().manual_seed(SEED)).to(d.device, torch.int)
     extra = late.extra(args, d.rank, d.device)
+    n = args.profile_tokens
+    unprofiled, profiled = harness.StepClock(d.device), harness.StepClock(d.device)
     with torch.no_grad(), backends.session(args.backend, args.out, d.rank) as prof:
+        phase(f"rank 0: warm-up: {args.warmup} sample(s) of {args.new_tokens} tokens")
         for i in range(args.warmup):
             seconds, _ = timed_sample(model, prompt, steps, args, extra)
             say(f"rank {d.rank}: warm-up sample {i + 1}/{args.warmup}: {seconds:.2f} s")
-        with prof.window():
-            timed = []
-            for i in range(args.samples):
-                timed.append(timed_sample(model, prompt, steps, args, extra))
-                say(f"rank {d.rank}: sample {i + 1}/{args.samples}: {timed[-1][0]:.2f} s")
+        phase(f"rank 0: measuring: {args.samples} sample(s), the profiler off")
+        timed = []
+        for i in range(args.samples):
+            around = first_tokens(unprofiled, n) if args.unprofiled else None
+            timed.append(timed_sample(model, prompt, steps, args, extra, around))
+            say(f"rank {d.rank}: sample {i + 1}/{args.samples}: {timed[-1][0]:.2f} s")
+        if args.backend != "none":
+            phase(f"rank 0: profiling {n} tokens under {args.backend}")
+            timed_sample(model, prompt, steps, args, extra, first_tokens(profiled, n, prof), new_tokens=n + 1)
+            phase(f"rank 0: writing the {args.backend} trace")
     if recorder is not None:
         recorder.write()  # every compile is done: the warm-up's, and the window's if there was none
-    return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1])
+    step_ns = harness.step_times(unprofiled.ns(), profiled.ns())
+    return record(args, d, [t for t, _ in timed], weight_bytes(model), timed[-1][1], step_ns)
 
 
 def summary(f: dict) -> str:

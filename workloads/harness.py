@@ -15,11 +15,12 @@ A workload module offers:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     backends.add_arguments(parser)
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                         help="a collective waiting longer fails (default: %(default)s)")
+    parser.add_argument("--no-unprofiled", dest="unprofiled", action="store_false",
+                        help="skip timing the profiled steps once more with the profiler off (by default the "
+                             "results hold both, unprofiled_step_ns and profiled_step_ns: the profiler's cost)")
 
 
 def enable_symm_mem(d: Dist) -> None:
@@ -139,23 +143,70 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_each_us(fn: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
-    """Per-call times in microseconds: CUDA events around each call on a GPU (launches
-    queue back to back, one sync at the end), perf_counter with a sync each call on the CPU."""
-    if device.type != "cuda":
-        out = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
+class StepClock:
+    """Each step's time in ns, measured one way with the profiler on or off: CUDA events
+    around each step on a GPU (launches queue back to back, the host is never held back,
+    one sync when the times are read), perf_counter around each on the CPU, whose ops and
+    gloo collectives finish before they return.
+
+        clock = StepClock(device)
+        for i in range(n):
+            with clock.step():
+                work()
+        clock.ns()  # [n] step times
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._cpu_ns: list[int] = []
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        if self.device.type != "cuda":
+            t0 = time.perf_counter_ns()
+            yield
+            self._cpu_ns.append(time.perf_counter_ns() - t0)
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        yield
         end.record()
-    torch.cuda.synchronize(device)
-    return [start.elapsed_time(end) * 1e3 for start, end in events]
+        self._events.append((start, end))
+
+    def ns(self) -> list[int]:
+        if self.device.type != "cuda":
+            return list(self._cpu_ns)
+        torch.cuda.synchronize(self.device)
+        return [round(start.elapsed_time(end) * 1e6) for start, end in self._events]
+
+
+def time_each_us(fn: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
+    """Per-call times in microseconds (StepClock)."""
+    clock = StepClock(device)
+    for _ in range(iters):
+        with clock.step():
+            fn()
+    return [t / 1e3 for t in clock.ns()]
+
+
+def window_step_times(bare: list[float] | None, window: list[float], profiled: bool,
+                      unit_ns: float = 1) -> dict[str, Any]:
+    """step_times of a window's steps and the same steps timed before it, bare (None: not
+    timed); under no profiler the window's steps are the unprofiled ones."""
+    return step_times(bare, window, unit_ns) if profiled else step_times(window, None, unit_ns)
+
+
+def step_times(unprofiled: list[float] | None, profiled: list[float] | None, unit_ns: float = 1) -> dict[str, Any]:
+    """The results' step fields (results.STEP_TIMES): the median of the same steps timed the
+    same way with the profiler off and on (in units of unit_ns), each with its samples in
+    ns; None for a phase not run."""
+    out: dict[str, Any] = {}
+    for name, times in (("unprofiled", unprofiled), ("profiled", profiled)):
+        ns = [round(t * unit_ns) for t in times] if times else None
+        out[f"{name}_step_ns"] = round(statistics.median(ns)) if ns else None
+        out[f"{name}_step_ns_samples"] = ns
+    return out
 
 
 def median(values: list[float]) -> float:

@@ -157,23 +157,33 @@ def check_fused(case: Case, args, d: Dist) -> float | None:
     return harness.check_close(f"{case.shape.op} {case.shape.label}", got, want, REL_TOL[args.dtype])
 
 
-def measure(case: Case, variant: str, args, d: Dist) -> float:
-    """The slowest rank's median time (us) of one variant."""
+def measure(case: Case, variant: str, args, d: Dist) -> list[float]:
+    """Each timed call (us) of one variant, after its warm-up calls, ranks lined up first."""
     harness.time_each_us(case.calls[variant], args.warmup, d.device)
     dist.barrier()
     with backends.region(f"{case.shape.op}_{variant}_{case.shape.label}"):
-        times_us = harness.time_each_us(case.calls[variant], args.iters, d.device)
-    return harness.median(times_us)
+        return harness.time_each_us(case.calls[variant], args.iters, d.device)
+
+
+def measure_all(cases: list[Case], variants: list[str], args, d: Dist) -> list[dict[str, list[float]]]:
+    return [{v: measure(c, v, args, d) for v in variants} for c in cases]
 
 
 def run(args: argparse.Namespace, d: Dist) -> None:
     cases = make_cases(args, d)
     errors = [check_fused(c, args, d) for c in cases]
     variants = ["matmul", *args.variants]
+    profiled = args.backend != "none"
     with backends.session(args.backend, args.out, d.rank) as prof:
+        # the same calls timed the same way with the profiler off: its cost (with none, the window is that)
+        bare = measure_all(cases, variants, args, d) if profiled and args.unprofiled else None
         with prof.window():
-            medians = [{v: measure(c, v, args, d) for v in variants} for c in cases]
+            times = measure_all(cases, variants, args, d)
+    medians = [{v: harness.median(t) for v, t in per_variant.items()} for per_variant in times]
     rows = [result_row(c, m, e, d) for c, m, e in zip(cases, medians, errors)]
+    for i, row in enumerate(rows):
+        row["step_times"] = {v: harness.window_step_times(bare[i][v] if bare else None, t, profiled, unit_ns=1e3)
+                             for v, t in times[i].items()}
     if d.rank == 0:
         print("\n".join(_line(r) for r in rows), flush=True)
     results.write(args.out, d.rank, {

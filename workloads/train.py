@@ -190,6 +190,8 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
     timed_steps(step, args.warmup, d.device)
+    # the same steps timed the same way with the profiler off: its cost (with none, the window is that)
+    unprofiled_ms = timed_steps(step, args.steps, d.device) if prof is not None and args.unprofiled else None
     warm_peak = torch.cuda.max_memory_allocated(d.device) if d.gpu else None
     memory = train_memory.StepMemory(d.device)
     with prof.window() if prof is not None else contextlib.nullcontext():
@@ -198,6 +200,7 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
             step_ms += timed_steps(step, 1, d.device, memory, first=args.steps - 1)
     row = result_row(args, cfg, model, step_ms, d)
     row.update(memory.figures, memory_snapshot=None if snap is None else snap.name)
+    row.update(harness.window_step_times(unprofiled_ms, step_ms, prof is not None, unit_ns=1e6))
     if d.gpu:
         row["peak_mem_bytes"] = max([warm_peak, *memory.figures["step_peak_allocated_bytes"]])
     del model, batch, sync, optimizer, step

@@ -52,6 +52,7 @@ def run(
     for rank_results in result.record["results"].values():
         typer.echo(_results_line(rank_results))
     if result.traces:
+        typer.echo(f"analysing {len(result.traces)} trace(s)", err=True)
         _run_report(result.run_dir, top)
     typer.echo(f"run folder: {result.run_dir}")
 
