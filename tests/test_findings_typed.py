@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.inputs import findings_of, load_groups, write_report
+from tracelab.inputs import write_report
+from tracelab.session import Session
 from tracelab.reports.findings import findings as F
 from tracelab.reports.findings.finding import CODES
 from tracelab.reports.fixes.host import graphs_findings
@@ -25,7 +26,7 @@ HOST = [F.idle_or_share, graphs_findings]  # the diagnosis and the fix of the sa
 
 def _found(paths: list[Path], sources=None) -> list[F.Finding]:
     paths = [str(p) for p in paths]
-    return findings_of(paths, load_groups(paths, keep_events=False), sources=sources)
+    return Session.open(paths).findings(sources=sources)
 
 
 def _no_host_gaps(run: Path) -> dict:
@@ -100,10 +101,9 @@ def test_one_finding_per_cause_and_run(beside):
 def test_without_a_replay_the_bound_is_the_one_number():
     """The fix's own sentence (no replay yet): its upper bound, in its values and in its words."""
     from tracelab.reports.findings.finding import Evidence
-    from tracelab.inputs import label_inputs
     from tracelab.reports.compare.compare import comparison
 
-    inputs = label_inputs([str(SMALL)], load_groups([str(SMALL)], keep_events=False))
+    inputs = Session.open([str(SMALL)]).inputs
     (f,) = graphs_findings(Evidence(inputs, comparison(inputs, "kernel")))
     assert f.values["bound_ns"] == f.values["stake_ns_per_step"] and "saving_ns" not in f.values
     assert f"at most {f.values['bound_ns'] / 1e6:,.1f} ms per step" in f.text and "an upper bound" in f.text

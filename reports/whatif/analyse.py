@@ -166,6 +166,37 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
     return out.sort_values("saving_ns", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
+def _steps_named(steps: list, of: int) -> str:
+    """'step 12', 'steps 12, 13 and 15 (3 of 20)'; past 8 steps, the first 8 and how many more."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    shown = ", ".join(map(str, steps[:8])) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
+    return f"steps {shown} ({len(steps)} of {of})"
+
+
+def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[str]:
+    """One note per reason a step claims no saving, naming its steps (their figures are in the
+    step table): the unchanged replay misses them, or an edge is missing (starts nothing in the
+    trace explains: GPU ops' without a launch, stream order or other stream; in a CPU-only trace
+    the operators' and collectives')."""
+    notes = []
+    missed = bad[~(bad["error_frac"] <= MAX_ERROR)]
+    if len(missed):
+        notes.append(f"{_steps_named(missed['step'].tolist(), n_steps)}: the unchanged replay misses the measured step "
+                     f"by more than {100 * MAX_ERROR:.0f}% (up to {100 * missed['error_frac'].abs().max():.0f}%): "
+                     "no saving is claimed for them")
+    unexplained = bad[bad["error_frac"] <= MAX_ERROR]
+    if len(unexplained):
+        what = ("operator and collective starts that no caller, thread order or other thread explains" if cpu_only
+                else "GPU starts that no launch, stream order or other stream explains")
+        unknown = "" if unexplained["path_known"].all() else (
+            "; what their critical paths are made of is not known either (shown as ?, null in JSON)")
+        notes.append(f"{_steps_named(unexplained['step'].tolist(), n_steps)}: an edge is missing "
+                     f"({fmt.ms(unexplained['unexplained_ns'].sum())} in all of {what}): no saving is claimed for "
+                     f"them{unknown}")
+    return notes
+
+
 def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
     notes = []
     if g.cpu_only:  # the columns keep their names: say what they hold here
@@ -173,14 +204,7 @@ def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
                      "(compute is CPU operators' time, comm their collectives')")
     if len(g.ranks) > 1:
         notes.append(f"ranks on one clock: {g.clock}")
-    bad = steps[~steps["claimed"]]
-    for row in bad.itertuples(index=False):
-        why = (f"the unchanged replay gives {fmt.ms(row.replayed_ns)} against {fmt.ms(row.step_ns)} measured"
-               if not row.error_frac <= MAX_ERROR else
-               f"{fmt.ms(row.unexplained_ns)} of GPU starts that no launch, stream order or other stream explains")
-        unknown = "" if row.path_known else (": what its critical path is made of is not known either (the path "
-                                             "runs through those starts; shown as ?, null in JSON)")
-        notes.append(f"step {row.step}: an edge is missing ({why}): no saving is claimed for it{unknown}")
+    notes += _unclaimed_notes(steps[~steps["claimed"]], len(steps), g.cpu_only)
     if len(g.ranks) == 1 and (g.kind == COLL).any():
         notes.append("one rank: its collectives' waits cannot be told from their transfers by a peer; "
                      "wait is each one's time beyond its fastest instance of the same name and size")

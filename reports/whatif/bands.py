@@ -16,12 +16,14 @@ class Band:
     low_frac: float
     high_frac: float
     measured: str  # on what, against what
+    pair: str = ""  # the runs it was measured on, in a few words: never the user's trace
 
     def short(self) -> str:
-        """'measured error -15% to -6%'."""
+        """'error -15% to -6% on our gloo CPU pairs': where the error was measured, so that nobody
+        reads it as measured on the trace at hand."""
         span = (f"{100 * self.low_frac:+.0f}%" if round(100 * self.low_frac) == round(100 * self.high_frac)
                 else f"{100 * self.low_frac:+.0f}% to {100 * self.high_frac:+.0f}%")
-        return f"measured error {span}"
+        return f"error {span} on our {self.pair}" if self.pair else f"error {span} on our own runs"
 
     def text(self) -> str:
         return f"{self.short()} ({self.measured})"
@@ -34,15 +36,16 @@ BANDS = {
     # whatif-step-1gpu-torch: 1.124 ms predicted, 1.140 ms timed under one whole-step CUDA graph (H100)
     "no-host-gaps": Band(-0.014, -0.014, "one H100 training step against the same step under one whole-step CUDA "
                                          "graph; torch.compile's reduce-overhead, several graphs, ran 2.2x slower "
-                                         "than that"),
+                                         "than that", "H100 step against its CUDA graph"),
     # three 2-rank gloo runs, late every other step: -5.6%, -8.9%, -15.3%; gloo-2cpu-equal: 13% claimed, no straggler
     "balance": Band(-0.153, -0.056, "2 gloo CPU ranks, 3 runs, against the steps without the late rank; it leans "
                                     "low because it evens the ranks' own noise too: on a CPU job without a "
-                                    "straggler it still claimed 13%, on two 2-GPU jobs without one 0%"),
+                                    "straggler it still claimed 13%, on two 2-GPU jobs without one 0%",
+                 "gloo CPU runs with a late rank"),
     # whatif-stall-2gpu-torch, each stall step against its slowest rank's own step range less the stall
     "remove": Band(-0.013, 0.010, "a host stall on one of 2 H100 DDP ranks, each step against the slowest rank's "
                                   "own step range less the stall; removing 10 ms of GPU work from a host-bound "
-                                  "rank: 0.2 ms predicted, -0.6 ms measured"),
+                                  "rank: 0.2 ms predicted, -0.6 ms measured", "2-H100 DDP runs with a host stall"),
 }
 
 

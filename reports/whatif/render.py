@@ -71,7 +71,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
         if len(w.steps) and not w.steps["claimed"].all():  # the step's note says which of the two
             items.append(Text("* no saving is claimed for this step: the unchanged replay misses it by more than "
-                              f"{100 * MAX_ERROR:.0f}% or an edge is missing (GPU starts it cannot explain)"))
+                              f"{100 * MAX_ERROR:.0f}% or an edge is missing (starts it cannot explain; the notes say which)"))
     return Group(*items)
 
 
