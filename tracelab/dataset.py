@@ -58,7 +58,6 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
                               "what export parquet wrote")
     if not out.parent.is_dir():
         raise UsageError(out, f"folder {out.parent} does not exist")
-    outputs.sweep(out.parent)
     staging = _beside(out)
     try:
         staging.mkdir()
@@ -80,7 +79,7 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
 
 def _beside(out: Path) -> Path:
     """A temporary name beside `out` that outputs.sweep knows as ours."""
-    return out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    return outputs.temp_beside(out)
 
 
 def _swap(staging: Path, out: Path) -> None:
