@@ -10,9 +10,9 @@ import hashlib
 import os
 import pickle
 import shutil
-import signal
 import socket
 import stat
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -314,18 +314,31 @@ def expected() -> tuple[pd.DataFrame, int]:
 
 
 @contextmanager
-def _deadline(seconds: int):
-    """A read that blocks (a FIFO opened for reading) fails the case instead of hanging it."""
-    def stop(signum, frame):
-        raise TimeoutError("blocked")
+def _unblocked(folder: Path, seconds: float = 10):
+    """A read blocked on a FIFO under `folder` fails the case instead of hanging it: after
+    `seconds`, each FIFO there is opened for writing (which lets a blocked open return) and
+    the list yielded says so. (An alarm would not do: another thread may take the signal.)"""
+    blocked: list[str] = []
+    done = threading.Event()
 
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
+    def watch():
+        if done.wait(seconds):
+            return
+        for path in folder.rglob("*"):
+            if stat.S_ISFIFO(path.lstat().st_mode):
+                try:
+                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                    blocked.append(str(path))
+                except OSError:  # no reader waiting on it
+                    pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
-        yield
+        yield blocked
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        done.set()
+        watcher.join()
 
 
 @contextmanager
@@ -352,13 +365,14 @@ def test_a_planted_cache_is_never_trusted(case, plant, expected, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE_DIR", str(plant.cache))
     before = _snapshot(plant.kept)
     sums, n_events = expected
-    with _deadline(20), _file_size_limit(os.environ["TRACELAB_TEST_FSIZE"]):
+    with _unblocked(plant.tmp) as blocked, _file_size_limit(os.environ["TRACELAB_TEST_FSIZE"]):
         for _ in range(2):  # a miss (written), then a hit where the cache is usable
             if plant.parquet:
                 assert len(tracelab.load(plant.trace).events) == n_events
             else:
                 (got,) = tracelab.load_many([plant.trace], workers=1, reduce=_reduce(), keep_events=False)
                 pd.testing.assert_frame_equal(got.summary["sums"], sums)
+    assert not blocked, "a read blocked on a FIFO"
     assert not plant.marker.exists(), "a planted pickle ran"
     assert _snapshot(plant.kept) == before
     assert TRACE.exists()
@@ -432,6 +446,8 @@ def _special(t: Path, kind: str) -> str:
         s.close()
     elif kind == "link to /dev/null":
         path.symlink_to("/dev/null")
+    elif kind == "device":  # a null device of the test's own: were it replaced, /dev/null would not be
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
     return str(path)
 
 
@@ -484,8 +500,8 @@ OUT_CASES = {
     "export -o a link to /dev/null --force": (lambda t: _export(t, _special(t, "link to /dev/null"), "--force"),
                                               "character device"),
     "export -o a FIFO (no --force)": (lambda t: _export(t, _special(t, "fifo")), "a FIFO"),
-    "report -o /dev/null --force": (lambda t: ["report", str(_trace(t)), "-o", "/dev/null", "--force"],
-                                    "character device"),
+    "report -o a character device (a null device) --force": (
+        lambda t: ["report", str(_trace(t)), "-o", _special(t, "device"), "--force"], "character device"),
     "export parquet -o a FIFO --force": (lambda t: ["export", "parquet", str(_trace(t)), "-o", _special(t, "fifo"),
                                                     "--force"], "a FIFO"),
     "export -o a 250-character name": (lambda t: _export(t, str(t / ("m" * 245 + ".json"))), None),
@@ -546,8 +562,9 @@ def test_outputs_replace_only_what_tracelab_may(case, tmp_path, capsys, monkeypa
     args = make(tmp_path)
     before = _tree(tmp_path) if fragment else _kept(tmp_path)
     out = Path(args[args.index("-o") + 1])
-    with _deadline(20):
+    with _unblocked(tmp_path) as blocked:
         status, _, err = m.run_cli_output(capsys, *args)
+    assert not blocked
     if fragment is not None:  # the promise (tests/promise.py): one line, exit 2, nothing changed
         lines = err.splitlines()
         assert status == 2 and len(lines) == 1 and lines[0].startswith("tracelab: error: "), err[-2000:]
