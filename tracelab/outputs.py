@@ -12,34 +12,24 @@
   KeyboardInterrupt and (through cli.main's handler) SIGTERM included, the temporary file is
   removed. `write_together` renames its files with SIGINT and SIGTERM held, so a report and
   its merged trace appear both or neither.
-- `sweep`: temporary files and folders of ours older than STALE_TMP_S (a process killed with
-  SIGKILL or a power cut leaves them) are removed by check_output from the output's folder: only
-  names of that pattern with this user's id, whose process is gone, that this user owns, and
-  that are a regular file of one link (or a staging folder holding only a dataset's parts), and
-  that are no input of this command.
+- check_output also sweeps the output's folder of the temporary files a killed tracelab left
+  (tracelab/tempfiles.py: only those it can tell as its own).
 """
 from __future__ import annotations
 
 import gzip
 import os
-import re
-import secrets
-import shutil
 import signal
 import stat
 import tempfile
 import threading
-import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from .errors import OutputError, TracelabError, UsageError
+from .tempfiles import same_file, sweep, temp_prefix
 
-STALE_TMP_S = 15 * 60
-# ours: `.tracelab-UID-PID-` + mkstemp's 8 characters (or 8 hex) + `.tmp`
-_TMP_PREFIX = ".tracelab-"
-_OUR_TMP = re.compile(r"^\.tracelab-([0-9]+)-([0-9]+)-[a-z0-9_]{8}\.tmp$")
 # the files of a run folder tracelab reads besides its traces (tracelab/loading.py NOT_TRACES)
 _READ_SUFFIXES = (".results.json", ".figures.json", ".provenance.json")
 _SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
@@ -61,7 +51,7 @@ def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], fo
     for path in given:
         source = Path(os.path.realpath(path))
         files = _files(path) if source.is_dir() and not folder and real.exists() else []
-        if real == source or _same_file(out, Path(path)) or any(_same_file(out, f) for f in files):
+        if real == source or same_file(out, Path(path)) or any(same_file(out, f) for f in files):
             raise UsageError(out, f"is the input {path}{' (one of its traces)' if real != source else ''}: "
                                   "tracelab never writes over what it reads (not even with --force); pick another name")
         if real in source.parents:
@@ -110,13 +100,6 @@ def _read_by_tracelab(real: Path) -> str | None:
         return None
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _files(folder: str) -> list[Path]:
     """The trace files of an input folder (its errors are the load's to report)."""
     from .loading import expand
@@ -146,7 +129,7 @@ def _refuse_existing(path: Path, force: bool) -> None:
 def _staged(path: Path, content: Content, gz: bool) -> Path:
     """`content` in a temporary file beside `path` (removed again on any failure)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(), suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(), suffix=".tmp")
     except OSError as e:
         raise OutputError(path, f"cannot write: {e.strerror or e}") from None
     try:
@@ -255,74 +238,3 @@ def raising_on_signals(error: Callable[[int], BaseException]) -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-
-
-def _temp_prefix() -> str:
-    return f"{_TMP_PREFIX}{os.geteuid()}-{os.getpid()}-"
-
-
-def temp_beside(out: Path) -> Path:
-    """A temporary name in `out`'s folder that sweep knows as ours (a staging folder)."""
-    return out.parent / f"{_temp_prefix()}{secrets.token_hex(4)}.tmp"
-
-
-def sweep(folder: Path, keep: Iterable[Path] = ()) -> list[str]:
-    """Remove our temporary files and staging folders in `folder` older than STALE_TMP_S
-    (never a fresh one: another tracelab may be writing it, nor one of `keep`: this
-    command's inputs); the names removed."""
-    keep = list(keep)
-    removed, now = [], time.time()
-    try:
-        children = list(folder.iterdir())
-    except OSError:
-        return removed
-    for child in children:
-        try:
-            st = child.lstat()
-            if not _ours_and_stale(child.name, st, now) or any(_same_file(child, k) for k in keep):
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                child.unlink()
-            elif stat.S_ISDIR(st.st_mode) and is_dataset(child):
-                shutil.rmtree(child)
-            else:
-                continue
-            removed.append(child.name)
-        except OSError:
-            continue
-    return removed
-
-
-def _ours_and_stale(name: str, st: os.stat_result, now: float) -> bool:
-    """A temporary name of this user's tracelab, owned by this user, left by a process that is
-    gone, and older than STALE_TMP_S (checked without following a link)."""
-    match = _OUR_TMP.match(name)
-    if not match or int(match.group(1)) != os.geteuid() or st.st_uid != os.geteuid():
-        return False
-    return now - st.st_mtime > STALE_TMP_S and not _alive(int(match.group(2)))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only whether the process exists
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:  # another user's process now holds that id
-        return True
-    return True
-
-
-def is_dataset(folder: Path) -> bool:
-    """Whether `folder` holds only what `tracelab export parquet` writes (rank=N/part-0.parquet,
-    and our temporary files): the only kind of folder --force replaces."""
-    try:
-        for child in folder.iterdir():
-            if child.name.startswith(".tmp-"):  # a part being written (tracelab/dataset.py)
-                continue
-            if not (child.is_dir() and re.fullmatch(r"rank=-?[0-9]+", child.name)):
-                return False
-            if {p.name for p in child.iterdir()} - {"part-0.parquet"}:
-                return False
-    except OSError:
-        return False
-    return True
