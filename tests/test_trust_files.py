@@ -591,3 +591,21 @@ def test_the_sweep_removes_what_a_killed_tracelab_left(tmp_path, capsys, monkeyp
     status, _, err = m.run_cli_output(capsys, *_export(tmp_path, str(tmp_path / "m.json")))
     assert status == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.json", "t.json.gz", fresh.name])
+
+
+@pytest.mark.parametrize("run", ["decode-1gpu-torch"] + [pytest.param(r, marks=pytest.mark.slow) for r in (
+    "decode-2gpu-nsys", "train-2gpu-proton", "train-2cpu-memory-torch", "decode-compile-prov-1gpu-torch",
+    "graph-1gpu-torch")])
+def test_every_digest_unpickles_through_the_safe_unpickler(run, monkeypatch):
+    """safe_pickle builds every digest of every topic (else each hit would be a miss, parsed again):
+    the digests of a real run, pickled as digest_cache.put does, load back whole."""
+    from tracelab import safe_pickle
+
+    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    profiles = tracelab.load_many(m.DATA / run, workers=1, reduce=session.rank_digests(), keep_events=False)
+    payload = pickle.dumps((profiles, [("a warning", UserWarning)], "x"), protocol=5)
+    back, caught, _ = safe_pickle.loads(payload)
+    assert caught == [("a warning", UserWarning)] and len(back) == len(profiles)
+    for made, read in zip(profiles, back):
+        assert [(k, type(v)) for k, v in read.summary.items()] == [(k, type(v)) for k, v in made.summary.items()]
+        pd.testing.assert_frame_equal(read.summary["sums"], made.summary["sums"])
