@@ -12,7 +12,7 @@ from helpers import shared_trace
 import malformed as m
 import tracelab
 import tracelab.parsers.hatchet
-from tracelab import cache
+from tracelab import cache, cachedir
 
 FILES = ["hta/trace_filter/sampled_rank-0.json.gz", "nsys-ai/mfu_2gpu_before.sqlite", "proton/cuda.json"]
 
@@ -140,10 +140,11 @@ def test_a_write_that_finds_its_entry_written_leaves_no_temporary_folder(cache_d
 
 
 def test_old_temporary_folders_are_removed(cache_dir, tmp_path):
-    cache_dir.mkdir()
-    killed, writing = cache_dir / ".tmp-killed", cache_dir / ".tmp-writing"
+    cache_dir.mkdir(mode=0o700)
+    killed, writing = cache_dir / (cachedir.TMP_PREFIX + "killed"), cache_dir / (cachedir.TMP_PREFIX + "writing")
     for folder in (killed, writing):
         folder.mkdir()
+        (folder / cachedir.MARK).write_bytes(b"")
         (folder / "0.parquet").write_bytes(b"partial")
     hour_ago = time.time() - 3600
     os.utime(killed, (hour_ago, hour_ago))
@@ -178,22 +179,25 @@ def test_a_process_scans_the_cache_once_per_share_of_its_limit(tmp_path, monkeyp
     written since the last scan (a scan stats every entry: 2,048 scans of 2,048 entries cost a
     1,024-rank report ~100 s); the cache then stays within the limit plus that share."""
     folder = tmp_path / "c"
-    folder.mkdir()
+    folder.mkdir(mode=0o700)
     entry_bytes, limit = 1000, 64_000  # share: 4,000 bytes, four entries
     monkeypatch.setenv("TRACELAB_CACHE_MAX_BYTES", str(limit))
-    monkeypatch.setattr(cache, "_unscanned_bytes", {})
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(folder))
+    monkeypatch.setattr(cachedir, "_unscanned_bytes", {})
     scans = []
-    real = cache.evict
-    monkeypatch.setattr(cache, "evict", lambda *a, **k: scans.append(1) or real(*a, **k))
+    real = cachedir.evict
+    monkeypatch.setattr(cachedir, "evict", lambda *a, **k: scans.append(1) or real(*a, **k))
     sizes = []
     for i in range(200):
         entry = folder / f"e{i:03d}"
         entry.mkdir()
+        (entry / cachedir.MARK).write_bytes(b"")
         (entry / "0.parquet").write_bytes(b"x" * entry_bytes)
         os.utime(entry, (i, i))  # written in order: the oldest is the least recently used
-        cache.bound(folder, entry.name)
+        with cachedir.opened() as opened:
+            cachedir.bound(opened, entry.name)
         sizes.append(sum(f.stat().st_size for e in folder.iterdir() for f in e.iterdir()))
-    share = limit // cache.SCAN_SHARE
+    share = limit // cachedir.SCAN_SHARE
     assert len(scans) == 1 + (200 - 1) // (share // entry_bytes + 1)  # the first write, then every fifth
     assert max(sizes) <= limit + share + entry_bytes and sizes[-1] <= limit + share + entry_bytes
     assert min(int(e.name[1:]) for e in folder.iterdir()) > 0  # the oldest went first

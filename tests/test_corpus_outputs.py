@@ -18,6 +18,7 @@ from promise import assert_refused, one_process, spread, tree
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 KINETO = m.KINETO  # decode-1gpu-torch/rank0.pt.trace.json.gz
+DEAD_PID = 4194304  # above Linux's largest pid_max: no process has it
 
 
 def _run(tmp: Path) -> Path:
@@ -212,16 +213,17 @@ def test_report_and_merged_trace_appear_together(tmp_path, capsys, monkeypatch):
 def test_stale_temporary_files_are_swept(tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     trace = _trace(tmp_path)
-    stale = [tmp_path / ".m.json.abcd_123.tmp", tmp_path / ".ds.tmp-0123abcd"]
+    killed = f".tracelab-{os.geteuid()}-{DEAD_PID}-"  # a process that is gone
+    stale = [tmp_path / f"{killed}abcd_123.tmp", tmp_path / f"{killed}0123abcd.tmp"]
     stale[0].write_text("half")
-    stale[1].mkdir()
-    fresh = tmp_path / ".m.json.fresh123.tmp"
+    stale[1].mkdir()  # export parquet's staging folder
+    fresh = tmp_path / f"{killed}fresh123.tmp"
     fresh.write_text("being written by another tracelab")
-    mine = tmp_path / ".notes.tmp"  # not a name of ours
-    mine.write_text("the user's")
-    for path in stale:
+    mine = [tmp_path / ".notes.tmp", tmp_path / ".m.json.abcd_123.tmp"]  # not names of ours
+    for path in mine:
+        path.write_text("the user's")
+    for path in stale + mine:
         os.utime(path, (time.time() - 3600, time.time() - 3600))
-    os.utime(mine, (time.time() - 3600, time.time() - 3600))
     status, _, err = m.run_cli_output(capsys, "export", "perfetto", str(trace), "-o", str(tmp_path / "m.json"))
     assert status == 0, err
-    assert not any(p.exists() for p in stale) and fresh.exists() and mine.exists()
+    assert not any(p.exists() for p in stale) and fresh.exists() and all(p.exists() for p in mine)

@@ -18,46 +18,27 @@ parsing and again after: a file that changed meanwhile, or changed within RACY_S
 before the entry would be written (timestamps are coarser than writes, git's "racy"
 case), is not cached.
 
-Bounded. After a write, least recently used entries (a hit touches its entry) are
-removed until the cache holds at most TRACELAB_CACHE_MAX_BYTES (default 4 GiB);
-`.tmp-*` folders of writes killed more than STALE_TMP_S ago are removed. That scan
-stats every entry, so a process scans on its first write and then each time it has
-written 1/SCAN_SHARE of the limit since its last scan (`bound`): between scans the cache
-may exceed the limit by that share per writing process, and a first report of 1,024
-ranks (2,048 entries) scans ~20 times instead of 2,048 (~100 s of stat calls).
+Bounded and private: the folder, its checks and eviction are tracelab/cachedir.py's (entries
+this user made, least recently used first, beyond TRACELAB_CACHE_MAX_BYTES, default 4 GiB).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from . import cachedir
 from .options import DEFAULT, Options
 from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host, validate_memory
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "7"  # bump when the schema or a parser's output changes
-DEFAULT_MAX_BYTES = 4 * 1024**3
+VERSION = "8"  # bump when the schema, a parser's output or the entry's layout changes
 RACY_S = 2.0
-STALE_TMP_S = 15 * 60
-SCAN_SHARE = 16  # a process scans to bound the cache each time it has written 1/16 of the limit
-_unscanned_bytes: dict[str, int] = {}  # per cache folder: bytes this process wrote since its last scan
-
-
-def _dir() -> Path:
-    return Path(os.environ.get("TRACELAB_CACHE_DIR", Path.home() / ".cache" / "tracelab"))
-
-
-def max_bytes() -> int:
-    from .limits import env_int
-
-    return env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
+META_MAX_BYTES = 64 * 1024**2  # meta.json: a few hundred bytes per rank
 
 
 def key(path: Path, parser_file: str, options: Options = DEFAULT) -> str | None:
@@ -120,24 +101,23 @@ def get(entry_key: str) -> list[Profile] | None:
     validate (an entry damaged, or written by hand: meta.json `[]` would drop every rank of
     the file, `{"rank": "zero"}` mislabel one); such an entry is removed, so the next put
     writes it again."""
-    entry = _dir() / entry_key
-    if not entry.is_dir():
-        return None
-    try:
-        metas = _metas(json.loads((entry / "meta.json").read_bytes()))
-        profiles = [Profile(validate(pd.read_parquet(entry / f"{i}.parquet"), PARSED), meta,
-                            host=_host(entry / f"{i}.host.parquet"), memory=_memory(entry / f"{i}.memory.parquet"))
-                    for i, meta in enumerate(metas)]
-        if (entry / f"{len(metas)}.parquet").exists():
-            raise ValueError("more parts than metas")
-    except Exception:  # noqa: BLE001 - whatever is wrong with an entry, the trace itself is the answer
-        shutil.rmtree(entry, ignore_errors=True)
-        return None
-    try:
-        os.utime(entry)  # recently used: evicted last
-    except OSError:
-        pass
+    return cachedir.read_entry(entry_key, _read)
+
+
+def _read(fd: int) -> list[Profile]:
+    """The profiles of the open entry `fd`; an error where it is not what put() wrote."""
+    metas = _metas(json.loads(cachedir.read(fd, "meta.json", META_MAX_BYTES)))
+    profiles = [Profile(validate(_frame(fd, f"{i}.parquet"), PARSED), meta, host=_host(fd, f"{i}.host.parquet"),
+                        memory=_memory(fd, f"{i}.memory.parquet"))
+                for i, meta in enumerate(metas)]
+    if cachedir.exists(fd, f"{len(metas)}.parquet"):
+        raise ValueError("more parts than metas")
     return profiles
+
+
+def _frame(fd: int, name: str) -> pd.DataFrame:
+    with cachedir.open_file(fd, name) as f:
+        return pd.read_parquet(f)
 
 
 def _metas(doc) -> list[dict]:
@@ -153,17 +133,17 @@ def _metas(doc) -> list[dict]:
     return doc
 
 
-def _host(path: Path) -> pd.DataFrame | None:
+def _host(fd: int, name: str) -> pd.DataFrame | None:
     """The cached host frame, None where the parser gave none (no file)."""
-    if not path.exists():
+    if not cachedir.exists(fd, name):
         return None
-    host = pd.read_parquet(path)
+    host = _frame(fd, name)
     return validate_host(host.assign(kind=host["kind"].cat.set_categories(HOST_KINDS)))
 
 
-def _memory(path: Path) -> pd.DataFrame | None:
+def _memory(fd: int, name: str) -> pd.DataFrame | None:
     """The cached memory frame, None where the trace had none (no file)."""
-    return validate_memory(pd.read_parquet(path)) if path.exists() else None
+    return validate_memory(_frame(fd, name)) if cachedir.exists(fd, name) else None
 
 
 def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -> None:
@@ -174,65 +154,26 @@ def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -
         settled = time.time() - max(st.st_mtime, st.st_ctime) > RACY_S
         if not settled or key(path, parser_file) != entry_key:
             return
-        _write(_dir() / entry_key, profiles)
-        bound(_dir(), entry_key)
+        with cachedir.opened() as folder:
+            if folder is not None:
+                _write(folder, entry_key, profiles)
+                cachedir.bound(folder, entry_key)
     except OSError:
         pass
 
 
-def _write(final: Path, profiles: list[Profile]) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
-    try:
+def _write(folder: cachedir.Folder, entry_key: str, profiles: list[Profile]) -> None:
+    with cachedir.staging(folder, entry_key) as fd:
         for i, p in enumerate(profiles):
-            p.events.to_parquet(tmp / f"{i}.parquet", index=False)
+            _put_frame(fd, f"{i}.parquet", p.events)
             if p.host is not None:  # the host frame beside the events (schema.HOST_COLUMNS)
-                p.host.to_parquet(tmp / f"{i}.host.parquet", index=False)
+                _put_frame(fd, f"{i}.host.parquet", p.host)
             if p.memory is not None:  # the memory frame (schema.MEMORY_COLUMNS)
-                p.memory.to_parquet(tmp / f"{i}.memory.parquet", index=False)
-        (tmp / "meta.json").write_text(json.dumps([p.meta for p in profiles], default=str))
-        os.replace(tmp, final)  # fails when a parallel load wrote it first: theirs is as good
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+                _put_frame(fd, f"{i}.memory.parquet", p.memory)
+        with cachedir.create(fd, "meta.json") as f:
+            f.write(json.dumps([p.meta for p in profiles], default=str).encode())
 
 
-def bound(folder: Path, written_key: str) -> list[str]:
-    """After this process wrote the entry `written_key`: evict (a scan of every entry) on its
-    first write to `folder`, then only once it has written more than max_bytes() / SCAN_SHARE
-    since its last scan; the names removed."""
-    limit = max_bytes()
-    written = _unscanned_bytes.get(str(folder))
-    entry = folder / written_key
-    size = _size(entry) if entry.is_dir() else 0
-    if written is not None and written + size <= limit // SCAN_SHARE:
-        _unscanned_bytes[str(folder)] = written + size
-        return []
-    _unscanned_bytes[str(folder)] = 0
-    return evict(folder, limit, keep=written_key)
-
-
-def evict(folder: Path, limit_bytes: int, keep: str | None = None) -> list[str]:
-    """Remove `.tmp-*` folders older than STALE_TMP_S, then the least recently used entries
-    until the entries hold at most `limit_bytes` (never `keep`); the names removed."""
-    now, removed, entries = time.time(), [], []
-    for child in folder.iterdir():
-        age_s = now - child.stat().st_mtime
-        if child.name.startswith(".tmp-"):
-            if age_s > STALE_TMP_S:
-                shutil.rmtree(child, ignore_errors=True)
-                removed.append(child.name)
-        elif child.is_dir():
-            entries.append((child.stat().st_mtime, _size(child), child))
-    total = sum(size for _, size, _ in entries)
-    for _, size, child in sorted(entries, key=lambda e: e[0]):
-        if total <= limit_bytes:
-            break
-        if child.name != keep:
-            shutil.rmtree(child, ignore_errors=True)
-            removed.append(child.name)
-            total -= size
-    return removed
-
-
-def _size(entry: Path) -> int:
-    return sum(f.stat().st_size for f in entry.iterdir())
+def _put_frame(fd: int, name: str, frame: pd.DataFrame) -> None:
+    with cachedir.create(fd, name) as f:
+        frame.to_parquet(f, index=False)

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from . import outputs
+from . import outputs, tempfiles
 from .errors import OutputError, UsageError
 from .options import DEFAULT, Options
 
@@ -56,12 +56,11 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
     out = outputs.check_output(out, paths, folder=True)
     if out.exists() and not force:
         raise UsageError(out, "exists; pass --force to replace it")
-    if out.exists() and not (out.is_dir() and outputs.is_dataset(out)):
+    if out.exists() and not (out.is_dir() and tempfiles.is_dataset(out)):
         raise UsageError(out, "is not a tracelab dataset (rank=N/part-0.parquet only): --force replaces only "
                               "what export parquet wrote")
     if not out.parent.is_dir():
         raise UsageError(out, f"folder {out.parent} does not exist")
-    outputs.sweep(out.parent)
     staging = _beside(out)
     try:
         staging.mkdir()
@@ -83,8 +82,8 @@ def export(paths: list[str], out: str | os.PathLike, force: bool = False,
 
 
 def _beside(out: Path) -> Path:
-    """A temporary name beside `out` that outputs.sweep knows as ours."""
-    return out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    """A temporary name beside `out` that tempfiles.sweep knows as ours."""
+    return tempfiles.temp_beside(out)
 
 
 def _swap(staging: Path, out: Path) -> None:

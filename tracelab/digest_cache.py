@@ -18,8 +18,15 @@ was parsed, or within RACY_S before the entry would be written, is not cached.
 
 Never wrong. An entry is `blake2b(payload) + payload` (a pickle): a payload that does not
 match its checksum, does not unpickle, or holds anything but Profiles with a meta and
-exactly the digests asked for is a miss, removed, and the trace is parsed again. An entry
-not owned by this user, or writable by others, is never unpickled (a pickle runs code).
+exactly the digests asked for is a miss, removed, and the trace is parsed again.
+
+Never code from elsewhere. A pickle names functions to call, so an entry is read only where
+nobody but this user could have written it: from the private cache folder, through checked
+file descriptors, a regular file of this user's (tracelab/cachedir.py); and it is unpickled
+by tracelab/safe_pickle.py, which builds only the classes digests are made of. Pickle stays
+the format because digests are frames (categoricals, nullable integers), arrays and
+dataclasses of many shapes: a format without code (Arrow, msgpack) would need a schema for
+each digest, kept in step with every topic.
 
 Same switches and bounds as the Parquet cache (and entries over MAX_ENTRY_BYTES are not
 written): TRACELAB_CACHE=0 switches it off,
@@ -32,10 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import shutil
-import stat
 import sys
-import tempfile
 import time
 import warnings
 from functools import lru_cache
@@ -43,13 +47,13 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import cache, classify, provenance
+from . import cache, cachedir, classify, provenance, safe_pickle
 from .options import DEFAULT, Options
 from .schema import Profile
 
 PREFIX = "digests-"
 FILE = "digests.pickle"
-VERSION = "1"  # bump when the entry's layout changes
+VERSION = "2"  # bump when the entry's layout changes
 # an entry larger than this is not written: digests are small by design (230 KB for a rank of the
 # control trace, 2.6 MB with the what-if graph of a job of up to 16 ranks); rows kept per rank
 # (inputs.with_events' `keep`, export perfetto --steps) are not digests worth a disk copy
@@ -105,35 +109,17 @@ def get(entry_key: str, path: Path, names: set[str]) -> list[Profile] | None:
     or damaged: then removed). `names`: the digests each profile must hold; `path`: the trace as
     given now, which the profiles' meta path becomes (the entry may have been written under
     another spelling of it)."""
-    entry = cache._dir() / entry_key
-    try:
-        blob = _read_own(entry / FILE)
-    except OSError:  # absent (the usual miss), unreadable, or not this user's
+    found = cachedir.read_entry(entry_key, lambda fd: _checked(cachedir.read(fd, FILE, _SUM_BYTES + MAX_ENTRY_BYTES),
+                                                               names))
+    if found is None:
         return None
-    try:
-        profiles, caught, parsed_as = _checked(blob, names)
-    except Exception:  # noqa: BLE001 - whatever is wrong with an entry, the trace itself is the answer
-        shutil.rmtree(entry, ignore_errors=True)
-        return None
+    profiles, caught, parsed_as = found
     for p in profiles:
         if p.meta.get("path") == parsed_as:
             p.meta["path"] = str(path)
     for message, category in caught:
         warnings.warn(message, category, stacklevel=3)
-    try:
-        os.utime(entry)  # recently used: evicted last
-    except OSError:
-        pass
     return profiles
-
-
-def _read_own(file: Path) -> bytes:
-    """The entry's bytes, only where this user owns it and nobody else may write it."""
-    with open(file, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise PermissionError(f"{file}: not this user's own entry")
-        return f.read()
 
 
 def _checked(blob: bytes, names: set[str]) -> tuple[list[Profile], list, str]:
@@ -141,7 +127,7 @@ def _checked(blob: bytes, names: set[str]) -> tuple[list[Profile], list, str]:
     head, payload = blob[:_SUM_BYTES], blob[_SUM_BYTES:]
     if len(blob) <= _SUM_BYTES or hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() != head:
         raise ValueError("checksum")
-    profiles, caught, parsed_as = pickle.loads(payload)
+    profiles, caught, parsed_as = safe_pickle.loads(payload)
     if not isinstance(profiles, list) or not profiles or not isinstance(parsed_as, str):
         raise ValueError("no profiles")
     for p in profiles:
@@ -165,20 +151,13 @@ def put(entry_key: str, path: Path, reduce: Mapping[str, Callable], options: Opt
         payload = pickle.dumps((profiles, caught, str(path)), protocol=5)
         if len(payload) > MAX_ENTRY_BYTES:
             return
-        _write(cache._dir() / entry_key, hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload)
-        cache.bound(cache._dir(), entry_key)
+        with cachedir.opened() as folder:
+            if folder is not None:
+                with cachedir.staging(folder, entry_key) as fd, cachedir.create(fd, FILE) as f:
+                    f.write(hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload)
+                cachedir.bound(folder, entry_key)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass
-
-
-def _write(final: Path, blob: bytes) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
-    try:
-        (tmp / FILE).write_bytes(blob)
-        os.replace(tmp, final)  # fails when a parallel load wrote it first: theirs is as good
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cached(path: Path, reduce: Mapping[str, Callable] | None, options: Options,
@@ -201,6 +180,6 @@ def cached(path: Path, reduce: Mapping[str, Callable] | None, options: Options,
 
 def entries() -> list[Path]:
     """The digest entries in the cache folder (tests, benchmarks)."""
-    folder = cache._dir()
-    return sorted(folder.glob(PREFIX + "*")) if folder.is_dir() else []
+    with cachedir.opened() as folder:
+        return sorted(folder.path.glob(PREFIX + "*")) if folder is not None else []
 

@@ -2,34 +2,38 @@
 
 - `check_output(out, inputs)`: an output may not be an input (by path, link or hard link),
   nor a folder holding one, nor, where the folder's next read would take it for a trace, sit
-  inside an input folder; --force does not change that. Every command that writes calls it.
+  inside an input folder, nor replace a file of an input's folder that tracelab reads (a
+  trace, run.json, results, figures, provenance, a memory snapshot), nor replace anything but
+  a regular file (a device, FIFO or socket); --force does not change that. Every command
+  that writes calls it.
 - `write` / `write_together`: each output whole or not at all. Bytes go to a temporary file
-  beside the target (`.NAME.XXXXXXXX.tmp`), renamed over it at the end; on any exception,
+  beside the target (`temp_beside`: `.tracelab-UID-PID-XXXXXXXX.tmp`, whatever the target's
+  name: it fits the file-name limit), renamed over it at the end; on any exception,
   KeyboardInterrupt and (through cli.main's handler) SIGTERM included, the temporary file is
   removed. `write_together` renames its files with SIGINT and SIGTERM held, so a report and
   its merged trace appear both or neither.
-- `sweep`: temporary files and folders of ours older than STALE_TMP_S (a process killed with
-  SIGKILL or a power cut leaves them) are removed before each write into their folder.
+- check_output also sweeps the output's folder of the temporary files a killed tracelab left
+  (tracelab/tempfiles.py: only those it can tell as its own).
 """
 from __future__ import annotations
 
 import gzip
 import os
-import re
-import shutil
 import signal
+import stat
 import tempfile
 import threading
-import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from .errors import OutputError, TracelabError, UsageError
+from .tempfiles import same_file, sweep, temp_prefix
 
-STALE_TMP_S = 15 * 60
-# ours: `.NAME.` + mkstemp's 8 characters + `.tmp` (write); `.NAME.tmp-` + 8 hex (dataset staging)
-_OUR_TMP = re.compile(r"^\..+\.([a-z0-9_]{8}\.tmp|tmp-[0-9a-f]{8})$")
+# the files of a run folder tracelab reads besides its traces (tracelab/loading.py NOT_TRACES)
+_READ_SUFFIXES = (".results.json", ".figures.json", ".provenance.json")
+_SPECIAL = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
+            stat.S_IFSOCK: "a socket"}
 Content = Union[str, bytes, Callable[[Callable[[bytes], object]], object]]
 
 
@@ -41,11 +45,13 @@ def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], fo
 
     out = Path(out)
     real = Path(os.path.realpath(out))
+    _refuse_special(out)
     given = [str(p) for p in inputs if not is_url(p)]
+    sweep(real.parent, keep=[Path(p) for p in given])
     for path in given:
         source = Path(os.path.realpath(path))
         files = _files(path) if source.is_dir() and not folder and real.exists() else []
-        if real == source or _same_file(out, Path(path)) or any(_same_file(out, f) for f in files):
+        if real == source or same_file(out, Path(path)) or any(same_file(out, f) for f in files):
             raise UsageError(out, f"is the input {path}{' (one of its traces)' if real != source else ''}: "
                                   "tracelab never writes over what it reads (not even with --force); pick another name")
         if real in source.parents:
@@ -56,14 +62,42 @@ def check_output(out: str | os.PathLike, inputs: Iterable[str | os.PathLike], fo
         if source.is_dir() and source in real.parents and (folder or _looks_like_trace(real)):
             raise UsageError(out, f"is inside the input folder {path}, whose next read would take it for a "
                                   "trace; write it elsewhere")
+        if real.is_file() and _in_folder_of(real, source) and (what := _read_by_tracelab(real)):
+            raise UsageError(out, f"is {what} beside the input {path}, which tracelab reads: it never writes over "
+                                  "what it reads (not even with --force); pick another name")
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _refuse_special(out: Path) -> None:
+    """UsageError where `out` (or what its link names) is a device, FIFO or socket: replacing
+    one by a file (as root: /dev/null) is never what `-o` means, not even with --force."""
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
+        kind = _SPECIAL.get(stat.S_IFMT(os.stat(out).st_mode))
+    except OSError:  # absent, a dangling link: a new file
+        return
+    if kind:
+        raise UsageError(out, f"is {kind}: tracelab writes only regular files (not even with --force); "
+                              "pick another name")
+
+
+def _in_folder_of(real: Path, source: Path) -> bool:
+    """Whether `real` lies in the input `source`'s folder: under it (a folder), beside it (a file)."""
+    return source in real.parents if source.is_dir() else real.parent == source.parent
+
+
+def _read_by_tracelab(real: Path) -> str | None:
+    """What tracelab reads `real` as, when found beside an input, by its name or content; else None."""
+    from .loading import NOT_TRACES, _looks_like_trace, detect
+
+    name = real.name.lower()
+    if name in NOT_TRACES or name.endswith(_READ_SUFFIXES):
+        return "a run folder's record"
+    if _looks_like_trace(real):
+        return "a trace"
+    try:
+        return "a memory snapshot" if detect(real) == "snapshot" else None
+    except (TracelabError, OSError):
+        return None
 
 
 def _files(folder: str) -> list[Path]:
@@ -83,6 +117,7 @@ def _umask() -> int:
 
 
 def _refuse_existing(path: Path, force: bool) -> None:
+    _refuse_special(path)
     if path.exists() and not force:
         raise UsageError(path, "exists; pass --force to overwrite it")
     if path.is_dir():
@@ -93,9 +128,8 @@ def _refuse_existing(path: Path, force: bool) -> None:
 
 def _staged(path: Path, content: Content, gz: bool) -> Path:
     """`content` in a temporary file beside `path` (removed again on any failure)."""
-    sweep(path.parent)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(), suffix=".tmp")
     except OSError as e:
         raise OutputError(path, f"cannot write: {e.strerror or e}") from None
     try:
@@ -204,41 +238,3 @@ def raising_on_signals(error: Callable[[int], BaseException]) -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-
-
-def sweep(folder: Path) -> list[str]:
-    """Remove our temporary files and staging folders in `folder` older than STALE_TMP_S
-    (never a fresh one: another tracelab may be writing it); the names removed."""
-    removed, now = [], time.time()
-    try:
-        children = list(folder.iterdir())
-    except OSError:
-        return removed
-    for child in children:
-        try:
-            stale = _OUR_TMP.match(child.name) and now - child.lstat().st_mtime > STALE_TMP_S
-            if stale and child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            elif stale:
-                child.unlink()
-            if stale:
-                removed.append(child.name)
-        except OSError:
-            continue
-    return removed
-
-
-def is_dataset(folder: Path) -> bool:
-    """Whether `folder` holds only what `tracelab export parquet` writes (rank=N/part-0.parquet,
-    and our temporary files): the only kind of folder --force replaces."""
-    try:
-        for child in folder.iterdir():
-            if _OUR_TMP.match(child.name) or child.name.startswith(".tmp-"):
-                continue
-            if not (child.is_dir() and re.fullmatch(r"rank=-?[0-9]+", child.name)):
-                return False
-            if {p.name for p in child.iterdir()} - {"part-0.parquet"}:
-                return False
-    except OSError:
-        return False
-    return True
