@@ -1,5 +1,5 @@
-"""One self-contained, offline HTML report (plotly.js inlined once, no network requests).
-`render(...) -> str` only: loading the traces, reading run.json and writing the file are
+"""One self-contained, offline HTML report (plotly.js packed once in the page, reports/html/page.py;
+no network requests). `render(...) -> str` only: loading the traces, reading run.json and writing the file are
 tracelab.inputs' (write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:

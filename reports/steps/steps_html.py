@@ -33,7 +33,7 @@ def _heatmap(steps: pd.DataFrame, column: str, title: str, always: tuple = ()) -
              "y": [f"rank {r}" for r in wide.columns], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
              "hovertemplate": "step %{x}, %{y}: %{z:,.3f} ms<extra></extra>"}]
     return {"data": data, "layout": {"title": {"text": title}, "height": 150 + 28 * len(wide.columns),
-                                     "xaxis": {"title": {"text": "step"}, "type": "category"}, "yaxis": {"type": "category", "autorange": "reversed"},
+                                     "xaxis": {"title": {"text": "step"}, "type": "category", "nticks": 24}, "yaxis": {"type": "category", "autorange": "reversed"},
                                      "margin": {"l": 80, "r": 20, "t": 40, "b": 40}}}
 
 
