@@ -25,9 +25,9 @@ from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
 from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
-from .steps import timeline
-from .steps.steps import has_times
-from .steps.waits import rank_waits
+from .timeline import intervals as timeline
+from .timeline.steps import has_times
+from .timeline.waits import rank_waits
 from .whatif.nodes import RankGraphReduce
 
 

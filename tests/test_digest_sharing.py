@@ -15,7 +15,7 @@ from tracelab.reports.compare.digests import BY
 from tracelab.reports.roofline.roofline import trace_device
 from tracelab.reports.session import RANK_DIGESTS
 from tracelab.reports.stats import noise
-from tracelab.reports.steps import steps as S
+from tracelab.reports.timeline import steps as S
 from tracelab.reports.whatif import nodes
 from tracelab.schema import RankData, kind_mask
 

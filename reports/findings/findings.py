@@ -21,7 +21,7 @@ from typing import Callable
 import pandas as pd
 
 from ..compare.compare import lead_and_wait, lead_explains_wait
-from ..steps.collectives import collective_type
+from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
 from .findings_more import CAUSE_TEXT, idle_findings

@@ -44,8 +44,8 @@ import pandas as pd
 
 from tracelab.schema import RankData
 
-from ..steps.steps import shared_step_rows, step_rows
-from ..steps.timeline import covered, run_cummax, timed
+from ..timeline.steps import shared_step_rows, step_rows
+from ..timeline.intervals import covered, run_cummax, timed
 from .host import LAUNCH_COLUMNS, OP_COLUMNS, TOP_OPS, empty, host_ops, launch_stats, sync_union
 from ..whatif.bound import UNCLEAR, with_path_bound
 from ..whatif.nodes import shared_graph

@@ -29,9 +29,9 @@ import pandas as pd
 from tracelab.devices import Device
 from tracelab.schema import RankData, kind_mask, str_array
 
-from ..steps.collectives import CPU_COLLECTIVE
+from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofline.roofline import _min_ns, least_time_ns, trace_device  # the per-row least time, as roofline has it
-from ..steps.timeline import timed
+from ..timeline.intervals import timed
 
 # node kinds
 LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4

@@ -70,7 +70,7 @@ def _tree_diff(paths: list[str]) -> None:
 def _with_steps(session, n_steps: int | None):
     """Ranks without step instances (proton) get meta["steps"]: --steps, else the steps their
     run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
-    from ..reports.steps.steps import recorded_steps
+    from ..reports.timeline.steps import recorded_steps
 
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
@@ -112,7 +112,7 @@ def steps(
     from ..reports.idle.idle import RankIdle
     from ..reports.session import digest_key
     from ..reports.steps.steps_text import STEPS_RENDERERS
-    from ..reports.steps.waits import STEP_DIGESTS
+    from ..reports.timeline.waits import STEP_DIGESTS
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
@@ -147,8 +147,8 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     import pandas as pd
 
     from ..reports.idle.idle import idle_columns
-    from ..reports.steps.steps import per_step_totals, recorded_steps
-    from ..reports.steps.waits import analyse_digests
+    from ..reports.timeline.steps import per_step_totals, recorded_steps
+    from ..reports.timeline.waits import analyse_digests
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
