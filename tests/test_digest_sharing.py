@@ -12,7 +12,7 @@ import pytest
 import tracelab
 from tracelab.reports import verdicts
 from tracelab.reports.compare.digests import BY
-from tracelab.reports.roofline.roofline import trace_device
+from tracelab.reports.roofs import trace_device
 from tracelab.reports.session import RANK_DIGESTS
 from tracelab.reports.stats import noise
 from tracelab.reports.timeline import steps as S

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..timeline.collectives import collective_type
-from ..idle.idle import covered
+from ..timeline.intervals import covered
 from ..timeline.intervals import merge_intervals, timed
 
 COLUMNS = ["step", "allreduces", "kernels", "msg_bytes", "comm_ns", "exposed_ns", "tail_ns", "span_ns"]

@@ -110,7 +110,7 @@ def steps(
     the gating rank was late (more GPU work before the collective, or an idle GPU); then the
     run's verdict: a straggler only when it gates a significant majority of steps."""
     from ..reports.idle.idle import RankIdle
-    from ..reports.session import digest_key
+    from ..reports.session import digest_key, rank_digests
     from ..reports.steps.steps_text import STEPS_RENDERERS
     from ..reports.timeline.waits import STEP_DIGESTS
 
@@ -119,7 +119,8 @@ def steps(
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     idle = digest_key("idle", RankIdle(0))
     session = open_session(paths, _options(step, scheduler), rank=rank,
-                           digests={**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0)})  # digested in its worker
+                           digests={**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0),
+                                    **rank_digests(("path_bounds",))})  # digested in its worker
     parts = [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
     _emit(each_run(STEPS_RENDERERS[fmt], fmt, parts))
     end_on_findings(fmt, session)
@@ -158,5 +159,6 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
     if len(w.steps):  # the idle columns beside each step row
-        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles})
+        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles},
+                               {p.rank: p.summary["path_bounds"] for p in profiles})
     return w, totals, untimed
