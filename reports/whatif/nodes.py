@@ -235,8 +235,8 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
 
 
 def shared_graph(rank: RankData) -> RankGraph:
-    """The rank's graph without roofline times, made once per rank (RankData.shared): idle's
-    path bound (whatif/bound.py) and the whatif digest read the same one."""
+    """The rank's graph without roofline times, made once per rank (RankData.shared): the
+    path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
     meta = rank.meta or {}
     return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.get("rank")))
 
