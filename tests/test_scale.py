@@ -198,7 +198,8 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     import tracelab
     from tracelab.reports.compare import compare
     from tracelab.reports.html import html
-    from tracelab.reports.steps import steps_html, waits
+    from tracelab.reports.steps import steps_html
+    from tracelab.reports.timeline import waits
 
     folder = DATA / "gloo-2cpu-late"
     inputs = session.label([folder], [True], [tracelab.load_many(folder, workers=1)])
@@ -336,7 +337,8 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     import numpy as np
 
     import tracelab
-    from tracelab.reports.steps import steps_text, waits
+    from tracelab.reports.steps import steps_text
+    from tracelab.reports.timeline import waits
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
