@@ -3,10 +3,14 @@ a Gate out.
 
 Samples: a timed metric's are the steps of every run of a side (steps as samples); its verdict
 is the shift of the medians with its interval (reports/stats: the exact Mann-Whitney test and
-Hodges-Lehmann interval at INTERVAL_LEVEL): beyond the noise where the interval excludes 0.
-Where a side holds several runs of one config (repeats), the spread of their medians is noise
-too: a change within it is within noise, whatever the steps say (steps of one run share its
-machine's state, so they understate how much two runs differ). A counted metric (bytes,
+Hodges-Lehmann interval at INTERVAL_LEVEL): beyond the noise where the interval excludes 0 and
+the shift exceeds how far a run's level wanders between runs. Steps of one run share its
+machine's state (its load, its clocks, its allocator), so their interval alone understates
+how much two runs of one job differ; the wander is taken as the larger of the spread of a
+side's repeats' medians (where a side holds several runs of one config) and NOISE_SIGMAS
+robust standard deviations of one step (MAD_TO_SD x the median absolute deviation) of both
+sides combined: without repeats, a run's level is assumed to move between runs as much as
+one of its steps does. A counted metric (bytes,
 launches) is beyond the noise where the two sides' steps do not overlap (every step of one
 above every step of the other): its step-to-step spread is all the noise there is. A workload
 figure (one value per run) has repeats as samples, judged as timed metrics are.
@@ -29,7 +33,7 @@ from fnmatch import fnmatchcase
 import numpy as np
 import pandas as pd
 
-from ..stats import MIN_LEAD_SHARE
+from ..stats import MAD_TO_SD, MIN_LEAD_SHARE, NOISE_SIGMAS
 from ..stats.tests import median_difference
 from .samples import BYTES, COUNT, STEP_TIME, TIME, RunSamples
 
@@ -111,6 +115,8 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     missing = [m for m in _metrics(baseline) + _metrics(candidate) if m not in names]
     if missing:
         notes.append(f"measured on one side only, not judged: {', '.join(dict.fromkeys(missing))}")
+    notes += [f"{r.name}: no steps in its traces (proton records none, or no step ranges matched): only its "
+              "run folder's figures are judged" for r in baseline + candidate if r.steps.empty]
     step_ns = _median(_step_samples(baseline, STEP_TIME))
     out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns) for m in names]
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
@@ -161,7 +167,7 @@ def _judge(metric: str, baseline: list[RunSamples], candidate: list[RunSamples],
 def _timed(metric: str, unit: str, a: np.ndarray, b: np.ndarray, runs: list[list[np.ndarray]]) -> MetricVerdict:
     """The shift of the medians and its interval; within the repeats' spread is within noise."""
     s = median_difference(a, b)
-    spread = max([_repeat_spread(side) for side in runs] + [0.0])
+    spread = max([_repeat_spread(side) for side in runs] + [_step_wander(a, b)])
     half = (s.high - s.low) / 2 / abs(s.median_a) if s.low is not None and s.median_a else None
     detectable = max(half, spread) if half is not None else None
     if s.low is None:
@@ -172,6 +178,13 @@ def _timed(metric: str, unit: str, a: np.ndarray, b: np.ndarray, runs: list[list
         verdict = "beyond"
     return MetricVerdict(metric, unit, "", s.median_a, s.median_b, s.relative, s.low, s.high, s.confidence,
                          s.p_value, s.n_a, s.n_b, detectable, None, verdict, False, False)
+
+
+def _step_wander(a: np.ndarray, b: np.ndarray) -> float:
+    """NOISE_SIGMAS robust standard deviations of a step, both sides' combined, as a share of a's median."""
+    sd = [MAD_TO_SD * float(np.median(np.abs(x - np.median(x)))) for x in (a, b)]
+    mid = float(np.median(a))
+    return NOISE_SIGMAS * float(np.hypot(*sd)) / abs(mid) if mid else 0.0
 
 
 def _repeat_spread(side: list[np.ndarray]) -> float:

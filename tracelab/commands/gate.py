@@ -32,8 +32,8 @@ def gate(
     metric: Annotated[Optional[list[str]], typer.Option("--metric", help="NAME=THRESHOLD for one metric or a pattern "
                                                                          "(step_time=3%, 'gpu_time:*=10%', "
                                                                          "'idle:*=off'); repeatable.")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="A TOML file: [gate] max-regression = \"5%\", and "
-                                                        "[gate.metrics] NAME = \"THRESHOLD\"; options given win.")]
+    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", and "
+                                                        "\\[gate.metrics] NAME = \"THRESHOLD\"; options given win.")]
     = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML) or markdown.")] = "table",
     step: StepOpt = None,
