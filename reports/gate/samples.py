@@ -18,8 +18,8 @@ import pandas as pd
 from tracelab.schema import RankData, kind_mask
 
 from ..results.runs import RESULTS, results_of
-from ..steps.collectives import activity
-from ..steps.steps import shared_step_rows
+from ..timeline.collectives import activity
+from ..timeline.steps import shared_step_rows
 
 STEP_TIME = "step_time"
 TRACED_STEP_TIME = "traced_step_time"
