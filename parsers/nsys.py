@@ -96,8 +96,8 @@ def read(path: str | os.PathLike, options: Options = DEFAULT,
     try:
         with closing(_connect(path)) as con:
             activity, file_meta, devices = _read_tables(con, path, compile_pattern(options.step_pattern))
-            activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, options.step_pattern)  # issue 21
-            memory = _nsys_memory.read(con, path)  # issue 32
+            activity, hosts = _nsys_host.read(con, activity, path, _EMIT_NVTX_COUNTERS, options.step_pattern)
+            memory = _nsys_memory.read(con, path)
     except sqlite3.Error as e:
         raise TraceFormatError(path, f"cannot read it as an nsys SQLite export ({e})") from None
     except UnicodeDecodeError as e:  # a text_factory decode; sqlite3's own is an OperationalError

@@ -1,4 +1,4 @@
-"""Writing what tracelab makes, never at the cost of what it reads (issue 29).
+"""Writing what tracelab makes, never at the cost of what it reads.
 
 - `check_output(out, inputs)`: an output may not be an input (by path, link or hard link),
   nor a folder holding one, nor, where the folder's next read would take it for a trace, sit

@@ -230,7 +230,7 @@ def _stepless_wait_text(coll: pd.DataFrame) -> str:
 def idle_share_findings(ev: Evidence) -> list[Finding]:
     """Per run, the rank whose GPU idles longest within its span (the timeline's union of
     busy intervals), where that is over MIN_IDLE_SHARE_OF_SPAN of the span; runs side by side in one
-    sentence. Why it idled is issue 21's idle_findings (reports/idle/idle.py), which replaces
+    sentence. Why it idled is idle_findings (reports/idle/idle.py), which replaces
     this one (idle_or_share)."""
     df = ev.per_input
     if "idle_ns" not in df:
@@ -263,11 +263,11 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%"
 
 
-# Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause, issue 21;
-# the roofline, issue 20) and findings_runs.py (between runs); a topic registers its own
+# Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause;
+# the roofline) and findings_runs.py (between runs); a topic registers its own
 # (reports/topics.py): a new one is one more function and one name in its Topic.
 def idle_or_share(ev: Evidence) -> list[Finding]:
-    """Idle by cause (issue 21) where the runs' steps give it, else the idle share alone."""
+    """Idle by cause where the runs' steps give it, else the idle share alone."""
     return idle_findings(ev) or idle_share_findings(ev)
 
 

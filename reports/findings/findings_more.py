@@ -1,6 +1,6 @@
 """Two more sources of findings (reports/findings/findings.py's SOURCES): why the GPU was idle
-(reports/idle/idle.py, issue 21) and the kernels losing most time to their roofline
-(reports/roofline/roofline.py, issue 20). Each reads the per-rank digests the report already made and
+(reports/idle/idle.py) and the kernels losing most time to their roofline
+(reports/roofline/roofline.py). Each reads the per-rank digests the report already made and
 states only what they decided; below its threshold a source says nothing."""
 from __future__ import annotations
 

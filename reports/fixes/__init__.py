@@ -1,4 +1,4 @@
-"""Findings that name a cause and its fix (issue 28), each with the kernels, their share of GPU
+"""Findings that name a cause and its fix, each with the kernels, their share of GPU
 time and the numbers behind it, from the per-rank digests the report already makes:
 
 - gemm.py: fp32 GEMMs on CUDA-core (SIMT) kernels: TF32 or bf16 autocast; tensor-core GEMMs on

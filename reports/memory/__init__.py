@@ -1,4 +1,4 @@
-"""Where the memory went (issue 32): per rank and step, the allocated and reserved totals, the
+"""Where the memory went: per rank and step, the allocated and reserved totals, the
 peak and what was live there, the allocator's own calls; across ranks and runs, the peaks side
 by side and what stands out. `analysis` (one rank) and `across` (ranks, runs) are pure; `text`
 and `html` render."""

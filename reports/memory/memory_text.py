@@ -122,7 +122,7 @@ def render_csv(m: Memory, top: int | None = None) -> str:
 
 
 def render_json(m: Memory, top: int | None = None) -> str:
-    """{"steps": [{rank, step, ..., "top": [{by, name, bytes}]}]} (issue 32's shape); with several
+    """{"steps": [{rank, step, ..., "top": [{by, name, bytes}]}]}; with several
     inputs each row also names its `input`."""
     several = m.steps["input"].nunique() > 1
     rows = []

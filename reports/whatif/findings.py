@@ -1,4 +1,4 @@
-"""Findings ranked by what fixing them would save (issue 27): the sources of reports/findings.py
+"""Findings ranked by what fixing them would save: the sources of reports/findings.py
 keep their sentences; per run of at most MAX_RANKS ranks with timelines, each finding of that
 run whose question a scenario answers gets that scenario's predicted saving (a joint replay of
 the run's graph, whatif.analyse) appended, and is ranked by it: the saving per step times the
