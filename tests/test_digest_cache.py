@@ -105,7 +105,7 @@ def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch)
     for p in again:
         assert list(p.summary) == list(session.RANK_DIGESTS)
         _same(p.summary, fresh[p.rank], f"rank {p.rank}")
-        assert p.meta["path"] == str(run / f"rank{p.rank}.pt.trace.json.gz")
+        assert p.meta.path == str(run / f"rank{p.rank}.pt.trace.json.gz")
         assert not len(p.events) and p.host is None
 
 

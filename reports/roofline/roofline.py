@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import RankData
+from tracelab.schema import Meta, RankData
 
 BY_CHOICES = ("kernel", "scope", "op_class")
 GB_S_HEADER = "GB/s r+w"  # the column's convention, said where it is shown
@@ -66,7 +66,7 @@ MISSING_WORK = {
 
 
 def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
-    """Proton's scope-level flops/bytes (meta["scope_metrics"], a user's proton.scope(name,
+    """Proton's scope-level flops/bytes (meta.scope_metrics, a user's proton.scope(name,
     {"flops16": n})) spread over the kernel rows under that scope that have none of their own,
     in proportion to their time, as an operator's work is spread over its kernels: for the
     roofline by scope, where the scope's rows add up to its metrics again (by kernel every
@@ -233,11 +233,11 @@ def to_records(result: Roofline, top: int | None = None) -> list[dict[str, Any]]
     return out
 
 
-def trace_device(meta: dict) -> Device | None:
+def trace_device(meta: Meta) -> Device | None:
     """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
     from tracelab.devices import detect
 
-    for props in (meta.get("devices") or {}).values():
+    for props in meta.devices.values():
         if isinstance(props, dict) and (found := detect(props)):
             return found
     return None
@@ -255,7 +255,7 @@ class RankRoofline:
     def __call__(self, rank: RankData) -> dict[str, Any]:
         from tracelab.devices import meta_device
 
-        device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta or {})
+        device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta)
         result = roofline(rank.events, device, "kernel", found)
         return {"rows": result.rows, "device": device, "device_from": found, "gpu_ns": result.gpu_ns,
                 "known_ns": result.known_ns, "missing_hint": result.missing_hint}

@@ -88,7 +88,7 @@ def roofline(
         for p in r.profiles:
             found, source = given if given[0] is not None else meta_device(p.meta)
             # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
-            events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
+            events = with_scope_work(p.events, p.meta.scope_metrics) if by == "scope" else p.events
             results.append(replace(analyse(events, found, by, source), run=r.name if len(runs) > 1 else None))
     _emit(RENDERERS[fmt](results, by, top))
     end_on_findings(fmt, session, "roofline")
@@ -178,7 +178,7 @@ def whatif(
         for p in r.profiles:
             graphs[p.rank] = p.summary[key]
             graphs[p.rank].rank = p.rank
-        parts.append((r.name, replay_whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in r.profiles},
+        parts.append((r.name, replay_whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles},
                                             scenario or None)))
     _emit(WHATIF_RENDERERS[fmt](parts))
     end_on_findings(fmt, session)  # every topic's: they are ranked by their what-if saving

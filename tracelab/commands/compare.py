@@ -68,7 +68,7 @@ def _tree_diff(paths: list[str]) -> None:
 
 
 def _with_steps(session, n_steps: int | None):
-    """Ranks without step instances (proton) get meta["steps"]: --steps, else the steps their
+    """Ranks without step instances (proton) get meta.steps: --steps, else the steps their
     run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
     from ..reports.steps.steps import recorded_steps
 
@@ -78,7 +78,7 @@ def _with_steps(session, n_steps: int | None):
         steps = n_steps or recorded_steps(run.info)
         for p in run.profiles:
             if steps and not _has_steps(p):
-                p.meta["steps"] = steps
+                p.meta.steps = steps
     return session
 
 
@@ -152,7 +152,7 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
-                        {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+                        {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     n_steps = n_steps or recorded_steps(run.info)
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
