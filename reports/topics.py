@@ -65,7 +65,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
           section="idle.idle_html:sections"),
     Topic("results", findings=("findings.findings_runs:difference_findings",
-                               "findings.findings_runs:profiler_cost_findings")),
+                               "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
     # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}, section="whatif.whatif_html:sections"),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader},  # name the fix

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ARTIFACTS, check_rendered, open_page, shared_trace
+from helpers import ARTIFACTS, ROOT, check_rendered, open_page, shared_trace
 
 from tracelab.errors import OutputError, UsageError
 from tracelab.inputs import write, write_report
@@ -194,7 +194,7 @@ def test_headings_say_what_was_timed(trace, heading, rows, tmp_path):
     assert f'<h2 id="op-classes">{heading}, by op class</h2>' in text and f'<h2 id="top-kernels">Top {rows}</h2>' in text
     other = "GPU time per input" if heading.startswith("CPU") else "CPU operator time"
     assert other not in text and text.count('<h2 id="top-kernels">Top ') == 1
-    assert f"Top {rows}: {heading.split(' per ')[0]} per input" in text  # the heatmap's title
+    assert f"Top {rows}: {heading.split(' per ')[0]} (ms; colour: op class)" in text  # one input's bars' title
     assert f'<th class="t">{rows[:-1]}</th>' in text  # the top table's first column
     summed = "threads" if heading.startswith("CPU") else "streams"
     assert f"The totals are summed over {summed}, which overlap" in text  # beside a finding's union of them

@@ -1,5 +1,5 @@
-"""One self-contained, offline HTML report (plotly.js inlined once, no network requests).
-`render(...) -> str` only: loading the traces, reading run.json and writing the file are
+"""One self-contained, offline HTML report (plotly.js packed once in the page, reports/html/page.py;
+no network requests). `render(...) -> str` only: loading the traces, reading run.json and writing the file are
 tracelab.inputs' (write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
@@ -9,8 +9,6 @@ as \\u escapes so nothing in it can close the <script> that holds it.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import json
 from typing import Any
@@ -18,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from ...errors import UsageError
-from . import figures, scopetree, side_by_side, workload_plots
+from .. import fmt
+from . import figures, notes, page, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
 from ..results.runs import number_text, run_table, shared_rows
 from ..compare.compare import Comparison, comparison, rows_are, summed_over
@@ -41,34 +40,13 @@ pre{margin:0;white-space:pre-wrap;font-size:12px}.note{color:#666}.plot{width:10
 #findings{background:#fff8e6;border:1px solid #f0d9a0;border-radius:6px;padding:4px 16px 8px}
 #findings h2{border:0;margin-top:8px}#findings ol{font-size:16px;line-height:1.5;padding-left:24px}
 #findings a{color:#222;text-decoration:none;border-bottom:1px dotted #999}#findings a:hover{background:#fde9b5}
+p.runline{color:#444;margin:-8px 0 12px}#notes{font-size:13px;color:#444;margin:0 0 12px}#notes p.note{margin:2px 0 2px 12px}details.notes summary{color:#666;cursor:pointer}
+.box{overflow:auto;max-width:100%;margin:8px 0}.box table{margin:0}.box.long{max-height:640px}
 p.shared{font-size:13px;color:#444;overflow-wrap:anywhere}
 dl.run{display:grid;grid-template-columns:repeat(3,1fr);gap:2px 24px;font-size:13px;margin:4px 0 8px}
 dl.run div{display:flex;gap:8px;border-bottom:1px solid #eee;padding:2px 0}dl.run dt{font-weight:600;min-width:140px}
 dl.run dd{margin:0;overflow-wrap:anywhere}dl.run div.wide{grid-column:1/-1}
 """ + scopetree.TREE_STYLE
-
-# sorts a table.sortable by the clicked column: numbers by data-v, text otherwise
-_SCRIPT = """
-(function(){
-var data=JSON.parse(document.getElementById('tracelab-figures').textContent);
-var cfg={displaylogo:false,responsive:true};
-var made=Object.keys(data).map(function(id){
-  var f=data[id];return Plotly.newPlot(document.getElementById(id),f.data,f.layout,cfg);});
-Promise.all(made).then(function(){document.body.setAttribute('data-plots',String(made.length));
-  document.body.setAttribute('data-render-ms',String(Math.round(performance.now())));
-  document.body.setAttribute('data-height',String(document.documentElement.scrollHeight));});
-document.querySelectorAll('table.sortable').forEach(function(t){
-  t.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
-    var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows);
-    var dir=th.getAttribute('data-dir')==='desc'?1:-1;th.setAttribute('data-dir',dir<0?'desc':'asc');
-    rows.sort(function(a,b){var x=a.cells[col],y=b.cells[col];
-      var u=x.getAttribute('data-v'),v=y.getAttribute('data-v');
-      if(u!==null&&v!==null)return dir*(parseFloat(u)-parseFloat(v));
-      return dir*x.textContent.localeCompare(y.textContent);});
-    rows.forEach(function(r){body.appendChild(r);});});});});
-})();
-"""
-
 
 def script_json(value: Any) -> str:
     """JSON safe inside <script>: no `<`, `>`, `&` (so no `</script>`, no `<!--`) and no
@@ -85,13 +63,33 @@ def _e(value: Any) -> str:
 
 
 def table(df: pd.DataFrame, columns: dict[str, str], sortable: bool = False) -> str:
-    """An HTML table of df; columns maps a column to its header. Numbers carry data-v for
-    sorting; a header ending in (ms)/(us) shows ns converted, one ending in % a share."""
+    """An HTML table of df in a box that scrolls when wide or long; columns maps a column to its
+    header, and a column with no value in any row is left out. Numbers carry data-v for sorting;
+    a header ending in (ms)/(us) shows ns converted, one ending in % a share, a column named
+    *_bytes a size (fmt.binary_size); a missing value reads '-'."""
+    columns = {c: h for c, h in columns.items() if not _empty(df[c])}
     head = "".join(f'<th class="{"t" if _is_text(df[c]) else ""}">{wrap(h)}</th>' for c, h in columns.items())
-    cells = [[_cell(v, h, _is_text(df[c])) for v in df[c].tolist()] for c, h in columns.items()]
+    cells = [[_cell(v, h, _is_text(df[c]), c.endswith("_bytes")) for v in df[c].tolist()] for c, h in columns.items()]
     rows = "".join("<tr>" + "".join(row) + "</tr>" for row in zip(*cells))
     cls = ' class="sortable"' if sortable else ""
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    box = "box long" if len(df) > LONG_TABLE_ROWS else "box"
+    return f'<div class="{box}"><table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+
+
+LONG_TABLE_ROWS = 25  # a longer table scrolls inside a box of about this many rows
+
+
+def _empty(column: pd.Series) -> bool:
+    """No value in any row: every one missing, blank or '-' (a `run` column of one run)."""
+    if not len(column):
+        return False
+    if _is_text(column):
+        return bool(column.map(lambda v: _missing(v) or str(v).strip() in ("", "-")).all())
+    return bool(column.isna().all())
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (not isinstance(value, (str, list, dict, tuple)) and bool(pd.isna(value)))
 
 
 def wrap(text: Any) -> str:
@@ -107,14 +105,16 @@ def _is_text(column: pd.Series) -> bool:
     return not pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)
 
 
-def _cell(value: Any, header: str, text: bool) -> str:
-    if text or value is None:
-        return f'<td class="t">{_e("" if value is None else value)}</td>'
-    if pd.isna(value):
-        return '<td data-v="-1e300">-</td>'
-    scale, fmt = (1e6, "{:,.3f}") if header.endswith("(ms)") else (1e3, "{:,.2f}") if header.endswith("(us)") \
+def _cell(value: Any, header: str, text: bool, size: bool = False) -> str:
+    if _missing(value):
+        return '<td class="t">-</td>' if text else '<td data-v="-1e300">-</td>'
+    if text:
+        return f'<td class="t">{_e(value)}</td>'
+    if size:
+        return f'<td data-v="{float(value)!r}">{fmt.binary_size(float(value))}</td>'
+    scale, form = (1e6, "{:,.3f}") if header.endswith("(ms)") else (1e3, "{:,.2f}") if header.endswith("(us)") \
         else (0.01, "{:.1f}%") if header.endswith("%") else (1, None if isinstance(value, float) else "{:,}")
-    shown = number_text(float(value), 3) if fmt is None else fmt.format(value / scale if scale != 1 else value)
+    shown = number_text(float(value), 3) if form is None else form.format(value / scale if scale != 1 else value)
     return f'<td data-v="{float(value)!r}">{shown}</td>'
 
 
@@ -133,6 +133,28 @@ def _runs_html(runs: list[tuple[str, dict]]) -> str:
                    for field, row in zip(df.index, df.values.tolist()))
     same = f'<p class="shared"><b>Same in all {len(runs)} runs:</b> {_e(shared)}</p>' if shared else ""
     return f'<table class="runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{same}{raw}'
+
+
+RUN_LINE_FIELDS = {"workload": "{}", "backend": "under {}", "GPUs": "on {}", "ranks": "ranks {}", "wall time (s)": "{} s wall"}
+
+
+def _run_line(runs: list[tuple[str, dict]], inputs: list[Input]) -> str:
+    """One line under the title: what ran (one run: its workload, backend, GPUs, ranks, wall
+    time) or how many runs and inputs; the full table is the Run section's, at the end."""
+    if len(runs) == 1:
+        fields = run_table(runs).iloc[:, 0]
+        parts = [form.format(_line_value(f, fields[f])) for f, form in RUN_LINE_FIELDS.items()
+                 if f in fields and fields[f] not in (None, "-")]
+    else:
+        parts = [f"{len(runs):,} runs"] if runs else []
+    parts += [f"{len(inputs):,} input{'s' if len(inputs) != 1 else ''}"] if inputs else []
+    return f'<p class="runline">{", ".join(parts)} (<a href="#runs">what ran, in full</a>)</p>'
+
+
+def _line_value(field: str, value: Any) -> str:
+    """A run field for the line: a CPU-only run's 'none (CPU: x86_64, 2 cores)' GPUs as 'CPU: x86_64, 2 cores'."""
+    text = _run_value(value)
+    return text[len("none ("):-1] if field == "GPUs" and text.startswith("none (") and text.endswith(")") else text
 
 
 def _run_jsons_html(runs: list[tuple[str, dict]]) -> str:
@@ -211,8 +233,6 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
            runs: list[tuple[str, dict]] | None = None, perfetto: str | None = None) -> str:
     """The whole report as one HTML string. `runs` are (folder name, run.json) of the run
     folders given (else `info`, one run.json); `perfetto` names a merged trace to link."""
-    from plotly.offline import get_plotlyjs
-
     runs = runs if runs is not None else ([("run", info)] if info else [])
     figs: dict[str, dict] = {}
     across = workload_plots.across_runs(runs)
@@ -223,31 +243,24 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
     if not inputs and not plots:
         raise UsageError("report", "no traces and no workload figures to report on")
     c = comparison(inputs, by="kernel") if inputs else None
-    body = [f"<h1>{_e(title)}</h1>"]
+    # the first screen: what ran in a line, the notes the findings rest on, the findings; then a
+    # chart per question; what ran in full, the inputs and each run.json below them
+    body = [f"<h1>{_e(title)}</h1>", _run_line(runs, inputs), notes_html(inputs)]
     body += [findings_html(findings(Evidence(inputs, c, runs)), inputs)] if c is not None else []
-    body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
-    body += [_runs_html(runs)] if runs else []
-    body += [_inputs_html(inputs, paths, perfetto)]
     if plots:
         body += ['<h2 id="workload">Workload figures</h2>'] + [_figure(figs, fig, note) for note, fig in plots]
     if c is not None:
         body += _sections(inputs, c, figs)
+    body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
+    body += [_runs_html(runs)] if runs else []
+    body += [_inputs_html(inputs, paths, perfetto)]
     body += [_run_jsons_html(runs)]
-    scripts = [get_plotlyjs(), _SCRIPT]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{_policy(scripts)}">'
+            f'<meta http-equiv="Content-Security-Policy" content="{page.policy()}">'
             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
             + "".join(body)
             + f'<script type="application/json" id="tracelab-figures">{script_json(figs)}</script>'
-            + "".join(f"<script>{code}</script>" for code in scripts) + "</body></html>")
-
-
-def _policy(scripts: list[str]) -> str:
-    """Content-Security-Policy: no network at all, and only our own scripts run (by hash),
-    so neither an injected <script> nor an inline handler (onerror=...) could."""
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
-    return (f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; "
-            "img-src data: blob:; font-src data:; connect-src 'none'")
+            + page.scripts_html() + "</body></html>")
 
 
 def _figure(figs: dict[str, dict], fig: dict, note: str = "") -> str:
@@ -270,6 +283,20 @@ def _per_input_table(df: pd.DataFrame, columns: dict[str, str], ms: list[str]) -
     dist = figures.distribution(scaled, {c: columns[c] for c in columns if c not in ("label", "source", "group")})
     return (f'<p class="note">{len(df)} inputs: per run and measure, the spread over its ranks and the ranks '
             "beyond 3 median absolute deviations of the median</p>" + table(dist, figures.DISTRIBUTION_COLUMNS))
+
+
+def notes_html(inputs: list[Input]) -> str:
+    """What reading the traces had to assume, before the findings that rest on it: each note once,
+    with the inputs it is about; past notes.NOTES_SHOWN, folded."""
+    said: dict[str, list[str]] = {}
+    for i in inputs:
+        for note in i.meta.get("notes") or []:
+            said.setdefault(str(note), []).append(i.label)
+    if not said:
+        return ""
+    items = [f"{_e(', '.join(labels) if len(labels) <= 4 else f'{len(labels):,} inputs')}: {_e(note)}"
+             for note, labels in said.items()]
+    return f'<section id="notes"><b>Notes on reading the traces</b>{notes.folded(items)}</section>'
 
 
 def findings_html(found: list[Finding], inputs: list[Input] = ()) -> str:
@@ -298,10 +325,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
         out += ['<h2 id="step-times">Step time</h2>', _figure(figs, steps_fig)]
     rows = rows_are(events)
     columns = {**figures.top_kernel_columns([i.label for i in inputs]), "kernel": rows[:-1]}
-    heat_note = (f"{what}, input x {rows[:-1]}; " + ("opens on each input against the row's median (red: more, "
-                 "blue: less); the buttons switch to the colour per row or one log scale; " if len(inputs) > 1 else "")
-                 + "times of different inputs are never added together" + (f"; {note}" if note else ""))
-    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note),
+    out += [f'<h2 id="top-kernels">Top {rows}</h2>', _top_figure(figs, events, drawn, what, rows, note),
             table(figures.top_kernels(events, TOP_KERNELS_TABLE), columns, sortable=True)]
     out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
     for topic in TOPICS:  # each topic's own section (reports/topics.py), in their order
@@ -313,6 +337,18 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
         out += ['<h2 id="comparison">Comparison (aligned on kernel, against the first input)</h2>',
                 table(c.table.head(COMPARE_ROWS), figures.compare_columns(c), sortable=True)]
     return out
+
+
+def _top_figure(figs: dict[str, dict], events: pd.DataFrame, drawn: list[str], what: str, rows: str,
+                note: str) -> str:
+    """The top kernels of several inputs as a heatmap (input x kernel); of one input as bars,
+    since one column of a heatmap is one colour."""
+    if len(drawn) == 1:
+        return _figure(figs, side_by_side.kernel_bars(events), f"{what} of the top {rows}, the largest on top")
+    heat_note = (f"{what}, input x {rows[:-1]}; opens on each input against the row's median (red: more, "
+                 "blue: less); the buttons switch to the colour per row or one log scale; "
+                 "times of different inputs are never added together" + (f"; {note}" if note else ""))
+    return _figure(figs, side_by_side.kernel_heatmap(events, drawn), heat_note)
 
 
 def _timeline_sections(inputs: list[Input], c: Comparison, figs: dict[str, dict], drawn: list[str],
@@ -348,9 +384,9 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
     if not scoped:
         return []
     out = ['<h2 id="scope-tree">Scope tree</h2>', '<p class="note">Inclusive time of every scope and of the kernels under it, '
-           "share of the input's total and calls (like proton-viewer); click to open or close.</p>"]
+           "share of the input's total and calls (like proton-viewer); folded: click a name to open it.</p>"]
     for i in scoped[:TREES_SHOWN]:
-        out.append(f"<details open><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"
+        out.append(f"<details><summary><b>{_e(i.label)}</b> ({_e(i.source)})</summary>"
                    f"{scopetree.tree_html(scopetree.scope_tree(i.sums))}</details>")
     if len(scoped) > TREES_SHOWN:
         out.append(f'<p class="note">{len(scoped) - TREES_SHOWN} more inputs with scopes are not shown.</p>')
@@ -358,7 +394,8 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
         first, second = inputs
         out += [f"<h2>Scope tree diff: {_e(second.label)} against {_e(first.label)}</h2>",
                 '<p class="note">Aligned on the scope path and kernel; red: slower in the second, green: faster.</p>',
-                scopetree.tree_html(scopetree.tree_diff(first.sums, second.sums), diff=True)]
+                "<details><summary>the diff tree</summary>"
+                + scopetree.tree_html(scopetree.tree_diff(first.sums, second.sums), diff=True) + "</details>"]
     return out
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from ..fmt import ms
 
 CHILDREN_SHOWN = 40  # per node; the rest are one "N more" line
-OPEN_DEPTH = 2  # levels open when the page loads
+OPEN_DEPTH = 1  # levels open when the page loads: none, each opens on click (a tree is long)
 
 
 def scope_tree(events: pd.DataFrame) -> pd.DataFrame:

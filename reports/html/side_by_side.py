@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import fmt
 from ..compare.compare import measured, rows_are
 from ..session import Input
 from .figures import (CATEGORY_AXIS, HEATMAP_KERNELS, MANY_RANKS, OUTLIERS_SHOWN, _layout, axis_label, label, outliers,
@@ -106,10 +107,10 @@ def kernel_heatmap(events: pd.DataFrame, drawn: list[str] | None = None) -> dict
              "customdata": [[[t, int(c), u, d] for t, c, u, d in zip(*r)] for r in
                             zip(ms.round(4).values.tolist(), calls.values.tolist(), per_call_us.round(2).values.tolist(),
                                 _against_text(diff, ms).values.tolist())],
-             "hovertemplate": "%{y}<br>%{x}: %{customdata[0]} ms, %{customdata[1]} calls, "
-                              "%{customdata[2]} us per call, %{customdata[3]}<extra></extra>"}]
+             "hovertemplate": "%{y}<br>%{x}: %{customdata[0]:,.3f} ms, %{customdata[1]:,} calls, "
+                              "%{customdata[2]:,.2f} us per call, %{customdata[3]}<extra></extra>"}]
     if len(ms.columns) <= 8:
-        data[0] |= {"text": [[f"{t:.3g} ms" for t in row] for row in ms.values], "texttemplate": "%{text}",
+        data[0] |= {"text": [[fmt.duration(t * 1e6) for t in row] for row in ms.values], "texttemplate": "%{text}",
                     "textfont": {"size": 10}}
     title = f"Top {rows_are(events)}: {measured(events)} per input"
     buttons = {"type": "buttons", "direction": "right", "x": 0, "y": 1.01, "xanchor": "left", "yanchor": "bottom",
@@ -155,3 +156,24 @@ def _heatmap_views(share: pd.DataFrame, ms: pd.DataFrame, diff: pd.DataFrame) ->
              "args": [view(share.round(4).values.tolist(), "Viridis", 0, 1, None, "of row max")]},
             {"label": "log scale (ms)", "method": "restyle",
              "args": [view(_none(log_ms).values.tolist(), "Viridis", lo, hi, None, "log10 ms")]}]
+
+
+def kernel_bars(events: pd.DataFrame) -> dict:
+    """The top kernels of one input as horizontal bars (time, largest on top, coloured by op
+    class, the time printed on each): what a heatmap of one column would show as one colour."""
+    from .figures import COLORS
+
+    per = (events.groupby("kernel", observed=True).agg(dur_ns=("dur_ns", "sum"), calls=("count", "sum"),
+                                                       op_class=("op_class", "first"))
+           .nlargest(HEATMAP_KERNELS, "dur_ns").iloc[::-1])
+    per_call_us = (per["dur_ns"] / 1e3 / per["calls"].where(per["calls"] > 0)).fillna(0)
+    data = [{"type": "bar", "orientation": "h", "x": (per["dur_ns"] / 1e6).round(4).tolist(),
+             "y": [label(k) for k in per.index], "marker": {"color": [COLORS.get(str(c), "#999") for c in per["op_class"]]},
+             "text": [fmt.duration(ns) for ns in per["dur_ns"]], "textposition": "auto", "cliponaxis": False,
+             "customdata": [[int(c), round(float(u), 2), str(o)] for c, u, o in
+                            zip(per["calls"], per_call_us, per["op_class"])],
+             "hovertemplate": "%{y}<br>%{x:,.3f} ms, %{customdata[0]:,} calls, %{customdata[1]:,.2f} us per call, "
+                              "%{customdata[2]}<extra></extra>", "showlegend": False}]
+    title = f"Top {rows_are(events)}: {measured(events)} (ms; colour: op class)"
+    return {"data": data, "layout": _layout(title, height=160 + 22 * len(per), xaxis={"title": {"text": "ms"}},
+                                            yaxis={"type": "category", "automargin": True})}

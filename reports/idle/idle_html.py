@@ -9,6 +9,7 @@ from typing import Callable
 import pandas as pd
 
 from ..html import side_by_side
+from ..html.notes import folded
 from ..html.figures import CATEGORY_AXIS, axis_label, label
 from .idle import HINT, Idle, bound_words, graphs_may_help, of_input
 
@@ -102,5 +103,5 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     if len(ops):  # several inputs: the host ops over the most idle of any of them, not ten per input
         out.append(table(ops.sort_values("covered_ns", ascending=False, kind="stable").head(2 * TOP_OPS)
                          if ops["label"].nunique() > 1 else ops, OP_COLUMNS))
-    return out + [f'<p class="note">{n}</p>' for n in notes]
+    return out + [folded(notes)]
 

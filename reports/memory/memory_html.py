@@ -10,14 +10,15 @@ from typing import Callable
 import pandas as pd
 
 from ..html import side_by_side
+from ..html.notes import folded
 from ..html.figures import label
 from ..fmt import binary_size
 from .across import SECTION, by_run, combine, with_memory
 from .memory import RankMemory
 
 LIVE_SHOWN = 6  # groups named in a peak's hover text
-PEAK_COLUMNS = {"input": "run", "rank": "rank", "peak_allocated_bytes": "peak allocated (bytes)",
-                "peak_reserved_bytes": "reserved there (bytes)", "step": "step", "peak_during": "peak during"}
+PEAK_COLUMNS = {"input": "run", "rank": "rank", "peak_allocated_bytes": "peak allocated",
+                "peak_reserved_bytes": "reserved there", "step": "step", "peak_during": "peak during"}
 COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d")
 
 
@@ -85,4 +86,4 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     out.append(figure(_timeline(drawn), ""))
     out.append(table(memory.peaks, PEAK_COLUMNS))
     out += [f"<p>{escape(text)}</p>" for text, _, _ in memory.found]
-    return out + [f'<p class="note">{escape(n)}</p>' for n in notes + memory.notes]
+    return out + [folded([escape(n) for n in notes + memory.notes])]

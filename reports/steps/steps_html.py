@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from ..fmt import ms
+from ..many_steps import largest_steps
 from ..html.side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
 from .waits import Waits, run_waits, straggler_json
@@ -20,22 +21,28 @@ WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "s
 
 
 def _heatmap(steps: pd.DataFrame, column: str, title: str, always: tuple = ()) -> dict:
-    """Step x rank heatmap of one step-table column, in ms."""
+    """Rank x step heatmap of one step-table column, in ms: a row per rank and a column per step,
+    so that its height grows with the ranks drawn (at most MANY_RANKS), never with the steps."""
     wide = steps.pivot(index="step", columns="rank", values=column).sort_index() / 1e6
-    if len(wide.columns) > MANY_RANKS:  # the outlier ranks and the first ones, as columns wide enough to read
+    if len(wide.columns) > MANY_RANKS:  # the outlier ranks and the first ones, as rows tall enough to read
         drawn = ranks_drawn(wide.mean(), [r for r in always if r in wide.columns])
         title += (f" ({len(drawn)} of {len(wide.columns):,} ranks: {'the straggler, ' if always else ''}the outliers "
                   "by their mean, then the first)")
         wide = wide[drawn]
-    data = [{"type": "heatmap", "z": wide.round(4).values.tolist(), "x": [f"rank {r}" for r in wide.columns],
-             "y": [f"step {s}" for s in wide.index], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
-             "hovertemplate": "%{y}, %{x}: %{z} ms<extra></extra>"}]
-    return {"data": data, "layout": {"title": {"text": title}, "height": 160 + 18 * len(wide),
-                                     "xaxis": {"type": "category"}, "yaxis": {"type": "category", "autorange": "reversed"},
+    data = [{"type": "heatmap", "z": _none(wide.T.round(4)), "x": [str(s) for s in wide.index],
+             "y": [f"rank {r}" for r in wide.columns], "colorscale": "Viridis", "colorbar": {"title": {"text": "ms"}},
+             "hovertemplate": "step %{x}, %{y}: %{z:,.3f} ms<extra></extra>"}]
+    return {"data": data, "layout": {"title": {"text": title}, "height": 150 + 28 * len(wide.columns),
+                                     "xaxis": {"title": {"text": "step"}, "type": "category", "nticks": 24}, "yaxis": {"type": "category", "autorange": "reversed"},
                                      "margin": {"l": 80, "r": 20, "t": 40, "b": 40}}}
 
 
-MAX_HEATMAP_STEPS = 256  # step x rank heatmaps show the first this many steps
+def _none(df: pd.DataFrame) -> list[list]:
+    """The frame's values as lists, None where missing (strict JSON, a gap in the heatmap)."""
+    return df.astype(object).where(df.notna(), None).values.tolist()
+
+
+MAX_HEATMAP_STEPS = 1024  # rank x step heatmaps show the first this many steps (a column each)
 
 
 def _who_waits(w: Waits) -> pd.DataFrame:
@@ -71,14 +78,30 @@ def _run(name: str, w: Waits, figure: Callable[[dict, str], str], table: Callabl
         late = (w.verdict["rank"],) if w.verdict.get("rank") is not None else ()
         out += [figure(_heatmap(shown, "span_ns", f"step time (first to last {w.device} activity of the step)", late), note),
                 figure(_heatmap(shown, "wait_ns", "wait at collectives", late), note)]
+    return out + _who_waits_table(w, table) + [f'<p class="note">{escape(clock_line(w.clock))}</p>',
+                                               f"<p><b>{escape(w.line)}</b></p>"]
+
+
+TABLE_STEPS = 50  # the who-waits table's steps: above, those of largest skew, in step order
+
+
+def _who_waits_table(w: Waits, table: Callable) -> list[str]:
+    """The who-waits table, a row per step (or collective); of many steps those of largest skew
+    and a line saying how many there are (tracelab steps lists every one)."""
     ww = _who_waits(w)
-    if len(ww):
-        waits = {c: f"wait r{c[6:]} (ms)" for c in ww.columns if c.startswith("wait_r")}
-        waits.update({c: name for c, name in SPREAD_COLUMNS.items() if c in ww.columns})
-        out.append(table(ww, {**{k: v for k, v in WHO_WAITS_COLUMNS.items() if k in ("unit", "gating_rank", "skew_ns")},
-                              **waits, **{k: v for k, v in WHO_WAITS_COLUMNS.items()
-                                          if k not in ("unit", "gating_rank", "skew_ns")}}))
-    return out + [f'<p class="note">{escape(clock_line(w.clock))}</p>', f"<p><b>{escape(w.line)}</b></p>"]
+    if not len(ww):
+        return []
+    line = ""
+    if len(w.steps):
+        kept, line = largest_steps(ww.rename(columns={"unit": "step"}), "skew_ns", "skew", ms, "tracelab steps",
+                                   TABLE_STEPS)
+        ww = ww.loc[kept.index]
+    waits = {c: f"wait r{c[6:]} (ms)" for c in ww.columns if c.startswith("wait_r")}
+    waits.update({c: name for c, name in SPREAD_COLUMNS.items() if c in ww.columns})
+    first = ("unit", "gating_rank", "skew_ns")
+    columns = {**{k: v for k, v in WHO_WAITS_COLUMNS.items() if k in first}, **waits,
+               **{k: v for k, v in WHO_WAITS_COLUMNS.items() if k not in first}}
+    return ([f'<p class="note">{escape(line)}</p>'] if line else []) + [table(ww, columns)]
 
 
 def section(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison) -> list[str]:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import fmt
+from ..html import notes
 from ..html.figures import CATEGORY_AXIS, label
 from .analyse import MAX_ERROR, WhatIf
 from .bands import band
@@ -66,7 +67,7 @@ def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> li
     steps = w.steps.head(MAX_STEPS)
     out = [title, figure(_bars(steps, w.per_step), "")]
     out += [table(_scenario_rows(w), SCENARIO_COLUMNS), table(_step_rows(steps), STEP_COLUMNS)]
-    return out + [f'<p class="note">{escape(n)}</p>' for n in w.notes]
+    return out + [notes.folded([escape(n) for n in w.notes])]
 
 
 def _step_text(step) -> str:
