@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's tracelab, not an installed one
 import tracelab  # noqa: E402
-from tracelab.reports.steps.waits import analyse  # noqa: E402
+from tracelab.reports.timeline.waits import analyse  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 # capture -> (group, whether its windows as captured count: no rank has a lasting lead as captured)

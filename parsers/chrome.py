@@ -306,7 +306,7 @@ def _top_level_ops(names: list[str], pid: np.ndarray, thread: np.ndarray, start_
 def _collective_ranges(annotations: Picked, thread: np.ndarray, op_threads: set[int]) -> np.ndarray:
     """Mask of the annotations that are a CPU backend's collective as its worker thread runs
     it (`gloo:all_reduce` on a thread with no CPU operator): from the first rank's arrival
-    to the end, like a GPU collective kernel (reports/steps/collectives.py)."""
+    to the end, like a GPU collective kernel (reports/timeline/collectives.py)."""
     named = np.array([COLLECTIVE_RANGE.fullmatch(n) is not None for n in annotations.name], dtype=bool)
     return named & ~np.isin(thread, list(op_threads))
 

@@ -14,7 +14,7 @@ from .compare.compare import Comparison, lead_and_wait, lead_explains_wait, summ
 from .csvout import csv_text
 from .jsonout import dumps, records
 from .stats import MIN_LEAD_SHARE as MIN_LEAD
-from .steps.waits import material_lead
+from .timeline.waits import material_lead
 from .html.figures import MANY_RANKS, distribution
 
 
@@ -134,7 +134,7 @@ def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
 
 def straggler_line(row: pd.Series, measured: str) -> str:
     """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time").
-    A run with timed collectives has its who-waits verdict (`line`, reports/steps/waits.py)."""
+    A run with timed collectives has its who-waits verdict (`line`, reports/timeline/waits.py)."""
     where = f" in {row['group']}" if row["group"] else ""
     if row.get("line"):
         return f"{row['line'].split(':', 1)[0]}{where}:{row['line'].split(':', 1)[1]}"

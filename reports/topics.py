@@ -25,9 +25,10 @@ from .fixes.replays import rank_replays
 from .idle.idle import RankIdle
 from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
-from .steps import timeline
-from .steps.steps import has_times
-from .steps.waits import rank_waits
+from .timeline import intervals as timeline
+from .timeline.steps import has_times
+from .timeline.waits import rank_waits
+from .whatif.bound import path_bounds
 from .whatif.nodes import RankGraphReduce
 
 
@@ -67,7 +68,8 @@ TOPICS: tuple[Topic, ...] = (
     Topic("results", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
     # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
-    Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16)}, section="whatif.whatif_html:sections"),
+    Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds
+           section="whatif.whatif_html:sections"),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader},  # name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
                     "fixes.ddp:ddp_findings", "fixes.loader:loader_findings")),

@@ -1,7 +1,7 @@
 """Who waits on whom, per step, and whether one rank is the straggler of the run.
 
 Input: the matched collectives (collectives.collectives) and the events they came from.
-Pure functions; the verdict is a plain dict, its text made by `verdict_line` (reports/steps/straggler_text.py).
+Pure functions; the verdict is a plain dict, its text made by `verdict_line` (reports/timeline/straggler_text.py).
 
 Per collective, the last rank to arrive made the others wait `skew` = last - first
 arrival. A skew under the noise is nobody's: the clocks' uncertainty (twice the median
@@ -49,7 +49,7 @@ from .fmt import ms
 from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
 from .stats.noise import clock_spread_ns, noise_ns
 from .stats.tests import binomial_tail, signed_rank_p
-from .steps.timeline import _coverage, merge_intervals
+from .timeline.intervals import _coverage, merge_intervals
 
 SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab import schema
-from tracelab.reports.steps.collectives import collectives
+from tracelab.reports.timeline.collectives import collectives
 
 EXTRA_KERNEL = "extra_work"
 

@@ -1,10 +1,10 @@
 """Two collectives whose first arrivals tie (Kineto's microsecond clock) are two collectives, not
-one (reports/steps/collectives.match numbered them by the first arrival alone)."""
+one (reports/timeline/collectives.match numbered them by the first arrival alone)."""
 from __future__ import annotations
 
 import pandas as pd
 
-from tracelab.reports.steps.collectives import match
+from tracelab.reports.timeline.collectives import match
 
 
 def _rows(kernel: str, group: str, arrivals: list[int]) -> list[dict]:

@@ -108,7 +108,7 @@ def test_hta_ranks_aligned_rows_match_json():
 
 
 def test_hta_two_steps_name_no_straggler():
-    """Timed ranks are judged by who arrives last at the collectives, per step (reports/steps/waits.py),
+    """Timed ranks are judged by who arrives last at the collectives, per step (reports/timeline/waits.py),
     not by compute time: each of the two ranks gates one of the two steps, so none is named;
     the row still carries the most compute time, computed here from the JSON."""
     files = [shared_trace(rel) for rel in SAMPLED]

@@ -10,7 +10,7 @@ import pytest
 from tracelab.reports.fixes import ddp_steps
 from tracelab.reports.idle import host as H
 from tracelab.reports.idle import idle as I
-from tracelab.reports.steps.timeline import covered, run_cummax
+from tracelab.reports.timeline.intervals import covered, run_cummax
 from tracelab.schema import str_array
 
 RNG = np.random.default_rng(30)

@@ -1,5 +1,5 @@
 """Per-rank digests that share what they build (issue 30, second pass): the what-if graph made
-once per rank for idle's path bound and the whatif digest, the step rows once for who-waits and
+once per rank for the path_bounds and whatif digests, the step rows once for who-waits and
 idle, and the numpy rewrites of pandas steps, each against the plain formulation it replaced."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import tracelab
 from tracelab.reports import verdicts
 from tracelab.reports.compare.digests import BY
-from tracelab.reports.roofline.roofline import trace_device
+from tracelab.reports.roofs import trace_device
 from tracelab.reports.session import RANK_DIGESTS
 from tracelab.reports.stats import noise
-from tracelab.reports.steps import steps as S
+from tracelab.reports.timeline import steps as S
 from tracelab.reports.whatif import nodes
 from tracelab.schema import RankData, kind_mask
 
@@ -46,9 +46,9 @@ def test_the_graph_is_built_once_per_rank_and_equals_a_graph_of_its_own(name, mo
     for p in tracelab.load_many(DATA / name, workers=1):
         calls.clear()
         rank = RankData(p.events, p.meta, p.host, p.memory)
-        RANK_DIGESTS["idle"](rank)
+        RANK_DIGESTS["path_bounds"](rank)
         shared = RANK_DIGESTS["whatif"](rank)
-        assert len(calls) == 1  # idle's bound built it, whatif read it
+        assert len(calls) == 1  # path_bounds built it, whatif read it
         own = built(p.events, p.host, p.meta.rank, trace_device(p.meta))  # as the digest made it before
         assert _fields_equal(shared, own)
         assert shared is not rank.memo["whatif.graph"]  # its roofline times on a copy, the shared one unwritten

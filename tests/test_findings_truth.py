@@ -61,7 +61,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
     threads overlap: their sum would count that time twice), from its events."""
     (found,) = [f for f in _found([DATA / "gloo-2cpu-late"]) if "collective in flight" in f.text]
     from tracelab.loading import load
-    from tracelab.reports.steps.timeline import merge_intervals
+    from tracelab.reports.timeline.intervals import merge_intervals
     ev = load(DATA / "gloo-2cpu-late" / f"rank{found.evidence['rank']}.pt.trace.json.gz").events
     comm = ev[ev["op_class"] == "communication"]
     s, e = merge_intervals(comm["start_ns"].to_numpy(), (comm["start_ns"] + comm["dur_ns"]).to_numpy())

@@ -23,12 +23,21 @@ from tracelab.cli import app
 from tracelab.errors import TraceFormatError
 from tracelab.reports.idle import idle as I
 from tracelab.reports.idle.idle_text import idle_json
+from tracelab.reports.whatif.bound import path_bounds
+from tracelab.schema import RankData
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = {("small", "torch"): "host", ("large", "torch"): "gpu", ("small", "nsys"): "host", ("large", "nsys"): "gpu"}
 SYNC_NAMES = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaFree",
               "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}
 STEP = re.compile(r"step (\d+)")
+
+
+def _idle(events: pd.DataFrame, hosts: dict) -> I.Idle:
+    """I.idle with each rank's steps bound by its critical path, the whatif topic's path_bounds
+    digest of the rank, as the session joins them."""
+    bounds = {int(r): path_bounds(RankData(g, {}, hosts.get(int(r)))) for r, g in events.groupby("rank")}
+    return I.idle(events, hosts, bounds=bounds)
 
 
 def _trace(size: str, source: str) -> Path:
@@ -128,8 +137,9 @@ WALKS = {"torch": _kineto_walk, "nsys": _nsys_walk}
 def results() -> dict:
     out = {}
     for size, source in CAPTURES:
-        profiles = tracelab.load_many(_trace(size, source), reduce={"idle": I.RankIdle()})
-        out[size, source] = I.combine({p.rank: p.summary["idle"] for p in profiles})
+        profiles = tracelab.load_many(_trace(size, source), reduce={"idle": I.RankIdle(), "path_bounds": path_bounds})
+        out[size, source] = I.combine({p.rank: p.summary["idle"] for p in profiles},
+                                      {p.rank: p.summary["path_bounds"] for p in profiles})
     return out
 
 
@@ -221,7 +231,7 @@ def test_each_cause_on_a_hand_made_step() -> None:
     ])
     host = _host([("sync", "cudaStreamSynchronize", 120, 60), ("cpu_op", "aten::mm", 100, 150),
                   ("cpu_op", "aten::mm", 110, 50), ("step", "step 0", 0, 1000)])
-    result = I.idle(events, {0: host})
+    result = _idle(events, {0: host})
     row = result.steps.iloc[0]
     assert (row["idle_sync_ns"], row["idle_host_ns"], row["idle_launch_ns"], row["idle_dependency_ns"],
             row["idle_other_ns"]) == (60, 90, 50, 100, 10 + 50)
@@ -235,9 +245,9 @@ def test_each_cause_on_a_hand_made_step() -> None:
 
 def test_bound_is_the_largest_share() -> None:
     gpu = _frame([(7, 0, 1000, -10, 5), (7, 1010, 1000, 20, 5)])  # queued: a host launching after A ended paces it
-    assert I.idle(gpu, {0: _host([])}).steps["bound"].tolist() == ["gpu"]
+    assert _idle(gpu, {0: _host([])}).steps["bound"].tolist() == ["gpu"]
     host = _frame([(7, 0, 10, -10, 5), (7, 1010, 10, 1005, 5)])
-    assert I.idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
+    assert _idle(host, {0: _host([])}).steps["bound"].tolist() == ["host"]
 
 
 @pytest.mark.parametrize("busy, comm, host, dependency, other, want", [
@@ -293,7 +303,7 @@ def test_a_trace_without_launch_calls_is_all_other_and_says_so(tmp_path: Path) -
     broken.write_text(json.dumps(doc))
     profile = tracelab.load(broken)
     assert profile.events["launch_start_ns"].isna().all()
-    result = I.idle(profile.events, {0: profile.host})
+    result = _idle(profile.events, {0: profile.host})
     assert any("no launch calls" in n for n in result.notes)
     # no launch, so no step either (steps follow the launch): nothing to split, and it says so
     assert (result.steps["idle_other_ns"] == result.steps["idle_ns"]).all()
@@ -359,7 +369,7 @@ def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
     one = _frame([(7, 0, 100, -50, 10), (7, 300, 100, 250, 20)])
     frames = [one.assign(rank=np.int32(r), start_ns=one["start_ns"] + r, launch_start_ns=one["launch_start_ns"] + r)
               for r in range(17)]
-    result = I.idle(pd.concat(frames, ignore_index=True), {r: _host([]) for r in range(17)})
+    result = _idle(pd.concat(frames, ignore_index=True), {r: _host([]) for r in range(17)})
     assert len(result.steps) == 17 and (result.steps["idle_host_ns"] == 150).all()
     table = CliRunner().invoke(app, ["idle", "--help"]).stdout
     assert all(word in table for word in ("host:", "sync:", "launch:", "dependency:", "other:", "bound"))
@@ -376,7 +386,7 @@ def test_a_trace_without_steps_is_one_window(results) -> None:
     events = tracelab.load(_trace("small", "nsys")).events.assign(step=pd.NA)
     events["step"] = events["step"].astype("Int64")
     host = tracelab.load(_trace("small", "nsys")).host
-    result = I.idle(events, {0: host})
+    result = _idle(events, {0: host})
     row = result.steps.iloc[0]
     assert len(result.steps) == 1 and pd.isna(row["step"]) and any("one window" in n for n in result.notes)
     assert sum(row[c] for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
@@ -392,12 +402,10 @@ def test_sync_and_host_causes_on_a_capture_that_has_them(capture):
     calls' return is idle_sync_ns, non-zero under both profilers."""
     import json as _json
 
-    from tracelab.reports.idle.idle import idle as idle_of
-
     folder = DATA / capture
     expected = _json.loads((folder / "expected.results.json").read_text())
     profile = tracelab.load(next(p for p in folder.iterdir() if p.name.startswith("rank0.")))
-    steps = idle_of(profile.events, {profile.rank: profile.host}).steps
+    steps = _idle(profile.events, {profile.rank: profile.host}).steps
     assert len(steps) == expected["steps"]
     assert (steps["idle_host_ns"] >= expected["syncs"] * expected["host_ms"] * 1e6).all()
     assert (steps["idle_sync_ns"] > 0).all() and (steps["bound"] == "host").all()
@@ -446,7 +454,7 @@ def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() 
         score = np.c_[tuple(path[list(cols)].sum(axis=1) for cols in BOUNDS.values())]
         unclear = path["other_ns"].to_numpy() > score.max(axis=1)
         assert unclear.all() if want_unclear else not unclear.any()
-        steps = I.idle(p.events, {0: p.host}).steps
+        steps = _idle(p.events, {0: p.host}).steps
         by_step = dict(zip(steps["step"].tolist(), steps["bound"].tolist()))
         for step, u, best in zip(path["step"].tolist(), unclear.tolist(), np.argmax(score, axis=1).tolist()):
             assert by_step[step] == ("unclear" if u else list(BOUNDS)[best])
@@ -482,7 +490,7 @@ def test_a_launch_returning_long_before_its_op_starts_is_launch_latency_only_unt
         (8, 1_000_000, 50, 200, 300),              # gap 100-1,000,000: host 100-200, launch call 200-500
         (8, 1_000_100, 50, 1_000_040, 30),         # gap 1,000,050-1,000,100: launch running: all launch
     ])
-    row = I.idle(events, {0: _host([])}).steps.iloc[0]
+    row = _idle(events, {0: _host([])}).steps.iloc[0]
     assert row["idle_host_ns"] == 100 and row["idle_sync_ns"] == 0
     assert row["idle_launch_ns"] == (500 + lat - 200) + 50  # call and latency; the second gap's 50 ns are launch
     assert row["idle_dependency_ns"] == 1_000_000 - (500 + lat)  # queued on stream 8, nothing of it ran: waited

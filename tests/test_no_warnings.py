@@ -17,7 +17,7 @@ from tracelab.reports.breakdown import breakdown
 from tracelab.reports.compare import compare
 from tracelab.reports.html import html
 from tracelab.reports import text
-from tracelab.reports.steps import timeline
+from tracelab.reports.timeline import intervals as timeline
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [pytest.param("train-2gpu-torch", marks=pytest.mark.slow), "train-2gpu-proton",

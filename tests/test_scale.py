@@ -108,7 +108,7 @@ def test_tracelab_load_stays_the_function_once_its_module_is_imported():
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     import tracelab
     from tracelab.reports.compare import compare
-    from tracelab.reports.steps import timeline
+    from tracelab.reports.timeline import intervals as timeline
 
     folder = DATA / "train-2gpu-torch"
     profiles = tracelab.load_many(folder, workers=2, reduce=session.RANK_DIGESTS)
@@ -198,7 +198,8 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     import tracelab
     from tracelab.reports.compare import compare
     from tracelab.reports.html import html
-    from tracelab.reports.steps import steps_html, waits
+    from tracelab.reports.steps import steps_html
+    from tracelab.reports.timeline import waits
 
     folder = DATA / "gloo-2cpu-late"
     inputs = session.label([folder], [True], [tracelab.load_many(folder, workers=1)])
@@ -222,7 +223,7 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
 
     import tracelab
     from tracelab.reports.compare import compare
-    from tracelab.reports.steps import timeline
+    from tracelab.reports.timeline import intervals as timeline
 
     folder = DATA / "train-2gpu-torch"
     with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (session.RANK_DIGESTS, None))
@@ -293,7 +294,7 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
 
     import tracelab
     from tracelab.reports.compare import compare
-    from tracelab.reports.steps import waits
+    from tracelab.reports.timeline import waits
 
     lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": OnEvents(waits.rank_digest)}, keep_events=False)
     assert all(p.events.empty for p in lean)
@@ -336,7 +337,8 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     import numpy as np
 
     import tracelab
-    from tracelab.reports.steps import steps_text, waits
+    from tracelab.reports.steps import steps_text
+    from tracelab.reports.timeline import waits
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)

@@ -18,7 +18,7 @@ from shifted import make_late, ranks_from_one
 import tracelab
 from tracelab.options import Options
 from tracelab.reports.stats import tests as T
-from tracelab.reports.steps.waits import analyse
+from tracelab.reports.timeline.waits import analyse
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

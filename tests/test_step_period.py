@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from tracelab.loading import load
-from tracelab.reports.steps.collectives import activity
-from tracelab.reports.steps.steps import step_table
+from tracelab.reports.timeline.collectives import activity
+from tracelab.reports.timeline.steps import step_table
 
 DATA = Path(__file__).resolve().parent / "data"
 TRACE = DATA / "decode-1gpu-steps-torch/rank0.pt.trace.json.gz"

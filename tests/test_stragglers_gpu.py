@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab.reports.steps.waits import analyse, straggler_json
+from tracelab.reports.timeline.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
 NCCL = "ncclDevKernel_AllReduce"  # the one gradient all-reduce per step (the READMEs)
@@ -208,7 +208,7 @@ def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
     profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
     w = analyse(tracelab.events(profiles), {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     assert len(w.collectives) and set(w.collectives["rank"]) == {0, 1}
-    from tracelab.reports.steps.timeline import _coverage
+    from tracelab.reports.timeline.intervals import _coverage
     empty = np.empty(0, dtype=np.int64)
     assert list(_coverage(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
 
@@ -227,7 +227,7 @@ def _hatchet_nccl_ns(path: Path) -> int:
 
 @pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
 def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> None:
-    from tracelab.reports.steps.steps import per_step_totals
+    from tracelab.reports.timeline.steps import per_step_totals
     from tracelab.reports.verdicts import waits_from_comm_time
     ev = tracelab.events(list(_profiles(variant, "proton")))
     got = waits_from_comm_time(per_step_totals(ev, STEPS))
@@ -242,7 +242,7 @@ def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> Non
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_waits_from_comm_time_agree_with_timestamps(variant: str, source: str) -> None:
     """The reading proton gets, applied where timestamps exist, gives the waits they give."""
-    from tracelab.reports.steps.steps import per_step_totals
+    from tracelab.reports.timeline.steps import per_step_totals
     from tracelab.reports.verdicts import waits_from_comm_time
     got = waits_from_comm_time(per_step_totals(tracelab.events(list(_profiles(variant, source))), STEPS))
     waits = pd.DataFrame(_raw_waits(variant, source)).sum() / STEPS
@@ -334,7 +334,7 @@ def test_one_late_rank_among_64_is_named_by_how_often_it_gates(source: str) -> N
 
 
 def test_the_verdict_line_of_a_thousand_ranks_stays_short() -> None:
-    from tracelab.reports.steps.straggler_text import verdict_line
+    from tracelab.reports.timeline.straggler_text import verdict_line
 
     v = {"pattern": "none", "rank": None, "basis": "steps", "gated_by_rank": {r: int(r in (5, 9)) for r in range(1024)},
          "gated_units": 2, "p_value": 1.0, "last_at_collectives": {r: 3 * int(r == 5) for r in range(1024)},

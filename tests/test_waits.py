@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 import tracelab
 from tracelab.cli import app
 from tracelab.options import Options
-from tracelab.reports.steps import collectives as C
+from tracelab.reports.timeline import collectives as C
 from tracelab.reports import verdicts as V
 from tracelab.reports.stats import tests as T
-from tracelab.reports.steps.waits import analyse, straggler_json
+from tracelab.reports.timeline.waits import analyse, straggler_json
 
 DATA = Path(__file__).resolve().parent / "data"
 DECODE = DATA / "decode-2gpu-torch"
@@ -212,7 +212,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
     tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
     standard deviations."""
     from tracelab.inputs import run_info
-    from tracelab.reports.steps.steps import recorded_steps
+    from tracelab.reports.timeline.steps import recorded_steps
 
     per_step, noise = defaultdict(dict), []
     for src in ("torch", "nsys", "proton"):
@@ -455,7 +455,7 @@ def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() 
 
 def test_verdict_line_names_the_device_whatever_the_first_units_cause() -> None:
     """The line said "an idle work" where the first gated step was more work and the sum was idle."""
-    from tracelab.reports.steps.straggler_text import verdict_line
+    from tracelab.reports.timeline.straggler_text import verdict_line
 
     v = {"pattern": "straggler", "rank": 1, "basis": "steps", "gated_by_rank": {0: 0, 1: 2}, "gated_units": 2,
          "lateness_ns": 1e6, "p_value": 0.01, "last_at_collectives": {}, "collectives": 2, "alternation_p": None}

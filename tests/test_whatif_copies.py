@@ -105,8 +105,8 @@ def test_a_step_with_a_missing_edge_says_its_path_is_not_known():
     assert any(re.match(rf"steps? ([^:(]*, )?{step}\b[^:]*: an edge is missing", n) and "is not known" in n
                for n in w.notes)
     assert step not in rank_path_bounds(ev, base.host)["step"].tolist()  # no bound from an unknown path
-    from tracelab.reports.idle.idle import rank_idle, step_bound
-    idle = rank_idle(ev, base.host, "torch").steps.set_index("step")
+    from tracelab.reports.idle.idle import rank_idle, step_bound, with_path_bounds
+    idle = with_path_bounds(rank_idle(ev, base.host, "torch"), rank_path_bounds(ev, base.host)).steps.set_index("step")
     assert idle.loc[step, "bound_from"] == "causes" and idle.loc[step, "bound"] == step_bound(idle.loc[[step]].reset_index())[0]
     assert (idle.drop(index=step)["bound_from"] == "path").all()
     from tracelab.reports.findings.findings_more import _bound_basis

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tracelab
-from tracelab.reports.roofline.roofline import trace_device
+from tracelab.reports.roofs import trace_device
 from tracelab.reports.whatif import rank_graph, whatif
 from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 

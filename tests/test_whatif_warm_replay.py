@@ -1,4 +1,4 @@
-"""One rank's replay started from the measured times (what idle's path bound runs: bound.py)
+"""One rank's replay started from the measured times (what the path_bounds digest runs: bound.py)
 gives every node the same start and end as one started from nothing, in fewer rounds: the
 graph is acyclic once join has broken its cycles, so the replay has one solution, whatever it
 starts from. Checked on Kineto and nsys captures, with steps and without, CPU-only and GPU;

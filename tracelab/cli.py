@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from .commands import analyses, compare, outputs, run
+from .commands import analyses, compare, gate, outputs, run
 from .commands.common import _SESSIONS, EXIT_BAD_INPUT, said_notes
 from .errors import Interrupted
 
@@ -45,6 +45,7 @@ app.command(**_listed(analyses.idle, analyses.IDLE_HELP))(analyses.idle)
 app.command(**_listed(analyses.whatif, analyses.WHATIF_HELP))(analyses.whatif)
 app.command(**_listed(analyses.memory, analyses.MEMORY_HELP))(analyses.memory)  # issue 32
 app.command(**_listed(outputs.report))(outputs.report)
+app.command(**_listed(gate.gate, gate.GATE_HELP))(gate.gate)
 export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 export_app.command("perfetto", **_listed(outputs.export_perfetto))(outputs.export_perfetto)

@@ -111,7 +111,7 @@ class RankData(Memo):
     `meta`: its trace's meta; `host`: its host frame (HOST_COLUMNS), None where the source has none;
     `memory`: its memory frame (MEMORY_COLUMNS), None where the trace recorded none.
     `shared(key, make)`: what several reducers of this rank build alike (the what-if graph that
-    idle's path bound and the whatif digest both read), made once by the first to ask."""
+    the path_bounds and whatif digests both read), made once by the first to ask."""
 
     events: pd.DataFrame
     meta: Meta = field(default_factory=Meta)

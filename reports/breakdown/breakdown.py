@@ -83,7 +83,7 @@ def spread(table: pd.DataFrame, by: str) -> pd.DataFrame:
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: kernel, memcpy, memset and CPU-op time, events, and where
     timestamps exist the busy span (first start to last end), busy time and idle share."""
-    from ..steps.timeline import idle
+    from ..timeline.intervals import idle
 
     by_kind = df.pivot_table(index="rank", columns="kind", values="dur_ns", aggfunc="sum",
                              observed=False, fill_value=0)

@@ -16,7 +16,7 @@ import pandas as pd
 from tracelab.schema import str_array
 
 from ..stats import noise
-from ..steps import timeline
+from ..timeline import intervals as timeline
 from .digests import BY
 from ..session import Input
 
@@ -214,7 +214,7 @@ class Comparison:
 
 
 def comparison(inputs: list[Input], by: str = "scope,kernel") -> Comparison:
-    from ..steps.waits import run_verdicts
+    from ..timeline.waits import run_verdicts
 
     totals_df = totals(inputs)
     analysed: dict = {}

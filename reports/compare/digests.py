@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..stats import noise
-from ..steps import timeline
+from ..timeline import intervals as timeline
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {

@@ -21,11 +21,11 @@ from typing import Callable
 import pandas as pd
 
 from ..compare.compare import lead_and_wait, lead_explains_wait
-from ..steps.collectives import collective_type
+from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
 from .findings_more import CAUSE_TEXT, idle_findings
-from ..idle.idle import CAUSES, combine
+from ..idle.idle import CAUSES, of_input
 from ..topics import TOPICS
 from ..whatif.findings import with_savings
 
@@ -64,7 +64,7 @@ def _idle_cause(ev: Evidence, group: str, rank) -> tuple[str, str] | None:
     """(the largest idle cause (reports/idle.CAUSES), the bound of most steps) of `rank` of
     `group`, where its idle digest gives causes; None where it does not."""
     found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
-    steps = combine({rank: found[0].digest("idle")}).steps if found else None
+    steps = of_input(found[0]).steps if found else None
     if steps is None or not len(steps) or not steps["idle_ns"].sum():
         return None
     return max(CAUSES, key=lambda c: steps[c].sum()), str(steps["bound"].mode().iloc[0])

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..steps.collectives import collective_type
-from ..idle.idle import covered
-from ..steps.timeline import merge_intervals, timed
+from ..timeline.collectives import collective_type
+from ..timeline.intervals import covered
+from ..timeline.intervals import merge_intervals, timed
 
 COLUMNS = ["step", "allreduces", "kernels", "msg_bytes", "comm_ns", "exposed_ns", "tail_ns", "span_ns"]
 WHOLE = -1

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ...schema import OP_CLASSES
 from ..stats import MAD_TO_SD, noise
-from ..steps import timeline
+from ..timeline import intervals as timeline
 from ..compare.compare import Comparison, measured
 from ..session import Input
 

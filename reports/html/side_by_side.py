@@ -49,7 +49,7 @@ def only(events: pd.DataFrame, labels: list[str] | None) -> pd.DataFrame:
 
 def step_time_boxes(inputs: list[Input]) -> dict | None:
     """One chart for the question "how long is a step, and how steady?": the traced step time
-    (first to last GPU activity of the step, CPU operators' in a CPU-only run: reports/steps/steps.py) of every run side by side, a
+    (first to last GPU activity of the step, CPU operators' in a CPU-only run: reports/timeline/steps.py) of every run side by side, a
     box per run (all its ranks' steps), or per rank for one run of up to MANY_RANKS ranks;
     every step a point where there are few. None where no input has steps."""
     one_run = len({i.group for i in inputs}) == 1 and len(inputs) <= MANY_RANKS

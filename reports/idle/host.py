@@ -10,7 +10,7 @@ import pandas as pd
 
 from tracelab.schema import kind_mask
 
-from ..steps.timeline import covered, merge_intervals, run_cummax
+from ..timeline.intervals import covered, merge_intervals, run_cummax
 
 OP_COLUMNS = ["rank", "kind", "name", "covered_ns", "host_idle_ns"]
 LAUNCH_COLUMNS = ["rank", "steps", "kernels", "kernels_per_step", "launched", "graph_launches", "delay_median_ns",

@@ -22,7 +22,8 @@ starting together, the one launched first). With L = the start of that op's laun
   whose next op has no launch call in the trace.
 
 They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is what most of the
-step's critical path on this rank is made of (reports/whatif/bound.py: compute ->
+step's critical path on this rank is made of (the whatif topic's path_bounds digest, joined
+here by with_path_bounds: compute ->
 gpu, transfers and waits -> communication, host, launch and sync -> host), so that no view
 disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `host` where the
 host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
@@ -37,21 +38,21 @@ gaps) and the launch statistics per rank: reports/idle/host.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from tracelab.schema import RankData
 
-from ..steps.steps import shared_step_rows, step_rows
-from ..steps.timeline import covered, run_cummax, timed
+from ..timeline.steps import shared_step_rows, step_rows
+from ..timeline.intervals import covered, run_cummax, timed
 from .host import LAUNCH_COLUMNS, OP_COLUMNS, TOP_OPS, empty, host_ops, launch_stats, sync_union
-from ..whatif.bound import UNCLEAR, with_path_bound
-from ..whatif.nodes import shared_graph
 
+UNCLEAR = "unclear"  # no bound: a step's path (the whatif topic's path_bounds digest) or its causes name none
 CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
-# bound_from: "path" where the step's critical path gave its bound (whatif/bound.py), "causes" where
+# bound_from: "path" where the step's critical path gave its bound (with_path_bounds), "causes" where
 # the path is not known (an edge is missing) or was not made, and step_bound's rule on the causes did
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound",
                 "bound_from"]
@@ -97,9 +98,10 @@ class RankIdle:
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,
               top: int | None = TOP_OPS, shared: RankData | None = None) -> Idle:
     """Idle by cause of one rank's events (module docstring), with its host frame (None: no
-    sync calls or CPU ops known; sync idle then counts as host). `shared`: the RankData of these
-    frames where the caller has it: the what-if graph (whatif/bound.rank_path_bounds) and the
-    step rows (steps.shared_step_rows) other digests of the rank make are read from it, not made again."""
+    sync calls or CPU ops known; sync idle then counts as host). Each step's bound is its causes'
+    (step_bound) until with_path_bounds joins the critical path's. `shared`: the RankData of these
+    frames where the caller has it: the step rows (steps.shared_step_rows) other digests of the
+    rank make are read from it, not made again."""
     rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
@@ -113,9 +115,7 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     in_step = windows["step"].notna().to_numpy()
     gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
-    graph_of = (lambda: shared_graph(shared)) if shared is not None else None
-    # each step's bound from its critical path, so that idle and whatif agree, where the host's idle backs it
-    steps = host_needs_host_idle(with_path_bound(_step_table(base, gaps), events, host, graph_of))
+    steps = _step_table(base, gaps)
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     ops = host_ops(gaps, host, rank, top, sync)
@@ -219,6 +219,22 @@ UNCLEAR_WHY = "GPU gaps that no launch, stream order or wait in the trace explai
 UNCLEAR_CAUSES_WHY = "waits and gaps the trace does not explain make most of its idle"
 
 
+def with_path_bounds(one: Idle, bounds: pd.DataFrame | None) -> Idle:
+    """One rank's Idle whose steps take the bound of their critical path where `bounds` (the
+    whatif topic's path_bounds digest of the rank: step, path_bound) gives one, so that idle and
+    whatif agree, and where the host's idle backs it (host_needs_host_idle); the rest keep their
+    causes'. A trace without steps is matched through its one window (step NA, -1 in `bounds`)."""
+    if bounds is None or not len(bounds) or not len(one.steps):
+        return one
+    by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
+    keys = [int(s) if s == s else -1 for s in one.steps["step"].to_numpy(dtype=np.float64, na_value=np.nan).tolist()]
+    path = np.array([k in by_step for k in keys])
+    steps = one.steps.assign(bound=np.array([by_step.get(k, b) for k, b in zip(keys, one.steps["bound"].tolist())],
+                                            dtype=object),
+                             bound_from=np.where(path, "path", one.steps["bound_from"].to_numpy(dtype=object)))
+    return replace(one, steps=host_needs_host_idle(steps))
+
+
 def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
     """Step rows whose critical path says host-bound while the GPU waited on the host (host,
     launch and sync idle) for less than HOST_BOUND_SHARE of the step take their idle causes'
@@ -277,9 +293,12 @@ def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> lis
     return notes
 
 
-def combine(by_rank: dict[int, Idle]) -> Idle:
+def combine(by_rank: dict[int, Idle], bounds: Mapping[int, pd.DataFrame | None] | None) -> Idle:
     """Ranks' idle summaries (RankIdle) by rank as one Idle, each under its rank (as resolved
-    after parsing), sorted by step and rank; the hint line when any step is host-bound."""
+    after parsing), their steps bound by their critical paths (`bounds`: each rank's path_bounds
+    digest, by rank; None where no path was made), sorted by step and rank; the hint line when
+    any step is host-bound."""
+    by_rank = {r: with_path_bounds(p, (bounds or {}).get(r)) for r, p in by_rank.items()}
     steps, ops, launches = (_stacked({r: getattr(p, k) for r, p in by_rank.items()}) for k in ("steps", "ops", "launches"))
     out = Idle(steps.sort_values(["step", "rank"], kind="stable", ignore_index=True)
                if steps is not None else empty(STEP_COLUMNS),
@@ -309,21 +328,25 @@ def _stacked(by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame | None:
 
 
 def of_input(i) -> Idle:
-    """An input's (reports.session.Input) idle digest as combine() gives it, under its rank: made
-    once per input, for the idle finding and the idle section alike."""
-    return i.shared(("idle", i.rank), lambda: combine({i.rank: i.digest("idle")}))
+    """An input's (reports.session.Input) idle digest as combine() gives it, under its rank, its
+    steps bound by their critical paths (its path_bounds digest): made once per input, for the
+    idle finding and the idle section alike."""
+    return i.shared(("idle", i.rank), lambda: combine({i.rank: i.digest("idle")}, {i.rank: i.digest("path_bounds")}))
 
 
-def idle(events: pd.DataFrame, hosts: dict[int, pd.DataFrame | None] | None = None, top: int | None = TOP_OPS) -> Idle:
-    """Idle by cause of a frame of any ranks, with each rank's host frame (`hosts`, by rank)."""
+def idle(events: pd.DataFrame, hosts: dict[int, pd.DataFrame | None] | None = None, top: int | None = TOP_OPS,
+         bounds: Mapping[int, pd.DataFrame | None] | None = None) -> Idle:
+    """Idle by cause of a frame of any ranks, with each rank's host frame (`hosts`, by rank) and
+    its steps' critical-path bounds (`bounds`, by rank: combine's; None: the causes' bounds)."""
     return combine({int(r): rank_idle(g, (hosts or {}).get(int(r)), None, top)
-                    for r, g in events.groupby("rank", sort=True)})
+                    for r, g in events.groupby("rank", sort=True)}, bounds)
 
 
-def idle_columns(step_table: pd.DataFrame, by_rank: dict[int, Idle]) -> pd.DataFrame:
-    """`tracelab steps`' step rows with idle_ns, CAUSES and bound (RankIdle summaries by rank)
-    beside them; NA where a rank has none."""
-    idle_steps = combine(by_rank).steps[["step", "rank", "idle_ns", *CAUSES, "bound"]]
+def idle_columns(step_table: pd.DataFrame, by_rank: dict[int, Idle],
+                 bounds: Mapping[int, pd.DataFrame | None] | None) -> pd.DataFrame:
+    """`tracelab steps`' step rows with idle_ns, CAUSES and bound (RankIdle summaries by rank,
+    bound by combine's `bounds`) beside them; NA where a rank has none."""
+    idle_steps = combine(by_rank, bounds).steps[["step", "rank", "idle_ns", *CAUSES, "bound"]]
     out = step_table.merge(idle_steps.astype({c: "Int64" for c in ("idle_ns", *CAUSES)}), on=["step", "rank"],
                            how="left")
     return out

@@ -5,7 +5,7 @@
 A process per (run, rank), a track per stream, kernels, copies and sets as complete
 ("X") events; scopes as slices over the kernels they hold on their stream, and steps
 (where the events carry a `step` column) on a track of their own; each collective
-matched across the ranks of a run (reports/steps/collectives.py) linked by flow events. Pure:
+matched across the ranks of a run (reports/timeline/collectives.py) linked by flow events. Pure:
 no file is read or written here (the CLI writes the dict).
 
 Clocks: each trace's start_ns counts from its own first event. A run's ranks are put on
@@ -25,12 +25,12 @@ import pandas as pd
 
 from ... import limits
 from ...errors import UsageError
-from ..steps import collectives as C
+from ..timeline import collectives as C
 from ..html.slices import lanes, scope_slices, step_slices
 from ..session import Input
-from ..steps.timeline import clock_offsets
+from ..timeline.intervals import clock_offsets
 
-MATCHING = ("reports/steps/collectives.py: the i-th launch of a communication kernel of one message size on one "
+MATCHING = ("reports/timeline/collectives.py: the i-th launch of a communication kernel of one message size on one "
             "rank is the i-th such launch on every other rank of its run (streams need not have the same id)")
 SCOPE_NOTE = "a scope slice spans the kernels it holds on that stream (first start to last end)"
 
@@ -45,7 +45,7 @@ def timed_rows(events: pd.DataFrame) -> pd.DataFrame:
 
 def align(comm: pd.DataFrame, epochs: dict[int, int | None]) -> tuple[dict[int, int], str, pd.DataFrame]:
     """rank -> ns to add to its start_ns, how that was found, and the run's matched
-    collectives on that clock (reports/steps/collectives.py), from every rank's communication rows
+    collectives on that clock (reports/timeline/collectives.py), from every rank's communication rows
     (collectives.comm_rows; `epochs` names the run's ranks). The traces' epoch starts where
     every rank gives one and the collectives' ends then agree (collectives.clock_check); else
     each rank's offset from the collective ends (collectives.end_offsets, the median over

@@ -31,7 +31,9 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
-from tracelab.schema import Meta, RankData
+from tracelab.schema import RankData
+
+from ..roofs import least_time_ns, min_ns_of, traffic
 
 BY_CHOICES = ("kernel", "scope", "op_class")
 GB_S_HEADER = "GB/s r+w"  # the column's convention, said where it is shown
@@ -87,50 +89,6 @@ def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any
     return out
 
 
-def _traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(HBM bytes, host-link bytes) per row (module docstring)."""
-    moved = events["bytes"].to_numpy(dtype=np.float64)
-    copy = (events["kind"] == "memcpy").to_numpy()
-    device_to_device = copy.copy()  # of the copies, those within or between devices (names tested: copies only)
-    device_to_device[copy] = (events["name"][copy].astype(str).str.contains(r"DtoD|Device -> Device|PtoP", regex=True)
-                              .to_numpy(dtype=bool))
-    host = copy & ~device_to_device
-    hbm = np.where(device_to_device, 2 * moved, np.where(host, np.nan, moved))
-    return hbm, np.where(host, moved, np.nan)
-
-
-def _min_ns(events: pd.DataFrame, device: Device | None, dtype: np.ndarray | None = None,
-            traffic: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(min_ns, compute_ns, memory_ns) per row; NaN where no roof applies or no work is known.
-    `dtype` (the rows' dtype as str) and `traffic` (_traffic's), where the caller has them."""
-    n = len(events)
-    if device is None:
-        nan = np.full(n, np.nan)
-        return nan, nan, nan
-    codes, dtypes = pd.factorize(events["dtype"].astype(str).to_numpy() if dtype is None else dtype)  # a peak per dtype
-    peak = np.array([device.peak_tflop_s(d) or np.nan for d in dtypes], dtype=np.float64)[codes]
-    compute_ns = events["flops"].to_numpy(dtype=np.float64) / (peak * 1e3)  # TFLOP/s = 1e3 FLOP/ns
-    hbm, host = _traffic(events) if traffic is None else traffic
-    memory_ns = hbm / device.hbm_gb_s  # GB/s = bytes/ns
-    if device.host_link_gb_s:
-        memory_ns = np.where(np.isnan(host), memory_ns, host / device.host_link_gb_s)
-    return np.fmax(compute_ns, memory_ns), compute_ns, memory_ns
-
-
-def least_time_ns(events: pd.DataFrame, min_ns: np.ndarray) -> np.ndarray:
-    """The least time each row could take: its roofline time (`min_ns`, NaN unknown), but never
-    under the least duration of any row of its kind (kernel, memcpy, memset) among `events`, one
-    rank's: no op runs faster than the fastest of its kind in the trace (a kernel's fixed cost of
-    some microseconds: 16 bytes in 5 us lose nothing to the roofline)."""
-    kind = events["kind"]
-    codes = (kind.cat.codes.to_numpy() if isinstance(kind.dtype, pd.CategoricalDtype) else pd.factorize(kind)[0])
-    if not len(codes):
-        return min_ns
-    least = np.full(int(codes.max()) + 1, np.inf)
-    np.minimum.at(least, codes, events["dur_ns"].to_numpy(dtype=np.float64))
-    return np.where(np.isnan(min_ns), min_ns, np.fmax(min_ns, least[codes]))
-
-
 def _row_bound(events: pd.DataFrame, compute_ns: np.ndarray, memory_ns: np.ndarray) -> np.ndarray:
     memoryish = events["op_class"].isin(MEMORY_CLASSES).to_numpy() | (events["kind"] != "kernel").to_numpy()
     bound = np.empty(len(events), dtype=object)
@@ -146,11 +104,11 @@ def roofline(events: pd.DataFrame, device: Device | None, by: str = "kernel",
     """The rows of one rank's events grouped by `by` (module docstring); pure."""
     on = (events["kind"] != "cpu_op").to_numpy()
     gpu = events if on.all() else events[on]  # most traces: every row is GPU work, no copy
-    dtype, traffic = gpu["dtype"].astype(str).to_numpy(), _traffic(gpu)
-    min_ns, compute_ns, memory_ns = _min_ns(gpu, device, dtype, traffic)
+    dtype, moved = gpu["dtype"].astype(str).to_numpy(), traffic(gpu)
+    min_ns, compute_ns, memory_ns = min_ns_of(gpu, device, dtype, moved)
     known = (~gpu["flops"].isna() | ~gpu["bytes"].isna()).to_numpy()
     dur = gpu["dur_ns"].to_numpy(dtype=np.float64)
-    hbm, host = traffic
+    hbm, host = moved
     rank = int(events["rank"].iloc[0]) if len(events) else None
     frame = {  # the rows' columns as arrays, grouped by key in _grouped (no frame of the rows is made)
         "key": gpu[by].astype(str).to_numpy(), "dur_ns": dur, "count": gpu["count"].to_numpy(),
@@ -231,16 +189,6 @@ def to_records(result: Roofline, top: int | None = None) -> list[dict[str, Any]]
         out.append({k: (None if isinstance(v, float) and math.isnan(v) else
                         int(v) if k.endswith("_ns") or k in ("count", "rank") else v) for k, v in row.items()})
     return out
-
-
-def trace_device(meta: Meta) -> Device | None:
-    """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
-    from tracelab.devices import detect
-
-    for props in meta.devices.values():
-        if isinstance(props, dict) and (found := detect(props)):
-            return found
-    return None
 
 
 class RankRoofline:

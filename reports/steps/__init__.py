@@ -1,1 +1,2 @@
-"""Steps, collectives and who waits on whom: per step and rank, the straggler verdict."""
+"""The steps topic: per step and rank, the who-waits table and the straggler verdict in words
+(the analysis is the timeline layer's: reports/timeline/waits.py)."""

@@ -1,6 +1,6 @@
 """The report's steps section (reports/html/html.py calls `sections`): per run of several timed
 ranks, step x rank heatmaps of step time and wait, the who-waits table per step, the
-clock and the verdict with its numbers (reports/steps/waits.py). Rendering only."""
+clock and the verdict with its numbers (reports/timeline/waits.py). Rendering only."""
 from __future__ import annotations
 
 from html import escape
@@ -13,7 +13,7 @@ from ..fmt import ms
 from ..many_steps import largest_steps
 from ..html.side_by_side import ranks_drawn
 from .steps_text import MANY_RANKS, clock_line
-from .waits import Waits, run_waits, straggler_json
+from ..timeline.waits import Waits, run_waits, straggler_json
 
 WHO_WAITS_COLUMNS = {"unit": "step", "gating_rank": "gating rank", "skew_ns": "skew (ms)", "cause": "why",
                      "extra_work_ns": "more busy (ms)", "extra_idle_ns": "more idle (ms)",

@@ -12,7 +12,7 @@ from ..csvout import csv_text
 from ..fmt import ms_cell, us
 from ..jsonout import dumps, records
 from ..many_steps import MAX_STEP_ROWS, largest, largest_steps
-from .waits import Waits, straggler_json
+from ..timeline.waits import Waits, straggler_json
 
 
 MANY_RANKS = 16  # above this many ranks, per-rank columns and rows become spreads (median, most, which rank)

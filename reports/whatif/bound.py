@@ -4,7 +4,7 @@ kernels' compute nor the host's launching), `communication` where transfers and 
 launches and syncs do; `unclear` where the path's `other` (the GPU's own gaps, and starts no
 launch, stream order or wait in the trace explains) outweighs each of them: such a step is
 called no one's bound. A step whose unexplained delays (edges.py) make its path unknown gives
-no bound here at all: its idle causes give it (with_path_bound). Per rank, from
+no bound here at all: its idle causes give it (reports/idle/idle.with_path_bounds). Per rank, from
 the rank's own graph (its collectives' waits estimated, no peer needed), so that `tracelab idle`
 and `steps` can state it in the worker that parsed the rank, and every view agrees. Pure."""
 from __future__ import annotations
@@ -14,10 +14,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tracelab.schema import RankData
+
+from ..timeline.intervals import timed
 from .analyse import unexplained_in
 from .edges import MAX_UNEXPLAINED
 from .join import join
-from .nodes import RankGraph, rank_graph
+from .nodes import RankGraph, rank_graph, shared_graph
 from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
@@ -65,30 +68,21 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
                         "path_bound": _bound(by),
                         **{c: by[c] for c in COLUMNS[2:]}})
     # a step where an edge is missing (whatif's path_known false): its path is not known, so it
-    # gives no bound; the step keeps the one its idle causes give (with_path_bound)
+    # gives no bound; the step keeps the one its idle causes give
     known = unexplained_in(g, win) <= MAX_UNEXPLAINED * (win["end_ns"] - win["begin_ns"]).to_numpy()
     return out[known].reset_index(drop=True)
 
 
-def with_path_bound(step_rows: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame | None,
-                    graph_of: Callable[[], RankGraph] | None = None) -> pd.DataFrame:
-    """Step rows of one rank (a `step` and a `bound` column) whose bound becomes that of each
-    step's critical path where the path gives one (one answer in every view); the rest keep theirs. A trace
-    without steps is matched through its one window (step NA or -1). `graph_of`: rank_path_bounds'."""
-    if not len(step_rows):
-        return step_rows
+def path_bounds(rank: RankData) -> pd.DataFrame:
+    """The whatif topic's per-rank digest of each step's critical-path bound (COLUMNS; step -1 for
+    a trace without steps), made in the worker that parses the rank from the graph the whatif
+    digest shares (nodes.shared_graph): idle and steps label their steps with it through the
+    session, so they never build this engine themselves and every view agrees. No rows where
+    the rank has no GPU timeline or its replay does not settle (times that contradict): those
+    steps keep the bound their idle causes give."""
+    if not len(timed(rank.events)):
+        return pd.DataFrame(columns=COLUMNS)
     try:
-        bounds = rank_path_bounds(events, host, graph_of)
-    except ReplayError:  # the replay did not settle (times that contradict): keep the causes' bound
-        return step_rows
-    if not len(bounds):
-        return step_rows
-    step = step_rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)
-    by_step = dict(zip(bounds["step"].tolist(), bounds["path_bound"].tolist()))
-    old = step_rows["bound"].to_numpy(dtype=object)
-    keys = [int(s) if s == s else -1 for s in step.tolist()]
-    bound = [by_step.get(k, b) for k, b in zip(keys, old.tolist())]
-    out = step_rows.assign(bound=np.array(bound, dtype=object))
-    if "bound_from" in out.columns:  # which rule gave it: the findings say "by its critical path" only where that did
-        out["bound_from"] = np.where([k in by_step for k in keys], "path", out["bound_from"].to_numpy(dtype=object))
-    return out
+        return rank_path_bounds(rank.events, rank.host, lambda: shared_graph(rank))
+    except ReplayError:
+        return pd.DataFrame(columns=COLUMNS)

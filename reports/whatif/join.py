@@ -13,8 +13,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..steps import collectives as C
-from ..steps.timeline import clock_offsets
+from ..timeline import collectives as C
+from ..timeline.intervals import clock_offsets
 from .cycles import break_cycles
 from .edges import Edges, chain_order, rank_edges
 from .nodes import COLL, NONE, RankGraph

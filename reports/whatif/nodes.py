@@ -29,9 +29,9 @@ import pandas as pd
 from tracelab.devices import Device
 from tracelab.schema import RankData, kind_mask, str_array
 
-from ..steps.collectives import CPU_COLLECTIVE
-from ..roofline.roofline import _min_ns, least_time_ns, trace_device  # the per-row least time, as roofline has it
-from ..steps.timeline import timed
+from ..timeline.collectives import CPU_COLLECTIVE
+from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
+from ..timeline.intervals import timed
 
 # node kinds
 LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
@@ -178,7 +178,7 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
         op_class=np.r_[_filled(n_h, "host"), str_array(gpu["op_class"])],
         msg_bytes=np.r_[np.full(n_h, np.nan), gpu["msg_bytes"].to_numpy(dtype=np.float64)],
         process_group=np.r_[_filled(n_h, ""), str_array(gpu["process_group"])],
-        roof_ns=np.r_[np.full(n_h, np.nan), least_time_ns(gpu, _min_ns(gpu, device)[0]) if device is not None
+        roof_ns=np.r_[np.full(n_h, np.nan), least_time_ns(gpu, min_ns_of(gpu, device)[0]) if device is not None
                       else np.full(len(gpu), np.nan)],
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
@@ -235,8 +235,8 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
 
 
 def shared_graph(rank: RankData) -> RankGraph:
-    """The rank's graph without roofline times, made once per rank (RankData.shared): idle's
-    path bound (whatif/bound.py) and the whatif digest read the same one."""
+    """The rank's graph without roofline times, made once per rank (RankData.shared): the
+    path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
     meta = rank.meta
     return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank))
 
@@ -248,7 +248,7 @@ def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None)
     if device is None or graph.cpu_only or not len(gpu):
         return replace(graph, notes=list(graph.notes))
     gpu = gpu.reset_index(drop=True)
-    roof = np.r_[np.full(len(graph) - len(gpu), np.nan), least_time_ns(gpu, _min_ns(gpu, device)[0])]
+    roof = np.r_[np.full(len(graph) - len(gpu), np.nan), least_time_ns(gpu, min_ns_of(gpu, device)[0])]
     return replace(graph, roof_ns=roof, notes=list(graph.notes))
 
 

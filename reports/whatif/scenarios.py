@@ -43,8 +43,8 @@ from tracelab import limits
 from tracelab.errors import UsageError
 from tracelab.regexes import compiled, matches
 
-from ..steps import collectives as C
-from ..steps.timeline import covered, merge_intervals
+from ..timeline import collectives as C
+from ..timeline.intervals import covered, merge_intervals
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params

@@ -129,14 +129,15 @@ def idle(
 ) -> None:
     from ..reports.idle.idle import RankIdle, combine, labelled
     from ..reports.idle.idle_text import IDLE_RENDERERS
-    from ..reports.session import digest_key
+    from ..reports.session import digest_key, rank_digests
 
     _check_choice("--format", fmt, tuple(IDLE_RENDERERS))
     top = _top(top)
     key = digest_key("idle", RankIdle(top))
-    session = open_session(paths, _options(step, scheduler), rank=rank,
-                           digests={key: RankIdle(top), **findings_digests(fmt)})
-    parts = [(r.name, combine({p.rank: p.summary[key] for p in r.profiles})) for r in session.usable("idle")]
+    session = open_session(paths, _options(step, scheduler), rank=rank,  # each step's bound: whatif's path_bounds
+                           digests={key: RankIdle(top), **rank_digests(("path_bounds",)), **findings_digests(fmt)})
+    parts = [(r.name, combine({p.rank: p.summary[key] for p in r.profiles},
+                              {p.rank: p.summary["path_bounds"] for p in r.profiles})) for r in session.usable("idle")]
     _emit(IDLE_RENDERERS[fmt](labelled(parts), top))
     end_on_findings(fmt, session, "idle")
 

@@ -70,7 +70,7 @@ def _tree_diff(paths: list[str]) -> None:
 def _with_steps(session, n_steps: int | None):
     """Ranks without step instances (proton) get meta.steps: --steps, else the steps their
     run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
-    from ..reports.steps.steps import recorded_steps
+    from ..reports.timeline.steps import recorded_steps
 
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
@@ -110,16 +110,17 @@ def steps(
     the gating rank was late (more GPU work before the collective, or an idle GPU); then the
     run's verdict: a straggler only when it gates a significant majority of steps."""
     from ..reports.idle.idle import RankIdle
-    from ..reports.session import digest_key
+    from ..reports.session import digest_key, rank_digests
     from ..reports.steps.steps_text import STEPS_RENDERERS
-    from ..reports.steps.waits import STEP_DIGESTS
+    from ..reports.timeline.waits import STEP_DIGESTS
 
     _check_choice("--format", fmt, tuple(STEPS_RENDERERS))
     if n_steps is not None and n_steps < 1:
         raise UsageError("--steps", f"must be at least 1, not {n_steps}")
     idle = digest_key("idle", RankIdle(0))
     session = open_session(paths, _options(step, scheduler), rank=rank,
-                           digests={**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0)})  # digested in its worker
+                           digests={**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0),
+                                    **rank_digests(("path_bounds",))})  # digested in its worker
     parts = [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
     _emit(each_run(STEPS_RENDERERS[fmt], fmt, parts))
     end_on_findings(fmt, session)
@@ -147,8 +148,8 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     import pandas as pd
 
     from ..reports.idle.idle import idle_columns
-    from ..reports.steps.steps import per_step_totals, recorded_steps
-    from ..reports.steps.waits import analyse_digests
+    from ..reports.timeline.steps import per_step_totals, recorded_steps
+    from ..reports.timeline.waits import analyse_digests
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
@@ -158,5 +159,6 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
     if len(w.steps):  # the idle columns beside each step row
-        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles})
+        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles},
+                               {p.rank: p.summary["path_bounds"] for p in profiles})
     return w, totals, untimed

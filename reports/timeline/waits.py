@@ -23,7 +23,7 @@ from . import steps as S
 from ..fmt import us
 from .straggler_text import verdict_line
 from .. import verdicts as V
-from .timeline import clock_offsets
+from .intervals import clock_offsets
 
 
 @dataclass

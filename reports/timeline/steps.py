@@ -17,7 +17,7 @@ import pandas as pd
 from tracelab.schema import RankData, kind_mask
 
 from .collectives import activity
-from .timeline import merge_intervals
+from .intervals import merge_intervals
 
 COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "period_ns",
            "wait_ns"]

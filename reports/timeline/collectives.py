@@ -24,7 +24,7 @@ import pandas as pd
 
 from tracelab.schema import kind_mask
 
-from .timeline import timed
+from .intervals import timed
 
 # NCCL's bus-bandwidth factor per collective type and rank count n (nccl-tests,
 # doc/PERFORMANCE.md): busbw = algbw * factor(n).

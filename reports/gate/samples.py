@@ -1,0 +1,227 @@
+"""Each run's metrics as samples, one value per step (or one per run for the workload's own
+figures), and the tables that explain a change (GPU time by kernel, scope and rank; memory
+live at the peak by group). Pure: a run's ranks and run.json in, frames out.
+
+A run's step is the job's: its time is the slowest rank's (max over ranks), its GPU time,
+exposed communication, idle and launches the ranks' sum, its memory peak the highest rank's.
+The step time is the unprofiled one where the run folder's results record it (the same
+steps timed with the profiler off: the profiler's own cost is no regression), else the
+traced span of the step (first GPU activity to last).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracelab.schema import RankData, kind_mask
+
+from ..results.runs import RESULTS, results_of
+from ..timeline.collectives import activity
+from ..timeline.steps import shared_step_rows
+
+STEP_TIME = "step_time"
+TRACED_STEP_TIME = "traced_step_time"
+TIME, BYTES, COUNT, VALUE = "ns", "bytes", "count", ""  # metric units
+WHYS = ("kernel", "scope")  # the groups of GPU time a time metric's change is explained by
+COMM = "communication"
+
+
+@dataclass
+class RankGate:
+    """What the gate needs of one rank, made in the worker that parsed it: per step its span,
+    kernels, compute and exposed communication (steps.step_rows), and its GPU time per step by
+    op class x kernel and op class x scope (time and count)."""
+
+    steps: pd.DataFrame
+    groups: pd.DataFrame  # step, by, name, op_class, dur_ns, count
+
+
+def rank_gate(rank: RankData) -> RankGate:
+    """RankGate of one rank (load_many's reduce). GPU time is the kernels' (a CPU run's: its
+    operators', as `tracelab steps` counts them)."""
+    rows = activity(rank.events)
+    rows = rows[kind_mask(rows, ("kernel", "cpu_op")) & rows["step"].notna().to_numpy()]
+    frame = pd.DataFrame({"step": rows["step"].to_numpy(dtype=np.int64, na_value=0),
+                          "op_class": rows["op_class"].astype(str).to_numpy(),
+                          "dur_ns": rows["dur_ns"].to_numpy(dtype=np.int64), "count": 1})
+    parts = []
+    for by in WHYS:
+        names = rows[by].astype(object).where(rows[by].notna(), rows["name"].astype(object)).astype(str).to_numpy()
+        g = frame.assign(name=names).groupby(["step", "op_class", "name"], sort=False)[["dur_ns", "count"]].sum()
+        parts.append(g.reset_index().assign(by=by))
+    steps = shared_step_rows(rank) if len(rows) else pd.DataFrame(columns=["step", "kernels", "span_ns"])
+    return RankGate(steps, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame())
+
+
+GATE_DIGESTS = ("idle", "memory")  # the registry's digests the gate reads beside its own
+
+
+@dataclass
+class RunSamples:
+    """One run: `steps` (index: step; columns: metric names; values per step), `figures` (metric
+    -> one value for the run), its ranks, what explains a change (`why`: by, name, metric,
+    value per step) and the units and directions of its metrics."""
+
+    name: str
+    steps: pd.DataFrame
+    figures: dict[str, float]
+    why: pd.DataFrame
+    units: dict[str, str]
+    higher_is_better: set[str] = field(default_factory=set)
+    step_source: str = "traced"
+
+
+def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> RunSamples:
+    """The samples of one run from its ranks' digests ((rank, {digest name: digest})) and run.json."""
+    gates = [(r, d["gate"]) for r, d in ranks]
+    cols, units, why = {}, {}, []
+    _time_metrics(gates, cols, units, why)
+    _idle_metrics([(r, d.get("idle")) for r, d in ranks], cols, units, why)
+    _memory_metrics([(r, d.get("memory")) for r, d in ranks], info, cols, units, why)
+    source = "traced"
+    unprofiled = _unprofiled_ns(info)
+    if unprofiled is not None:
+        if STEP_TIME in cols:  # the traced span stays, beside: it is what the why explains
+            cols[TRACED_STEP_TIME], units[TRACED_STEP_TIME] = cols[STEP_TIME], TIME
+        units[STEP_TIME] = TIME
+        cols[STEP_TIME], source = pd.Series(unprofiled, index=pd.RangeIndex(len(unprofiled), name="step")), "unprofiled"
+    figures, higher = _figures(info)
+    steps = pd.DataFrame({k: v for k, v in cols.items() if k != STEP_TIME})
+    steps = pd.concat([cols[STEP_TIME].rename(STEP_TIME), steps], axis=1) if STEP_TIME in cols else steps
+    units.update({k: VALUE for k in figures})
+    return RunSamples(name, steps, figures, pd.concat(why, ignore_index=True) if why else _no_why(),
+                      units, higher, source)
+
+
+def _no_why() -> pd.DataFrame:
+    return pd.DataFrame(columns=["metric", "by", "name", "value"])
+
+
+def _per_step(values: pd.DataFrame, by: list[str], column: str) -> pd.Series:
+    """Mean per step of `column` summed over rows of each `by` key: what a group adds to a step."""
+    n = max(values["step"].nunique(), 1)
+    return values.groupby(by, sort=False)[column].sum() / n
+
+
+def _time_metrics(gates: list[tuple[int, RankGate]], cols: dict, units: dict, why: list) -> None:
+    """Traced step time, GPU time by class, exposed communication and launches per step, and their causes."""
+    steps = pd.concat([g.steps.assign(rank=r) for r, g in gates if len(g.steps)], ignore_index=True) \
+        if any(len(g.steps) for _, g in gates) else None
+    groups = pd.concat([g.groups.assign(rank=r) for r, g in gates if len(g.groups)], ignore_index=True) \
+        if any(len(g.groups) for _, g in gates) else None
+    if steps is None or groups is None:
+        return
+    steps = steps.astype({"step": "int64"})
+    cols[STEP_TIME] = steps.groupby("step")["span_ns"].max().astype("float64")
+    cols["exposed_comm"] = steps.groupby("step")["exposed_comm_ns"].sum().astype("float64")
+    cols["launches"] = steps.groupby("step")["kernels"].sum().astype("float64")
+    units.update({STEP_TIME: TIME, "exposed_comm": TIME, "launches": COUNT})
+    kernels = groups[groups["by"] == "kernel"]
+    for op_class, rows in kernels.groupby("op_class"):
+        metric = f"gpu_time:{op_class}"
+        cols[metric] = rows.groupby("step")["dur_ns"].sum().reindex(cols[STEP_TIME].index, fill_value=0).astype("float64")
+        units[metric] = TIME
+        for by in WHYS:
+            why.append(_named(_per_step(groups[(groups["by"] == by) & (groups["op_class"] == op_class)], ["name"],
+                                        "dur_ns"), metric, by))
+        why.append(_named(_per_step(rows, ["rank"], "dur_ns"), metric, "rank"))
+    work = groups[groups["op_class"] != COMM]  # a rank waiting at a collective is not the cause of a slower step
+    for by in WHYS:
+        why.append(_named(_per_step(work[work["by"] == by], ["name"], "dur_ns"), STEP_TIME, by))
+    why.append(_named(_per_step(steps, ["rank"], "compute_ns"), STEP_TIME, "rank"))
+    why.append(_named(_per_step(steps, ["rank"], "exposed_comm_ns"), "exposed_comm", "rank"))
+    why.append(_named(_per_step(kernels[kernels["op_class"] == COMM], ["name"], "dur_ns"), "exposed_comm", "kernel"))
+    why.append(_named(_per_step(kernels, ["name"], "count"), "launches", "kernel"))
+    why.append(_named(_per_step(steps, ["rank"], "kernels"), "launches", "rank"))
+
+
+def _named(values: pd.Series, metric: str, by: str) -> pd.DataFrame:
+    return pd.DataFrame({"metric": metric, "by": by, "name": values.index.astype(str), "value": values.to_numpy()})
+
+
+def _idle_metrics(idles: list[tuple[int, object]], cols: dict, units: dict, why: list) -> None:
+    """GPU idle per step by cause (reports/idle), summed over ranks; by rank for the why."""
+    from ..idle.idle import CAUSES
+
+    frames = [i.steps.assign(rank=r) for r, i in idles if i is not None and len(i.steps) and i.steps["step"].notna().any()]
+    if not frames:
+        return
+    steps = pd.concat(frames, ignore_index=True).astype({"step": "int64"})
+    for cause in CAUSES:
+        metric = f"idle:{cause.removeprefix('idle_').removesuffix('_ns')}"
+        cols[metric] = steps.groupby("step")[cause].sum().astype("float64")
+        units[metric] = TIME
+        why.append(_named(_per_step(steps, ["rank"], cause), metric, "rank"))
+
+
+def _memory_metrics(memories: list[tuple[int, object]], info: dict | None, cols: dict, units: dict,
+                    why: list) -> None:
+    """Peak allocated and reserved per step (the highest rank's): torch.cuda's own counters where
+    the run folder's results hold them, else the trace's memory rows; what was live at each
+    rank's peak by group (reports/memory) for the why."""
+    frames = [m.steps.assign(rank=r) for r, m in memories if m is not None and len(m.steps) and m.steps["step"].notna().any()]
+    if frames:
+        steps = pd.concat(frames, ignore_index=True).astype({"step": "int64"})
+        for metric, column in (("peak_allocated", "peak_allocated_bytes"), ("peak_reserved", "reserved_bytes")):
+            if steps[column].notna().any():
+                cols[metric] = steps.groupby("step")[column].max().astype("float64")
+                units[metric] = BYTES
+                why.append(_named(_per_step(steps, ["rank"], column), metric, "rank"))
+        tops = pd.concat([m.top.assign(rank=r) for r, m in memories if m is not None and len(m.top)], ignore_index=True) \
+            if any(m is not None and len(m.top) for _, m in memories) else None
+        if tops is not None and "peak_allocated" in cols:
+            for by, rows in tops.groupby("by", sort=False):
+                # a group's bytes at the peak of the rank that holds the most of it: what grew there
+                per_rank = rows.groupby(["rank", "name"])["bytes"].sum() / max(rows["step"].nunique(), 1)
+                why.append(_named(per_rank.groupby(level="name").max(), "peak_allocated", str(by)))
+    for metric, key in (("peak_allocated", "step_peak_allocated_bytes"), ("peak_reserved", "step_peak_reserved_bytes")):
+        counted = _counter(info, key)
+        if counted is not None:  # the allocator's own count of the same steps: exact, where recorded
+            cols[metric], units[metric] = counted, BYTES
+
+
+def _counter(info: dict | None, key: str) -> pd.Series | None:
+    """A per-step list the train rows record, the highest rank's per step; None where none recorded it."""
+    lists = [row.get(key) for figs in results_of(info or {}) for row in (figs.get("rows") or [])[:1]
+             if isinstance(row, dict)]
+    lists = [[float(x) for x in v] for v in lists if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v)]
+    if not lists:
+        return None
+    n = min(map(len, lists))
+    return pd.Series(np.max([v[:n] for v in lists], axis=0), index=pd.RangeIndex(n, name="step"))
+
+
+def _unprofiled_ns(info: dict | None) -> list[float] | None:
+    """The steps timed with the profiler off (results' unprofiled_step_ns_samples, at the top of a
+    rank's results or in its one row), the slowest rank's per step; None where none were timed."""
+    lists = []
+    for figs in results_of(info or {}):
+        rows = figs.get("rows") if isinstance(figs.get("rows"), list) else []
+        for holder in [figs, *rows[:1]]:
+            v = holder.get("unprofiled_step_ns_samples") if isinstance(holder, dict) else None
+            if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+                lists.append([float(x) for x in v])
+    if not lists:
+        return None
+    n = min(map(len, lists))
+    return list(np.max([v[:n] for v in lists], axis=0))
+
+
+def _figures(info: dict | None) -> tuple[dict[str, float], set[str]]:
+    """The workload's own figures of the run (reports/results RESULTS: tokens/s, MFU, ...), one
+    value each, and those where higher is better; the step time and peak memory are measured per step instead."""
+    if not info:
+        return {}, set()
+    figs = results_of(info)
+    out, higher = {}, set()
+    for label, value_of, up in RESULTS.get(str(info.get("workload")), []):
+        if label.startswith(("step time", "peak memory")):
+            continue
+        value = value_of(figs)
+        if value is not None:
+            out[f"result:{label}"] = float(value)
+            if up:
+                higher.add(f"result:{label}")
+    return out, higher

@@ -1,0 +1,241 @@
+"""tracelab gate: A/A pairs on real captures pass; A/B pairs with a real change fail with its
+cause (a late rank's extra matrix products, a rank holding 16 MiB more), the figures checked
+against walks of the raw Kineto JSON; the verdict's rules on samples made by hand; JUnit XML in
+pytest's junitxml shape, Markdown's table, strict JSON; thresholds from options and TOML; bad
+input as one line, exit 2."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracelab.commands.common import _options
+from tracelab.commands.gate import side_samples
+from tracelab.reports.gate.gate_text import RENDERERS
+from tracelab.reports.gate.samples import RunSamples
+from tracelab.reports.gate.thresholds import thresholds
+from tracelab.reports.gate.verdict import TOO_FEW, WITHIN, Thresholds, gate
+
+from helpers import run_cli, run_cli_output, strict_json
+
+DATA = Path(__file__).parent / "data"
+EQUAL, LATE = DATA / "ddp-2gpu-equal-torch", DATA / "ddp-2gpu-late-torch"
+MEM_EQUAL, MEM_MORE = DATA / "train-2cpu-memory-equal-torch", DATA / "train-2cpu-memory-torch"
+STEP = re.compile(r"(?:ProfilerStep#|step )(\d+)")  # the default step ranges
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[Path, list[RunSamples]]:
+    """Each capture's samples, parsed once for the module (the command's own opening)."""
+    return {folder: side_samples([str(folder)], _options()) for folder in (EQUAL, LATE, MEM_EQUAL, MEM_MORE)}
+
+
+def _doc(runs, a: Path, b: Path, limits: Thresholds = Thresholds(), fmt: str = "json"):
+    """The gate of a against b as the command renders it (JSON: the parsed document)."""
+    text = RENDERERS[fmt](gate(runs[a], runs[b], limits))
+    return strict_json(text) if fmt == "json" else text
+
+
+def _metric(doc: dict, name: str) -> dict:
+    (m,) = [m for m in doc["metrics"] if m["metric"] == name]
+    return m
+
+
+@lru_cache(maxsize=None)
+def _raw_kernels(path: Path) -> tuple[Counter, Counter]:
+    """Per step: kernels launched inside ProfilerStep#N (launch call's time on its pid), and the
+    ns of those launched inside an `extra_work` range: a plain walk of the Kineto JSON."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    ranges = {name: [(e["pid"], e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                     if e.get("cat") == "user_annotation" and re.fullmatch(name, e["name"])]
+              for name in (STEP.pattern, "extra_work")}
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    count, extra_ns = Counter(), Counter()
+    for e in events:
+        call = launches.get(e.get("args", {}).get("correlation")) if e.get("cat") == "kernel" else None
+        if call is None:
+            continue
+        inside = lambda name: [n for pid, a, b, n in ranges[name] if pid == call["pid"] and a <= call["ts"] < b]
+        step = inside(STEP.pattern)
+        if step:
+            s = int(STEP.fullmatch(step[-1]).group(1))
+            count[s] += 1
+            extra_ns[s] += round(e["dur"] * 1000) if inside("extra_work") else 0
+    return count, extra_ns
+
+
+@pytest.mark.parametrize("folder", [EQUAL, MEM_EQUAL])
+def test_the_same_run_on_both_sides_passes_with_no_change(runs, folder):
+    doc = _doc(runs, folder, folder)
+    assert doc["passed"] and doc["metrics"] and all(m["verdict"] in (WITHIN, TOO_FEW) for m in doc["metrics"])
+    assert all(m["relative"] in (0.0, None) for m in doc["metrics"])
+
+
+def test_a_late_rank_fails_the_gate_named_with_its_extra_work(runs):
+    doc = _doc(runs, EQUAL, LATE)
+    assert not doc["passed"]
+    gemm = _metric(doc, "gpu_time:gemm")
+    assert gemm["regression"] and gemm["verdict"] == "slower" and gemm["relative"] > 10
+    why = {(c["by"], c["name"]): c for c in gemm["why"]}
+    ranks = [c for c in gemm["why"] if c["by"] == "rank"]
+    assert ranks[0]["name"] == "1" and ranks[0]["share"] > 0.95  # the late rank is the change
+    extra = why[("scope", "extra_work")]
+    _, raw_extra = _raw_kernels(LATE / "rank1.pt.trace.json.gz")
+    assert extra["baseline"] == 0 and extra["candidate"] == pytest.approx(sum(raw_extra.values()) / 8, rel=1e-6)
+    assert extra["share"] > 0.95
+
+
+def test_launches_per_step_are_the_raw_kernels_of_both_ranks(runs):
+    doc = _doc(runs, EQUAL, LATE)
+    for side, folder in (("baseline", EQUAL), ("candidate", LATE)):
+        per_step = Counter()
+        for rank in (0, 1):
+            per_step.update(_raw_kernels(folder / f"rank{rank}.pt.trace.json.gz")[0])
+        assert _metric(doc, "launches")[side] == np.median(list(per_step.values()))
+
+
+def test_a_rank_holding_more_memory_fails_named_with_what_was_live(runs):
+    doc = _doc(runs, MEM_EQUAL, MEM_MORE)
+    peak = _metric(doc, "peak_allocated")
+    raw = [max(e["args"]["Total Allocated"] for e in json.loads(gzip.open(f / "rank1.pt.trace.json.gz").read())
+                ["traceEvents"] if e.get("name") == "[memory]") for f in (MEM_EQUAL, MEM_MORE)]
+    assert not doc["passed"] and peak["regression"] and peak["verdict"] == "grew"
+    assert peak["candidate"] - peak["baseline"] == raw[1] - raw[0] == 16 << 20
+    why = {(c["by"], c["name"]): c for c in peak["why"]}
+    assert why[("scope", "extra_memory")]["candidate"] == 16 << 20 and why[("rank", "1")]["share"] == 1.0
+    assert not _metric(doc, "launches")["regression"]  # one more op per step: beyond the noise, not 5%
+
+
+def test_thresholds_from_options_and_a_config_file(runs, tmp_path):
+    doc = _doc(runs, EQUAL, LATE, thresholds(None, ["gpu_time:*=off", "idle:other=1000%"], None))
+    assert doc["passed"] and _metric(doc, "gpu_time:gemm")["threshold"] is None
+    config = tmp_path / "gate.toml"
+    config.write_text('[gate]\nmax-regression = "2%"\n[gate.metrics]\n"gpu_time:*" = "off"\n"idle:*" = "off"\n')
+    doc = _doc(runs, EQUAL, LATE, thresholds(None, [], config))
+    assert doc["passed"] and _metric(doc, "launches")["threshold"] == 0.02
+    doc = _doc(runs, EQUAL, LATE, thresholds("off", ["gpu_time:gemm=50%"], config))
+    assert [m["metric"] for m in doc["metrics"] if m["regression"]] == ["gpu_time:gemm"]
+    assert _metric(doc, "launches")["threshold"] is None
+
+
+@pytest.mark.slow
+def test_the_command_exits_1_on_a_regression_and_0_with_it_allowed(capsys, tmp_path):
+    status, out, _ = run_cli_output(capsys, "gate", str(EQUAL), str(LATE))
+    assert status == 1 and "gate: FAIL" in out and "scope extra_work" in out
+    config = tmp_path / "gate.toml"
+    config.write_text('[gate.metrics]\n"gpu_time:*" = "off"\n"idle:*" = "off"\n')
+    status, out, _ = run_cli_output(capsys, "gate", "-b", str(EQUAL), "-c", str(LATE), "--config", str(config))
+    assert status == 0 and "gate: pass" in out
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--metric", "step_time=fast"], "'fast' is not a threshold"),
+    (["--metric", "step_time"], "is not NAME=THRESHOLD"),
+    (["--max-regression", "-5%"], "is not a threshold"),
+    (["--format", "xml"], "--format"),
+])
+def test_bad_options_are_one_line_and_exit_2(capsys, args, said):
+    status, err = run_cli(capsys, "gate", str(EQUAL), str(EQUAL), *args)
+    assert status == 2 and len(err) == 1 and said in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("text", ["[gate\n", "[gate]\nmax_regression = 5\n", "[gate]\nmetrics = 3\n"])
+def test_a_broken_config_is_one_line_naming_the_file(capsys, tmp_path, text):
+    config = tmp_path / "gate.toml"
+    config.write_text(text)
+    status, err = run_cli(capsys, "gate", str(EQUAL), str(EQUAL), "--config", str(config))
+    assert status == 2 and len(err) == 1 and str(config) in err[0]
+
+
+@pytest.mark.parametrize("args", [[str(EQUAL)], [str(EQUAL)] * 3, [str(EQUAL), "--baseline", str(EQUAL)],
+                                  ["--baseline", str(EQUAL)], [str(EQUAL), "/nonexistent/run"]])
+def test_sides_that_cannot_be_told_are_refused(capsys, args):
+    status, err = run_cli(capsys, "gate", *args)
+    assert status == 2 and len(err) == 1
+
+
+def test_junit_has_pytests_shape_a_case_per_metric_a_failure_per_regression(runs):
+    doc = _doc(runs, EQUAL, LATE)
+    root = ET.fromstring(_doc(runs, EQUAL, LATE, fmt="junit").encode())
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    failed = [c.get("name") for c in cases if c.find("failure") is not None]
+    assert [c.get("name") for c in cases] == [m["metric"] for m in doc["metrics"]]
+    assert failed == [m["metric"] for m in doc["metrics"] if m["regression"]] and failed
+    assert suite.get("tests") == str(len(cases)) and suite.get("failures") == str(len(failed))
+    assert suite.get("errors") == "0" and suite.get("skipped") == "0"
+    assert all(set(c.attrib) == {"classname", "name", "time"} for c in cases)
+    gemm = next(c for c in cases if c.get("name") == "gpu_time:gemm").find("failure")
+    assert "scope extra_work" in gemm.text and gemm.get("message").startswith("gpu_time:gemm slower")
+
+
+def test_markdown_is_a_table_of_every_metric_and_the_why_of_each_regression(runs):
+    lines = _doc(runs, MEM_EQUAL, MEM_MORE, fmt="markdown").splitlines()
+    header = lines.index("| metric | baseline | candidate | change | verdict | detectable | max | samples | gate |")
+    assert re.fullmatch(r"\|(---\|)+", lines[header + 1])
+    rows = [line for line in lines[header + 2:] if line.startswith("| ")]
+    assert len(rows) == len(_doc(runs, MEM_EQUAL, MEM_MORE)["metrics"]) and all(r.count(" | ") == 8 for r in rows)
+    assert lines[0] == "### tracelab gate: FAIL (1 regressions)"
+    assert "- scope extra_memory: 0 B -> 16.00 MiB per step (+100.0% of the change)" in lines
+
+
+@pytest.mark.slow
+def test_a_folder_of_run_folders_is_its_runs_as_repeats(capsys, tmp_path):
+    (tmp_path / "base").mkdir()
+    for n in (1, 2):
+        (tmp_path / "base" / f"run{n}").symlink_to(EQUAL)
+    status, out, _ = run_cli_output(capsys, "gate", str(tmp_path / "base"), str(EQUAL), "--format", "json")
+    doc = strict_json(out)
+    assert status == 0 and len(doc["baseline"]) == 2 and _metric(doc, "step_time")["n_baseline"] == 16
+
+
+# ---- the verdict's rules, on samples made by hand -------------------------------------------------
+
+def _run(name: str, steps: dict[str, list[float]], units: dict[str, str]) -> RunSamples:
+    return RunSamples(name, pd.DataFrame(steps), {}, pd.DataFrame(columns=["metric", "by", "name", "value"]), units)
+
+
+@pytest.mark.parametrize("a, b, verdict, regression", [
+    ([100.0] * 8, [100.0] * 8, WITHIN, False),
+    ([100, 101, 99, 100, 102, 98, 100, 101], [110, 111, 109, 110, 112, 108, 110, 111], "slower", True),
+    ([100, 101, 99, 100, 102, 98, 100, 101], [103, 104, 102, 103, 105, 101, 103, 104], WITHIN, False),  # 3%: a run wanders as much
+    ([100, 130, 70, 100, 140, 60, 100, 120], [110, 140, 80, 110, 150, 70, 110, 130], WITHIN, False),
+    ([100, 100.5, 100, 100.5, 100, 100.5], [103, 103.5, 103, 103.5, 103, 103.5], "slower", False),  # < 5%
+    ([100, 100, 100], [200, 200, 200], TOO_FEW, False),  # 3 against 3: no interval at 95%
+])
+def test_timed_verdicts(a, b, verdict, regression):
+    g = gate([_run("a", {"step_time": a}, {"step_time": "ns"})], [_run("b", {"step_time": b}, {"step_time": "ns"})])
+    (m,) = g.metrics
+    assert (m.verdict, m.regression, g.passed) == (verdict, regression, not regression)
+
+
+def test_counted_metrics_are_beyond_noise_only_where_the_steps_do_not_overlap():
+    units = {"peak_allocated": "bytes"}
+    apart = gate([_run("a", {"peak_allocated": [10.0, 10, 10]}, units)], [_run("b", {"peak_allocated": [11.0, 11, 11]}, units)])
+    overlap = gate([_run("a", {"peak_allocated": [10.0, 12, 10]}, units)], [_run("b", {"peak_allocated": [11.0, 13, 11]}, units)])
+    assert apart.metrics[0].verdict == "grew" and apart.metrics[0].regression and apart.metrics[0].detectable == 0
+    assert overlap.metrics[0].verdict == WITHIN and overlap.metrics[0].detectable == pytest.approx(0.2)
+
+
+def test_a_change_within_the_repeats_spread_is_within_noise():
+    units = {"step_time": "ns"}
+    steady = [100, 101, 99, 100, 101, 99, 100, 100]
+    base = [_run("a1", {"step_time": steady}, units), _run("a2", {"step_time": [x + 12 for x in steady]}, units)]
+    cand = [_run("b", {"step_time": [x + 10 for x in steady]}, units)]
+    (m,) = gate(base, cand).metrics
+    assert m.verdict == WITHIN and m.detectable >= 0.11
+
+
+def test_thresholds_exact_name_beats_patterns_and_the_last_pattern_wins():
+    t = Thresholds(0.05, (("gpu_time:*", 0.1), ("gpu_time:gemm", None), ("gpu_time:*", 0.2)))
+    assert (t.of("gpu_time:gemm"), t.of("gpu_time:memory"), t.of("step_time")) == (None, 0.2, 0.05)
