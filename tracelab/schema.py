@@ -119,6 +119,9 @@ class RankData(Memo):
     memory: pd.DataFrame | None = None
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # Memo.shared's
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "meta", Meta.of(self.meta))  # a dict given is checked into a Meta, as Profile's
+
 
 def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:
     """Whether each row's `kind` is one of `kinds`: by the categorical's codes where it is one
