@@ -1,7 +1,8 @@
 """Every question tracelab answers, registered in one place: a `Topic` names its per-rank digests
 (made in the worker that parses each rank, read through reports/session.Input.digest), its
 findings sources and its report section. reports/session.py, reports/findings/findings.py and
-reports/html/html.py iterate TOPICS; nothing else names a topic's modules to hook it in.
+reports/html/html.py iterate TOPICS, and tracelab/cli.py registers each topic's command; nothing
+else names a topic's modules to hook it in.
 
 Digests are objects (analyses, picklable for the workers); findings and sections are named
 "module:function" under tracelab.reports and imported when used, so this registry sits below
@@ -9,6 +10,8 @@ the renderers that read it (no import cycle) and the workers never import plotly
 
     findings: fn(ev: findings.Evidence) -> list[Finding]
     section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
+    command:  a tracelab.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
+              (the CLI imports it when it runs, never a worker)
 """
 from __future__ import annotations
 
@@ -38,12 +41,16 @@ class Topic:
     digests: dict[str, Callable[[Any], Any]] = field(default_factory=dict)  # name -> fn(rank: RankData)
     findings: tuple[str, ...] = ()  # "module:function" under tracelab.reports, in order
     section: str | None = None  # "module:function" under tracelab.reports
+    command: str | None = None  # "module:NAME" under tracelab.reports
 
     def findings_sources(self) -> list[Callable]:
         return [_resolve(ref) for ref in self.findings]
 
     def section_renderer(self) -> Callable | None:
         return _resolve(self.section) if self.section else None
+
+    def command_spec(self):
+        return _resolve(self.command) if self.command else None
 
 
 def _resolve(ref: str) -> Callable:
@@ -52,27 +59,33 @@ def _resolve(ref: str) -> Callable:
 
 
 TOPICS: tuple[Topic, ...] = (
+    Topic("breakdown", command="breakdown.command:COMMAND"),
     Topic("compare", {"timeline": OnEvents(digests.rank_timeline), "comm_kernels": OnEvents(timeline.comm_kernels),
                       "sums": OnEvents(digests.rank_sums), "noise": OnEvents(digests.rank_noise),
                       "span": OnEvents(digests.rank_span), "has_times": OnEvents(has_times),
-                      "segments": OnEvents(timeline.rank_segments)}),  # the timeline figure's bins, exact
+                      "segments": OnEvents(timeline.rank_segments)},  # the timeline figure's bins, exact
+          command="compare.command:COMMAND"),
     Topic("steps", {"waits": rank_waits, "first_ns": OnEvents(digests.first_start),
                     "cpu_comm": OnEvents(digests.rank_cpu_comm)},
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",
                     "findings.findings_more:cpu_comm_findings"),
-          section="steps.steps_html:section"),
+          section="steps.steps_html:section", command="steps.command:COMMAND"),
     Topic("roofline", {"roofline": rank_roofline}, findings=("findings.findings_more:roofline_findings",),
-          section="roofline.roofline_html:sections"),
+          section="roofline.roofline_html:sections", command="roofline.command:COMMAND"),
     Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
-          section="idle.idle_html:sections"),
+          section="idle.idle_html:sections", command="idle.command:COMMAND"),
     Topic("results", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
-    # issue 27: each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
+    # each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds
-           section="whatif.whatif_html:sections"),
+          section="whatif.whatif_html:sections", command="whatif.command:COMMAND"),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader},  # name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
                     "fixes.ddp:ddp_findings", "fixes.loader:loader_findings")),
     Topic("memory", {"memory": RankMemoryDigest()}, findings=("memory.findings:memory_findings",),
-          section="memory.memory_html:sections"),  # issue 32
+          section="memory.memory_html:sections", command="memory.command:COMMAND"),
 )
+
+# the order `tracelab --help` lists the topics' commands in (TOPICS' order is the report's); a topic
+# not named here is listed after these
+LISTED = ("breakdown", "roofline", "compare", "steps", "idle", "whatif", "memory")

@@ -41,6 +41,8 @@ LEFT = {
     ("gate/gate_text.py", "results"),
     ("gate/samples.py", "idle"),
     ("gate/samples.py", "results"),
+    # steps shows each step's idle columns: idle's digest and join, to reach through the registry
+    ("steps/command.py", "idle"),
 }
 
 

@@ -28,7 +28,7 @@ def test_loader_named_with_its_fix_and_its_time(capsys):
     loader = [f for f in found if "data loader" in f]
     assert len(loader) == 1 and "num_workers=N" in loader[0]
     assert f"{loader_us / 1000 / steps:.1f} ms per step" in loader[0]
-    graphs = [f for f in found if "CUDA graph" in f]
+    graphs = [f for f in found if "capture the step in a CUDA graph" in f]
     assert graphs and all("what if" not in f and "at most" in f for f in graphs)  # its bound, not the loader's saving
 
 

@@ -75,7 +75,7 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     noise, and the note says what was compared."""
     from pathlib import Path
 
-    from tracelab.commands.compare import _with_steps
+    from tracelab.reports.compare.command import with_steps as _with_steps
     from tracelab.inputs import label_inputs
     from tracelab.options import Options
     from tracelab.session import Session

@@ -7,12 +7,38 @@ import signal
 import sys
 
 import typer
+from typer.core import TyperGroup
 
-from .commands import analyses, compare, gate, outputs, run
+from .commands import gate, outputs, run
 from .commands.common import _SESSIONS, EXIT_BAD_INPUT, said_notes
 from .errors import Interrupted
 
+
+class _Commands(TyperGroup):
+    """The app's commands: each topic's first (reports/topics.py), then those registered below. The
+    topics' are made when the app runs: their analyses import pandas, `import tracelab.cli` does not."""
+
+    def __init__(self, *, commands=None, **attrs) -> None:
+        super().__init__(commands={**_topic_commands(), **(commands or {})}, **attrs)
+
+
+def _topic_commands() -> dict:
+    """name -> click command of each topic that has one, in reports/topics.LISTED order, then TOPICS'."""
+    from .commands.topic import command_function
+    from .reports.topics import LISTED, TOPICS
+
+    made = {}
+    for topic in sorted((t for t in TOPICS if t.command), key=lambda t: (*LISTED, t.name).index(t.name)):
+        spec = topic.command_spec()
+        one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        fn = command_function(spec)
+        one.command(topic.name, **_listed(fn, spec.help))(fn)
+        made[topic.name] = typer.main.get_command(one)
+    return made
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
          "torch.profiler (Kineto JSON) and nsys (SQLite) traces into one schema.",
     epilog="Examples:  tracelab run decode --ranks 2  |  tracelab breakdown rank0.hatchet --by scope  |  "
@@ -36,14 +62,7 @@ def _listed(fn, help_text: str | None = None) -> dict:
     return {"short_help": first.group(1) if first else flat, **({"help": help_text} if help_text else {})}
 
 
-# one short function per command (tracelab/commands/), registered in the order `--help` lists them
-app.command(**_listed(analyses.breakdown))(analyses.breakdown)
-app.command(**_listed(analyses.roofline))(analyses.roofline)
-app.command(**_listed(compare.compare))(compare.compare)
-app.command(**_listed(compare.steps))(compare.steps)
-app.command(**_listed(analyses.idle, analyses.IDLE_HELP))(analyses.idle)
-app.command(**_listed(analyses.whatif, analyses.WHATIF_HELP))(analyses.whatif)
-app.command(**_listed(analyses.memory, analyses.MEMORY_HELP))(analyses.memory)  # issue 32
+# each topic's command comes first (_Commands); the others are registered here, in the order `--help` lists them
 app.command(**_listed(outputs.report))(outputs.report)
 app.command(**_listed(gate.gate, gate.GATE_HELP))(gate.gate)
 export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_help=True)

@@ -36,7 +36,7 @@ BANDS = {
     # whatif-step-1gpu-torch: 1.124 ms predicted, 1.140 ms timed under one whole-step CUDA graph (H100)
     "no-host-gaps": Band(-0.014, -0.014, "one H100 training step against the same step under one whole-step CUDA "
                                          "graph; torch.compile's reduce-overhead, several graphs, ran 2.2x slower "
-                                         "than that", "H100 step against its CUDA graph"),
+                                         "than that", "H100 step pair, eager against captured"),
     # three 2-rank gloo runs, late every other step: -5.6%, -8.9%, -15.3%; gloo-2cpu-equal: 13% claimed, no straggler
     "balance": Band(-0.153, -0.056, "2 gloo CPU ranks, 3 runs, against the steps without the late rank; it leans "
                                     "low because it evens the ranks' own noise too: on a CPU job without a "

@@ -36,6 +36,9 @@ SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Addres
                                                                       "Needs pip install 'tracelab\\[dist]'.")]
 
 
+FormatOpt = Annotated[str, typer.Option("--format", help=FORMAT_HELP)]
+
+
 DeviceOpt = Annotated[Optional[str], typer.Option(
     "--device", help="The device when the trace does not say or to override it: H100 (SXM), H100-PCIe, H100-NVL, "
                      "H200, A100, A100-40GB, A100-PCIe, B200.")]

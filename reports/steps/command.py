@@ -1,0 +1,100 @@
+"""tracelab steps: per step and rank of one run, who waits on whom."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, each_run, findings_digests
+from tracelab.commands.topic import Command, own_digest
+from tracelab.errors import UsageError
+
+from .steps_text import STEPS_RENDERERS
+
+
+
+def options(
+    paths: Paths,
+    fmt: FormatOpt = "table",
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    scheduler: SchedulerOpt = None,
+    n_steps: Annotated[Optional[int], typer.Option("--steps", help="Steps the traces cover, to divide totals "
+                                                                   "by where they have no instances (proton); "
+                                                                   "default: what the run folder's run.json records.")]
+    = None,
+) -> None:
+    """Per step and rank of one run: step time (first to last GPU activity of the step), GPU busy,
+    compute, communication, exposed communication and wait at collectives; per step the gating
+    rank (the last to arrive for most of the step's collective skew), every rank's wait and why
+    the gating rank was late (more GPU work before the collective, or an idle GPU); then the
+    run's verdict: a straggler only when it gates a significant majority of steps."""
+
+
+def check(n_steps: int | None, **asked) -> dict:
+    if n_steps is not None and n_steps < 1:
+        raise UsageError("--steps", f"must be at least 1, not {n_steps}")
+    return {**asked, "n_steps": n_steps}
+
+
+def opening(fmt: str, **_) -> dict:
+    from ..idle.idle import RankIdle
+    from ..session import rank_digests
+    from ..timeline.waits import STEP_DIGESTS
+
+    idle = own_digest("idle", RankIdle(0))
+    return {"digests": {**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0),
+                        **rank_digests(("path_bounds",))}}  # digested in its worker
+
+
+def analyse(session, n_steps: int | None, **_) -> list[tuple]:
+    """(run name, the renderer's arguments) of each run of one job."""
+    from ..idle.idle import RankIdle
+
+    idle = own_digest("idle", RankIdle(0))
+    return [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
+
+
+def render(parts: list[tuple], fmt: str, **_):
+    return each_run(STEPS_RENDERERS[fmt], fmt, parts)
+
+
+def _one_job_runs(session) -> list:
+    """The runs steps weighs (ranks against each other on one clock): each run whose ranks are of
+    one job; any other said in a note."""
+    from ..session import not_one_job
+
+    kept, why = [], None
+    for r in session.usable("steps"):
+        if why := not_one_job(r.profiles):
+            session.note(f"{r.name}: {why}: steps takes the ranks of one run (compare takes several runs)")
+        else:
+            kept.append(r)
+    if not kept:
+        raise UsageError("steps", f"{why}: it takes the ranks of one run (compare takes several runs)")
+    return kept
+
+
+def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
+    """The steps renderer's arguments for one run: its who-waits, per-step totals of an untimed
+    run (proton) where the steps are known, and whether it is untimed."""
+    import pandas as pd
+
+    from ..idle.idle import idle_columns
+    from ..timeline.steps import per_step_totals, recorded_steps
+    from ..timeline.waits import analyse_digests
+
+    profiles = run.profiles
+    w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
+                        {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
+    n_steps = n_steps or recorded_steps(run.info)
+    untimed = not any(p.summary["timed"] for p in profiles)
+    sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
+    totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
+    if len(w.steps):  # the idle columns beside each step row
+        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles},
+                               {p.rank: p.summary["path_bounds"] for p in profiles})
+    return w, totals, untimed
+
+
+COMMAND = Command(options, analyse, render, tuple(STEPS_RENDERERS), check=check, opening=opening)

@@ -1,0 +1,71 @@
+"""tracelab whatif: what should I fix first, and how much faster will the step be?"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
+from tracelab.commands.topic import Command, opening_own, own_digest
+
+from .render import WHATIF_RENDERERS
+
+HELP = ("What should I fix first, and how much faster will the step be? Builds a dependency graph of every "
+        "rank (launch calls, syncs, GPU ops per stream; CPU ops and gloo collectives in CPU-only traces; a "
+        "collective's transfer starts when its last rank arrives), replays it, and prints per step the critical "
+        "path's composition (compute, comm, launch, host, sync, wait, other) and the ranks it runs through; then "
+        "per scenario the predicted step time and the saving, each scenario alone and all together (one joint "
+        "replay, never a sum). Scenarios: no-host-gaps, remove:REGEX[@RANK], scale:REGEX=F, roofline, balance, "
+        "overlap-comm, busbw:GBPS; without --scenario the ones that apply of no-host-gaps, roofline, balance "
+        "and overlap-comm. A step the unchanged replay does not reproduce within 2% claims no saving. "
+        "torch.profiler and nsys traces; proton has no timeline.")
+
+
+def options(
+    paths: Paths,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    scenario: Annotated[Optional[list[str]], typer.Option("--scenario", help="A scenario (repeat for several).")] = None,
+    fmt: FormatOpt = "table",
+    scheduler: SchedulerOpt = None,
+) -> None:
+    """The command's options (its help: HELP)."""
+
+
+def check(scenario: list[str] | None, **asked) -> dict:
+    from .scenarios import parse
+
+    for spec in scenario or ():
+        parse(spec)
+    return {**asked, "scenario": scenario or None}
+
+
+def opening(fmt: str, **_) -> dict:
+    from .nodes import RankGraphReduce
+
+    return opening_own("whatif", RankGraphReduce(), fmt)
+
+
+def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
+    """(run name, WhatIf) of each run, replayed on its own."""
+    from .analyse import whatif
+    from .nodes import RankGraphReduce
+
+    key = own_digest("whatif", RankGraphReduce())
+    parts = []
+    for r in session.usable("whatif"):
+        graphs = {}
+        for p in r.profiles:
+            graphs[p.rank] = p.summary[key]
+            graphs[p.rank].rank = p.rank
+        parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles},
+                                     scenario)))
+    return parts
+
+
+def render(parts: list[tuple], fmt: str, **_):
+    return WHATIF_RENDERERS[fmt](parts)
+
+
+# it ends on every topic's findings: they are ranked by their what-if saving
+COMMAND = Command(options, analyse, render, tuple(WHATIF_RENDERERS), check=check, opening=opening, help=HELP)
