@@ -45,7 +45,7 @@ def on_one_clock(folder: Path) -> pd.DataFrame:
     (epoch, or estimated from the collective ends), so rank labels can be moved between ranks."""
     profiles = tracelab.load_many(folder)
     events = tracelab.events(profiles)
-    w = analyse(events, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+    w = analyse(events, {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     offsets = w.clock["offsets_ns"] or {}
     shift = events["rank"].map(lambda r: offsets.get(int(r), 0)).astype("int64")
     return events.assign(start_ns=events["start_ns"] + shift)

@@ -1,7 +1,7 @@
 """GEMMs with a dimension that is no multiple of 16 bytes, from the shapes of the operator that
 launched them (Kineto with record_shapes=True): cuBLAS then picks kernels that load one or two
 elements at a time (align1/align2) or pads internally, and tensor cores idle part of the time.
-Used by parsers/chrome.py, which keeps the result in meta["odd_gemms"] for reports/fixes/gemm.py.
+Used by parsers/chrome.py, which keeps the result in meta.odd_gemms for reports/fixes/gemm.py.
 
     mm [M,K]x[K,N], addmm(bias, A, B), _scaled_mm   M, N, K
     bmm [B,M,K]x[B,K,N], baddbmm(bias, A, B)        M, N, K (the batch B is free)

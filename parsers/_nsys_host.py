@@ -122,8 +122,8 @@ def _records(con: sqlite3.Connection, sql: str) -> pd.DataFrame:
 def with_host(profiles: list[schema.Profile], frames: dict[int, pd.DataFrame]) -> list[schema.Profile]:
     """Each profile with its process's host frame, on its events' clock (meta trace_start_ns)."""
     for p in profiles:
-        raw = frames.get(p.meta.get("pid"))
-        origin = p.meta["trace_start_ns"]
+        raw = frames.get(p.meta.pid)
+        origin = p.meta.trace_start_ns
         if raw is None:
             p.host = schema.host_frame([], [], [], [], [])
             continue

@@ -79,12 +79,12 @@ def with_memory(profiles: list[schema.Profile], rows: pd.DataFrame | None, hosts
         return profiles
     step_re = compile_pattern(step_pattern)
     for p in profiles:
-        pid = p.meta.get("pid")
+        pid = p.meta.pid
         mine = rows[(rows["pid"] == pid) | rows["pid"].isna()] if len(profiles) > 1 else rows
-        p.memory, note = _frame(mine.sort_values("start", kind="stable"), p.meta["trace_start_ns"],
+        p.memory, note = _frame(mine.sort_values("start", kind="stable"), p.meta.trace_start_ns,
                                 hosts.get(pid), step_re)
         if note:
-            p.meta["notes"] = [*p.meta.get("notes", []), note]
+            p.meta.notes = [*p.meta.notes, note]
     return profiles
 
 

@@ -123,7 +123,7 @@ def occurrences(number: np.ndarray, group: np.ndarray, start_ns: np.ndarray, end
 
 def repeat_note(names: list[str], group: np.ndarray, start_ns: np.ndarray, step: np.ndarray,
                 pattern: re.Pattern) -> list[str]:
-    """A note for meta["notes"] where step ranges repeat their numbers, else []."""
+    """A note for meta.notes where step ranges repeat their numbers, else []."""
     first = _numbers(names, group, start_ns, pattern)
     moved = np.flatnonzero(step != first)
     if not len(moved):

@@ -10,7 +10,7 @@ Times: `ts`/`dur` are microseconds with a 3-digit ns fraction. `dur_ns` is each
 event's own `round(dur * 1000)`; `ts` is read exactly from its text (a float
 cannot hold epoch microseconds to the ns). `start_ns` counts from the first
 kept row (the earliest GPU activity, or CPU operator in a CPU-only trace);
-`meta["trace_start_epoch_ns"]` is that origin in ns since the Unix epoch: new
+`meta.trace_start_epoch_ns` is that origin in ns since the Unix epoch: new
 traces give `baseTimeNanoseconds` and `ts` relative to it, old ones absolute
 epoch microseconds.
 
@@ -48,7 +48,7 @@ from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
-from tracelab.schema import Profile
+from tracelab.schema import Meta, Profile
 
 from . import _host, _kineto_memory
 from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids, launch_index,
@@ -121,7 +121,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
     if note := _kineto_memory.running_sum_note(memory):
         meta["notes"].append(note)
-    return Profile(_frame(columns, meta["rank"]), meta, host=host, memory=memory)
+    return Profile(_frame(columns, meta["rank"]), Meta.of(meta, path), host=host, memory=memory)
 
 
 def _legacy_steps(ranges: Calls, ops: Ops, step_re: re.Pattern) -> None:
@@ -361,7 +361,7 @@ def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
     return {
         "path": str(path), "source": "torch",
         "rank": rank, "world_size": world_size,
-        "distributed_backend": dist.get("backend"),
+        "distributed_backend": limits.text(path, "distributedInfo.backend", dist.get("backend"), optional=True),
         "devices": device_table(trace.deviceProperties, path),
         "trace_start_epoch_ns": epoch_ns if epoch_ns >= _MIN_EPOCH_NS else None,
         "start_origin": "first kept row (earliest GPU activity, or CPU operator when there is none)",

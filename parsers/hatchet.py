@@ -16,7 +16,7 @@ rows never counts a kernel twice; interior nodes are scopes, not rows. A
 metric name may carry a suffix: ` (inc)` is read when the bare name is
 absent; ` (exc)` and ` (pty)` variants are ignored for our columns. Flops and
 bytes recorded on a scope node rather than on its kernels (a user's
-`proton.scope(name, {"flops16": n})`) are kept in `meta["scope_metrics"]`,
+`proton.scope(name, {"flops16": n})`) are kept in `meta.scope_metrics`,
 keyed by scope path, since they cannot be split among the scope's kernels.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pandas as pd
 from tracelab import limits, schema
 from tracelab.errors import TraceFormatError
 from tracelab.options import DEFAULT, Options
-from tracelab.schema import Profile
+from tracelab.schema import Meta, Profile
 
 from ._steps import compile_pattern, step_of_scope
 
@@ -73,7 +73,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
             "devices": _devices(device_info, path), "trace_start_epoch_ns": None,
             "profiler_version": None, "metric_names": _generation(rows),
             "scope_metrics": scope_metrics}
-    return Profile(_events(rows), meta)
+    return Profile(_events(rows), Meta.of(meta, path))
 
 
 def _add_scope_work(scope_metrics: dict[str, dict[str, Any]], scope: tuple[str, ...], work: dict[str, Any]) -> None:

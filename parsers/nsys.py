@@ -23,7 +23,7 @@ ranges give no scope. emit_nvtx's per-call counters (", op_id = N", ", seq = N",
 ", sizes = [...]") are dropped from range names so scopes align across calls and runs.
 
 Ranks: nsys records no rank. `read` returns one Profile per process (a list
-even for one), ranked in the order of their pids (meta["rank_from"] = "process
+even for one), ranked in the order of their pids (meta.rank_from = "process
 order") unless the caller maps pid -> rank. A file with one process leaves
 the rank to the caller or the file name (rank 0 for a lone file).
 """
@@ -44,7 +44,7 @@ from tracelab import schema
 from tracelab.errors import RankError, TraceFormatError
 from tracelab.memory import check_rows
 from tracelab.options import DEFAULT, Options
-from tracelab.schema import Profile
+from tracelab.schema import Meta, Profile
 
 from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
@@ -449,7 +449,7 @@ def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, 
                 "devices": {int(d): device_of(devices, pid, int(d)) for d in sorted(rows["device"].unique())}}
         if rank is not None:
             meta["rank_from"] = "caller" if ranks else "process order"
-        profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), meta))
+        profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), Meta.of(meta, path)))
     return profiles
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from tracelab.errors import TraceFormatError
 from tracelab.options import DEFAULT, Options
-from tracelab.schema import PARSED, Profile, SchemaError, validate
+from tracelab.schema import PARSED, Meta, Profile, SchemaError, validate
 
 META_KEY = b"tracelab"
 _RANK_FOLDER = re.compile(r"^rank=(-?\d+)$")
@@ -43,7 +43,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     events = events.assign(rank=events.get("rank", pd.Series(0, index=events.index)).astype("int32"))
     events = events[[c for c in PARSED if c in events.columns]]
     try:
-        return Profile(validate(events, PARSED), {**meta, "path": str(path)})
+        return Profile(validate(events, PARSED), Meta.of({**meta, "path": str(path)}, path))
     except SchemaError as e:
         raise TraceFormatError(path, f"not a part of a tracelab dataset ({e})") from None
 

@@ -158,7 +158,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
             "trace_start_epoch_ns": None, "profiler_version": "torch memory snapshot",
             "start_origin": "the first action of the snapshot's trace", "notes": _notes(traces)}
     events = schema.coerce({name: [] for name in schema.PARSED}, n_rows=0, spec=schema.PARSED)
-    return Profile(schema.validate(events, schema.PARSED), meta, memory=memory)
+    return Profile(schema.validate(events, schema.PARSED), schema.Meta.of(meta, path), memory=memory)
 
 
 def _notes(traces: list) -> list[str]:

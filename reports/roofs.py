@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.devices import Device
+from tracelab.schema import Meta
 
 
 def traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -54,11 +55,11 @@ def least_time_ns(events: pd.DataFrame, min_ns: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(min_ns), min_ns, np.fmax(min_ns, least[codes]))
 
 
-def trace_device(meta: dict) -> Device | None:
+def trace_device(meta: Meta) -> Device | None:
     """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
     from tracelab.devices import detect
 
-    for props in (meta.get("devices") or {}).values():
+    for props in meta.devices.values():
         if isinstance(props, dict) and (found := detect(props)):
             return found
     return None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracelab.schema import Memo, Profile, RankData
+from tracelab.schema import Memo, Meta, Profile, RankData
 
 from .topics import TOPICS
 
@@ -61,7 +61,7 @@ class Input(Memo):
     steps: int | None = None  # steps covered, given for traces without step instances (proton)
     summary: dict = field(default_factory=dict)  # RANK_DIGESTS, computed where the rank was parsed
     path: str = ""  # the file it came from
-    meta: dict = field(default_factory=dict)  # the trace's meta (devices, proton's scope metrics)
+    meta: Meta = field(default_factory=Meta)  # the trace's meta (devices, proton's scope metrics)
     host: pd.DataFrame | None = None  # the trace's host frame (Profile.host), for digests made here
     memory: pd.DataFrame | None = None  # its memory frame (Profile.memory), likewise
     # Memo.shared's: what several sections and findings build alike from its digests (its idle under its rank)
@@ -90,16 +90,16 @@ class Input(Memo):
 
 
 def _input(label: str, group: str, p: Profile) -> Input:
-    return Input(label, group, p.rank, str(p.meta.get("source")), p.events, p.meta.get("trace_start_epoch_ns"),
-                 device_names(p.meta), p.meta.get("steps"), p.summary, str(p.meta.get("path", "")), p.meta, p.host,
+    return Input(label, group, p.rank, str(p.meta.source), p.events, p.meta.trace_start_epoch_ns,
+                 device_names(p.meta), p.meta.steps, p.summary, p.meta.path, p.meta, p.host,
                  p.memory)
     # the profile's own summary: a digest made from its events for one labelling (the report) is
     # reused by the next (its findings), not made again
 
 
-def device_names(meta: dict) -> str:
+def device_names(meta: Meta) -> str:
     """The GPU model(s) a trace's meta names ("NVIDIA H200"), "" when none is named."""
-    names = {str(d.get("name")) for d in (meta.get("devices") or {}).values() if isinstance(d, dict) and d.get("name")}
+    names = {str(d.get("name")) for d in meta.devices.values() if isinstance(d, dict) and d.get("name")}
     return ", ".join(sorted(names))
 
 
@@ -146,7 +146,7 @@ def path_labels(paths: list[Path], folders: list[bool]) -> list[str]:
 def _group_names(paths: list[Path], folders: list[bool], groups: list[list[Profile]]) -> list[str]:
     """A short unique name per input path: the source when each input is one distinct
     profiler, else its path label (see path_labels)."""
-    sources = [{p.meta.get("source") for p in g} for g in groups]
+    sources = [{p.meta.source for p in g} for g in groups]
     if all(len(s) == 1 for s in sources) and len({next(iter(s)) for s in sources}) == len(groups):
         return [str(next(iter(s))) for s in sources]
     return [_not_a_rank(name, Path(os.path.abspath(p))) for name, p in zip(path_labels(paths, folders), paths)]
@@ -171,14 +171,14 @@ def not_one_job(profiles: list[Profile]) -> str | None:
     pair, rank 3 of 8 and rank 1 of 2, 8.5 days apart, are two runs, not a run whose collectives
     are days late)."""
     def who(p: Profile) -> str:
-        return f"{p.meta.get('path')} (rank {p.rank} of {p.meta.get('world_size') or '?'})"
+        return f"{p.meta.path} (rank {p.rank} of {p.meta.world_size or '?'})"
 
-    if len(sources := list(dict.fromkeys(str(p.meta.get("source")) for p in profiles))) > 1:
+    if len(sources := list(dict.fromkeys(str(p.meta.source) for p in profiles))) > 1:
         return f"{who(profiles[0])} and the others are not one job: their profilers differ ({', '.join(sources)})"
-    sized = [p for p in profiles if p.meta.get("world_size") is not None]
-    if other := [p for p in sized if p.meta["world_size"] != sized[0].meta["world_size"]]:
+    sized = [p for p in profiles if p.meta.world_size is not None]
+    if other := [p for p in sized if p.meta.world_size != sized[0].meta.world_size]:
         return f"{who(sized[0])} and {who(other[0])} are not one job: their world sizes differ"
-    timed = sorted((s, i) for i, p in enumerate(profiles) if isinstance(s := p.meta.get("trace_start_epoch_ns"), int))
+    timed = sorted((s, i) for i, p in enumerate(profiles) if isinstance(s := p.meta.trace_start_epoch_ns, int))
     if len(timed) > 1 and timed[-1][0] - timed[0][0] > MAX_START_SPREAD_NS:
         first, last = profiles[timed[0][1]], profiles[timed[-1][1]]
         return (f"{who(first)} and {who(last)} are not one job: their traces start "

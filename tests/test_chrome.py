@@ -89,7 +89,7 @@ def test_every_row_matches_one_event_to_the_ns(rel: str) -> None:
     expected = Counter((KIND_OF_CAT[e["cat"]], e["pid"], e["tid"], _ns(e["ts"]), _ns(e["dur"]), e["name"])
                        for e in trace["traceEvents"] if e.get("cat") in KIND_OF_CAT)
     df = prof.events
-    origin = prof.meta["trace_start_epoch_ns"] - base_ns
+    origin = prof.meta.trace_start_epoch_ns - base_ns
     got = Counter(zip(df["kind"].astype(str), df["device"].tolist(), df["stream"].tolist(),
                       (df["start_ns"] + origin).tolist(), df["dur_ns"].tolist(), df["name"].tolist()))
     assert got == expected
@@ -105,8 +105,8 @@ def test_start_times_old_and_new_format(rel: str, epoch_from: str) -> None:
     trace, prof = _json(rel), _profile(rel)
     assert ("baseTimeNanoseconds" in trace) == (epoch_from == "baseTimeNanoseconds")
     first_ns = min(_ns(e["ts"]) for e in trace["traceEvents"] if e.get("cat") in KIND_OF_CAT)
-    assert prof.meta["trace_start_epoch_ns"] == trace.get("baseTimeNanoseconds", 0) + first_ns
-    assert 1.6e18 < prof.meta["trace_start_epoch_ns"] < 1.8e18  # 2020-09 .. 2027-01
+    assert prof.meta.trace_start_epoch_ns == trace.get("baseTimeNanoseconds", 0) + first_ns
+    assert 1.6e18 < prof.meta.trace_start_epoch_ns < 1.8e18  # 2020-09 .. 2027-01
     df = prof.events
     assert df["start_ns"].min() == 0 and (df["dur_ns"] >= 0).all()
     assert df["start_ns"].max() + df["dur_ns"].max() < 60e9  # a profile of seconds, not days
@@ -166,7 +166,7 @@ def _brute_force_scopes(events: list[dict]) -> Counter:
 
 
 def _got_scopes(prof: tracelab.Profile, trace: dict) -> Counter:
-    origin = prof.meta["trace_start_epoch_ns"] - trace.get("baseTimeNanoseconds", 0)
+    origin = prof.meta.trace_start_epoch_ns - trace.get("baseTimeNanoseconds", 0)
     df = prof.events
     return Counter(zip((df["start_ns"] + origin).tolist(), df["stream"].tolist(), df["scope"]))
 
@@ -302,7 +302,7 @@ def test_nccl_kernels_carry_msg_bytes() -> None:
     assert len(expected) == 21
     prof = _profile(NCCL)
     df = prof.events[prof.events["msg_bytes"].notna()]
-    origin = prof.meta["trace_start_epoch_ns"] - _json(NCCL)["baseTimeNanoseconds"]
+    origin = prof.meta.trace_start_epoch_ns - _json(NCCL)["baseTimeNanoseconds"]
     assert Counter(zip((df["start_ns"] + origin).tolist(), df["msg_bytes"].astype(int).tolist())) == expected
     assert (classify.classified(df)["op_class"] == "communication").all()
 
@@ -365,18 +365,18 @@ def test_cpu_only_trace_gives_top_level_cpu_ops(rel: str) -> None:
 
 
 def test_rank_comes_from_the_file_or_from_elsewhere(tmp_path: Path) -> None:
-    assert _profile(NCCL).meta["rank"] == 0 and _profile(NCCL).meta["world_size"] == 2
+    assert _profile(NCCL).meta.rank == 0 and _profile(NCCL).meta.world_size == 2
     path = _path("rank_unavailable/rank_not_found.json.gz")
     alone = chrome.read(path)
-    assert alone.meta["rank"] is None and set(alone.events["rank"]) == {-1}
+    assert alone.meta.rank is None and set(alone.events["rank"]) == {-1}
     given = tracelab.load(path, rank=5)
-    assert given.meta["rank"] == 5 and set(given.events["rank"]) == {5}
+    assert given.meta.rank == 5 and set(given.events["rank"]) == {5}
     a, b = tmp_path / "first.json.gz", tmp_path / "second.json.gz"
     shutil.copyfile(path, a), shutil.copyfile(path, b)
     with pytest.raises(RankError, match="first.json.gz|second.json.gz"):
         tracelab.load_many([a, b], workers=1)
     both = tracelab.load_many([a, b], ranks={str(a): 0, str(b): 1}, workers=1)
-    assert [p.meta["rank"] for p in both] == [0, 1]
+    assert [p.meta.rank for p in both] == [0, 1]
 
 
 def test_plain_json_reads_like_gzip(tmp_path: Path) -> None:

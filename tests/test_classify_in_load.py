@@ -68,7 +68,7 @@ def test_a_pattern_applies_in_load_many_with_spawned_workers(monkeypatch) -> Non
     classify.add_pattern(f"^{re.escape(kernel)}$", new)
     profiles = tracelab.load_many(RANKS, workers=2)
     for p in profiles:
-        names = chrome.read(p.meta["path"]).events["name"].map(classify.canonical)
+        names = chrome.read(p.meta.path).events["name"].map(classify.canonical)
         df = p.events
         assert int((df["kernel"] == kernel).sum()) == int((names == kernel).sum()) > 0
         assert (df.loc[df["kernel"] == kernel, "op_class"] == new).all()

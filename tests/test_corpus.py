@@ -83,6 +83,8 @@ KINETO = {
     "distributedInfo.rank 1.5": (_dist("rank", 1.5), "distributedInfo.rank"),
     "distributedInfo.world_size 0": (_dist("world_size", 0), "world_size"),
     "distributedInfo.world_size a list": (_dist("world_size", [2]), "world_size"),
+    "distributedInfo.backend a number": (_dist("backend", 7), "distributedInfo.backend"),
+    "distributedInfo.backend an object": (_dist("backend", {"name": "nccl"}), "distributedInfo.backend"),
     **{f"deviceProperties {field} {kind}": (_device_props(field, WRONG[kind]), f"deviceProperties[0].{field}")
        for field, kinds in DEVICE_FIELDS.items() for kind in kinds},
 }

@@ -105,11 +105,12 @@ def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch)
     for p in again:
         assert list(p.summary) == list(session.RANK_DIGESTS)
         _same(p.summary, fresh[p.rank], f"rank {p.rank}")
-        assert p.meta["path"] == str(run / f"rank{p.rank}.pt.trace.json.gz")
+        assert p.meta.path == str(run / f"rank{p.rank}.pt.trace.json.gz")
         assert not len(p.events) and p.host is None
 
 
 @pytest.mark.parametrize("damage", ["one byte flipped", "truncated", "empty", "a digest missing",
+                                    "a meta of a wrong type", "a meta as a dict (the old entries)",
                                     "writable by others"])
 def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypatch):
     import hashlib
@@ -125,9 +126,14 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
         entry.write_bytes(blob[:len(blob) // 3])
     elif damage == "empty":
         entry.write_bytes(b"")
-    elif damage == "a digest missing":  # its checksum right, its content not what was asked
-        profiles, caught, parsed_as = pickle.loads(blob[32:])
-        del profiles[0].summary["timeline"]
+    elif damage in ("a digest missing", "a meta of a wrong type", "a meta as a dict (the old entries)"):
+        profiles, caught, parsed_as = pickle.loads(blob[32:])  # its checksum right, its content not what was asked
+        if damage == "a digest missing":
+            del profiles[0].summary["timeline"]
+        elif damage == "a meta of a wrong type":
+            profiles[0].meta.__dict__["rank"] = "zero"  # as a forged pickle would hold it, past Meta's checks
+        else:
+            profiles[0].meta = profiles[0].meta.to_dict()
         payload = pickle.dumps((profiles, caught, parsed_as))
         entry.write_bytes(hashlib.blake2b(payload, digest_size=32).digest() + payload)
     else:

@@ -49,7 +49,7 @@ def test_the_graph_is_built_once_per_rank_and_equals_a_graph_of_its_own(name, mo
         RANK_DIGESTS["path_bounds"](rank)
         shared = RANK_DIGESTS["whatif"](rank)
         assert len(calls) == 1  # path_bounds built it, whatif read it
-        own = built(p.events, p.host, p.meta.get("rank"), trace_device(p.meta))  # as the digest made it before
+        own = built(p.events, p.host, p.meta.rank, trace_device(p.meta))  # as the digest made it before
         assert _fields_equal(shared, own)
         assert shared is not rank.memo["whatif.graph"]  # its roofline times on a copy, the shared one unwritten
         assert np.isnan(rank.memo["whatif.graph"].roof_ns).all()

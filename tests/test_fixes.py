@@ -252,10 +252,10 @@ def test_odd_gemm_shape_names_the_dimension_and_its_padding(tmp_path):
 def test_even_gemm_shapes_are_no_finding(tmp_path):
     run, _ = _odd_copy(tmp_path, 8192 - 64)  # a multiple of 8: aligned
     assert not _by_fix(_found(run), "no multiple of 16 bytes")
-    assert tracelab_meta(run)["odd_gemms"] == []
+    assert tracelab_meta(run).odd_gemms == []
 
 
-def tracelab_meta(run) -> dict:
+def tracelab_meta(run):
     import tracelab
     return tracelab.load(run / "rank0.pt.trace.json").meta
 

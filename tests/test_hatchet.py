@@ -70,35 +70,35 @@ def test_totals_match_the_json(path: Path | str) -> None:
     assert set(zip(df["name"], df["scope"])) == SCOPES[path.name]
     assert (df["source"] == "proton").all() and (df["kind"] == "kernel").all()
     assert df["start_ns"].isna().all() and df["stream"].isna().all() and (df["rank"] == -1).all()
-    assert profile.meta["source"] == "proton" and profile.meta["rank"] is None
+    assert profile.meta.source == "proton" and profile.meta.rank is None
     assert _sha(path) == before
 
 
 def test_metric_generations() -> None:
     legacy = hatchet.read(DATA / "proton-legacy" / "triton-legacy.hatchet")
     current = hatchet.read(shared_trace("proton/triton.json"))
-    assert legacy.meta["metric_names"] == "triton-3.0/3.1"
-    assert current.meta["metric_names"] == "triton-3.2+"
+    assert legacy.meta.extras["metric_names"] == "triton-3.0/3.1"
+    assert current.meta.extras["metric_names"] == "triton-3.2+"
     columns = ["name", "scope", "device", "dur_ns", "count", "bytes"]
     assert legacy.events[columns].equals(current.events[columns])
 
 
 def test_device_info() -> None:
-    devices = hatchet.read(shared_trace("proton/cuda.json")).meta["devices"]
+    devices = hatchet.read(shared_trace("proton/cuda.json")).meta.devices
     assert set(devices) == {0, 1}
     # arch 89, 10501 MHz GDDR6X on a 384-bit bus: the RTX 4090's published 1008 GB/s
     assert devices[0]["memory_bandwidth_gb_s"] == pytest.approx(1008.096)
     assert devices[1] == {"type": "CUDA", "arch": "90", "num_sms": 132, "clock_khz": 1980000,
                           "memory_clock_khz": 2619000, "bus_width_bits": 6144,
                           "memory_bandwidth_gb_s": pytest.approx(2 * 2619e6 * 6144 / 8 / 1e9)}
-    assert hatchet.read(shared_trace("proton/hip.json")).meta["devices"][1]["type"] == "HIP"
+    assert hatchet.read(shared_trace("proton/hip.json")).meta.devices[1]["type"] == "HIP"
 
 
 def test_load_detects_and_ranks_by_name(tmp_path: Path) -> None:
     target = tmp_path / "rank3.hatchet"
     target.write_bytes((shared_trace("proton/cuda.json")).read_bytes())
     profile = tracelab.load(target)
-    assert profile.meta["rank"] == 3 and (profile.events["rank"] == 3).all()
+    assert profile.meta.rank == 3 and (profile.events["rank"] == 3).all()
 
 
 # ---- synthetic trees for the corner cases --------------------------------------
@@ -129,9 +129,9 @@ def test_same_kernel_in_two_scopes_and_no_double_count(tmp_path: Path) -> None:
     assert sorted(df.index) == ["attn", "mlp/up"]
     assert df.loc["attn", "dur_ns"] == 100 and df.loc["mlp/up", "dur_ns"] == 300
     assert math.isnan(df.loc["attn", "flops"]) and df.loc["mlp/up", "flops"] == 3e9
-    assert profile.meta["devices"] == {}
+    assert profile.meta.devices == {}
     # the width of the scope's FLOPs (flops16) is kept as its dtype class: the roofline's peak
-    assert profile.meta["scope_metrics"] == {"attn": {"flops": 1e12, "dtype": "16-bit"}}
+    assert profile.meta.scope_metrics == {"attn": {"flops": 1e12, "dtype": "16-bit"}}
     assert df.loc["mlp/up", "dtype"] == "16-bit"  # 2e9 of its 3e9 FLOPs are flops16
 
 

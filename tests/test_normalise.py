@@ -69,7 +69,7 @@ def test_equal_step_counts_compare_totals() -> None:
 
 def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     """The issue's case: one job's profilers captured different step counts. Proton's decode
-    covers the 5 tokens its run.json records (the CLI sets meta["steps"] from it); torch's
+    covers the 5 tokens its run.json records (the CLI sets meta.steps from it); torch's
     capture cut to its first 3 tokens. In totals every compute kernel reads about x0.6;
     per call (the ratios) and per step (the columns beside) they agree within the step
     noise, and the note says what was compared."""

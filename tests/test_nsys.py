@@ -76,7 +76,7 @@ def test_our_captures_are_found() -> None:
 @pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
 @pytest.mark.parametrize("kind", sorted(TABLES))
 def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
-    got = {p.meta["pid"]: p.events[p.events["kind"] == kind] for p in parsed[path]}
+    got = {p.meta.pid: p.events[p.events["kind"] == kind] for p in parsed[path]}
     want = {}
     if _has(path, TABLES[kind]):
         want = {pid: (n, total) for pid, n, total in
@@ -93,7 +93,7 @@ def test_file_totals_and_shape(parsed, path: Path) -> None:
     assert min(int(p.events["start_ns"].min()) for p in profiles) == 0
     assert all((p.events["source"] == "nsys").all() and (p.events["count"] == 1).all() for p in profiles)
     pids = sorted(pid for (pid,) in _sql(path, f"SELECT DISTINCT {PID} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
-    assert [p.meta["pid"] for p in profiles] == pids
+    assert [p.meta.pid for p in profiles] == pids
 
 
 @pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
@@ -104,7 +104,7 @@ def test_kernel_names_agree_with_nsys_short_names(parsed, path: Path) -> None:
     for p in parsed[path]:
         events = classify.classified(p.events)
         kernels = events[events["kind"] == "kernel"]["kernel"].astype(str).value_counts()
-        got += [(p.meta["pid"], name, int(n)) for name, n in kernels.items()]
+        got += [(p.meta.pid, name, int(n)) for name, n in kernels.items()]
     assert sorted(got) == want
 
 
@@ -128,7 +128,7 @@ _CHOSEN = """
 @pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
 def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
     _need_nvtx(path)
-    by_pid = {p.meta["pid"]: p for p in parsed[path]}
+    by_pid = {p.meta.pid: p for p in parsed[path]}
     launched = _sql(path, _CHOSEN)
     chosen = launched[:: max(1, len(launched) // 25)]
     scoped = 0
@@ -138,7 +138,7 @@ def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
                         for (t,) in _sql(path, _EXPECTED_SCOPE, correlation, global_pid))
         profile = by_pid[(global_pid >> 24) & 0xFFFFFF]
         df = profile.events
-        row = df[(df["start_ns"] == start - profile.meta["trace_start_ns"]) & (df["device"] == device)
+        row = df[(df["start_ns"] == start - profile.meta.trace_start_ns) & (df["device"] == device)
                  & (df["stream"] == stream) & (df["kind"] == "kernel")]
         assert row["scope"].tolist() == [want]
         scoped += bool(want)
@@ -173,23 +173,23 @@ def test_correlation_ids_are_joined_per_process(parsed) -> None:
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     kernels = _sql(path, _ONLY_ELSEWHERE)
     assert len(kernels) == 11
-    by_pid = {p.meta["pid"]: p for p in parsed[path]}
+    by_pid = {p.meta.pid: p for p in parsed[path]}
     for start, global_pid in kernels:
         profile = by_pid[(global_pid >> 24) & 0xFFFFFF]
         df = profile.events
-        row = df[(df["start_ns"] == start - profile.meta["trace_start_ns"]) & (df["kind"] == "kernel")]
+        row = df[(df["start_ns"] == start - profile.meta.trace_start_ns) & (df["kind"] == "kernel")]
         assert row["scope"].tolist() == [""]
 
 
 def test_ranks_by_process_order_and_override() -> None:
     path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
     profiles = nsys.read(path)
-    pids = [p.meta["pid"] for p in profiles]
-    assert pids == sorted(pids) and [p.meta["rank"] for p in profiles] == [0, 1]
-    assert all(p.meta["rank_from"] == "process order" and p.meta["world_size"] == 2 for p in profiles)
+    pids = [p.meta.pid for p in profiles]
+    assert pids == sorted(pids) and [p.meta.rank for p in profiles] == [0, 1]
+    assert all(p.meta.rank_from == "process order" and p.meta.world_size == 2 for p in profiles)
     assert [p.events["rank"].unique().tolist() for p in profiles] == [[0], [1]]
     swapped = nsys.read(path, ranks={pids[0]: 1, pids[1]: 0})
-    assert [p.meta["rank"] for p in swapped] == [1, 0] and swapped[0].meta["rank_from"] == "caller"
+    assert [p.meta.rank for p in swapped] == [1, 0] and swapped[0].meta.rank_from == "caller"
     assert (swapped[0].events["rank"] == 1).all()
     with pytest.raises(RankError):
         nsys.read(path, ranks={pids[0]: 0})
@@ -205,11 +205,11 @@ def test_a_file_of_two_processes_is_two_ranks() -> None:
     pids = sorted(pid for (pid,) in _sql(path, f"SELECT DISTINCT {PID} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
     devices = dict(_sql(path, f"SELECT {PID}, min(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
     assert [p.rank for p in profiles] == [0, 1]
-    assert [p.meta["pid"] for p in profiles] == pids
+    assert [p.meta.pid for p in profiles] == pids
     for p in profiles:
         assert p.events["rank"].unique().tolist() == [p.rank]
         kernels = p.events[p.events["kind"] == "kernel"]
-        assert kernels["device"].unique().tolist() == [devices[p.meta["pid"]]]
+        assert kernels["device"].unique().tolist() == [devices[p.meta.pid]]
 
 
 def test_read_returns_a_list_for_one_process_too() -> None:
@@ -217,23 +217,23 @@ def test_read_returns_a_list_for_one_process_too() -> None:
     profiles = nsys.read(path)
     assert isinstance(profiles, list) and len(profiles) == 1
     profile = profiles[0]
-    assert profile.meta["rank"] is None and (profile.events["rank"] == -1).all()
-    assert tracelab.load(path).meta["rank"] == 0
+    assert profile.meta.rank is None and (profile.events["rank"] == -1).all()
+    assert tracelab.load(path).meta.rank == 0
     assert tracelab.load(path, rank=4).events["rank"].unique().tolist() == [4]
 
 
 def test_meta() -> None:
     mock = nsys.read(shared_trace("nsys-ai/mock.sqlite"))[0].meta
-    gpu = mock["devices"][0]
+    gpu = mock.devices[0]
     assert gpu["name"] == "NVIDIA GeForce RTX 3080" and gpu["num_sms"] == 68 and gpu["arch"] == "86"
     assert gpu["memory_bandwidth_gb_s"] == pytest.approx(760.08)
-    assert mock["profiler_version"] == "2026.1.1.204" and mock["pid"] == 91186
+    assert mock.profiler_version == "2026.1.1.204" and mock.pid == 91186
     h100 = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0].meta
-    assert h100["profiler_version"] == "2026.2.1.210"
+    assert h100.profiler_version == "2026.2.1.210"
     # the first event falls inside the capture: after the session start, before the export
     utc_start, = _sql(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"),
                       "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
-    assert utc_start < h100["trace_start_epoch_ns"] < utc_start + 295_659 * 10**6
+    assert utc_start < h100.trace_start_epoch_ns < utc_start + 295_659 * 10**6
 
 
 def test_memcpy_names() -> None:

@@ -118,7 +118,7 @@ def test_two_process_nsys_file_counts_per_rank_and_kind():
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     doc = _export([path])
     raw = _raw_nsys(path)
-    rank_of_pid = {p.meta["pid"]: p.rank for p in load_many([path])}
+    rank_of_pid = {p.meta.pid: p.rank for p in load_many([path])}
     assert len(raw) == 2 and _counts(doc) == {rank_of_pid[pid]: c for pid, c in raw.items()}
     assert doc["otherData"]["tracelab"]["clocks"][0]["clock"] == "trace starts on the epoch clock"
 

@@ -59,7 +59,7 @@ def test_kernels_per_module_equal_a_raw_walk():
 def test_layers_have_equal_counts_and_the_sum_is_kept():
     profile = tracelab.load(RUN / "rank0.pt.trace.json.gz")
     events = profile.events
-    assert profile.meta["provenance"].endswith("rank0.provenance.json") and profile.meta["notes"] == []
+    assert profile.meta.provenance.endswith("rank0.provenance.json") and profile.meta.notes == []
     compiled = events[events["module"] != ""]
     linear = compiled["module"].str.extract(r"^layers\.(\d+)\.\w+\.(wqkv|wo|w1|w2|w3)$").dropna()
     per_layer = linear.groupby(0)[1].value_counts().unstack()  # layer x projection: calls
@@ -119,8 +119,8 @@ def test_a_partial_run_of_the_graph_is_noted(tmp_path):
     data["graphs"][0].append(dict(next(k for k in data["graphs"][0] if k["name"] == name)))  # one call more
     profile = tracelab.load(_copy(tmp_path, json.dumps(data)) / "rank0.pt.trace.json.gz")
     calls = sum(k["name"] == name for k in data["graphs"][0])
-    assert len(profile.meta["notes"]) == 1
-    assert re.search(rf"ran \d+ times, not a multiple of its {calls} calls per compiled graph", profile.meta["notes"][0])
+    assert len(profile.meta.notes) == 1
+    assert re.search(rf"ran \d+ times, not a multiple of its {calls} calls per compiled graph", profile.meta.notes[0])
 
 
 def test_the_map_is_not_taken_for_a_trace():

@@ -124,7 +124,7 @@ def test_unknown_work_is_unknown_not_zero():
 
 def test_proton_scope_metrics_spread_over_the_scope_kernels():
     profile = tracelab.load(DATA / "roofline-1gpu-proton" / "rank0.hatchet")
-    metrics = profile.meta["scope_metrics"]
+    metrics = profile.meta.scope_metrics
     events = with_scope_work(profile.events, metrics)
     for scope, m in metrics.items():
         under = events[(events["scope"] == scope) | events["scope"].str.startswith(scope + "/")]
@@ -269,8 +269,8 @@ def test_report_has_the_roofline_section_with_a_log_log_plot(tmp_path, capsys):
 
 def _proton_scope(folder, by="scope"):
     profile = tracelab.load(DATA / folder / "rank0.hatchet")
-    events = with_scope_work(profile.events, profile.meta["scope_metrics"])
-    return roofline(events, devices.detect(profile.meta["devices"][0]), by).rows.set_index("key"), profile
+    events = with_scope_work(profile.events, profile.meta.scope_metrics)
+    return roofline(events, devices.detect(profile.meta.devices[0]), by).rows.set_index("key"), profile
 
 
 @pytest.mark.parametrize("region", ["gemm_square_bf16", "gemm_square_fp32", "linear_bf16", "bmm_bf16", "sdpa_bf16",
@@ -279,7 +279,7 @@ def test_proton_known_shapes_rates_over_raw_kernel_time(region):
     """proton's scope metrics (the script's per-call work, added per entry) over its kernels' time,
     walked from the raw hatchet JSON: the same FLOPs as 2MNK, the same rates as torch within 1%."""
     rows, profile = _proton_scope("roofline-1gpu-proton")
-    assert profile.meta["devices"][0]["arch"] == "90"
+    assert profile.meta.devices[0]["arch"] == "90"
     tree = json.loads((DATA / "roofline-1gpu-proton" / "rank0.hatchet").read_text())[0]
     node = next(c for c in tree["children"] if c["frame"]["name"] == region)
     kernel_ns = sum(k["metrics"]["time (ns)"] for k in node["children"])

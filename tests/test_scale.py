@@ -163,7 +163,7 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     assert cli[0] == cli[1] and cli[0].count("\n") > 10
     _same(local, on_cluster)
     _same(local, by_url)
-    assert by_url[0].meta["path"].startswith("file://")
+    assert by_url[0].meta.path.startswith("file://")
     nccl = local[0].events["kernel"].astype(str).str.startswith("ncclDevKernel")
     assert nccl.any() and (local[0].events.loc[nccl, "op_class"] == "other").all()
 
@@ -228,7 +228,7 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     folder = DATA / "train-2gpu-torch"
     with_rows, bare = (tracelab.load_many(folder, workers=2, reduce=r) for r in (session.RANK_DIGESTS, None))
     inputs = session.label([folder], [True], [with_rows])
-    offsets = timeline.clock_offsets([p.meta for p in bare])
+    offsets = timeline.clock_offsets([p.meta.to_dict() for p in bare])
     whole = timeline.skew_summary(timeline.collective_skew(pd.concat([p.events for p in bare], ignore_index=True),
                                                            offsets))
     got = compare._skews(inputs)
@@ -321,7 +321,7 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
-    copies = [zero] + [Profile(one.events.assign(rank=r), {**one.meta, "rank": r}) for r in range(1, 20)]
+    copies = [zero] + [Profile(one.events.assign(rank=r), one.meta.but(rank=r)) for r in range(1, 20)]
     inputs = session.label([DATA / "gloo-2cpu-late"], [True], [copies])
     figs: dict = {}
     page = "".join(steps_html.sections(inputs, lambda fig, note: html._figure(figs, fig, note), html.table))
@@ -342,7 +342,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
-    events = tracelab.events([zero] + [Profile(one.events.assign(rank=np.int32(r)), {**one.meta, "rank": r})
+    events = tracelab.events([zero] + [Profile(one.events.assign(rank=np.int32(r)), one.meta.but(rank=r))
                                        for r in range(1, 20)])
     w = waits.analyse(events, {r: None for r in range(20)})
     from rich.console import Console
@@ -403,7 +403,7 @@ def test_load_reads_one_file_by_url_through_fsspec():
         by_url, by_path = tracelab.load(url), tracelab.load(local)
     finally:
         fsspec.filesystem("memory").rm("/tracelab-test", recursive=True)
-    assert by_url.meta["path"] == url and by_url.rank == by_path.rank == 1
+    assert by_url.meta.path == url and by_url.rank == by_path.rank == 1
     assert by_url.events.equals(by_path.events)
 
 
@@ -480,8 +480,8 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     from tracelab.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
-    copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), {**(one if r == 7 else zero).meta,
-                                                                               "rank": r}) for r in range(20)]
+    copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), (one if r == 7 else zero).meta.but(
+                                                                               rank=r)) for r in range(20)]
     c = compare.comparison(session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies]), "kernel")
     with open(tmp_path / "out.txt", "w") as out:
         console = Console(width=250, record=True, file=out)
@@ -572,7 +572,7 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 19 else zero).events.assign(rank=np.int32(r)),
-                      {**(one if r == 19 else zero).meta, "rank": r}) for r in range(20)]
+                      (one if r == 19 else zero).meta.but(rank=r)) for r in range(20)]
     inputs = session.label([DATA / "ddp-2gpu-late-torch"], [True], [copies])
     (_, shown, n), = figures.timeline_shown(inputs)
     assert n == 20 and [i.rank for i in shown] == [*range(15), 19]

@@ -43,7 +43,7 @@ def _profiles(variant: str, source: str) -> tuple[tracelab.Profile, ...]:
 @functools.lru_cache(maxsize=None)
 def _analysed(variant: str, source: str):
     profiles = _profiles(variant, source)
-    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     return w, straggler_json(w)
 
 
@@ -206,7 +206,7 @@ def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
     """Our 2-GPU all-reduce sweep starts with a collective: the work before it is empty
     (this raised IndexError in the report)."""
     profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
-    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     assert len(w.collectives) and set(w.collectives["rank"]) == {0, 1}
     from tracelab.reports.timeline.intervals import _coverage
     empty = np.empty(0, dtype=np.int64)
@@ -259,7 +259,7 @@ TP_NCCL_PER_RANK = 68
 @functools.lru_cache(maxsize=None)
 def _tp(variant: str, source: str):
     profiles = tracelab.load_many(DATA / f"tp-2gpu-{variant}-{source}")
-    w = analyse(tracelab.events(profiles), {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles})
+    w = analyse(tracelab.events(profiles), {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     return w, straggler_json(w)
 
 
@@ -319,7 +319,7 @@ def test_one_late_rank_among_64_is_named_by_how_often_it_gates(source: str) -> N
     two, _ = _analysed("late", source)
     events = pd.concat([(one if r == 37 else zero).events.assign(rank=np.int32(r)) for r in range(64)],
                        ignore_index=True)
-    epochs = {r: (one if r == 37 else zero).meta["trace_start_epoch_ns"] for r in range(64)}
+    epochs = {r: (one if r == 37 else zero).meta.trace_start_epoch_ns for r in range(64)}
     w = analyse(events, epochs)
     v = w.verdict
     k, n = v["gated_by_rank"][37], v["gated_units"]

@@ -140,7 +140,7 @@ def test_hta_collective_skew_against_json():
     expected = [abs(a - b) for a, b in zip(*starts)]
     last = [0 if a > b else 1 for a, b in zip(*starts)]
     profiles = tracelab.load_many([shared_trace(SAMPLED.format(rank=r)) for r in (0, 1)])
-    offsets = timeline.clock_offsets([p.meta for p in profiles])
+    offsets = timeline.clock_offsets([p.meta.to_dict() for p in profiles])
     skew = timeline.collective_skew(tracelab.events(profiles), offsets)
     assert skew["skew_ns"].tolist() == expected
     assert skew["last_rank"].tolist() == last

@@ -47,7 +47,7 @@ def _events(profiles) -> pd.DataFrame:
 
 
 def _epochs(profiles) -> dict[int, int]:
-    return {p.rank: p.meta["trace_start_epoch_ns"] for p in profiles}
+    return {p.rank: p.meta.trace_start_epoch_ns for p in profiles}
 
 
 def _plain_arrivals() -> dict[int, list[tuple[int, int]]]:
@@ -405,7 +405,7 @@ def test_process_group_comes_from_the_kernel_args() -> None:
     want = Counter((int(e["ts"] * 1000) + trace["baseTimeNanoseconds"], str(e["args"].get("Process Group Name", "")))
                    for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     p = tracelab.load(path)
-    got = Counter(zip((p.events["start_ns"] + p.meta["trace_start_epoch_ns"]).tolist(), p.events["process_group"]))
+    got = Counter(zip((p.events["start_ns"] + p.meta.trace_start_epoch_ns).tolist(), p.events["process_group"]))
     assert got == want and got[next(k for k in got if k[1] == "0")] >= 1
 
 

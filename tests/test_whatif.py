@@ -31,7 +31,7 @@ FAST = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", 
 def _graphs(folder: Path):
     profiles = tracelab.load_many(folder)
     return ({p.rank: rank_graph(p.events, p.host, p.rank) for p in profiles},
-            {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles}, profiles)
+            {p.rank: p.meta.trace_start_epoch_ns for p in profiles}, profiles)
 
 
 def _reproduces(name: str) -> None:

@@ -41,7 +41,7 @@ def _same(chase: Chase, nxt: np.ndarray, v: int, stop_ns: int) -> None:
 def test_the_walk_is_the_loops(name: str) -> None:
     profiles = tracelab.load_many(DATA / name)
     g = join({p.rank: rank_graph(p.events, p.host, p.rank) for p in profiles},
-             {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+             {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     base = measured(g)
     r = replay(g, base)
     win = windows(g, r.start_ns, r.end_ns)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def _whatif(folder: Path, scenario: str):
     profiles = tracelab.load_many(folder)
     graphs = {p.rank: rank_graph(p.events, p.host, p.rank, trace_device(p.meta)) for p in profiles}
-    w = whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles}, [scenario])
+    w = whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in profiles}, [scenario])
     steps = w.steps.assign(predicted=w.per_step.iloc[:, 0].to_numpy())
     return steps[steps["claimed"]]
 

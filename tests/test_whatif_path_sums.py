@@ -22,7 +22,7 @@ DATA = Path(__file__).parent / "data"
 def test_each_steps_path_adds_up_to_its_window(name: str) -> None:
     profiles = tracelab.load_many(DATA / name)
     steps = path_steps({p.rank: rank_graph(p.events, p.host, p.rank) for p in profiles},
-                       {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+                       {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     parts = steps[[f"{c}_ns" for c in CATEGORIES]].sum(axis=1).to_numpy()
     assert len(steps) and np.array_equal(parts, steps["replayed_ns"].to_numpy()), (parts, steps["replayed_ns"])
 
@@ -33,6 +33,6 @@ def test_the_time_before_the_first_host_call_is_host_time() -> None:
     rank 1: the path runs through rank 1's host back to its first call, then its host time before."""
     profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
     steps = path_steps({p.rank: rank_graph(p.events, p.host, p.rank) for p in profiles},
-                       {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+                       {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     [row] = steps.itertuples()
     assert row.host_ns > 0.9 * row.replayed_ns

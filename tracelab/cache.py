@@ -33,7 +33,7 @@ import pandas as pd
 
 from . import cachedir
 from .options import DEFAULT, Options
-from .schema import HOST_KINDS, PARSED, Profile, validate, validate_host, validate_memory
+from .schema import HOST_KINDS, PARSED, Meta, Profile, validate, validate_host, validate_memory
 
 MIN_BYTES = 8 * 1024 * 1024
 VERSION = "8"  # bump when the schema, a parser's output or the entry's layout changes
@@ -120,17 +120,15 @@ def _frame(fd: int, name: str) -> pd.DataFrame:
         return pd.read_parquet(f)
 
 
-def _metas(doc) -> list[dict]:
-    """meta.json as put() writes it: a non-empty list of objects whose path and source are
-    text and whose rank and world size are whole numbers or null; ValueError otherwise."""
+def _metas(doc) -> list[Meta]:
+    """meta.json as put() writes it: a non-empty list of objects naming their path and source,
+    each a Meta (Meta.of checks the types: a rank "zero" is a TraceFormatError); ValueError
+    where it is no such list."""
     if not isinstance(doc, list) or not doc or not all(isinstance(m, dict) for m in doc):
         raise ValueError("meta.json is not a non-empty list of objects")
-    for meta in doc:
-        if not all(isinstance(meta.get(k), str) for k in ("path", "source")):
-            raise ValueError("meta without path or source")
-        if any(meta.get(k) is not None and type(meta.get(k)) is not int for k in ("rank", "world_size")):
-            raise ValueError("meta rank or world_size not a whole number")
-    return doc
+    if not all("path" in meta and "source" in meta for meta in doc):
+        raise ValueError("meta without path or source")
+    return [Meta.of(meta) for meta in doc]
 
 
 def _host(fd: int, name: str) -> pd.DataFrame | None:
@@ -171,7 +169,7 @@ def _write(folder: cachedir.Folder, entry_key: str, profiles: list[Profile]) -> 
             if p.memory is not None:  # the memory frame (schema.MEMORY_COLUMNS)
                 _put_frame(fd, f"{i}.memory.parquet", p.memory)
         with cachedir.create(fd, "meta.json") as f:
-            f.write(json.dumps([p.meta for p in profiles], default=str).encode())
+            f.write(json.dumps([p.meta.to_dict() for p in profiles], default=str).encode())
 
 
 def _put_frame(fd: int, name: str, frame: pd.DataFrame) -> None:

@@ -36,7 +36,7 @@ class _Part:
         from .parsers.parquet import META_KEY
 
         table = pa.Table.from_pandas(events.drop(columns="rank"), preserve_index=False)
-        plain = json.dumps(meta, default=str).encode()
+        plain = json.dumps(meta.to_dict(), default=str).encode()
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: plain})
         path = Path(self.folder) / f".tmp-{uuid.uuid4().hex}.parquet"
         pq.write_table(table, path)

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import runfolder
 from .errors import UsageError
+from .meta import Meta
 
 
 @dataclass(frozen=True)
@@ -186,9 +187,9 @@ def tensor_dtypes(props: dict[str, Any]) -> frozenset[str] | None:
     return arch_tensor_dtypes(props.get("arch") or str(props.get("capability") or "").replace(".", ""))
 
 
-def meta_tensor_dtypes(meta: dict) -> frozenset[str] | None:
+def meta_tensor_dtypes(meta: Meta) -> frozenset[str] | None:
     """tensor_dtypes of a trace's first GPU (as meta_device picks it), None where it names none."""
-    gpus = [props for props in (meta.get("devices") or {}).values() if isinstance(props, dict)]
+    gpus = [props for props in meta.devices.values() if isinstance(props, dict)]
     return tensor_dtypes(gpus[0]) if gpus else None
 
 
@@ -267,15 +268,15 @@ def given_device(name: str | None, tflops: float | None, gb_s: float | None) -> 
     return base, "option"
 
 
-def meta_device(meta: dict) -> tuple[Device | None, str]:
+def meta_device(meta: Meta) -> tuple[Device | None, str]:
     """The device of a trace's meta (its first GPU), else of the run.json beside the trace,
     with where it came from: "trace", "run.json" or "unknown"."""
-    gpus = [props for props in (meta.get("devices") or {}).values() if isinstance(props, dict)]
+    gpus = [props for props in meta.devices.values() if isinstance(props, dict)]
     # its first GPU only: where that one is unknown, a second one's kind is no guess at it (proton's
     # cuda.json: an unknown sm_89 part first, an sm_90 one second)
     if gpus and (found := detect(gpus[0])):
         return found, "trace"
-    run_json = Path(str(meta.get("path", ""))).parent / "run.json"
+    run_json = Path(meta.path).parent / "run.json"
     devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
     for props in devices:
         if isinstance(props, dict) and (found := detect(props)):

@@ -49,7 +49,7 @@ from typing import Callable, Mapping
 
 from . import cache, cachedir, classify, provenance, safe_pickle
 from .options import DEFAULT, Options
-from .schema import Profile
+from .schema import Meta, Profile
 
 PREFIX = "digests-"
 FILE = "digests.pickle"
@@ -115,8 +115,8 @@ def get(entry_key: str, path: Path, names: set[str]) -> list[Profile] | None:
         return None
     profiles, caught, parsed_as = found
     for p in profiles:
-        if p.meta.get("path") == parsed_as:
-            p.meta["path"] = str(path)
+        if p.meta.path == parsed_as:
+            p.meta.path = str(path)
     for message, category in caught:
         warnings.warn(message, category, stacklevel=3)
     return profiles
@@ -131,9 +131,9 @@ def _checked(blob: bytes, names: set[str]) -> tuple[list[Profile], list, str]:
     if not isinstance(profiles, list) or not profiles or not isinstance(parsed_as, str):
         raise ValueError("no profiles")
     for p in profiles:
-        if not isinstance(p, Profile) or not isinstance(p.meta, dict) or set(p.summary) != names or len(p.events):
+        if not isinstance(p, Profile) or not isinstance(p.meta, Meta) or set(p.summary) != names or len(p.events):
             raise ValueError("not a profile of these digests")
-    cache._metas([p.meta for p in profiles])
+    cache._metas([p.meta.to_dict() for p in profiles])  # an unpickled Meta is checked as a JSON one
     if not all(isinstance(m, str) and isinstance(c, type) and issubclass(c, Warning) for m, c in caught):
         raise ValueError("warnings")
     return profiles, caught, parsed_as

@@ -33,7 +33,7 @@ from . import cache, classify, digest_cache, limits, memory, provenance, remote
 from .errors import NoTracesError, RankError, TraceFormatError
 from .limits import INT32
 from .options import DEFAULT, Options
-from .schema import Profile, RankData, SchemaError, empty, validate
+from .schema import Meta, Profile, RankData, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
 PARSERS: dict[str, str] = {
@@ -181,11 +181,11 @@ def _ranked(events: pd.DataFrame, profile: Profile, path: Path | str, in_file: i
     return events
 
 
-def _rank_of(meta: dict, path: Path | str, single: bool) -> tuple[int, str] | None:
+def _rank_of(meta: Meta, path: Path | str, single: bool) -> tuple[int, str] | None:
     """(rank, where from) that the file decides: its own, else its name, else 0 for a lone
     file (`single`); None where it decides none."""
-    if meta.get("rank") is not None:
-        return int(meta["rank"]), meta.get("rank_from", "file")
+    if meta.rank is not None:
+        return int(meta.rank), meta.rank_from or "file"
     if (named := rank_from_name(path)) is not None:
         return named, "file name"
     return (0, "default (one file)") if single else None
@@ -193,13 +193,13 @@ def _rank_of(meta: dict, path: Path | str, single: bool) -> tuple[int, str] | No
 
 def _with_provenance(profile: Profile, path: Path | str) -> pd.DataFrame:
     """The events, Inductor's kernels attributed to modules where a provenance file sits beside
-    the trace (tracelab/provenance.py; meta["provenance"] names it)."""
+    the trace (tracelab/provenance.py; meta.provenance names it)."""
     if remote.is_url(path) or (found := provenance.find(Path(path))) is None:
         return profile.events
     events, notes = provenance.apply(profile.events, provenance.read(found))
     events = provenance.with_work(events, provenance.read_work(found))  # Inductor's bytes and FLOPs per kernel
-    profile.meta["provenance"] = str(found)
-    profile.meta["notes"] = [*profile.meta.get("notes", []), *notes]
+    profile.meta.provenance = str(found)
+    profile.meta.notes = [*profile.meta.notes, *notes]
     return events
 
 
@@ -210,7 +210,7 @@ def _parse_any(path: Path | str, options: Options = DEFAULT) -> list[Profile]:
     with remote.local_copy(path) as local:
         profiles = _parse(local, options)
     for p in profiles:
-        p.meta["path"] = path
+        p.meta.path = path
     return profiles
 
 
@@ -234,12 +234,12 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     if found is None:
         raise RankError(path, "the file does not say its rank and its name holds none "
                               "(name it rank<N>..., or pass the rank)")
-    meta["rank"], meta["rank_from"] = found
+    meta.rank, meta.rank_from = found
     if found[1] == "default (one file)":  # said, not silently assumed (HTA's rank_not_found.json.gz)
-        meta["notes"] = [*meta.get("notes", []), "neither the file nor its name gives its rank: shown as rank 0"]
-    if not INT32[0] <= meta["rank"] <= INT32[1]:  # the int32 rank column
-        raise RankError(path, f"rank {meta['rank']} (from the {meta['rank_from']}) is outside int32")
-    profile.events["rank"] = np.int32(meta["rank"])  # one Profile is one rank; the frame is this load's own
+        meta.notes = [*meta.notes, "neither the file nor its name gives its rank: shown as rank 0"]
+    if not INT32[0] <= meta.rank <= INT32[1]:  # the int32 rank column
+        raise RankError(path, f"rank {meta.rank} (from the {meta.rank_from}) is outside int32")
+    profile.events["rank"] = np.int32(meta.rank)  # one Profile is one rank; the frame is this load's own
     return profile
 
 
@@ -254,7 +254,7 @@ def load(path: str | os.PathLike, rank: int | None = None, options: Options = DE
     path = path if remote.is_url(path) else Path(path)  # a URL (fsspec) is read through a local copy
     profiles = _parse_classified(path, options=options)
     if len(profiles) > 1:
-        ranks = ", ".join(str(p.meta.get("rank")) for p in profiles)
+        ranks = ", ".join(str(p.meta.rank) for p in profiles)
         raise RankError(path, f"holds {len(profiles)} processes (ranks {ranks}); "
                               "tracelab.load_many(path) gives one Profile per rank")
     return _with_rank(profiles[0], rank, path, single=True)
@@ -478,11 +478,11 @@ def check_unique(profiles: list[Profile]) -> list[Profile]:
     """The profiles by rank; two of one rank are a RankError naming both files."""
     seen: dict[int, str] = {}
     for p in profiles:
-        r, path = p.meta["rank"], str(p.meta.get("path"))
+        r, path = p.meta.rank, str(p.meta.path)
         if r in seen:
             raise RankError(path, f"resolves to rank {r}, as does {seen[r]}; pass ranks explicitly")
         seen[r] = path
-    return sorted(profiles, key=lambda p: p.meta["rank"])
+    return sorted(profiles, key=lambda p: p.meta.rank)
 
 
 def events(profiles: Iterable[Profile]) -> pd.DataFrame:

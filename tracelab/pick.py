@@ -14,9 +14,9 @@ def pick_rank(profiles: list[Profile], rank: int, where: str) -> list[Profile]:
     mine = [p for p in profiles if p.rank == rank]
     if mine:
         return mine
-    if len(profiles) == 1 and profiles[0].meta.get("rank_from") == "default (one file)":
+    if len(profiles) == 1 and profiles[0].meta.rank_from == "default (one file)":
         p = profiles[0]
-        return [Profile(p.events.assign(rank=np.int32(rank)), {**p.meta, "rank": rank, "rank_from": "caller"},
+        return [Profile(p.events.assign(rank=np.int32(rank)), p.meta.but(rank=rank, rank_from="caller"),
                         p.summary, p.host, p.memory)]
     ranks = ", ".join(str(p.rank) for p in profiles)
     raise UsageError("--rank", f"{where} holds no rank {rank} (its ranks: {ranks})")

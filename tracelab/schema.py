@@ -2,7 +2,7 @@
 
 One row per GPU activity (kernel, memcpy, memset) for timed sources, or per
 aggregated tree node for proton. Times are integer nanoseconds everywhere.
-This module imports nothing of the project.
+This module imports nothing of the project but the per-file Meta (tracelab/meta.py) and its error.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+
+from .meta import Meta
 
 SOURCES = ("proton", "torch", "nsys")
 # What a source's traces never hold, so that a view says "not recorded" (or that the question
@@ -65,11 +67,12 @@ class SchemaError(ValueError):
 
 @dataclass
 class Profile:
-    """One trace file read into the schema: `events` plus per-file `meta`
-    (path, source, rank, world_size, devices, trace_start_epoch_ns, profiler_version)."""
+    """One trace file read into the schema: `events` plus per-file `meta` (Meta: path, source,
+    rank, world_size, devices, trace_start_epoch_ns, profiler_version...; a dict given is
+    checked into one, a wrong type a TraceFormatError naming its path and key)."""
 
     events: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Meta = field(default_factory=Meta)
     # small per-rank tables computed where the rank was parsed (load_many's `reduce`), by name
     summary: dict[str, Any] = field(default_factory=dict)
     # the host's intervals (HOST_COLUMNS: sync calls, CPU ops, ranges); None where the source has none
@@ -77,13 +80,16 @@ class Profile:
     # the allocator's events (MEMORY_COLUMNS: allocations and frees); None where the trace recorded none
     memory: pd.DataFrame | None = None
 
+    def __post_init__(self) -> None:
+        self.meta = Meta.of(self.meta)
+
     @property
     def rank(self) -> int:
-        return int(self.meta["rank"])
+        return int(self.meta.rank)
 
     def __repr__(self) -> str:
-        return (f"Profile(source={self.meta.get('source')!r}, rank={self.meta.get('rank')}, "
-                f"rows={len(self.events)}, path={self.meta.get('path')!r})")
+        return (f"Profile(source={self.meta.source!r}, rank={self.meta.rank}, "
+                f"rows={len(self.events)}, path={self.meta.path!r})")
 
 
 class Memo:
@@ -108,10 +114,13 @@ class RankData(Memo):
     the path_bounds and whatif digests both read), made once by the first to ask."""
 
     events: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: Meta = field(default_factory=Meta)
     host: pd.DataFrame | None = None
     memory: pd.DataFrame | None = None
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # Memo.shared's
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "meta", Meta.of(self.meta))  # a dict given is checked into a Meta, as Profile's
 
 
 def kind_mask(frame: pd.DataFrame, kinds: tuple[str, ...]) -> np.ndarray:

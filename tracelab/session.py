@@ -75,8 +75,8 @@ class Session:
         if rank is not None:
             runs = [_picked(run, rank) for run in runs]
         session = cls(paths, runs, options)
-        session.notes.extend(f"{p.meta.get('path')}: {note}" for run in runs for p in run.profiles
-                             for note in p.meta.get("notes") or ())
+        session.notes.extend(f"{p.meta.path}: {note}" for run in runs for p in run.profiles
+                             for note in p.meta.notes)
         return session
 
     def note(self, text: str) -> None:
@@ -260,7 +260,7 @@ def _labelled(runs: list[Run]) -> list:
     if len(runs) == 1 and runs[0].together:  # rank files of one run: in the order given
         by_file: dict[str, list[Profile]] = {}
         for p in runs[0].profiles:
-            by_file.setdefault(str(p.meta.get("path")), []).append(p)
+            by_file.setdefault(str(p.meta.path), []).append(p)
         return label(list(by_file), [False] * len(by_file), list(by_file.values()))
     inputs = label([r.where for r in runs], [r.folder for r in runs], [r.profiles for r in runs])
     named = [_device_name(r, p) for r in runs for p in sorted(r.profiles, key=lambda p: p.rank)]

@@ -84,7 +84,7 @@ def render(c, fmt: str, top: int | None, **_):
 
 
 def with_steps(session, n_steps: int | None):
-    """Ranks without step instances (proton) get meta["steps"]: --steps, else the steps their
+    """Ranks without step instances (proton) get meta.steps: --steps, else the steps their
     run folder's run.json records (reports/steps.recorded_steps), so compare can go per step."""
     from ..timeline.steps import recorded_steps
 
@@ -94,7 +94,7 @@ def with_steps(session, n_steps: int | None):
         steps = n_steps or recorded_steps(run.info)
         for p in run.profiles:
             if steps and not _has_steps(p):
-                p.meta["steps"] = steps
+                p.meta.steps = steps
     return session
 
 

@@ -201,7 +201,7 @@ def _roof_text(work: pd.DataFrame, device) -> str:
 
 def _odd_shapes(i) -> list[dict]:
     """The trace's GEMM shapes with an odd N or K (parsers/_gemm_dims.py, Kineto with shapes)."""
-    return [o for o in (i.meta.get("odd_gemms") or []) if isinstance(o, dict) and o.get("dur_ns")]
+    return [o for o in i.meta.odd_gemms if isinstance(o, dict) and o.get("dur_ns")]
 
 
 PAD_GROWTH = 1 / 16  # pad to a multiple of 64 only where that adds at most this share of the dimension

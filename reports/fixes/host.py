@@ -36,7 +36,7 @@ def _figures(ev, i) -> dict | None:
     launched = replays["launched"] - replays["replayed"]  # one by one
     if 2 * len(host) <= len(steps) or launched < MIN_LAUNCHED_FOR_GRAPHS or replays["replayed"] > MAX_REPLAYED_SHARE * replays["launched"]:
         return None
-    if (i.meta.get("graph_capture_calls") or 0) >= launched:  # a trace mostly of capturing: it uses graphs already
+    if i.meta.graph_capture_calls >= launched:  # a trace mostly of capturing: it uses graphs already
         return None
     in_host = [replays.get("by_step", {}).get(int(s)) for s in host["step"].dropna()]
     in_host = [n for n in in_host if n]

@@ -290,7 +290,7 @@ def notes_html(inputs: list[Input]) -> str:
     with the inputs it is about; past notes.NOTES_SHOWN, folded."""
     said: dict[str, list[str]] = {}
     for i in inputs:
-        for note in i.meta.get("notes") or []:
+        for note in i.meta.notes:
             said.setdefault(str(note), []).append(i.label)
     if not said:
         return ""

@@ -92,7 +92,7 @@ class RankIdle:
         self.top = top
 
     def __call__(self, rank: RankData) -> Idle:
-        return rank_idle(rank.events, rank.host, rank.meta.get("source"), self.top, rank)
+        return rank_idle(rank.events, rank.host, rank.meta.source, self.top, rank)
 
 
 def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | None = None,

@@ -224,4 +224,4 @@ class RankMemoryDigest:
         self.top = top
 
     def __call__(self, rank: RankData) -> RankMemory:
-        return rank_memory(rank.memory, rank.host, -1, self.top, (rank.meta or {}).get("source"))
+        return rank_memory(rank.memory, rank.host, -1, self.top, rank.meta.source)

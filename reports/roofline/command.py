@@ -61,7 +61,7 @@ def analyse(session, by: str, given: tuple, **_) -> list:
         for p in r.profiles:
             found, source = given if given[0] is not None else meta_device(p.meta)
             # proton's scope metrics belong to scopes: spread over kernels they would give every kernel the same rate
-            events = with_scope_work(p.events, p.meta.get("scope_metrics")) if by == "scope" else p.events
+            events = with_scope_work(p.events, p.meta.scope_metrics) if by == "scope" else p.events
             results.append(replace(roofline(events, found, by, source), run=r.name if len(runs) > 1 else None))
     return results
 

@@ -68,7 +68,7 @@ MISSING_WORK = {
 
 
 def with_scope_work(events: pd.DataFrame, scope_metrics: dict[str, dict[str, Any]] | None) -> pd.DataFrame:
-    """Proton's scope-level flops/bytes (meta["scope_metrics"], a user's proton.scope(name,
+    """Proton's scope-level flops/bytes (meta.scope_metrics, a user's proton.scope(name,
     {"flops16": n})) spread over the kernel rows under that scope that have none of their own,
     in proportion to their time, as an operator's work is spread over its kernels: for the
     roofline by scope, where the scope's rows add up to its metrics again (by kernel every
@@ -203,7 +203,7 @@ class RankRoofline:
     def __call__(self, rank: RankData) -> dict[str, Any]:
         from tracelab.devices import meta_device
 
-        device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta or {})
+        device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta)
         result = roofline(rank.events, device, "kernel", found)
         return {"rows": result.rows, "device": device, "device_from": found, "gpu_ns": result.gpu_ns,
                 "known_ns": result.known_ns, "missing_hint": result.missing_hint}

@@ -86,7 +86,7 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
-                        {p.rank: p.meta.get("trace_start_epoch_ns") for p in profiles})
+                        {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     n_steps = n_steps or recorded_steps(run.info)
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)

@@ -58,7 +58,7 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
         for p in r.profiles:
             graphs[p.rank] = p.summary[key]
             graphs[p.rank].rank = p.rank
-        parts.append((r.name, whatif(graphs, {p.rank: p.meta.get("trace_start_epoch_ns") for p in r.profiles},
+        parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles},
                                      scenario)))
     return parts
 

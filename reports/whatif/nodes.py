@@ -237,8 +237,8 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
 def shared_graph(rank: RankData) -> RankGraph:
     """The rank's graph without roofline times, made once per rank (RankData.shared): the
     path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
-    meta = rank.meta or {}
-    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.get("rank")))
+    meta = rank.meta
+    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank))
 
 
 def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:
@@ -260,10 +260,10 @@ class RankGraphReduce:
         self.max_ranks = max_ranks
 
     def __call__(self, rank: RankData) -> RankGraph | None:
-        meta = rank.meta or {}
-        if self.max_ranks is not None and (meta.get("world_size") or 1) > self.max_ranks:
+        meta = rank.meta
+        if self.max_ranks is not None and (meta.world_size or 1) > self.max_ranks:
             return None
         graph = with_roofline(shared_graph(rank), rank.events, trace_device(meta))
-        if meta.get("source") == "proton":
+        if meta.source == "proton":
             graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
         return graph
