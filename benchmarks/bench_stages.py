@@ -49,7 +49,7 @@ DEFAULT_SRC = SHARED / "traces/hta/trace_diff/control/control.json.gz"
 
 # stage -> (module, attribute) wrapped; the first listed wins when one function is reached twice
 STAGES = [
-    ("gunzip", "tracelab.limits", "read_trace_bytes"),
+    ("gunzip", "tracelab.core.limits", "read_trace_bytes"),
     ("decode", "tracelab.parsers._kineto_json", "decode"),
     ("pick", "tracelab.parsers._kineto_json", "pick"),
     ("pick", "tracelab.parsers._kineto_json", "read_events"),
@@ -60,12 +60,12 @@ STAGES = [
     ("host", "tracelab.parsers._host", "launch_columns"),
     ("frame", "tracelab.parsers.chrome", "_frame"),
     ("columns", "tracelab.parsers.chrome", "read"),
-    ("cache", "tracelab.cache", "get"),
-    ("cache", "tracelab.cache", "put"),
-    ("classify", "tracelab.classify", "classified"),
+    ("cache", "tracelab.ingest.cache", "get"),
+    ("cache", "tracelab.ingest.cache", "put"),
+    ("classify", "tracelab.core.classify", "classified"),
 ]
 IMPORTS = ["pandas", "numpy", "msgspec", "tracelab.cli", "tracelab.parsers.chrome", "tracelab.parsers.nsys",
-           "tracelab.parsers.hatchet", "tracelab.inputs"]
+           "tracelab.parsers.hatchet", "tracelab.ingest.inputs"]
 
 
 class Clock:
@@ -132,7 +132,7 @@ def _loader():
     import importlib
 
     try:
-        return importlib.import_module("tracelab.loading")
+        return importlib.import_module("tracelab.ingest.loading")
     except ImportError:
         return importlib.import_module("tracelab.load")
 
@@ -245,7 +245,7 @@ def child(args: argparse.Namespace) -> None:
 
 def _gunzip_by() -> str:
     """Which inflate the checkout's read_trace_bytes uses: isal where it takes it and it is installed."""
-    from tracelab import limits
+    from tracelab.core import limits
 
     return "isal" if getattr(limits, "_isal_zlib", None) is not None else "zlib"
 

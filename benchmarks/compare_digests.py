@@ -47,9 +47,9 @@ def _read_all(repo: Path, paths: list[Path], out: Path) -> None:
 
     use_checkout(repo)
     os.environ["TRACELAB_CACHE"] = "0"
-    from tracelab import loading
-    from tracelab.errors import TracelabError
-    from tracelab.reports.session import RANK_DIGESTS
+    from tracelab.ingest import loading
+    from tracelab.core.errors import TracelabError
+    from tracelab.reports.ranks import RANK_DIGESTS
 
     assert Path(loading.__file__).resolve().is_relative_to(repo.resolve()), loading.__file__
     files = sorted({f for d in paths for f in loading.expand([d])})

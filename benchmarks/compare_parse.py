@@ -25,8 +25,8 @@ def _read_all(repo: Path, files: list[Path], out: Path) -> None:
     from bench_stages import use_checkout
 
     use_checkout(repo)
-    from tracelab import classify
-    from tracelab.errors import TracelabError
+    from tracelab.core import classify
+    from tracelab.core.errors import TracelabError
     from tracelab.parsers import chrome
 
     assert Path(chrome.__file__).resolve().is_relative_to(repo.resolve()), chrome.__file__

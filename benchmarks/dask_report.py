@@ -22,7 +22,9 @@ def main() -> None:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     from distributed import LocalCluster
 
-    from tracelab import cli, options
+    from tracelab import cli
+
+    from tracelab.core import options
 
     with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         os.environ[options.SCHEDULER_ENV] = cluster.scheduler_address

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracelab import classify, schema
-from tracelab.inputs import write
+from tracelab.core import classify, schema
+from tracelab.ingest.inputs import write
 from tracelab.reports.html import html
-from tracelab.reports.session import Input
+from tracelab.reports.ranks import Input
 
 KERNELS = ([f"ampere_bf16_s16816gemm_bf16_{m}x{n}_ldg8_f2f_tn" for m in (64, 128, 256) for n in (64, 128)]
            + [f"triton_red_fused_mm_{i}" for i in range(20)] + [f"triton_poi_fused_add_mul_{i}" for i in range(20)]

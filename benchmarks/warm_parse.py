@@ -42,7 +42,7 @@ def main() -> None:
     a = p.parse_args()
     if a.repo:
         use_checkout(a.repo)
-    from tracelab import classify, limits
+    from tracelab.core import classify, limits
     from tracelab.parsers import chrome
 
     if a.heap and not limits.reuse_freed_memory():

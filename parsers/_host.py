@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import schema
+from tracelab.core import schema
 
 from ._kineto import joined_ids
 from ._steps import is_step, name_mask, per_name

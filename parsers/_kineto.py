@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tracelab import limits
+from tracelab.core import limits
 
 from ._steps import main_threads
 

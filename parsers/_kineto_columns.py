@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 import numpy as np
 
-from tracelab import limits
+from tracelab.core import limits
 
 from ._kineto_ts import _ts_array
 from ._steps import Names

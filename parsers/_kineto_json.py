@@ -29,8 +29,8 @@ from typing import Any
 
 import msgspec
 
-from tracelab import limits
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits
+from tracelab.core.errors import TraceFormatError
 
 from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
 from ._kineto_layout import cut

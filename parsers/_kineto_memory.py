@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, schema
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits, schema
+from tracelab.core.errors import TraceFormatError
 
 from ._kineto import cpu_top_level, thread_scopes
 from ._kineto_columns import MISSING, _MemArgs

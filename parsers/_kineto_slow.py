@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import msgspec
 
-from tracelab.errors import TraceFormatError
+from tracelab.core.errors import TraceFormatError
 
 
 class _Category(msgspec.Struct, gc=False):

@@ -8,7 +8,7 @@ from typing import Sequence
 import msgspec
 import numpy as np
 
-from tracelab import limits
+from tracelab.core import limits
 
 _POW10 = 10 ** np.arange(20, dtype=np.uint64)
 _DIGIT, _DOT, _MINUS, _SEP = ord("0"), ord("."), ord("-"), 0  # NUL: in no valid JSON value

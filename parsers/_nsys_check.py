@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tracelab import limits
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits
+from tracelab.core.errors import TraceFormatError
 
 _T = limits.MAX_TIME_NS
 _INT = "typeof({c}) = 'integer'"

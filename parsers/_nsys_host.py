@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import schema
+from tracelab.core import schema
 
 from . import _nsys_check
 from ._host import host_kinds

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, schema
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits, schema
+from tracelab.core.errors import TraceFormatError
 
 from ._steps import assign, compile_pattern, numbers
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.errors import UsageError
+from tracelab.core.errors import UsageError
 
 DEFAULT_STEP_PATTERN = r"ProfilerStep#(\d+)|(?:step|iteration|iter|token)[ _#]?(\d+)"
 

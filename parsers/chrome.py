@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, schema
-from tracelab.errors import TraceFormatError
-from tracelab.memory import check_rows
-from tracelab.options import DEFAULT, Options
-from tracelab.schema import Meta, Profile
+from tracelab.core import limits, schema
+from tracelab.core.errors import TraceFormatError
+from tracelab.ingest.budget import check_rows
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.schema import Meta, Profile
 
 from . import _host, _kineto_memory
 from ._kineto import (collective_bytes, cpu_top_level, device_table, joined_ids, launch_index,

@@ -30,10 +30,10 @@ from typing import Any, Iterator
 import msgspec
 import pandas as pd
 
-from tracelab import limits, schema
-from tracelab.errors import TraceFormatError
-from tracelab.options import DEFAULT, Options
-from tracelab.schema import Meta, Profile
+from tracelab.core import limits, schema
+from tracelab.core.errors import TraceFormatError
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.schema import Meta, Profile
 
 from ._steps import compile_pattern, step_of_scope
 

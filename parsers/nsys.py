@@ -40,11 +40,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab import schema
-from tracelab.errors import RankError, TraceFormatError
-from tracelab.memory import check_rows
-from tracelab.options import DEFAULT, Options
-from tracelab.schema import Meta, Profile
+from tracelab.core import schema
+from tracelab.core.errors import RankError, TraceFormatError
+from tracelab.ingest.budget import check_rows
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.schema import Meta, Profile
 
 from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
 from ._nsys_meta import device_of, device_table, epoch_ns, session_meta

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tracelab.errors import TraceFormatError
-from tracelab.options import DEFAULT, Options
-from tracelab.schema import PARSED, Meta, Profile, SchemaError, validate
+from tracelab.core.errors import TraceFormatError
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.schema import PARSED, Meta, Profile, SchemaError, validate
 
 META_KEY = b"tracelab"
 _RANK_FOLDER = re.compile(r"^rank=(-?\d+)$")

@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab import limits, schema
-from tracelab.errors import TraceFormatError
-from tracelab.options import DEFAULT, Options
-from tracelab.schema import Profile
+from tracelab.core import limits, schema
+from tracelab.core.errors import TraceFormatError
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.schema import Profile
 
 ALLOCATED = {"alloc": 1, "free_requested": -1}
 RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}

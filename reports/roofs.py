@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracelab.devices import Device
-from tracelab.schema import Meta
+from tracelab.core.devices import Device
+from tracelab.core.schema import Meta
 
 
 def traffic(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +57,7 @@ def least_time_ns(events: pd.DataFrame, min_ns: np.ndarray) -> np.ndarray:
 
 def trace_device(meta: Meta) -> Device | None:
     """The table's entry for the first GPU the trace's meta names (tracelab/devices.detect)."""
-    from tracelab.devices import detect
+    from tracelab.core.devices import detect
 
     for props in meta.devices.values():
         if isinstance(props, dict) and (found := detect(props)):

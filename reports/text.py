@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tracelab.schema import recorded
+from tracelab.core.schema import recorded
 
 from .breakdown.breakdown import spread
 from .fmt import ms_cell, us_cell
@@ -326,7 +326,7 @@ def tree_diff_text(rows: pd.DataFrame, first: str, second: str):
     red where the second is slower, green where faster, a mark where a node is in one tree only."""
     from rich.tree import Tree
 
-    from ..classify import canonical
+    from tracelab.core.classify import canonical
 
     def label(r: pd.Series) -> Text:
         name = canonical(r["name"]) if r["is_kernel"] else r["name"]

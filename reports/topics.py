@@ -1,6 +1,6 @@
 """Every question tracelab answers, registered in one place: a `Topic` names its per-rank digests
 (made in the worker that parses each rank, read through reports/session.Input.digest), its
-findings sources and its report section. reports/session.py, reports/findings/findings.py and
+findings sources and its report section. reports/ranks.py, reports/findings/findings.py and
 reports/html/html.py iterate TOPICS, and tracelab/cli.py registers each topic's command; nothing
 else names a topic's modules to hook it in.
 
@@ -10,7 +10,7 @@ the renderers that read it (no import cycle) and the workers never import plotly
 
     findings: fn(ev: findings.Evidence) -> list[Finding]
     section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
-    command:  a tracelab.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
+    command:  a tracelab.cli.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
               (the CLI imports it when it runs, never a worker)
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tracelab.schema import OnEvents
+from tracelab.core.schema import OnEvents
 
 from .compare import digests
 from .fixes.ddp_steps import rank_ddp
@@ -74,7 +74,7 @@ TOPICS: tuple[Topic, ...] = (
           section="roofline.roofline_html:sections", command="roofline.command:COMMAND"),
     Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
           section="idle.idle_html:sections", command="idle.command:COMMAND"),
-    Topic("results", findings=("findings.findings_runs:difference_findings",
+    Topic("runs", findings=("findings.findings_runs:difference_findings",
                                "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
     # each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds

@@ -30,7 +30,7 @@ def _one_process(request, monkeypatch) -> None:
     runs) and a `tracelab` subprocess."""
     if request.node.get_closest_marker("pool") or request.node.get_closest_marker("slow"):
         return
-    from tracelab import loading
+    from tracelab.ingest import loading
 
     parse_all = loading._parse_all
     monkeypatch.setattr(loading, "_parse_all", lambda files, workers, *rest: parse_all(files, workers or 1, *rest))

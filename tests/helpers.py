@@ -279,7 +279,7 @@ def renamed_token_copy(tmp_path: Path) -> Path:
 
 def kernel_rows(rows: list[tuple], rank: int = 0) -> pd.DataFrame:
     """Classified kernel rows of one rank. rows: (name, stream, start, dur, launch_start, launch_dur), all in step 0."""
-    from tracelab import classify, schema
+    from tracelab.core import classify, schema
 
     name, stream, start, dur, launch, launch_dur = zip(*rows)
     return schema.validate(classify.classified(schema.coerce({
@@ -290,7 +290,7 @@ def kernel_rows(rows: list[tuple], rank: int = 0) -> pd.DataFrame:
 
 def host_rows(rows: list[tuple]) -> pd.DataFrame:
     """A host frame on thread 1. rows: (kind, name, start, dur)."""
-    from tracelab import schema
+    from tracelab.core import schema
 
     kind, name, start, dur = zip(*rows)
     return schema.host_frame(kind, name, [1] * len(rows), start, dur)

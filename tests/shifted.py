@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab import schema
+from tracelab.core import schema
 from tracelab.reports.timeline.collectives import collectives
 
 EXTRA_KERNEL = "extra_work"

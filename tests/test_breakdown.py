@@ -15,7 +15,7 @@ from helpers import shared_trace
 from helpers import run_cli_output
 
 import tracelab
-from tracelab.classify import canonical
+from tracelab.core.classify import canonical
 from tracelab.reports.breakdown.breakdown import REST, breakdown, summary
 
 KINETO = "hta/trace_filter/sampled_rank-1.json.gz"

@@ -12,7 +12,7 @@ from helpers import shared_trace
 import malformed as m
 import tracelab
 import tracelab.parsers.hatchet
-from tracelab import cache, cachedir
+from tracelab.ingest import cache, cachedir
 
 FILES = ["hta/trace_filter/sampled_rank-0.json.gz", "nsys-ai/mfu_2gpu_before.sqlite", "proton/cuda.json"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab import devices
-from tracelab.session import Session
+from tracelab.core import devices
+from tracelab.ingest.session import Session
 
 from helpers import DATA, SHARED_TRACES
 

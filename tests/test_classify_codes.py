@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tracelab import classify
-from tracelab.schema import OP_CLASSES
+from tracelab.core import classify
+from tracelab.core.schema import OP_CLASSES
 
 
 def _by_rows(names: pd.Series, kinds: list[str]) -> tuple[pd.Series, list]:

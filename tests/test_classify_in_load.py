@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import tracelab
-from tracelab import cache, classify, schema
+from tracelab.ingest import cache
+from tracelab.core import classify, schema
 from tracelab.parsers import chrome, hatchet
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -61,7 +62,7 @@ def test_a_pattern_added_after_caching_applies_to_the_cached_trace(tmp_path, mon
 @pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_a_pattern_applies_in_load_many_with_spawned_workers(monkeypatch) -> None:
     spawn = functools.partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("spawn"))
-    monkeypatch.setattr(importlib.import_module("tracelab.loading"), "ProcessPoolExecutor", spawn)
+    monkeypatch.setattr(importlib.import_module("tracelab.ingest.loading"), "ProcessPoolExecutor", spawn)
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     kernel, cls, _ = _most_common(RANKS[0])
     new = _other_class(cls)

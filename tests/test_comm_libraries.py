@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tracelab.classify import canonical, classify_one
+from tracelab.core.classify import canonical, classify_one
 
 from helpers import DATA
 

@@ -18,9 +18,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import tracelab
-from tracelab.classify import canonical
+from tracelab.core.classify import canonical
 from tracelab.cli import app
-from tracelab.inputs import label_inputs
+from tracelab.ingest.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
 from tracelab.reports.text import compare_tables
 from helpers import run_cli_output
@@ -306,8 +306,8 @@ def test_bad_input_one_line_exit_2(tmp_path, case):
 
 
 def _profile(source: str, names: list[str], dur_ns: list[int], scope: str):
-    from tracelab.classify import op_classes
-    from tracelab.schema import Profile, coerce
+    from tracelab.core.classify import op_classes
+    from tracelab.core.schema import Profile, coerce
 
     kernels = [canonical(n) for n in names]
     df = coerce({"rank": 0, "source": source, "kind": "kernel", "name": names, "kernel": kernels,
@@ -352,13 +352,13 @@ def test_across_profilers_join_on_canonical_names():
     (["/a/rank0.json", "/x/a/rank0.json"], ["/a/rank0", "x/a/rank0"]),
 ])
 def test_path_labels(paths, labels):
-    from tracelab.reports.session import path_labels
+    from tracelab.reports.ranks import path_labels
 
     assert path_labels([Path(p) for p in paths], [False] * len(paths)) == labels
 
 
 def test_path_labels_relative_and_folders(monkeypatch):
-    from tracelab.reports.session import path_labels
+    from tracelab.reports.ranks import path_labels
 
     monkeypatch.chdir(ROOT / "tests")
     run = ROOT / "tests" / "data" / "train-2gpu-torch"
@@ -397,7 +397,7 @@ def test_compare_across_profilers_warns_nothing():
 
 
 def _ranked(rank: int):
-    from tracelab.schema import Profile, coerce
+    from tracelab.core.schema import Profile, coerce
 
     df = coerce({"rank": rank, "source": "torch", "kind": "kernel", "name": ["k"], "kernel": ["k"],
                  "op_class": "gemm", "scope": "", "device": 0, "dur_ns": [1000 * (rank + 1)]})
@@ -432,7 +432,7 @@ def _dist(path) -> tuple[int, int, float]:
     ((2, 2), (0, 59), "tt", None), ((None, 2), (None, 0), "tt", None), ((128, 128), (0, 1), "tt", None),
     ((2, 2), (0, 1), "tn", "profilers differ (torch, nsys)")])
 def test_one_job_by_profiler_world_size_and_start(sizes, starts_s, sources, why):
-    from tracelab.reports.session import not_one_job
+    from tracelab.reports.ranks import not_one_job
     name = {"t": "torch", "n": "nsys"}
     profiles = [tracelab.Profile(pd.DataFrame(), {"rank": r, "path": f"r{r}", "world_size": n, "source": name[src],
                                                   "trace_start_epoch_ns": None if t is None else t * 10**9})

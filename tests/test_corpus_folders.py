@@ -147,7 +147,7 @@ BAD_METAS = {"[]": "[]", "a rank as text": '[{"rank": "zero", "path": "p", "sour
 @pytest.fixture
 def cached_run(tmp_path, monkeypatch):
     """A 2-rank run folder whose traces are cached (any size), and the cache folder."""
-    from tracelab import cache
+    from tracelab.ingest import cache
 
     monkeypatch.setattr(cache, "MIN_BYTES", 0)
     monkeypatch.setattr(cache, "RACY_S", -1.0)
@@ -158,7 +158,7 @@ def cached_run(tmp_path, monkeypatch):
 
 
 def _breakdown_ranks(capsys, run: Path) -> list[str]:
-    from tracelab.loading import load_many
+    from tracelab.ingest.loading import load_many
 
     return [str(p.rank) for p in load_many(run, workers=1)]
 

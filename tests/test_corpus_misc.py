@@ -110,8 +110,8 @@ def test_gzip_members_read_as_zcat_reads_them(case, tmp_path, capsys, monkeypatc
 def test_many_members_that_inflate_far_stay_bounded(tmp_path):
     """320 members of 5 MiB of spaces each (the issue's 5.2 MB file that grew to 21 GB): read
     once each, so the limit fires at its own size."""
-    from tracelab import limits
-    from tracelab.errors import TraceFormatError
+    from tracelab.core import limits
+    from tracelab.core.errors import TraceFormatError
 
     member = gzip.compress(b" " * (5 * 1024**2), 9)
     (path := tmp_path / "bomb.json.gz").write_bytes(member * 320)
@@ -265,7 +265,7 @@ def test_wal_mode_export_leaves_nothing_beside_it(tmp_path, capsys, monkeypatch)
 @pytest.mark.parametrize("make", [lambda t: _trace(t), lambda t: str(shutil.copy(m.NSYS, t / "rank0.sqlite"))],
                          ids=["kineto", "nsys"])
 def test_rows_that_would_not_fit_are_one_line(make, tmp_path, capsys, monkeypatch):
-    from tracelab import memory
+    from tracelab.ingest import budget as memory
 
     one_process(monkeypatch)
     path = make(tmp_path)
@@ -277,7 +277,7 @@ def test_rows_that_would_not_fit_are_one_line(make, tmp_path, capsys, monkeypatc
 
 
 def test_files_read_at_once_fit_in_memory(monkeypatch):
-    from tracelab import memory
+    from tracelab.ingest import budget as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 10 * memory.peak_bytes(10**6))
     one_million_rows = 10**6 * memory.JSON_BYTES_PER_ROW

@@ -140,19 +140,19 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 FAULT_POINTS = {
     "export perfetto while streaming": ("tracelab.reports.perfetto.perfetto:write_json", _put_some,
                                         lambda t: ["export", "perfetto", str(_trace(t)), "-o", str(t / "m.json.gz")]),
-    "export perfetto while loading": ("tracelab.loading:_parse_classified", None,
+    "export perfetto while loading": ("tracelab.ingest.loading:_parse_classified", None,
                                       lambda t: ["export", "perfetto", str(_trace(t)), "-o", str(t / "m.json")]),
     "report while rendering": ("tracelab.reports.html.html:render", None,
                                lambda t: ["report", str(_trace(t)), "-o", str(t / "r.html")]),
     "report --perfetto while streaming the trace": ("tracelab.reports.perfetto.perfetto:write_json", _put_some,
                                                     lambda t: ["report", str(_trace(t)), "-o", str(t / "r.html"),
                                                                "--perfetto"]),
-    "export parquet while writing a part": ("tracelab.dataset:_swap", None,
+    "export parquet while writing a part": ("tracelab.ingest.dataset:_swap", None,
                                             lambda t: ["export", "parquet", str(_trace(t)), "-o", str(t / "ds")]),
-    "export parquet --force over a dataset": ("tracelab.dataset:_swap", None,
+    "export parquet --force over a dataset": ("tracelab.ingest.dataset:_swap", None,
                                               lambda t: ["export", "parquet", str(_trace(t)), "-o", str(_dataset(t)),
                                                          "--force"]),
-    "breakdown while loading": ("tracelab.loading:_parse_classified", None, lambda t: ["breakdown", str(_trace(t))]),
+    "breakdown while loading": ("tracelab.ingest.loading:_parse_classified", None, lambda t: ["breakdown", str(_trace(t))]),
 }
 
 
@@ -188,7 +188,7 @@ def test_a_full_disk_leaves_nothing_half_written(point, tmp_path, capsys, monkey
 
 def test_report_and_merged_trace_appear_together(tmp_path, capsys, monkeypatch):
     """SIGTERM between the two renames is held until both are done: both files, whole."""
-    from tracelab import outputs
+    from tracelab.core import outputs
 
     one_process(monkeypatch)
     trace = _trace(tmp_path)

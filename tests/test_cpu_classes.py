@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab import classify
+from tracelab.core import classify
 
 RUN = Path(__file__).resolve().parent / "data" / "train-cpu-torch"
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import tracelab
 from tracelab.cli import app
-from tracelab.dataset import export
-from tracelab.errors import TraceFormatError
+from tracelab.ingest.dataset import export
+from tracelab.core.errors import TraceFormatError
 
 from helpers import run_cli
 

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from tracelab import cli, devices
+from tracelab import cli
+
+from tracelab.core import devices
 from tracelab.reports import fmt
 
 from helpers import DATA

@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 import tracelab
-from tracelab import cache, digest_cache
+from tracelab.ingest import cache, digest_cache
 from tracelab.cli import app
-from tracelab.reports import session
-from tracelab.schema import RankData
+from tracelab.reports import ranks as session
+from tracelab.core.schema import RankData
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "train-2gpu-torch"  # two real Kineto ranks of a DDP run, with steps and launches
@@ -40,8 +40,8 @@ def run(tmp_path, monkeypatch):
 
 def _parses(monkeypatch) -> list[str]:
     """The files read and digested from here on, not taken from the digest cache
-    (tracelab.loading._classified counted: the parse itself may come from the Parquet cache)."""
-    from tracelab import loading
+    (tracelab.ingest.loading._classified counted: the parse itself may come from the Parquet cache)."""
+    from tracelab.ingest import loading
 
     seen, made = [], loading._classified
     monkeypatch.setattr(loading, "_classified", lambda path, *args: (seen.append(str(path)), made(path, *args))[1])
@@ -158,8 +158,8 @@ def test_a_touched_trace_is_parsed_again(run, monkeypatch):
 
 
 def test_other_digests_options_or_patterns_are_other_entries(run, monkeypatch):
-    from tracelab import classify
-    from tracelab.options import Options
+    from tracelab.core import classify
+    from tracelab.core.options import Options
 
     _digests(run, CHEAP)
     parsed = _parses(monkeypatch)
@@ -195,7 +195,7 @@ def test_the_report_from_the_cache_is_the_same_page(run, tmp_path, monkeypatch):
     pages = []
     for n in range(2):
         if n:  # the second report may not read a trace (nor the Parquet cache): its workers (forked) inherit this
-            monkeypatch.setattr("tracelab.loading._classified",
+            monkeypatch.setattr("tracelab.ingest.loading._classified",
                                 lambda *_: pytest.fail("read again instead of taken from the digest cache"))
         out = tmp_path / f"report{n}.html"
         result = CliRunner().invoke(app, ["report", str(run), "-o", str(out)])

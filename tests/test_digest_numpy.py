@@ -11,7 +11,7 @@ from tracelab.reports.fixes import ddp_steps
 from tracelab.reports.idle import host as H
 from tracelab.reports.idle import idle as I
 from tracelab.reports.timeline.intervals import covered, run_cummax
-from tracelab.schema import str_array
+from tracelab.core.schema import str_array
 
 RNG = np.random.default_rng(30)
 

@@ -13,11 +13,11 @@ import tracelab
 from tracelab.reports import verdicts
 from tracelab.reports.compare.digests import BY
 from tracelab.reports.roofs import trace_device
-from tracelab.reports.session import RANK_DIGESTS
+from tracelab.reports.ranks import RANK_DIGESTS
 from tracelab.reports.stats import noise
 from tracelab.reports.timeline import steps as S
 from tracelab.reports.whatif import nodes
-from tracelab.schema import RankData, kind_mask
+from tracelab.core.schema import RankData, kind_mask
 
 DATA = Path(__file__).parent / "data"
 CASES = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.inputs import label_inputs
-from tracelab.session import Session
-from tracelab.loading import expand, load_many
-from tracelab.reports.session import RANK_DIGESTS
+from tracelab.ingest.inputs import label_inputs
+from tracelab.ingest.session import Session
+from tracelab.ingest.loading import expand, load_many
+from tracelab.reports.ranks import RANK_DIGESTS
 
 from helpers import DATA
 

@@ -12,8 +12,8 @@ import pytest
 from helpers import DATA, ROOT, run_cli_output
 
 import tracelab.reports as reports
-from tracelab.reports import session as report_session, topics
-from tracelab.session import TRACES, Session
+from tracelab.reports import ranks as report_session, topics
+from tracelab.ingest.session import TRACES, Session
 
 DOC = ROOT / "docs" / "extending.md"
 RUNS = [str(DATA / "decode-2gpu-torch"), str(DATA / "train-2gpu-torch"), str(DATA / "decode-1gpu-steps-none")]
@@ -36,7 +36,7 @@ def tiny(tmp_path, monkeypatch):
 
     topic = eval(line.rstrip(","), {"Topic": topics.Topic, "RankTiny": command.RankTiny})  # the doc's line, as written
     monkeypatch.setattr(topics, "TOPICS", (*topics.TOPICS, topic))
-    for name, fn in topic.digests.items():  # what reports/session.py derives from TOPICS when imported
+    for name, fn in topic.digests.items():  # what reports/ranks.py derives from TOPICS when imported
         monkeypatch.setitem(report_session.RANK_DIGESTS, name, fn)
     monkeypatch.setattr(report_session, "FINDINGS", (*report_session.FINDINGS, *topic.digests))
     yield command

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 import malformed as m
-from tracelab import errors, terminal
+from tracelab.core import errors
+from tracelab.cli import terminal
 
-load = importlib.import_module("tracelab.loading")  # the module: tracelab.load is also the function
+load = importlib.import_module("tracelab.ingest.loading")  # the module: tracelab.load is also the function
 
 TORCH_RUN = m.DATA / "allreduce-2gpu-torch"
 ONE_RANK = m.DATA / "decode-1gpu-torch"  # the report's input
@@ -205,7 +206,7 @@ def test_kernel_names_reach_the_table_escaped(tmp_path, capsys, monkeypatch):
 
 
 def test_warning_of_a_command_that_succeeds_is_one_escaped_line(capsys, monkeypatch):
-    from tracelab import cli
+    from tracelab.cli import program as cli
 
     def warns_then_succeeds(**_):  # cli.main calls app(standalone_mode=False, prog_name=...)
         warnings.warn("overflow in\x1b[2J cast\nsecond line", RuntimeWarning)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tracelab.session import Session
+from tracelab.ingest.session import Session
 
 from helpers import DATA
 from helpers import run_cli_output

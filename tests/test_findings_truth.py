@@ -8,8 +8,8 @@ import re
 
 import pandas as pd
 
-from tracelab.classify import classify_one
-from tracelab.session import Session
+from tracelab.core.classify import classify_one
+from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings_runs
 
 from helpers import DATA
@@ -60,7 +60,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
     its communication operators' intervals over its threads (the caller's call and gloo's own
     threads overlap: their sum would count that time twice), from its events."""
     (found,) = [f for f in _found([DATA / "gloo-2cpu-late"]) if "collective in flight" in f.text]
-    from tracelab.loading import load
+    from tracelab.ingest.loading import load
     from tracelab.reports.timeline.intervals import merge_intervals
     ev = load(DATA / "gloo-2cpu-late" / f"rank{found.evidence['rank']}.pt.trace.json.gz").events
     comm = ev[ev["op_class"] == "communication"]
@@ -73,7 +73,7 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
 
 def test_cpu_operator_total_says_it_sums_threads(capsys):
     from helpers import run_cli_output
-    from tracelab.loading import load
+    from tracelab.ingest.loading import load
     ev = load(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz").events
     threads, span = ev["stream"].nunique(), (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min()
     status, out, _ = run_cli_output(capsys, "breakdown", str(DATA / "gloo-2cpu-late"), "--rank", "0")

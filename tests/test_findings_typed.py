@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.inputs import write_report
-from tracelab.session import Session
+from tracelab.ingest.inputs import write_report
+from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings as F
 from tracelab.reports.findings.finding import CODES
 from tracelab.reports.fixes.host import graphs_findings

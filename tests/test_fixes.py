@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tracelab.session import Session
+from tracelab.ingest.session import Session
 from tracelab.reports import fmt
 
 from helpers import DATA, shared_trace
@@ -105,8 +105,8 @@ def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, step
     """One rank's hand-made steps of 10 ms: forward 0-2 ms, backward 2-6 ms (4 kernels), one
     all-reduce that starts after backward (plus `late_ns`, the time the other rank waits) and
     runs `allreduce_ns`, then the optimizer."""
-    from tracelab import classify, schema
-    from tracelab.schema import Profile
+    from tracelab.core import classify, schema
+    from tracelab.core.schema import Profile
     rows = []
     for s in range(steps):
         t = s * 10_000_000
@@ -126,7 +126,7 @@ def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, step
 
 def _ddp_found(profiles) -> list:
     from tracelab.reports.compare.compare import comparison
-    from tracelab.reports.session import label
+    from tracelab.reports.ranks import label
     from tracelab.reports.findings.finding import Evidence
     from tracelab.reports.fixes.ddp import ddp_findings
     inputs = label(["run"], [True], [profiles])

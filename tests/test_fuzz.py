@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 import malformed as m
-from tracelab.terminal import printable
+from tracelab.cli.terminal import printable
 
 CASES_PER_CATEGORY = 12
 SLOW_CASES = 60

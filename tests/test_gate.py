@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.commands.common import _options
-from tracelab.commands.gate import side_samples
+from tracelab.cli.commands.shared import _options
+from tracelab.cli.commands.gate import side_samples
 from tracelab.reports.gate.gate_text import RENDERERS
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.thresholds import thresholds

@@ -235,7 +235,7 @@ def test_nsys_broken_graph_tables(tmp_path, sql, outside):
 
 def test_nsys_graph_node_id_of_the_wrong_type(tmp_path):
     path = _copy(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 'x' WHERE rowid = 200")
-    with pytest.raises(tracelab.errors.TraceFormatError, match="row 200: graphNodeId 'x'"):
+    with pytest.raises(tracelab.core.errors.TraceFormatError, match="row 200: graphNodeId 'x'"):
         nsys.read(path)
 
 

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from tracelab import limits
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits
+from tracelab.core.errors import TraceFormatError
 
 isal_zlib = pytest.importorskip("isal.isal_zlib")
 

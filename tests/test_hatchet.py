@@ -11,7 +11,7 @@ import pytest
 from helpers import shared_trace
 
 import tracelab
-from tracelab.errors import TraceFormatError
+from tracelab.core.errors import TraceFormatError
 from tracelab.parsers import hatchet
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.errors import TraceFormatError
+from tracelab.core.errors import TraceFormatError
 from tracelab.parsers import hatchet
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 from helpers import ARTIFACTS, ROOT, check_rendered, open_page, shared_trace
 
-from tracelab.errors import OutputError, UsageError
-from tracelab.inputs import write, write_report
+from tracelab.core.errors import OutputError, UsageError
+from tracelab.ingest.inputs import write, write_report
 from tracelab.reports.html import html
-from tracelab.reports.session import Input
-from tracelab.schema import coerce
+from tracelab.reports.ranks import Input
+from tracelab.core.schema import coerce
 
 XSS = "<img src=x onerror=alert(1)>"
 XSS_MARK = "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"

@@ -18,13 +18,14 @@ from typer.testing import CliRunner
 
 import tracelab
 from helpers import strict_json
-from tracelab import cache, classify, schema
+from tracelab.ingest import cache
+from tracelab.core import classify, schema
 from tracelab.cli import app
-from tracelab.errors import TraceFormatError
+from tracelab.core.errors import TraceFormatError
 from tracelab.reports.idle import idle as I
 from tracelab.reports.idle.idle_text import idle_json
 from tracelab.reports.whatif.bound import path_bounds
-from tracelab.schema import RankData
+from tracelab.core.schema import RankData
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = {("small", "torch"): "host", ("large", "torch"): "gpu", ("small", "nsys"): "host", ("large", "nsys"): "gpu"}
@@ -347,7 +348,7 @@ def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path)
 
 
 def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp_path: Path) -> None:
-    from tracelab.dataset import export
+    from tracelab.ingest.dataset import export
 
     export([str(_trace("small", "nsys"))], tmp_path / "ds")
     doc = strict_json(CliRunner().invoke(app, ["idle", str(tmp_path / "ds"), "--format", "json"]).stdout)

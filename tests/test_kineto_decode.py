@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tracelab import limits
-from tracelab.errors import TraceFormatError
+from tracelab.core import limits
+from tracelab.core.errors import TraceFormatError
 from tracelab.parsers import _kineto_json as K
 from tracelab.parsers import _kineto_union
 from tracelab.parsers import chrome

@@ -23,24 +23,24 @@ REGISTRY = "topics.py"
 # none. A new one fails the test; one removed fails it too, until taken off this list.
 LEFT = {
     ("fixes/host.py", "idle"),
-    ("whatif/findings.py", "results"),
+    ("whatif/findings.py", "runs"),
     ("findings/finding.py", "compare"),
     ("findings/findings.py", "compare"),
     ("findings/findings.py", "idle"),
     ("findings/findings.py", "whatif"),
     ("findings/findings_more.py", "idle"),
-    ("findings/findings_runs.py", "results"),
+    ("findings/findings_runs.py", "runs"),
     ("html/figures.py", "compare"),
     ("html/html.py", "compare"),
-    ("html/html.py", "results"),
+    ("html/html.py", "runs"),
     ("html/side_by_side.py", "compare"),
-    ("html/workload_plots.py", "results"),
+    ("html/workload_plots.py", "runs"),
     ("text.py", "breakdown"),
     ("text.py", "compare"),
     # the gate judges every topic's figures, as the report shows them: to reach them through the registry
-    ("gate/gate_text.py", "results"),
+    ("gate/gate_text.py", "runs"),
     ("gate/samples.py", "idle"),
-    ("gate/samples.py", "results"),
+    ("gate/samples.py", "runs"),
     # steps shows each step's idle columns: idle's digest and join, to reach through the registry
     ("steps/command.py", "idle"),
 }
@@ -89,7 +89,7 @@ def imports_between_layers(root: Path = REPORTS) -> set[tuple[str, str]]:
 
 def test_every_registered_topic_is_a_topic_folder() -> None:
     assert {t.name for t in TOPICS} <= topic_folders()
-    assert {"perfetto", "results", "breakdown"} <= topic_folders()
+    assert {"perfetto", "runs", "breakdown"} <= topic_folders()
     assert not SHARED_FOLDERS & topic_folders()
 
 

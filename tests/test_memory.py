@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab import cache, schema
-from tracelab.errors import TracelabError, TraceFormatError
+from tracelab.ingest import cache
+from tracelab.core import schema
+from tracelab.core.errors import TracelabError, TraceFormatError
 from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS

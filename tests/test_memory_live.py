@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.loading import load_many
+from tracelab.ingest.loading import load_many
 from tracelab.reports.memory.live import BEFORE_TRACE, GROUPS, live_tops
 from tracelab.reports.memory.memory import AllocatorCalls, is_allocator, rank_memory
 

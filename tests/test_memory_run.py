@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from tracelab import backends, machine, runner
-from tracelab.errors import UsageError
-from tracelab.runner import RunSpec
+from tracelab.run import backends, machine, runner
+from tracelab.core.errors import UsageError
+from tracelab.run.runner import RunSpec
 
 
 @pytest.mark.parametrize("memory", [True, False])

@@ -13,9 +13,9 @@ import pytest
 from helpers import run_cli
 
 import tracelab
-from tracelab import cache
-from tracelab.errors import TraceFormatError
-from tracelab.schema import Meta, Profile
+from tracelab.ingest import cache
+from tracelab.core.errors import TraceFormatError
+from tracelab.core.schema import Meta, Profile
 
 DATA = Path(__file__).parent / "data"
 GOOD = {"path": "rank0.json", "source": "torch", "session_start_ns": 5, "rank": 0, "world_size": 2,
@@ -82,7 +82,7 @@ def test_the_parquet_cache_keeps_the_meta_exactly(folder, cache_dir, tmp_path, m
 
 def _part(tmp_path: Path, meta: dict) -> Path:
     """A dataset part of one real rank (tracelab export parquet), its metadata replaced by `meta`."""
-    from tracelab.dataset import export
+    from tracelab.ingest.dataset import export
     from tracelab.parsers.parquet import META_KEY
 
     path, = export([str(DATA / "decode-1gpu-torch")], tmp_path / "ds")

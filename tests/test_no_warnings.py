@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import tracelab
 from tracelab.cli import app
-from tracelab.inputs import label_inputs
+from tracelab.ingest.inputs import label_inputs
 from tracelab.reports.breakdown import breakdown
 from tracelab.reports.compare import compare
 from tracelab.reports.html import html

@@ -10,7 +10,7 @@ import pytest
 import tracelab
 from tracelab.reports.stats import noise
 from tracelab.reports.compare.compare import compare
-from tracelab.reports.session import Input
+from tracelab.reports.ranks import Input
 
 from helpers import shared_trace
 
@@ -76,9 +76,9 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     from pathlib import Path
 
     from tracelab.reports.compare.command import with_steps as _with_steps
-    from tracelab.inputs import label_inputs
-    from tracelab.options import Options
-    from tracelab.session import Session
+    from tracelab.ingest.inputs import label_inputs
+    from tracelab.core.options import Options
+    from tracelab.ingest.session import Session
 
     data = Path(__file__).resolve().parent / "data"
     paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]

@@ -12,8 +12,8 @@ import pytest
 from helpers import shared_trace
 
 import tracelab
-from tracelab import classify
-from tracelab.errors import RankError, TraceFormatError
+from tracelab.core import classify
+from tracelab.core.errors import RankError, TraceFormatError
 from tracelab.parsers import nsys
 
 DATA = Path(__file__).resolve().parent / "data"

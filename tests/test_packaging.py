@@ -46,17 +46,17 @@ def test_the_checkouts_tracelab_folder_links_each_subpackage():
 
 def test_subpackages_import_from_the_checkout_root_without_the_editable_finder():
     """What a plain `pip install .` leaves a user at the checkout's root: ./tracelab alone."""
-    done = _python(WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; import tracelab.reports.session; "
-                   "print(tracelab.reports.session.__file__)", cwd=ROOT)
+    done = _python(WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; import tracelab.reports.ranks; "
+                   "print(tracelab.reports.ranks.__file__)", cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()) == ROOT / "tracelab" / "reports" / "session.py"
+    assert Path(done.stdout.strip()) == ROOT / "tracelab" / "reports" / "ranks.py"
 
 
 def test_the_package_juggles_no_import_path():
     """No `__path__` appended and no module class swapped: tools that draw the import graph see it."""
     source = (ROOT / "tracelab" / "__init__.py").read_text()
     assert "__path__" not in source and "__class__" not in source
-    code = "import types, tracelab, tracelab.loading; print(type(tracelab) is types.ModuleType, tracelab.__path__)"
+    code = "import types, tracelab, tracelab.ingest.loading; print(type(tracelab) is types.ModuleType, tracelab.__path__)"
     done = _python(code, cwd=ROOT)
     assert done.stdout.split(" ", 1) == ["True", f"{[str(ROOT / 'tracelab')]}\n"], done.stderr
 
@@ -115,11 +115,11 @@ def test_plain_pip_install_works_from_the_checkout_root_and_from_elsewhere(tmp_p
     site = Path(subprocess.run([python, "-c", where], capture_output=True, text=True).stdout.strip())
     installed = {str(f.relative_to(site)) for f in (site / "tracelab").rglob("*.py")}
     assert installed == _sources()
-    code = IMPORTS + "; import tracelab.reports.session; print(tracelab.reports.session.__file__)"
+    code = IMPORTS + "; import tracelab.reports.ranks; print(tracelab.reports.ranks.__file__)"
     for cwd, home in ((tmp_path, site / "tracelab"), (ROOT, ROOT / "tracelab")):
         done = subprocess.run([python, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        assert Path(done.stdout.strip()) == home / "reports" / "session.py"
+        assert Path(done.stdout.strip()) == home / "reports" / "ranks.py"
         cli = subprocess.run([python, "-m", "tracelab", "--help"], cwd=cwd, capture_output=True, text=True, timeout=120)
         assert cli.returncode == 0 and "Usage" in cli.stdout, cli.stderr
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab import classify, schema
+from tracelab.core import classify, schema
 from tracelab.parsers import _steps
 
 TEXTS = [

@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.errors import UsageError
-from tracelab.inputs import label_inputs
-from tracelab.loading import load_many
+from tracelab.core.errors import UsageError
+from tracelab.ingest.inputs import label_inputs
+from tracelab.ingest.loading import load_many
 from tracelab.reports.perfetto import perfetto
 from tracelab.reports.html import slices
-from tracelab.reports.session import Input
-from tracelab.schema import coerce
+from tracelab.reports.ranks import Input
+from tracelab.core.schema import coerce
 
 from helpers import format_errors, shared_trace
 
@@ -358,8 +358,8 @@ def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path):
     assert got == want and len(got["traceEvents"]) > 200
     from functools import partial
 
-    from tracelab.inputs import with_events
-    from tracelab.session import Session
+    from tracelab.ingest.inputs import with_events
+    from tracelab.ingest.session import Session
 
     lean = Session.open([str(run)]).inputs
     kept = with_events(lean, None, partial(perfetto.rows_of_steps, steps=frozenset({2, 3})))
@@ -401,7 +401,7 @@ def test_the_streamed_json_is_the_trace_dict(pick):
 
 
 def test_a_producer_that_fails_leaves_no_file(tmp_path):
-    from tracelab.inputs import write
+    from tracelab.ingest.inputs import write
 
     def produce(put):
         put(b"{" * 1000)

@@ -14,8 +14,8 @@ import pytest
 
 import tracelab
 from helpers import strict_json
-from tracelab import provenance
-from tracelab.errors import TraceFormatError
+from tracelab.ingest import provenance
+from tracelab.core.errors import TraceFormatError
 from tracelab.reports.breakdown.breakdown import breakdown, module_type
 
 RUN = Path(__file__).parent / "data" / "decode-compile-cpu-torch"
@@ -124,7 +124,7 @@ def test_a_partial_run_of_the_graph_is_noted(tmp_path):
 
 
 def test_the_map_is_not_taken_for_a_trace():
-    from tracelab.loading import expand
+    from tracelab.ingest.loading import expand
     assert [f.name for f in expand([RUN])] == ["rank0.pt.trace.json.gz"]
 
 

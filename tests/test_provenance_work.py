@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab import provenance
-from tracelab.errors import TraceFormatError
+from tracelab.ingest import provenance
+from tracelab.core.errors import TraceFormatError
 from tracelab.workloads.provenance import kernel_work
 
 from helpers import DATA, shared_trace
@@ -78,7 +78,7 @@ ATTENTION = ("cpp_fused__safe_softmax__unsafe_view_add_bmm_clone_expand_index_in
 HAND_WORK = {SILU: {"bytes": 3 * 256 * 4, "dtype": "fp32"}, ATTENTION: {"flops": 2 * 2 * 16 * 16 * 8}}
 
 
-def _with_map(tmp_path, work) -> tracelab.schema.Profile:
+def _with_map(tmp_path, work) -> tracelab.core.schema.Profile:
     run = tmp_path / "run"
     shutil.copytree(CPU_RUN, run)
     mapping = json.loads((run / "rank0.provenance.json").read_text())

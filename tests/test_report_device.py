@@ -8,7 +8,7 @@ import shutil
 from helpers import DATA
 from helpers import run_cli_output
 
-from tracelab.session import Session
+from tracelab.ingest.session import Session
 
 
 def _without_device(tmp_path):

@@ -1,5 +1,5 @@
 """Reports are DataFrame -> DataFrame analyses and render(...) -> str renderers: once the
-loading layer (tracelab.inputs, tracelab.load) has read the files, labelling, comparing and
+loading layer (tracelab.ingest.inputs, tracelab.load) has read the files, labelling, comparing and
 rendering touch no file or folder."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import tracelab
-from tracelab import inputs
+from tracelab.ingest import inputs
 from tracelab.reports.compare import compare
 from tracelab.reports.html import html
-from tracelab.reports import session, text
+from tracelab.reports import ranks as session, text
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [DATA / "train-2gpu-torch", DATA / "train-2gpu-proton"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tracelab import results
-from tracelab.errors import RunError
+from tracelab.run import results
+from tracelab.core.errors import RunError
 from tracelab.reports.html import workload_plots
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tracelab import limits
+from tracelab.core import limits
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt, minor faults: Linux")
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 _FAULTS = """
 import resource, sys
-from tracelab import limits
+from tracelab.core import limits
 print(limits.reuse_freed_memory())
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

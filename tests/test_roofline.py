@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import tracelab
-from tracelab import devices
-from tracelab.errors import UsageError
+from tracelab.core import devices
+from tracelab.core.errors import UsageError
 from tracelab.reports.roofline.roofline import roofline, with_scope_work
 
 from helpers import DATA, run_cli_output, shared_trace, strict_json

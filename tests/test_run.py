@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tracelab  # noqa: E402
-from tracelab import backends, launch, machine, runner  # noqa: E402
-from tracelab.errors import RunError, ToolMissingError, UsageError  # noqa: E402
-from tracelab.runner import RunSpec  # noqa: E402
+from tracelab.run import backends, launch, machine, runner  # noqa: E402
+from tracelab.core.errors import RunError, ToolMissingError, UsageError  # noqa: E402
+from tracelab.run.runner import RunSpec  # noqa: E402
 from tracelab.workloads import decode  # noqa: E402
 from tracelab.workloads.model import CONFIGS, Transformer  # noqa: E402
 
@@ -288,7 +288,7 @@ def test_decode_backend_none_writes_results_only(tmp_path):
 
 CRASHY = textwrap.dedent('''
     import argparse, os, sys
-    from tracelab import backends
+    from tracelab.run import backends
 
     def parse(argv=None):
         p = argparse.ArgumentParser()
@@ -338,7 +338,7 @@ def test_torch_sessions_hide_the_spurious_cycle_warning(tmp_path, monkeypatch):
 
     import torch
 
-    from tracelab import backends
+    from tracelab.run import backends
 
     class Warns:
         def __init__(self, **kwargs):

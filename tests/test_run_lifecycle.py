@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tracelab import launch, machine, results, runner
-from tracelab.errors import RunError
-from tracelab.loading import expand
-from tracelab.runner import Plan, RunSpec
+from tracelab.run import launch, machine, results, runner
+from tracelab.core.errors import RunError
+from tracelab.ingest.loading import expand
+from tracelab.run.runner import Plan, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_RUN = ROOT / "tests" / "data" / "decode-2gpu-torch"  # a real 2-rank Kineto pair

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tracelab.parsers import chrome
-from tracelab.reports import session
-from tracelab.schema import OnEvents
+from tracelab.reports import ranks as session
+from tracelab.core.schema import OnEvents
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -69,22 +69,22 @@ def test_a_ts_that_is_no_number_still_names_the_event(tmp_path):
 
 
 def test_import_tracelab_and_the_cli_leave_pandas_unimported():
-    code = ("import sys, tracelab, tracelab.cli, tracelab.terminal; print(sorted(m for m in ('pandas', 'numpy') "
+    code = ("import sys, tracelab, tracelab.cli, tracelab.cli.terminal; print(sorted(m for m in ('pandas', 'numpy') "
             "if m in sys.modules)); print(tracelab.load.__module__, tracelab.COLUMNS['rank'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[:2] == ["[]", "tracelab.loading int32"]
+    assert out[:2] == ["[]", "tracelab.ingest.loading int32"]
 
 
 def test_the_cli_still_turns_a_schema_error_into_one_line():
-    from tracelab.schema import SchemaError
-    from tracelab.terminal import error_line
+    from tracelab.core.schema import SchemaError
+    from tracelab.cli.terminal import error_line
 
     assert error_line(SchemaError("missing columns ['rank']")) == "tracelab: error: missing columns ['rank']"
     assert error_line(ValueError("a bug")) is None
 
 
 def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, monkeypatch):
-    from tracelab import cache
+    from tracelab.ingest import cache
 
     inflated = len(gzip.decompress(RANK_TRACE.read_bytes()))
     compressed = RANK_TRACE.stat().st_size
@@ -100,8 +100,8 @@ def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, mon
 
 
 def test_tracelab_load_stays_the_function_once_its_module_is_imported():
-    code = ("import tracelab, tracelab.loading, tracelab.cli; from tracelab.loading import expand; "
-            "print(callable(tracelab.load), tracelab.load is tracelab.loading.load)")
+    code = ("import tracelab, tracelab.ingest.loading, tracelab.cli; from tracelab.ingest.loading import expand; "
+            "print(callable(tracelab.load), tracelab.load is tracelab.ingest.loading.load)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True True\n"
 
 
@@ -144,9 +144,9 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     import tracelab
     from distributed import LocalCluster
 
-    from tracelab import classify
-    from tracelab.options import Options
-    from tracelab.reports.session import RANK_DIGESTS
+    from tracelab.core import classify
+    from tracelab.core.options import Options
+    from tracelab.reports.ranks import RANK_DIGESTS
 
     folder = DATA / "train-2gpu-torch"
     monkeypatch.setenv("TRACELAB_CACHE", "0")
@@ -172,8 +172,8 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
 def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     pytest.importorskip("distributed")
     import tracelab
-    from tracelab import options
-    from tracelab.errors import UsageError
+    from tracelab.core import options
+    from tracelab.core.errors import UsageError
 
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
         tracelab.load_many(DATA / "train-2gpu-torch", options=options.Options(scheduler="tcp://127.0.0.1:9"))
@@ -280,7 +280,7 @@ def test_n_ranks_made_from_one_give_n_times_its_breakdown(tmp_path):
 
 
 def _classified(events):
-    from tracelab import classify
+    from tracelab.core import classify
 
     return classify.classified(events)
 
@@ -318,7 +318,7 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     from tracelab.reports.compare import compare
     from tracelab.reports.html import html
     from tracelab.reports.steps import steps_html
-    from tracelab.schema import Profile
+    from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
     copies = [zero] + [Profile(one.events.assign(rank=r), one.meta.but(rank=r)) for r in range(1, 20)]
@@ -339,7 +339,7 @@ def test_tracelab_steps_on_many_ranks_prints_spreads_and_a_bounded_clock_line(tm
     import tracelab
     from tracelab.reports.steps import steps_text
     from tracelab.reports.timeline import waits
-    from tracelab.schema import Profile
+    from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "gloo-2cpu-late", workers=1)
     events = tracelab.events([zero] + [Profile(one.events.assign(rank=np.int32(r)), one.meta.but(rank=r))
@@ -368,10 +368,10 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     """The report's path at scale: every rank reduced in its worker (events dropped there),
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
-    from tracelab.inputs import write_report
+    from tracelab.ingest.inputs import write_report
     from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import COMPARE_RENDERERS
-    from tracelab.session import Session
+    from tracelab.ingest.session import Session
 
     paths = [str(DATA / f) for f in folders]
     lean_session = Session.open(paths)
@@ -421,8 +421,8 @@ def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
     from distributed import LocalCluster
 
     import tracelab
-    from tracelab.errors import TraceFormatError
-    from tracelab.options import Options
+    from tracelab.core.errors import TraceFormatError
+    from tracelab.core.options import Options
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
@@ -477,7 +477,7 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     import tracelab
     from tracelab.reports.compare import compare
     from tracelab.reports import text
-    from tracelab.schema import Profile
+    from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 7 else zero).events.assign(rank=np.int32(r)), (one if r == 7 else zero).meta.but(
@@ -540,7 +540,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
     are read (again). The file equals the one made from every rank's events."""
     import json
 
-    from tracelab import inputs as I
+    from tracelab.ingest import inputs as I
     from tracelab.reports.perfetto import perfetto
 
     read = []
@@ -551,7 +551,7 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
 
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(DATA / folder), "-o", str(lean), *options)
     assert status == 0, err
-    from tracelab.session import Session
+    from tracelab.ingest.session import Session
 
     session = Session.open([str(DATA / folder)], keep_events=True)
     picks = {"ranks": perfetto.parse_ints("--ranks", options[1]),
@@ -568,7 +568,7 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     import tracelab
     from tracelab.reports.compare import compare
     from tracelab.reports.html import figures
-    from tracelab.schema import Profile
+    from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
     copies = [Profile((one if r == 19 else zero).events.assign(rank=np.int32(r)),

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab import classify, schema
+from tracelab.core import classify, schema
 
 
 def _frame(**overrides):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from malformed import run_cli_output
-from tracelab.session import NONE, SNAPSHOT, TRACES, Session
+from tracelab.ingest.session import NONE, SNAPSHOT, TRACES, Session
 
 DATA = Path(__file__).parent / "data"
 TORCH, NSYS, NONE_RUN = DATA / "decode-2gpu-torch", DATA / "decode-2gpu-nsys", DATA / "decode-1gpu-steps-none"

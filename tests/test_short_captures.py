@@ -16,7 +16,7 @@ import pytest
 from shifted import make_late, ranks_from_one
 
 import tracelab
-from tracelab.options import Options
+from tracelab.core.options import Options
 from tracelab.reports.stats import tests as T
 from tracelab.reports.timeline.waits import analyse
 

@@ -66,8 +66,8 @@ def test_back_to_back_ranges_of_one_number_are_two_occurrences():
 @pytest.mark.slow
 def test_a_decode_window_on_two_cpu_ranks_is_the_same_aligned_steps(tmp_path):
     pytest.importorskip("torch")
-    from tracelab.loading import load
-    from tracelab.runner import RunSpec, run
+    from tracelab.ingest.loading import load
+    from tracelab.run.runner import RunSpec, run
 
     result = run(RunSpec("decode", 2, "torch", tmp_path, ["--samples", "2", "--new-tokens", "4", "--warmup", "0"]))
     steps = {}

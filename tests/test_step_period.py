@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracelab.loading import load
+from tracelab.ingest.loading import load
 from tracelab.reports.timeline.collectives import activity
 from tracelab.reports.timeline.steps import step_table
 

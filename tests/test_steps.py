@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from helpers import kineto_steps, per_step, shared_trace
 
-from tracelab.options import Options
-from tracelab.errors import UsageError
+from tracelab.core.options import Options
+from tracelab.core.errors import UsageError
 from tracelab.parsers import chrome, hatchet, nsys
 from tracelab.parsers._steps import assign, compile_pattern, step_of_scope
 
@@ -165,7 +165,7 @@ def test_two_step_patterns_in_one_process_do_not_interfere(tmp_path, monkeypatch
     after the other, through the Parquet cache and through worker processes, numbers its steps
     twice differently; each as the parser reads it with that pattern, and the cache keys on it."""
     import tracelab
-    from tracelab import cache
+    from tracelab.ingest import cache
 
     path = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
     monkeypatch.setenv("TRACELAB_CACHE_DIR", str(tmp_path))

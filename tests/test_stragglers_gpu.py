@@ -350,7 +350,7 @@ def test_proton_totals_name_a_straggler_only_for_a_material_compute_lead(variant
     most compute also had the least communication, which two ranks of equal work always show
     (0.1% more compute, so less waiting). Now the lead must be material (1%, as 'slowest'):
     the late rank (10.7 ms more per step) is named, equal and alternating work are not."""
-    from tracelab.inputs import label_inputs
+    from tracelab.ingest.inputs import label_inputs
     from tracelab.reports.compare.compare import comparison
 
     path = _dir(variant, "proton")

@@ -12,7 +12,7 @@ import pytest
 from helpers import shared_trace
 
 import tracelab
-from tracelab.schema import coerce
+from tracelab.core.schema import coerce
 from tracelab.reports.timeline import intervals as timeline
 
 SAMPLED = "hta/trace_filter/sampled_rank-{rank}.json.gz"  # a public trace, found by helpers.shared_trace

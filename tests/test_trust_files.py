@@ -23,10 +23,10 @@ import pytest
 
 import malformed as m
 import tracelab
-import tracelab.loading
+import tracelab.ingest.loading
 from promise import one_process
-from tracelab import cache, cachedir, digest_cache
-from tracelab.reports import session
+from tracelab.ingest import cache, cachedir, digest_cache
+from tracelab.reports import ranks as session
 
 NOBODY = 65534  # another user
 TRACE = m.DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
@@ -263,12 +263,12 @@ CACHE_CASES = {
         p, lambda f: f.write_bytes(_entry(_call("subprocess", "Popen", f"/usr/bin/touch {p.marker}")))),
     "pickle: builtins.eval": lambda p: _in_private(
         p, lambda f: f.write_bytes(_entry(_call("builtins", "eval", f"open({str(p.marker)!r}, 'w')")))),
-    "pickle: a dotted name through a tracelab module (tracelab.cache.os.system)": lambda p: _in_private(
-        p, lambda f: f.write_bytes(_entry(_call("tracelab.cache", "os.system", f"touch {p.marker}")))),
+    "pickle: a dotted name through a tracelab module (tracelab.ingest.cache.os.system)": lambda p: _in_private(
+        p, lambda f: f.write_bytes(_entry(_call("tracelab.ingest.cache", "os.system", f"touch {p.marker}")))),
     "pickle: shutil.rmtree of the user's folder": lambda p: _in_private(p, lambda f: _rmtree_victim(p, f)),
     "pickle: os.mkdir": lambda p: _in_private(p, lambda f: f.write_bytes(_entry(_call("os", "mkdir", str(p.marker))))),
     "entry of a newer version (a class this one lacks)": lambda p: _in_private(
-        p, lambda f: f.write_bytes(_entry(_call("tracelab.schema", "DigestV9", "x")))),
+        p, lambda f: f.write_bytes(_entry(_call("tracelab.core.schema", "DigestV9", "x")))),
     "entry with a wrong checksum": lambda p: _in_private(p, lambda f: f.write_bytes(b"\0" * 32 + b"x")),
     "entry truncated (right checksum)": lambda p: _in_private(
         p, lambda f: f.write_bytes(_entry(pickle.dumps(([1] * 100, [], "x"))[:-20]))),
@@ -389,7 +389,7 @@ def test_the_cache_is_used_and_private(plant, expected, monkeypatch):
     (entry,) = digest_cache.entries()
     assert (entry / cachedir.MARK).is_file() and stat.S_IMODE(entry.stat().st_mode) == 0o700
     seen = []
-    monkeypatch.setattr(tracelab.loading, "_classified", lambda *a: seen.append(a))
+    monkeypatch.setattr(tracelab.ingest.loading, "_classified", lambda *a: seen.append(a))
     tracelab.load_many([plant.trace], workers=1, reduce=_reduce(), keep_events=False)
     assert seen == []  # a hit: no parse
 
@@ -599,7 +599,7 @@ def test_the_sweep_removes_what_a_killed_tracelab_left(tmp_path, capsys, monkeyp
 def test_every_digest_unpickles_through_the_safe_unpickler(run, monkeypatch):
     """safe_pickle builds every digest of every topic (else each hit would be a miss, parsed again):
     the digests of a real run, pickled as digest_cache.put does, load back whole."""
-    from tracelab import safe_pickle
+    from tracelab.ingest import safe_pickle
 
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     profiles = tracelab.load_many(m.DATA / run, workers=1, reduce=session.rank_digests(), keep_events=False)

@@ -24,12 +24,12 @@ import pytest
 
 import malformed as m
 import tracelab
-from tracelab import regexes
-from tracelab.errors import TraceFormatError, UsageError
+from tracelab.core import regexes
+from tracelab.core.errors import TraceFormatError, UsageError
 from tracelab.parsers import snapshot
 from tracelab.reports.fmt import clipped
 from tracelab.reports.memory import across
-from tracelab.terminal import LINE_CHARS, VALUE_CHARS, shortened
+from tracelab.cli.terminal import LINE_CHARS, VALUE_CHARS, shortened
 
 DATA = Path(__file__).resolve().parent / "data"
 SMALL = DATA / "roofline-1gpu-torch"  # the smallest GPU trace with kernels
@@ -123,7 +123,7 @@ def test_scenario_bounds_inside_are_taken():
 
 
 def test_durations_clipped_below_int64():
-    from tracelab import limits
+    from tracelab.core import limits
     from tracelab.reports.whatif.scenarios import _durations_ns
 
     out = _durations_ns(np.array([1e30, 5.4, 2.0**62]))

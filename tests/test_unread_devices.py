@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tracelab import load
-from tracelab.errors import TraceFormatError
+from tracelab.core.errors import TraceFormatError
 from tracelab.parsers._kineto_unread import unread_counts
 
 from helpers import shared_trace

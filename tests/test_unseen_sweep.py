@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from tracelab.session import Session
+from tracelab.ingest.session import Session
 from tracelab.reports.idle.idle import MIN_LAUNCHED_FOR_GRAPHS
 
 from helpers import DATA, shared_trace
@@ -122,7 +122,7 @@ def test_first_call_launches_are_no_cuda_graph_saving():
     from tracelab.reports.findings.findings_more import MIN_IDLE_SHARE_OF_STEP
     from tracelab.reports.fixes.host import MIN_SHORT_SHARE, _figures
     from tracelab.reports.idle.idle import of_input
-    from tracelab.reports.session import label
+    from tracelab.reports.ranks import label
 
     inputs = label([str(path)], [False], [[p]])
     f = _figures(Evidence(inputs, comparison(inputs, "kernel")), inputs[0])

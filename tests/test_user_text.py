@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.reports.html import workload_plots
-from tracelab.runner import WORKLOADS
+from tracelab.run.runner import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = re.compile(r"reference \d{3}|references? \d{3}|\bthe course\b|course's", re.IGNORECASE)

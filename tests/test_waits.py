@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import tracelab
 from tracelab.cli import app
-from tracelab.options import Options
+from tracelab.core.options import Options
 from tracelab.reports.timeline import collectives as C
 from tracelab.reports import verdicts as V
 from tracelab.reports.stats import tests as T
@@ -211,7 +211,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
     and nsys have instances (steps from decode_one_token); proton's aggregate is divided by the
     tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
     standard deviations."""
-    from tracelab.inputs import run_info
+    from tracelab.ingest.inputs import run_info
     from tracelab.reports.timeline.steps import recorded_steps
 
     per_step, noise = defaultdict(dict), []
@@ -354,7 +354,7 @@ def test_gloo_equal_work_no_clear_straggler() -> None:
 
 
 def test_report_has_the_steps_section(tmp_path) -> None:
-    from tracelab.inputs import write_report
+    from tracelab.ingest.inputs import write_report
 
     out = write_report([GLOO["late"]], tmp_path / "report.html")
     text = out.read_text()

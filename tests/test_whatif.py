@@ -227,7 +227,7 @@ def test_the_late_rank_stalls_and_works_on_the_steps_asked(monkeypatch, argv, st
 def test_bad_late_options_are_refused(argv, option) -> None:
     import argparse
 
-    from tracelab.errors import UsageError
+    from tracelab.core.errors import UsageError
     from tracelab.workloads import late as L
     p = argparse.ArgumentParser()
     L.add_arguments(p)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 import tracelab
-from tracelab import classify, schema
+from tracelab.core import classify, schema
 from tracelab.reports.whatif import rank_graph, whatif
 from tracelab.reports.whatif.analyse import path_steps
 from tracelab.reports.whatif.bound import rank_path_bounds

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from tracelab.errors import UsageError
-from tracelab.runner import WORKLOADS
-from tracelab.workload_options import parse_workload_args
+from tracelab.core.errors import UsageError
+from tracelab.run.runner import WORKLOADS
+from tracelab.run.workload_options import parse_workload_args
 
 NAMES = [n for n in WORKLOADS if importlib.util.find_spec(WORKLOADS[n]) is not None]
 # an option each workload refuses on any machine, and the option the refusal names

@@ -16,9 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tracelab import machine, runner  # noqa: E402
+from tracelab.run import machine, runner  # noqa: E402
 from tracelab.reports.html import workload_plots  # noqa: E402
-from tracelab.runner import RunSpec  # noqa: E402
+from tracelab.run.runner import RunSpec  # noqa: E402
 from tracelab.workloads import allreduce, harness, overlap, train  # noqa: E402
 
 TINY = {"d_model": 64, "d_ff": 256, "layers": 2, "heads": 4, "vocab": 10000}

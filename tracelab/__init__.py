@@ -3,7 +3,7 @@
     import tracelab
     prof = tracelab.load("rank0.hatchet")        # Profile: .events (DataFrame), .meta
     profs = tracelab.load_many("runs/decode-torch-20261121-221530/")
-    df = tracelab.events(profs)                  # one frame, the schema of tracelab.schema
+    df = tracelab.events(profs)                  # one frame, the schema of tracelab.core.schema
 """
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ SUBPACKAGES = ("parsers", "reports", "workloads")
 
 # What `import tracelab` offers, imported on first use (PEP 562): the command line and each
 # worker process start without pandas until they need it (benchmarks/bench_stages.py measures the imports).
-_LAZY = {"TracelabError": "errors", "detect": "loading", "events": "loading", "load": "loading",
-         "load_many": "loading",
-         "COLUMNS": "schema", "Profile": "schema", "validate": "schema"}
+_LAZY = {"TracelabError": "core.errors", "detect": "ingest.loading", "events": "ingest.loading", "load": "ingest.loading",
+         "load_many": "ingest.loading",
+         "COLUMNS": "core.schema", "Profile": "core.schema", "validate": "core.schema",
+         "Meta": "core.meta", "Session": "ingest.session"}
 
 
 def __getattr__(name: str):
@@ -34,5 +35,5 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["COLUMNS", "Profile", "TracelabError", "detect", "events", "load", "load_many", "validate"]
+__all__ = ["COLUMNS", "Meta", "Profile", "Session", "TracelabError", "detect", "events", "load", "load_many", "validate"]
 __version__ = "0.1.0"

@@ -27,8 +27,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab import backends, results
-from tracelab.errors import RunError, UsageError
+from tracelab.run import backends, results
+from tracelab.core.errors import RunError, UsageError
 
 from . import harness
 from .common import Dist, device_name

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tracelab.errors import UsageError
+from tracelab.core.errors import UsageError
 
 from .model import ModelArgs, Transformer
 from .tp import shard_state

@@ -39,7 +39,7 @@ def join(timeout_s: float, needs_group: bool = False) -> Dist:
     group of one when run alone and needs_group): gloo for CPU tensors and NCCL for CUDA
     tensors on a GPU machine, gloo alone on the CPU. Collectives that wait longer than
     timeout_s fail instead of hanging."""
-    from tracelab.errors import UsageError
+    from tracelab.core.errors import UsageError
 
     rank, world_size, local_rank = env_rank()
     device = torch.device("cpu")

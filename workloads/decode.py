@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tracelab import backends, results
-from tracelab.errors import UsageError
+from tracelab.run import backends, results
+from tracelab.core.errors import UsageError
 
 from . import checkpoint, harness, late, provenance
 from .common import Dist, device_name, env_rank, exit_now

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from tracelab import backends
-from tracelab.errors import RunError, TracelabError, UsageError
+from tracelab.run import backends
+from tracelab.core.errors import RunError, TracelabError, UsageError
 
 from .common import Dist, env_rank, join, leave
 

@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from tracelab import backends
-from tracelab.errors import UsageError
+from tracelab.run import backends
+from tracelab.core.errors import UsageError
 
 LATE = ("none", "rank1", "alternating")  # who does the extra work
 

@@ -28,8 +28,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab import backends, results
-from tracelab.errors import UsageError
+from tracelab.run import backends, results
+from tracelab.core.errors import UsageError
 
 from . import harness
 from .allreduce import keep_multicast_off

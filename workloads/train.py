@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from tracelab import backends, results
-from tracelab.errors import UsageError
+from tracelab.run import backends, results
+from tracelab.core.errors import UsageError
 
 from . import harness, late, train_memory
 from .common import Dist, device_name

@@ -22,8 +22,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from tracelab import backends
-from tracelab.errors import UsageError
+from tracelab.run import backends
+from tracelab.core.errors import UsageError
 
 SNAPSHOT_FILE = "rank{rank}.memory.pickle"
 SNAPSHOT_ENTRIES = 200_000  # trace entries the allocator keeps for the snapshot

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import OnEvents, recorded
+from tracelab.core.schema import OnEvents, recorded
 
 BY_CHOICES = ("kernel", "op_class", "scope", "step", "module_type")
 NO_STEP = "(no step)"  # --by step: rows outside every step

@@ -5,9 +5,9 @@ from typing import Annotated
 
 import typer
 
-from tracelab.commands.common import (FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, _check_choice, _top,
+from tracelab.cli.commands.shared import (FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, _check_choice, _top,
                                       findings_digests)
-from tracelab.commands.topic import Command
+from tracelab.cli.commands.topic import Command
 
 from ..text import BREAKDOWN_RENDERERS
 
@@ -45,7 +45,7 @@ def opening(by: str, fmt: str, rank: int | None, **_) -> dict:
 
 def analyse(session, by: str, top: int | None, rank: int | None, **_) -> list[tuple]:
     """(run name, summary, table) of each run: the top N over its ranks."""
-    from tracelab.loading import events
+    from tracelab.ingest.loading import events
 
     from .breakdown import breakdown, stacked, summary, top_rows
 

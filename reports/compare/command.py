@@ -5,9 +5,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tracelab.commands.common import FormatOpt, RankOpt, SchedulerOpt, StepOpt, _check_choice, _top
-from tracelab.commands.topic import Command
-from tracelab.errors import UsageError
+from tracelab.cli.commands.shared import FormatOpt, RankOpt, SchedulerOpt, StepOpt, _check_choice, _top
+from tracelab.cli.commands.topic import Command
+from tracelab.core.errors import UsageError
 
 from ..text import COMPARE_RENDERERS
 
@@ -48,7 +48,7 @@ def tree_diff(paths: list[str], tree: bool, **_):
         return None
     from pathlib import Path
 
-    from tracelab.loading import detect
+    from tracelab.ingest.loading import detect
     from tracelab.parsers.hatchet import tree as read_tree
 
     from ..html.treediff import tree_diff as diff
@@ -61,7 +61,7 @@ def tree_diff(paths: list[str], tree: bool, **_):
 
 
 def opening(fmt: str, **_) -> dict:
-    from ..session import COMPARISON, FINDINGS
+    from ..ranks import COMPARISON, FINDINGS
 
     return {"digests": FINDINGS if fmt == "table" else COMPARISON}  # only the table ends on the findings
 
@@ -100,9 +100,9 @@ def with_steps(session, n_steps: int | None):
 
 def _has_steps(p) -> bool:
     """Whether a profile has step instances: its worker's summary says, else its events."""
-    from tracelab.schema import RankData
+    from tracelab.core.schema import RankData
 
-    from ..session import RANK_DIGESTS
+    from ..ranks import RANK_DIGESTS
 
     noise = p.summary["noise"] if "noise" in p.summary else RANK_DIGESTS["noise"](RankData(p.events, p.meta, p.host))
     return bool(noise["steps"])

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import str_array
+from tracelab.core.schema import str_array
 
 from ..stats import noise
 from ..timeline import intervals as timeline
 from .digests import BY
-from ..session import Input
+from ..ranks import Input
 
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pandas as pd
 
-from tracelab.schema import Memo
+from tracelab.core.schema import Memo
 
 from ..compare.compare import Comparison, compare
 from ..jsonout import strict
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
-from ..session import Input
+from ..ranks import Input
 
 # section ids of the report (reports/html/html.py puts them on its headings)
 SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", "runs": "runs",

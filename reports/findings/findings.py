@@ -9,7 +9,7 @@ Each source is one function `(Evidence) -> list[Finding]` that its topic registe
 (reports/topics.py: all_sources() gathers them in TOPICS order). A source states only
 what its analysis already decided (the straggler verdict of reports/verdicts.py, the
 `slowest` of compare, which is named only beyond the step-to-step noise, the profiler
-cost of reports/results/runs.py); it re-decides nothing, and says nothing where the data cannot
+cost of reports/runs/runs.py); it re-decides nothing, and says nothing where the data cannot
 support it: the finding is left out, not hedged.
 
     found = findings(Evidence(inputs, comparison(inputs, "kernel"), run_infos))

@@ -1,18 +1,18 @@
 """Findings between runs (reports/findings/findings.py's SOURCES): the kernel that differs most
 between runs or profilers beyond the noise, and what each profiler cost against a run under
-backend none. Each states what compare and reports/results/runs.py decided, nothing more."""
+backend none. Each states what compare and reports/runs/runs.py decided, nothing more."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from tracelab.classify import classify_one
+from tracelab.core.classify import classify_one
 
-from ..session import Input
+from ..ranks import Input
 from ..fmt import duration
 from .finding import SECTIONS, Finding
-from ..results.runs import cost_of, same_config
+from ..runs.runs import cost_of, same_config
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
 NAME_CHARS = 80

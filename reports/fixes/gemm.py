@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from tracelab.devices import meta_tensor_dtypes
+from tracelab.core.devices import meta_tensor_dtypes
 
 from ..fmt import flop, tflops
 from ..findings.finding import SECTIONS, Finding, ms

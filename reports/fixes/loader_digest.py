@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.core.schema import RankData
 
 LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.IGNORECASE)
 MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)

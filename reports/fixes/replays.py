@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import kind_mask
+from tracelab.core.schema import kind_mask
 
 # a launch call this long is no launch overhead (a few us; this is ~200x): it loaded a module or
 # compiled (a kernel's first call: lazy loading, JIT), once; a CUDA graph's capture pays it as well,

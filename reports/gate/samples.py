@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData, kind_mask
+from tracelab.core.schema import RankData, kind_mask
 
-from ..results.runs import RESULTS, results_of
+from ..runs.runs import RESULTS, results_of
 from ..timeline.collectives import activity
 from ..timeline.steps import shared_step_rows
 
@@ -210,7 +210,7 @@ def _unprofiled_ns(info: dict | None) -> list[float] | None:
 
 
 def _figures(info: dict | None) -> tuple[dict[str, float], set[str]]:
-    """The workload's own figures of the run (reports/results RESULTS: tokens/s, MFU, ...), one
+    """The workload's own figures of the run (reports/runs RESULTS: tokens/s, MFU, ...), one
     value each, and those where higher is better; the step time and peak memory are measured per step instead."""
     if not info:
         return {}, set()

@@ -7,7 +7,7 @@ import os
 import re
 import tomllib
 
-from tracelab.errors import UsageError
+from tracelab.core.errors import UsageError
 
 from .verdict import DEFAULT_MAX_REGRESSION, Thresholds
 

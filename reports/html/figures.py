@@ -11,11 +11,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from ...schema import OP_CLASSES
+from tracelab.core.schema import OP_CLASSES
 from ..stats import MAD_TO_SD, noise
 from ..timeline import intervals as timeline
 from ..compare.compare import Comparison, measured
-from ..session import Input
+from ..ranks import Input
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",
           "reduction": "#54a24b", "memory": "#eeca3b", "other": "#b279a2"}

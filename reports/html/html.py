@@ -1,6 +1,6 @@
 """One self-contained, offline HTML report (plotly.js packed once in the page, reports/html/page.py;
 no network requests). `render(...) -> str` only: loading the traces, reading run.json and writing the file are
-tracelab.inputs' (write_report).
+tracelab.ingest.inputs' (write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
 it is HTML-escaped in markup, entity-escaped inside plotly labels (plotly decodes
@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from ...errors import UsageError
+from tracelab.core.errors import UsageError
 from .. import fmt
 from . import figures, notes, page, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
-from ..results.runs import number_text, run_table, shared_rows
+from ..runs.runs import number_text, run_table, shared_rows
 from ..compare.compare import Comparison, comparison, rows_are, summed_over
-from ..session import Input
+from ..ranks import Input
 from ..topics import TOPICS
 from ..findings.findings import Evidence, Finding, as_json, findings, none_text
 

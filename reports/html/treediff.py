@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...errors import ToolMissingError, TraceFormatError
+from tracelab.core.errors import ToolMissingError, TraceFormatError
 
 
 def tree_diff(first: dict, second: dict, names: tuple[str, str] = ("first", "second")) -> pd.DataFrame:

@@ -5,8 +5,8 @@ from typing import Annotated
 
 import typer
 
-from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
-from tracelab.commands.topic import Command, checked_top, opening_own, own_digest
+from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
+from tracelab.cli.commands.topic import Command, checked_top, opening_own, own_digest
 
 from .idle_text import IDLE_RENDERERS
 
@@ -45,7 +45,7 @@ def options(
 
 
 def opening(fmt: str, top: int | None, **_) -> dict:
-    from ..session import rank_digests
+    from ..ranks import rank_digests
     from .idle import RankIdle
 
     opened = opening_own("idle", RankIdle(top), fmt)  # each step's bound: whatif's path_bounds

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import kind_mask
+from tracelab.core.schema import kind_mask
 
 from ..timeline.intervals import covered, merge_intervals, run_cummax
 

@@ -44,7 +44,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.core.schema import RankData
 
 from ..timeline.steps import shared_step_rows, step_rows
 from ..timeline.intervals import covered, run_cummax, timed

@@ -5,8 +5,8 @@ from typing import Annotated
 
 import typer
 
-from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
-from tracelab.commands.topic import Command, checked_top, opening_own, own_digest
+from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
+from tracelab.cli.commands.topic import Command, checked_top, opening_own, own_digest
 
 from .memory_text import MEMORY_RENDERERS
 
@@ -41,7 +41,7 @@ def opening(fmt: str, top: int | None, **_) -> dict:
 
 def analyse(session, top: int | None, **_):
     """The peaks of every traced run and memory snapshot, side by side."""
-    from tracelab.session import SNAPSHOT, TRACES
+    from tracelab.ingest.session import SNAPSHOT, TRACES
 
     from .across import combine
     from .memory import RankMemoryDigest

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.core.schema import RankData
 
 from .live import BEFORE_TRACE, GROUPS, live_tops  # noqa: F401  (BEFORE_TRACE, GROUPS: this module's names too)
 

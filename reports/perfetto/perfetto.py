@@ -23,11 +23,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ... import limits
-from ...errors import UsageError
+from tracelab.core import limits
+from tracelab.core.errors import UsageError
 from ..timeline import collectives as C
 from ..html.slices import lanes, scope_slices, step_slices
-from ..session import Input
+from ..ranks import Input
 from ..timeline.intervals import clock_offsets
 
 MATCHING = ("reports/timeline/collectives.py: the i-th launch of a communication kernel of one message size on one "

@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from tracelab.commands.common import DeviceOpt, FormatOpt, Paths, RankOpt, _check_choice, _top
-from tracelab.commands.topic import Command
+from tracelab.cli.commands.shared import DeviceOpt, FormatOpt, Paths, RankOpt, _check_choice, _top
+from tracelab.cli.commands.topic import Command
 
 from .roofline_text import RENDERERS
 
@@ -35,7 +35,7 @@ def options(
 def check(by: str, top: int, device: str | None, peak_tflops: float | None, peak_gb_s: float | None,
           **asked) -> dict:
     """The options checked; `given`: the device and its source from --device / --peak-*, else (None, ...)."""
-    from tracelab.devices import given_device
+    from tracelab.core.devices import given_device
 
     from .roofline import BY_CHOICES
 
@@ -51,7 +51,7 @@ def analyse(session, by: str, given: tuple, **_) -> list:
     """A Roofline per rank; `run` names its run where there are several."""
     from dataclasses import replace
 
-    from tracelab.devices import meta_device
+    from tracelab.core.devices import meta_device
 
     from .roofline import roofline, with_scope_work
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab.devices import Device
-from tracelab.schema import RankData
+from tracelab.core.devices import Device
+from tracelab.core.schema import RankData
 
 from ..roofs import least_time_ns, min_ns_of, traffic
 
@@ -201,7 +201,7 @@ class RankRoofline:
         self.device = device
 
     def __call__(self, rank: RankData) -> dict[str, Any]:
-        from tracelab.devices import meta_device
+        from tracelab.core.devices import meta_device
 
         device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta)
         result = roofline(rank.events, device, "kernel", found)

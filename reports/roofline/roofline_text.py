@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tracelab.devices import class_label
+from tracelab.core.devices import class_label
 
 from ..csvout import csv_text
 from ..fmt import rate

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import str_array
+from tracelab.core.schema import str_array
 
 from . import MAD_TO_SD, MIN_LEAD_NS, MIN_LEAD_SHARE, MIN_SKEW_NS, NOISE_SIGMAS
 

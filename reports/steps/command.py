@@ -5,9 +5,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, each_run, findings_digests
-from tracelab.commands.topic import Command, own_digest
-from tracelab.errors import UsageError
+from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, each_run, findings_digests
+from tracelab.cli.commands.topic import Command, own_digest
+from tracelab.core.errors import UsageError
 
 from .steps_text import STEPS_RENDERERS
 
@@ -39,7 +39,7 @@ def check(n_steps: int | None, **asked) -> dict:
 
 def opening(fmt: str, **_) -> dict:
     from ..idle.idle import RankIdle
-    from ..session import rank_digests
+    from ..ranks import rank_digests
     from ..timeline.waits import STEP_DIGESTS
 
     idle = own_digest("idle", RankIdle(0))
@@ -62,7 +62,7 @@ def render(parts: list[tuple], fmt: str, **_):
 def _one_job_runs(session) -> list:
     """The runs steps weighs (ranks against each other on one clock): each run whose ranks are of
     one job; any other said in a note."""
-    from ..session import not_one_job
+    from ..ranks import not_one_job
 
     kept, why = [], None
     for r in session.usable("steps"):

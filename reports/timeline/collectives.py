@@ -22,7 +22,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import kind_mask
+from tracelab.core.schema import kind_mask
 
 from .intervals import timed
 

@@ -1,7 +1,7 @@
 """Timeline analyses for timed sources (torch, nsys): busy and idle GPU time,
 communication overlapped with compute or exposed, and collective skew across ranks.
 
-Every function takes the events frame of tracelab.schema and returns a frame.
+Every function takes the events frame of tracelab.core.schema and returns a frame.
 Rows without a start time (proton aggregates) are left out: they have no timeline.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import kind_mask, str_array
+from tracelab.core.schema import kind_mask, str_array
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 

@@ -1,6 +1,6 @@
 """Per step and rank: where each step's time went. Pure DataFrame -> DataFrame.
 
-Rows are the events of tracelab.schema with a `step`; rows outside every step are
+Rows are the events of tracelab.core.schema with a `step`; rows outside every step are
 left out. Times are the GPU's: a step's span runs from its first GPU activity's start
 to its last one's end (the events keep no launch times), busy is the union of its
 activity over streams, and compute and communication are unions of the kernels of
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData, kind_mask
+from tracelab.core.schema import RankData, kind_mask
 
 from .collectives import activity
 from .intervals import merge_intervals

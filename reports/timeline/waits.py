@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import OnEvents, RankData
+from tracelab.core.schema import OnEvents, RankData
 
 from . import collectives as C
 from ..stats import MIN_LEAD_NS, MIN_LEAD_SHARE, noise

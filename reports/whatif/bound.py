@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.schema import RankData
+from tracelab.core.schema import RankData
 
 from ..timeline.intervals import timed
 from .analyse import unexplained_in

@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from tracelab.commands.common import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
-from tracelab.commands.topic import Command, opening_own, own_digest
+from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
+from tracelab.cli.commands.topic import Command, opening_own, own_digest
 
 from .render import WHATIF_RENDERERS
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelab.errors import TracelabError
+from tracelab.core.errors import TracelabError
 
 EDGE_KINDS = ("wait", "collective", "sync", "launch")  # least certain first: the one a cycle loses
 MAX_BREAKS = 1000

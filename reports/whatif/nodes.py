@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from tracelab.devices import Device
-from tracelab.schema import RankData, kind_mask, str_array
+from tracelab.core.devices import Device
+from tracelab.core.schema import RankData, kind_mask, str_array
 
 from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it

@@ -39,9 +39,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab import limits
-from tracelab.errors import UsageError
-from tracelab.regexes import compiled, matches
+from tracelab.core import limits
+from tracelab.core.errors import UsageError
+from tracelab.core.regexes import compiled, matches
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals

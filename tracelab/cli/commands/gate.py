@@ -1,0 +1,97 @@
+"""tracelab gate: candidate runs against baseline runs, a verdict per metric and an exit status
+for CI (0 pass, 1 a regression beyond its threshold and the noise, 2 an error)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tracelab.core.errors import UsageError
+from tracelab.cli.commands.shared import StepOpt, _check_choice, _emit, _options, open_session
+
+EXIT_REGRESSED = 1
+GATE_HELP = ("Did the candidate get slower or hungrier than the baseline, beyond the noise and a threshold, and why? "
+             "Each side is one or more run folders or traces (several runs of one config are repeats; a folder of "
+             "run folders is each of them). Metrics: step time (the unprofiled step where the run folder recorded "
+             "it), GPU time by op class, exposed communication, GPU idle by cause, launches per step, peak allocated "
+             "and reserved memory, and the workload's own figures. Exit 0: pass; 1: a regression; 2: an error.\n\n"
+             "tracelab gate runs/main runs/pr  |  tracelab gate -b runs/main-1 -b runs/main-2 -c runs/pr "
+             "--metric 'idle:*=off' --format junit > gate.xml")
+
+
+def gate(
+    paths: Annotated[Optional[list[str]], typer.Argument(help="BASELINE CANDIDATE: one of each (else use "
+                                                              "--baseline and --candidate).")] = None,
+    baseline: Annotated[Optional[list[str]], typer.Option("--baseline", "-b", help="A baseline run folder or trace "
+                                                                                   "(repeat for repeats).")] = None,
+    candidate: Annotated[Optional[list[str]], typer.Option("--candidate", "-c", help="A candidate run folder or trace "
+                                                                                     "(repeat for repeats).")] = None,
+    max_regression: Annotated[Optional[str], typer.Option(help="Largest change any metric may make: 5% (default).")]
+    = None,
+    metric: Annotated[Optional[list[str]], typer.Option("--metric", help="NAME=THRESHOLD for one metric or a pattern "
+                                                                         "(step_time=3%, 'gpu_time:*=10%', "
+                                                                         "'idle:*=off'); repeatable.")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", and "
+                                                        "\\[gate.metrics] NAME = \"THRESHOLD\"; options given win.")]
+    = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML) or markdown.")] = "table",
+    step: StepOpt = None,
+) -> None:
+    """Did the candidate get slower or hungrier than the baseline, beyond the noise and a threshold?"""
+    from tracelab.reports.gate.gate_text import RENDERERS
+    from tracelab.reports.gate.thresholds import thresholds
+    from tracelab.reports.gate.verdict import gate as judge
+    from tracelab.ingest.session import trace_count
+
+    _check_choice("--format", fmt, tuple(RENDERERS))
+    sides = _sides(paths or [], baseline or [], candidate or [])
+    limits = thresholds(max_regression, metric or [], config)
+    options = _options(step)
+    sides = tuple(_repeats(side) for side in sides)
+    for side in sides:
+        trace_count(side)  # a path to nothing refused before either side is parsed
+    result = judge(*(side_samples(side, options) for side in sides), limits)
+    _emit(RENDERERS[fmt](result))
+    if not result.passed:
+        raise typer.Exit(EXIT_REGRESSED)
+
+
+def _sides(paths: list[str], baseline: list[str], candidate: list[str]) -> tuple[list[str], list[str]]:
+    """(baseline paths, candidate paths): two positionals, or --baseline and --candidate, not both."""
+    if paths and (baseline or candidate):
+        raise UsageError("gate", "give BASELINE CANDIDATE, or --baseline and --candidate, not both")
+    if paths:
+        if len(paths) != 2:
+            raise UsageError("gate", f"takes two paths, BASELINE CANDIDATE, not {len(paths)} (several runs a side: "
+                                     "--baseline A --baseline B --candidate C)")
+        return [paths[0]], [paths[1]]
+    if not baseline or not candidate:
+        raise UsageError("gate", "needs a baseline and a candidate (BASELINE CANDIDATE, or --baseline and --candidate)")
+    return baseline, candidate
+
+
+def side_samples(paths: list[str], options) -> list:
+    """Each run of one side (its paths, repeats expanded) as RunSamples (reports/gate/samples.py)."""
+    from tracelab.reports.gate.samples import GATE_DIGESTS, rank_gate, run_samples
+    from tracelab.reports.ranks import rank_digests
+    from tracelab.ingest.session import SNAPSHOT
+
+    session = open_session(paths, options, digests={"gate": rank_gate, **rank_digests(GATE_DIGESTS)})
+    runs = [r for r in session.runs if r.kind != SNAPSHOT]
+    for r in session.runs:
+        if r.kind == SNAPSHOT:
+            session.note(f"{r.name}: a memory snapshot, which `tracelab gate` does not read (give the run's trace)")
+    if not runs:
+        raise UsageError("gate", f"none of {', '.join(paths)} is a run folder or trace")
+    return [run_samples(r.name, [(p.rank, p.summary) for p in r.profiles], r.info) for r in runs]
+
+
+def _repeats(paths: list[str]) -> list[str]:
+    """A folder that is no run folder but holds run folders (run.json) stands for each of them: repeats."""
+    out = []
+    for p in map(Path, paths):
+        inner = sorted(d for d in p.iterdir() if (d / "run.json").is_file()) if p.is_dir() and not (p / "run.json").exists() \
+            else []
+        out += [str(d) for d in inner] or [str(p)]
+    return out

@@ -1,0 +1,147 @@
+"""The file side of the reports: which inputs are folders, a run folder's run.json, and
+writing what a renderer returned. Reports themselves only take frames and return
+strings (reports/compare/compare.py labels inputs from what is given here; reports/html/html.py
+renders); the CLI and `tracelab run` call these.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from tracelab.core.errors import NoTracesError, UsageError
+from tracelab.core.options import DEFAULT, Options
+from tracelab.core.outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
+from tracelab.core.schema import OnEvents, Profile
+
+if TYPE_CHECKING:
+    from tracelab.reports.ranks import Input
+    from tracelab.ingest.session import Session
+
+
+def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[Input]:
+    """The profiles loaded from each path, labelled (reports.session.label); a folder's
+    label is its name, a file's its stem."""
+    from tracelab.reports.ranks import label
+
+    return label(paths, [Path(p).is_dir() for p in paths], groups)
+
+
+def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
+                options: Options = DEFAULT) -> list[Input]:
+    """Inputs loaded without their events get them back for `ranks` (every rank when None):
+    their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
+    thousand holds only those ranks' events (the rest gave their summaries, which put the run
+    on one clock). `keep(events)`, where given, runs in the worker that parses each rank
+    and only its rows come back (e.g. perfetto.rows_of_steps). `options`: as they were loaded."""
+    from tracelab.ingest.loading import load_many
+
+    needed = [i for i in inputs if not len(i.events) and i.path and (ranks is None or i.rank in ranks)]
+    for group in dict.fromkeys(i.group for i in needed):
+        members = [i for i in needed if i.group == group]
+        again = {p.rank: p for p in load_many(list(dict.fromkeys(i.path for i in members)), on_loaded=on_loaded,
+                                              reduce={"kept": OnEvents(keep)} if keep else None, keep_events=keep is None,
+                                              options=options)}
+        for i in members:
+            i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
+    return inputs
+
+
+def traceless_run(path: Path, suffixes: tuple[str, ...] | None = None) -> bool:
+    """A run folder with no trace in it (a run under backend none): its run.json still counts.
+    `suffixes`: the files that count (default: loading.TRACE_SUFFIXES)."""
+    from tracelab.ingest.loading import TRACE_SUFFIXES, expand
+
+    if not (path.is_dir() and (path / "run.json").is_file()):
+        return False
+    try:
+        expand(path, suffixes or TRACE_SUFFIXES)
+    except NoTracesError:
+        return True
+    return False
+
+
+def run_info(paths: list[str | Path]) -> dict | None:
+    """run.json of the first input that is a run folder (holds one), else None."""
+    for p in map(Path, paths):
+        candidate = p / "run.json" if p.is_dir() else None
+        if candidate and candidate.is_file():
+            from tracelab.ingest.runfolder import run_json
+
+            return run_json(candidate)
+    return None
+
+
+def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
+    """(folder name, run.json) of every input that is a run folder, in the order given; a
+    run.json without the workload's results (a run stopped before it gathered them) takes
+    them from the ranks' own files (tracelab.run.results.gather)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir() and (info := run_info([p])) is not None:
+            out.append((p.name, info if info.get("results") or info.get("figures") else
+                        {**info, "results": _gathered(p)}))
+    return out
+
+
+def _gathered(folder: Path) -> dict[str, dict]:
+    from tracelab.run.results import gather
+
+    return gather(folder)
+
+
+def write_report(session: Session | list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
+                 perfetto: bool = False, options: Options = DEFAULT) -> Path:
+    """Render the HTML report of the session's runs (or of the paths, opened here with `options`)
+    with their run folders' run.json, and write it atomically. `tracelab report` and `tracelab run`
+    call this. With `perfetto`, the merged Perfetto trace of the timed ranks is written beside it
+    (<out>.perfetto.json.gz) and the report links each rank to it."""
+    from tracelab.reports.html import html
+    from tracelab.ingest.session import SNAPSHOT, TRACES, Session
+
+    if not isinstance(session, Session):
+        session = Session.open(session, options, keep_events=perfetto)
+    paths = session.paths
+    out, merged = Path(out), perfetto_name(Path(out))
+    for target in (out, merged) if perfetto else (out,):
+        check_output(target, paths)
+        if target.exists() and not force:
+            raise UsageError(target, "exists; pass --force to overwrite it")
+    if session.of_kind(TRACES, SNAPSHOT):  # a run under backend none alone: its run.json only
+        session.usable("report")
+    title = title or "tracelab: " + ", ".join(Path(p).name for p in paths)
+    trace = _perfetto_content(_with_perfetto_events(session.inputs, session.options)) if perfetto else None
+    page = html.render(session.inputs, paths, run_info(paths), title, runs=session.run_infos,
+                       perfetto=merged.name if trace else None)
+    return write_together([(out, page, False)] + ([(merged, trace, True)] if trace else []), force=force)[0]
+
+
+def perfetto_name(out: Path) -> Path:
+    """The merged trace written beside a report: OUT (less its suffix).perfetto.json.gz."""
+    return out.with_name(out.name.rsplit(".", 1)[0] + ".perfetto.json.gz")
+
+
+def _with_perfetto_events(inputs: list[Input], options: Options) -> list[Input]:
+    """The timed ranks' events for the merged trace, read again where they were loaded
+    without; refused (UsageError) when the trace would be too large for Perfetto's UI."""
+    from tracelab.reports.perfetto import perfetto
+
+    if all(len(i.events) for i in inputs if i.timed):
+        return inputs
+    if too_big := perfetto.oversize(inputs, None, None, perfetto.MAX_EVENTS):
+        rows, n_ranks, shown = too_big
+        raise UsageError("--perfetto", f"the merged trace would hold about {rows:,} events from {n_ranks:,} ranks, "
+                                       "more than Perfetto's UI opens: write the report without --perfetto, and "
+                                       f"the ranks you need with `tracelab export perfetto --ranks {shown}`")
+    with_events([i for i in inputs if i.timed], None, options=options)
+    return inputs
+
+
+def _perfetto_content(inputs: list[Input]) -> Callable | None:
+    """The merged trace's producer (streamed when written), or None when no input is timed."""
+    from tracelab.reports.perfetto import perfetto
+
+    if not any(i.timed for i in inputs):
+        return None
+    if not all(len(i.events) for i in inputs if i.timed):
+        raise UsageError("--perfetto", "the merged trace needs the ranks' events: load them with keep_events")
+    return lambda put: perfetto.write_json(put, inputs)
