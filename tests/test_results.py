@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.run import results
+from tracelab.ingest import results, runfolder
 from tracelab.core.errors import RunError
 from tracelab.reports.html import workload_plots
 
@@ -47,7 +47,7 @@ def test_gather_reads_old_and_new_result_files(tmp_path: Path) -> None:
     shutil.copy(old / "rank0.figures.json", tmp_path / "rank0.figures.json")
     record = results.upgrade(json.loads((old / "rank1.figures.json").read_text()))
     results.write(tmp_path, 1, record)
-    got = results.gather(tmp_path)
+    got = runfolder.gather(tmp_path)
     assert sorted(got) == ["0", "1"]
     raw0 = json.loads((old / "rank0.figures.json").read_text())
     assert [r["busbw_gb_s"] for r in got["0"]["rows"]] == [r["busbw_gbps"] for r in raw0["rows"]]

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.run import launch, machine, results, runner
+from tracelab.run import launch, machine, runner
+
+from tracelab.ingest import results
 from tracelab.core.errors import RunError
 from tracelab.ingest.loading import expand
 from tracelab.run.runner import Plan, RunSpec

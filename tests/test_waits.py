@@ -211,7 +211,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
     and nsys have instances (steps from decode_one_token); proton's aggregate is divided by the
     tokens run.json records. Calls per step are equal; times differ by less than 3 step-to-step
     standard deviations."""
-    from tracelab.ingest.inputs import run_info
+    from tracelab.ingest.runfolder import run_info
     from tracelab.reports.timeline.steps import recorded_steps
 
     per_step, noise = defaultdict(dict), []

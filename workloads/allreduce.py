@@ -27,7 +27,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab.run import backends, results
+from tracelab.run import backends
+
+from tracelab.ingest import results
 from tracelab.core.errors import RunError, UsageError
 
 from . import harness

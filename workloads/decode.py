@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tracelab.run import backends, results
+from tracelab.run import backends
+
+from tracelab.ingest import results
 from tracelab.core.errors import UsageError
 
 from . import checkpoint, harness, late, provenance

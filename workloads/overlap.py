@@ -28,7 +28,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tracelab.run import backends, results
+from tracelab.run import backends
+
+from tracelab.ingest import results
 from tracelab.core.errors import UsageError
 
 from . import harness

@@ -21,7 +21,9 @@ import time
 
 import torch
 
-from tracelab.run import backends, results
+from tracelab.run import backends
+
+from tracelab.ingest import results
 from tracelab.core.errors import UsageError
 
 from . import harness, late, train_memory

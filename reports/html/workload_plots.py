@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracelab.run import results
+from tracelab.ingest import results
 from .figures import label
 
 # symm-mem-recipes (github.com/yifuwang/symm-mem-recipes): its Triton fused all-gather matmul

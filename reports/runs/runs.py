@@ -13,7 +13,7 @@ from typing import Callable
 
 import pandas as pd
 
-from tracelab.run.results import of_run
+from tracelab.ingest.results import of_run
 from ..stats import INTERVAL_LEVEL
 from ..stats.tests import median_difference
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from tracelab.core.errors import NoTracesError, UsageError
+from tracelab.core.errors import UsageError
 from tracelab.core.options import DEFAULT, Options
 from tracelab.core.outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
 from tracelab.core.schema import OnEvents, Profile
+from tracelab.ingest.runfolder import run_info
 
 if TYPE_CHECKING:
     from tracelab.reports.ranks import Input
@@ -44,49 +45,6 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
         for i in members:
             i.events = again[i.rank].summary["kept"] if keep else again[i.rank].events
     return inputs
-
-
-def traceless_run(path: Path, suffixes: tuple[str, ...] | None = None) -> bool:
-    """A run folder with no trace in it (a run under backend none): its run.json still counts.
-    `suffixes`: the files that count (default: loading.TRACE_SUFFIXES)."""
-    from tracelab.ingest.loading import TRACE_SUFFIXES, expand
-
-    if not (path.is_dir() and (path / "run.json").is_file()):
-        return False
-    try:
-        expand(path, suffixes or TRACE_SUFFIXES)
-    except NoTracesError:
-        return True
-    return False
-
-
-def run_info(paths: list[str | Path]) -> dict | None:
-    """run.json of the first input that is a run folder (holds one), else None."""
-    for p in map(Path, paths):
-        candidate = p / "run.json" if p.is_dir() else None
-        if candidate and candidate.is_file():
-            from tracelab.ingest.runfolder import run_json
-
-            return run_json(candidate)
-    return None
-
-
-def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
-    """(folder name, run.json) of every input that is a run folder, in the order given; a
-    run.json without the workload's results (a run stopped before it gathered them) takes
-    them from the ranks' own files (tracelab.run.results.gather)."""
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir() and (info := run_info([p])) is not None:
-            out.append((p.name, info if info.get("results") or info.get("figures") else
-                        {**info, "results": _gathered(p)}))
-    return out
-
-
-def _gathered(folder: Path) -> dict[str, dict]:
-    from tracelab.run.results import gather
-
-    return gather(folder)
 
 
 def write_report(session: Session | list[str | Path], out: str | Path, force: bool = False, title: str | None = None,

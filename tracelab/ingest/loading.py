@@ -49,7 +49,7 @@ PARSERS: dict[str, str] = {
 # file names a folder is searched for (run.json and friends are not traces)
 TRACE_SUFFIXES = (".hatchet", ".json", ".json.gz", ".sqlite", ".sqlite3", ".parquet")
 NOT_TRACES = {"run.json"}
-NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank results (tracelab.run.results)
+NOT_TRACE_SUFFIXES = (".results.json", ".figures.json",  # a workload's per-rank results (tracelab.ingest.results)
                       ".provenance.json",  # Inductor's kernel -> module map of a compiled run (tracelab.ingest.provenance)
                       ".perfetto.json", ".perfetto.json.gz")  # tracelab's own merged export (report --perfetto)
 

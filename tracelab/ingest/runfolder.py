@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tracelab.core import limits
-from tracelab.core.errors import TraceFormatError
+from tracelab.core.errors import NoTracesError, TraceFormatError
+from tracelab.ingest.results import OLD_RESULTS_FILE, RESULTS_FILE, upgrade
 
 _TEXT = ("workload", "backend", "status", "name")
 _WHOLE = ("profiled_steps", "ranks_per_node", "world_size", "returncode")
@@ -76,3 +77,50 @@ def results(path: Path, record: Any, where: str = "") -> dict:
 
 def _finite(x: Any) -> bool:
     return type(x) in (int, float) and math.isfinite(x)
+
+
+def traceless_run(path: Path, suffixes: tuple[str, ...] | None = None) -> bool:
+    """A run folder with no trace in it (a run under backend none): its run.json still counts.
+    `suffixes`: the files that count (default: loading.TRACE_SUFFIXES)."""
+    from tracelab.ingest.loading import TRACE_SUFFIXES, expand
+
+    if not (path.is_dir() and (path / "run.json").is_file()):
+        return False
+    try:
+        expand(path, suffixes or TRACE_SUFFIXES)
+    except NoTracesError:
+        return True
+    return False
+
+
+def run_info(paths: list[str | Path]) -> dict | None:
+    """run.json of the first input that is a run folder (holds one), else None."""
+    for p in map(Path, paths):
+        candidate = p / "run.json" if p.is_dir() else None
+        if candidate and candidate.is_file():
+            return run_json(candidate)
+    return None
+
+
+def run_infos(paths: list[str | Path]) -> list[tuple[str, dict]]:
+    """(folder name, run.json) of every input that is a run folder, in the order given; a
+    run.json without the workload's results (a run stopped before it gathered them) takes
+    them from the ranks' own files (gather)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir() and (info := run_info([p])) is not None:
+            out.append((p.name, info if info.get("results") or info.get("figures") else
+                        {**info, "results": gather(p)}))
+    return out
+
+
+def gather(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """rank -> the results that rank wrote, read from rank{r}.results.json (or the old
+    rank{r}.figures.json), in rank order."""
+    found: dict[int, Path] = {}
+    for pattern in (OLD_RESULTS_FILE, RESULTS_FILE):  # today's name wins
+        for path in run_dir.glob(pattern.format(rank="*")):
+            rank = path.name[len("rank"):].split(".", 1)[0]
+            if rank.isascii() and rank.isdigit():
+                found[int(rank)] = path
+    return {str(r): upgrade(results(found[r], read_json(found[r]))) for r in sorted(found)}

@@ -60,7 +60,7 @@ class Session:
         None) made in the worker that parses each rank; without `keep_events` only those digests come
         back. `rank`: only that rank of each run. `device` (devices.Device): the roofline's device
         instead of the one the traces or run.json name."""
-        from tracelab.ingest.inputs import run_infos
+        from tracelab.ingest.runfolder import run_infos
         from tracelab.ingest.loading import parse_files
 
         paths = [str(p) for p in paths]
@@ -117,7 +117,7 @@ class Session:
     @cached_property
     def run_infos(self) -> list[tuple[str, dict]]:
         """(folder name, run.json) of every run folder given, in order (inputs.run_infos)."""
-        from tracelab.ingest.inputs import run_infos
+        from tracelab.ingest.runfolder import run_infos
 
         return run_infos(self.paths)
 
@@ -180,7 +180,7 @@ def _reduce(digests, device) -> dict:
 # traces, "file" for a loose trace file, SNAPSHOT, NONE.
 
 def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
-    from tracelab.ingest.inputs import traceless_run
+    from tracelab.ingest.runfolder import traceless_run
     from tracelab.ingest.loading import TRACE_SUFFIXES, detect, expand
 
     if remote.is_url(path):
@@ -200,7 +200,7 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
 
 def _runs(plans: list[list[tuple[str, str, list[Path]]]], parsed) -> list[Run]:
     """The runs, in the order given; loose rank files where the first of them was given."""
-    from tracelab.ingest.inputs import run_info
+    from tracelab.ingest.runfolder import run_info
     from tracelab.ingest.loading import ranked
 
     runs: list[Run | None] = []

@@ -31,7 +31,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracelab.run import backends, machine, results
+from tracelab.run import backends, machine
+
+from tracelab.ingest import results, runfolder
 from tracelab.core.errors import RunError, UsageError
 from tracelab.run.launch import OnLine, Stopped, failure_message, launch, signals_held, stop_on_signals
 from tracelab.run.workload_options import parse_workload_args, refuse_runner_options
@@ -260,7 +262,7 @@ def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
 
 def _finish(p: Plan, run_dir: Path, record: dict, t0: float, status: str) -> None:
     """run.json at the end: status, wall time, results, and the traces (complete and partial)."""
-    record.update(status=status, wall_s=round(time.perf_counter() - t0, 3), results=results.gather(run_dir))
+    record.update(status=status, wall_s=round(time.perf_counter() - t0, 3), results=runfolder.gather(run_dir))
     complete, partial = set_aside_partial_traces(run_dir, p.backend)
     record.update(traces=[t.name for t in complete], partial_traces=[t.name for t in partial])
     _write_record(run_dir, record)

@@ -164,17 +164,3 @@ def of_run(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """rank (as a string) -> that rank's results, from run.json as any version wrote it."""
     per_rank = run.get(RUN_KEY, run.get(OLD_RUN_KEY)) or {}
     return {rank: upgrade(record) for rank, record in per_rank.items()}
-
-
-def gather(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """rank -> the results that rank wrote, read from rank{r}.results.json (or the old
-    rank{r}.figures.json), in rank order."""
-    found: dict[int, Path] = {}
-    for pattern in (OLD_RESULTS_FILE, RESULTS_FILE):  # today's name wins
-        for path in run_dir.glob(pattern.format(rank="*")):
-            rank = path.name[len("rank"):].split(".", 1)[0]
-            if rank.isascii() and rank.isdigit():
-                found[int(rank)] = path
-    from tracelab.ingest.runfolder import read_json, results
-
-    return {str(r): upgrade(results(found[r], read_json(found[r]))) for r in sorted(found)}
