@@ -188,7 +188,7 @@ def test_a_full_disk_leaves_nothing_half_written(point, tmp_path, capsys, monkey
 
 def test_report_and_merged_trace_appear_together(tmp_path, capsys, monkeypatch):
     """SIGTERM between the two renames is held until both are done: both files, whole."""
-    from tracelab.core import outputs
+    from tracelab.ingest import outputs
 
     one_process(monkeypatch)
     trace = _trace(tmp_path)

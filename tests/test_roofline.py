@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import tracelab
+from tracelab.ingest import runfolder
 from tracelab.core import devices
 from tracelab.core.errors import UsageError
 from tracelab.reports.roofline.roofline import roofline, with_scope_work
@@ -189,12 +190,12 @@ def test_a_device_the_table_lacks_is_unknown_never_its_nearest_kin():
     with sqlite3.connect(f"file:{mock}?mode=ro", uri=True) as db:
         (name,), = db.execute("SELECT name FROM TARGET_INFO_GPU").fetchall()
     assert "RTX 3080" in name and devices.detect({"name": name, "arch": "86", "memory_bandwidth_gb_s": 760.0}) is None
-    assert devices.meta_device(tracelab.load(mock).meta)[0] is None
+    assert runfolder.meta_device(tracelab.load(mock).meta)[0] is None
     props = json.loads(shared_trace("proton/triton.json").read_text())[1]["CUDA"]["0"]
     gb_s = props["bus_width"] / 8 * props["memory_clock_rate"] * 2 / 1e6  # bits -> bytes, kHz DDR -> GB/s
     assert props["arch"] == "86" and gb_s == pytest.approx(176.0, rel=0.01)
     assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": gb_s}) is None
-    assert devices.meta_device(tracelab.load(shared_trace("proton/triton.json")).meta)[0] is None
+    assert runfolder.meta_device(tracelab.load(shared_trace("proton/triton.json")).meta)[0] is None
     assert devices.detect({"arch": "86", "memory_bandwidth_gb_s": 600.0 * 1.05}).name == "A10"  # within 10%
 
 
@@ -390,7 +391,7 @@ def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
     with gzip.open(path, "rt") as f:
         props = json.load(f)["deviceProperties"][0]
     assert props["name"] == "NVIDIA A100-PG509-200" and props["totalGlobalMem"] < 60 * 2**30
-    found, source = devices.meta_device(tracelab.load(path).meta)
+    found, source = runfolder.meta_device(tracelab.load(path).meta)
     assert (found.name, found.hbm_gb_s, source) == ("A100 40GB", 1555.0, "trace")
     assert devices.detect({"name": "NVIDIA A100-PG509-200", "memory_bytes": 85_899_345_920}).name == "A100 SXM 80GB"
     assert devices.detect({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 SXM 80GB"  # no size given: the name's
@@ -406,7 +407,7 @@ def test_only_the_first_gpu_names_the_device():
     assert gpus["0"]["arch"] == "89" and gpus["1"]["arch"] == "90" and gb_s["0"] == pytest.approx(1008.1, abs=1)
     assert devices.detect({"arch": "89", "memory_bandwidth_gb_s": gb_s["0"]}) is None
     assert devices.detect({"arch": "90", "memory_bandwidth_gb_s": gb_s["1"]}) is not None
-    assert devices.meta_device(tracelab.load(path).meta) == (None, "unknown")
+    assert runfolder.meta_device(tracelab.load(path).meta) == (None, "unknown")
 
 
 def test_no_op_loses_time_below_the_fastest_of_its_kind_in_the_trace():

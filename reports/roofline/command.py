@@ -51,7 +51,7 @@ def analyse(session, by: str, given: tuple, **_) -> list:
     """A Roofline per rank; `run` names its run where there are several."""
     from dataclasses import replace
 
-    from tracelab.core.devices import meta_device
+    from tracelab.ingest.runfolder import meta_device
 
     from .roofline import roofline, with_scope_work
 

@@ -195,13 +195,13 @@ class RankRoofline:
     """A rank's digest (reports/topics.py): its roofline by kernel, made where the rank was
     parsed: the rows, the device and where it came from, the time covered and how the missing
     work would be recorded. The device is `device` (report --device) where given, else found as
-    `tracelab roofline` finds it (tracelab/devices.meta_device: the trace, else run.json)."""
+    `tracelab roofline` finds it (tracelab/ingest/runfolder.meta_device: the trace, else run.json)."""
 
     def __init__(self, device: Device | None = None):
         self.device = device
 
     def __call__(self, rank: RankData) -> dict[str, Any]:
-        from tracelab.core.devices import meta_device
+        from tracelab.ingest.runfolder import meta_device
 
         device, found = (self.device, "option") if self.device is not None else meta_device(rank.meta)
         result = roofline(rank.events, device, "kernel", found)

@@ -103,7 +103,7 @@ def main() -> None:
     import warnings
 
     from tracelab.core import limits
-    from tracelab.core.outputs import interruptible
+    from tracelab.ingest.outputs import interruptible
     from tracelab.cli.terminal import error_line, printable, warning_lines
 
     _SESSIONS.clear()  # this command's own (a test may run several in one process)
@@ -116,7 +116,7 @@ def main() -> None:
                 for line in [*map(printable, said_notes()), *warning_lines(caught)]:
                     typer.echo(line, err=True)
             raise
-        except Interrupted as stop:  # what was half written is gone (tracelab/core/outputs.py)
+        except Interrupted as stop:  # what was half written is gone (tracelab/ingest/outputs.py)
             typer.echo(f"tracelab: error: stopped by {signal.Signals(stop.signum).name}; no output was left "
                        "half written", err=True)
             sys.exit(128 + stop.signum)

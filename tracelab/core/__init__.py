@@ -1,1 +1,1 @@
-"""The core: the events schema and Meta, errors, options, limits, the classes of kernels, devices' facts, bounded regexes and whole-or-nothing output files. Imports nothing of the other layers."""
+"""The core: the events schema and Meta, errors, options, limits, the classes of kernels, devices' facts, bounded regexes. Imports nothing of the other layers."""

@@ -9,11 +9,9 @@ proton's 16-bit FLOPs, "8" for fp8/int8 and proton's 8-bit ones.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelab.ingest import runfolder
 from tracelab.core.errors import UsageError
 from tracelab.core.meta import Meta
 
@@ -266,19 +264,3 @@ def given_device(name: str | None, tflops: float | None, gb_s: float | None) -> 
     if tflops is not None:
         return custom(tflops, gb_s, base), "option"
     return base, "option"
-
-
-def meta_device(meta: Meta) -> tuple[Device | None, str]:
-    """The device of a trace's meta (its first GPU), else of the run.json beside the trace,
-    with where it came from: "trace", "run.json" or "unknown"."""
-    gpus = [props for props in meta.devices.values() if isinstance(props, dict)]
-    # its first GPU only: where that one is unknown, a second one's kind is no guess at it (proton's
-    # cuda.json: an unknown sm_89 part first, an sm_90 one second)
-    if gpus and (found := detect(gpus[0])):
-        return found, "trace"
-    run_json = Path(meta.path).parent / "run.json"
-    devices = (runfolder.run_json(run_json).get("devices") or []) if run_json.is_file() else []
-    for props in devices:
-        if isinstance(props, dict) and (found := detect(props)):
-            return found, "run.json"
-    return None, "unknown"

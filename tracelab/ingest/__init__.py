@@ -1,1 +1,1 @@
-"""Reading traces: format detection, parsing in parallel, the caches, the Session every command opens its inputs through, run folders' files."""
+"""Reading traces: format detection, parsing in parallel, the caches, the Session every command opens its inputs through, run folders' files, and whole-or-nothing output files that never replace an input."""

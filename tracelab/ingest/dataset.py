@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from tracelab.core import outputs, tempfiles
+from tracelab.ingest import outputs, tempfiles
 from tracelab.core.errors import OutputError, UsageError
 from tracelab.core.options import DEFAULT, Options
 

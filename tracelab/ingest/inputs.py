@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tracelab.core.errors import UsageError
 from tracelab.core.options import DEFAULT, Options
-from tracelab.core.outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
+from tracelab.ingest.outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
 from tracelab.core.schema import OnEvents, Profile
 from tracelab.ingest.runfolder import run_info
 

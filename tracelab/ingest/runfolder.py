@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tracelab.core import limits
+from tracelab.core.devices import Device, detect
+from tracelab.core.meta import Meta
 from tracelab.core.errors import NoTracesError, TraceFormatError
 from tracelab.ingest.results import OLD_RESULTS_FILE, RESULTS_FILE, upgrade
 
@@ -124,3 +126,19 @@ def gather(run_dir: Path) -> dict[str, dict[str, Any]]:
             if rank.isascii() and rank.isdigit():
                 found[int(rank)] = path
     return {str(r): upgrade(results(found[r], read_json(found[r]))) for r in sorted(found)}
+
+
+def meta_device(meta: Meta) -> tuple[Device | None, str]:
+    """The device of a trace's meta (its first GPU), else of the run.json beside the trace,
+    with where it came from: "trace", "run.json" or "unknown"."""
+    gpus = [props for props in meta.devices.values() if isinstance(props, dict)]
+    # its first GPU only: where that one is unknown, a second one's kind is no guess at it (proton's
+    # cuda.json: an unknown sm_89 part first, an sm_90 one second)
+    if gpus and (found := detect(gpus[0])):
+        return found, "trace"
+    run_json_path = Path(meta.path).parent / "run.json"
+    devices = (run_json(run_json_path).get("devices") or []) if run_json_path.is_file() else []
+    for props in devices:
+        if isinstance(props, dict) and (found := detect(props)):
+            return found, "run.json"
+    return None, "unknown"

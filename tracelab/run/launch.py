@@ -52,7 +52,7 @@ def is_noise(line: str, gpu: bool) -> bool:
 def stop_on_signals() -> Iterator[None]:
     """SIGINT and SIGTERM raise Stopped in the main thread for as long as the block runs
     (outputs.raising_on_signals)."""
-    from tracelab.core.outputs import raising_on_signals
+    from tracelab.ingest.outputs import raising_on_signals
 
     with raising_on_signals(Stopped):
         yield

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from tracelab.core.errors import OutputError, TracelabError, UsageError
-from tracelab.core.tempfiles import same_file, sweep, temp_prefix
+from tracelab.ingest.tempfiles import same_file, sweep, temp_prefix
 
 # the files of a run folder tracelab reads besides its traces (tracelab/loading.py NOT_TRACES)
 _READ_SUFFIXES = (".results.json", ".figures.json", ".provenance.json")
