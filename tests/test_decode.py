@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tracelab.run import results  # noqa: E402
+from tracelab.ingest import results  # noqa: E402
 from tracelab.workloads import checkpoint, decode, harness  # noqa: E402
 from tracelab.workloads.model import CONFIGS, ModelArgs, Transformer, weight_bytes  # noqa: E402
 from tracelab.workloads.tp import shard_state, unshardable  # noqa: E402
