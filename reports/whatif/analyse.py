@@ -184,16 +184,18 @@ def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[st
     if len(missed):
         notes.append(f"{_steps_named(missed['step'].tolist(), n_steps)}: the unchanged replay misses the measured step "
                      f"by more than {100 * MAX_ERROR:.0f}% (up to {100 * missed['error_frac'].abs().max():.0f}%): "
-                     "no saving is claimed for them")
+                     f"no saving is claimed for {'it' if len(missed) == 1 else 'them'}")
     unexplained = bad[bad["error_frac"] <= MAX_ERROR]
     if len(unexplained):
         what = ("operator and collective starts that no caller, thread order or other thread explains" if cpu_only
                 else "GPU starts that no launch, stream order or other stream explains")
+        one = len(unexplained) == 1
         unknown = "" if unexplained["path_known"].all() else (
-            "; what their critical paths are made of is not known either (shown as ?, null in JSON)")
+            f"; what {'its critical path is' if one else 'their critical paths are'} made of is not known either "
+            "(shown as ?, null in JSON)")
         notes.append(f"{_steps_named(unexplained['step'].tolist(), n_steps)}: an edge is missing "
-                     f"({fmt.ms(unexplained['unexplained_ns'].sum())} in all of {what}): no saving is claimed for "
-                     f"them{unknown}")
+                     f"({fmt.ms(unexplained['unexplained_ns'].sum())}{'' if one else ' in all'} of {what}): no saving is "
+                     f"claimed for {'it' if one else 'them'}{unknown}")
     return notes
 
 
