@@ -445,8 +445,8 @@ def test_one_job_by_profiler_world_size_and_start(sizes, starts_s, sources, why)
 def test_ranks_of_different_jobs_are_runs_not_one_run(capsys):
     """HTA's trace_diff pair is rank 3 of 8 and rank 1 of 2, 8.5 days apart (read from the files):
     taken as one run, steps and compare put them on one clock 735,003 s apart ('rank 3 waits 290.2
-    ms per step at sendrecv', a collective skew of 735,003,792,218 us). They are now two runs;
-    steps refuses them in one line; whatif replays each alone. HTA's two sampled ranks of one
+    ms per step at sendrecv', a collective skew of 735,003,792,218 us). They are now two runs:
+    steps and whatif take each alone. HTA's two sampled ranks of one
     128-rank job stay one run."""
     control = shared_trace("hta/trace_diff/control/control.json.gz")
     test = shared_trace("hta/trace_diff/test/test.json.gz")
@@ -457,9 +457,10 @@ def test_ranks_of_different_jobs_are_runs_not_one_run(capsys):
     doc = json.loads(out)
     assert [i["label"] for i in doc["inputs"]] == ["control", "test"] and doc["straggler"] is None
     assert not doc["collective_skew"]
-    status, out, err = run_cli_output(capsys, "steps", str(control), str(test))
-    assert status == 2 and not out and len(err.strip().splitlines()) == 1
-    assert "world sizes differ" in err and "control.json.gz (rank 3 of 8)" in err
+    status, out, err = run_cli_output(capsys, "steps", str(control), str(test), "--format", "json")
+    assert status == 0, err  # two runs, each on its own clock: no wait across the 8.5 days
+    runs = json.loads(out)["runs"]
+    assert [r["input"] for r in runs] == [str(control), str(test)]
     status, out, err = run_cli_output(capsys, "whatif", str(control), str(test), "--format", "json")
     assert status == 0 and len(json.loads(out)["inputs"]) == 2, err
     a, b = shared_trace("hta/trace_filter/sampled_rank-0.json.gz"), shared_trace("hta/trace_filter/sampled_rank-1.json.gz")
@@ -509,8 +510,8 @@ def test_breakdown_and_roofline_take_two_runs_that_share_a_rank(capsys, tmp_path
     assert status == 0 and f"{folder}: rank 1 (torch" in " ".join(out.split()), err
     status, out, err = run_cli_output(capsys, "roofline", str(folder), str(file), "--format", "csv")
     assert status == 0 and out.startswith("input,rank,kernel,") and f"\n{file},0," in out, err
-    status, out, err = run_cli_output(capsys, "steps", str(folder), str(file))  # steps is one run's
-    assert status == 2 and not out and "a rank repeats across" in err and len(err.strip().splitlines()) == 1
+    status, out, err = run_cli_output(capsys, "steps", str(folder), str(file), "--format", "json")  # one run each
+    assert status == 0 and [r["input"] for r in json.loads(out)["runs"]] == [str(folder), str(file)], err
     broken = tmp_path / "rank0.pt.trace.json"
     broken.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur"')
     status, out, err = run_cli_output(capsys, "breakdown", str(folder), str(broken))
