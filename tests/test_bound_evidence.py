@@ -39,6 +39,7 @@ def _idle_steps(path) -> list[dict]:
     return json.loads(done.stdout)["steps"]
 
 
+@pytest.mark.slow  # a CLI process per capture, ~1.3 s each
 @pytest.mark.parametrize("path", [DATA / "train-small-1gpu-torch", DATA / "idle-1gpu-large-torch",
                                   DATA / "whatif-stall-2gpu-torch"])
 def test_no_host_bound_step_without_host_idle(path):

@@ -46,6 +46,7 @@ def _json(*args) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow  # two CLI processes, ~2 s
 def test_library_kernels_are_communication_under_their_library(renamed):
     path, ns = renamed
     rows = {r["kernel"]: r for r in _json("breakdown", str(path), "--top", "0")["breakdown"]}

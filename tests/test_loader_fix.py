@@ -7,6 +7,8 @@ import gzip
 import json
 import re
 
+import pytest
+
 from helpers import DATA, run_cli_output, shared_trace
 
 PATH = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -18,6 +20,7 @@ def _findings(capsys, path) -> list[str]:
     return [line for line in out.splitlines() if re.match(r"\s*\d+\. ", line)]
 
 
+@pytest.mark.slow  # the ResNet-50 sample's what-if, ~1.5 s
 def test_loader_named_with_its_fix_and_its_time(capsys):
     path = shared_trace(PATH)
     with gzip.open(path) as f:

@@ -80,7 +80,7 @@ TABLES = ("breakdown", "roofline", "compare", "steps", "idle", "whatif", "memory
 REFUSED = {("compare", "one trace"): "needs two or more traces or ranks",
            ("export parquet", "runs and none"): "takes the ranks of one job",
            ("export parquet", "profilers and snapshot"): "takes the ranks of one job"}
-FAST = ("runs and none", "profilers and snapshot")  # the mixes the fast run covers; all of them under -m slow
+FAST = ("profilers and snapshot",)  # the mix the fast run covers; all of them under -m slow
 
 
 def _cases():
