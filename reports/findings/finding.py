@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -71,6 +72,12 @@ class Evidence(Memo):
         every command states the same differences."""
         c = self.comparison
         return c.table if c.by == "kernel" else compare(self.inputs, "kernel")
+
+    def run_json(self, label: str) -> dict | None:
+        """The run.json of the run folder input `label` was read from, None for a bare trace."""
+        path = next((i.path for i in self.inputs if i.label == label), "")
+        folder = Path(path).parent.name if path else None
+        return next((info for name, info in self.runs if name == folder), None)
 
     @cached_property
     def per_input(self) -> pd.DataFrame:

@@ -7,8 +7,6 @@ under MAX_BUSY_SHARE is a host that sets the pace: the step's own launches, whic
 capturing the step removes. Per run, the rank whose share is least. Pure."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..fmt import duration
 from .finding import SECTIONS, Finding
 
@@ -29,7 +27,7 @@ def busy_bound_findings(ev) -> list[Finding]:
 
 
 def _figures(ev, i) -> dict | None:
-    info = _run_json(ev, i)
+    info = ev.run_json(i.label)
     result = ((info or {}).get("results") or {}).get(str(i.rank)) or {}
     step_ns, steps = result.get("profiled_step_ns"), (info or {}).get("profiled_steps")
     if not isinstance(step_ns, (int, float)) or not isinstance(steps, int) or step_ns <= 0 or steps <= 0:
@@ -42,11 +40,6 @@ def _figures(ev, i) -> dict | None:
     return {"kernel_ns": kernel_ns, "steps": steps, "profiled_step_ns": float(step_ns),
             "unprofiled_step_ns": float(unprofiled) if isinstance(unprofiled, (int, float)) else None,
             "kernel_ns_per_step": kernel_ns / steps, "busy_share_max": kernel_ns / (steps * step_ns)}
-
-
-def _run_json(ev, i) -> dict | None:
-    folder = Path(i.path).parent.name if i.path else None
-    return next((info for name, info in ev.runs if name == folder), None)
 
 
 def _finding(group: str, i, f: dict) -> Finding:

@@ -72,15 +72,8 @@ def _same_work(ev, a: str, b: str) -> bool:
     """Whether inputs `a` and `b` ran the same workload and config (backend aside), as their
     run folders' run.json say (runs.same_config); unknown (a bare trace) is not the same: a
     difference between two programs is no finding about either."""
-    ra, rb = _run_json(ev, a), _run_json(ev, b)
+    ra, rb = ev.run_json(a), ev.run_json(b)
     return ra is not None and rb is not None and same_config(ra, rb)
-
-
-def _run_json(ev, label: str) -> dict | None:
-    """The run.json of the run folder input `label` was read from, None for a bare trace."""
-    path = next((i.path for i in ev.inputs if i.label == label), "")
-    folder = Path(path).parent.name if path else None
-    return next((info for name, info in ev.runs if name == folder), None)
 
 
 def _has_noise(ev, label: str) -> bool:

@@ -20,6 +20,7 @@ import pandas as pd
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
 from ..idle.idle import MIN_LAUNCHED_FOR_GRAPHS, of_input
+from .loader import waits_on_loader
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
@@ -97,7 +98,4 @@ def _waits_on_its_loader(i) -> bool:
     """Whether the rank's host spends a finding's share of its steps in its data loader
     (fixes/loader.py): then removing every host gap (no-host-gaps) is no measure of what a CUDA
     graph saves."""
-    from .loader import MIN_LOADER_SHARE
-
-    f = i.digest("loader")
-    return bool(f["span_ns"]) and f["loader_ns"] >= MIN_LOADER_SHARE * f["span_ns"]
+    return waits_on_loader(i.digest("loader"))

@@ -13,6 +13,11 @@ from ..findings.finding import SECTIONS, Finding, ms
 MIN_LOADER_SHARE = 0.10  # the loader's host time from this share of the steps' time: a finding
 
 
+def waits_on_loader(f: dict) -> bool:
+    """Whether a rank's loader digest (loader_digest.rank_loader) holds a finding's share of its steps."""
+    return bool(f["span_ns"]) and f["loader_ns"] >= MIN_LOADER_SHARE * f["span_ns"]
+
+
 def loader_findings(ev) -> list[Finding]:
     """Per run, the rank whose host spends most time in its data loader, where that is at least
     MIN_LOADER_SHARE of its steps' time."""
@@ -20,8 +25,7 @@ def loader_findings(ev) -> list[Finding]:
     best: dict[str, tuple] = {}
     for i in ev.inputs:
         f = i.digest("loader")
-        if f["span_ns"] and f["loader_ns"] >= MIN_LOADER_SHARE * f["span_ns"] and \
-                (i.group not in best or f["loader_ns"] > best[i.group][1]["loader_ns"]):
+        if waits_on_loader(f) and (i.group not in best or f["loader_ns"] > best[i.group][1]["loader_ns"]):
             best[i.group] = (i, f)
     return [_finding(group if several else "", i, f) for group, (i, f) in best.items()]
 
