@@ -46,14 +46,22 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def _measured(entry: dict, folder: Path) -> dict:
-    """The before and after steps, or why there are none."""
-    failed = [f"{side}: {entry[side].get('error')}" for side in ("before", "after") if entry[side]["status"] != "ok"]
+    """The before and after steps (each side's median over its runs), or why there are none."""
+    runs = entry["runs"]
+    failed = [f"{r['run_dir']}: {r.get('error')}" for r in runs if r["status"] != "ok"]
     if failed:
         return {"why": "; ".join(failed)}
-    before, after = folder / entry["name"] / "before", folder / entry["name"] / "after"
-    return {"before_ms": _ms(step_ns(before, "unprofiled_step_ns")), "before_profiled_ms": _ms(step_ns(before, "profiled_step_ns")),
-            "after_ms": _ms(step_ns(after, "unprofiled_step_ns"))}
+    ms = {side: [_ms(step_ns(folder / entry["name"] / r["run_dir"], "unprofiled_step_ns")) for r in runs
+                 if r["side"] == side] for side in ("before", "after")}
+    return {"before_ms": _median(ms["before"]), "after_ms": _median(ms["after"]), "before_runs_ms": ms["before"],
+            "after_runs_ms": ms["after"], "before_profiled_ms": _ms(step_ns(folder / entry["name"] / "before",
+                                                                             "profiled_step_ns"))}
 
 
 def _predicted(entry: dict, folder: Path, measured: dict, whatif: WhatIfCall) -> dict:

@@ -54,7 +54,9 @@ BASE = {"cpu": ("--size", "tiny", "--vocab-size", "1000", "--batch-size", "2", "
                 "--steps", "20", "--warmup", "5"),
         "gpu": ("--size", "small", "--batch-size", "4", "--context-length", "256", "--steps", "20", "--warmup", "5")}
 LATE_WORK = {"cpu": "1", "gpu": "4"}  # products of two 1024x1024 (CPU) or 4096x4096 (GPU) fp32 matrices
-GEMMS = r"gemm|GEMM|nvjet|cutlass|xmma|aten::(linear|matmul|mm|addmm|bmm)$|(Mm|Addmm|Bmm)Backward0"  # weight products
+# the weight products: GPU GEMM kernels (not attention's fused ones) and CPU ops, forward and backward
+GEMMS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
+         r"|.*(Mm|Addmm|Bmm)Backward0)")
 
 CHANGES = [
     Change("graph", "eager step -> the whole step as one CUDA graph", ("--phase", "step", "--capturable"),
@@ -88,24 +90,20 @@ def _args(change: Change, side: str, device: str) -> list[str]:
     return [*BASE[device], *(a.format(late=LATE_WORK[device]) for a in extra)]
 
 
-def _backend(side: str) -> str:
-    return "torch" if side == "before" else "none"
-
-
-def _command(change: Change, side: str, device: str) -> list[str]:
-    return ["tracelab", "run", "train", "--ranks", str(change.ranks), "--backend", _backend(side), "--",
+def _command(change: Change, side: str, device: str, backend: str) -> list[str]:
+    return ["tracelab", "run", "train", "--ranks", str(change.ranks), "--backend", backend, "--",
             *_args(change, side, device)]
 
 
-def _run(change: Change, side: str, device: str, folder: Path) -> dict:
+def _run(change: Change, side: str, device: str, folder: Path, backend: str) -> dict:
     """One run into folder (run.json and the traces); what it was and how it ended."""
     from tracelab.core.errors import TracelabError
     from tracelab.run.runner import RunSpec, run
 
-    cmd = _command(change, side, device)
+    cmd = _command(change, side, device, backend)
     staging = folder.with_name(folder.name + ".running")
     shutil.rmtree(staging, ignore_errors=True)
-    spec = RunSpec("train", ranks=change.ranks, backend=_backend(side), out_root=staging,
+    spec = RunSpec("train", ranks=change.ranks, backend=backend, out_root=staging,
                    workload_args=_args(change, side, device), argv=cmd)
     t0 = time.perf_counter()
     try:
@@ -116,6 +114,30 @@ def _run(change: Change, side: str, device: str, folder: Path) -> dict:
     made.rename(folder)
     shutil.rmtree(staging, ignore_errors=True)
     return {"command": cmd, "status": "ok", "run_dir": folder.name, "wall_s": _since(t0)}
+
+
+def runs_of(repeats: int) -> list[tuple[str, str, str]]:
+    """(side, folder name, backend) of a change's runs in order: the BEFORE config profiled, then
+    AFTER and BEFORE unprofiled in turn, `repeats` of each: on a loaded machine whose speed drifts
+    over minutes, each side's median over runs taken close together in time."""
+    out = [("before", "before", "torch"), ("after", "after", "none")]
+    for k in range(2, repeats + 1):
+        out += [("before", f"before-{k}", "none"), ("after", f"after-{k}", "none")]
+    return out
+
+
+def measure_change(c: Change, device: str, out: Path, repeats: int) -> dict:
+    """A change's runs (runs_of) and its microbenchmark: its entry in changes.json."""
+    entry = {**asdict(c), "runs": []}
+    for side, name, backend in runs_of(repeats):
+        done = {"side": side, "run_dir": name, **_run(c, side, device, out / c.name / name, backend)}
+        entry["runs"].append(done)
+        failed = done["status"] != "ok"
+        print(f"{c.name} {name}: {done['status']} ({done['wall_s']} s){': ' + done['error'] if failed else ''}", flush=True)
+        if failed and name == "before":
+            break  # the trace before is what everything else is compared with
+    entry["factor"] = _factor(c, device) if entry["runs"][0]["status"] == "ok" else None
+    return entry
 
 
 def _since(t0: float) -> float:
@@ -151,7 +173,7 @@ def chosen(only: str | None, device: str, gpus: int) -> tuple[list[Change], list
     return picked, skipped
 
 
-def measure(out: Path, gpu: bool, only: str | None) -> None:
+def measure(out: Path, gpu: bool, only: str | None, repeats: int) -> None:
     import torch
 
     device = "gpu" if gpu else "cpu"
@@ -164,15 +186,9 @@ def measure(out: Path, gpu: bool, only: str | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "device": device,
            "device_name": torch.cuda.get_device_name() if gpu else platform.processor() or "cpu",
-           "torch": torch.__version__, "load_avg_1m_start": os.getloadavg()[0], "changes": skipped}
+           "torch": torch.__version__, "repeats": repeats, "load_avg_1m_start": os.getloadavg()[0], "changes": skipped}
     for c in picked:
-        entry = {**asdict(c), "scenario": c.scenario}
-        for side in ("before", "after"):
-            entry[side] = _run(c, side, device, out / c.name / side)
-            print(f"{c.name} {side}: {entry[side]['status']} ({entry[side]['wall_s']} s)"
-                  f"{': ' + entry[side]['error'] if entry[side]['status'] != 'ok' else ''}", flush=True)
-        entry["factor"] = _factor(c, device)
-        doc["changes"].append(entry)
+        doc["changes"].append(measure_change(c, device, out, repeats))
         (out / "changes.json").write_text(json.dumps(doc, indent=1))  # after each: a stopped run keeps its changes
     doc["load_avg_1m_end"] = os.getloadavg()[0]
     (out / "changes.json").write_text(json.dumps(doc, indent=1))
@@ -203,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     m = sub.add_parser("measure", help="run each change's before (torch.profiler) and after (no profiler)")
     m.add_argument("--out", type=Path, required=True, help="folder for the run folders and changes.json")
     m.add_argument("--gpu", action="store_true", help="GPU-sized configs and the GPU-only changes")
+    m.add_argument("--repeats", type=int, default=1,
+                   help="runs of each side per change, alternating (more: steadier medians on a loaded machine)")
     m.add_argument("--only", help=f"comma list of changes (default: all that apply): "
                                   f"{', '.join(c.name for c in CHANGES)}")
     pr = sub.add_parser("predict", help="the what-if's prediction of each change against its measured after")
@@ -210,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     pr.add_argument("--format", choices=("table", "json"), default="table")
     a = p.parse_args(argv)
     if a.command == "measure":
-        measure(a.out, a.gpu, a.only)
+        measure(a.out, a.gpu, a.only, a.repeats)
     else:
         predict(a.folder, a.format)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +31,13 @@ def _run(folder: Path, unprofiled_ns: list[float | None], profiled_ns: list[floa
     (folder / "run.json").write_text(json.dumps({"results": results}))
 
 
-def _entry(name: str, scenario: str | None, factor: float | None = None, after: str = "ok") -> dict:
+def _entry(name: str, scenario: str | None, factor: float | None = None, after: str = "ok", repeats: int = 1) -> dict:
+    runs = [{"side": "before", "run_dir": "before", "status": "ok"},
+            {"side": "after", "run_dir": "after", "status": after, "error": "rank 0 ran out of memory"}]
+    for k in range(2, repeats + 1):
+        runs += [{"side": side, "run_dir": f"{side}-{k}", "status": "ok"} for side in ("before", "after")]
     return {"name": name, "what": name, "ranks": 1, "scenario": scenario, "note": "",
-            "factor": None if factor is None else {"factor": factor},
-            "before": {"status": "ok"}, "after": {"status": after, "error": "rank 0 ran out of memory"}}
+            "factor": None if factor is None else {"factor": factor}, "runs": runs}
 
 
 # whatif's answer per scenario: (step_ns, predicted_ns, predicted_unprofiled_ns or absent)
@@ -53,7 +57,7 @@ def _whatif(before: Path, scenario: str) -> dict:
 
 @pytest.fixture
 def folder(tmp_path):
-    changes = [_entry("scope", "remove:extra_work"), _entry("graph", "no-host-gaps"),
+    changes = [_entry("scope", "remove:extra_work", repeats=3), _entry("graph", "no-host-gaps"),
                _entry("attention", "scale:sdpa={factor}", factor=0.5), _entry("compile", None),
                _entry("stall", "no-host-stalls"), _entry("oom", "balance", after="failed"),
                {"name": "tf32", "skipped": "a GPU-only change"}]
@@ -65,6 +69,9 @@ def folder(tmp_path):
         _run(tmp_path / name / "before", unprofiled, profiled)
         if after is not None:
             _run(tmp_path / name / "after", after)
+    for k, (before_ns, after_ns) in ((2, (22e6, 16e6)), (3, (19e6, 18e6))):  # scope's repeats, unprofiled
+        _run(tmp_path / "scope" / f"before-{k}", [before_ns])
+        _run(tmp_path / "scope" / f"after-{k}", [after_ns])
     (tmp_path / "changes.json").write_text(json.dumps({"changes": changes}))
     return tmp_path
 
@@ -72,9 +79,11 @@ def folder(tmp_path):
 def test_rows_read_the_slowest_rank_and_the_unprofiled_prediction(table, folder):
     rows = {r["change"]: r for r in table.predict_rows(json.loads((folder / "changes.json").read_text()), folder, _whatif)}
     scope = rows["scope"]
-    assert (scope["before_ms"], scope["before_profiled_ms"], scope["after_ms"]) == (20.0, 30.0, 15.0)
+    # each side's median over its runs (the slowest rank's of each); profiled: the trace's run
+    assert (scope["before_runs_ms"], scope["after_runs_ms"]) == ([20.0, 22.0, 19.0], [15.0, 16.0, 18.0])
+    assert (scope["before_ms"], scope["before_profiled_ms"], scope["after_ms"]) == (20.0, 30.0, 16.0)
     assert scope["predicted_ms"] == 16.0 and scope["predicted_from"] == "predicted_unprofiled_ns"
-    assert scope["error_pct"] == pytest.approx(100 * (16 - 15) / 15)
+    assert scope["error_pct"] == 0.0
     assert scope["ratio_ms"] == pytest.approx(20 * 20 / 30)  # the replay's fraction on the unprofiled step
     graph = rows["graph"]
     assert graph["predicted_ms"] == 10.0 and graph["predicted_from"] == "predicted_ns (profiled)"
@@ -93,7 +102,7 @@ def test_rows_without_a_prediction_say_why(table, folder):
 
 def test_summary_is_the_median_and_worst_absolute_error(table, folder):
     rows = table.predict_rows(json.loads((folder / "changes.json").read_text()), folder, _whatif)
-    errors = np.abs([100 * (16 - 15) / 15, 100 * (10 - 9) / 9])
+    errors = np.abs([0.0, 100 * (10 - 9) / 9])
     got = table.summary(rows)["error_pct"]
     assert got == {"predicted": 2, "median_abs": pytest.approx(np.median(errors)), "worst_abs": pytest.approx(errors.max())}
     assert table.summary([])["error_pct"] == {"predicted": 0, "median_abs": None, "worst_abs": None}
@@ -105,3 +114,44 @@ def test_table_keeps_a_regex_in_one_cell(table, folder):
     text = table.render_table(rows, table.summary(rows))
     line = next(ln for ln in text.splitlines() if ln.startswith("| bf16"))
     assert line.count(" | ") == 7 and r"gemm\|aten::mm" in line
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("changes_harness", ROOT / "benchmarks" / "changes.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+@pytest.mark.parametrize("device, gpus, skipped", [
+    ("cpu", 0, {"graph": "a GPU-only change", "tf32": "a GPU-only change"}),
+    ("gpu", 1, {"stall-ddp": "needs 2 GPUs, 1 visible", "balance": "needs 2 GPUs, 1 visible",
+                "ddp-overlap": "needs 2 GPUs, 1 visible"}),
+    ("gpu", 2, {})])
+def test_changes_chosen_for_the_machine(harness, device, gpus, skipped):
+    picked, left = harness.chosen(None, device, gpus)
+    assert {s["name"]: s["skipped"] for s in left} == skipped
+    assert {c.name for c in picked} == {c.name for c in harness.CHANGES} - set(skipped)
+    with pytest.raises(SystemExit, match="unknown change"):
+        harness.chosen("graph,nope", device, gpus)
+
+
+def test_each_change_runs_the_same_base_with_its_own_options(harness):
+    scope = next(c for c in harness.CHANGES if c.name == "scope")
+    before, after = (harness._command(scope, side, "cpu", backend) for side, backend in (("before", "torch"),
+                                                                                       ("after", "none")))
+    assert before[:7] == ["tracelab", "run", "train", "--ranks", "1", "--backend", "torch"]
+    assert after[:7] == ["tracelab", "run", "train", "--ranks", "1", "--backend", "none"]
+    assert before[8:] == [*harness.BASE["cpu"], "--late", "rank0", "--late-work", harness.LATE_WORK["cpu"]]
+    assert after[8:] == list(harness.BASE["cpu"])
+
+
+def test_runs_alternate_after_the_trace(harness):
+    assert harness.runs_of(1) == [("before", "before", "torch"), ("after", "after", "none")]
+    assert harness.runs_of(3)[2:] == [("before", "before-2", "none"), ("after", "after-2", "none"),
+                                      ("before", "before-3", "none"), ("after", "after-3", "none")]
