@@ -174,6 +174,8 @@ def chosen(only: str | None, device: str, gpus: int) -> tuple[list[Change], list
 
 
 def measure(out: Path, gpu: bool, only: str | None, repeats: int) -> None:
+    """Each chosen change's runs into `out`; changes.json keeps the changes measured before in
+    `out` that this call does not measure again (--only re-runs some)."""
     import torch
 
     device = "gpu" if gpu else "cpu"
@@ -184,14 +186,22 @@ def measure(out: Path, gpu: bool, only: str | None, repeats: int) -> None:
         torch.set_num_threads(1)
     picked, skipped = chosen(only, device, torch.cuda.device_count() if gpu else 0)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(), "device": device,
+    path = out / "changes.json"
+    doc = {"host": platform.node(), "device": device, "torch": torch.__version__,
            "device_name": torch.cuda.get_device_name() if gpu else platform.processor() or "cpu",
-           "torch": torch.__version__, "repeats": repeats, "load_avg_1m_start": os.getloadavg()[0], "changes": skipped}
+           "changes": json.loads(path.read_text())["changes"] if path.is_file() else []}
+    for entry in skipped:
+        _replace(doc, entry)
     for c in picked:
-        doc["changes"].append(measure_change(c, device, out, repeats))
-        (out / "changes.json").write_text(json.dumps(doc, indent=1))  # after each: a stopped run keeps its changes
-    doc["load_avg_1m_end"] = os.getloadavg()[0]
-    (out / "changes.json").write_text(json.dumps(doc, indent=1))
+        load, t0 = os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        entry = measure_change(c, device, out, repeats)
+        _replace(doc, {**entry, "measured_at": t0, "load_avg_1m": [load, os.getloadavg()[0]], "repeats": repeats})
+        path.write_text(json.dumps(doc, indent=1))  # after each: a stopped run keeps its changes
+    path.write_text(json.dumps(doc, indent=1))
+
+
+def _replace(doc: dict, entry: dict) -> None:
+    doc["changes"] = [e for e in doc["changes"] if e["name"] != entry["name"]] + [entry]
 
 
 def whatif_doc(before: Path, scenario: str) -> dict:
@@ -207,7 +217,7 @@ def whatif_doc(before: Path, scenario: str) -> dict:
 def predict(folder: Path, fmt: str) -> None:
     doc = json.loads((folder / "changes.json").read_text())
     rows = predict_rows(doc, folder, whatif_doc)
-    result = {"measured": {k: doc.get(k) for k in ("date", "host", "device", "device_name", "torch")},
+    result = {"measured": {k: doc.get(k) for k in ("host", "device", "device_name", "torch")},
               "rows": rows, "summary": summary(rows)}
     (folder / "predictions.json").write_text(json.dumps(result, indent=1, allow_nan=False))
     print(json.dumps(result, indent=1, allow_nan=False) if fmt == "json" else render_table(rows, result["summary"]))
