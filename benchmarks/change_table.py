@@ -77,7 +77,8 @@ def _predicted(entry: dict, folder: Path, measured: dict, whatif: WhatIfCall) ->
     unprofiled = row.get("predicted_unprofiled_ns")
     out = {"scenario": scenario, "predicted_ms": _ms(unprofiled if unprofiled is not None else row["predicted_ns"]),
            "predicted_from": "predicted_unprofiled_ns" if unprofiled is not None else "predicted_ns (profiled)",
-           "replay_step_ms": _ms(row["step_ns"]), "replay_predicted_ms": _ms(row["predicted_ns"])}
+           "replay_step_ms": _ms(row["step_ns"]), "replay_predicted_ms": _ms(row["predicted_ns"]),
+           "steps_claimed": row.get("steps")}
     if measured.get("before_ms") is not None and row["step_ns"]:
         out["ratio_ms"] = measured["before_ms"] * row["predicted_ns"] / row["step_ns"]
     return out
