@@ -49,10 +49,11 @@ class Change:
 
 
 # Train configs small enough for the 2-core CPU (one thread per rank: under load, two threads
-# per rank spin-wait) and, on a GPU, CS336's small model: 20 timed steps each.
+# per rank spin-wait; 20 timed steps) and, on a GPU, CS336's small model (12 timed steps: a steady
+# median there, and traces small enough to bring back from a device machine)
 BASE = {"cpu": ("--size", "tiny", "--vocab-size", "1000", "--batch-size", "2", "--context-length", "128",
                 "--steps", "20", "--warmup", "5"),
-        "gpu": ("--size", "small", "--batch-size", "4", "--context-length", "256", "--steps", "20", "--warmup", "5")}
+        "gpu": ("--size", "small", "--batch-size", "4", "--context-length", "256", "--steps", "12", "--warmup", "5")}
 LATE_WORK = {"cpu": "1", "gpu": "4"}  # products of two 1024x1024 (CPU) or 4096x4096 (GPU) fp32 matrices
 # the weight products: GPU GEMM kernels (not attention's fused ones) and CPU ops, forward and backward
 GEMMS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
