@@ -6,8 +6,9 @@ before), measured on the kernels alone at the shapes of the train workload's con
 
 sdpa: attention's product, the unfused math against torch's choice (train --attention math|auto).
 gemm-bf16, gemm-tf32: the model's weight products (every linear layer's [tokens, in] @ [in, out]),
-fp32 against bf16 operands, or against TF32 tensor cores; summed over the layers, so F weighs
-each product by its time as the step does. Backward products are assumed to change alike.
+fp32 against the same fp32 operands under bf16 autocast (the casts of both operands included, as
+autocast does them inside each product), or against TF32 tensor cores; summed over the layers, so
+F weighs each product by its time as the step does. Backward products are assumed to change alike.
 """
 from __future__ import annotations
 
@@ -45,15 +46,20 @@ def linear_shapes(args: argparse.Namespace, world_size: int = 1) -> list[tuple[i
     return layer * s.layers + [(t, s.d_model, args.vocab_size)]
 
 
-def _linears_us(shapes: list[tuple[int, int, int]], dtype: torch.dtype, device: torch.device,
+def _linears_us(shapes: list[tuple[int, int, int]], device: torch.device, bf16: bool = False,
                 precision: str = "highest") -> float:
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)
+
+    def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            return F.linear(x, w)
+
     try:
         total = 0.0
         for t, k, n in sorted(set(shapes)):
-            x, w = torch.randn(t, k, device=device, dtype=dtype), torch.randn(n, k, device=device, dtype=dtype)
-            total += _median_us(lambda: F.linear(x, w), device) * shapes.count((t, k, n))
+            x, w = torch.randn(t, k, device=device), torch.randn(n, k, device=device)  # fp32, as the weights
+            total += _median_us(lambda: product(x, w), device) * shapes.count((t, k, n))
         return total
     finally:
         torch.set_float32_matmul_precision(saved)
@@ -79,9 +85,9 @@ def factor(name: str, args: argparse.Namespace, device: torch.device) -> dict:
         shapes = {"batch": args.batch_size, "heads": SIZES[args.sizes[0]].heads, "seq": args.context_length}
     elif name in ("gemm-bf16", "gemm-tf32"):
         shapes = linear_shapes(args)
-        before = _linears_us(shapes, torch.float32, device)
-        after = (_linears_us(shapes, torch.bfloat16, device) if name == "gemm-bf16"
-                 else _linears_us(shapes, torch.float32, device, precision="high"))
+        before = _linears_us(shapes, device)
+        after = (_linears_us(shapes, device, bf16=True) if name == "gemm-bf16"
+                 else _linears_us(shapes, device, precision="high"))
         shapes = sorted(set(shapes))
     else:
         raise ValueError(f"no microbenchmark named {name!r}")

@@ -79,8 +79,8 @@ CHANGES = [
            ("--phase", "forward", "--context-length", "512", "--attention", "auto"), "scale:sdpa={factor}",
            factor="sdpa"),
     Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), f"scale:{GEMMS}={{factor}}", factor="gemm-bf16",
-           note="a model: the weight products scaled by their microbenchmark; casts added and elementwise ops "
-                "on half the bytes are not modelled"),
+           note="a model: the weight products (with their casts) scaled by their microbenchmark; elementwise ops "
+                "on half the bytes and attention in bf16 are not modelled"),
     Change("tf32", "fp32 -> TF32 matrix products", (), ("--tf32",), f"scale:{GEMMS}={{factor}}", devices=("gpu",),
            factor="gemm-tf32", note="a model: the weight products scaled by their microbenchmark"),
 ]
