@@ -92,7 +92,7 @@ def predict_rows(doc: dict, folder: Path, whatif: WhatIfCall) -> list[dict]:
     """One row per change of changes.json (`doc`): measured, predicted, errors, or why not."""
     rows = []
     for entry in doc["changes"]:
-        row = {"change": entry["name"], "what": entry.get("what"), "ranks": entry.get("ranks")}
+        row = {"change": entry["name"], "what": entry.get("what"), "ranks": entry.get("ranks"), "note": entry.get("note")}
         if entry.get("skipped"):
             rows.append({**row, "why": f"skipped: {entry['skipped']}"})
             continue
@@ -134,5 +134,5 @@ def render_table(rows: list[dict], totals: dict) -> str:
                      f"worst {_cell(t['worst_abs'], 1)}%")
     sources = sorted({r["predicted_from"] for r in rows if r.get("predicted_from")})
     lines.append(f"predicted from: {', '.join(sources) or '-'}")
-    lines += [f"{r['change']}: {r['why']}" for r in rows if r.get("why")]
+    lines += [f"{r['change']}: {r['why'] if r.get('why') else r['note']}" for r in rows if r.get("why") or r.get("note")]
     return "\n".join(lines)
