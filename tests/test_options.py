@@ -143,6 +143,13 @@ def test_overrides_win_and_none_means_not_given(monkeypatch):
         Options.from_environment(cache_folder="/tmp")
 
 
+@pytest.mark.parametrize("field, value", [("max_trace_bytes", -1), ("max_name_chars", 2.5),
+                                          ("cache_max_bytes", None), ("max_memory_bytes", "1e9")])
+def test_a_bound_given_in_python_is_checked(field, value):
+    with pytest.raises(UsageError, match=f"Options.{field}: {value!r} is not a whole number of 0 or more"):
+        Options(**{field: value})
+
+
 def test_options_travel_pickled_whole():
     options = Options(step_pattern="x", max_name_chars=7, cache=False, cache_dir=Path("/c"), max_memory_bytes=0)
     assert pickle.loads(pickle.dumps(options)) == options

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from tracelab.core import options
 from tracelab.core.errors import TraceFormatError
-from tracelab.core.options import DEFAULT_MAX_NAME_CHARS, DEFAULT_MAX_TRACE_BYTES  # noqa: F401 - named here too
 
 try:  # ISA-L's inflate, twice as fast as zlib's, the same bytes (optional: pip install tracelab[fast])
     from isal import isal_zlib as _isal_zlib

@@ -69,6 +69,13 @@ class Options:
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     keep_malloc: bool = False
 
+    def __post_init__(self) -> None:
+        """A bound given in Python is checked as a variable's is: a whole number of 0 or more."""
+        for name in ("max_trace_bytes", "max_name_chars", "cache_max_bytes", "max_memory_bytes"):
+            value = getattr(self, name)
+            if not (value is None and name == "max_memory_bytes") and (type(value) is not int or value < 0):
+                raise UsageError(f"Options.{name}", f"{value!r} is not a whole number of 0 or more")
+
     def cache_text(self) -> str:
         """What of these options changes a parser's output (the cache keys on it)."""
         return f"step={self.step_pattern or ''}"
