@@ -92,7 +92,8 @@ def predict_rows(doc: dict, folder: Path, whatif: WhatIfCall) -> list[dict]:
     """One row per change of changes.json (`doc`): measured, predicted, errors, or why not."""
     rows = []
     for entry in doc["changes"]:
-        row = {"change": entry["name"], "what": entry.get("what"), "ranks": entry.get("ranks"), "note": entry.get("note")}
+        row = {"change": entry["name"], "what": entry.get("what"), "ranks": entry.get("ranks"), "note": entry.get("note"),
+               **{k: entry.get(k) for k in ("measured_at", "load_avg_1m", "repeats")}}
         if entry.get("skipped"):
             rows.append({**row, "why": f"skipped: {entry['skipped']}"})
             continue
