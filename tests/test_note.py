@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from string import Formatter
 
 import pytest
 
@@ -29,6 +30,6 @@ def test_an_unknown_code_fails_where_the_note_is_made_and_every_template_names_o
         Note("no_such_code")
     for code, template in TEMPLATES.items():
         if isinstance(template, str):  # a str.format template: its fields are the values' keys
-            fields = {part.split("}")[0].split(":")[0] for part in template.split("{")[1:]}
+            fields = {name for _, name, _, _ in Formatter().parse(template) if name}
             assert Note(code, {k: 1 for k in fields}).text, code
     assert json.loads(json.dumps(Note("more_cycles", {"cycles": 2}).as_json()))["text"].startswith("... and 2 more")
