@@ -11,7 +11,8 @@ import pandas as pd
 
 from tracelab.core.schema import RankData
 
-LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.IGNORECASE)
+from ..timeline.stalls import LOADER  # the loader's names, as the stalls leave them to it
+
 MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)
 
 

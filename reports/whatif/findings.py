@@ -22,6 +22,7 @@ from ..runs.runs import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
 from .replay import ReplayError
+from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
@@ -141,7 +142,7 @@ def _scenario(source: str, f: Finding) -> str | None:
 
 
 def _label(row) -> str:
-    return f"{row.name}:{row.args}" if row.args else row.name
+    return label_of(row.name, row.args)
 
 
 def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
