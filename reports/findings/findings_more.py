@@ -14,6 +14,7 @@ from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
 CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
+              "idle_stall_ns": "in host stalls (untraced host time after a sync or between steps)",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
               "idle_sync_ns": "while the host was blocked in a synchronising call",
               "idle_dependency_ns": "waiting on another stream, an event or a peer",
