@@ -57,6 +57,8 @@ def idle_findings(ev) -> list:
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
                   "steps": len(steps), "stepless": bool(stepless),
                   "bound_steps": {str(b): int(n) for b, n in steps["bound"].value_counts().items()}}
+        if cause == "idle_stall_ns":  # the host's stalls: their scenario, not the launches' (no-host-gaps)
+            evidence.update(scenario=f"no-host-stalls@{i.rank}", scenario_text="the host's stalls took no time")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle", evidence, "idle", values))
     return out
 

@@ -106,6 +106,7 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     notes = g.notes + _notes(g, steps) + [f"scenario {s.label}: nothing in these inputs matches it ({s.what}): it "
                                           "changes nothing" for s in chosen
                                           if s.matched is not None and not s.matched(g)]
+    notes += [n for s in chosen if s.note is not None and (n := s.note(g))]
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds)
 
 

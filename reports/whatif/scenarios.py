@@ -23,8 +23,11 @@ Graph; several given together change one Params, replayed once (never summed). P
   CPU-only trace) above the lower median rank's is scaled down to it: the straggler removed.
 - `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
   their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
-  arrival); in a CPU-only trace, host threads no longer block on collectives. An upper bound:
-  the trace does not say which later op reads a collective's result.
+  arrival); in a CPU-only trace, host threads no longer block on collectives. The trace does
+  not say which later op reads a collective's result: a collective that sits between the compute
+  feeding it and the compute reading it, layer after layer (tensor parallelism: depend.py), stays
+  where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel, said in a note); for the rest
+  (DDP's gradient all-reduces) it is an upper bound.
 - `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
   bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
 
@@ -49,6 +52,7 @@ from tracelab.core.regexes import compiled, matches
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
+from . import depend
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
@@ -72,6 +76,7 @@ class Scenario:
     apply: Callable[[Graph, Params], None]
     matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
     what: str = "names, kernels, scopes, host ranges"  # what `matched` looks for, in words
+    note: Callable[[Graph], str | None] | None = None  # what the scenario left undone on this graph, in words
 
     @property
     def label(self) -> str:
@@ -88,9 +93,10 @@ def parse(spec: str) -> Scenario:
     name, _, arg = spec.partition(":")
     if name.startswith("no-host-stalls@") and not arg:  # a rank alone: no-host-stalls@RANK
         name, arg = "no-host-stalls", name.removeprefix("no-host-stalls")
-    if name in ("no-host-gaps", "roofline", "balance", "overlap-comm") and not arg:
-        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance,
-                                   "overlap-comm": _overlap_comm}[name])
+    if name == "overlap-comm" and not arg:
+        return Scenario(name, "", _overlap_comm, note=lambda g: depend.note(g, depend.dependent(g)))
+    if name in ("no-host-gaps", "roofline", "balance") and not arg:
+        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance}[name])
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
         return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
@@ -255,7 +261,7 @@ def _overlap_comm(g: Graph, p: Params) -> None:
         waits &= g.kind[np.maximum(p.xe_src, 0)] == COLL
         p.xe_src[waits] = -1
         return
-    comm = g.kind == COLL
+    comm = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
     order = np.lexsort((g.start_ns, g.chain))
     pred_comm = np.zeros(len(g), bool)
     same = g.chain[order[1:]] == g.chain[order[:-1]]
