@@ -130,6 +130,16 @@ def test_stalls_of_hand_made_steps(extra, between, want):
     assert list(zip(stalls["start_ns"], stalls["end_ns"], stalls["after"])) == want
 
 
+def test_a_stall_between_steps_delays_the_next_step_and_none_outside_the_steps_counts():
+    events, host = _step([("sync", "cudaDeviceSynchronize", 2_500_000, 10)], between=True)
+    stalls = host_stalls(events, host)  # it ends at the sync before step 1's range (2.9 ms): step 1's still
+    assert list(zip(stalls["step"], stalls["end_ns"], stalls["after"])) == [(1, 2_500_000, BETWEEN_STEPS)]
+    # the same gaps before the first step's range and after the last one's: the profiler's, not a step's
+    early = host_rows([("sync", SYNC, 10, 25), ("step", "step 0", 3_000_000, 100_000)])
+    late = host_rows([("sync", SYNC, 10, 25), ("step", "step 0", 0, 20)])
+    assert not len(host_stalls(events.assign(step=0), early)) and not len(host_stalls(events.assign(step=0), late))
+
+
 def test_a_gap_between_launches_with_no_sync_before_it_is_no_stall():
     events = kernel_rows([("a", 7, 20, 10, 0, 5), ("b", 7, 3_000_020, 10, 3_000_000, 5)])
     assert not len(host_stalls(events, host_rows([("step", "step 0", 0, 4_000_000)])))

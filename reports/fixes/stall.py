@@ -58,8 +58,8 @@ def _finding(group: str, i, f: dict) -> Finding:
     where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
     more = f" ({len(by_after) - 1} other kinds: {ms(total_ns - by_after.iloc[0])})" if len(by_after) > 1 else ""
     text = (f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * total_ns / f['span_ns']:.0f}%), "
-            f"most {where}{more}: {len(stalls)} stretches of untraced host time while "
-            f"{'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which no CUDA graph or compiling removes'}: "
+            f"most {where}{more}: {len(stalls)} stretch{'' if len(stalls) == 1 else 'es'} of untraced host time while "
+            f"{'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: "
             f"{fix_of(after)}")
     values = {"run": group, "rank": i.rank, "stall_ns": total_ns, "span_ns": f["span_ns"], "steps": steps,
               "share": total_ns / f["span_ns"], "after": after, "stalls": len(stalls)}

@@ -20,8 +20,10 @@ collective's range on its worker thread counts as running) and no loader is open
 trace's operators; `after` names the operator that ended last before it, or BETWEEN_STEPS.
 
 Only stretches of at least MIN_STALL_NS count (the Python between two operators takes
-microseconds, a stall milliseconds), and in a trace with step ranges only from the first step's
-start on (before it the profiler's window opens: its time, not the job's).
+microseconds, a stall milliseconds), and only from the device's first work on and, in a trace with
+step ranges, only where it ends inside a step (the step it delays; before the first step the
+profiler's window opens and the job sets up, after the last the profiler flushes: their time,
+not the steps').
 """
 from __future__ import annotations
 
@@ -101,21 +103,23 @@ def _holds(t: np.ndarray, g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
     return np.searchsorted(t, g1, side="right") > np.searchsorted(t, g0, side="left")
 
 
-def _frame(host: pd.DataFrame, g0: np.ndarray, g1: np.ndarray, after: np.ndarray) -> pd.DataFrame:
+def _frame(host: pd.DataFrame, g0: np.ndarray, g1: np.ndarray, after: np.ndarray, since_ns: int) -> pd.DataFrame:
     """The stalls of at least MIN_STALL_NS among gaps [g0, g1) with their `after` ("": no stall),
-    each in the step whose range holds its end (the step it delays), else -1; between steps
-    where the gap holds a step boundary."""
+    from `since_ns` (the device's first work) on, each in the step whose range holds its end (the
+    step it delays; between steps, where the gap holds a step boundary, the next step), else -1."""
     s0, s1, num = _step_bounds(host)
     between = _holds(np.sort(np.r_[s0[1:], s1]), g0, g1)  # the first step's start: the trace's, no boundary
     after = np.where(between, BETWEEN_STEPS, after)
-    keep = (after != "") & (g1 - g0 >= MIN_STALL_NS)
-    if len(s0):  # before the first step: the profiler's window opening, not the job's time
-        keep &= g0 >= s0[0]
-    g0, g1, after = g0[keep], g1[keep], after[keep]
     step = np.full(len(g0), -1, np.int64)
     if len(s0):
         i = np.maximum(np.searchsorted(s0, g1, side="left") - 1, 0)  # the latest step begun before the gap's end
         step = np.where((g1 > s0[0]) & (g1 <= s1[i]), num[i], -1)
+        nxt = np.searchsorted(s0, g0, side="left")  # between steps: the step after it, the one it delays
+        step = np.where(between & (step < 0) & (nxt < len(s0)), num[np.minimum(nxt, len(s0) - 1)], step)
+    keep = (after != "") & (g1 - g0 >= MIN_STALL_NS) & (g0 >= since_ns)
+    if len(s0):  # a stall delays a step: none before the first (the profiler's window opening) or after the last
+        keep &= (g0 >= s0[0]) & (step >= 0)
+    g0, g1, after, step = g0[keep], g1[keep], after[keep], step[keep]
     return pd.DataFrame({"step": step.astype(np.int64), "start_ns": g0.astype(np.int64), "end_ns": g1.astype(np.int64),
                          "stall_ns": (g1 - g0).astype(np.int64), "after": after.astype(object)})
 
@@ -131,7 +135,7 @@ def _gpu_stalls(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     o_start, o_end, o_name = _rows(host, ("cpu_op",))
     y_start, y_end, y_name = _rows(host, ("sync",))
     g0, g1 = _free([(o_start, o_end), (y_start, y_end), (l_start, l_end), _loader(host), (g_start, g_end)])
-    return _frame(host, g0, g1, _after_sync(g0, y_end, y_name, l_start, (o_start, o_end, o_name)))
+    return _frame(host, g0, g1, _after_sync(g0, y_end, y_name, l_start, (o_start, o_end, o_name)), int(g_start.min()))
 
 
 def _after_sync(g0: np.ndarray, y_end: np.ndarray, y_name: np.ndarray, l_start: np.ndarray,
@@ -170,7 +174,7 @@ def _cpu_stalls(cpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     k = np.searchsorted(end[order], g0, side="right") - 1
     names = cpu["name"].astype(str).to_numpy(dtype=object)[order]
     after = np.where(k >= 0, names[np.maximum(k, 0)], "").astype(object)
-    return _frame(host, g0, g1, after)
+    return _frame(host, g0, g1, after, int(start.min()))
 
 
 def stall_union(stalls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
