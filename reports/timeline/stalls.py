@@ -77,16 +77,18 @@ def _rows(host: pd.DataFrame, kinds: tuple[str, ...]) -> tuple[np.ndarray, np.nd
 
 def _loader(host: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     start, end, name = _rows(host, ("cpu_op", "range"))
-    names, code = np.unique(name.astype(str), return_inverse=True)  # a trace has few distinct names
-    hit = np.array([bool(LOADER.search(n)) for n in names], dtype=bool)[code.reshape(-1)] if len(name) else \
-        np.zeros(0, bool)
+    code, names = pd.factorize(name)  # a trace has few distinct names: each searched once
+    hit = np.array([bool(LOADER.search(str(n))) for n in names], dtype=bool)[code] if len(name) else np.zeros(0, bool)
     return start[hit], end[hit]
 
 
 def _free(busy: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The gaps between the union of the `busy` intervals, inside its first start and last end."""
+    """The gaps of at least MIN_STALL_NS between the union of the `busy` intervals, inside its
+    first start and last end."""
     u0, u1 = merge_intervals(np.concatenate([s for s, _ in busy]), np.concatenate([e for _, e in busy]))
-    return u1[:-1], u0[1:]
+    g0, g1 = u1[:-1], u0[1:]
+    long = g1 - g0 >= MIN_STALL_NS
+    return g0[long], g1[long]
 
 
 def _step_bounds(host: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
