@@ -22,8 +22,9 @@ FIXES = {
             "memory with non_blocking=True and read it after the next step's work is launched",
     "sync": "move the synchronize out of the step, or wait on an event (torch.cuda.Event) only where the result is "
             "read, so that the host keeps launching",
-    "host": "the host works outside every operator there (Python, I/O, a sleep): find it with a Python sampler "
-            "(py-spy) or a record_function range, and move it off the step's path",
+    "host": "the host works outside every operator there (Python, I/O, a sleep) or was not scheduled (a CPU shared "
+            "with other jobs): find it with a Python sampler (py-spy) or a record_function range, and move it off the "
+            "step's path",
 }
 
 
