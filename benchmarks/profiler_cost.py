@@ -37,10 +37,10 @@ import pandas as pd
 import tracelab
 from tracelab.ingest.results import of_run
 from tracelab.reports.whatif.profiler_cost import COUNTED, config_of, step_counts
-from tracelab.run.backends import MEMORY_ENV, RECORD_SHAPES_ENV
+from tracelab.run.backends import RECORD_SHAPES_ENV
 
 _TRAIN = ["train", "--ranks", "1"]
-_TRAIN_CPU = ["--size", "tiny", "--context-length", "64", "--steps", "4", "--warmup", "1"]
+_TRAIN_CPU = ["--size", "tiny", "--context-length", "64", "--steps", "8", "--warmup", "2"]
 # CPU jobs of different mixes: operators per step (batch changes their time, not their number),
 # ranges per step (--module-scopes: one per module), decode's small steps
 JOBS = {
@@ -58,12 +58,12 @@ GPU_JOBS = {
     "decode-tiny": ["decode", "--ranks", "1", "--", "--model", "tiny", "--new-tokens", "40", "--samples", "2",
                     "--profile-tokens", "20"],
 }
-# configuration -> (backend, environment)
-TORCH_CONFIGS = {f"torch-{s}-{m}": ("torch", {RECORD_SHAPES_ENV: s == "shapes" and "1" or "0",
-                                              MEMORY_ENV: m == "memory" and "1" or "0"})
+# configuration -> (backend, environment, tracelab run's options): memory through --memory / --no-memory
+TORCH_CONFIGS = {f"torch-{s}-{m}": ("torch", {RECORD_SHAPES_ENV: "1" if s == "shapes" else "0"},
+                                     ["--memory" if m == "memory" else "--no-memory"])
                  for s in ("shapes", "noshapes") for m in ("memory", "nomemory")}
 PER = {"cpu_ops": "per_op_ns", "launches": "per_launch_ns", "ranges": "per_range_ns"}  # COUNTED -> Costs' field
-GPU_CONFIGS = {"nsys": ("nsys", {}), "proton": ("proton", {})}
+GPU_CONFIGS = {"nsys": ("nsys", {}, []), "proton": ("proton", {}, [])}
 
 
 def run_jobs(out: Path, gpu: bool, only_jobs: list[str] | None, only_configs: list[str] | None) -> list[Path]:
@@ -74,11 +74,11 @@ def run_jobs(out: Path, gpu: bool, only_jobs: list[str] | None, only_configs: li
         configs.update({k: v for k, v in GPU_CONFIGS.items() if k != "nsys" or _has_nsys()})
     configs = {k: v for k, v in configs.items() if not only_configs or k in only_configs}
     folders = []
-    for config, (backend, env) in configs.items():
+    for config, (backend, env, options) in configs.items():
         for job, argv in jobs.items():
             where = out / config / job
             shutil.rmtree(where, ignore_errors=True)
-            cmd = [sys.executable, "-m", "tracelab", "run", argv[0], "--backend", backend, "--out", str(where), *argv[1:]]
+            cmd = [sys.executable, "-m", "tracelab", "run", argv[0], "--backend", backend, "--out", str(where), *options, *argv[1:]]
             print(f"# {config} {job}: {' '.join(cmd)}", file=sys.stderr, flush=True)
             done = subprocess.run(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True)

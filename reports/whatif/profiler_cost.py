@@ -69,6 +69,10 @@ class Costs:
         return counts @ np.array([self.per_op_ns, self.per_launch_ns, self.per_range_ns], dtype=np.float64)
 
 
+# Config.key -> the fitted costs (benchmarks/profiler_cost.py's output; each with its pairs, machine and date)
+COSTS: dict[str, Costs] = {}
+
+
 def config_of(meta, memory: pd.DataFrame | None, gpu: bool) -> Config:
     """The Config of one rank's trace: its meta (source; torch's record_shapes, from the operators'
     Input Dims: the parser's meta "record_shapes") and whether it holds memory events."""
@@ -97,3 +101,108 @@ def step_counts(events: pd.DataFrame, host: pd.DataFrame | None, meta) -> pd.Dat
     per = calls["step"].dropna().astype(np.int64).value_counts()
     out["launches"] = out["step"].map(per).fillna(0).to_numpy(np.float64)
     return out[["step", *COUNTED]]
+
+
+def node_counts(start_ns: np.ndarray, end_ns: np.ndarray, host_node: np.ndarray, host: pd.DataFrame | None,
+                node_tid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of one rank's graph, the events (columns COUNTED) the profiler recorded in the
+    gap before it and inside it: each CPU operator and range of `host` goes to the host node
+    (`host_node`) that holds its start, else to the next one to start (on its thread where
+    `node_tid` gives the nodes' threads; one host chain otherwise). Float64 [n, 3] each."""
+    before, inside = np.zeros((len(start_ns), 3)), np.zeros((len(start_ns), 3))
+    if host is None or not len(host) or not host_node.any():
+        return before, inside
+    for col, kinds in ((0, ("cpu_op",)), (2, RANGE_KINDS)):
+        rows = kind_mask(host, kinds)
+        at = host["start_ns"].to_numpy(np.int64)[rows]
+        tids = host["tid"].to_numpy(np.int64)[rows]
+        for tid in (np.unique(node_tid[host_node]) if node_tid is not None else [None]):
+            nodes = np.flatnonzero(host_node & (node_tid == tid if tid is not None else True))
+            nodes = nodes[np.argsort(start_ns[nodes], kind="stable")]
+            mine = at[tids == tid] if tid is not None else at
+            _count_into(mine, nodes, start_ns, end_ns, before[:, col], inside[:, col])
+    return before, inside
+
+
+def _count_into(at: np.ndarray, nodes: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, before: np.ndarray,
+                inside: np.ndarray) -> None:
+    """Adds each time of `at` to the node (of `nodes`, by start) that holds it (`inside`), else to
+    the next node's `before`; a time after the last node's end counts nowhere."""
+    j = np.searchsorted(start_ns[nodes], at, side="right") - 1
+    held = (j >= 0) & (at < end_ns[nodes[np.maximum(j, 0)]])
+    np.add.at(inside, nodes[j[held]], 1)
+    nxt = j[~held] + 1
+    np.add.at(before, nodes[nxt[nxt < len(nodes)]], 1)
+
+
+def costs_for(config: Config | None) -> tuple[Costs | None, str]:
+    """The Costs of `config` and where they come from, in words. A GPU configuration not yet
+    fitted takes its CPU twin's operator and range costs (the host records an operator alike),
+    with no launch cost and no band: "estimated on CPU pairs only"."""
+    if config is None:
+        return None, "the trace does not say how it was profiled"
+    if config.key in COSTS:
+        return COSTS[config.key], COSTS[config.key].fitted_on
+    twin = COSTS.get(Config(config.source, config.record_shapes, config.profile_memory, "cpu").key)
+    if config.device == "gpu" and twin is not None:
+        return (Costs(twin.per_op_ns, 0.0, twin.per_range_ns, twin.fitted_on, None),
+                f"estimated on CPU pairs only ({twin.fitted_on}; launch calls' cost not known)")
+    return None, f"no profiler cost known for {config.key}"
+
+
+@dataclass
+class NodeCosts:
+    """Per node of a joined graph, the profiler's cost (ns) in the gap before it and inside it,
+    and per rank where its costs come from."""
+
+    before_ns: np.ndarray
+    inside_ns: np.ndarray
+    source: dict[int, str]
+    band: Band | None
+
+
+def graph_costs(g) -> NodeCosts | None:
+    """The profiler's cost per node of joined graph `g` (its ranks in order, as join.py lays them
+    out), None where no rank's costs are known."""
+    before, inside, source, bands = [], [], {}, []
+    for r in sorted(g.ranks):
+        rg = g.ranks[r]
+        costs, source[r] = costs_for(getattr(rg, "profiler", None))
+        counted = getattr(rg, "profiled_before", None) is not None and costs is not None
+        before.append(costs.of(rg.profiled_before) if counted else np.zeros(len(rg)))
+        inside.append(costs.of(rg.profiled_inside) if counted else np.zeros(len(rg)))
+        bands.append(costs.band if counted else None)
+    if not any(b.any() or i.any() for b, i in zip(before, inside)):
+        return None
+    band = bands[0] if len({id(b) for b in bands}) == 1 else None  # ranks profiled alike share their band
+    return NodeCosts(np.concatenate(before), np.concatenate(inside), source, band)
+
+
+def deflate(g, p, costs: NodeCosts) -> None:
+    """Takes the profiler's cost out of replay Params `p` (module docstring): each host node's gap
+    loses what was recorded before it, its duration what was recorded inside it, neither below 0."""
+    from .nodes import HOST_OP, LAUNCH, SYNC
+
+    host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
+    cut_gap = np.where(host, np.minimum(costs.before_ns, np.maximum(p.gap_ns, 0)), 0)
+    cut_dur = np.where(host, np.minimum(costs.inside_ns, np.maximum(p.dur_ns, 0)), 0)
+    p.gap_ns -= np.rint(cut_gap).astype(np.int64)
+    p.dur_ns -= np.rint(cut_dur).astype(np.int64)
+
+
+def measured_unprofiled_ns(info: dict | None) -> float | None:
+    """The run's step without the profiler as its run folder measured it (run.json results'
+    unprofiled_step_ns: the slowest rank's median), None where it holds none or several (a sweep
+    of sizes, whose steps the trace does not tell apart)."""
+    from tracelab.ingest.results import of_run
+
+    if not info:
+        return None
+    per_rank = []
+    for record in of_run(info).values():
+        timed = [t["unprofiled_step_ns"] for t in (record, *record.get("rows", []))
+                 if isinstance(t, dict) and t.get("unprofiled_step_ns")]
+        if len(timed) != 1:
+            return None
+        per_rank.append(float(timed[0]))
+    return max(per_rank) if per_rank else None
