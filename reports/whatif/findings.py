@@ -21,7 +21,7 @@ from ..findings.finding import Finding
 from ..runs.runs import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
-from .profiler_cost import measured_unprofiled_ns
+from .profiler_cost import unprofiled_beside
 from .replay import ReplayError
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
@@ -88,7 +88,7 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
     names = sorted({name for _, _, name in found if name})
     inputs = [i for i in ev.inputs if i.group == run]
-    unprofiled_ns = measured_unprofiled_ns(ev.run_json(inputs[0].label)) if inputs else None
+    unprofiled_ns = unprofiled_beside([i.path for i in inputs])
     try:
         w = replay_inputs(inputs, names, unprofiled_ns) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving

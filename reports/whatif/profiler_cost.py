@@ -206,3 +206,15 @@ def measured_unprofiled_ns(info: dict | None) -> float | None:
             return None
         per_rank.append(float(timed[0]))
     return max(per_rank) if per_rank else None
+
+
+def unprofiled_beside(paths: list[str]) -> float | None:
+    """measured_unprofiled_ns of the run folder the rank files `paths` were read from (its run.json
+    beside them, one folder for all), None for bare traces."""
+    from pathlib import Path
+
+    from tracelab.ingest.runfolder import run_json
+
+    folders = {Path(p).parent for p in paths if p}
+    found = [f / "run.json" for f in folders if (f / "run.json").is_file()]
+    return measured_unprofiled_ns(run_json(found[0])) if len(folders) == 1 and found else None
