@@ -17,7 +17,8 @@ against the measured unprofiled step, with the costs fitted on the other jobs (l
 
 `measure` runs the jobs (JOBS, or GPU_JOBS with --gpu) under each configuration (torch's four;
 with --gpu nsys and proton too, where present), then fits what it made; `fit` fits run folders
-already made (any folder holding run.json whose results have both step times). Prints JSON.
+already made (any folder holding run.json whose results have both step times, or a folder of the
+same job under backend none beside it: runs made before tracelab run timed both). Prints JSON.
 """
 from __future__ import annotations
 
@@ -93,32 +94,68 @@ def _has_nsys() -> bool:
     return bool(os.environ.get("TRACELAB_NSYS") or shutil.which("nsys"))
 
 
-def pair_rows(folder: Path) -> list[dict]:
-    """One row per rank (and per results row: a train size or phase) of a profiled run folder
-    whose results hold both step times: its configuration, the profiler's cost per step and the
-    events recorded per step (medians over the steps); none where it is no pair."""
+def pair_rows(folder: Path, twins: dict | None = None) -> list[dict]:
+    """One row per rank of a profiled run folder that is a pair: its configuration, the profiler's
+    cost per step and the events recorded per step (medians over the steps); none where it is no
+    pair. Its results hold both step times, or (runs made before tracelab run timed both) the run
+    of the same job under backend none among `twins` (none_twins) gives the unprofiled step."""
     run = json.loads((folder / "run.json").read_text())
     if run.get("backend") in (None, "none"):
         return []
     rows = []
     for rank, record in of_run(run).items():
-        times = [record, *record.get("rows", [])]
-        timed = [t for t in times if t.get("unprofiled_step_ns") and t.get("profiled_step_ns")]
+        times = _step_times(record, (twins or {}).get(_job_key(run), {}).get(rank))
         traces = sorted(folder.glob(f"rank{rank}.*"))
         trace = next((t for t in traces if not t.name.endswith((".results.json", ".figures.json"))), None)
-        if len(timed) != 1 or trace is None:  # several sizes in one trace: their events cannot be told apart
+        if times is None or trace is None:
             continue
         p = tracelab.load(trace)
         counts = step_counts(p.events, p.host, p.meta)
         if p.meta.source == "proton":  # its launches are of every profiled step together
-            counts[list(COUNTED)] /= max(run.get("profiled_steps") or timed[0].get("steps") or 1, 1)
+            counts[list(COUNTED)] /= max(run.get("profiled_steps") or _steps_of(record) or 1, 1)
         gpu = str(record.get("device", "cpu")) != "cpu"
         rows.append({"folder": str(folder), "job": _job_name(run), "rank": int(rank),
-                     "config": config_of(p.meta, p.memory, gpu).key,
-                     "unprofiled_step_ns": float(timed[0]["unprofiled_step_ns"]),
-                     "profiled_step_ns": float(timed[0]["profiled_step_ns"]),
+                     "config": config_of(p.meta, p.memory, gpu).key, **times,
                      **{k: float(counts[k].median()) if len(counts) else 0.0 for k in COUNTED}})
     return rows
+
+
+def _step_times(record: dict, twin: dict | None) -> dict | None:
+    """unprofiled_step_ns and profiled_step_ns of one rank: its results' (one timed row; several
+    sizes in one trace cannot be told apart), else its own median step against its none twin's."""
+    timed = [t for t in (record, *record.get("rows", [])) if t.get("unprofiled_step_ns") and t.get("profiled_step_ns")]
+    if len(timed) == 1:
+        return {k: float(timed[0][k]) for k in ("unprofiled_step_ns", "profiled_step_ns")}
+    mine, theirs = _median_step_ns(record), _median_step_ns(twin) if twin else None
+    return {"unprofiled_step_ns": theirs, "profiled_step_ns": mine} if mine and theirs else None
+
+
+def _median_step_ns(record: dict) -> float | None:
+    """A run's median step from results made before step times were recorded: train's lone row's
+    step_ms (decode's samples hold its prefill and compilation guards: no step of its own)."""
+    rows = record.get("rows") or []
+    return 1e6 * float(np.median(rows[0]["step_ms"])) if len(rows) == 1 and rows[0].get("step_ms") else None
+
+
+def _steps_of(record: dict) -> int | None:
+    rows = record.get("rows") or []
+    return rows[0].get("steps") if len(rows) == 1 else record.get("profiled_tokens")
+
+
+def _job_key(run: dict) -> str:
+    """The job whatever its profiler: workload and configuration but the backend."""
+    config = {k: v for k, v in (run.get("config") or {}).items() if k not in ("backend", "timeout_s", "unprofiled")}
+    return json.dumps([run.get("workload"), config, (run.get("devices") or [None])[0]], sort_keys=True, default=str)
+
+
+def none_twins(folders: list[Path]) -> dict[str, dict]:
+    """Job key -> rank -> results of the run folders under backend none."""
+    out = {}
+    for folder in folders:
+        run = json.loads((folder / "run.json").read_text())
+        if run.get("backend") == "none":
+            out[_job_key(run)] = of_run(run)
+    return out
 
 
 def _job_name(run: dict) -> str:
@@ -190,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("folders", nargs="+", type=Path, help="run folders, or folders holding them")
     args = parser.parse_args(argv)
     folders = run_jobs(args.out, args.gpu, args.jobs, args.configs) if args.mode == "measure" else _run_folders(args.folders)
-    rows = pd.DataFrame([r for folder in folders for r in pair_rows(folder)])
+    twins = none_twins(folders)
+    rows = pd.DataFrame([r for folder in folders for r in pair_rows(folder, twins)])
     if not len(rows):
         print("no pairs: no profiled run folder whose results hold unprofiled_step_ns and profiled_step_ns",
               file=sys.stderr)

@@ -205,15 +205,16 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
 
 def _without_profiler(deflated: np.ndarray | None, base: np.ndarray | None, claimed: np.ndarray,
                       unprofiled_ns: float | None) -> float | None:
-    """A scenario's predicted step without the profiler: the run's unprofiled step less what the
-    scenario saves in the replays without the profiler's cost (means over the claimed steps both
-    replay); None where the cost is not known."""
+    """A scenario's predicted step without the profiler: the run's unprofiled step times what the
+    scenario leaves of the step in the replays without the profiler's cost (their means over the
+    claimed steps both replay: a measured step the model misses by some share, it misses the
+    scenario's step by the same share); None where the cost is not known."""
     if deflated is None or base is None or unprofiled_ns is None:
         return None
     ok = claimed & ~np.isnan(deflated) & ~np.isnan(base)
-    if not ok.any():
+    if not ok.any() or base[ok].mean() <= 0:
         return None
-    return max(0.0, unprofiled_ns - float(base[ok].mean() - deflated[ok].mean()))
+    return unprofiled_ns * float(deflated[ok].mean() / base[ok].mean())
 
 
 def _steps_named(steps: list, of: int) -> str:

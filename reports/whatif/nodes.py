@@ -178,7 +178,9 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     before, inside = node_counts(hn["start_ns"], hn["end_ns"], np.ones(n_h, bool), host)
-    inside[~hn["sync"], 1] = 1  # a launch call's own record
+    # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
+    launched = launch_of[launch_of >= 0]
+    inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
     n_d = len(gpu)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
