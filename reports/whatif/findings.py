@@ -100,7 +100,10 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
     none = _none_step(ev, inputs)
-    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one, w.unprofiled), none)
+    # the step without the profiler: the run's own (measured, or estimated from its costs); a run
+    # under none beside it, measured, is said instead of an estimate (_against_none)
+    unprofiled = w.unprofiled if none is None or w.unprofiled.get("unprofiled_source") == "measured" else None
+    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one, unprofiled), none)
             for k, f, name in found}
 
 
@@ -149,8 +152,8 @@ def _label(row) -> str:
 
 def _saved(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None) -> Finding:
     """`f` with the replay's saving of its scenario (`row`): in its values, then in its words;
-    in the user's time too (without the profiler) where `unprofiled` (WhatIf.unprofiled) gives
-    the step without it and the row its prediction, and then ranked by that."""
+    in the user's time first (without the profiler) where `unprofiled` (WhatIf.unprofiled) gives
+    the step without it and the row its prediction."""
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
@@ -164,8 +167,7 @@ def _saved(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: 
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
-    saving_ns = user["unprofiled_saving_ns"] if user else row.saving_ns
-    return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(saving_ns * row.steps)),
+    return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
@@ -195,8 +197,11 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
     source = ("as measured beside the trace" if v["unprofiled_source"] == "measured"
               else "estimated: the profiler's own host cost taken out")
-    return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {fmt.ms(step_ns, 2)} per step without the profiler "
-            f"({100 * gain_ns / step_ns:.0f}%; the step {source}); under the profiler it {profiled}")
+    of = {"trace": f"the {fmt.ms(step_ns, 2)} trace", "one step": f"its one {fmt.ms(step_ns, 2)} step"}.get(
+        v["window"], f"{fmt.ms(step_ns, 2)} per step")
+    return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
+            f"({100 * gain_ns / step_ns:.0f}%; {'it' if v['window'] != 'per step' else 'the step'} {source}); "
+            f"under the profiler it {profiled}")
 
 
 def _window_words(window: str, step_ns: float) -> str:

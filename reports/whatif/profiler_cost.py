@@ -70,11 +70,12 @@ class Costs:
         return counts @ np.array([self.per_op_ns, self.per_launch_ns, self.per_range_ns], dtype=np.float64)
 
 
-# Config.key -> the fitted costs: `benchmarks/profiler_cost.py fit` of the pairs named, 2026-12-06. Each
+# Config.key -> the fitted costs: `benchmarks/profiler_cost.py fit` of the pairs named (benchmarks/RESULTS.md,
+# "The profiler's own cost per event": machine, date, figures). Each
 # fit of one pair is exact (no error to leave out, so no band); the CPU pair was timed on a loaded
 # 2-core machine, where later pairs of the same job measured the unprofiled step slower than the
 # profiled one: take its figure as an order of magnitude.
-_H100_PAIR = "the H100 pair tests/data train-1gpu-steps (2026-11-23; tiny fp32 training step, beside its run under none)"
+_H100_PAIR = "the H100 pair tests/data train-1gpu-steps (a tiny fp32 training step, beside its run under none)"
 COSTS: dict[str, Costs] = {
     # 8.86 ms under none, 11.33 ms under torch (median steps); 1,578 CPU ops, 304 launched kernels, 5 ranges per step
     "torch noshapes nomemory gpu": Costs(1570.7, 0.0, 0.0, f"1 pair: {_H100_PAIR}", None),
@@ -84,8 +85,8 @@ COSTS: dict[str, Costs] = {
     # profiled, 2,253 kernels per token): residuals +0.83 and -0.11 ms
     "proton gpu": Costs(0.0, 746.5, 0.0, f"2 pairs: {_H100_PAIR} and tests/data decode-1gpu-readme-proton", None),
     # tests/data train-cpu-pair-torch: 297.3 ms unprofiled, 433.8 ms profiled; 1,645 CPU ops, 3 ranges per step
-    "torch shapes memory cpu": Costs(82988.6, 0.0, 0.0, "1 pair: tests/data train-cpu-pair-torch (2026-12-06, "
-                                     "2-core loaded CPU)", None),
+    "torch shapes memory cpu": Costs(82988.6, 0.0, 0.0, "1 pair: tests/data train-cpu-pair-torch (a loaded "
+                                     "2-core CPU)", None),
 }
 
 
