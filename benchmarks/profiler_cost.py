@@ -38,7 +38,7 @@ import pandas as pd
 import tracelab
 from tracelab.ingest.results import of_run
 from tracelab.reports.whatif.profiler_cost import COUNTED, config_of, step_counts
-from tracelab.run.backends import RECORD_SHAPES_ENV
+from tracelab.run.backends import BACKENDS, RECORD_SHAPES_ENV
 
 _TRAIN = ["train", "--ranks", "1"]
 _TRAIN_CPU = ["--size", "tiny", "--context-length", "64", "--steps", "8", "--warmup", "2"]
@@ -105,9 +105,9 @@ def pair_rows(folder: Path, twins: dict | None = None) -> list[dict]:
     rows = []
     for rank, record in of_run(run).items():
         times = _step_times(record, (twins or {}).get(_job_key(run), {}).get(rank))
-        traces = sorted(folder.glob(f"rank{rank}.*"))
-        trace = next((t for t in traces if not t.name.endswith((".results.json", ".figures.json"))), None)
-        if times is None or trace is None:
+        backend = BACKENDS.get(run.get("backend"))
+        trace = folder / backend.trace_name(int(rank)) if backend and backend.trace_pattern else None
+        if times is None or trace is None or not trace.is_file():  # a trace too big to bring back: no counts
             continue
         p = tracelab.load(trace)
         counts = step_counts(p.events, p.host, p.meta)

@@ -238,16 +238,17 @@ def _whatif_of(folder: Path, **kw):
 
 @pytest.mark.parametrize("profiled", ["train-1gpu-steps-torch", "train-1gpu-steps-nsys"])
 def test_the_replay_without_the_profiler_meets_the_run_under_none(profiled: str) -> None:
-    """The H100 pairs the GPU costs were fitted on (the count model's residual is 0 there): the
-    replay must take that cost off the critical path, gaps and calls alike, for the step it
-    predicts to meet the same job's median step under none (8.86 ms; 11.33 and 12.92 profiled)."""
+    """H100 pairs not in the fits (another day's runs of the same job under torch, nsys and none):
+    the replay less the profiler's cost lands within the fit's band of the median step under none
+    (8.86 ms; 11.33 and 12.92 ms profiled), and nearer it than the profiled step."""
     none_ms = json.loads((DATA / "train-1gpu-steps-none/run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
     prof_ms = json.loads((DATA / profiled / "run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
     none_ns, prof_ns = 1e6 * np.median(none_ms), 1e6 * np.median(prof_ms)
     w = _whatif_of(DATA / profiled)
-    predicted = w.unprofiled["replayed_unprofiled_ns"]
+    predicted, band = w.unprofiled["replayed_unprofiled_ns"], w.unprofiled["error_band"]
     assert w.unprofiled["unprofiled_source"] == "estimated" and prof_ns > 1.2 * none_ns
-    assert abs(predicted - none_ns) <= 0.02 * none_ns
+    assert band.low_frac <= (predicted - none_ns) / none_ns <= band.high_frac
+    assert abs(predicted - none_ns) < abs(prof_ns - none_ns)
     # the kernels take 0.85 ms a step: no host gaps, without the profiler, leaves them and little else
     assert 0.85e6 < w.scenarios.iloc[0]["predicted_unprofiled_ns"] < w.scenarios.iloc[0]["predicted_ns"]
 
@@ -264,6 +265,7 @@ def test_whatif_json_says_the_runs_measured_unprofiled_step(capsys) -> None:
     assert 0 < row["predicted_unprofiled_ns"] < doc["unprofiled_step_ns"]
 
 
+@pytest.mark.slow
 def test_a_bare_trace_is_estimated_and_says_from_what(capsys) -> None:
     status, out, _ = run_cli_output(capsys, "whatif", str(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz"))
     assert status == 0 and "step without the profiler:" in out and "estimated" in out and "train-cpu-pair-torch" in out

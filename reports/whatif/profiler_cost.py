@@ -71,19 +71,29 @@ class Costs:
 
 
 # Config.key -> the fitted costs: `benchmarks/profiler_cost.py fit` of the pairs named (benchmarks/RESULTS.md,
-# "The profiler's own cost per event": machine, date, figures). Each
-# fit of one pair is exact (no error to leave out, so no band); the CPU pair was timed on a loaded
-# 2-core machine, where later pairs of the same job measured the unprofiled step slower than the
-# profiled one: take its figure as an order of magnitude.
-_H100_PAIR = "the H100 pair tests/data train-1gpu-steps (a tiny fp32 training step, beside its run under none)"
+# "The profiler's own cost per event": machine, date, figures). GPU: `measure --gpu` on one H100 (pairs of
+# train tiny, small and small with a range per module, and decode tiny; the trace and the same steps
+# timed with the profiler off). A band is the error of the predicted unprofiled step on pairs, said
+# where: the replay less the cost where it was replayed, else the count model's, one pair left out.
+_GPU_JOBS = "H100 pairs of tracelab run train and decode"
 COSTS: dict[str, Costs] = {
-    # 8.86 ms under none, 11.33 ms under torch (median steps); 1,578 CPU ops, 304 launched kernels, 5 ranges per step
-    "torch noshapes nomemory gpu": Costs(1570.7, 0.0, 0.0, f"1 pair: {_H100_PAIR}", None),
-    # 12.92 ms under nsys; 304 launched kernels, 4 ranges per step
-    "nsys gpu": Costs(0.0, 13356.4, 0.0, f"1 pair: {_H100_PAIR}", None),
-    # 9.91 ms under proton; and decode-1gpu-readme-proton (llama-2-7b, 39.24 ms unprofiled, 40.81 ms
-    # profiled, 2,253 kernels per token): residuals +0.83 and -0.11 ms
-    "proton gpu": Costs(0.0, 746.5, 0.0, f"2 pairs: {_H100_PAIR} and tests/data decode-1gpu-readme-proton", None),
+    # train tiny 5.84 -> 10.94 ms, decode tiny 2.51 -> 4.94 ms per token (exact: 2 pairs). The replay less
+    # it on 7 other torch-profiled H100 training runs against their unprofiled steps: -16% to +89%
+    "torch shapes memory gpu": Costs(2065.2, 6049.3, 0.0, f"2 {_GPU_JOBS}", Band(
+        -0.16, 0.89, "the replay less this cost against the step timed without the profiler, on 7 torch-profiled "
+                     "H100 training runs not in the fit", "H100 training runs, profiled and not")),
+    # 4 pairs (train tiny, small, small with scopes, decode tiny); the replay less it on them: -16% to +57%
+    "torch noshapes nomemory gpu": Costs(2444.0, 0.0, 0.0, f"4 {_GPU_JOBS}", Band(
+        -0.16, 0.57, "the replay less this cost against the step timed without the profiler, on the 4 H100 "
+                     "pairs it was fitted on", "H100 pairs the cost was fitted on")),
+    # 4 pairs; count model, one left out: -48% to +51%
+    "nsys gpu": Costs(0.0, 7872.0, 0.0, f"4 {_GPU_JOBS}", Band(
+        -0.48, 0.51, "the profiled step less this cost per event against the step timed without it, each of "
+                     "4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")),
+    # 4 pairs; count model, one left out: -8% to +12% (proton has no timeline to replay)
+    "proton gpu": Costs(0.0, 2375.2, 0.0, f"4 {_GPU_JOBS}", Band(
+        -0.08, 0.12, "the profiled step less this cost per event against the step timed without it, each of "
+                     "4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")),
     # tests/data train-cpu-pair-torch: 297.3 ms unprofiled, 433.8 ms profiled; 1,645 CPU ops, 3 ranges per step
     "torch shapes memory cpu": Costs(82988.6, 0.0, 0.0, "1 pair: tests/data train-cpu-pair-torch (a loaded "
                                      "2-core CPU)", None),
