@@ -76,6 +76,15 @@ class Costs:
 # timed with the profiler off). A band is the error of the predicted unprofiled step on pairs, said
 # where: the replay less the cost where it was replayed, else the count model's, one pair left out.
 _GPU_JOBS = "H100 pairs of tracelab run train and decode"
+
+
+def _left_out(low_frac: float, high_frac: float) -> Band:
+    """The count model's band: the profiled step less the cost per event against the step timed
+    without the profiler, each of 4 H100 pairs left out of the fit in turn."""
+    return Band(low_frac, high_frac, "the profiled step less this cost per event against the step timed without it, "
+                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")
+
+
 COSTS: dict[str, Costs] = {
     # train tiny 5.84 -> 10.94 ms, decode tiny 2.51 -> 4.94 ms per token (exact: 2 pairs). The replay less
     # it on 7 other torch-profiled H100 training runs against their unprofiled steps: -16% to +89%
@@ -87,13 +96,9 @@ COSTS: dict[str, Costs] = {
         -0.16, 0.57, "the replay less this cost against the step timed without the profiler, on the 4 H100 "
                      "pairs it was fitted on", "H100 pairs the cost was fitted on")),
     # 4 pairs; count model, one left out: -48% to +51%
-    "nsys gpu": Costs(0.0, 7872.0, 0.0, f"4 {_GPU_JOBS}", Band(
-        -0.48, 0.51, "the profiled step less this cost per event against the step timed without it, each of "
-                     "4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")),
+    "nsys gpu": Costs(0.0, 7872.0, 0.0, f"4 {_GPU_JOBS}", _left_out(-0.48, 0.51)),
     # 4 pairs; count model, one left out: -8% to +12% (proton has no timeline to replay)
-    "proton gpu": Costs(0.0, 2375.2, 0.0, f"4 {_GPU_JOBS}", Band(
-        -0.08, 0.12, "the profiled step less this cost per event against the step timed without it, each of "
-                     "4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")),
+    "proton gpu": Costs(0.0, 2375.2, 0.0, f"4 {_GPU_JOBS}", _left_out(-0.08, 0.12)),
     # tests/data train-cpu-pair-torch: 297.3 ms unprofiled, 433.8 ms profiled; 1,645 CPU ops, 3 ranges per step
     "torch shapes memory cpu": Costs(82988.6, 0.0, 0.0, "1 pair: tests/data train-cpu-pair-torch (a loaded "
                                      "2-core CPU)", None),
