@@ -84,7 +84,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
             items += [Text(f"{label}{line}")] if (line := unprofiled_line(w.unprofiled)) else []
-        items += [Text(f"{label}{n}") for n in w.notes]
+        items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
             items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
         if len(w.steps) and not w.steps["claimed"].all():  # the step's note says which of the two
@@ -115,7 +115,7 @@ def _doc(w: WhatIf) -> dict:
                    "unprofiled_step_ns": u.get("unprofiled_step_ns"), "unprofiled_source": u.get("unprofiled_source"),
                    "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
                                   "error_band": b.doc() if b else None},
-                   "notes": w.notes})
+                   "notes": [n.as_json() for n in w.notes]})
 
 
 def _path_doc(s) -> dict:
