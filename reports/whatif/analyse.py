@@ -44,9 +44,10 @@ class WhatIf:
 
 
 def default_scenarios(g: Graph) -> list[Scenario]:
-    """The defaults that apply to this graph (roofline where some op's roof is known, balance
-    with several ranks, overlap-comm with collectives)."""
-    applies = {"no-host-gaps": True, "roofline": bool((~np.isnan(g.roof_ns)).any()),
+    """The defaults that apply to this graph (no-host-stalls where a rank has a host stall,
+    roofline where some op's roof is known, balance with several ranks, overlap-comm with collectives)."""
+    applies = {"no-host-gaps": True, "no-host-stalls": any(getattr(rg, "stalls", None) is not None and len(rg.stalls)
+                                                           for rg in g.ranks.values()), "roofline": bool((~np.isnan(g.roof_ns)).any()),
                "balance": len(g.ranks) > 1, "overlap-comm": bool((g.kind == COLL).any())}
     return [parse(name) for name in DEFAULTS if applies[name]]
 
@@ -120,8 +121,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     deflated = {label: _replayed(g, base, group, win, b.costs) for label, _, _, group in runs} if b.costs else {}
     unprofiled = unprofiled_of(steps, b, unprofiled_ns)
     table = _scenario_table(steps, runs, per_step, deflated, b.unprofiled, unprofiled.get("unprofiled_step_ns"))
-    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label}) for s in chosen
+    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
+    notes += [n for s in chosen if s.note is not None and (n := s.note(g))]
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
 
 

@@ -134,8 +134,11 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                         "may help; this is a suggestion, not a measurement"),
     # whatif
     "nothing_to_replay": "no timed activity: nothing to replay",
-    "scenario_unmatched": ("scenario {scenario}: nothing in these inputs matches it (names, kernels, scopes, host "
-                           "ranges): it changes nothing"),
+    "scenario_unmatched": lambda v: (f"scenario {v['scenario']}: nothing in these inputs matches it "
+                                     f"({v.get('what', 'names, kernels, scopes, host ranges')}): it changes nothing"),
+    "overlap_dependent": ("overlap-comm: {dependent} of the {collectives} collectives sit between the compute that "
+                          "makes their input and the compute that reads their result, layer after layer (tensor "
+                          "parallelism): they stay where they are; {fused}"),
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",
