@@ -188,3 +188,20 @@ def test_64_ranks_one_run(tmp_path, capsys):
         status, out, err = run_cli_output(capsys, command, str(folder))
         assert status == 0, (command, err)
         _ends_on_findings(out)
+
+
+# ---- a rank file beside its own run folder ----------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["steps", "breakdown", "idle", "compare"])
+def test_a_rank_file_beside_its_own_run_folder(capsys, command):
+    """The file is read on its own and as a rank of its folder (a comparison of a run with one of
+    its ranks); their labels, equal both ways, are numbered in the order given, never a traceback."""
+    status, out, err = run_cli_output(capsys, command, str(TORCH / "rank0.pt.trace.json.gz"),
+                                      str(NSYS / "rank1.sqlite"), str(TORCH), "--format", "json")
+    assert status == 0, err
+    assert "Traceback" not in err
+    doc = json.loads(out)
+    if command == "compare":
+        labels = [i["label"] for i in doc["inputs"]]
+        assert len(labels) == len(set(labels)) == 1 + 1 + 2  # the file, nsys' rank 1, the folder's two ranks
+        assert sum(label.endswith("#1") or label.endswith("#2") for label in labels) == 2
