@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings as F
 

@@ -114,3 +114,61 @@ def test_the_check_sees_each_form_of_import(tmp_path: Path, source: str, want: s
         (tmp_path / folder / "__init__.py").write_text("")
     (tmp_path / "fixes" / "x.py").write_text(source + "\n")
     assert imports_between_layers(tmp_path) == want
+
+
+# ---- tracelab/ingest and tracelab/core render nothing ------------------------------------------------
+TRACELAB = REPORTS.parent / "tracelab"
+RENDER_LIBRARIES = ("rich", "plotly")
+
+
+def is_renderer(module: str) -> bool:
+    """A module of tracelab.reports that puts results in words or pictures: the page (html/), the
+    terminal tables (text.py, *_text.py, render.py), CSV, JSON and the Perfetto trace."""
+    parts = module.split(".")[2:]
+    if not parts or parts[0] in ("html", "perfetto"):
+        return bool(parts)
+    last = parts[-1]
+    return last in ("text", "render", "csvout", "jsonout") or last.endswith(("_text", "_html"))
+
+
+def _imported(node: ast.ImportFrom | ast.Import) -> list[str]:
+    """The modules an absolute import names (a `from package import name` names package.name too)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level or not node.module:
+        return []  # relative: within tracelab/ingest or tracelab/core
+    return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def renderer_imports(folder: Path) -> set[tuple[str, str]]:
+    """(module, imported) for each import under `folder` of a report renderer or a rendering library."""
+    out = set()
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out |= {(path.name, m) for m in _imported(node)
+                        if (m.startswith("tracelab.reports.") and is_renderer(m)) or m.split(".")[0] in RENDER_LIBRARIES}
+    return out
+
+
+@pytest.mark.parametrize("layer", ["ingest", "core"])
+def test_loading_and_core_import_no_renderer(layer: str) -> None:
+    assert renderer_imports(TRACELAB / layer) == set()
+
+
+@pytest.mark.parametrize("module, want", [
+    ("tracelab.reports.html.html", True), ("tracelab.reports.html", True), ("tracelab.reports.text", True),
+    ("tracelab.reports.idle.idle_text", True), ("tracelab.reports.whatif.render", True),
+    ("tracelab.reports.perfetto.perfetto", True), ("tracelab.reports.jsonout", True),
+    ("tracelab.reports.findings.findings", False), ("tracelab.reports.ranks", False),
+    ("tracelab.reports.idle.idle", False), ("tracelab.reports", False),
+])
+def test_renderers_are_told_apart(module: str, want: bool) -> None:
+    assert is_renderer(module) is want
+
+
+def test_the_renderer_check_sees_an_import(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from tracelab.reports.html import html\nimport rich.table\n"
+                                   "from tracelab.reports.ranks import label\n")
+    assert renderer_imports(tmp_path) == {("a.py", "tracelab.reports.html"), ("a.py", "tracelab.reports.html.html"),
+                                          ("a.py", "rich.table")}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.reports.runs.runs import RESULTS, run_table
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tracelab.core.errors import TraceFormatError
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.ingest.runfolder import run_infos
 from tracelab.ingest.session import Session
 from tracelab.reports.html import figures, html, scopetree, side_by_side

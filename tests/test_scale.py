@@ -368,7 +368,7 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     """The report's path at scale: every rank reduced in its worker (events dropped there),
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
-    from tracelab.ingest.inputs import write_report
+    from tracelab.cli.html_report import write_report
     from tracelab.reports.compare.compare import comparison
     from tracelab.reports.text import COMPARE_RENDERERS
     from tracelab.ingest.session import Session

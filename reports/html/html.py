@@ -1,6 +1,6 @@
 """One self-contained, offline HTML report (plotly.js packed once in the page, reports/html/page.py;
-no network requests). `render(...) -> str` only: loading the traces, reading run.json and writing the file are
-tracelab.ingest.inputs' (write_report).
+no network requests). `render(...) -> str` only: loading the traces and reading run.json are the
+Session's, writing the file the CLI's (tracelab/cli/html_report.write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
 it is HTML-escaped in markup, entity-escaped inside plotly labels (plotly decodes
