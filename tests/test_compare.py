@@ -22,7 +22,7 @@ from tracelab.core.classify import canonical
 from tracelab.cli import app
 from tracelab.ingest.inputs import label_inputs
 from tracelab.reports.compare.compare import comparison
-from tracelab.reports.text import compare_tables
+from tracelab.reports.compare.compare_text import compare_tables
 from helpers import run_cli_output
 from helpers import DATA
 

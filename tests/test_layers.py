@@ -35,8 +35,6 @@ LEFT = {
     ("html/html.py", "runs"),
     ("html/side_by_side.py", "compare"),
     ("html/workload_plots.py", "runs"),
-    ("text.py", "breakdown"),
-    ("text.py", "compare"),
     # the gate judges every topic's figures, as the report shows them: to reach them through the registry
     ("gate/gate_text.py", "runs"),
     ("gate/samples.py", "idle"),

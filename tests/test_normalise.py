@@ -127,7 +127,7 @@ def test_per_call_table_says_so() -> None:
     from rich.console import Console
 
     from tracelab.reports.compare.compare import comparison
-    from tracelab.reports.text import compare_json, compare_tables
+    from tracelab.reports.compare.compare_text import compare_json, compare_tables
 
     ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events
     c = comparison([_input("three", ev), Input("two", "b", 0, "torch", ev[ev["step"].isin([4, 5])])], "kernel")

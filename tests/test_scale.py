@@ -370,7 +370,7 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     from every rank's events, byte for byte; compare's JSON too."""
     from tracelab.cli.html_report import write_report
     from tracelab.reports.compare.compare import comparison
-    from tracelab.reports.text import COMPARE_RENDERERS
+    from tracelab.reports.compare.compare_text import COMPARE_RENDERERS
     from tracelab.ingest.session import Session
 
     paths = [str(DATA / f) for f in folders]
@@ -476,7 +476,7 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
 
     import tracelab
     from tracelab.reports.compare import compare
-    from tracelab.reports import text
+    from tracelab.reports.compare import compare_text as text
     from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)

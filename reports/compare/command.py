@@ -9,7 +9,7 @@ from tracelab.cli.commands.shared import FormatOpt, RankOpt, SchedulerOpt, StepO
 from tracelab.cli.commands.topic import Command
 from tracelab.core.errors import UsageError
 
-from ..text import COMPARE_RENDERERS
+from .compare_text import COMPARE_RENDERERS
 
 
 def options(
@@ -52,7 +52,7 @@ def tree_diff(paths: list[str], tree: bool, **_):
     from tracelab.parsers.hatchet import tree as read_tree
 
     from ..html.treediff import tree_diff as diff
-    from ..text import tree_diff_text
+    from .compare_text import tree_diff_text
 
     if len(paths) != 2 or any(Path(p).is_dir() or detect(p) != "hatchet" for p in paths):
         raise UsageError("--tree", "needs exactly two proton .hatchet files")

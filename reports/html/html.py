@@ -400,6 +400,6 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
 
 
 def _straggler(row: pd.Series, measured: str) -> str:
-    from ..text import straggler_line
+    from ..compare.compare_text import straggler_line
 
     return straggler_line(row, measured)

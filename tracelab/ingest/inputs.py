@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tracelab.core.options import DEFAULT, Options
 from tracelab.ingest.outputs import check_output, write  # noqa: F401 - the CLI's export perfetto
 from tracelab.core.schema import OnEvents, Profile
+from tracelab.ingest.runfolder import run_info  # noqa: F401 - a run folder's run.json
 
 if TYPE_CHECKING:
     from tracelab.reports.ranks import Input
