@@ -74,8 +74,8 @@ TOPICS: tuple[Topic, ...] = (
           section="roofline.roofline_html:sections", command="roofline.command:COMMAND"),
     Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
           section="idle.idle_html:sections", command="idle.command:COMMAND"),
-    Topic("runs", findings=("findings.findings_runs:difference_findings",
-                               "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
+    Topic("runs", findings=("runs.findings_runs:difference_findings",
+                               "runs.findings_runs:profiler_cost_findings", "runs.findings_busy:busy_bound_findings")),
     # each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds
           section="whatif.whatif_html:sections", command="whatif.command:COMMAND"),

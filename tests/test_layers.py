@@ -23,22 +23,16 @@ REGISTRY = "topics.py"
 # none. A new one fails the test; one removed fails it too, until taken off this list.
 LEFT = {
     ("fixes/host.py", "idle"),
-    ("whatif/findings.py", "runs"),
     ("findings/finding.py", "compare"),
     ("findings/findings.py", "compare"),
     ("findings/findings.py", "idle"),
     ("findings/findings.py", "whatif"),
     ("findings/findings_more.py", "idle"),
-    ("findings/findings_runs.py", "runs"),
     ("html/figures.py", "compare"),
     ("html/html.py", "compare"),
-    ("html/html.py", "runs"),
     ("html/side_by_side.py", "compare"),
-    ("html/workload_plots.py", "runs"),
     # the gate judges every topic's figures, as the report shows them: to reach them through the registry
-    ("gate/gate_text.py", "runs"),
     ("gate/samples.py", "idle"),
-    ("gate/samples.py", "runs"),
     # steps shows each step's idle columns: idle's digest and join, to reach through the registry
     ("steps/command.py", "idle"),
 }

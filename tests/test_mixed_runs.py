@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tracelab.cli.html_report import write_report
-from tracelab.reports.runs.runs import RESULTS, run_table
+from tracelab.reports.runtable import RESULTS, run_table
 
 DATA = Path(__file__).resolve().parent / "data"
 KINDS = [f"{w}-{s}" for w in ("decode-1gpu", "train-2gpu", "allreduce-2gpu", "overlap-2gpu")

@@ -15,7 +15,7 @@ import pytest
 
 from tracelab.cli.html_report import write_report
 from tracelab.reports.html import html, notes, side_by_side
-from tracelab.reports.runs.runs import number_text
+from tracelab.reports.runtable import number_text
 from tracelab.reports.steps import steps_html
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,5 +1,5 @@
 """What a finding is, and what the findings' sources read (reports/findings/findings.py gathers them;
-findings_more.py and findings_runs.py add sources): kept apart so that each source module
+findings_more.py and runs/findings_runs.py add sources): kept apart so that each source module
 imports it, never the module that gathers them."""
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Each source is one function `(Evidence) -> list[Finding]` that its topic registe
 (reports/topics.py: all_sources() gathers them in TOPICS order). A source states only
 what its analysis already decided (the straggler verdict of reports/verdicts.py, the
 `slowest` of compare, which is named only beyond the step-to-step noise, the profiler
-cost of reports/runs/runs.py); it re-decides nothing, and says nothing where the data cannot
+cost of reports/runtable.py); it re-decides nothing, and says nothing where the data cannot
 support it: the finding is left out, not hedged.
 
     found = findings(Evidence(inputs, comparison(inputs, "kernel"), run_infos))
@@ -264,7 +264,7 @@ def _pct(part: float, whole: float) -> str:
 
 
 # Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause;
-# the roofline) and findings_runs.py (between runs); a topic registers its own
+# the roofline) and runs/findings_runs.py (between runs); a topic registers its own
 # (reports/topics.py): a new one is one more function and one name in its Topic.
 def idle_or_share(ev: Evidence) -> list[Finding]:
     """Idle by cause where the runs' steps give it, else the idle share alone."""

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracelab.core.schema import RankData, kind_mask
 
-from ..runs.runs import RESULTS, results_of
+from ..runtable import RESULTS, results_of
 from ..timeline.collectives import activity
 from ..timeline.steps import shared_step_rows
 

@@ -19,7 +19,7 @@ from tracelab.core.errors import UsageError
 from .. import fmt
 from . import figures, notes, page, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
-from ..runs.runs import number_text, run_table, shared_rows
+from ..runtable import number_text, run_table, shared_rows
 from ..compare.compare import Comparison, comparison, rows_are, summed_over
 from ..ranks import Input
 from ..topics import TOPICS
