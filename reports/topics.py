@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from tracelab.core.schema import OnEvents
 
-from .compare import digests
+from .align import digests
 from .fixes.ddp_steps import rank_ddp
 from .fixes.loader_digest import rank_loader
 from .fixes.replays import rank_replays

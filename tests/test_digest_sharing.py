@@ -11,7 +11,7 @@ import pytest
 
 import tracelab
 from tracelab.reports import verdicts
-from tracelab.reports.compare.digests import BY
+from tracelab.reports.align.digests import BY
 from tracelab.reports.roofs import trace_device
 from tracelab.reports.ranks import RANK_DIGESTS
 from tracelab.reports.stats import noise

@@ -30,7 +30,7 @@ def _found(paths: list[Path]) -> list[F.Finding]:
 
 
 def _evidence(paths: list[Path]) -> F.Evidence:
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
 
     session = Session.open([str(p) for p in paths])
     return F.Evidence(session.inputs, comparison(session.inputs, "kernel"), session.run_infos)

@@ -101,7 +101,7 @@ def test_one_finding_per_cause_and_run(beside):
 def test_without_a_replay_the_bound_is_the_one_number():
     """The fix's own sentence (no replay yet): its upper bound, in its values and in its words."""
     from tracelab.reports.findings.finding import Evidence
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
 
     inputs = Session.open([str(SMALL)]).inputs
     (f,) = graphs_findings(Evidence(inputs, comparison(inputs, "kernel")))

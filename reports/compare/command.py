@@ -35,7 +35,7 @@ def options(
 
 
 def check(by: str | None, top: int, **asked) -> dict:
-    from .compare import BY
+    from ..align.align import BY
 
     if by is not None:
         _check_choice("--by", by, tuple(BY))
@@ -68,7 +68,7 @@ def opening(fmt: str, **_) -> dict:
 
 def analyse(session, by: str | None, n_steps: int | None, **_):
     """The Comparison of the session's inputs, aligned on --by (default: by their profilers)."""
-    from .compare import comparison, default_by
+    from ..align.align import comparison, default_by
 
     with_steps(session, n_steps)
     session.usable("compare")
@@ -78,7 +78,7 @@ def analyse(session, by: str | None, n_steps: int | None, **_):
 
 
 def render(c, fmt: str, top: int | None, **_):
-    from .compare import BY
+    from ..align.align import BY
 
     return COMPARE_RENDERERS[fmt](c, BY[c.by], top)
 

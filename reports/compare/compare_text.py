@@ -7,14 +7,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .compare import Comparison, lead_and_wait, lead_explains_wait, summed_over
+from ..align.align import Comparison, summed_over
+from ..align.straggler_text import straggler_line
 from ..csvout import csv_text
 from ..fmt import ms_cell, us_cell
 from ..html.figures import MANY_RANKS
 from ..jsonout import dumps, records
 from ..stats import MIN_LEAD_SHARE as MIN_LEAD
 from ..text import pct, spread_table
-from ..timeline.waits import material_lead
 
 
 _MAX_RATIO_COLUMNS = 3  # beyond this many inputs the terminal table shows times only
@@ -33,32 +33,6 @@ def aligned_share(table: pd.DataFrame, n_inputs: int) -> float:
     """Share of the largest per-row time that sits on rows every input has."""
     total = table["max_ns"].sum()
     return float(table.loc[table["inputs"] == n_inputs, "max_ns"].sum() / total) if total else float("nan")
-
-
-def straggler_line(row: pd.Series, measured: str) -> str:
-    """One straggler row in words; `measured` is Comparison.measured ("GPU time", "CPU operator time").
-    A run with timed collectives has its who-waits verdict (`line`, reports/timeline/waits.py)."""
-    where = f" in {row['group']}" if row["group"] else ""
-    if row.get("line"):
-        return f"{row['line'].split(':', 1)[0]}{where}:{row['line'].split(':', 1)[1]}"
-    if row.get("pattern") == "none":
-        lead = (row["compute_ns"] - row["next_compute_ns"]) / row["compute_ns"] if row["compute_ns"] else 0.0
-        why = (f"a lead of {pct(lead)}, too small for totals without steps to tell from noise"
-               if not material_lead(row) else f"but not the least communication time ({ms_cell(row['comm_ns'])} ms)")
-        return (f"no clear straggler{where} (from totals, no timeline): {row['label']} has the most "
-                f"non-communication {measured} ({ms_cell(row['compute_ns'])} ms against {ms_cell(row['next_compute_ns'])} ms "
-                f"next), {why}")
-    line = (f"straggler{where}: {row['label']}: the most non-communication {measured} "
-            f"({ms_cell(row['compute_ns'])} ms against {ms_cell(row['next_compute_ns'])} ms next)")
-    if row["comm_rank_min"] and row["comm_max_ns"] > row["comm_ns"]:
-        line += (f" and the least in communication kernels ({ms_cell(row['comm_ns'])} ms against up to "
-                 f"{ms_cell(row['comm_max_ns'])} ms): the other ranks wait for it in collectives")
-        if lead_explains_wait(row):
-            return line
-        lead, wait = lead_and_wait(row)
-        return line + (f"; its compute lead ({ms_cell(lead)} ms) is {100 * lead / wait:.1f}% of their extra wait: "
-                       "the rest is outside its GPU kernels")
-    return line + f"; its communication time ({ms_cell(row['comm_ns'])} ms) is not the lowest"
 
 
 SHORT_LABEL_CHARS = 14  # longer input labels become letters in table headers, with a legend
@@ -84,7 +58,7 @@ def slowest_rule(table: pd.DataFrame) -> str:
 def _compare_table(c: Comparison, keys: list[str], top: int | None) -> Table:
     shown = c.table if not top else c.table.head(top)
     if len(c.labels) > MANY_RANKS:
-        return _comparespread_table(c, shown, keys)
+        return _compare_spread_table(c, shown, keys)
     title = (f"aligned on {c.by}: {len(c.table):,} rows (showing {len(shown):,}); "
              f"{pct(aligned_share(c.table, len(c.labels)))} of the time is on rows every input has")
     if "scope" in keys and aligned_share(c.table, len(c.labels)) < 0.5:
@@ -122,7 +96,7 @@ def _shown_basis(c: Comparison):
     return "time_ns", "ms", ms_cell
 
 
-def _comparespread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -> Table:
+def _compare_spread_table(c: Comparison, shown: pd.DataFrame, keys: list[str]) -> Table:
     """Many inputs: per row, how many inputs have it and its smallest, median and largest time
     over them, the spread and the slowest input, instead of a column per input."""
     column, unit, cell = _shown_basis(c)

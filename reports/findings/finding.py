@@ -12,7 +12,7 @@ import pandas as pd
 
 from tracelab.core.schema import Memo
 
-from ..compare.compare import Comparison, compare
+from ..align.align import Comparison, compare
 from ..jsonout import strict
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
 from ..ranks import Input

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..compare.compare import lead_and_wait, lead_explains_wait
+from ..align.align import lead_and_wait, lead_explains_wait
 from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
@@ -151,7 +151,7 @@ def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
 
 def _totals_finding(row: pd.Series) -> Finding:
     """The totals' straggler (no timestamps): the others' extra communication time is their wait
-    for it. Where its compute lead does not explain that wait (compare.lead_explains_wait: the
+    for it. Where its compute lead does not explain that wait (align.lead_explains_wait: the
     eager decode of the README's command on 2 GPUs under proton), the sentence says the rest is
     outside its GPU kernels."""
     lead, wait = lead_and_wait(row)

@@ -20,7 +20,7 @@ from .. import fmt
 from . import figures, notes, page, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
 from ..runtable import number_text, run_table, shared_rows
-from ..compare.compare import Comparison, comparison, rows_are, summed_over
+from ..align.align import Comparison, comparison, rows_are, summed_over
 from ..ranks import Input
 from ..topics import TOPICS
 from ..findings.findings import Evidence, Finding, as_json, findings, none_text
@@ -400,6 +400,6 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
 
 
 def _straggler(row: pd.Series, measured: str) -> str:
-    from ..compare.compare_text import straggler_line
+    from ..align.straggler_text import straggler_line
 
     return straggler_line(row, measured)

@@ -1,6 +1,6 @@
 """The file side of the reports: which inputs are folders, a run folder's run.json, and
 writing what a renderer returned. Reports themselves only take frames and return
-strings (reports/compare/compare.py labels inputs from what is given here); rendering and
+strings (reports/align/align.py labels inputs from what is given here); rendering and
 writing the HTML report is the CLI's (tracelab/cli/html_report.py).
 """
 from __future__ import annotations
