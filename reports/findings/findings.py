@@ -25,9 +25,8 @@ from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
 from .findings_more import CAUSE_TEXT, idle_findings
-from ..idle.idle import CAUSES, of_input
-from ..topics import TOPICS
-from ..whatif.findings import with_savings
+from ..timeline.causes import CAUSES
+from ..topics import TOPICS, result_of, with_savings
 
 HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle/idle.step_bound
 
@@ -61,10 +60,10 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
 
 
 def _idle_cause(ev: Evidence, group: str, rank) -> tuple[str, str] | None:
-    """(the largest idle cause (reports/idle.CAUSES), the bound of most steps) of `rank` of
+    """(the largest idle cause (timeline/causes.CAUSES), the bound of most steps) of `rank` of
     `group`, where its idle digest gives causes; None where it does not."""
     found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
-    steps = of_input(found[0]).steps if found else None
+    steps = result_of("idle", found[0]).steps if found else None
     if steps is None or not len(steps) or not steps["idle_ns"].sum():
         return None
     return max(CAUSES, key=lambda c: steps[c].sum()), str(steps["bound"].mode().iloc[0])
