@@ -12,6 +12,12 @@ the renderers that read it (no import cycle) and the workers never import plotly
     section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
     command:  a tracelab.cli.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
               (the CLI imports it when it runs, never a worker)
+    result:   fn(input) -> the topic's result for one input, which others read by result_of(name, input)
+    step_columns: fn(step rows, ranks) -> `tracelab steps`' rows with the topic's columns beside them
+    savings:  fn(ev, [(source name, findings)]) -> every finding with its saving (with_savings)
+
+Topics never import one another (tests/test_layers.py): what one reads of another goes through
+these names or the other's digests by name.
 """
 from __future__ import annotations
 
