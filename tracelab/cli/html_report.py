@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from tracelab.core.errors import UsageError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import Options
 from tracelab.ingest.inputs import with_events
 from tracelab.ingest.outputs import check_output, write_together
 from tracelab.ingest.runfolder import run_info
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def write_report(session: Session | list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 perfetto: bool = False, options: Options = DEFAULT) -> Path:
+                 perfetto: bool = False, options: Options | None = None) -> Path:
     """Render the HTML report of the session's runs (or of the paths, opened here with `options`)
     with their run folders' run.json, and write it atomically. `tracelab report` and `tracelab run`
     call this. With `perfetto`, the merged Perfetto trace of the timed ranks is written beside it

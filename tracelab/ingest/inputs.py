@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import Options
 from tracelab.ingest.outputs import check_output, write  # noqa: F401 - the CLI's export perfetto
 from tracelab.core.schema import OnEvents, Profile
 from tracelab.ingest.runfolder import run_info  # noqa: F401 - a run folder's run.json
@@ -26,7 +26,7 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 
 
 def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
-                options: Options = DEFAULT) -> list[Input]:
+                options: Options | None = None) -> list[Input]:
     """Inputs loaded without their events get them back for `ranks` (every rank when None):
     their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
     thousand holds only those ranks' events (the rest gave their summaries, which put the run
