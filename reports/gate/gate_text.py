@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 
 from ..fmt import binary_size, duration
 from ..jsonout import dumps
-from ..runs.runs import number_text
+from ..runtable import number_text
 from .samples import BYTES, COUNT, TIME
 from .verdict import Gate, MetricVerdict
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracelab.core.schema import RankData, kind_mask
 
-from ..runs.runs import RESULTS, results_of
+from ..runtable import RESULTS, results_of
 from ..timeline.collectives import activity
 from ..timeline.steps import shared_step_rows
 
@@ -143,7 +143,7 @@ def _named(values: pd.Series, metric: str, by: str) -> pd.DataFrame:
 
 def _idle_metrics(idles: list[tuple[int, object]], cols: dict, units: dict, why: list) -> None:
     """GPU idle per step by cause (reports/idle), summed over ranks; by rank for the why."""
-    from ..idle.idle import CAUSES
+    from ..timeline.causes import CAUSES
 
     frames = [i.steps.assign(rank=r) for r, i in idles if i is not None and len(i.steps) and i.steps["step"].notna().any()]
     if not frames:

@@ -129,7 +129,7 @@ class Session:
         """The findings (reports/findings/findings.py) of the traced runs: every topic's sources, or
         only `topic`'s (reports/topics.py); `comparison`, a Comparison of these same inputs (any
         --by), is reused where its labels match; `sources` instead of a topic's (tests)."""
-        from tracelab.reports.compare.compare import comparison as compare_inputs
+        from tracelab.reports.align.align import comparison as compare_inputs
         from tracelab.reports.findings.findings import Evidence, findings
 
         if not self.inputs:

@@ -72,9 +72,9 @@ def _run_report(run_dir, top: int) -> None:
     """Each rank's breakdown on the terminal, and report.html in the run folder."""
     from tracelab.ingest.loading import events
     from tracelab.reports.breakdown.breakdown import breakdown as analyse, summary
-    from tracelab.reports.text import BREAKDOWN_RENDERERS
+    from tracelab.reports.breakdown.breakdown_text import BREAKDOWN_RENDERERS
 
-    from tracelab.ingest.inputs import write_report
+    from tracelab.cli.html_report import write_report
 
     session = open_session([str(run_dir)], keep_events=True, digests=())
     df = events(session.profiles)
