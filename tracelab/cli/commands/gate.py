@@ -32,8 +32,12 @@ def gate(
     metric: Annotated[Optional[list[str]], typer.Option("--metric", help="NAME=THRESHOLD for one metric or a pattern "
                                                                          "(step_time=3%, 'gpu_time:*=10%', "
                                                                          "'idle:*=off'); repeatable.")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", and "
-                                                        "\\[gate.metrics] NAME = \"THRESHOLD\"; options given win.")]
+    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", "
+                                                        "run-noise = \"10%\", and \\[gate.metrics] NAME = "
+                                                        "\"THRESHOLD\"; options given win.")]
+    = None,
+    run_noise: Annotated[Optional[str], typer.Option(help="How far two runs of the job differ (sd, a share of "
+                                                          "the time) where no side has repeats: 10% (default).")]
     = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML) or markdown.")] = "table",
     step: StepOpt = None,
@@ -46,9 +50,8 @@ def gate(
 
     _check_choice("--format", fmt, tuple(RENDERERS))
     sides = _sides(paths or [], baseline or [], candidate or [])
-    limits = thresholds(max_regression, metric or [], config)
+    limits = thresholds(max_regression, metric or [], config, run_noise)
     options = _options(step)
-    sides = tuple(_repeats(side) for side in sides)
     for side in sides:
         trace_count(side)  # a path to nothing refused before either side is parsed
     result = judge(*(side_samples(side, options) for side in sides), limits)
@@ -85,13 +88,3 @@ def side_samples(paths: list[str], options) -> list:
     if not runs:
         raise UsageError("gate", f"none of {', '.join(paths)} is a run folder or trace")
     return [run_samples(r.name, [(p.rank, p.summary) for p in r.profiles], r.info) for r in runs]
-
-
-def _repeats(paths: list[str]) -> list[str]:
-    """A folder that is no run folder but holds run folders (run.json) stands for each of them: repeats."""
-    out = []
-    for p in map(Path, paths):
-        inner = sorted(d for d in p.iterdir() if (d / "run.json").is_file()) if p.is_dir() and not (p / "run.json").exists() \
-            else []
-        out += [str(d) for d in inner] or [str(p)]
-    return out
