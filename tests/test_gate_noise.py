@@ -1,6 +1,6 @@
 """The gate's noise model (reports/gate/noise.py) and the verdicts it makes, on samples made by
-hand: with repeats on both sides it is Welch's t test on the runs' log medians (checked against
-scipy.stats.ttest_ind); with one run a side, the steps' own noise (autocorrelation counted
+hand: with repeats it is Student's t test on the runs' log medians, pooled (checked against
+scipy.stats.ttest_ind) with the floor weighing in; with one run a side, the steps' own noise (autocorrelation counted
 with pandas' own lag-1 autocorrelation) plus the stated run-to-run floor; each metric judged at
 the gate's Bonferroni level; counted metrics with no floor."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from tracelab.reports.gate import noise
 from tracelab.reports.gate.noise import RUN_NOISE, shift
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.verdict import WITHIN, Thresholds, family_level, gate
@@ -34,17 +35,26 @@ def _gate(a: list[list[float]], b: list[list[float]], unit: str = "ns", **limits
     return m
 
 
-def test_with_repeats_on_both_sides_it_is_welchs_test_on_the_runs_log_medians():
+def test_with_repeats_it_is_students_t_on_the_runs_log_medians_pooled(monkeypatch):
+    monkeypatch.setattr(noise, "PRIOR_DF", 0)  # the runs alone: scipy's own pooled t test
     a = [_steps(100 * f) for f in (1.0, 1.04, 0.97)]
     b = [_steps(100 * f) for f in (1.12, 1.08, 1.15, 1.1)]
     s = shift([np.array(x) for x in a], [np.array(x) for x in b], level=0.95)
     la, lb = ([np.median(np.log(x)) for x in side] for side in (a, b))  # a run's level: its median log step
-    welch = stats.ttest_ind(lb, la, equal_var=False)
-    low, high = welch.confidence_interval(0.95)
-    assert s.p_value == pytest.approx(welch.pvalue, rel=1e-9)
+    student = stats.ttest_ind(lb, la, equal_var=True)
+    low, high = student.confidence_interval(0.95)
+    assert s.p_value == pytest.approx(student.pvalue, rel=1e-9)
     assert (s.low, s.high) == (pytest.approx(math.expm1(low)), pytest.approx(math.expm1(high)))
     assert s.detectable == pytest.approx(math.expm1((high - low) / 2))
     assert s.relative == pytest.approx(math.exp(np.mean(lb) - np.mean(la)) - 1)
+
+
+def test_two_runs_a_side_that_happen_to_agree_leave_the_floor_weighing_in():
+    a, b = [[100.0] * 8, [100.0] * 8], [[104.0] * 8, [104.0] * 8]
+    with_floor = shift([np.array(x) for x in a], [np.array(x) for x in b], run_noise=0.1, level=0.95)
+    var = (noise.PRIOR_DF * math.log(1.1) ** 2) / (2 + noise.PRIOR_DF)  # no spread, the floor's weight
+    half = stats.t.ppf(0.975, 2 + noise.PRIOR_DF) * math.sqrt(var * (1 / 2 + 1 / 2))
+    assert with_floor.within_noise and with_floor.detectable == pytest.approx(math.expm1(half))
 
 
 def test_one_run_a_side_adds_the_floor_to_the_steps_own_noise_counted_with_their_autocorrelation():
@@ -71,21 +81,16 @@ def test_steps_whose_slow_spell_lasts_tell_less_than_the_same_steps_shuffled():
     assert shift([spell], [steady], 0.0).detectable > 3 * shift([shuffled], [steady], 0.0).detectable
 
 
-def test_a_side_of_one_run_borrows_the_other_sides_repeats_spread():
-    a = [_steps(100 * f) for f in (1.0, 1.2, 0.85)]
-    s = shift([np.array(x) for x in a], [np.array(_steps(110))], run_noise=0.0)
-    var = np.var([np.median(np.log(x)) for x in a], ddof=1)
-    assert s.detectable > math.expm1(stats.norm.ppf(0.975) * math.sqrt(var))  # the run's own var, not the mean's
-
-
 @pytest.mark.parametrize("a, b, limits, verdict, regression", [
     ([[100.0] * 8], [[100.0] * 8], {}, WITHIN, False),
     ([_steps(100)], [_steps(200)], {}, "slower", True),  # twice the step: beyond any run's wander
     ([_steps(100)], [_steps(110)], {}, WITHIN, False),  # +10%, one run a side: runs differ that much
     ([_steps(100)], [_steps(110)], {"run_noise": 0.01}, "slower", True),  # ... unless the user says they do not
-    ([_steps(100, sd=0.01) for _ in range(3)], [_steps(110, sd=0.01) for _ in range(3)], {}, "slower", True),
+    ([_steps(100, sd=0.01) for _ in range(5)], [_steps(115, sd=0.01) for _ in range(5)], {}, "slower", True),
+    ([_steps(100, sd=0.01) for _ in range(3)], [_steps(110, sd=0.01) for _ in range(3)], {}, WITHIN, False),  # 3 too few
     ([_steps(100 * f) for f in (1, 1.3, 0.8)], [_steps(110 * f) for f in (1, 1.3, 0.8)], {}, WITHIN, False),
-    ([_steps(100, sd=0.001) for _ in range(3)], [_steps(103, sd=0.001) for _ in range(3)], {}, "slower", False),  # < 5%
+    ([_steps(100, sd=0.001) for _ in range(3)], [_steps(103, sd=0.001) for _ in range(3)], {"run_noise": 0.001},
+     "slower", False),  # beyond the noise, not beyond 5%
     ([_steps(100)], [_steps(90)], {}, WITHIN, False),
     ([_steps(100)], [_steps(50)], {}, "faster", False),
 ])

@@ -3,6 +3,7 @@ metric, a failure per regression: what CI services read as test reports) and Mar
 request's summary). Each takes a Gate (verdict.py) and returns text."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
@@ -16,7 +17,7 @@ SUITE = "tracelab gate"
 
 
 def value_text(value: float | None, unit: str) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "-"
     if unit == TIME:
         return duration(value)
@@ -38,8 +39,12 @@ def _threshold(m: MetricVerdict) -> str:
         else f"{m.threshold:.1%}"
 
 
+MAX_SHOWN_SHARE = 10.0  # a detectable change past 1000% reads ">1000%": the input tells nothing of that metric
+
+
 def _row(m: MetricVerdict) -> list[str]:
-    detect = "-" if m.detectable is None else f"{m.detectable:.1%}"
+    detect = "-" if m.detectable is None else f">{MAX_SHOWN_SHARE:.0%}" if m.detectable > MAX_SHOWN_SHARE \
+        else f"{m.detectable:.1%}"
     return [m.metric, value_text(m.baseline, m.unit), value_text(m.candidate, m.unit), share_text(m.relative),
             m.verdict, detect, _threshold(m), f"{m.n_baseline}/{m.n_candidate} {m.basis}", _status(m)]
 

@@ -9,19 +9,19 @@ scale, so that a change is a ratio. The level of a run holds two kinds of noise:
   n_eff = n (1 - r) / (1 + r) independent ones, r their lag-1 autocorrelation (at least 0);
   the median's standard error is sqrt(pi/2) x sd / sqrt(n_eff), sd robust (MAD x 1.4826).
 - between runs: a run's level moves with its machine's state (its load, clocks, allocator, a
-  fresh machine's first run) more than its steps do. Where a side holds repeats (several runs
-  of one config), the sample variance of its runs' levels measures both kinds together; a
-  side of one run takes the other side's repeats' variance where it has them, else its own
-  within-run variance plus a stated floor: `run_noise`, the relative standard deviation of a
-  run's level between runs (RUN_NOISE unless the user says: `--run-noise`, measured on
-  repeats of the job). Counted metrics (bytes, launches) get no floor: the allocator and the
-  launcher count the same work the same way on any run.
+  fresh machine's first run) more than its steps do. Without repeats nothing measures it, so
+  a stated floor stands for it: `run_noise`, the relative standard deviation of a run's level
+  between runs (RUN_NOISE unless the user says: `--run-noise`, measured on repeats of the job).
+  With repeats (several runs of one config a side), the runs' spread about their side's mean
+  measures both kinds together, pooled over the sides, the floor and steps' variance weighing
+  in as PRIOR_DF degrees of freedom more (two runs a side alone would trust one difference).
+  Counted metrics (bytes, launches) get no floor: the allocator and the launcher count the
+  same work the same way on any run.
 
-The test is Welch's on the mean log levels (scipy.stats' t distribution, Welch-Satterthwaite
-degrees of freedom where a side's variance comes from repeats, the normal where only the
-floor and the steps make it): beyond the noise where its two-sided p is under 1 - LEVEL. The
-smallest change this input could detect is the interval's half width at LEVEL, as a ratio:
-a change that large would just have been told from noise.
+The test is Student's t on the mean log levels (scipy.stats; the normal where the floor alone
+makes the variance): beyond the noise where its two-sided p is under 1 - level. The smallest
+change this input could detect is the interval's half width at that level, as a ratio: a
+change that large would just have been told from noise.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from ..stats import INTERVAL_LEVEL, MAD_TO_SD
 
 RUN_NOISE = 0.10  # relative sd of a run's level between runs of one job, where no side has repeats
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the mean's, for normal samples
+PRIOR_DF = 4  # with repeats, the floor weighs as much as the spread of 5 runs would (4 degrees of freedom)
 MAX_LAG1 = 0.9  # autocorrelation above this is taken as this (n_eff of a tenth of the steps)
 
 
@@ -71,20 +72,17 @@ def run_level(values: np.ndarray) -> tuple[float, float]:
     return float(np.median(values)), (MEDIAN_SE * sd) ** 2 / effective_steps(values)
 
 
-def _mean_variance(side: list[tuple[float, float]], other: list[tuple[float, float]], floor: float) -> tuple[float, float]:
-    """(variance of a side's mean level, its degrees of freedom: inf where the floor makes it)."""
-    if len(side) > 1:
-        return float(np.var([m for m, _ in side], ddof=1)) / len(side), len(side) - 1
-    if len(other) > 1:  # one run: as far from its job's level as the other side's runs are from theirs
-        return float(np.var([m for m, _ in other], ddof=1)), len(other) - 1
-    return side[0][1] + floor, math.inf
-
-
-def welch_df(parts: list[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite's degrees of freedom of a sum of variances, each with its own (inf: known)."""
-    finite = [(v, df) for v, df in parts if math.isfinite(df)]
-    den = sum(v ** 2 / df for v, df in finite if df > 0)
-    return sum(v for v, _ in parts) ** 2 / den if den > 0 else math.inf
+def run_variance(a: list[tuple[float, float]], b: list[tuple[float, float]], floor: float) -> tuple[float, float]:
+    """(variance of one run's level about its side's, its degrees of freedom). Without repeats:
+    the runs' own steps' variance plus the floor, taken as known (inf). With repeats: the runs'
+    spread about their side's mean, pooled over both sides, with that same prior weighing as
+    PRIOR_DF more degrees of freedom: two or three runs a side tell the spread badly alone."""
+    prior = float(np.mean([w for _, w in a + b])) + floor
+    df = len(a) + len(b) - 2
+    if df == 0:
+        return prior, math.inf
+    squares = sum(float(np.sum((np.array([m for m, _ in side]) - np.mean([m for m, _ in side])) ** 2)) for side in (a, b))
+    return (squares + PRIOR_DF * prior) / (df + PRIOR_DF), df + PRIOR_DF
 
 
 def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE,
@@ -100,8 +98,8 @@ def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE
     la, lb = [run_level(f(x)) for x in a], [run_level(f(x)) for x in b]
     ma, mb = float(np.mean([m for m, _ in la])), float(np.mean([m for m, _ in lb]))
     floor = math.log1p(run_noise) ** 2 if logs else (run_noise * ma) ** 2
-    parts = [_mean_variance(la, lb, floor), _mean_variance(lb, la, floor)]
-    d, se, df = mb - ma, math.sqrt(sum(v for v, _ in parts)), welch_df(parts)
+    var, df = run_variance(la, lb, floor)
+    d, se = mb - ma, math.sqrt(var * (1 / len(la) + 1 / len(lb)))
     dist = stats.t(df) if math.isfinite(df) else stats.norm()
     half = float(dist.ppf((1 + level) / 2)) * se
     p = (1.0 if d == 0 else 0.0) if se == 0 else float(2 * dist.sf(abs(d) / se))

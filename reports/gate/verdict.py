@@ -6,7 +6,7 @@ samples across runs); a workload figure has one value per run. The noise model (
 takes a run's level as its median step, with what its own autocorrelated steps leave
 uncertain, and adds how far runs of one job move apart: measured from repeats where a side
 has them, else a stated floor (`run_noise`, for times and workload figures; counted bytes and
-launches get none). A metric is beyond the noise where Welch's test on the levels says so; the
+launches get none). A metric is beyond the noise where a t test on the levels says so; the
 smallest change this input could have detected is that interval's half width. The gate fails
 on any of its metrics, so each is judged at 1 - (1 - INTERVAL_LEVEL) / m, m the metrics that
 may fail it (Bonferroni): an unchanged job fails the gate in at most 1 - INTERVAL_LEVEL of
