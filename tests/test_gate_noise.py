@@ -29,7 +29,7 @@ def _steps(level: float, n: int = 12, sd: float = 0.02) -> list[float]:
 
 
 def _gate(a: list[list[float]], b: list[list[float]], unit: str = "ns", **limits):
-    metric = "step_time" if unit == "ns" else "peak_allocated"
+    metric = {"ns": "step_time", "bytes": "peak_allocated", "count": "launches"}[unit]
     side = lambda runs, tag: [_run(f"{tag}{i}", {metric: x}, {metric: unit}) for i, x in enumerate(runs)]
     (m,) = gate(side(a, "a"), side(b, "b"), Thresholds(**limits)).metrics
     return m
@@ -99,10 +99,13 @@ def test_timed_verdicts(a, b, limits, verdict, regression):
     assert (m.verdict, m.regression) == (verdict, regression)
 
 
-def test_counted_metrics_have_no_run_floor_and_a_spike_moves_no_median():
+def test_launches_have_no_run_floor_memory_has_and_a_spike_moves_no_median():
+    more = _gate([[10.0, 10, 10]], [[11.0, 11, 11]], "count")
     grew = _gate([[10.0, 10, 10]], [[11.0, 11, 11]], "bytes")
-    spike = _gate([[10.0, 10, 10, 10]], [[10.0, 16, 10, 10]], "bytes")
-    assert (grew.verdict, grew.regression, grew.detectable) == ("grew", True, 0)
+    spike = _gate([[10.0, 10, 10, 10]], [[10.0, 16, 10, 10]], "count")
+    assert (more.verdict, more.regression, more.detectable) == ("more", True, 0)
+    assert (grew.verdict, grew.regression) == (WITHIN, False)  # +10%: runs' allocators differ that much
+    assert _gate([[10.0] * 3], [[20.0] * 3], "bytes").verdict == "grew"
     assert (spike.verdict, spike.regression) == (WITHIN, False)
 
 

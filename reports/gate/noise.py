@@ -15,8 +15,8 @@ scale, so that a change is a ratio. The level of a run holds two kinds of noise:
   With repeats (several runs of one config a side), the runs' spread about their side's mean
   measures both kinds together, pooled over the sides, the floor and steps' variance weighing
   in as PRIOR_DF degrees of freedom more (two runs a side alone would trust one difference).
-  Counted metrics (bytes, launches) get no floor: the allocator and the launcher count the
-  same work the same way on any run.
+  Launches per step get no floor (the caller's run_noise=0): the same work launches the
+  same kernels on any run; memory gets it, as an allocator's state differs between runs.
 
 The test is Student's t on the mean log levels (scipy.stats; the normal where the floor alone
 makes the variance): beyond the noise where its two-sided p is under 1 - level. The smallest

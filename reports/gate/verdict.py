@@ -5,8 +5,8 @@ Samples: each run's steps (steps as samples within a run) and the runs of a side
 samples across runs); a workload figure has one value per run. The noise model (noise.py)
 takes a run's level as its median step, with what its own autocorrelated steps leave
 uncertain, and adds how far runs of one job move apart: measured from repeats where a side
-has them, else a stated floor (`run_noise`, for times and workload figures; counted bytes and
-launches get none). A metric is beyond the noise where a t test on the levels says so; the
+has them, else a stated floor (`run_noise`, for times, memory and workload figures: an allocator's
+state differs between runs too; launches, counted, get none). A metric is beyond the noise where a t test on the levels says so; the
 smallest change this input could have detected is that interval's half width. The gate fails
 on any of its metrics, so each is judged at 1 - (1 - INTERVAL_LEVEL) / m, m the metrics that
 may fail it (Bonferroni): an unchanged job fails the gate in at most 1 - INTERVAL_LEVEL of
@@ -165,7 +165,7 @@ def _judge(metric: str, baseline: list[RunSamples], candidate: list[RunSamples],
     unit, higher = first.units.get(metric, ""), metric in first.higher_is_better
     per_run = metric in first.figures
     a, b = _samples(baseline, metric, per_run), _samples(candidate, metric, per_run)
-    counted = unit in (BYTES, COUNT) and not per_run  # the same work counted the same on any run: no floor
+    counted = unit == COUNT and not per_run  # the same work launches the same kernels on any run: no floor
     v = _verdict(metric, unit, a, b, 0.0 if counted else run_noise, level)
     v.basis, v.threshold = "runs" if per_run else "steps", threshold
     delta = v.candidate - v.baseline

@@ -46,7 +46,7 @@ def gate(
     = None,
     accept: Annotated[Optional[str], typer.Option(help="Store the run folders given as baseline NAME in the store "
                                                        "(judges nothing): what CI does on the main branch.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML) or markdown.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML), markdown or html.")] = "table",
     step: StepOpt = None,
 ) -> None:
     """Did the candidate get slower or hungrier than the baseline, beyond the noise and a threshold?"""
