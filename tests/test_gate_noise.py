@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from tracelab.reports.gate import noise
-from tracelab.reports.gate.noise import RUN_NOISE, shift
+from tracelab.reports.gate.noise import RUN_NOISE, run_level, shift
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.verdict import WITHIN, Thresholds, family_level, gate
 
@@ -57,16 +57,16 @@ def test_two_runs_a_side_that_happen_to_agree_leave_the_floor_weighing_in():
     assert with_floor.within_noise and with_floor.detectable == pytest.approx(math.expm1(half))
 
 
-def test_one_run_a_side_adds_the_floor_to_the_steps_own_noise_counted_with_their_autocorrelation():
+def test_one_run_a_side_adds_a_step_and_the_floor_to_the_medians_noise_counted_with_its_autocorrelation():
     a = np.array(_steps(100, 20, 0.05))
     b = np.array(_steps(120, 20, 0.05))
     s = shift([a], [b], run_noise=0.1, level=0.95)
 
-    def own(x):  # the log median's variance from the steps: sqrt(pi/2) MAD-sd, n_eff from the lag-1 autocorrelation
+    def own(x):  # the log median's variance (sqrt(pi/2) MAD-sd, n_eff from the lag-1 autocorrelation) and a step's
         logs = pd.Series(np.log(x))
         r = min(max(logs.autocorr(1), 0.0), 0.9)
         sd = 1.4826 * (logs - logs.median()).abs().median()
-        return (math.pi / 2) * sd ** 2 / (len(x) * (1 - r) / (1 + r))
+        return (math.pi / 2) * sd ** 2 / (len(x) * (1 - r) / (1 + r)) + sd ** 2
 
     se = math.sqrt(own(a) + own(b) + 2 * math.log(1.1) ** 2)
     d = np.median(np.log(b)) - np.median(np.log(a))
@@ -77,8 +77,10 @@ def test_one_run_a_side_adds_the_floor_to_the_steps_own_noise_counted_with_their
 def test_steps_whose_slow_spell_lasts_tell_less_than_the_same_steps_shuffled():
     spell = np.r_[np.full(10, 100.0), np.full(10, 130.0)] + RNG.normal(0, 1, 20)
     shuffled = RNG.permutation(spell)
+    assert run_level(spell)[1] > 10 * run_level(shuffled)[1]  # the median's variance: 20 steps worth about one
+    assert run_level(spell)[2] == run_level(shuffled)[2]  # one step's: the same steps
     steady = np.full(20, 115.0)
-    assert shift([spell], [steady], 0.0).detectable > 3 * shift([shuffled], [steady], 0.0).detectable
+    assert shift([spell], [steady], 0.0).detectable > 1.3 * shift([shuffled], [steady], 0.0).detectable
 
 
 @pytest.mark.parametrize("a, b, limits, verdict, regression", [

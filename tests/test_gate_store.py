@@ -116,6 +116,16 @@ def test_a_folder_of_run_folders_is_each_of_them_and_a_trace_beside_them_one_mor
         [("repeat-1", "none", 0), ("repeat-2", "none", 0), ("repeats", "traces", 1)]
 
 
+def test_run_folders_are_found_below_folders_that_are_none(tmp_path):
+    folder = _repeats(tmp_path, NONE_RUN, NONE_RUN)
+    nested = tmp_path / "runs" / "candidate"
+    nested.mkdir(parents=True)
+    folder.rename(nested / "train-none-20261206-120000")  # --out runs/candidate holding --repeat's folder
+    runs = Session.open([str(tmp_path / "runs")], digests=()).runs
+    assert [Path(r.name).relative_to(nested).as_posix() for r in runs] == \
+        ["train-none-20261206-120000/repeat-1", "train-none-20261206-120000/repeat-2"]
+
+
 def test_repeats_are_stored_as_runs_and_judged_as_repeats(capsys, tmp_path, store):
     folder = _repeats(tmp_path, NONE_RUN, NONE_RUN)
     _accept(capsys, store, "main", folder)

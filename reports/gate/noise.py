@@ -9,14 +9,16 @@ scale, so that a change is a ratio. The level of a run holds two kinds of noise:
   n_eff = n (1 - r) / (1 + r) independent ones, r their lag-1 autocorrelation (at least 0);
   the median's standard error is sqrt(pi/2) x sd / sqrt(n_eff), sd robust (MAD x 1.4826).
 - between runs: a run's level moves with its machine's state (its load, clocks, allocator, a
-  fresh machine's first run) more than its steps do. Without repeats nothing measures it, so
-  a stated floor stands for it: `run_noise`, the relative standard deviation of a run's level
-  between runs (RUN_NOISE unless the user says: `--run-noise`, measured on repeats of the job).
-  With repeats (several runs of one config a side), the runs' spread about their side's mean
-  measures both kinds together, pooled over the sides, the floor and steps' variance weighing
-  in as PRIOR_DF degrees of freedom more (two runs a side alone would trust one difference).
-  Launches per step get no floor (the caller's run_noise=0): the same work launches the
-  same kernels on any run; memory gets it, as an allocator's state differs between runs.
+  fresh machine's first run) more than its steps' median does. Without repeats nothing
+  measures it, so it is taken as one step's variance (whatever slows a step for a while, a
+  run may meet for all of its steps) plus a stated floor: `run_noise`, the relative standard
+  deviation of a run's level between runs that steps do not show (RUN_NOISE unless the user
+  says: `--run-noise`). With repeats (several runs of one config a side), the runs' spread
+  about their side's mean measures both kinds together, pooled over the sides, with that
+  same prior weighing in as PRIOR_DF degrees of freedom more (two runs a side alone would
+  trust one lucky agreement). Launches per step get no floor (the caller's run_noise=0): the
+  same work launches the same kernels on any run; memory gets it, as an allocator's state
+  differs between runs.
 
 The test is Student's t on the mean log levels (scipy.stats; the normal where the floor alone
 makes the variance): beyond the noise where its two-sided p is under 1 - level. The smallest
@@ -57,31 +59,32 @@ class Shift:
 def effective_steps(x: np.ndarray) -> float:
     """n (1 - r) / (1 + r), r the lag-1 autocorrelation of the steps, clipped to [0, MAX_LAG1]."""
     n = len(x)
-    if n < 3 or np.ptp(x) == 0:
+    if n < 3 or np.ptp(x[:-1]) == 0 or np.ptp(x[1:]) == 0:  # no correlation without spread
         return float(n)
     r = float(np.corrcoef(x[:-1], x[1:])[0, 1])
     r = min(max(r if math.isfinite(r) else 0.0, 0.0), MAX_LAG1)
     return n * (1 - r) / (1 + r)
 
 
-def run_level(values: np.ndarray) -> tuple[float, float]:
-    """(the run's median, that median's variance from its own samples alone)."""
+def run_level(values: np.ndarray) -> tuple[float, float, float]:
+    """(the run's median, that median's variance from its own samples alone, one sample's variance)."""
     if len(values) < 2:
-        return float(np.median(values)), 0.0
+        return float(np.median(values)), 0.0, 0.0
     sd = MAD_TO_SD * float(np.median(np.abs(values - np.median(values))))
-    return float(np.median(values)), (MEDIAN_SE * sd) ** 2 / effective_steps(values)
+    return float(np.median(values)), (MEDIAN_SE * sd) ** 2 / effective_steps(values), sd ** 2
 
 
-def run_variance(a: list[tuple[float, float]], b: list[tuple[float, float]], floor: float) -> tuple[float, float]:
+def run_variance(a: list[tuple[float, float, float]], b: list[tuple[float, float, float]],
+                 floor: float) -> tuple[float, float]:
     """(variance of one run's level about its side's, its degrees of freedom). Without repeats:
-    the runs' own steps' variance plus the floor, taken as known (inf). With repeats: the runs'
+    the median's own variance, one step's variance and the floor, taken as known (inf). With repeats: the runs'
     spread about their side's mean, pooled over both sides, with that same prior weighing as
     PRIOR_DF more degrees of freedom: two or three runs a side tell the spread badly alone."""
-    prior = float(np.mean([w for _, w in a + b])) + floor
+    prior = float(np.mean([w + step for _, w, step in a + b])) + floor
     df = len(a) + len(b) - 2
     if df == 0:
         return prior, math.inf
-    squares = sum(float(np.sum((np.array([m for m, _ in side]) - np.mean([m for m, _ in side])) ** 2)) for side in (a, b))
+    squares = sum(float(np.sum((np.array([r[0] for r in side]) - np.mean([r[0] for r in side])) ** 2)) for side in (a, b))
     return (squares + PRIOR_DF * prior) / (df + PRIOR_DF), df + PRIOR_DF
 
 
@@ -96,7 +99,7 @@ def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE
     logs = all((x > 0).all() for x in a + b)
     f = np.log if logs else np.asarray
     la, lb = [run_level(f(x)) for x in a], [run_level(f(x)) for x in b]
-    ma, mb = float(np.mean([m for m, _ in la])), float(np.mean([m for m, _ in lb]))
+    ma, mb = float(np.mean([r[0] for r in la])), float(np.mean([r[0] for r in lb]))
     floor = math.log1p(run_noise) ** 2 if logs else (run_noise * ma) ** 2
     var, df = run_variance(la, lb, floor)
     d, se = mb - ma, math.sqrt(var * (1 / len(la) + 1 / len(lb)))

@@ -32,6 +32,7 @@ from .noise import RUN_NOISE, shift
 from .samples import BYTES, COUNT, STEP_TIME, TIME, RunSamples
 
 DEFAULT_MAX_REGRESSION = 0.05
+MIN_FIGURE_RUNS = 2
 TOP_CAUSES = 5  # per kind of cause (kernel, scope, rank, ...)
 WORDS = {TIME: ("slower", "faster"), BYTES: ("grew", "shrank"), COUNT: ("more", "fewer"), "": ("worse", "better")}
 WITHIN, TOO_FEW = "within noise", "too few samples"
@@ -114,7 +115,8 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     notes += [f"{r.name}: no steps in its traces (proton records none, or no step ranges matched): only its "
               "run folder's figures are judged" for r in baseline + candidate if r.steps.empty]
     step_ns = _median(_step_samples(baseline, STEP_TIME))
-    judged = sum(thresholds.of(m) is not None for m in names)
+    figures = set(baseline[0].figures) if baseline and not _figures_judged(baseline, candidate) else set()
+    judged = sum(thresholds.of(m) is not None and m not in figures for m in names)
     level = family_level(judged)
     notes.append(_noise_note(len(baseline), len(candidate), thresholds.run_noise, level, judged))
     out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns, thresholds.run_noise, level) for m in names]
@@ -123,6 +125,12 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     if len(set(sources.values())) > 1:
         notes.append(f"step time timed differently: baseline {sources['baseline']}, candidate {sources['candidate']}")
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
+
+
+def _figures_judged(baseline: list[RunSamples], candidate: list[RunSamples]) -> bool:
+    """A workload figure, one value a run, is judged with MIN_FIGURE_RUNS runs a side: with one,
+    its steps cannot say how far it moves between runs (its runs' spread does, pooled with the floor)."""
+    return min(len(baseline), len(candidate)) >= MIN_FIGURE_RUNS
 
 
 def family_level(metrics: int) -> float:
@@ -167,6 +175,8 @@ def _judge(metric: str, baseline: list[RunSamples], candidate: list[RunSamples],
     a, b = _samples(baseline, metric, per_run), _samples(candidate, metric, per_run)
     counted = unit == COUNT and not per_run  # the same work launches the same kernels on any run: no floor
     v = _verdict(metric, unit, a, b, 0.0 if counted else run_noise, level)
+    if per_run and not _figures_judged(baseline, candidate):
+        v.verdict = TOO_FEW  # one value a side: nothing measures how far it moves between runs
     v.basis, v.threshold = "runs" if per_run else "steps", threshold
     delta = v.candidate - v.baseline
     v.worse = v.verdict not in (WITHIN, TOO_FEW) and ((delta < 0) if higher else (delta > 0))

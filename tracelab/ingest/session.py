@@ -203,14 +203,19 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     return ([(TRACES, path, traces)] if traces else []) + [(SNAPSHOT, str(f), [f]) for f in snapshots]
 
 
-def run_folders(folder: Path) -> list[Path]:
-    """The run folders (run.json inside) right under a folder that is none itself, in name order."""
-    if (folder / "run.json").exists():
+RUN_FOLDER_DEPTH = 3  # how deep run folders are looked for under one that is none: runs/pr/train-X/repeat-1
+
+
+def run_folders(folder: Path, depth: int = RUN_FOLDER_DEPTH) -> list[Path]:
+    """The run folders (run.json inside) under a folder that is none itself, the first met down
+    each branch, in name order: `--out runs/pr` holding `tracelab run --repeat`'s folder of repeats."""
+    if (folder / "run.json").exists() or depth == 0:
         return []
     try:
-        return sorted(d for d in folder.iterdir() if d.is_dir() and (d / "run.json").is_file())
+        children = sorted(d for d in folder.iterdir() if d.is_dir())
     except OSError:
         return []  # an unreadable folder: expand words why
+    return [found for d in children for found in ([d] if (d / "run.json").is_file() else run_folders(d, depth - 1))]
 
 
 def _beside(folder: Path, inner: list[Path]) -> list[tuple[str, str, list[Path]]]:
