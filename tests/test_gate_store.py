@@ -6,10 +6,12 @@ folder of run folders is each of them, for the gate and every reader, as `tracel
 --repeat N` makes them."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import fsspec
+import numpy as np
 import pytest
 
 from tracelab.core.options import BASELINE_STORE_ENV
@@ -67,6 +69,16 @@ def test_a_newer_acceptance_wins_and_the_older_stays(capsys, store, tmp_path):
     assert fs.exists(f"{root}/main/{first}/{NONE_RUN.name}/run.json")
 
 
+def test_a_link_in_a_run_folder_is_not_stored(capsys, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(NONE_RUN, run)
+    (tmp_path / "secret.txt").write_text("not the run's")
+    (run / "notes.txt").symlink_to(tmp_path / "secret.txt")
+    version = _accept(capsys, str(tmp_path / "store"), "main", run)
+    stored = tmp_path / "store" / "main" / version / "run"
+    assert (stored / "run.json").is_file() and not (stored / "notes.txt").exists()
+
+
 def test_the_store_named_by_the_environment(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv(BASELINE_STORE_ENV, str(tmp_path / "env-store"))
     _accept(capsys, str(tmp_path / "env-store"), "nightly", NONE_RUN)
@@ -95,6 +107,18 @@ def test_a_regression_against_the_stored_baseline_fails_with_its_cause(capsys, t
     _accept(capsys, store, "main", EQUAL)
     status, out, _ = run_cli_output(capsys, "gate", "baseline:main", str(LATE), "--baseline-store", store)
     assert status == 1 and "gate: FAIL" in out and "scope extra_work" in out
+
+
+def test_a_run_under_none_is_gated_on_its_unprofiled_steps(capsys, tmp_path):
+    run = tmp_path / "none-run"
+    shutil.copytree(NONE_RUN, run)
+    doc = json.loads((run / "run.json").read_text())
+    steps_ns = [30e6, 31e6, 29e6, 30.5e6]
+    doc["results"]["0"]["rows"][0]["unprofiled_step_ns_samples"] = steps_ns  # as today's runs record them
+    (run / "run.json").write_text(json.dumps(doc))
+    status, out = _gate_json(capsys, str(run), str(run))
+    step = next(m for m in out["metrics"] if m["metric"] == "step_time")
+    assert status == 0 and step["baseline"] == pytest.approx(float(np.median(steps_ns))) and step["n_baseline"] == 4
 
 
 # ---- repeats: a folder of run folders ----------------------------------------------------------------

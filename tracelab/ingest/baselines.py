@@ -66,7 +66,7 @@ def save(name: str, runs: list[Path], store: str | None) -> str:
         [f"{k}-{r.name}" for k, r in enumerate(runs, 1)]  # two repeat-1 of two folders: told apart
     try:
         for run, stored in zip(runs, names):
-            for f in sorted(p for p in run.rglob("*") if p.is_file()):
+            for f in sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink()):  # its own files only
                 target = f"{base}/{version}/{stored}/{f.relative_to(run).as_posix()}"
                 fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
                 fs.put_file(str(f), target)
