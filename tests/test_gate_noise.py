@@ -117,7 +117,7 @@ def test_each_metric_is_judged_at_the_gates_bonferroni_level():
     g = gate(runs(100), runs(100), Thresholds(metrics=(("m9", None),)))
     assert family_level(9) == pytest.approx(1 - 0.05 / 9)
     assert [m.confidence for m in g.metrics] == [pytest.approx(1 - 0.05 / 9)] * 10
-    assert any("each of 9 metrics judged at 99.44%" in n for n in g.notes)
+    assert any("each of 9 metrics judged at 99.44%" in n.text for n in g.notes)
     assert RUN_NOISE == Thresholds().run_noise
 
 

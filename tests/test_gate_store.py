@@ -156,7 +156,7 @@ def test_repeats_are_stored_as_runs_and_judged_as_repeats(capsys, tmp_path, stor
     _, doc = _gate_json(capsys, "baseline:main", str(folder), "--baseline-store", store)
     assert [Path(b).name for b in doc["baseline"]] == ["repeat-1", "repeat-2"] and len(doc["candidate"]) == 2
     assert all(m["n_baseline"] == 2 and m["basis"] == "runs" for m in doc["metrics"])
-    assert any("measured on the repeats (2 baseline, 2 candidate runs)" in n for n in doc["notes"])
+    assert any(n["code"] == "gate_noise_repeats" and "(2 baseline, 2 candidate runs)" in n["text"] for n in doc["notes"])
 
 
 def test_repeat_must_be_a_count(capsys, tmp_path):

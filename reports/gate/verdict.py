@@ -2,15 +2,16 @@
 a Gate out.
 
 Samples: each run's steps (steps as samples within a run) and the runs of a side (repeats as
-samples across runs); a workload figure has one value per run. The noise model (noise.py)
-takes a run's level as its median step, with what its own autocorrelated steps leave
-uncertain, and adds how far runs of one job move apart: measured from repeats where a side
-has them, else a stated floor (`run_noise`, for times, memory and workload figures: an allocator's
-state differs between runs too; launches, counted, get none). A metric is beyond the noise where a t test on the levels says so; the
-smallest change this input could have detected is that interval's half width. The gate fails
-on any of its metrics, so each is judged at 1 - (1 - INTERVAL_LEVEL) / m, m the metrics that
-may fail it (Bonferroni): an unchanged job fails the gate in at most 1 - INTERVAL_LEVEL of
-its pairs, whatever the count of metrics, where the noise model holds.
+samples across runs); a workload figure has one value per run, judged with MIN_FIGURE_RUNS
+runs a side. The noise model (noise.py) takes a run's level as its median step, with what its
+own autocorrelated steps leave uncertain, and adds how far runs of one job move apart:
+measured from repeats where a side has them, else one step's spread and a stated floor
+(`run_noise`, for times, memory and figures: an allocator's state differs between runs too;
+launches, counted, get none). A metric is beyond the noise where a t test on the levels says
+so; the smallest change this input could have detected is that interval's half width. The
+gate fails on any of its metrics, so each is judged at 1 - (1 - INTERVAL_LEVEL) / m, m the
+metrics that may fail it (Bonferroni): an unchanged job fails the gate in at most
+1 - INTERVAL_LEVEL of its pairs, whatever the count of metrics, where the noise model holds.
 
 A regression: a verdict in the worse direction, a change beyond the metric's threshold
 (--max-regression, --metric), and, for a time other than the step's, a change of at least
@@ -26,6 +27,8 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 import pandas as pd
+
+from tracelab.core.note import Note
 
 from ..stats import INTERVAL_LEVEL, MIN_LEAD_SHARE
 from .noise import RUN_NOISE, shift
@@ -94,7 +97,7 @@ class Gate:
     candidate: list[str]
     metrics: list[MetricVerdict]
     step_source: dict[str, str]  # side -> where its step time came from
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[MetricVerdict]:
@@ -111,9 +114,8 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     names = [m for m in _metrics(baseline) if m in set(_metrics(candidate))]
     missing = [m for m in _metrics(baseline) + _metrics(candidate) if m not in names]
     if missing:
-        notes.append(f"measured on one side only, not judged: {', '.join(dict.fromkeys(missing))}")
-    notes += [f"{r.name}: no steps in its traces (proton records none, or no step ranges matched): only its "
-              "run folder's figures are judged" for r in baseline + candidate if r.steps.empty]
+        notes.append(Note("one_side_only", {"metrics": list(dict.fromkeys(missing))}))
+    notes += [Note("run_without_steps", where=(r.name,)) for r in baseline + candidate if r.steps.empty]
     step_ns = _median(_step_samples(baseline, STEP_TIME))
     figures = set(baseline[0].figures) if baseline and not _figures_judged(baseline, candidate) else set()
     judged = sum(thresholds.of(m) is not None and m not in figures for m in names)
@@ -123,7 +125,7 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
                (("baseline", baseline), ("candidate", candidate))}
     if len(set(sources.values())) > 1:
-        notes.append(f"step time timed differently: baseline {sources['baseline']}, candidate {sources['candidate']}")
+        notes.append(Note("step_time_timed_differently", dict(sources)))
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
 
 
@@ -138,13 +140,11 @@ def family_level(metrics: int) -> float:
     return 1 - (1 - INTERVAL_LEVEL) / max(metrics, 1)
 
 
-def _noise_note(n_baseline: int, n_candidate: int, run_noise: float, level: float, judged: int) -> str:
-    each = f"each of {judged} metrics judged at {level:.2%} (Bonferroni: the gate's false alarms at most " \
-           f"{1 - INTERVAL_LEVEL:.0%}); detectable: the smallest change told from noise at that level"
+def _noise_note(n_baseline: int, n_candidate: int, run_noise: float, level: float, judged: int) -> Note:
+    values = {"metrics": judged, "level": level, "gate_level": INTERVAL_LEVEL}
     if n_baseline > 1 or n_candidate > 1:
-        return f"noise between runs measured on the repeats ({n_baseline} baseline, {n_candidate} candidate runs); {each}"
-    return (f"one run a side: two runs of the job taken to differ by {run_noise:.0%} (sd) in time, beside their "
-            f"steps' own noise (--run-noise; repeats, several runs a side, measure it); {each}")
+        return Note("gate_noise_repeats", {"baseline_runs": n_baseline, "candidate_runs": n_candidate, **values})
+    return Note("gate_noise_floor", {"run_noise": run_noise, **values})
 
 
 def _metrics(runs: list[RunSamples]) -> list[str]:
