@@ -88,8 +88,8 @@ def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> 
         units[STEP_TIME] = TIME
         cols[STEP_TIME], source = pd.Series(unprofiled, index=pd.RangeIndex(len(unprofiled), name="step")), "unprofiled"
     figures, higher = _figures(info)
-    steps = pd.DataFrame({k: v for k, v in cols.items() if k != STEP_TIME})
-    steps = pd.concat([cols[STEP_TIME].rename(STEP_TIME), steps], axis=1) if STEP_TIME in cols else steps
+    order = [STEP_TIME] * (STEP_TIME in cols) + [k for k in cols if k != STEP_TIME]
+    steps = pd.DataFrame({k: cols[k] for k in order})  # a run under none: its unprofiled steps alone
     units.update({k: VALUE for k in figures})
     return RunSamples(name, steps, figures, pd.concat(why, ignore_index=True) if why else _no_why(),
                       units, higher, source)

@@ -83,6 +83,11 @@ def _unread(v: dict) -> str:
     return f"{n:,} {v['category']} event{'s' if n > 1 else ''} and no kernel, memcpy or memset: {UNREAD[v['category']]}"
 
 
+def _gate_level(v: dict) -> str:
+    return (f"each of {v['metrics']} metrics judged at {v['level']:.2%} (Bonferroni: the gate's false alarms at "
+            f"most {1 - v['gate_level']:.0%}); detectable: the smallest change told from noise at that level")
+
+
 def _no_steps(v: dict) -> str:
     why = "its step ranges hold no GPU work's launch" if v["step_ranges"] else "no range matches the step pattern"
     return (f"no steps in this trace ({why}; see --step): the whole trace, first GPU start to last GPU end, "
@@ -167,6 +172,12 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
                           "folder's figures are judged"),
     "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
+    "gate_noise_repeats": lambda v: ("noise between runs measured on the repeats "
+                                     f"({v['baseline_runs']} baseline, {v['candidate_runs']} candidate runs); "
+                                     + _gate_level(v)),
+    "gate_noise_floor": lambda v: (f"one run a side: two runs of the job taken to differ by {v['run_noise']:.0%} (sd) "
+                                   "in time beyond their steps' own spread (--run-noise; repeats, several runs a side, "
+                                   "measure it); " + _gate_level(v)),
 }
 
 

@@ -4,6 +4,9 @@ inputs into runs by one rule, so every command sees the same runs, labels and fi
 
 - a folder is one run (a run folder, or a folder of many rank files); a run folder under
   backend none (run.json, no trace) is a run with no ranks, still read for its run.json;
+- a folder that is no run folder but holds run folders (`tracelab run --repeat N`'s repeat-K,
+  or runs gathered in one place) is each of them, in name order; traces beside them, outside
+  any, one run more;
 - rank files given together form one run when they are distinct ranks of one job
   (reports.session.not_one_job), else each file is a run of its own;
 - a memory snapshot pickle (told by its bytes) is an input of its own kind, memory only,
@@ -194,12 +197,41 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     if not p.is_dir():
         (f,) = expand(p)  # a path to nothing refused as expand words it (a broken link, say)
         return [(SNAPSHOT if detect(f) == "snapshot" else "file", path, [f])]
+    if inner := run_folders(p):
+        return [part for d in inner for part in _plan(str(d))] + _beside(p, inner)
     if traceless_run(p, TRACE_SUFFIXES + SNAPSHOT_SUFFIXES):
         return [(NONE, path, [])]
     found = expand(p, TRACE_SUFFIXES + SNAPSHOT_SUFFIXES)
     snapshots = [f for f in found if f.name.lower().endswith(SNAPSHOT_SUFFIXES) and detect(f) == "snapshot"]
     traces = [f for f in found if f not in snapshots]
     return ([(TRACES, path, traces)] if traces else []) + [(SNAPSHOT, str(f), [f]) for f in snapshots]
+
+
+RUN_FOLDER_DEPTH = 3  # how deep run folders are looked for under one that is none: runs/pr/train-X/repeat-1
+
+
+def run_folders(folder: Path, depth: int = RUN_FOLDER_DEPTH) -> list[Path]:
+    """The run folders (run.json inside) under a folder that is none itself, the first met down
+    each branch, in name order: `--out runs/pr` holding `tracelab run --repeat`'s folder of repeats."""
+    if (folder / "run.json").exists() or depth == 0:
+        return []
+    try:
+        children = sorted(d for d in folder.iterdir() if d.is_dir())
+    except OSError:
+        return []  # an unreadable folder: expand words why
+    return [found for d in children for found in ([d] if (d / "run.json").is_file() else run_folders(d, depth - 1))]
+
+
+def _beside(folder: Path, inner: list[Path]) -> list[tuple[str, str, list[Path]]]:
+    """Traces in a folder of run folders outside every one of them: a run of their own."""
+    from tracelab.ingest.loading import expand
+
+    try:
+        found = expand(folder)
+    except NoTracesError:
+        return []
+    outside = [f for f in found if not any(d in f.parents for d in inner)]
+    return [(TRACES, str(folder), outside)] if outside else []
 
 
 def _runs(plans: list[list[tuple[str, str, list[Path]]]], parsed) -> list[Run]:
