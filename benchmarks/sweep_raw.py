@@ -1,0 +1,177 @@
+"""Facts about a trace read straight from its raw events, for sweep.py's checks.
+
+Independent of tracelab on purpose: nothing here imports it. Kineto JSON is read with
+json/gzip, nsys exports with sqlite3. Times are in ns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class GpuOp:
+    name: str
+    kind: str  # kernel, memcpy, memset
+    start_ns: float
+    end_ns: float
+    launch_ns: float | None = None  # start of the host call that launched it
+    launch_dur_ns: float | None = None
+
+
+@dataclass
+class Raw:
+    """What a trace holds: its GPU ops, step ranges, memory samples and device names."""
+
+    format: str
+    ops: list[GpuOp] = field(default_factory=list)
+    steps: dict[int, tuple[float, float]] = field(default_factory=dict)  # step -> (start, end) ns
+    memory: list[tuple[float, float, float]] = field(default_factory=list)  # (ts, alloc, reserved)
+    devices: list[str] = field(default_factory=list)
+    device_key: str | None = None
+
+
+def load(path: Path) -> Raw:
+    if path.suffix == ".sqlite":
+        return _nsys(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or "traceEvents" not in doc:
+        return Raw(format="other")
+    return _kineto(doc)
+
+
+def _kineto(doc: dict) -> Raw:
+    raw = Raw(format="kineto")
+    for key in ("deviceProperties", "computeProperties"):
+        if doc.get(key):
+            raw.device_key = key
+            raw.devices = [str(d.get("name", "")) for d in doc[key]]
+            break
+    launches: dict[object, tuple[float, float]] = {}
+    for ev in doc["traceEvents"]:
+        cat = str(ev.get("cat", "")).lower()
+        name = str(ev.get("name", ""))
+        if ev.get("ph") == "X" and cat in LAUNCH_CATS:
+            corr = (ev.get("args") or {}).get("correlation")
+            launches[corr] = (ev["ts"] * 1e3, ev.get("dur", 0) * 1e3)
+        elif ev.get("ph") == "X" and cat in GPU_CATS:
+            start = ev["ts"] * 1e3
+            op = GpuOp(name, cat.replace("gpu_", ""), start, start + ev.get("dur", 0) * 1e3)
+            op.launch_ns = (ev.get("args") or {}).get("correlation")  # resolved below
+            raw.ops.append(op)
+        elif ev.get("ph") == "X" and STEP_NAME.match(name):
+            step = int(STEP_NAME.match(name).group(1))
+            raw.steps[step] = (ev["ts"] * 1e3, (ev["ts"] + ev.get("dur", 0)) * 1e3)
+        elif name == "[memory]":
+            args = ev.get("args") or {}
+            alloc = args.get("Total Allocated", args.get("Total Allocated (B)"))
+            if alloc is not None and args.get("Device Type", 1) != 0:
+                raw.memory.append((ev["ts"] * 1e3, float(alloc), float(args.get("Total Reserved", 0))))
+    for op in raw.ops:
+        call = launches.get(op.launch_ns)
+        op.launch_ns, op.launch_dur_ns = call if call else (None, None)
+    return raw
+
+
+def _nsys(path: Path) -> Raw:
+    raw = Raw(format="nsys")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    launches = {
+        corr: (start, end - start)
+        for corr, start, end in con.execute("select correlationId, start, end from CUPTI_ACTIVITY_KIND_RUNTIME")
+    }
+    names = dict(con.execute("select id, value from StringIds"))
+    kernels = con.execute("select shortName, start, end, correlationId from CUPTI_ACTIVITY_KIND_KERNEL")
+    for short, start, end, corr in kernels:
+        call = launches.get(corr, (None, None))
+        raw.ops.append(GpuOp(names.get(short, str(short)), "kernel", start, end, *call))
+    for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+        if table in tables:
+            for start, end, corr in con.execute(f"select start, end, correlationId from {table}"):
+                raw.ops.append(GpuOp(kind, kind, start, end, *launches.get(corr, (None, None))))
+    if "TARGET_INFO_GPU" in tables:
+        raw.devices = [r[0] for r in con.execute("select name from TARGET_INFO_GPU")]
+    return raw
+
+
+def union_ns(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) spans."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            total += (cur_end - cur_start) if cur_end is not None else 0.0
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    return total + ((cur_end - cur_start) if cur_end is not None else 0.0)
+
+
+def step_ops(raw: Raw, step: int) -> list[GpuOp]:
+    """GPU ops launched by a host call inside the step's range."""
+    start, end = raw.steps[step]
+    return [op for op in raw.ops if op.launch_ns is not None and start <= op.launch_ns <= end]
+
+
+def window(ops: list[GpuOp]) -> dict:
+    """Span, busy and host-late idle of a set of GPU ops.
+
+    Host-late idle: in each gap of the GPU's busy union, the time before the host even began
+    the call that launched the op ending the gap (the GPU could not have started it sooner).
+    """
+    if not ops:
+        return {"span_ns": 0.0, "busy_ns": 0.0, "host_late_ns": 0.0, "kernels": 0}
+    spans = sorted((op.start_ns, op.end_ns, op) for op in ops)
+    busy_end, host_late = spans[0][1], 0.0
+    for start, end, op in spans[1:]:
+        if start > busy_end and op.launch_ns is not None:
+            host_late += max(0.0, min(start, op.launch_ns) - busy_end)
+        busy_end = max(busy_end, end)
+    return {
+        "span_ns": max(e for _, e, _ in spans) - spans[0][0],
+        "busy_ns": union_ns([(s, e) for s, e, _ in spans]),
+        "host_late_ns": host_late,
+        "kernels": sum(op.kind == "kernel" for op in ops),
+    }
+
+
+def kernel_totals(raw: Raw) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for op in raw.ops:
+        if op.kind == "kernel":
+            totals[op.name] = totals.get(op.name, 0.0) + op.end_ns - op.start_ns
+    return totals
+
+
+def named_total(raw: Raw, shown: str) -> tuple[float, int]:
+    """Time and calls of the kernels a shown (possibly shortened) name stands for."""
+    stem = shown.rstrip("…").split("::")[-1]
+    pattern = re.compile(r"(^|[^A-Za-z0-9_])" + re.escape(stem) + r"($|[^A-Za-z0-9_])")
+    hits = [op for op in raw.ops if op.kind == "kernel" and (op.name == shown or pattern.search(op.name))]
+    if shown.endswith("…"):
+        hits = [op for op in raw.ops if op.kind == "kernel" and op.name.startswith(shown[:-1])] or hits
+    return sum(op.end_ns - op.start_ns for op in hits), len(hits)
+
+
+def unexplained_ns(ops: list[GpuOp]) -> float:
+    """GPU start delays that neither the launch call nor earlier GPU work in the file explains:
+    an op that starts after its launch call returned and after the GPU went idle."""
+    total, busy_end = 0.0, None
+    for op in sorted(ops, key=lambda o: o.start_ns):
+        if op.launch_ns is not None:
+            ready = op.launch_ns + (op.launch_dur_ns or 0.0)
+            floor = ready if busy_end is None else max(ready, busy_end)
+            total += max(0.0, op.start_ns - floor)
+        busy_end = op.end_ns if busy_end is None else max(busy_end, op.end_ns)
+    return total
