@@ -29,8 +29,13 @@ def slug(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".json").removesuffix(".sqlite")
 
 
+CHECKOUT = {"root": Path(__file__).resolve().parent.parent}  # whose tracelab runs (--repo)
+
+
 def _tracelab(args: list[str], out: Path, stem: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, timeout=900)
+    # Run from the checkout's root: `python -m` puts the working folder first on the path.
+    proc = subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, timeout=900,
+                          cwd=CHECKOUT["root"])
     (out / f"{stem}.out").write_text(proc.stdout)
     (out / f"{stem}.err").write_text(proc.stderr)
     (out / f"{stem}.rc").write_text(str(proc.returncode))
@@ -39,15 +44,16 @@ def _tracelab(args: list[str], out: Path, stem: str) -> None:
 def run_trace(trace: Path, out_root: Path) -> None:
     out = out_root / slug(trace)
     out.mkdir(parents=True, exist_ok=True)
+    trace = trace.resolve()
     (out / "trace.txt").write_text(str(trace))
     for command in COMMANDS:
         _tracelab([command, "--format", "json", str(trace)], out, f"{command}.json")
         _tracelab([command, str(trace)], out, f"{command}.text")
-    _tracelab(["report", str(trace), "-o", str(out / "report.html"), "--force"], out, "report.text")
+    _tracelab(["report", str(trace), "-o", str(out.resolve() / "report.html"), "--force"], out, "report.text")
 
 
 def run_pair(pair: str, out_root: Path) -> None:
-    first, second = (Path(p) for p in pair.split(","))
+    first, second = (Path(p).resolve() for p in pair.split(","))
     out = out_root / f"compare__{slug(first)}__{slug(second)}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "trace.txt").write_text(f"{first}\n{second}")
@@ -63,12 +69,14 @@ def main() -> None:
     run.add_argument("traces", type=Path, nargs="*")
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--pair", action="append", default=[], help="two traces for compare: A,B")
+    run.add_argument("--repo", type=Path, default=CHECKOUT["root"], help="the checkout to run (default: this one)")
     check = sub.add_parser("check")
     check.add_argument("out", type=Path)
     check.add_argument("--sources", type=Path, help="JSON: trace path -> {source, licence, device}")
     check.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if args.what == "run":
+        CHECKOUT["root"] = args.repo.resolve()
         with ThreadPoolExecutor(args.jobs) as pool:
             jobs = [pool.submit(run_trace, t, args.out) for t in args.traces]
             jobs += [pool.submit(run_pair, p, args.out) for p in args.pair]
