@@ -132,10 +132,24 @@ def check_whatif(doc: dict, raw: sweep_raw.Raw, text: str = "") -> list[tuple[st
         # Removing host gaps alone cannot make a step shorter than the GPU's own busy time.
         ok = scenario["predicted_ns"] >= facts["busy_ns"] * (1 - REL_TOL)
         out.append((_v(ok), f"{scenario['name']}: predicted {ms(scenario['predicted_ns'])} vs raw busy {ms(facts['busy_ns'])}"))
+    out += _path_names(steps[0], raw)
     first = scenarios[0]
     out.append((_v(0 <= first["saving_ns"] <= first["step_ns"]),
                 f"{first['name']}: saves {ms(first['saving_ns'])} of {ms(first['step_ns'])}"))
     return out
+
+
+def _path_names(step: dict, raw: sweep_raw.Raw) -> list[tuple[str, str]]:
+    """A host op or range named on the critical path cannot lie on it longer than it lasts in the
+    whole file (its durations summed: an upper bound)."""
+    out = []
+    for item in step.get("top") or []:
+        if item.get("what") != "host" or item.get("name") not in raw.host_ns:
+            continue
+        lasts = raw.host_ns[item["name"]]
+        out.append((_v(item["ns"] <= lasts * (1 + REL_TOL)),
+                    f"'{item['name'][:40]}' {ms(item['ns'])} on the path, lasts {ms(lasts)} in the file"))
+    return out[:3] if all(v == "true" for v, _ in out) else [r for r in out if r[0] != "true"]
 
 
 DEVICE_FAMILY = re.compile(r"(H100|H200|H800|H20|B200|GB200|A100|V100|MI\d{3}X?|RTX \w+|A10G?|L4|T4)", re.I)

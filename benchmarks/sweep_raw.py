@@ -38,6 +38,7 @@ class Raw:
     memory: list[tuple[float, float, float]] = field(default_factory=list)  # (ts, alloc, reserved)
     devices: list[str] = field(default_factory=list)
     device_key: str | None = None
+    host_ns: dict[str, float] = field(default_factory=dict)  # host op or range name -> summed duration
 
 
 def load(path: Path) -> Raw:
@@ -71,8 +72,11 @@ def _kineto(doc: dict) -> Raw:
             op.launch_ns = (ev.get("args") or {}).get("correlation")  # resolved below
             raw.ops.append(op)
         elif ev.get("ph") == "X" and STEP_NAME.match(name):
+            raw.host_ns[name] = raw.host_ns.get(name, 0.0) + ev.get("dur", 0) * 1e3
             step = int(STEP_NAME.match(name).group(1))
             raw.steps[step] = (ev["ts"] * 1e3, (ev["ts"] + ev.get("dur", 0)) * 1e3)
+        elif ev.get("ph") == "X":
+            raw.host_ns[name] = raw.host_ns.get(name, 0.0) + ev.get("dur", 0) * 1e3
         elif name == "[memory]":
             args = ev.get("args") or {}
             alloc = args.get("Total Allocated", args.get("Total Allocated (B)"))
