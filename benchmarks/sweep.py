@@ -41,15 +41,16 @@ def _tracelab(args: list[str], out: Path, stem: str) -> None:
     (out / f"{stem}.rc").write_text(str(proc.returncode))
 
 
-def run_trace(trace: Path, out_root: Path) -> None:
+def run_trace(trace: Path, out_root: Path, commands: tuple[str, ...] = (*COMMANDS, "report")) -> None:
     out = out_root / slug(trace)
     out.mkdir(parents=True, exist_ok=True)
     trace = trace.resolve()
     (out / "trace.txt").write_text(str(trace))
-    for command in COMMANDS:
+    for command in (c for c in COMMANDS if c in commands):
         _tracelab([command, "--format", "json", str(trace)], out, f"{command}.json")
         _tracelab([command, str(trace)], out, f"{command}.text")
-    _tracelab(["report", str(trace), "-o", str(out.resolve() / "report.html"), "--force"], out, "report.text")
+    if "report" in commands:
+        _tracelab(["report", str(trace), "-o", str(out.resolve() / "report.html"), "--force"], out, "report.text")
 
 
 def run_pair(pair: str, out_root: Path) -> None:
@@ -69,6 +70,7 @@ def main() -> None:
     run.add_argument("traces", type=Path, nargs="*")
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--pair", action="append", default=[], help="two traces for compare: A,B")
+    run.add_argument("--commands", default=",".join((*COMMANDS, "report")), help="which to run, comma-separated")
     run.add_argument("--repo", type=Path, default=CHECKOUT["root"], help="the checkout to run (default: this one)")
     check = sub.add_parser("check")
     check.add_argument("out", type=Path)
@@ -78,7 +80,7 @@ def main() -> None:
     if args.what == "run":
         CHECKOUT["root"] = args.repo.resolve()
         with ThreadPoolExecutor(args.jobs) as pool:
-            jobs = [pool.submit(run_trace, t, args.out) for t in args.traces]
+            jobs = [pool.submit(run_trace, t, args.out, tuple(args.commands.split(","))) for t in args.traces]
             jobs += [pool.submit(run_pair, p, args.out) for p in args.pair]
             for job in jobs:
                 job.result()
