@@ -128,6 +128,14 @@ def step_ops(raw: Raw, step: int) -> list[GpuOp]:
     return [op for op in raw.ops if op.launch_ns is not None and start <= op.launch_ns <= end]
 
 
+def step_ops_by_time(raw: Raw, step: int) -> list[GpuOp]:
+    """The other convention: GPU ops that run inside the step's range, clipped to it (an op
+    launched just before the range that runs inside it counts)."""
+    start, end = raw.steps[step]
+    return [GpuOp(op.name, op.kind, max(op.start_ns, start), min(op.end_ns, end), op.launch_ns, op.launch_dur_ns)
+            for op in raw.ops if op.end_ns > start and op.start_ns < end]
+
+
 def window(ops: list[GpuOp]) -> dict:
     """Span, busy and host-late idle of a set of GPU ops.
 
