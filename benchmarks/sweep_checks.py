@@ -261,6 +261,12 @@ def check_finding(finding: str, raw: sweep_raw.Raw) -> list[tuple[str, str]]:
         start = min(first.start_ns, first.launch_ns if first.launch_ns is not None else first.start_ns)
         span = max(op.end_ns for op in raw.ops) - start
         out.append((_v(close(_num(m.group(2)) * 1e6, span)), f"trace {m.group(2)} ms vs raw {ms(span)}"))
+    if m := re.search(r"([\d,.]+) ms of it waiting on another stream, an event or a peer", finding):
+        # Such a wait needs a second stream, an event wait or a collective in the file.
+        comm = any(re.search(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter", op.name, re.I) for op in raw.ops)
+        has = len(raw.streams) > 1 or raw.event_waits or comm
+        out.append(("true" if has else "misleading", f"{m.group(1)} ms waiting: raw streams {len(raw.streams)}, "
+                                                     f"event or sync waits {raw.event_waits}, collectives {comm}"))
     if "no memory events" in finding:
         out.append((_v(not raw.memory), f"raw [memory] samples: {len(raw.memory)}"))
     if "no steps" in finding:

@@ -16,6 +16,7 @@ from pathlib import Path
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+WAITS = re.compile(r"StreamWaitEvent|EventSynchronize|StreamSynchronize|DeviceSynchronize")
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Raw:
     devices: list[str] = field(default_factory=list)
     device_key: str | None = None
     host_ns: dict[str, float] = field(default_factory=dict)  # host op or range name -> summed duration
+    streams: set = field(default_factory=set)  # GPU streams with work
+    event_waits: int = 0  # host calls that make a stream or the host wait on an event
 
 
 def load(path: Path) -> Raw:
@@ -66,10 +69,12 @@ def _kineto(doc: dict) -> Raw:
         if ev.get("ph") == "X" and cat in LAUNCH_CATS:
             corr = (ev.get("args") or {}).get("correlation")
             launches[corr] = (ev["ts"] * 1e3, ev.get("dur", 0) * 1e3)
+            raw.event_waits += bool(WAITS.search(name))
         elif ev.get("ph") == "X" and cat in GPU_CATS:
             start = ev["ts"] * 1e3
             op = GpuOp(name, cat.replace("gpu_", ""), start, start + ev.get("dur", 0) * 1e3)
             op.launch_ns = (ev.get("args") or {}).get("correlation")  # resolved below
+            raw.streams.add((ev.get("args") or {}).get("stream"))
             raw.ops.append(op)
         elif ev.get("ph") == "X" and STEP_NAME.match(name):
             raw.host_ns[name] = raw.host_ns.get(name, 0.0) + ev.get("dur", 0) * 1e3
@@ -97,10 +102,13 @@ def _nsys(path: Path) -> Raw:
         for corr, start, end in con.execute("select correlationId, start, end from CUPTI_ACTIVITY_KIND_RUNTIME")
     }
     names = dict(con.execute("select id, value from StringIds"))
-    kernels = con.execute("select shortName, start, end, correlationId from CUPTI_ACTIVITY_KIND_KERNEL")
-    for short, start, end, corr in kernels:
+    kernels = con.execute("select shortName, start, end, correlationId, streamId from CUPTI_ACTIVITY_KIND_KERNEL")
+    for short, start, end, corr, stream in kernels:
         call = launches.get(corr, (None, None))
         raw.ops.append(GpuOp(names.get(short, str(short)), "kernel", start, end, *call))
+        raw.streams.add(stream)
+    calls = con.execute("select nameId from CUPTI_ACTIVITY_KIND_RUNTIME")
+    raw.event_waits = sum(bool(WAITS.search(str(names.get(n, "")))) for (n,) in calls)
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
         if table in tables:
             for start, end, corr in con.execute(f"select start, end, correlationId from {table}"):
