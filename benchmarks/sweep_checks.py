@@ -205,14 +205,25 @@ def check_report(out: Path) -> list[tuple[str, str]]:
 
 
 def check_compare(doc: dict, raws: list[sweep_raw.Raw]) -> list[tuple[str, str]]:
-    totals = [sum(sweep_raw.kernel_totals(r).values()) for r in raws]
-    rows = doc.get("rows") or doc.get("compare") or []
-    if not rows:
-        return [("unsupported", "no rows")]
-    row = rows[0]
-    cols = sorted(k for k in row if k.endswith("_ns") and k.startswith("total"))
-    evidence = f"first row {json.dumps(row)[:160]}; raw kernel totals {', '.join(ms(t) for t in totals)}"
-    return [("unsupported", evidence)] if not cols else [("true", evidence)]
+    """Each input's total and busy time, and the first row's time per input (a kernel under a
+    scope can take no more than the kernel's time in the whole file)."""
+    out = []
+    for raw, given, line in zip(raws, doc.get("inputs") or [], doc.get("timeline") or []):
+        total = sum(op.end_ns - op.start_ns for op in raw.ops)
+        busy = sweep_raw.union_ns([(op.start_ns, op.end_ns) for op in raw.ops])
+        out.append((_v(close(given["total_ns"], total) and close(line["busy_ns"], busy)),
+                    f"{given['label'][:24]}: total {ms(given['total_ns'])} vs raw {ms(total)}, "
+                    f"busy {ms(line['busy_ns'])} vs raw {ms(busy)}"))
+    rows = doc.get("rows") or []
+    if rows:
+        for raw, given in zip(raws, doc.get("inputs") or []):
+            shown = rows[0].get(f"time_ns[{given['label']}]")
+            if shown is None:
+                continue
+            raw_ns, _ = sweep_raw.named_total(raw, rows[0]["kernel"])
+            ok = close(shown, raw_ns) if not rows[0].get("scope") else shown <= raw_ns * (1 + REL_TOL)
+            out.append((_v(ok), f"'{rows[0]['kernel'][:30]}' {ms(shown)} vs raw {ms(raw_ns)}"))
+    return out
 
 
 # --- the first finding in the text -----------------------------------------------------------
