@@ -16,6 +16,7 @@ from pathlib import Path
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}  # CUPTI's memcpy kinds
 WAITS = re.compile(r"StreamWaitEvent|EventSynchronize|StreamSynchronize|DeviceSynchronize")
 
 
@@ -76,7 +77,7 @@ def _kineto(doc: dict) -> Raw:
             op.launch_ns = (ev.get("args") or {}).get("correlation")  # resolved below
             raw.streams.add((ev.get("args") or {}).get("stream"))
             raw.ops.append(op)
-        elif ev.get("ph") == "X" and STEP_NAME.match(name):
+        elif ev.get("ph") == "X" and STEP_NAME.match(name) and not cat.startswith("gpu_"):
             raw.host_ns[name] = raw.host_ns.get(name, 0.0) + ev.get("dur", 0) * 1e3
             step = int(STEP_NAME.match(name).group(1))
             raw.steps[step] = (ev["ts"] * 1e3, (ev["ts"] + ev.get("dur", 0)) * 1e3)
@@ -111,8 +112,10 @@ def _nsys(path: Path) -> Raw:
     raw.event_waits = sum(bool(WAITS.search(str(names.get(n, "")))) for (n,) in calls)
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
         if table in tables:
-            for start, end, corr in con.execute(f"select start, end, correlationId from {table}"):
-                raw.ops.append(GpuOp(kind, kind, start, end, *launches.get(corr, (None, None))))
+            direction = "copyKind" if kind == "memcpy" else "0"
+            for start, end, corr, how in con.execute(f"select start, end, correlationId, {direction} from {table}"):
+                name = f"Memcpy {COPY_KINDS.get(how, '')}".strip() if kind == "memcpy" else "Memset"
+                raw.ops.append(GpuOp(name, kind, start, end, *launches.get(corr, (None, None))))
     if "TARGET_INFO_GPU" in tables:
         raw.devices = [r[0] for r in con.execute("select name from TARGET_INFO_GPU")]
     return raw
@@ -151,17 +154,20 @@ def window(ops: list[GpuOp]) -> dict:
     the call that launched the op ending the gap (the GPU could not have started it sooner).
     """
     if not ops:
-        return {"span_ns": 0.0, "busy_ns": 0.0, "host_late_ns": 0.0, "kernels": 0}
-    spans = sorted((op.start_ns, op.end_ns, op) for op in ops)
-    busy_end, host_late = spans[0][1], 0.0
-    for start, end, op in spans[1:]:
+        return {"span_ns": 0.0, "busy_ns": 0.0, "host_late_ns": 0.0, "host_caused_ns": 0.0, "kernels": 0}
+    spans = sorted((op.start_ns, op.end_ns, id(op), op) for op in ops)
+    busy_end, host_late, launch_wait = spans[0][1], 0.0, 0.0
+    for start, end, _, op in spans[1:]:
         if start > busy_end and op.launch_ns is not None:
             host_late += max(0.0, min(start, op.launch_ns) - busy_end)
+            call_end = min(start, op.launch_ns + (op.launch_dur_ns or 0.0))
+            launch_wait += max(0.0, call_end - max(busy_end, op.launch_ns))  # the host still in the launch call
         busy_end = max(busy_end, end)
     return {
-        "span_ns": max(e for _, e, _ in spans) - spans[0][0],
-        "busy_ns": union_ns([(s, e) for s, e, _ in spans]),
+        "span_ns": max(e for _, e, _, _ in spans) - spans[0][0],
+        "busy_ns": union_ns([(s, e) for s, e, _, _ in spans]),
         "host_late_ns": host_late,
+        "host_caused_ns": host_late + launch_wait,  # before the launch call began, or while it ran
         "kernels": sum(op.kind == "kernel" for op in ops),
     }
 
