@@ -25,6 +25,7 @@ from .compare import digests
 from .fixes.ddp_steps import rank_ddp
 from .fixes.loader_digest import rank_loader
 from .fixes.replays import rank_replays
+from .fixes.stall_digest import rank_stalls
 from .idle.idle import RankIdle
 from .memory.memory import RankMemoryDigest
 from .roofline.roofline import rank_roofline
@@ -79,9 +80,10 @@ TOPICS: tuple[Topic, ...] = (
     # each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds
           section="whatif.whatif_html:sections", command="whatif.command:COMMAND"),
-    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader},  # name the fix
+    Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader,
+                    "stalls": rank_stalls},  # name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
-                    "fixes.ddp:ddp_findings", "fixes.loader:loader_findings")),
+                    "fixes.ddp:ddp_findings", "fixes.loader:loader_findings", "fixes.stall:stall_findings")),
     Topic("memory", {"memory": RankMemoryDigest()}, findings=("memory.findings:memory_findings",),
           section="memory.memory_html:sections", command="memory.command:COMMAND"),
 )

@@ -3,11 +3,13 @@ collectives: the late rank does extra matrix products, in an `extra_work` region
 step's collectives (train: before the backward and its gradient all-reduce; decode: before
 each token's step and its tensor-parallel all-reduces); or, with --host-stall-ms R:MS, rank R's
 host waits for its device and then sleeps MS ms in a `host_stall` region at that point (a
-host stall after a sync: the GPU idles meanwhile). --late-every N does either every N-th step
+host stall after a sync: the GPU idles meanwhile), or with --host-stall-unmarked in no region,
+untraced, as a real stall (a data loader, an `.item()`) is. --late-every N does either every N-th step
 only: the steps between are the same job without it, measured under the same conditions."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from typing import Callable
 
@@ -34,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-stall-ms", default=None, metavar="R:MS",
                    help="rank R synchronises its device, then its host sleeps MS milliseconds in a `host_stall` "
                         "region, at the same point of every step (default: none)")
+    p.add_argument("--host-stall-unmarked", action="store_true",
+                   help="the --host-stall-ms sleep in no region: untraced host time, as a real stall is")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -64,13 +68,14 @@ def extra(args: argparse.Namespace, rank: int, device: torch.device) -> Callable
     work = late_work(args.late, args.late_work, rank, device)
     stall = stall_of(getattr(args, "host_stall_ms", None))
     every = getattr(args, "late_every", 1)
+    unmarked = getattr(args, "host_stall_unmarked", False)
 
     def both(i: int) -> None:
         if i % every:
             return
         work(i)
         if stall is not None and stall[0] == rank:
-            with backends.region("host_stall"):
+            with contextlib.nullcontext() if unmarked else backends.region("host_stall"):
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 time.sleep(stall[1] / 1e3)

@@ -245,6 +245,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
         "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms,
+        "host_stall_unmarked": args.host_stall_unmarked,
         "late_every": args.late_every,
         "capturable": args.capturable, "rows": rows,
         "extra_memory_mb": {str(r): mib for r, mib in args.extra_memory.items()}})

@@ -16,6 +16,7 @@ from .idle import HINT, Idle, bound_words, graphs_may_help, of_input
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
 BARS = {"busy_ns": ("GPU busy", "#4c78a8"), "idle_host_ns": ("idle: host", "#e45756"),
+        "idle_stall_ns": ("idle: host stall", "#9d755d"),
         "idle_launch_ns": ("idle: launch", "#f58518"), "idle_sync_ns": ("idle: sync", "#b279a2"),
         "idle_dependency_ns": ("idle: dependency", "#72b7b2"), "idle_other_ns": ("idle: other", "#bab0ac")}
 LAUNCH_COLUMNS = {"label": "input", "kernels_per_step": "kernels / step",
@@ -51,8 +52,8 @@ def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, lis
                      if len(one.steps) else one.steps)
         launches.append(one.launches.assign(label=i.label))
         ops.append(one.ops.head(TOP_OPS).assign(label=i.label))
-        notes += [f"{name}: {escape(n)}" for n in one.notes if n != HINT]
-    notes += [escape(HINT)] if any(graphs_may_help(s, ln) for s, ln in zip(steps, launches)) else []
+        notes += [f"{name}: {escape(n.text)}" for n in one.notes if n != HINT]
+    notes += [escape(HINT.text)] if any(graphs_may_help(s, ln) for s, ln in zip(steps, launches)) else []
     return (*(_stacked(f) for f in (steps, launches, ops)), notes)
 
 

@@ -27,11 +27,13 @@ import numpy as np
 import pandas as pd
 
 from tracelab.core.devices import Device
+from tracelab.core.note import Note
 from tracelab.core.schema import RankData, kind_mask, str_array
 
 from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
+from ..timeline.stalls import host_stalls, shared_stalls
 
 # node kinds
 LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
@@ -64,23 +66,26 @@ class RankGraph:
     cpu_only: bool
     host_spans: pd.DataFrame  # name, start_ns, end_ns: ranges, CPU ops and OS calls (scenario remove, top host ops)
     step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     graph_gap_ns: float = float("nan")  # median gap between kernels of one graph launch in this trace, NaN none
+    stalls: pd.DataFrame | None = None  # timeline/stalls.STALL_COLUMNS: untraced host time the device idled through
 
     def __len__(self) -> int:
         return len(self.kind)
 
 
 def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None = None,
-               device: Device | None = None) -> RankGraph:
+               device: Device | None = None, stalls: pd.DataFrame | None = None) -> RankGraph:
     """The nodes of one rank (module docstring); `rank` overrides the events' own; `device`
-    gives the GPU ops' roofline times."""
+    gives the GPU ops' roofline times; `stalls` the rank's host stalls where the caller made them
+    (timeline/stalls.host_stalls, made here otherwise)."""
     rank = int(events["rank"].iloc[0]) if rank is None and len(events) else int(rank or 0)
+    stalls = host_stalls(events, host) if stalls is None else stalls
     gpu = timed(events)
     if len(gpu):
-        return _gpu_graph(_positional(gpu), host, rank, device)
+        return replace(_gpu_graph(_positional(gpu), host, rank, device), stalls=stalls)
     cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()].reset_index(drop=True)
-    return _cpu_graph(cpu, host, rank)
+    return replace(_cpu_graph(cpu, host, rank), stalls=stalls)
 
 
 def _positional(frame: pd.DataFrame) -> pd.DataFrame:
@@ -169,7 +174,7 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     chain = np.r_[np.zeros(n_h, np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
     comm = (gpu["op_class"] == "communication").to_numpy() & (gpu["kind"] == "kernel").to_numpy()
     names = np.r_[hn["name"], str_array(gpu["kernel"])]
-    notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
+    notes = [] if known.any() else [Note("launches_unknown")]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
@@ -238,7 +243,7 @@ def shared_graph(rank: RankData) -> RankGraph:
     """The rank's graph without roofline times, made once per rank (RankData.shared): the
     path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
     meta = rank.meta
-    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank))
+    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank, stalls=shared_stalls(rank)))
 
 
 def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:
@@ -265,5 +270,5 @@ class RankGraphReduce:
             return None
         graph = with_roofline(shared_graph(rank), rank.events, trace_device(meta))
         if meta.source == "proton":
-            graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
+            graph.notes.append(Note("no_timeline"))
         return graph

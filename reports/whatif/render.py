@@ -14,6 +14,7 @@ from ..many_steps import largest_steps
 from .analyse import MAX_ERROR, SCENARIO_COLUMNS, WhatIf
 from .bands import band
 from .path import CATEGORIES
+from .scenarios import label_of
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
 UNKNOWN_PATH = "not known: an edge is missing (see its note)"
@@ -50,7 +51,7 @@ def _scenario_table(label: str, w: WhatIf) -> Table:
     for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %"]:
         t.add_column(h, justify="left" if h == "scenario" else "right")
     for r in w.scenarios.itertuples(index=False):
-        name = f"{r.name} ({r.args})" if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name)
+        name = f"{r.name} ({r.args})" if r.name == "together" else label_of(r.name, r.args)
         t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
                   "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}")
     return t
@@ -66,7 +67,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
                       _scenario_table(label, w)]
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
-        items += [Text(f"{label}{n}") for n in w.notes]
+        items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
             items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
         if len(w.steps) and not w.steps["claimed"].all():  # the step's note says which of the two
@@ -90,7 +91,7 @@ def _doc(w: WhatIf) -> dict:
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
                   "error_band": b.doc() if (b := band(r.name)) else None}
                  for r in w.scenarios.itertuples(index=False)]
-    return strict({"steps": steps, "scenarios": scenarios, "notes": w.notes})
+    return strict({"steps": steps, "scenarios": scenarios, "notes": [n.as_json() for n in w.notes]})
 
 
 def _path_doc(s) -> dict:

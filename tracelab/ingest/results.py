@@ -28,8 +28,9 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
-         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False,
+                   "host_stall_unmarked": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "host_stall_unmarked": False}}
 ADDED["train"]["extra_memory_mb"] = {}  # no rank held extra memory before the option existed
 # the same steps timed with the profiler off and on (workloads/harness.py step_times): older runs timed none
 _NO_STEP_TIMES = {f"{phase}_step_ns{tail}": None for phase in ("unprofiled", "profiled") for tail in ("", "_samples")}
@@ -60,6 +61,7 @@ _LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alterna
          "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
          "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
                                     "host_stall region (--host-stall-ms); null: none"),
+         "host_stall_unmarked": Field("", "the stall's sleep in no region, untraced (--host-stall-unmarked)"),
          "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
