@@ -266,6 +266,10 @@ class Ops(Picked):
         where absent) and its counts (flops, kernel_num_gb, kernel_flop)."""
         return self.args[i] or _NO_ARGS
 
+    def shapes_recorded(self) -> bool:
+        """Whether any operator has its "Input Dims" (torch.profiler's record_shapes=True)."""
+        return any(a is not None and bytes(a.dims) != b"null" for a in self.args)
+
     def release_inputs(self) -> None:
         """Drop every operator's args: their raw JSON are views of the file's bytes, which they
         keep alive (a 375 MB trace's, through every later stage); inputs() is no longer asked."""

@@ -109,6 +109,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
         columns["step"] = _gpu_steps(columns, launch, launches, cpu_ranges, gpu_ranges, step_re)
     else:
         columns = _cpu_columns(path, ops, cpu_ranges, step_re, unread)
+    shapes = ops.shapes_recorded()
     ops.release_inputs()  # the last reader of the shapes: the file's bytes are freed with them
     _check_durations(path, columns)
     origin_ns = int(columns["start_ns"].min())
@@ -119,6 +120,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     meta["notes"] = (graphs.notes if gpu.cat else unread) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
     meta["graph_capture_calls"] = graphs.captured_calls if gpu.cat else 0  # reports/fixes/host.py reads it
+    meta["record_shapes"] = shapes  # the profiler's cost per operator depends on it (whatif/profiler_cost.py)
     host = _host.kineto_host(launches, ops, cpu_ranges, origin_ns, step_re)  # what the host was doing: the idle causes
     memory = _memory(path, instants, ops, cpu_ranges, origin_ns, step_re)
     if note := _kineto_memory.running_sum_note(memory):

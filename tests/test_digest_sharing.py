@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import tracelab
+from tracelab.reports.whatif.profiler_cost import config_of
 from tracelab.reports import verdicts
 from tracelab.reports.compare.digests import BY
 from tracelab.reports.roofs import trace_device
@@ -50,6 +51,7 @@ def test_the_graph_is_built_once_per_rank_and_equals_a_graph_of_its_own(name, mo
         shared = RANK_DIGESTS["whatif"](rank)
         assert len(calls) == 1  # path_bounds built it, whatif read it
         own = built(p.events, p.host, p.meta.rank, trace_device(p.meta))  # as the digest made it before
+        own.profiler = config_of(p.meta, p.memory, not own.cpu_only)  # and how the trace was profiled
         assert _fields_equal(shared, own)
         assert shared is not rank.memo["whatif.graph"]  # its roofline times on a copy, the shared one unwritten
         assert np.isnan(rank.memo["whatif.graph"].roof_ns).all()

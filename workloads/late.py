@@ -18,14 +18,14 @@ import torch
 from tracelab.run import backends
 from tracelab.core.errors import UsageError
 
-LATE = ("none", "rank1", "alternating")  # who does the extra work
+LATE = ("none", "rank0", "rank1", "alternating")  # who does the extra work
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late", default="none", choices=LATE,
-                   help="make a rank late on purpose, to test straggler verdicts: rank1 does --late-work before "
-                        "every step's collectives, alternating gives it to the rank of the step's parity "
-                        "(default: none)")
+                   help="make a rank late on purpose, to test straggler verdicts: rank0 or rank1 does --late-work "
+                        "before every step's collectives (rank0 on one rank: a named scope of extra work to remove), "
+                        "alternating gives it to the rank of the step's parity (default: none)")
     p.add_argument("--late-work", type=int, default=4,
                    help="the extra work: this many products of two 4096x4096 fp32 matrices on a GPU "
                         "(1024x1024 on the CPU), in an `extra_work` region (default: 4)")
@@ -90,7 +90,7 @@ def late_work(late: str, n_products: int, rank: int, device: torch.device) -> Ca
     a = torch.randn(size, size, device=device) / size**0.5 if late != "none" and n_products else None
 
     def maybe(i: int) -> None:
-        if a is None or rank != (1 if late == "rank1" else i % 2):
+        if a is None or rank != (i % 2 if late == "alternating" else int(late.removeprefix("rank"))):
             return
         with backends.region("extra_work"):
             b = a

@@ -20,6 +20,7 @@ from tracelab.core.note import Note
 from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
 from .nodes import COLL, RankGraph
+from .profiler_cost import NodeCosts, deflate, graph_costs
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
@@ -27,7 +28,8 @@ from .scenarios import DEFAULTS, Scenario, parse
 MAX_ERROR = 0.02
 STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed", "path_known",
                 *[f"{c}_ns" for c in CATEGORIES], "compute_by_class", "path_ranks", "path_chains", "top"]
-SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac"]
+SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac",
+                    "predicted_unprofiled_ns"]
 
 
 @dataclass
@@ -37,6 +39,8 @@ class WhatIf:
     per_step: pd.DataFrame  # step x scenario label: predicted ns
     notes: list[Note] = field(default_factory=list)
     rounds: int = 0
+    # the step without the profiler (unprofiled_step_ns, unprofiled_source, replayed_unprofiled_ns, costs, error_band)
+    unprofiled: dict = field(default_factory=dict)
 
 
 def default_scenarios(g: Graph) -> list[Scenario]:
@@ -68,6 +72,8 @@ class Base:
     r: object  # the unchanged replay
     win: pd.DataFrame
     steps: pd.DataFrame
+    costs: NodeCosts | None = None  # the profiler's cost per node (profiler_cost.py), None unknown
+    unprofiled: np.ndarray | None = None  # per step, the replay without the profiler's cost
 
 
 def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> Base | WhatIf:
@@ -79,14 +85,29 @@ def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -
     base = measured(g)
     r = replay(g, base)
     win = windows(g, r.start_ns, r.end_ns)
-    return Base(g, base, r, win, _step_table(g, base, r, win))
+    costs = graph_costs(g)
+    return Base(g, base, r, win, _step_table(g, base, r, win), costs,
+                _replayed(g, base, [], win, costs) if costs is not None else None)
+
+
+def _replayed(g: Graph, base, group: list[Scenario], win: pd.DataFrame, costs: NodeCosts | None = None) -> np.ndarray:
+    """Per step of `win`, the replay of `base` under the scenarios `group`, the profiler's cost
+    taken out first where `costs` are given."""
+    p = base.copy()
+    if costs is not None:
+        deflate(g, p, costs)
+    for s in group:
+        s.apply(g, p)
+    rs = replay(g, p)
+    return _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
 
 
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
-           prepared: Base | WhatIf | None = None) -> WhatIf:
+           prepared: Base | WhatIf | None = None, unprofiled_ns: float | None = None) -> WhatIf:
     """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
     (each alone, and all together where several), else the defaults; `prepared`: prepare() of
-    these graphs, where a caller already made it (two sets of scenarios over one run)."""
+    these graphs, where a caller already made it (two sets of scenarios over one run);
+    `unprofiled_ns`: the step without the profiler as the run measured it, where it did."""
     chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
     b = prepared if prepared is not None else prepare(graphs, epochs)
     if isinstance(b, WhatIf):
@@ -96,18 +117,31 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     runs = [(s.label, s.name, s.arg, [s]) for s in chosen]
     if len(chosen) > 1:
         runs.append(("together", "together", "+".join(s.label for s in chosen), chosen))
-    per_step = {}
-    for label, _, _, group in runs:
-        p = base.copy()
-        for s in group:
-            s.apply(g, p)
-        rs = replay(g, p)
-        per_step[label] = _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
-    table = _scenario_table(steps, runs, per_step)
+    per_step = {label: _replayed(g, base, group, win) for label, _, _, group in runs}
+    deflated = {label: _replayed(g, base, group, win, b.costs) for label, _, _, group in runs} if b.costs else {}
+    unprofiled = unprofiled_of(steps, b, unprofiled_ns)
+    table = _scenario_table(steps, runs, per_step, deflated, b.unprofiled, unprofiled.get("unprofiled_step_ns"))
     notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
     notes += [n for s in chosen if s.note is not None and (n := s.note(g))]
-    return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds)
+    return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
+
+
+def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None) -> dict:
+    """The run's step without the profiler: `measured_ns` where the run measured it, else the
+    replay without the profiler's cost (the median over the claimed steps, as the run's own is a
+    median of its steps), "estimated" with its band; the replay's figure beside it either way (how
+    far the cost model is off, where measured)."""
+    claimed = steps["claimed"].to_numpy()
+    replayed = b.unprofiled[claimed] if b.unprofiled is not None else np.empty(0)
+    replayed = replayed[~np.isnan(replayed)]
+    estimate = float(np.median(replayed)) if len(replayed) else None
+    band = b.costs.band if b.costs is not None else None
+    source = "measured" if measured_ns else "estimated" if estimate is not None else None
+    return {"unprofiled_step_ns": measured_ns or estimate, "unprofiled_source": source,
+            "replayed_unprofiled_ns": estimate,
+            "costs": dict(b.costs.source) if b.costs is not None else None,
+            "error_band": band if source == "estimated" else None}
 
 
 def _step_ns(win: pd.DataFrame, steps: pd.Series) -> np.ndarray:
@@ -150,7 +184,8 @@ def unexplained_in(g: Graph, win: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndarray]) -> pd.DataFrame:
+def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndarray], deflated: dict[str, np.ndarray],
+                    base_deflated: np.ndarray | None, unprofiled_ns: float | None) -> pd.DataFrame:
     claimed = steps["claimed"].to_numpy()
     rows = []
     for label, name, arg, _ in runs:
@@ -159,13 +194,29 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
         ok = ~np.isnan(pred)
         if not ok.any():
             rows.append({"name": name, "args": arg, "steps": 0, "step_ns": None, "predicted_ns": None,
-                         "saving_ns": None, "saving_frac": None})
+                         "saving_ns": None, "saving_frac": None, "predicted_unprofiled_ns": None})
             continue
         step_ns, predicted = float(meas[ok].mean()), float(pred[ok].mean())
         rows.append({"name": name, "args": arg, "steps": int(ok.sum()), "step_ns": step_ns, "predicted_ns": predicted,
-                     "saving_ns": step_ns - predicted, "saving_frac": (step_ns - predicted) / step_ns if step_ns else None})
+                     "saving_ns": step_ns - predicted, "saving_frac": (step_ns - predicted) / step_ns if step_ns else None,
+                     "predicted_unprofiled_ns": _without_profiler(deflated.get(label), base_deflated, claimed,
+                                                                  unprofiled_ns)})
     out = pd.DataFrame(rows, columns=SCENARIO_COLUMNS)
     return out.sort_values("saving_ns", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _without_profiler(deflated: np.ndarray | None, base: np.ndarray | None, claimed: np.ndarray,
+                      unprofiled_ns: float | None) -> float | None:
+    """A scenario's predicted step without the profiler: the run's unprofiled step times what the
+    scenario leaves of the step in the replays without the profiler's cost (their means over the
+    claimed steps both replay: a measured step the model misses by some share, it misses the
+    scenario's step by the same share); None where the cost is not known."""
+    if deflated is None or base is None or unprofiled_ns is None:
+        return None
+    ok = claimed & ~np.isnan(deflated) & ~np.isnan(base)
+    if not ok.any() or base[ok].mean() <= 0:
+        return None
+    return unprofiled_ns * float(deflated[ok].mean() / base[ok].mean())
 
 
 def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[Note]:

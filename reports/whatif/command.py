@@ -50,6 +50,7 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
     """(run name, WhatIf) of each run, replayed on its own."""
     from .analyse import whatif
     from .nodes import RankGraphReduce
+    from .profiler_cost import measured_unprofiled_ns
 
     key = own_digest("whatif", RankGraphReduce())
     parts = []
@@ -59,7 +60,7 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
             graphs[p.rank] = p.summary[key]
             graphs[p.rank].rank = p.rank
         parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles},
-                                     scenario)))
+                                     scenario, unprofiled_ns=measured_unprofiled_ns(r.info))))
     return parts
 
 

@@ -21,6 +21,7 @@ from ..findings.finding import Finding
 from ..runs.runs import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
+from .profiler_cost import unprofiled_beside
 from .replay import ReplayError
 from .scenarios import label_of
 
@@ -38,9 +39,10 @@ TEXT = {"balance": "every rank's work in each step at the lower median rank's (t
         "roofline": "every kernel whose work is known at its roofline time"}
 
 
-def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
+def replay_inputs(inputs: list, names: list[str] | None, unprofiled_ns: float | None = None) -> WhatIf | None:
     """The replay of the scenarios `names` (None: the defaults) over the ranks of one run
-    (session.Input), when there are at most MAX_RANKS and each has its graph; else None."""
+    (session.Input), when there are at most MAX_RANKS and each has its graph; else None.
+    `unprofiled_ns`: the run's step measured without the profiler, where its folder has it."""
     if not inputs or len(inputs) > MAX_RANKS:
         return None
     graphs = {i.rank: i.digest("whatif") for i in inputs}
@@ -50,14 +52,14 @@ def replay_inputs(inputs: list, names: list[str] | None) -> WhatIf | None:
         g.rank = rank
     epochs = {i.rank: i.epoch_ns for i in inputs}
     key = (tuple((rank, id(g)) for rank, g in graphs.items()), tuple(sorted(epochs.items())),
-           None if names is None else tuple(names))
+           None if names is None else tuple(names), unprofiled_ns)
     for known, _, result in _LAST:  # the report's findings and section, then the terminal's: one replay each
         if known == key:
             return result
     runs = key[:2]  # the same ranks' graphs: the join, the unchanged replay and the step table made once
     prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
     _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
-    result = whatif(graphs, epochs, names, prepared)
+    result = whatif(graphs, epochs, names, prepared, unprofiled_ns)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
 
@@ -89,8 +91,9 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
     names = sorted({name for _, _, name in found if name})
     inputs = [i for i in ev.inputs if i.group == run]
+    unprofiled_ns = unprofiled_beside([i.path for i in inputs])
     try:
-        w = replay_inputs(inputs, names) if names else None
+        w = replay_inputs(inputs, names, unprofiled_ns) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving
         w = None
     if w is None:
@@ -100,7 +103,10 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
     none = _none_step(ev, inputs)
-    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one), none)
+    # the step without the profiler: the run's own (measured, or estimated from its costs); a run
+    # under none beside it, measured, is said instead of an estimate (_against_none)
+    unprofiled = w.unprofiled if none is None or w.unprofiled.get("unprofiled_source") == "measured" else None
+    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one, unprofiled), none)
             for k, f, name in found}
 
 
@@ -111,8 +117,8 @@ def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     unprofiled step, and ranked by that. Other scenarios keep the host's time as profiled:
     their saving is not restated."""
     w = f.evidence.get("whatif")
-    if not w or w["scenario"] != "no-host-gaps" or none is None:
-        return f
+    if not w or w["scenario"] != "no-host-gaps" or none is None or w.get("unprofiled_step_ns") is not None:
+        return f  # a saving already in the user's time (the run's own unprofiled step) is not restated
     name, none_ns = none
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
@@ -147,8 +153,10 @@ def _label(row) -> str:
     return label_of(row.name, row.args)
 
 
-def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
-    """`f` with the replay's saving of its scenario (`row`): in its values, then in its words."""
+def _saved(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None) -> Finding:
+    """`f` with the replay's saving of its scenario (`row`): in its values, then in its words;
+    in the user's time first (without the profiler) where `unprofiled` (WhatIf.unprofiled) gives
+    the step without it and the row its prediction."""
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
     label = _label(row)
@@ -158,12 +166,24 @@ def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
     values.update(scenario=label, saving_ns=float(row.saving_ns), step_ns=float(row.step_ns), steps=int(row.steps),
                   saving_share=float(row.saving_frac), window="trace" if whole else "one step" if one else "per step",
                   error_band=b.doc() if b else None)
+    user = _user_time(row, unprofiled or {})
+    values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
-                                                      "error_band": b.doc() if b else None}}, values=values)
+                                                      "error_band": b.doc() if b else None, **user}}, values=values)
+
+
+def _user_time(row, unprofiled: dict) -> dict:
+    """The saving per step without the profiler (unprofiled_saving_ns of unprofiled_step_ns, its
+    source: measured or estimated), where the replay predicts the step without it; else {}."""
+    step_ns, predicted = unprofiled.get("unprofiled_step_ns"), getattr(row, "predicted_unprofiled_ns", None)
+    if step_ns is None or predicted is None or predicted != predicted:
+        return {}
+    return {"unprofiled_step_ns": float(step_ns), "unprofiled_source": unprofiled["unprofiled_source"],
+            "unprofiled_saving_ns": float(step_ns) - float(predicted)}
 
 
 def saving_words(v: dict, scenario: str, b=None) -> str:
@@ -174,8 +194,17 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
         return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}: the critical "
                 "path runs through other work; tracelab whatif)")
     error = f"; {b.short()}" if b else ""
-    return (f"what if {scenario}: saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; "
-            "tracelab whatif)")
+    profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
+    if v.get("unprofiled_saving_ns") is None:
+        return f"what if {scenario}: {profiled}"
+    gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
+    source = ("as measured beside the trace" if v["unprofiled_source"] == "measured"
+              else "estimated: the profiler's own host cost taken out")
+    of = {"trace": f"the {fmt.ms(step_ns, 2)} trace", "one step": f"its one {fmt.ms(step_ns, 2)} step"}.get(
+        v["window"], f"{fmt.ms(step_ns, 2)} per step")
+    return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
+            f"({100 * gain_ns / step_ns:.0f}%; {'it' if v['window'] != 'per step' else 'the step'} {source}); "
+            f"under the profiler it {profiled}")
 
 
 def _window_words(window: str, step_ns: float) -> str:

@@ -33,6 +33,7 @@ from tracelab.core.schema import RankData, kind_mask, str_array
 from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
+from .profiler_cost import Config, config_of, node_counts
 from ..timeline.stalls import host_stalls, shared_stalls
 
 # node kinds
@@ -68,6 +69,11 @@ class RankGraph:
     step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
     notes: list[Note] = field(default_factory=list)
     graph_gap_ns: float = float("nan")  # median gap between kernels of one graph launch in this trace, NaN none
+    # per node, the events the profiler recorded in the gap before it and inside it (profiler_cost.COUNTED:
+    # CPU ops, launch calls, ranges; float64 [n, 3]), and how the trace was profiled (shared_graph sets it)
+    profiled_before: np.ndarray | None = None
+    profiled_inside: np.ndarray | None = None
+    profiler: Config | None = None
     stalls: pd.DataFrame | None = None  # timeline/stalls.STALL_COLUMNS: untraced host time the device idled through
 
     def __len__(self) -> int:
@@ -176,6 +182,11 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     names = np.r_[hn["name"], str_array(gpu["kernel"])]
     notes = [] if known.any() else [Note("launches_unknown")]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
+    before, inside = node_counts(hn["start_ns"], hn["end_ns"], np.ones(n_h, bool), host)
+    # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
+    launched = launch_of[launch_of >= 0]
+    inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
+    n_d = len(gpu)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
         chain=chain, start_ns=np.r_[hn["start_ns"], g_start], end_ns=np.r_[hn["end_ns"], g_end], step=np.r_[h_step, g_step],
@@ -188,7 +199,8 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
         event_row=np.r_[np.full(n_h, NONE, np.int64), np.arange(len(gpu), dtype=np.int64)],
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
         copy=np.r_[np.zeros(n_h, bool), gpu["kind"].isin(("memcpy", "memset")).to_numpy(dtype=bool)],
-        chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap)
+        chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap,
+        profiled_before=np.r_[before, np.zeros((n_d, 3))], profiled_inside=np.r_[inside, np.zeros((n_d, 3))])
 
 
 def _filled(n: int, value: str) -> np.ndarray:
@@ -229,6 +241,7 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         order = host_rows[np.argsort(start[host_rows], kind="stable")]
         at = np.searchsorted(start[order], start[coll], side="right") - 1
         launch[coll] = np.where(at >= 0, order[np.maximum(at, 0)], NONE)
+    before, inside = node_counts(start, end, ~coll, host, tids)
     return RankGraph(
         rank=rank, kind=np.where(coll, COLL, HOST_OP).astype(np.int8), chain=chain, start_ns=start, end_ns=end,
         step=cpu["step"].fillna(NONE).to_numpy(dtype=np.int64), name=names,
@@ -236,14 +249,21 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         msg_bytes=cpu["msg_bytes"].to_numpy(dtype=np.float64),
         process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
         event_row=np.arange(len(cpu), dtype=np.int64),
-        launch=launch, copy=np.zeros(len(cpu), bool), chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps)
+        launch=launch, copy=np.zeros(len(cpu), bool), chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps,
+        profiled_before=before, profiled_inside=inside)
 
 
 def shared_graph(rank: RankData) -> RankGraph:
     """The rank's graph without roofline times, made once per rank (RankData.shared): the
     path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
     meta = rank.meta
-    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank, stalls=shared_stalls(rank)))
+    return rank.shared("whatif.graph", lambda: _profiled(rank_graph(rank.events, rank.host, meta.rank, stalls=shared_stalls(rank)), rank))
+
+
+def _profiled(graph: RankGraph, rank: RankData) -> RankGraph:
+    """`graph` with how its trace was profiled (profiler_cost.Config)."""
+    graph.profiler = config_of(rank.meta, rank.memory, not graph.cpu_only)
+    return graph
 
 
 def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:

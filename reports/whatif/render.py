@@ -48,13 +48,30 @@ def _shown(w: WhatIf) -> tuple[pd.DataFrame, str]:
 def _scenario_table(label: str, w: WhatIf) -> Table:
     t = Table(title=f"{label}what if (ms per step, mean over the steps that claim a saving; joint replays, never sums)",
               title_justify="left", show_edge=False)
-    for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %"]:
+    for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %", "without profiler"]:
         t.add_column(h, justify="left" if h == "scenario" else "right")
     for r in w.scenarios.itertuples(index=False):
         name = f"{r.name} ({r.args})" if r.name == "together" else label_of(r.name, r.args)
         t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
-                  "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}")
+                  "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}",
+                  ms_cell(r.predicted_unprofiled_ns))
     return t
+
+
+def unprofiled_line(u: dict) -> str | None:
+    """What 'without profiler' is measured against: the run's step without the profiler, measured
+    beside the trace or estimated (the replay less the profiler's cost per event, with its band)."""
+    if not u or u.get("unprofiled_step_ns") is None:
+        return None
+    step = f"{ms_cell(u['unprofiled_step_ns'])} ms"
+    replayed = u.get("replayed_unprofiled_ns")
+    if u["unprofiled_source"] == "measured":
+        model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
+        return f"step without the profiler: {step}, measured beside the trace (the same steps, profiler off){model}"
+    b = u.get("error_band")
+    costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
+    return (f"step without the profiler: {step}, estimated: the replay less the profiler's own host cost per event "
+            f"({costs}){'; ' + b.short() if b else '; no error band'}")
 
 
 def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
@@ -67,6 +84,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
                       _scenario_table(label, w)]
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
+            items += [Text(f"{label}{line}")] if (line := unprofiled_line(w.unprofiled)) else []
         items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
             items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
@@ -89,9 +107,16 @@ def _doc(w: WhatIf) -> dict:
                                                                    "top")))} for s in w.steps.itertuples(index=False)]
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
-                  "error_band": b.doc() if (b := band(r.name)) else None}
+                  "error_band": b.doc() if (b := band(r.name)) else None,
+                  "predicted_unprofiled_ns": r.predicted_unprofiled_ns}
                  for r in w.scenarios.itertuples(index=False)]
-    return strict({"steps": steps, "scenarios": scenarios, "notes": [n.as_json() for n in w.notes]})
+    u = w.unprofiled or {}
+    b = u.get("error_band")
+    return strict({"steps": steps, "scenarios": scenarios,
+                   "unprofiled_step_ns": u.get("unprofiled_step_ns"), "unprofiled_source": u.get("unprofiled_source"),
+                   "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
+                                  "error_band": b.doc() if b else None},
+                   "notes": [n.as_json() for n in w.notes]})
 
 
 def _path_doc(s) -> dict:

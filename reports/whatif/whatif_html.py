@@ -22,8 +22,9 @@ from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
+from .profiler_cost import unprofiled_beside
 from .scenarios import label_of
-from .render import UNKNOWN_PATH
+from .render import UNKNOWN_PATH, unprofiled_line
 
 MAX_STEPS = 64  # steps drawn and listed per run
 COLORS = {"compute": "#4c78a8", "copy": "#9ecae9", "comm": "#72b7b2", "launch": "#f58518", "host": "#e45756", "sync": "#b279a2",
@@ -33,7 +34,7 @@ STEP_COLUMNS = {"step_text": "step", "step_ns": "measured (ms)", "replayed_ns": 
 SCENARIO_COLUMNS = {"scenario": "scenario", "steps": "steps", "step_ns": "measured, mean (ms)",
                     "predicted_ns": "predicted, mean (ms)", "saving_ns": "saving (ms)", "saving_frac": "saving %",
                     "median_pred_ns": "median step, predicted (ms)", "median_gain_ns": "median step, gain (ms)",
-                    "evidence": "evidence"}
+                    "predicted_unprofiled_ns": "predicted without the profiler (ms)", "evidence": "evidence"}
 HEAD = ('<h2 id="whatif">What should I fix first? The critical path and what-if replays</h2>'
         '<p class="note">Per step: what the critical path across host, streams and ranks is made of (bars), and '
         "each scenario's predicted step time (markers), from a replay of the dependency graph in which every op "
@@ -61,7 +62,7 @@ def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> li
         return [title, f'<p class="note">{len(run)} ranks: the report replays jobs of at most {MAX_RANKS} ranks; '
                 "run tracelab whatif on this one</p>"]
     try:
-        w = replay_inputs(run, None)
+        w = replay_inputs(run, None, unprofiled_beside([i.path for i in run]))
     except ReplayError as e:
         return [title, f'<p class="note">no what-if: {escape(e.reason)}</p>']
     if w is None or not len(w.steps):
@@ -70,7 +71,8 @@ def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> li
     steps = w.steps.head(MAX_STEPS)
     out = [title, figure(_bars(steps, w.per_step), "")]
     out += [table(_scenario_rows(w), SCENARIO_COLUMNS), table(_step_rows(steps), STEP_COLUMNS)]
-    return out + [notes.folded([escape(n.text) for n in w.notes])]
+    line = unprofiled_line(w.unprofiled)
+    return out + ([f'<p class="note">{escape(line)}</p>'] if line else []) + [notes.folded([escape(n.text) for n in w.notes])]
 
 
 def _step_text(step) -> str:
@@ -113,7 +115,9 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
         rows.append({"scenario": f"together ({r.args})" if r.name == "together" else key, "steps": r.steps,
                      "step_ns": r.step_ns, "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns,
                      "saving_frac": np.nan if r.saving_frac is None else r.saving_frac,
-                     "median_pred_ns": pred, "median_gain_ns": gain, "evidence": _evidence(r, median, pred)})
+                     "median_pred_ns": pred, "median_gain_ns": gain,
+                     "predicted_unprofiled_ns": np.nan if r.predicted_unprofiled_ns is None else r.predicted_unprofiled_ns,
+                     "evidence": _evidence(r, median, pred)})
     return pd.DataFrame(rows, columns=list(SCENARIO_COLUMNS))
 
 

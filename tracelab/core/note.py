@@ -117,7 +117,6 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
                           "graph: its modules, given in call order, may be shifted"),
     "rank_assumed": "neither the file nor its name gives its rank: shown as rank 0",
-    "input_repeated": "given more than once (also as {kept}): read once, as {kept}",
     # commands: an input a command does not read
     "snapshot_not_read": "a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)",
     "snapshot_not_gated": "a memory snapshot, which `tracelab gate` does not read (give the run's trace)",

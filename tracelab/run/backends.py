@@ -49,6 +49,8 @@ from tracelab.core.errors import RunError, ToolMissingError, UsageError
 
 NSYS_ENV = "TRACELAB_NSYS"  # the nsys to run, when it is not the one on the PATH
 MEMORY_ENV = "TRACELAB_PROFILE_MEMORY"  # "0": the torch session records no memory events (tracelab run --no-memory)
+# "0": the torch session records no shapes (the profiler's cost without them: benchmarks/profiler_cost.py)
+RECORD_SHAPES_ENV = "TRACELAB_RECORD_SHAPES"
 # how each backend records memory, said in run.json's "memory" so a reader knows what the trace's memory rows count
 MEMORY_HOW = {"torch": "torch.profiler(profile_memory=True): [memory] events of every allocation and free",
               "nsys": "nsys profile --cuda-memory-usage=true: CUDA_GPU_MEMORY_USAGE_EVENTS (CUDA's allocations)",
@@ -65,6 +67,11 @@ def memory_recording(backend: str, wanted: bool) -> dict:
 def profile_memory() -> bool:
     """Whether a torch session records memory events: yes unless MEMORY_ENV is "0"."""
     return os.environ.get(MEMORY_ENV, "1") != "0"
+
+
+def record_shapes() -> bool:
+    """Whether a torch session records the operators' shapes: yes unless RECORD_SHAPES_ENV is "0"."""
+    return os.environ.get(RECORD_SHAPES_ENV, "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,8 @@ class TorchSession(Session):
         # record_shapes: the aten ops' Input Dims and types, from which `tracelab roofline`
         # computes each kernel's FLOPs and bytes
         # profile_memory: a [memory] event per allocation and free, what `tracelab memory` reads
-        self._prof = torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=profile_memory())
+        self._prof = torch.profiler.profile(activities=activities, record_shapes=record_shapes(),
+                                            profile_memory=profile_memory())
         with warnings.catch_warnings():  # torch 2.10-2.11 say so of one start and no schedule (pytorch#180387): untrue here
             warnings.filterwarnings("ignore", message=SPURIOUS_CYCLE_WARNING, category=UserWarning)
             self._prof.start()

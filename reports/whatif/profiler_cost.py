@@ -1,0 +1,259 @@
+"""The profiler's own host cost, and the step without it. Pure.
+
+A profiler makes the host slower than it runs for the user: torch.profiler records every CPU
+operator (more with record_shapes, more again with profile_memory), CUPTI hooks every launch
+call, nsys and proton every launch and range. Each recorded event costs the host about the
+same time whatever it does, so the cost is a few constants: per CPU operator, per launch
+call and per range (user annotation, NVTX, proton scope), for each profiler configuration
+(`Config`), fitted by benchmarks/profiler_cost.py on pairs of the same job run with the
+profiler and without it (tracelab run times both: results' unprofiled_step_ns and
+profiled_step_ns). `COSTS` holds them with the pairs they were fitted on and the error of
+the model on those pairs (a band, as bands.py: never as if measured on the user's trace).
+
+`deflate` takes them out of a replay's Params: the records made inside a node (a CPU operator's
+own and its nested operators' and ranges'; a launch call's, one per GPU op it launched) come off
+its duration, those made between two host nodes, and what a node's own time could not hold (a
+launch call shorter than its records: the profiler's callbacks around it), off the gap before
+it; neither below 0 (a node never shorter than the records inside it leave: the nested ones lose
+only their own). The replay of the deflated graph is the predicted step without the profiler.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from tracelab.core.schema import kind_mask
+
+from .bands import Band
+
+RANGE_KINDS = ("range", "step")  # user annotations, NVTX ranges, the step ranges themselves
+COUNTED = ("cpu_ops", "launches", "ranges")
+
+
+@dataclass(frozen=True)
+class Config:
+    """How a trace was profiled: the source (torch, nsys, proton), torch's record_shapes and
+    profile_memory (None: not torch, or the trace does not say), and the device (cpu, gpu)."""
+
+    source: str
+    record_shapes: bool | None
+    profile_memory: bool | None
+    device: str
+
+    @property
+    def key(self) -> str:
+        """'torch shapes memory gpu', 'torch noshapes nomemory cpu', 'nsys gpu'."""
+        parts = [self.source]
+        if self.record_shapes is not None:
+            parts.append("shapes" if self.record_shapes else "noshapes")
+        if self.profile_memory is not None:
+            parts.append("memory" if self.profile_memory else "nomemory")
+        return " ".join([*parts, self.device])
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The profiler's host cost per recorded event (ns) of one Config, what it was fitted on,
+    and the error of the step it predicts on those pairs (`band`: leave-one-out, never the
+    user's trace's)."""
+
+    per_op_ns: float
+    per_launch_ns: float
+    per_range_ns: float
+    fitted_on: str  # the pairs, machine and date
+    band: Band | None
+
+    def of(self, counts: np.ndarray) -> np.ndarray:
+        """The cost (ns) of events counted as columns COUNTED (cpu ops, launches, ranges)."""
+        return counts @ np.array([self.per_op_ns, self.per_launch_ns, self.per_range_ns], dtype=np.float64)
+
+
+# Config.key -> the fitted costs: `benchmarks/profiler_cost.py fit` of the pairs named (benchmarks/RESULTS.md,
+# "The profiler's own cost per event": machine, date, figures). GPU: `measure --gpu` on one H100 (pairs of
+# train tiny, small and small with a range per module, and decode tiny; the trace and the same steps
+# timed with the profiler off). A band is the error of the predicted unprofiled step on pairs, said
+# where: the replay less the cost where it was replayed, else the count model's, one pair left out.
+_GPU_JOBS = "H100 pairs of tracelab run train and decode"
+
+
+def _left_out(low_frac: float, high_frac: float) -> Band:
+    """The count model's band: the profiled step less the cost per event against the step timed
+    without the profiler, each of 4 H100 pairs left out of the fit in turn."""
+    return Band(low_frac, high_frac, "the profiled step less this cost per event against the step timed without it, "
+                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")
+
+
+COSTS: dict[str, Costs] = {
+    # train tiny 5.84 -> 10.94 ms, decode tiny 2.51 -> 4.94 ms per token (exact: 2 pairs). The replay less
+    # it on 7 other torch-profiled H100 training runs against their unprofiled steps: -16% to +89%
+    "torch shapes memory gpu": Costs(2065.2, 6049.3, 0.0, f"2 {_GPU_JOBS}", Band(
+        -0.16, 0.89, "the replay less this cost against the step timed without the profiler, on 7 torch-profiled "
+                     "H100 training runs not in the fit", "H100 training runs, profiled and not")),
+    # 4 pairs (train tiny, small, small with scopes, decode tiny); the replay less it on them: -16% to +57%
+    "torch noshapes nomemory gpu": Costs(2444.0, 0.0, 0.0, f"4 {_GPU_JOBS}", Band(
+        -0.16, 0.57, "the replay less this cost against the step timed without the profiler, on the 4 H100 "
+                     "pairs it was fitted on", "H100 pairs the cost was fitted on")),
+    # 4 pairs; count model, one left out: -48% to +51%
+    "nsys gpu": Costs(0.0, 7872.0, 0.0, f"4 {_GPU_JOBS}", _left_out(-0.48, 0.51)),
+    # 4 pairs; count model, one left out: -8% to +12% (proton has no timeline to replay)
+    "proton gpu": Costs(0.0, 2375.2, 0.0, f"4 {_GPU_JOBS}", _left_out(-0.08, 0.12)),
+    # tests/data train-cpu-pair-torch: 297.3 ms unprofiled, 433.8 ms profiled; 1,645 CPU ops, 3 ranges per step
+    "torch shapes memory cpu": Costs(82988.6, 0.0, 0.0, "1 pair: tests/data train-cpu-pair-torch (a loaded "
+                                     "2-core CPU)", None),
+}
+
+
+def config_of(meta, memory: pd.DataFrame | None, gpu: bool) -> Config:
+    """The Config of one rank's trace: its meta (source; torch's record_shapes, from the operators'
+    Input Dims: the parser's meta "record_shapes") and whether it holds memory events."""
+    torch = meta.source == "torch"
+    shapes = meta.extras.get("record_shapes") if torch else None
+    mem = (memory is not None and len(memory) > 0) if torch else None
+    return Config(meta.source, None if shapes is None else bool(shapes), mem, "gpu" if gpu else "cpu")
+
+
+def step_counts(events: pd.DataFrame, host: pd.DataFrame | None, meta) -> pd.DataFrame:
+    """Per step of one rank (its host step ranges): the CPU operators, launch calls and ranges the
+    profiler recorded in it (columns step, *COUNTED). A proton trace has no timeline: one row
+    (step -1) of its kernel launches per step covered (meta.steps), no operators or ranges."""
+    from .nodes import _spans, _step_of  # the graph's own step ranges and step of a time
+
+    if meta.source == "proton":
+        launches = float(events["count"].fillna(1).sum()) / max(meta.steps or 1, 1)
+        return pd.DataFrame({"step": [-1], "cpu_ops": [0.0], "launches": [launches], "ranges": [0.0]})
+    _, steps = _spans(host)
+    out = pd.DataFrame({"step": steps["step"].to_numpy()}).drop_duplicates().reset_index(drop=True)
+    for name, kinds in (("cpu_ops", ("cpu_op",)), ("ranges", RANGE_KINDS)):
+        rows = host[kind_mask(host, kinds)] if host is not None else host
+        at = _step_of(rows["start_ns"].to_numpy(np.int64), steps) if rows is not None else np.empty(0, np.int64)
+        out[name] = out["step"].map(pd.Series(at).value_counts()).fillna(0).to_numpy(np.float64)
+    launched = events[events["launch_start_ns"].notna()]  # each GPU op a launch call started
+    per = launched["step"].dropna().astype(np.int64).value_counts()
+    out["launches"] = out["step"].map(per).fillna(0).to_numpy(np.float64)
+    return out[["step", *COUNTED]]
+
+
+def node_counts(start_ns: np.ndarray, end_ns: np.ndarray, host_node: np.ndarray, host: pd.DataFrame | None,
+                node_tid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of one rank's graph, the events (columns COUNTED) the profiler recorded in the
+    gap before it and inside it: each CPU operator and range of `host` goes to the host node
+    (`host_node`) that holds its start, else to the next one to start (on its thread where
+    `node_tid` gives the nodes' threads; one host chain otherwise). Float64 [n, 3] each."""
+    before, inside = np.zeros((len(start_ns), 3)), np.zeros((len(start_ns), 3))
+    if host is None or not len(host) or not host_node.any():
+        return before, inside
+    for col, kinds in ((0, ("cpu_op",)), (2, RANGE_KINDS)):
+        rows = kind_mask(host, kinds)
+        at = host["start_ns"].to_numpy(np.int64)[rows]
+        tids = host["tid"].to_numpy(np.int64)[rows]
+        for tid in (np.unique(node_tid[host_node]) if node_tid is not None else [None]):
+            nodes = np.flatnonzero(host_node & (node_tid == tid if tid is not None else True))
+            nodes = nodes[np.argsort(start_ns[nodes], kind="stable")]
+            mine = at[tids == tid] if tid is not None else at
+            _count_into(mine, nodes, start_ns, end_ns, before[:, col], inside[:, col])
+    return before, inside
+
+
+def _count_into(at: np.ndarray, nodes: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, before: np.ndarray,
+                inside: np.ndarray) -> None:
+    """Adds each time of `at` to the node (of `nodes`, by start) that holds it (`inside`), else to
+    the next node's `before`; a time after the last node's end counts nowhere."""
+    j = np.searchsorted(start_ns[nodes], at, side="right") - 1
+    held = (j >= 0) & (at < end_ns[nodes[np.maximum(j, 0)]])
+    np.add.at(inside, nodes[j[held]], 1)
+    nxt = j[~held] + 1
+    np.add.at(before, nodes[nxt[nxt < len(nodes)]], 1)
+
+
+def costs_for(config: Config | None) -> tuple[Costs | None, str]:
+    """The Costs of `config` and where they come from, in words. A configuration not fitted takes
+    the nearest fit, said so and with no band: the same profiler on the same device with other
+    options (torch's shapes and memory), else, on a GPU, its CPU twin's operator and range costs
+    (the host records an operator alike) with no launch cost: "estimated on CPU pairs only"."""
+    if config is None:
+        return None, "the trace does not say how it was profiled"
+    if config.key in COSTS:
+        return COSTS[config.key], COSTS[config.key].fitted_on
+    near = [k for k in COSTS if k.split()[0] == config.source and k.split()[-1] == config.device]
+    if near:
+        c = COSTS[near[0]]
+        return (replace(c, band=None), f"estimated from the fit of {near[0]} ({c.fitted_on}), not of {config.key}")
+    twin = COSTS.get(Config(config.source, config.record_shapes, config.profile_memory, "cpu").key)
+    if config.device == "gpu" and twin is not None:
+        return (Costs(twin.per_op_ns, 0.0, twin.per_range_ns, twin.fitted_on, None),
+                f"estimated on CPU pairs only ({twin.fitted_on}; launched GPU ops' cost not known)")
+    return None, f"no profiler cost known for {config.key}"
+
+
+@dataclass
+class NodeCosts:
+    """Per node of a joined graph, the profiler's cost (ns) in the gap before it and inside it,
+    and per rank where its costs come from."""
+
+    before_ns: np.ndarray
+    inside_ns: np.ndarray
+    source: dict[int, str]
+    band: Band | None
+
+
+def graph_costs(g) -> NodeCosts | None:
+    """The profiler's cost per node of joined graph `g` (its ranks in order, as join.py lays them
+    out), None where no rank's costs are known."""
+    before, inside, source, bands = [], [], {}, []
+    for r in sorted(g.ranks):
+        rg = g.ranks[r]
+        costs, source[r] = costs_for(getattr(rg, "profiler", None))
+        counted = getattr(rg, "profiled_before", None) is not None and costs is not None
+        before.append(costs.of(rg.profiled_before) if counted else np.zeros(len(rg)))
+        inside.append(costs.of(rg.profiled_inside) if counted else np.zeros(len(rg)))
+        bands.append(costs.band if counted else None)
+    if not any(b.any() or i.any() for b, i in zip(before, inside)):
+        return None
+    band = bands[0] if len({id(b) for b in bands}) == 1 else None  # ranks profiled alike share their band
+    return NodeCosts(np.concatenate(before), np.concatenate(inside), source, band)
+
+
+def deflate(g, p, costs: NodeCosts) -> None:
+    """Takes the profiler's cost out of replay Params `p` (module docstring): each host node's
+    duration loses what was recorded inside it, its gap what was recorded before it and what its
+    duration could not hold, neither below 0."""
+    from .nodes import HOST_OP, LAUNCH, SYNC
+
+    host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
+    cut_dur = np.where(host, np.minimum(costs.inside_ns, np.maximum(p.dur_ns, 0)), 0)
+    rest = costs.before_ns + costs.inside_ns - cut_dur  # a call's records that its own time cannot hold
+    cut_gap = np.where(host, np.minimum(rest, np.maximum(p.gap_ns, 0)), 0)
+    p.gap_ns -= np.rint(cut_gap).astype(np.int64)
+    p.dur_ns -= np.rint(cut_dur).astype(np.int64)
+
+
+def measured_unprofiled_ns(info: dict | None) -> float | None:
+    """The run's step without the profiler as its run folder measured it (run.json results'
+    unprofiled_step_ns: the slowest rank's median), None where it holds none or several (a sweep
+    of sizes, whose steps the trace does not tell apart)."""
+    from tracelab.ingest.results import of_run
+
+    if not info:
+        return None
+    per_rank = []
+    for record in of_run(info).values():
+        timed = [t["unprofiled_step_ns"] for t in (record, *record.get("rows", []))
+                 if isinstance(t, dict) and t.get("unprofiled_step_ns")]
+        if len(timed) != 1:
+            return None
+        per_rank.append(float(timed[0]))
+    return max(per_rank) if per_rank else None
+
+
+def unprofiled_beside(paths: list[str]) -> float | None:
+    """measured_unprofiled_ns of the run folder the rank files `paths` were read from (its run.json
+    beside them, one folder for all), None for bare traces."""
+    from pathlib import Path
+
+    from tracelab.ingest.runfolder import run_json
+
+    folders = {Path(p).parent for p in paths if p}
+    found = [f / "run.json" for f in folders if (f / "run.json").is_file()]
+    return measured_unprofiled_ns(run_json(found[0])) if len(folders) == 1 and found else None

@@ -1,0 +1,271 @@
+"""The profiler's own cost (reports/whatif/profiler_cost.py): events counted per node and per
+step against the rows, the deflate on hand-made graphs (answers computed by hand), the
+configuration a trace says it was profiled with, the run's measured unprofiled step, the
+fit of benchmarks/profiler_cost.py, and the prediction against a real pair."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracelab
+from tracelab.core import classify, schema
+from tracelab.core.meta import Meta
+from tracelab.reports.whatif import profiler_cost as pc
+from tracelab.reports.whatif import rank_graph, whatif
+
+from helpers import host_rows, kernel_rows, run_cli_output, strict_json
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+_spec = importlib.util.spec_from_file_location("profiler_cost_bench", ROOT / "benchmarks" / "profiler_cost.py")
+BENCH = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BENCH)
+
+GPU_KEY = pc.Config("torch", True, False, "gpu").key
+CPU_KEY = pc.Config("torch", True, False, "cpu").key
+
+
+def _with_costs(monkeypatch, key: str, op_ns: float, launch_ns: float, range_ns: float) -> None:
+    monkeypatch.setitem(pc.COSTS, key, pc.Costs(op_ns, launch_ns, range_ns, "hand-made", None))
+
+
+def _profiled(graph, device: str):
+    graph.profiler = pc.Config("torch", True, False, device)
+    return graph
+
+
+# ---- the deflate on hand-made steps ---------------------------------------------------------------
+
+def _gpu_step():
+    # three launch calls at 0, 100, 200 (10 ns each), each kernel 20 ns after its launch, 10 ns long;
+    # CPU operators recorded at 2 (inside the first call), 40 and 60 (before the second), 150 (before
+    # the third); the step range from 0 (inside the first call)
+    events = kernel_rows([("a", 7, 20, 10, 0, 10), ("b", 7, 120, 10, 100, 10), ("c", 7, 220, 10, 200, 10)])
+    host = host_rows([("step", "step 0", 0, 1000), ("cpu_op", "aten::x", 2, 3), ("cpu_op", "aten::y", 40, 5),
+                      ("cpu_op", "aten::z", 60, 5), ("cpu_op", "aten::w", 150, 5)])
+    return events, host
+
+
+def test_events_go_to_the_node_that_holds_them_or_the_next() -> None:
+    events, host = _gpu_step()
+    g = rank_graph(events, host, 0)
+    host_nodes = np.flatnonzero(g.kind != 3)
+    # per launch call: (ops, launches, ranges) before it and inside it
+    assert g.profiled_before[host_nodes].tolist() == [[0, 0, 0], [2, 0, 0], [1, 0, 0]]
+    assert g.profiled_inside[host_nodes].tolist() == [[1, 1, 1], [0, 1, 0], [0, 1, 0]]
+    assert not g.profiled_before[g.kind == 3].any() and not g.profiled_inside[g.kind == 3].any()
+
+
+def test_deflate_takes_each_events_cost_off_its_gap_or_its_call(monkeypatch) -> None:
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"])
+    # call 1: 20 + 4 + 1 inside its 10 ns: 0 ns (the rest has no gap before it to come off); call 2:
+    # its 90 ns gap less 2 x 20, its 10 ns less 4:
+    # 50-56; call 3: 90 - 20 after it: 126-132; kernels 20 ns after their calls: 20-30, 70-80, 146-156
+    assert w.steps["step_ns"].tolist() == [230] and w.unprofiled == {
+        "unprofiled_step_ns": 156, "unprofiled_source": "estimated", "replayed_unprofiled_ns": 156,
+        "costs": {0: "hand-made"}, "error_band": None}
+    # no host gaps, without the profiler: every call at 0 (the first 0 ns long), kernels back to back from 20
+    row = w.scenarios.iloc[0]
+    assert row["predicted_ns"] == 50 and row["predicted_unprofiled_ns"] == pytest.approx(50)
+
+
+def test_a_measured_unprofiled_step_anchors_the_prediction(monkeypatch) -> None:
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=200)
+    # the run measured 200 ns without the profiler, where the replay without it gives 156: the
+    # scenario's 50 ns step scaled alike
+    assert w.unprofiled["unprofiled_source"] == "measured" and w.unprofiled["unprofiled_step_ns"] == 200
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(200 * 50 / 156)
+
+
+def test_a_cost_beyond_the_time_leaves_no_negative_gap_or_call(monkeypatch) -> None:
+    _with_costs(monkeypatch, GPU_KEY, op_ns=1000, launch_ns=1000, range_ns=0)
+    events, host = _gpu_step()
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"])
+    # every call and gap at 0: each kernel 20 ns after its call, queued behind the one before: 20-30-40-50
+    assert w.unprofiled["replayed_unprofiled_ns"] == 50
+
+
+def _cpu_rows(rows: list[tuple]) -> pd.DataFrame:
+    """Top-level CPU operators of one rank on thread 1: (name, start, dur), all in step 0."""
+    name, start, dur = zip(*rows)
+    return schema.validate(classify.classified(schema.coerce({
+        "rank": 0, "source": "torch", "kind": "cpu_op", "name": list(name), "device": -1, "stream": 1, "start_ns": list(start),
+        "dur_ns": list(dur), "step": 0}, n_rows=len(rows), spec=schema.PARSED)))
+
+
+def test_a_cpu_operator_loses_its_own_and_its_childrens_records_never_below_zero(monkeypatch) -> None:
+    # operator a (0-100) holds two nested operators (at 10 and 50); b (150-200) none; c (210-215) none
+    events = _cpu_rows([("aten::a", 0, 100), ("aten::b", 150, 50), ("aten::c", 210, 5)])
+    host = host_rows([("step", "step 0", 0, 1000), ("cpu_op", "aten::a", 0, 100), ("cpu_op", "aten::n1", 10, 20),
+                      ("cpu_op", "aten::n2", 50, 20), ("cpu_op", "aten::b", 150, 50), ("cpu_op", "aten::c", 210, 5)])
+    _with_costs(monkeypatch, CPU_KEY, op_ns=10, launch_ns=0, range_ns=0)
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "cpu")}, {0: None}, ["no-host-gaps"])
+    # a: 100 - 3 x 10 = 70; b: 50 after it, 50 - 10 long: 120-160; c: its 10 ns record takes its
+    # 5 ns and 5 of the 10 ns gap before it: 165
+    assert w.steps["step_ns"].tolist() == [215] and w.unprofiled["replayed_unprofiled_ns"] == 165
+    # no host gaps and no profiler: 70 + 40 + 0
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(110)
+
+
+def test_without_known_costs_nothing_is_predicted_without_the_profiler(monkeypatch) -> None:
+    monkeypatch.setattr(pc, "COSTS", {})
+    events, host = _gpu_step()
+    g = rank_graph(events, host, 0)
+    g.profiler = pc.Config("nsys", None, None, "gpu")
+    w = whatif({0: g}, {0: None}, ["no-host-gaps"])
+    assert w.unprofiled["unprofiled_step_ns"] is None and w.unprofiled["unprofiled_source"] is None
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] is None
+
+
+def test_an_unfitted_configuration_takes_the_nearest_fit_without_its_band(monkeypatch) -> None:
+    band = pc.Band(-0.1, 0.1, "hand-made", "pairs")
+    monkeypatch.setattr(pc, "COSTS", {GPU_KEY: pc.Costs(1.0, 2.0, 3.0, "gpu pairs", band),
+                                      CPU_KEY: pc.Costs(10.0, 0.0, 30.0, "cpu pairs", band)})
+    assert pc.costs_for(pc.Config("torch", True, False, "gpu")) == (pc.COSTS[GPU_KEY], "gpu pairs")
+    other, said = pc.costs_for(pc.Config("torch", False, False, "gpu"))  # same profiler and device, other options
+    assert (other.per_op_ns, other.band) == (1.0, None) and GPU_KEY in said
+    monkeypatch.delitem(pc.COSTS, GPU_KEY)
+    twin, said = pc.costs_for(pc.Config("torch", True, False, "gpu"))  # only the CPU fit: no launch cost
+    assert (twin.per_op_ns, twin.per_launch_ns, twin.per_range_ns, twin.band) == (10.0, 0.0, 30.0, None)
+    assert said.startswith("estimated on CPU pairs only")
+    assert pc.costs_for(pc.Config("nsys", None, None, "gpu"))[0] is None
+
+
+# ---- what the trace and the run folder say --------------------------------------------------------
+
+@pytest.mark.parametrize("folder, key", [
+    ("train-1gpu-steps-torch", "torch noshapes nomemory gpu"),  # written without Input Dims
+    ("train-1gpu-steps-nsys", "nsys gpu"),
+    ("train-1gpu-steps-proton", "proton gpu"),
+    ("train-cpu-pair-torch", "torch shapes memory cpu"),
+])
+def test_the_trace_says_how_it_was_profiled(folder: str, key: str) -> None:
+    p = tracelab.load_many(DATA / folder)[0]
+    assert pc.config_of(p.meta, p.memory, bool((p.events["kind"] != "cpu_op").any())).key == key
+
+
+def test_kineto_meta_says_whether_shapes_were_recorded() -> None:
+    raw = json.loads(__import__("gzip").open(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz").read())
+    dims = any("Input Dims" in e.get("args", {}) for e in raw["traceEvents"] if e.get("cat") == "cpu_op")
+    assert tracelab.load(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz").meta.extras["record_shapes"] is dims
+
+
+def test_step_counts_are_the_rows_of_each_step() -> None:
+    p = tracelab.load(DATA / "train-1gpu-steps-torch/rank0.pt.trace.json.gz")
+    counts = pc.step_counts(p.events, p.host, p.meta).set_index("step")
+    steps = p.host[p.host["kind"] == "step"]
+    for _, s in steps.iterrows():
+        k = int(str(s["name"]).split()[-1])
+        inside = p.host[(p.host["start_ns"] >= s["start_ns"]) & (p.host["start_ns"] < s["start_ns"] + s["dur_ns"])]
+        launches = int(((p.events["step"] == k) & p.events["launch_start_ns"].notna()).sum())  # GPU ops launched
+        assert counts.loc[k, "cpu_ops"] == (inside["kind"] == "cpu_op").sum()
+        assert counts.loc[k, "ranges"] == inside["kind"].isin(["range", "step"]).sum()
+        assert counts.loc[k, "launches"] == launches
+
+
+@pytest.mark.parametrize("results, want", [
+    ({"0": {"workload": "decode", "unprofiled_step_ns": 5e6}, "1": {"workload": "decode", "unprofiled_step_ns": 6e6}},
+     6e6),  # the slowest rank
+    ({"0": {"workload": "train", "rows": [{"unprofiled_step_ns": 7e6}]}}, 7e6),
+    ({"0": {"workload": "train", "rows": [{"unprofiled_step_ns": 7e6}, {"unprofiled_step_ns": 9e6}]}}, None),  # a sweep
+    ({"0": {"workload": "decode", "unprofiled_step_ns": None}}, None),  # --no-unprofiled
+    ({}, None),
+])
+def test_the_runs_measured_unprofiled_step(results: dict, want) -> None:
+    assert pc.measured_unprofiled_ns({"results": results}) == want
+
+
+# ---- the fit (benchmarks/profiler_cost.py) ---------------------------------------------------------
+
+def test_the_fit_recovers_costs_it_was_made_from() -> None:
+    counts = np.array([[1000, 0, 3], [2000, 0, 3], [1000, 0, 40], [500, 0, 10]], dtype=float)
+    cost = counts @ np.array([12_000.0, 0.0, 30_000.0])
+    rows = pd.DataFrame({"folder": "f", "job": list("abcd"), "rank": 0, "config": CPU_KEY,
+                         "unprofiled_step_ns": 1e8, "profiled_step_ns": 1e8 + cost,
+                         "cpu_ops": counts[:, 0], "launches": counts[:, 1], "ranges": counts[:, 2]})
+    fit = BENCH.fit(rows)[CPU_KEY]
+    assert fit["per_op_ns"] == pytest.approx(12_000) and fit["per_range_ns"] == pytest.approx(30_000)
+    assert fit["per_launch_ns"] is None  # never recorded here: not fitted
+    assert all(abs(p["loo_error_frac"]) < 1e-9 for p in fit["pairs"])
+
+
+def test_nnls_keeps_costs_non_negative() -> None:
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    coef, _ = BENCH.nnls(a, np.array([2.0, -1.0, 1.0]))
+    assert (coef >= 0).all() and coef[1] == 0 and coef[0] == pytest.approx(1.5)
+
+
+def test_a_run_folder_is_a_pair_with_its_counts() -> None:
+    rows = BENCH.pair_rows(DATA / "train-cpu-pair-torch")
+    run = json.loads((DATA / "train-cpu-pair-torch/run.json").read_text())
+    record = run["results"]["0"]["rows"][0]
+    assert len(rows) == 1 and rows[0]["unprofiled_step_ns"] == record["unprofiled_step_ns"]
+    assert rows[0]["profiled_step_ns"] == record["profiled_step_ns"] and rows[0]["cpu_ops"] > 0
+    assert BENCH.pair_rows(DATA / "train-1gpu-steps-none") == []  # no profiler: no pair
+
+
+def test_a_run_before_step_times_pairs_with_its_none_twin() -> None:
+    folders = [DATA / "train-1gpu-steps-torch", DATA / "train-1gpu-steps-none", DATA / "train-1gpu-steps-nsys"]
+    twins = BENCH.none_twins(folders)
+    step_ms = {f.name: json.loads((f / "run.json").read_text())["results"]["0"]["rows"][0]["step_ms"] for f in folders}
+    for folder in (DATA / "train-1gpu-steps-torch", DATA / "train-1gpu-steps-nsys"):
+        (row,) = BENCH.pair_rows(folder, twins)
+        assert row["unprofiled_step_ns"] == pytest.approx(1e6 * np.median(step_ms["train-1gpu-steps-none"]))
+        assert row["profiled_step_ns"] == pytest.approx(1e6 * np.median(step_ms[folder.name]))
+        assert row["launches"] == 304  # the trainer's kernels per step, each its own launch call
+    assert BENCH.pair_rows(DATA / "train-1gpu-steps-torch", {}) == []  # no twin: no pair
+
+
+# ---- real pairs --------------------------------------------------------------------------------------
+
+def _whatif_of(folder: Path, **kw):
+    from tracelab.core.schema import RankData
+    from tracelab.reports.whatif.nodes import shared_graph
+
+    ps = tracelab.load_many(folder)
+    graphs = {p.rank: shared_graph(RankData(p.events, p.meta, p.host, p.memory)) for p in ps}
+    return whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in ps}, ["no-host-gaps"], **kw)
+
+
+@pytest.mark.parametrize("profiled", ["train-1gpu-steps-torch", "train-1gpu-steps-nsys"])
+def test_the_replay_without_the_profiler_meets_the_run_under_none(profiled: str) -> None:
+    """H100 pairs not in the fits (another day's runs of the same job under torch, nsys and none):
+    the replay less the profiler's cost lands within the fit's band of the median step under none
+    (8.86 ms; 11.33 and 12.92 ms profiled), and nearer it than the profiled step."""
+    none_ms = json.loads((DATA / "train-1gpu-steps-none/run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
+    prof_ms = json.loads((DATA / profiled / "run.json").read_text())["results"]["0"]["rows"][0]["step_ms"]
+    none_ns, prof_ns = 1e6 * np.median(none_ms), 1e6 * np.median(prof_ms)
+    w = _whatif_of(DATA / profiled)
+    predicted, band = w.unprofiled["replayed_unprofiled_ns"], w.unprofiled["error_band"]
+    assert w.unprofiled["unprofiled_source"] == "estimated" and prof_ns > 1.2 * none_ns
+    assert band.low_frac <= (predicted - none_ns) / none_ns <= band.high_frac
+    assert abs(predicted - none_ns) < abs(prof_ns - none_ns)
+    # the kernels take 0.85 ms a step: no host gaps, without the profiler, leaves them and little else
+    assert 0.85e6 < w.scenarios.iloc[0]["predicted_unprofiled_ns"] < w.scenarios.iloc[0]["predicted_ns"]
+
+
+@pytest.mark.slow
+def test_whatif_json_says_the_runs_measured_unprofiled_step(capsys) -> None:
+    status, out, _ = run_cli_output(capsys, "whatif", str(DATA / "train-cpu-pair-torch"), "--format", "json")
+    doc = strict_json(out)
+    record = json.loads((DATA / "train-cpu-pair-torch/run.json").read_text())["results"]["0"]["rows"][0]
+    assert status == 0 and doc["unprofiled_source"] == "measured"
+    assert doc["unprofiled_step_ns"] == record["unprofiled_step_ns"]
+    assert doc["unprofiled"]["replayed_unprofiled_ns"] < record["profiled_step_ns"]  # the cost comes off
+    (row,) = doc["scenarios"]
+    assert 0 < row["predicted_unprofiled_ns"] < doc["unprofiled_step_ns"]
+
+
+@pytest.mark.slow
+def test_a_bare_trace_is_estimated_and_says_from_what(capsys) -> None:
+    status, out, _ = run_cli_output(capsys, "whatif", str(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz"))
+    assert status == 0 and "step without the profiler:" in out and "estimated" in out and "train-cpu-pair-torch" in out
