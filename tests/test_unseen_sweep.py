@@ -70,7 +70,8 @@ def test_a_whole_trace_window_starts_at_its_first_op_or_launch_not_a_sync_before
         assert f"of the {window_ns / 1e6:,.2f} ms trace, its first op (or that op's launch) to its last op's end" in f.text
     # the contrast: with its first op's launch call moved before the sync, the window is from there
     import tracelab
-    from tracelab.reports.whatif import rank_graph, whatif
+    from tracelab.reports.whatif.analyse import whatif
+    from tracelab.reports.whatif.nodes import rank_graph
 
     p = tracelab.load(path)
     ev = p.events.copy()

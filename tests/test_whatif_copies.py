@@ -12,7 +12,8 @@ import pandas as pd
 
 import tracelab
 from tracelab.core import classify, schema
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.analyse import path_steps
 from tracelab.reports.whatif.bound import rank_path_bounds
 from tracelab.reports.whatif.join import join

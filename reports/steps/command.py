@@ -9,8 +9,6 @@ from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt
 from tracelab.cli.commands.topic import Command, own_digest
 from tracelab.core.errors import UsageError
 
-from .steps_text import STEPS_RENDERERS
-
 
 
 def options(
@@ -55,8 +53,8 @@ def analyse(session, n_steps: int | None, **_) -> list[tuple]:
     return [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
 
 
-def render(parts: list[tuple], fmt: str, **_):
-    return each_run(STEPS_RENDERERS[fmt], fmt, parts)
+def render(rendered_as, parts: list[tuple], fmt: str, **_):
+    return each_run(rendered_as, fmt, parts)
 
 
 def _one_job_runs(session) -> list:
@@ -97,4 +95,4 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     return w, totals, untimed
 
 
-COMMAND = Command(options, analyse, render, tuple(STEPS_RENDERERS), check=check, opening=opening)
+COMMAND = Command(options, analyse, render, "steps.steps_text:STEPS_RENDERERS", check=check, opening=opening)

@@ -1,0 +1,49 @@
+"""The command line starts light: `tracelab --help` and every `tracelab CMD --help` are built
+from each topic's command module (its options and help), never its analysis, so none of them
+imports pandas, numpy, plotly, pyarrow or scipy (each alone takes longer than the help itself)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("pandas", "numpy", "plotly", "pyarrow", "scipy")
+
+# every command's --help in one process, then which heavy modules it imported, as the last line
+EVERY_HELP = f"""
+import contextlib, io, json, sys
+import typer
+from tracelab.cli.program import app
+
+group = typer.main.get_command(app)
+argvs = [[]]
+for name, command in group.commands.items():
+    argvs.append([name])
+    argvs += [[name, sub] for sub in getattr(command, "commands", {{}})]
+helps = {{}}
+for argv in argvs:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = app([*argv, "--help"], standalone_mode=False, prog_name="tracelab")
+    helps[" ".join(argv)] = (status, len(out.getvalue()))
+print(json.dumps({{"helps": helps, "heavy": sorted(m for m in {HEAVY!r} if m in sys.modules)}}))
+"""
+
+
+def _python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_importing_the_program_imports_no_analysis():
+    code = f"import sys, tracelab.cli.program; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    assert _python(code).strip() == "[]"
+
+
+def test_every_help_is_built_without_the_analyses():
+    from tracelab.reports.topics import TOPICS
+
+    got = json.loads(_python(EVERY_HELP).splitlines()[-1])
+    assert got["heavy"] == []
+    commands = {t.name for t in TOPICS if t.command} | {"report", "gate", "run", "export", "export perfetto"}
+    assert commands <= set(got["helps"])
+    assert all(status in (0, None) and size > 200 for status, size in got["helps"].values())
