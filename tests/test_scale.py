@@ -184,9 +184,7 @@ def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
 @pytest.mark.parametrize("case", TS_CASES)
 def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
     """Chunks of 2 events: an earlier chunk read fast, a later one through Decimal, or the other way."""
-    from tracelab.parsers import _kineto_json
-
-    monkeypatch.setattr(_kineto_json, "CHUNK_EVENTS", 2)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", 2)
     texts = ["1", "2.5"] + TS_CASES[case] + ["3"]
     path = tmp_path / "rank0.json"
     path.write_text(_trace(texts))

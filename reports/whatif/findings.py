@@ -97,7 +97,7 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
     none = _none_step(ev, inputs)
-    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one), none)
+    return {k: _against_none(with_saving(f, None if name in unmatched else rows.get(name), whole, one), none)
             for k, f, name in found}
 
 
@@ -144,7 +144,7 @@ def _label(row) -> str:
     return f"{row.name}:{row.args}" if row.args else row.name
 
 
-def _saved(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
+def with_saving(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:
     """`f` with the replay's saving of its scenario (`row`): in its values, then in its words."""
     if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
         return f
