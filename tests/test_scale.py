@@ -283,8 +283,9 @@ def _classified(events):
     return classify.classified(events)
 
 
-@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "decode-2gpu-nsys", "ddp-2gpu-late-nsys",
-                                    "tp-2gpu-late-torch"])
+@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "ddp-2gpu-late-nsys",
+                                    *(pytest.param(f, marks=pytest.mark.slow)  # a worker pool each: the rule, again
+                                      for f in ("decode-2gpu-nsys", "tp-2gpu-late-torch"))])
 def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     """The report's path: each rank digested in the worker that parsed it, its events dropped
     there (load_many keep_events=False); only the digests meet. Same answer as the whole frames."""
