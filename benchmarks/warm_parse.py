@@ -45,7 +45,9 @@ def main() -> None:
     from tracelab.core import classify, limits
     from tracelab.parsers import chrome
 
-    if a.heap and not limits.reuse_freed_memory():
+    from tracelab.core.options import Options
+
+    if a.heap and not limits.reuse_freed_memory(Options.from_environment()):
         sys.exit("--heap: this C library or environment declines the setting")
     raw, split = a.trace.read_bytes(), msgspec.json.Decoder(_Split)
     floor_s = warm_least(lambda: split.decode(zlib.decompress(raw, 31)), a.runs)

@@ -47,7 +47,7 @@ import pandas as pd
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
 from tracelab.ingest.budget import check_rows
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
 from . import _host, _kineto_memory
@@ -79,6 +79,7 @@ COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on th
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
+@applying
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one Kineto trace; rows as described in the module docstring. `options.step_pattern`
     names the step ranges (parsers/_steps.py; default ProfilerStep#N, step N, ...)."""

@@ -32,7 +32,7 @@ import pandas as pd
 
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
 from ._steps import compile_pattern, step_of_scope
@@ -47,6 +47,7 @@ BYTES_KEY = "bytes"
 LAUNCH_METADATA = "__proton_launch_metadata"  # proton's own bookkeeping frame, not a user scope
 
 
+@applying
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one proton hatchet file: one row per kernel node of the tree. Its step is
     always NA: a scope named like a step (`step 3`; `options.step_pattern`, parsers/_steps.py) is

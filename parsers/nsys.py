@@ -43,7 +43,7 @@ import pandas as pd
 from tracelab.core import schema
 from tracelab.core.errors import RankError, TraceFormatError
 from tracelab.ingest.budget import check_rows
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
 from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
@@ -83,6 +83,7 @@ _NVTX = f"""
     WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
 
 
+@applying
 def read(path: str | os.PathLike, options: Options = DEFAULT,
          ranks: Mapping[int, int] | None = None) -> list[Profile]:
     """Read one nsys export: one Profile per process, in pid order.

@@ -13,13 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from tracelab.core.errors import TraceFormatError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import PARSED, Meta, Profile, SchemaError, validate
 
 META_KEY = b"tracelab"
 _RANK_FOLDER = re.compile(r"^rank=(-?\d+)$")
 
 
+@applying
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """A part of a tracelab dataset (tracelab/dataset.py): its steps were numbered when it was
     written, so `options` changes nothing here."""

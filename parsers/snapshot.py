@@ -47,7 +47,7 @@ import pandas as pd
 
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Profile
 
 ALLOCATED = {"alloc": 1, "free_requested": -1}
@@ -139,6 +139,7 @@ def plain_load(path: Path) -> Any:
             gc.enable()
 
 
+@applying
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one memory snapshot pickle (module docstring)."""
     path = Path(path)

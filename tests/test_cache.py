@@ -13,6 +13,7 @@ import malformed as m
 import tracelab
 import tracelab.parsers.hatchet
 from tracelab.ingest import cache, cachedir
+from tracelab.core.options import Options
 
 FILES = ["hta/trace_filter/sampled_rank-0.json.gz", "nsys-ai/mfu_2gpu_before.sqlite", "proton/cuda.json"]
 
@@ -135,7 +136,7 @@ def test_a_write_that_finds_its_entry_written_leaves_no_temporary_folder(cache_d
     profile = tracelab.parsers.hatchet.read(path)
     key = cache.key(path, tracelab.parsers.hatchet.__file__)
     for _ in range(2):  # two parallel loads of one file both write
-        cache.put(key, path, tracelab.parsers.hatchet.__file__, [profile])
+        cache.put(key, path, tracelab.parsers.hatchet.__file__, [profile], Options.from_environment())
     assert [p.name for p in cache_dir.iterdir()] == [key]
 
 
@@ -181,8 +182,6 @@ def test_a_process_scans_the_cache_once_per_share_of_its_limit(tmp_path, monkeyp
     folder = tmp_path / "c"
     folder.mkdir(mode=0o700)
     entry_bytes, limit = 1000, 64_000  # share: 4,000 bytes, four entries
-    monkeypatch.setenv("TRACELAB_CACHE_MAX_BYTES", str(limit))
-    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(folder))
     monkeypatch.setattr(cachedir, "_unscanned_bytes", {})
     scans = []
     real = cachedir.evict
@@ -194,8 +193,8 @@ def test_a_process_scans_the_cache_once_per_share_of_its_limit(tmp_path, monkeyp
         (entry / cachedir.MARK).write_bytes(b"")
         (entry / "0.parquet").write_bytes(b"x" * entry_bytes)
         os.utime(entry, (i, i))  # written in order: the oldest is the least recently used
-        with cachedir.opened() as opened:
-            cachedir.bound(opened, entry.name)
+        with cachedir.opened(folder) as opened:
+            cachedir.bound(opened, entry.name, limit)
         sizes.append(sum(f.stat().st_size for e in folder.iterdir() for f in e.iterdir()))
     share = limit // cachedir.SCAN_SHARE
     assert len(scans) == 1 + (200 - 1) // (share // entry_bytes + 1)  # the first write, then every fifth

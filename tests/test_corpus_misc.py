@@ -112,11 +112,11 @@ def test_many_members_that_inflate_far_stay_bounded(tmp_path):
     once each, so the limit fires at its own size."""
     from tracelab.core import limits
     from tracelab.core.errors import TraceFormatError
+    from tracelab.core.options import Options, applied
 
     member = gzip.compress(b" " * (5 * 1024**2), 9)
     (path := tmp_path / "bomb.json.gz").write_bytes(member * 320)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRACELAB_MAX_TRACE_BYTES", str(64 * 1024**2))
+    with applied(Options(max_trace_bytes=64 * 1024**2)):
         with pytest.raises(TraceFormatError, match="inflates to more than 67,108,864 bytes"):
             limits.read_trace_bytes(path)
     assert len(limits.read_trace_bytes(_write(tmp_path, member * 3))) == 15 * 1024**2

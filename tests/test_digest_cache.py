@@ -19,6 +19,7 @@ import tracelab
 from tracelab.ingest import cache, digest_cache
 from tracelab.cli import app
 from tracelab.reports import ranks as session
+from tracelab.core.options import Options
 from tracelab.core.schema import RankData
 
 DATA = Path(__file__).parent / "data"
@@ -36,6 +37,11 @@ def run(tmp_path, monkeypatch):
     folder = Path(shutil.copytree(RUN, tmp_path / "run"))
     time.sleep(3 * RACY_S)
     return folder
+
+
+def _entries() -> list[Path]:
+    """The digest entries in the cache folder of the environment (the fixture's TRACELAB_CACHE_DIR)."""
+    return digest_cache.entries(Options.from_environment())
 
 
 def _parses(monkeypatch) -> list[str]:
@@ -96,7 +102,7 @@ def _fresh(folder: Path) -> dict[int, dict]:
 
 def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch):
     first = _digests(run)
-    assert len(digest_cache.entries()) == 2
+    assert len(_entries()) == 2
     parsed = _parses(monkeypatch)
     again = _digests(run)
     assert parsed == []
@@ -117,7 +123,7 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
     import pickle
 
     fresh = _digests(run, CHEAP)
-    entry = digest_cache.entries()[0] / digest_cache.FILE
+    entry = _entries()[0] / digest_cache.FILE
     blob = entry.read_bytes()
     if damage == "one byte flipped":
         at = len(blob) // 2
@@ -143,7 +149,7 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
     assert len(parsed) == 1  # the damaged rank alone
     for a, b in zip(fresh, again):
         _same(a.summary, b.summary, f"rank {a.rank}")
-    assert len(digest_cache.entries()) == 2 and (entry.parent / digest_cache.FILE).exists()  # written again
+    assert len(_entries()) == 2 and (entry.parent / digest_cache.FILE).exists()  # written again
 
 
 def test_a_touched_trace_is_parsed_again(run, monkeypatch):
@@ -154,40 +160,39 @@ def test_a_touched_trace_is_parsed_again(run, monkeypatch):
     parsed = _parses(monkeypatch)
     _digests(run, CHEAP)
     assert parsed == [str(trace)]
-    assert len(digest_cache.entries()) == 3  # the stale entry is never read; eviction removes it in time
+    assert len(_entries()) == 3  # the stale entry is never read; eviction removes it in time
 
 
 def test_other_digests_options_or_patterns_are_other_entries(run, monkeypatch):
     from tracelab.core import classify
-    from tracelab.core.options import Options
 
     _digests(run, CHEAP)
     parsed = _parses(monkeypatch)
     _digests(run, CHEAP[:2])
     tracelab.load_many(run, workers=1, reduce=session.rank_digests(CHEAP), keep_events=False,
-                       options=Options(step_pattern=r"ProfilerStep#(\d+)"))
+                       options=Options.from_environment(step_pattern=r"ProfilerStep#(\d+)"))
     classify.use_patterns([(r"nccl", "other")])
     try:
         _digests(run, CHEAP)
     finally:
         classify.use_patterns([])
-    assert len(parsed) == 6 and len(digest_cache.entries()) == 8
+    assert len(parsed) == 6 and len(_entries()) == 8
 
 
 def test_off_switch_events_kept_small_files_and_big_entries_write_nothing(run, monkeypatch):
     tracelab.load_many(run, workers=1, reduce=session.rank_digests(CHEAP))  # events kept: the parse is needed anyway
-    assert digest_cache.entries() == []
+    assert _entries() == []
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     _digests(run, CHEAP)
-    assert digest_cache.entries() == []
+    assert _entries() == []
     monkeypatch.setenv("TRACELAB_CACHE", "1")
     monkeypatch.setattr(digest_cache, "MAX_ENTRY_BYTES", 1000)  # digests of these ranks pickle to more
     _digests(run, CHEAP)
-    assert digest_cache.entries() == []
+    assert _entries() == []
     monkeypatch.setattr(cache, "MIN_BYTES", 1 << 40)
     monkeypatch.setattr(digest_cache, "MAX_ENTRY_BYTES", 1 << 40)
     _digests(run, CHEAP)
-    assert digest_cache.entries() == []
+    assert _entries() == []
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pytest
 
 from tracelab.core import limits
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.options import Options, applied
 
 isal_zlib = pytest.importorskip("isal.isal_zlib")
 
@@ -39,14 +40,13 @@ def test_damage_named_as_zlib_names_it(tmp_path, monkeypatch, damage):
         data = data[:len(data) // 2]
     elif damage == "flipped":
         data[40:60] = bytes(20)
-    else:
-        monkeypatch.setenv("TRACELAB_MAX_TRACE_BYTES", str(len(BODY) - 1))
     path = tmp_path / "bad.json.gz"
     path.write_bytes(bytes(data))
+    bound = Options(max_trace_bytes=len(BODY) - 1) if damage == "too_big" else Options()
     errors = []
     for inflater in (isal_zlib, None):
         monkeypatch.setattr(limits, "_isal_zlib", inflater)
-        with pytest.raises(TraceFormatError) as raised:
+        with pytest.raises(TraceFormatError) as raised, applied(bound):
             limits.read_trace_bytes(path)
         errors.append(str(raised.value))
     assert errors[0] == errors[1]

@@ -82,7 +82,7 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
 
     data = Path(__file__).resolve().parent / "data"
     paths = [str(data / "decode-2gpu-proton"), str(data / "decode-2gpu-torch")]
-    session = _with_steps(Session.open(paths, Options(step_pattern="decode_one_token"), keep_events=True, rank=0), None)
+    session = _with_steps(Session.open(paths, Options.from_environment(step_pattern="decode_one_token"), keep_events=True, rank=0), None)
     groups = [r.profiles for r in session.runs]
     torch = groups[1][0]
     torch.events = torch.events[torch.events["step"].isin([0, 1, 2])]

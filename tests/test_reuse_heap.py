@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 _FAULTS = """
 import resource, sys
 from tracelab.core import limits
-print(limits.reuse_freed_memory())
+from tracelab.core.options import Options
+print(limits.reuse_freed_memory(Options.from_environment()))
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 block = bytearray(40 * 1024**2)  # zeroed: every page touched

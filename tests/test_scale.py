@@ -154,7 +154,7 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     try:
         local = tracelab.load_many(folder, workers=2, reduce=RANK_DIGESTS)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-            on = Options(scheduler=cluster.scheduler_address)
+            on = Options.from_environment(scheduler=cluster.scheduler_address)
             on_cluster = tracelab.load_many(folder, reduce=RANK_DIGESTS, options=on)
             by_url = tracelab.load_many(folder.resolve().as_uri(), reduce=RANK_DIGESTS, options=on)  # fsspec file:// URL
             cli = [_breakdown_csv(folder), _breakdown_csv(folder, "--scheduler", cluster.scheduler_address)]
@@ -178,7 +178,7 @@ def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
         tracelab.load_many(DATA / "train-2gpu-torch", options=options.Options(scheduler="tcp://127.0.0.1:9"))
     monkeypatch.setenv(options.SCHEDULER_ENV, "tcp://127.0.0.1:9")  # the CLI's default, read once there
-    assert options.from_environment().scheduler == "tcp://127.0.0.1:9"
+    assert options.Options.from_environment().scheduler == "tcp://127.0.0.1:9"
 
 
 @pytest.mark.parametrize("case", TS_CASES)
@@ -427,7 +427,7 @@ def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
         with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
             with pytest.raises(TraceFormatError, match="the Dask worker reading it died") as caught:
                 tracelab.load_many(DATA / "gloo-2cpu-late", reduce={"die": _die},
-                                   options=Options(scheduler=cluster.scheduler_address))
+                                   options=Options.from_environment(scheduler=cluster.scheduler_address))
     assert "rank0" in str(caught.value) and "\n" not in str(caught.value)
 
 

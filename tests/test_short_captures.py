@@ -108,7 +108,7 @@ def test_the_issues_case_thirty_ms_late_in_three_steps(monkeypatch):
     """Our decode's rank 0 as two ranks of equal work, 3 steps, rank 1 made 2 ms late before each
     all-reduce of the step with 3 us of jitter on both: the old rule could not name anyone on
     3 steps (2 x 2^-3 = 0.25); the evidence line says how late, at how many all-reduces."""
-    decode = tracelab.load_many(DATA / "decode-2gpu-torch", options=Options(step_pattern="decode_one_token"))  # its
+    decode = tracelab.load_many(DATA / "decode-2gpu-torch", options=Options.from_environment(step_pattern="decode_one_token"))  # its
     # steps (older than `token N`)
     base, _ = ranks_from_one(tracelab.events(decode), rank=0, world=2)
     base = base[base["step"].isin(sorted(base["step"].dropna().unique())[:3])]

@@ -26,6 +26,7 @@ import tracelab
 import tracelab.ingest.loading
 from promise import one_process
 from tracelab.ingest import cache, cachedir, digest_cache
+from tracelab.core.options import Options
 from tracelab.reports import ranks as session
 
 NOBODY = 65534  # another user
@@ -386,7 +387,7 @@ def test_the_cache_is_used_and_private(plant, expected, monkeypatch):
     for _ in range(2):
         tracelab.load_many([plant.trace], workers=1, reduce=_reduce(), keep_events=False)
     assert stat.S_IMODE(plant.cache.stat().st_mode) == 0o700
-    (entry,) = digest_cache.entries()
+    (entry,) = digest_cache.entries(Options.from_environment())
     assert (entry / cachedir.MARK).is_file() and stat.S_IMODE(entry.stat().st_mode) == 0o700
     seen = []
     monkeypatch.setattr(tracelab.ingest.loading, "_classified", lambda *a: seen.append(a))
@@ -400,7 +401,7 @@ def test_a_shared_folder_gets_a_private_subfolder(plant, monkeypatch):
     tracelab.load_many([plant.trace], workers=1, reduce=_reduce(), keep_events=False)
     sub = plant.cache / f"tracelab-{os.geteuid()}"
     assert [p.name for p in plant.cache.iterdir()] == [sub.name]
-    assert stat.S_IMODE(sub.stat().st_mode) == 0o700 and len(digest_cache.entries()) == 1
+    assert stat.S_IMODE(sub.stat().st_mode) == 0o700 and len(digest_cache.entries(Options.from_environment())) == 1
 
 
 def test_eviction_removes_own_entries_oldest_first(plant, monkeypatch):
@@ -413,7 +414,7 @@ def test_eviction_removes_own_entries_oldest_first(plant, monkeypatch):
     tmp = _own_entry(plant, cachedir.TMP_PREFIX + "killed", {"0.parquet": b"x"})
     for path, age_s in ((old, 7200), (new, 60), (tmp, 3600)):
         os.utime(path, (time.time() - age_s,) * 2)
-    with cachedir.opened() as folder:
+    with cachedir.opened(Options.from_environment().cache_dir) as folder:
         removed = cachedir.evict(folder, 1500)
     assert sorted(removed) == sorted([old.name, tmp.name]) and new.exists()
 

@@ -33,7 +33,7 @@ ONE_SHOT = "one_shot_all_reduce"  # the symm-mem all-reduce kernel of our decode
 @pytest.fixture(scope="module")
 def decode() -> list[tracelab.Profile]:
     """Our decode, its steps the decode_one_token ranges (older than the workloads' `token N`)."""
-    return tracelab.load_many(DECODE, options=Options(step_pattern="decode_one_token"))
+    return tracelab.load_many(DECODE, options=Options.from_environment(step_pattern="decode_one_token"))
 
 
 @pytest.fixture(autouse=True)
@@ -216,7 +216,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
 
     per_step, noise = defaultdict(dict), []
     for src in ("torch", "nsys", "proton"):
-        for p in tracelab.load_many(DATA / f"decode-2gpu-{src}", options=Options(step_pattern="decode_one_token")):
+        for p in tracelab.load_many(DATA / f"decode-2gpu-{src}", options=Options.from_environment(step_pattern="decode_one_token")):
             k = p.events[(p.events["kind"] == "kernel") & (p.events["op_class"] != "communication")]
             if src == "proton":
                 n = recorded_steps(run_info([DATA / "decode-2gpu-proton"]))

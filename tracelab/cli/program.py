@@ -103,12 +103,10 @@ def main() -> None:
     that succeeds follow its output, one line each."""
     import warnings
 
-    from tracelab.core import limits
     from tracelab.ingest.outputs import interruptible
     from tracelab.cli.terminal import error_line, printable, warning_lines
 
     _SESSIONS.clear()  # this command's own (a test may run several in one process)
-    limits.reuse_freed_memory()  # each rank's buffers reused, not page-faulted afresh (tracelab/limits.py)
     with warnings.catch_warnings(record=True) as caught, interruptible():
         try:
             sys.exit(_run_app())

@@ -1,6 +1,7 @@
 """Bounds on what one trace file may hold, checked by the parsers where data enters, so
 that a damaged or hostile file gives one TraceFormatError instead of a traceback, an
-exhausted memory or an hour of work.
+exhausted memory or an hour of work. The bounds are those of the load's Options
+(core/options.py: Options.from_environment reads the variables below).
 
 - Decompressed size: TRACELAB_MAX_TRACE_BYTES (default 2 GiB). Gzip is inflated as a
   stream and stops at the bound: a 4 MB gzip that inflates to 4 GiB costs at most the
@@ -18,15 +19,14 @@ import os
 import zlib
 from pathlib import Path
 
-from tracelab.core.errors import TraceFormatError, UsageError
+from tracelab.core import options
+from tracelab.core.errors import TraceFormatError
 
 try:  # ISA-L's inflate, twice as fast as zlib's, the same bytes (optional: pip install tracelab[fast])
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover - the stdlib's zlib then
     _isal_zlib = None
 
-DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
-DEFAULT_MAX_NAME_CHARS = 1024**2
 MAX_TIME_NS = 2**62
 MAX_DUR_NS = 2**61
 MAX_WORK = 2.0**62  # FLOPs or bytes of one kernel or scope: a sum of millions stays finite
@@ -38,26 +38,13 @@ _CHUNK_BYTES = 1024**2  # compressed bytes read at a time
 _INFLATE_BYTES = 4 * 1024**2  # inflated bytes per step: 1 MiB of a bomb would be 1 GiB at once
 
 
-def env_int(name: str, default: int) -> int:
-    """A whole number of at least 0 from the environment (`2e9` allowed); unset or empty: `default`."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        number = int(float(value))
-    except (ValueError, OverflowError):
-        number = -1
-    if number < 0:
-        raise UsageError(name, f"{value!r} is not a number of 0 or more")
-    return number
-
-
 def max_trace_bytes() -> int:
-    return env_int("TRACELAB_MAX_TRACE_BYTES", DEFAULT_MAX_TRACE_BYTES)
+    """The bound of the load in progress (its Options, core/options.applied)."""
+    return options.current().max_trace_bytes
 
 
 def max_name_chars() -> int:
-    return env_int("TRACELAB_MAX_NAME_CHARS", DEFAULT_MAX_NAME_CHARS)
+    return options.current().max_name_chars
 
 
 def too_large(path: Path, what: str) -> TraceFormatError:
@@ -129,13 +116,13 @@ HEAP_MMAP_BYTES = 64 * 1024**2  # blocks below this come from the heap (larger: 
 HEAP_KEEP_BYTES = 128 * 1024**2  # free memory at the heap's top beyond this goes back to the system
 
 
-def reuse_freed_memory() -> bool:
+def reuse_freed_memory(given: options.Options) -> bool:
     """Make this process (and the workers it forks) reuse freed blocks of up to HEAP_MMAP_BYTES
     instead of mapping fresh pages for each, keeping up to HEAP_KEEP_BYTES free; the CLI calls it
-    once (a process-wide setting: a library user chooses for their own process). False where
-    the C library has no glibc mallopt, or MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is
-    set (the user's choice stands)."""
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") or os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+    with the command's options (a process-wide setting: a library user chooses for their own
+    process). False where the C library has no glibc mallopt, or `given.keep_malloc` (the user
+    set MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_: their choice stands)."""
+    if given.keep_malloc:
         return False
     import ctypes
 

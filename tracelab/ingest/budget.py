@@ -9,8 +9,9 @@ rows, 2,333 MB for 3 million, 4,334 MB for 6 million (benchmarks/mem_kernels.py,
 benchmarks/RESULTS.md), 700-735 bytes a row once the interpreter's own ~150 MB
 is counted out.
 
-TRACELAB_MAX_MEMORY_BYTES sets the peak the check allows one process (default: what it
-holds plus the kernel's MemAvailable, or the cgroup's room where less); 0 switches it off.
+TRACELAB_MAX_MEMORY_BYTES (Options.max_memory_bytes, core/options.py) sets the peak the check
+allows one process (default: what it holds plus the kernel's MemAvailable, or the cgroup's room
+where less); 0 switches it off.
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import os
 from pathlib import Path
 
 from tracelab.core.errors import MemoryLimitError
+from tracelab.core.options import MAX_MEMORY_BYTES_ENV as ENV  # named in the message
 
 ROW_PEAK_BYTES = 750
 BASE_BYTES = 150 * 1024**2  # the interpreter, numpy, pandas and tracelab before any trace
-ENV = "TRACELAB_MAX_MEMORY_BYTES"
 
 
 def available_bytes() -> int | None:
@@ -66,10 +67,11 @@ def peak_bytes(n_rows: int) -> int:
 
 def check_rows(path: Path | str, n_rows: int, what: str = "rows") -> None:
     """MemoryLimitError naming the file when reading `n_rows` rows would peak above the
-    process's budget: TRACELAB_MAX_MEMORY_BYTES, else what it holds plus what is left."""
-    from tracelab.core.limits import env_int
+    process's budget: the load's Options.max_memory_bytes (TRACELAB_MAX_MEMORY_BYTES), else
+    what it holds plus what is left."""
+    from tracelab.core.options import current
 
-    budget = env_int(ENV, -1) if os.environ.get(ENV, "").strip() else None
+    budget = current().max_memory_bytes
     if budget == 0:
         return
     if budget is None and (room := available_bytes()) is not None:

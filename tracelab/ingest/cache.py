@@ -1,10 +1,10 @@
 """A Parquet cache of parsed traces, so a big trace is parsed once.
 
 It holds the parsers' output, before classification (tracelab.load classifies after
-the cache, so user patterns apply), under $TRACELAB_CACHE_DIR (default
+the cache, so user patterns apply), under Options.cache_dir ($TRACELAB_CACHE_DIR, default
 ~/.cache/tracelab). Only files of at least MIN_BYTES are cached (small ones parse
-faster than a cache read; a gzip file counts inflated). TRACELAB_CACHE=0 switches it off; without pyarrow it is
-not used. The trace file itself is only ever read.
+faster than a cache read; a gzip file counts inflated). Options.cache False (TRACELAB_CACHE=0)
+switches it off; without pyarrow it is not used. The trace file itself is only ever read.
 
 Never stale. An entry is keyed by the file's identity as git's index keys a file:
 absolute path, device, inode, size, mtime_ns and ctime_ns. A file edited in place
@@ -45,7 +45,7 @@ def key(path: Path, parser_file: str, options: Options = DEFAULT) -> str | None:
     """The cache key of `path` as it is now, read with `options` (a step pattern changes the
     parsers' output), or None when the cache is not used for it.
     Take it before parsing and give it to put(), which checks the file did not change."""
-    if os.environ.get("TRACELAB_CACHE", "1") == "0":
+    if not options.cache:
         return None
     try:
         import pyarrow  # noqa: F401
@@ -96,12 +96,12 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def get(entry_key: str) -> list[Profile] | None:
-    """The cached profiles under `entry_key`, or None when absent or when the entry does not
+def get(entry_key: str, options: Options) -> list[Profile] | None:
+    """The cached profiles under `entry_key` in options.cache_dir, or None when absent or when the entry does not
     validate (an entry damaged, or written by hand: meta.json `[]` would drop every rank of
     the file, `{"rank": "zero"}` mislabel one); such an entry is removed, so the next put
     writes it again."""
-    return cachedir.read_entry(entry_key, _read)
+    return cachedir.read_entry(options.cache_dir, entry_key, _read)
 
 
 def _read(fd: int) -> list[Profile]:
@@ -144,18 +144,18 @@ def _memory(fd: int, name: str) -> pd.DataFrame | None:
     return validate_memory(_frame(fd, name)) if cachedir.exists(fd, name) else None
 
 
-def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile]) -> None:
-    """Store profiles under `entry_key` (taken before parsing) if the file is still what was
-    parsed and settled; then bound the cache. A failure to write never fails the load."""
+def put(entry_key: str, path: Path, parser_file: str, profiles: list[Profile], options: Options) -> None:
+    """Store profiles under `entry_key` (taken before parsing with `options`) if the file is
+    still what was parsed and settled; then bound the cache. A failure to write never fails the load."""
     try:
         st = path.stat()
         settled = time.time() - max(st.st_mtime, st.st_ctime) > RACY_S
-        if not settled or key(path, parser_file) != entry_key:
+        if not settled or key(path, parser_file, options) != entry_key:
             return
-        with cachedir.opened() as folder:
+        with cachedir.opened(options.cache_dir) as folder:
             if folder is not None:
                 _write(folder, entry_key, profiles)
-                cachedir.bound(folder, entry_key)
+                cachedir.bound(folder, entry_key, options.cache_max_bytes)
     except OSError:
         pass
 

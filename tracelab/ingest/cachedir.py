@@ -4,7 +4,7 @@ The Parquet cache (cache.py) and the digest cache (digest_cache.py) keep their e
 Nobody else may put there anything tracelab reads back (a digest entry is unpickled), nor make
 tracelab delete there what it did not write:
 
-- The folder is TRACELAB_CACHE_DIR (default ~/.cache/tracelab), created 0700. Where it is not
+- The folder is Options.cache_dir (TRACELAB_CACHE_DIR, default ~/.cache/tracelab), created 0700. Where it is not
   this user's, or others may write it (a shared folder of mode 1777), the caches live in its
   subfolder `tracelab-UID`, created 0700; where that is not this user's private folder either
   (another user made it first), the caches are not used.
@@ -30,11 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, TypeVar
 
-from tracelab.core.limits import env_int
-
 MARK = ".tracelab-entry"  # in every folder tracelab writes here, before anything else
 TMP_PREFIX = ".tracelab-tmp-"
-DEFAULT_MAX_BYTES = 4 * 1024**3
 STALE_TMP_S = 15 * 60
 SCAN_SHARE = 16  # a process scans to bound the cache each time it has written 1/16 of the limit
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -49,20 +46,12 @@ class Folder:
     fd: int
 
 
-def root() -> Path:
-    """TRACELAB_CACHE_DIR as set (default ~/.cache/tracelab)."""
-    return Path(os.environ.get("TRACELAB_CACHE_DIR", Path.home() / ".cache" / "tracelab"))
-
-
-def max_bytes() -> int:
-    return env_int("TRACELAB_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
-
-
 @contextmanager
-def opened() -> Iterator[Folder | None]:
-    """The caches' private folder, open; None where this user can have none there."""
+def opened(root: Path) -> Iterator[Folder | None]:
+    """The caches' private folder under `root` (Options.cache_dir), open; None where this user
+    can have none there."""
     try:
-        path, fd = _private_folder()
+        path, fd = _private_folder(root)
     except OSError:
         yield None
         return
@@ -72,8 +61,7 @@ def opened() -> Iterator[Folder | None]:
         os.close(fd)
 
 
-def _private_folder() -> tuple[Path, int]:
-    base = root()
+def _private_folder(base: Path) -> tuple[Path, int]:
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(base, _DIR)  # the user's own setting: a link in it is theirs
     if _private(os.fstat(fd)):
@@ -98,11 +86,11 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def read_entry(name: str, reader: Callable[[int], T]) -> T | None:
-    """reader(the entry `name`, open), or None where it is absent or not this user's, or where
-    reader fails on it: then the entry is removed (whatever is wrong with an entry, the trace
-    itself is the answer). A hit marks the entry recently used."""
-    with opened() as folder:
+def read_entry(root: Path, name: str, reader: Callable[[int], T]) -> T | None:
+    """reader(the entry `name` of the folder under `root`, open), or None where it is absent or
+    not this user's, or where reader fails on it: then the entry is removed (whatever is wrong
+    with an entry, the trace itself is the answer). A hit marks the entry recently used."""
+    with opened(root) as folder:
         if folder is None:
             return None
         try:
@@ -218,20 +206,19 @@ def _size_if_ours(folder: Folder, name: str) -> int | None:
         os.close(fd)
 
 
-def bound(folder: Folder, written: str) -> list[str]:
-    """After this process wrote the entry `written`: evict (a scan of every entry) on its first
-    write to `folder`, then only once it has written more than max_bytes() / SCAN_SHARE since
-    its last scan; the names removed. Between scans the cache may exceed the limit by that
+def bound(folder: Folder, written: str, limit_bytes: int) -> list[str]:
+    """After this process wrote the entry `written`: evict (a scan of every entry) beyond
+    `limit_bytes` (Options.cache_max_bytes) on its first write to `folder`, then only once it
+    has written more than limit_bytes / SCAN_SHARE since its last scan; the names removed. Between scans the cache may exceed the limit by that
     share per writing process; a first report of 1,024 ranks (2,048 entries) scans ~20 times
     instead of 2,048 (~100 s of stat calls)."""
-    limit = max_bytes()
     since = _unscanned_bytes.get(str(folder.path))
     size = _size_if_ours(folder, written) or 0
-    if since is not None and since + size <= limit // SCAN_SHARE:
+    if since is not None and since + size <= limit_bytes // SCAN_SHARE:
         _unscanned_bytes[str(folder.path)] = since + size
         return []
     _unscanned_bytes[str(folder.path)] = 0
-    return evict(folder, limit, keep=written)
+    return evict(folder, limit_bytes, keep=written)
 
 
 def evict(folder: Folder, limit_bytes: int, keep: str | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Callable
 
 from tracelab.ingest import outputs, tempfiles
 from tracelab.core.errors import OutputError, UsageError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import Options
 
 PART = "part-0.parquet"
 
@@ -44,7 +44,7 @@ class _Part:
 
 
 def export(paths: list[str], out: str | os.PathLike, force: bool = False,
-           on_loaded: Callable | None = None, options: Options = DEFAULT,
+           on_loaded: Callable | None = None, options: Options | None = None,
            load: Callable[[dict], list] | None = None) -> list[Path]:
     """Every rank of `paths` (files, folders) as DIR/rank=N/part-0.parquet; the parts written.
     `load(reduce)`: the ranks, each reduced where it was parsed (default: load_many of the paths;

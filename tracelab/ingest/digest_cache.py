@@ -28,16 +28,15 @@ the format because digests are frames (categoricals, nullable integers), arrays 
 dataclasses of many shapes: a format without code (Arrow, msgpack) would need a schema for
 each digest, kept in step with every topic.
 
-Same switches and bounds as the Parquet cache (and entries over MAX_ENTRY_BYTES are not
-written): TRACELAB_CACHE=0 switches it off,
-TRACELAB_CACHE_DIR holds it (entries named `digests-KEY`, beside the Parquet ones),
-files under cache.MIN_BYTES (inflated) are not cached, and cache.evict bounds the folder
-to TRACELAB_CACHE_MAX_BYTES, least recently used first (a hit touches its entry).
+Same switches and bounds as the Parquet cache, from the load's Options (and entries over
+MAX_ENTRY_BYTES are not written): `cache` False (TRACELAB_CACHE=0) switches it off,
+`cache_dir` (TRACELAB_CACHE_DIR) holds it (entries named `digests-KEY`, beside the Parquet ones),
+files under cache.MIN_BYTES (inflated) are not cached, and cachedir.bound keeps the folder
+to `cache_max_bytes` (TRACELAB_CACHE_MAX_BYTES), least recently used first (a hit touches its entry).
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import sys
 import time
@@ -66,7 +65,7 @@ _SUM_BYTES = 32
 def key(path: Path, reduce: Mapping[str, Callable] | None, options: Options = DEFAULT) -> str | None:
     """The entry key of `path`'s digests by `reduce` read with `options`, as the file is now,
     or None where the cache is off, the file too small, or the reducers cannot be pickled."""
-    if os.environ.get("TRACELAB_CACHE", "1") == "0" or not reduce:
+    if not options.cache or not reduce:
         return None
     try:
         st = path.stat()
@@ -106,13 +105,13 @@ def _code() -> str:
     return f"{__version__}|{sys.version}|{pandas.__version__}|{numpy.__version__}|{stamps}"
 
 
-def get(entry_key: str, path: Path, names: set[str]) -> list[Profile] | None:
-    """The profiles cached under `entry_key` with their warnings said again, or None (absent,
+def get(entry_key: str, path: Path, names: set[str], options: Options) -> list[Profile] | None:
+    """The profiles cached under `entry_key` in options.cache_dir with their warnings said again, or None (absent,
     or damaged: then removed). `names`: the digests each profile must hold; `path`: the trace as
     given now, which the profiles' meta path becomes (the entry may have been written under
     another spelling of it)."""
-    found = cachedir.read_entry(entry_key, lambda fd: _checked(cachedir.read(fd, FILE, _SUM_BYTES + MAX_ENTRY_BYTES),
-                                                               names))
+    found = cachedir.read_entry(options.cache_dir, entry_key,
+                                lambda fd: _checked(cachedir.read(fd, FILE, _SUM_BYTES + MAX_ENTRY_BYTES), names))
     if found is None:
         return None
     profiles, caught, parsed_as = found
@@ -153,11 +152,11 @@ def put(entry_key: str, path: Path, reduce: Mapping[str, Callable], options: Opt
         payload = pickle.dumps((profiles, caught, str(path)), protocol=5)
         if len(payload) > MAX_ENTRY_BYTES:
             return
-        with cachedir.opened() as folder:
+        with cachedir.opened(options.cache_dir) as folder:
             if folder is not None:
                 with cachedir.staging(folder, entry_key) as fd, cachedir.create(fd, FILE) as f:
                     f.write(hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload)
-                cachedir.bound(folder, entry_key)
+                cachedir.bound(folder, entry_key, options.cache_max_bytes)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass
 
@@ -169,7 +168,7 @@ def cached(path: Path, reduce: Mapping[str, Callable] | None, options: Options,
     entry = key(path, reduce, options)
     if entry is None:
         return parse()
-    if (hit := get(entry, path, set(reduce))) is not None:
+    if (hit := get(entry, path, set(reduce), options)) is not None:
         return hit
     with warnings.catch_warnings(record=True) as caught:
         profiles = parse()
@@ -180,8 +179,8 @@ def cached(path: Path, reduce: Mapping[str, Callable] | None, options: Options,
     return profiles
 
 
-def entries() -> list[Path]:
-    """The digest entries in the cache folder (tests, benchmarks)."""
-    with cachedir.opened() as folder:
+def entries(options: Options) -> list[Path]:
+    """The digest entries in the cache folder of `options` (tests, benchmarks)."""
+    with cachedir.opened(options.cache_dir) as folder:
         return sorted(folder.path.glob(PREFIX + "*")) if folder is not None else []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from tracelab.core.errors import UsageError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import Options
 from tracelab.ingest.outputs import check_output, write, write_together  # noqa: F401 - write: the CLI's export perfetto
 from tracelab.core.schema import OnEvents, Profile
 from tracelab.ingest.runfolder import run_info
@@ -28,7 +28,7 @@ def label_inputs(paths: list[str | Path], groups: list[list[Profile]]) -> list[I
 
 
 def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loaded=None,
-                options: Options = DEFAULT) -> list[Input]:
+                options: Options | None = None) -> list[Input]:
     """Inputs loaded without their events get them back for `ranks` (every rank when None):
     their files read again, in parallel, per run. `export perfetto --ranks` of a few ranks of a
     thousand holds only those ranks' events (the rest gave their summaries, which put the run
@@ -48,7 +48,7 @@ def with_events(inputs: list[Input], ranks: set[int] | None, keep=None, on_loade
 
 
 def write_report(session: Session | list[str | Path], out: str | Path, force: bool = False, title: str | None = None,
-                 perfetto: bool = False, options: Options = DEFAULT) -> Path:
+                 perfetto: bool = False, options: Options | None = None) -> Path:
     """Render the HTML report of the session's runs (or of the paths, opened here with `options`)
     with their run folders' run.json, and write it atomically. `tracelab report` and `tracelab run`
     call this. With `perfetto`, the merged Perfetto trace of the timed ranks is written beside it

@@ -34,7 +34,7 @@ from tracelab.ingest import cache, digest_cache, budget as memory, provenance, r
 from tracelab.core import classify, limits
 from tracelab.core.errors import NoTracesError, RankError, TraceFormatError
 from tracelab.core.limits import INT32
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applied
 from tracelab.core.schema import Meta, Profile, RankData, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
@@ -135,12 +135,12 @@ def _parse(path: Path, options: Options = DEFAULT) -> list[Profile]:
     Profile per process of the file."""
     module = importlib.import_module(PARSERS[detect(path)])
     entry = cache.key(path, module.__file__, options) if not module.__name__.endswith(".parquet") else None  # columnar already
-    if entry and (cached := cache.get(entry)) is not None:
+    if entry and (cached := cache.get(entry, options)) is not None:
         return cached
     result = _read(module, path, options)
     profiles = result if isinstance(result, list) else [result]
     if entry:
-        cache.put(entry, path, module.__file__, profiles)
+        cache.put(entry, path, module.__file__, profiles, options)
     return profiles
 
 
@@ -151,12 +151,14 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     gathers results. `patterns`: the caller's classify.user_patterns(), for a worker
     process that did not inherit them (spawned, or on a Dask cluster). Without
     `keep_events` only the summaries come back (the events with no rows), from the digest
-    cache (tracelab/digest_cache.py) where this file's digests were made before."""
+    cache (tracelab/digest_cache.py) where this file's digests were made before. `options` are
+    the ones in force (core/options.applied) while it runs: the parse's limits are theirs."""
     if patterns is not None:
         classify.use_patterns(patterns)
-    if keep_events or not reduce or remote.is_url(path):
-        return _classified(path, reduce, keep_events, options)
-    return digest_cache.cached(Path(path), reduce, options, lambda: _classified(path, reduce, False, options))
+    with applied(options):
+        if keep_events or not reduce or remote.is_url(path):
+            return _classified(path, reduce, keep_events, options)
+        return digest_cache.cached(Path(path), reduce, options, lambda: _classified(path, reduce, False, options))
 
 
 def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, options: Options) -> list[Profile]:
@@ -245,16 +247,17 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
     return profile
 
 
-def load(path: str | os.PathLike, rank: int | None = None, options: Options = DEFAULT) -> Profile:
+def load(path: str | os.PathLike, rank: int | None = None, options: Options | None = None) -> Profile:
     """Read one trace file of one rank into a Profile; `rank` overrides what the file says;
-    `options` (tracelab.core.options: the step pattern) as read. `path` may be an fsspec URL
+    `options` (tracelab.core.options: the step pattern, limits, caches; default: the
+    environment's, Options.from_environment) as read. `path` may be an fsspec URL
     (s3://, gs://, file://, memory://...).
 
     A file holding several processes (an nsys capture of a multi-process run) is several
     ranks: `load` refuses it, naming them, and `load_many(path)` gives one Profile per rank.
     """
     path = path if remote.is_url(path) else Path(path)  # a URL (fsspec) is read through a local copy
-    profiles = _parse_classified(path, options=options)
+    profiles = _parse_classified(path, options=options or Options.from_environment())
     if len(profiles) > 1:
         ranks = ", ".join(str(p.meta.rank) for p in profiles)
         raise RankError(path, f"holds {len(profiles)} processes (ranks {ranks}); "
@@ -353,7 +356,7 @@ def load_many(
     on_loaded: Callable[[Path], None] | None = None,
     reduce: Reduce | None = None,
     keep_events: bool = True,
-    options: Options = DEFAULT,
+    options: Options | None = None,
 ) -> list[Profile]:
     """Read many trace files (folders are searched) in parallel processes, one Profile per rank.
 
@@ -364,10 +367,12 @@ def load_many(
     each Profile's `summary` holds the
     results by name. With `keep_events=False` the events are dropped
     in the worker (no rows come back): memory then holds the summaries, not the job.
-    `options` (tracelab.core.options: the step pattern, the Dask scheduler) reach every worker as a value.
+    `options` (tracelab.core.options: the step pattern, the Dask scheduler, limits, caches; default:
+    the environment's, Options.from_environment) reach every worker as a value.
     """
     files = expand(paths)
-    return ranked(files, parse_files(files, workers, on_loaded, reduce, keep_events, options), ranks)
+    return ranked(files, parse_files(files, workers, on_loaded, reduce, keep_events,
+                                     options or Options.from_environment()), ranks)
 
 
 def parse_files(files: list[Path], workers: int | None = None, on_loaded: Callable[[Path], None] | None = None,

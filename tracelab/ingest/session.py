@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 from tracelab.ingest import remote
 from tracelab.core.errors import NoTracesError, RankError, UsageError
-from tracelab.core.options import DEFAULT, Options
+from tracelab.core.options import DEFAULT, Options, applied
 from tracelab.core.schema import Profile
 
 TRACES, NONE, SNAPSHOT = "traces", "none", "snapshot"  # the kinds of run
@@ -53,25 +53,28 @@ class Session:
     notes: list[str] = field(default_factory=list)  # "path: what a parser or a command noted", each once
 
     @classmethod
-    def open(cls, paths: list[str | os.PathLike], options: Options = DEFAULT, *,
+    def open(cls, paths: list[str | os.PathLike], options: Options | None = None, *,
              digests: Mapping[str, Callable] | tuple[str, ...] | None = None, keep_events: bool = False,
              rank: int | None = None, device=None, on_loaded: Callable[[Path], None] | None = None) -> Session:
         """Open the paths: `digests` (name -> fn(RankData), or RANK_DIGESTS names; all of them where
         None) made in the worker that parses each rank; without `keep_events` only those digests come
         back. `rank`: only that rank of each run. `device` (devices.Device): the roofline's device
-        instead of the one the traces or run.json name."""
+        instead of the one the traces or run.json name. `options` (default: the environment's,
+        Options.from_environment) are the ones in force while the inputs are read."""
         from tracelab.ingest.runfolder import run_infos
         from tracelab.ingest.loading import parse_files
 
         paths = [str(p) for p in paths]
         if not paths:
             raise NoTracesError(None, "no trace files given")
-        run_infos(paths)  # each run folder's own files checked before any trace is parsed
-        plans = [_plan(p) for p in paths]
-        files = [f for plan in plans for part in plan for f in part[2]]
-        parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device), keep_events=keep_events,
-                             options=options) if files else []
-        runs = _runs(plans, iter(parsed))
+        options = options or Options.from_environment()
+        with applied(options):
+            run_infos(paths)  # each run folder's own files checked before any trace is parsed
+            plans = [_plan(p) for p in paths]
+            files = [f for plan in plans for part in plan for f in part[2]]
+            parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device), keep_events=keep_events,
+                                 options=options) if files else []
+            runs = _runs(plans, iter(parsed))
         if rank is not None:
             runs = [_picked(run, rank) for run in runs]
         session = cls(paths, runs, options)
@@ -119,7 +122,8 @@ class Session:
         """(folder name, run.json) of every run folder given, in order (inputs.run_infos)."""
         from tracelab.ingest.runfolder import run_infos
 
-        return run_infos(self.paths)
+        with applied(self.options):
+            return run_infos(self.paths)
 
     def findings(self, topic: str | None = None, comparison=None, sources: list[Callable] | None = None) -> list:
         """The findings (reports/findings/findings.py) of the traced runs: every topic's sources, or

@@ -51,13 +51,17 @@ def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
 
 
 def _options(step: str | None = None, scheduler: str | None = None):
-    """The command's Options (tracelab/options.py), built once: --step and --scheduler, else the
-    user's TRACELAB_STEP_PATTERN and TRACELAB_SCHEDULER. A bad pattern is one line here, not in a worker."""
-    from tracelab.core.options import from_environment
+    """The command's Options (tracelab/core/options.py), built once: --step and --scheduler, else
+    the user's TRACELAB_STEP_PATTERN and TRACELAB_SCHEDULER; limits, caches and the memory budget
+    from the environment. A bad pattern or number is one line here, not in a worker. Freed memory
+    is reused from here on (limits.reuse_freed_memory), unless the user tuned malloc."""
+    from tracelab.core import limits
+    from tracelab.core.options import Options
     from tracelab.parsers._steps import compile_pattern
 
-    options = from_environment(step, scheduler)
+    options = Options.from_environment(step_pattern=step, scheduler=scheduler or None)
     compile_pattern(options.step_pattern)
+    limits.reuse_freed_memory(options)  # each rank's buffers reused, not page-faulted afresh
     return options
 
 
