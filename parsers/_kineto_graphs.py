@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracelab.core.note import Note
+
 from ._steps import name_mask
 
 _API = r"(?:cuda|cu|hip)"  # runtime, driver, ROCm (whose calls Kineto files as cuda_runtime too)
@@ -45,7 +47,7 @@ class Replays:
     """Per GPU row, the launch whose scope it takes (-1: its own launch), and what to say."""
 
     scope_launch: np.ndarray
-    notes: list[str]
+    notes: list[Note]
     captured: int = 0  # graph captures in the trace (begin to end)
     captured_calls: int = 0  # the launch calls inside them (they ran nothing then)
 
@@ -89,9 +91,7 @@ def scope_launches(names: list[str], pid: np.ndarray, tid: np.ndarray, ts_ns: np
     out.captured_calls = nodes = sum(len(c.nodes) for c in found)
     one_by_one = int(((launch >= 0) & ~graph_launch[np.maximum(launch, 0)]).sum()) if len(names) else 0
     if found and nodes >= one_by_one:  # a trace mostly of capturing
-        out.notes.append(f"{len(found)} CUDA-graph capture{'s' if len(found) > 1 else ''} in this trace ({nodes:,} "
-                         "launch calls inside, which ran nothing then): its idle, launch and host figures "
-                         "include capturing, not only the steps that replay the graphs")
+        out.notes.append(Note("graph_captures", {"captures": len(found), "launch_calls": int(nodes)}))
     return out
 
 
@@ -140,12 +140,11 @@ def _matching(by_key: dict, pid: int, at_ns: int, kinds: tuple[str, ...]) -> Cap
     return same[at - 1] if at else None
 
 
-def _notes(n_replays: int, outside: int, outside_rows: int, streams: int) -> list[str]:
+def _notes(n_replays: int, outside: int, outside_rows: int, streams: int) -> list[Note]:
     notes = []
     if outside:
-        notes.append(f"{outside} of {n_replays} CUDA-graph replays ({outside_rows} GPU rows) were captured "
-                     "outside the trace: their rows keep the replay's scope")
+        notes.append(Note("replays_captured_outside", {"outside": int(outside), "replays": int(n_replays),
+                                                       "gpu_rows": int(outside_rows)}))
     if streams:
-        notes.append(f"{streams} CUDA-graph replays ran on several streams: their rows are matched to "
-                     "the capture's launches in start order, which may swap concurrent branches")
+        notes.append(Note("replays_on_streams", {"replays": int(streams)}))
     return notes

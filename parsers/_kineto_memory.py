@@ -21,6 +21,7 @@ import pandas as pd
 
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 
 from ._kineto import cpu_top_level, thread_scopes
 from ._kineto_columns import MISSING, _MemArgs
@@ -68,13 +69,11 @@ def _args(path: Path, args: list, ts_ns: np.ndarray, origin_ns: int) -> dict[str
             "device": device}
 
 
-def running_sum_note(memory) -> str | None:
+def running_sum_note(memory) -> Note | None:
     """What a reader must know of a frame whose totals were summed from the events (_running_totals)."""
     if memory is None or not memory.attrs.get(SUMMED):
         return None
-    return ("its [memory] events give no totals (PyTorch 1.8/1.9): allocated is the running sum of their bytes "
-            "from the trace's start, so what was allocated before it (weights, optimizer state) is not counted, "
-            "and without addresses no block is followed from its allocation to its free")
+    return Note("memory_summed")
 
 
 SUMMED = "allocated_summed_from_bytes"  # the frame's attrs key: its totals are _running_totals'

@@ -6,15 +6,8 @@ from __future__ import annotations
 
 import re
 
-# category -> what its events are and why they are no rows
-UNREAD = {
-    "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
-                           "the kernels and may replay each one, so their lengths are not the kernels' run times; "
-                           "tracelab reads no GPU time from them",
-    "mtia_ccp_events": "an MTIA accelerator's device activity, which tracelab does not read (it reads CUDA "
-                       "and ROCm GPU activity)",
-    "hpu_op": "a Gaudi (HPU) device's activity, which tracelab does not read (it reads CUDA and ROCm GPU activity)",
-}
+from tracelab.core.note import UNREAD, Note
+
 _CATEGORY = re.compile(rb'"cat"[ \t\n\r]*:[ \t\n\r]*"(' + b"|".join(re.escape(c.encode()) for c in UNREAD) + rb')"')
 
 
@@ -27,7 +20,7 @@ def unread_counts(data: bytes | bytearray) -> dict[str, int]:
     return counts
 
 
-def unread_notes(data: bytes | bytearray) -> list[str]:
+def unread_notes(data: bytes | bytearray) -> list[Note]:
     """A note per UNREAD category the trace holds: '77 cuda_profiler_range events: kernels ...'."""
-    return [f"{n:,} {name} event{'s' if n > 1 else ''} and no kernel, memcpy or memset: {UNREAD[name]}"
+    return [Note("unread_device_events", {"events": n, "category": name})
             for name, n in sorted(unread_counts(data).items())]

@@ -17,6 +17,8 @@ import sqlite3
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
+
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 _NODES = """SELECT graphNodeId AS node, originalGraphNodeId AS original, globalTid AS tid, start
             FROM CUDA_GRAPH_NODE_EVENTS WHERE graphNodeId IS NOT NULL AND globalTid IS NOT NULL"""
@@ -53,7 +55,7 @@ def _origins(con: sqlite3.Connection) -> pd.DataFrame:
 
 
 def capture_points(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
-                   launches: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+                   launches: pd.DataFrame) -> tuple[pd.DataFrame, list[Note]]:
     """`launches` (nsys._launches: row, tid, launch_ns) with a replayed row's thread and time
     replaced by its node's capture where the capture is in the file; and the notes."""
     replayed = _replayed(con, tables) if len(launches) else pd.DataFrame()
@@ -83,8 +85,8 @@ def _first_call_ns(con: sqlite3.Connection, tid: np.ndarray) -> np.ndarray:
     return np.where(tid >= 0, found, big)
 
 
-def _notes(replayed_rows: int, outside_rows: int) -> list[str]:
+def _notes(replayed_rows: int, outside_rows: int) -> list[Note]:
     if not outside_rows:
         return []
-    return [f"{outside_rows} of {replayed_rows} CUDA-graph node rows were captured outside the trace "
-            "(before its first CUDA call): they keep the replay's scope"]
+    return [Note("graph_nodes_captured_outside", {"outside_rows": int(outside_rows),
+                                                  "node_rows": int(replayed_rows)})]

@@ -24,6 +24,7 @@ import pandas as pd
 
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 
 from ._steps import assign, compile_pattern, numbers
 
@@ -88,16 +89,16 @@ def with_memory(profiles: list[schema.Profile], rows: pd.DataFrame | None, hosts
     return profiles
 
 
-def _frame(rows: pd.DataFrame, origin_ns: int, host: pd.DataFrame | None, step_re) -> tuple[pd.DataFrame, str]:
+def _frame(rows: pd.DataFrame, origin_ns: int, host: pd.DataFrame | None,
+           step_re) -> tuple[pd.DataFrame, Note | None]:
     start = rows["start"].to_numpy(dtype=np.int64)
     held = rows.groupby("device")["bytes"].cumsum().to_numpy(dtype=np.int64)
     lowest = rows.assign(held=held).groupby("device")["held"].min()
     before = (-lowest.clip(upper=0)).to_dict()  # freed but never allocated in the file: held before it
     held = held + rows["device"].map(before).to_numpy(dtype=np.int64)
-    note = ""
+    note = None
     if any(before.values()):
-        note = (f"{TABLE}: frees of {sum(before.values()):,} bytes whose allocations the file does not hold; "
-                "the memory held starts at that much")
+        note = Note("frees_before_trace", {"table": TABLE, "freed_bytes": int(sum(before.values()))})
     columns: dict[str, Any] = {"time_ns": start - origin_ns, "addr": rows["addr"].astype("Int64"),
                                "bytes": rows["bytes"].to_numpy(dtype=np.int64), "total_reserved_bytes": held,
                                "device": rows["device"].to_numpy(dtype=np.int64), "step": _steps(start, host, step_re)}

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.core.errors import UsageError
+from tracelab.core.note import Note
 
 DEFAULT_STEP_PATTERN = r"ProfilerStep#(\d+)|(?:step|iteration|iter|token)[ _#]?(\d+)"
 
@@ -122,16 +123,15 @@ def occurrences(number: np.ndarray, group: np.ndarray, start_ns: np.ndarray, end
 
 
 def repeat_note(names: list[str], group: np.ndarray, start_ns: np.ndarray, step: np.ndarray,
-                pattern: re.Pattern) -> list[str]:
+                pattern: re.Pattern) -> list[Note]:
     """A note for meta.notes where step ranges repeat their numbers, else []."""
     first = _numbers(names, group, start_ns, pattern)
     moved = np.flatnonzero(step != first)
     if not len(moved):
         return []
     i = int(moved[0])
-    return [f"step ranges repeat their numbers ({len(moved)} later occurrences, e.g. a second {names[i]!r}, "
-            f"step {int(step[i])}): each occurrence is a step of its own, the k-th occurrence of N numbered "
-            f"N + k * {_scale(int(first.max()))}"]
+    return [Note("step_numbers_repeat", {"occurrences": len(moved), "range_name": names[i], "step": int(step[i]),
+                                         "scale": _scale(int(first.max()))})]
 
 
 def _scale(largest: int) -> int:

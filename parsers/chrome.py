@@ -47,6 +47,7 @@ import pandas as pd
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
 from tracelab.ingest.budget import check_rows
+from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
@@ -250,7 +251,7 @@ def _step_ranges(annotations: Picked, group: np.ndarray, step_re: re.Pattern) ->
             "step": numbers(list(compress(annotations.name, mask)), group[mask], start_ns, end_ns, step_re)}
 
 
-def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[str]:
+def _step_notes(annotations: Picked, step_re: re.Pattern) -> list[Note]:
     """A note where the step ranges repeat their numbers (parsers/_steps.py)."""
     mask = is_step(annotations.name, step_re)
     steps = _step_ranges(annotations, joined_ids((annotations, "pid")), step_re)

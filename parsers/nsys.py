@@ -43,6 +43,7 @@ import pandas as pd
 from tracelab.core import schema
 from tracelab.core.errors import RankError, TraceFormatError
 from tracelab.ingest.budget import check_rows
+from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
@@ -70,9 +71,6 @@ _MEMCPY = """
 _GRAPHS = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid, graphId
     FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE"""
-GRAPHS_NOTE = ("{n} CUDA graph launches were traced as whole graphs (nsys's default, --cuda-graph-trace=graph): "
-               "each is one GPU op over its graph's span, its kernels not in the file; "
-               "profile with --cuda-graph-trace=node to see them")
 _MEMSET = """
     SELECT start, end, deviceId AS device, streamId AS stream, correlationId, globalPid, bytes, memKind
     FROM CUPTI_ACTIVITY_KIND_MEMSET"""
@@ -128,7 +126,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     check_rows(path, len(activity), "GPU rows")
     activity["scope"], activity["step"], notes = _regions(con, tables, activity, step_re)
     if whole := activity.attrs.get("whole_graphs"):
-        notes = [GRAPHS_NOTE.format(n=whole), *notes]
+        notes = [Note("whole_graphs", {"launches": int(whole)}), *notes]
     activity["flops"] = _nvtx_flops(con, tables, activity)
     return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)
 

@@ -47,6 +47,7 @@ import pandas as pd
 
 from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Profile
 
@@ -162,9 +163,9 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     return Profile(schema.validate(events, schema.PARSED), schema.Meta.of(meta, path), memory=memory)
 
 
-def _notes(traces: list) -> list[str]:
+def _notes(traces: list) -> list[Note]:
     if not any(traces):
-        return ["the snapshot has no device_traces: record them with torch.cuda.memory._record_memory_history()"]
+        return [Note("snapshot_without_traces")]
     return []
 
 

@@ -477,9 +477,10 @@ def test_a_rank_neither_file_nor_name_gives_is_said_to_be_assumed():
         assert "rank" not in json.load(f)["distributedInfo"]
     p = tracelab.load(path)
     assert p.rank == 0 and p.meta.rank_from == "default (one file)"
-    assert any("gives its rank: shown as rank 0" in n for n in p.meta.notes)
+    assert [n.code for n in p.meta.notes] == ["rank_assumed"]
+    assert "gives its rank: shown as rank 0" in p.meta.notes[0].text
     named = tracelab.load(shared_trace("hta/trace_filter/sampled_rank-1.json.gz"))
-    assert named.rank == 1 and not any("gives its rank" in n for n in named.meta.notes or [])
+    assert named.rank == 1 and not any(n.code == "rank_assumed" for n in named.meta.notes)
 
 
 def _gpu_ns(path) -> tuple[int, int]:

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 import tracelab
+from tracelab.core.note import texts
 from tracelab.parsers import chrome, nsys
 
 DATA = Path(__file__).parent / "data"
@@ -101,7 +102,8 @@ def test_kineto_replays_take_the_capture_scopes():
 
 def test_kineto_capture_outside_says_so_and_keeps_the_replay_scope():
     profile = chrome.read(DATA / "graph-outside-1gpu-torch" / "rank0.pt.trace.json.gz")
-    assert profile.meta.notes == ["5 of 5 CUDA-graph replays (120 GPU rows) were captured outside the "
+    assert [n.values for n in profile.meta.notes] == [{"outside": 5, "replays": 5, "gpu_rows": 120}]
+    assert texts(profile.meta.notes) == ["5 of 5 CUDA-graph replays (120 GPU rows) were captured outside the "
                                      "trace: their rows keep the replay's scope"]
     assert not profile.events["scope"].str.startswith("capture").any()
     assert chrome.read(DATA / "graph-1gpu-torch" / "rank0.pt.trace.json.gz").meta.notes == []
@@ -126,7 +128,7 @@ def test_kineto_replay_missing_a_row_is_not_guessed(tmp_path):
     def drop(events):
         events.remove(_replay_rows(events, 2)[-1])
     profile = chrome.read(_rewrite(tmp_path, drop))
-    assert profile.meta.notes == ["1 of 5 CUDA-graph replays (23 GPU rows) were captured outside the "
+    assert texts(profile.meta.notes) == ["1 of 5 CUDA-graph replays (23 GPU rows) were captured outside the "
                                      "trace: their rows keep the replay's scope"]
     assert (profile.events["scope"].str.startswith("capture/layer") & (profile.events["step"] == 2)).sum() == 0
     assert _counts(profile.events) == _kineto_walk(json.loads(_rewrite(tmp_path, drop).read_text())["traceEvents"])
@@ -137,7 +139,7 @@ def test_kineto_replay_on_two_streams_is_flagged(tmp_path):
         for e in _replay_rows(events, 1)[12:]:
             e["tid"], e["args"]["stream"] = 99, 99
     profile = chrome.read(_rewrite(tmp_path, split))
-    assert profile.meta.notes == ["1 CUDA-graph replays ran on several streams: their rows are matched to the "
+    assert texts(profile.meta.notes) == ["1 CUDA-graph replays ran on several streams: their rows are matched to the "
                                      "capture's launches in start order, which may swap concurrent branches"]
 
 
@@ -206,7 +208,7 @@ def test_nsys_and_kineto_agree_on_the_graph():
 
 def test_nsys_capture_outside_says_so():
     profile = nsys.read(DATA / "graph-outside-1gpu-nsys" / "rank0.sqlite")[0]
-    assert profile.meta.notes == ["120 of 120 CUDA-graph node rows were captured outside the trace "
+    assert texts(profile.meta.notes) == ["120 of 120 CUDA-graph node rows were captured outside the trace "
                                      "(before its first CUDA call): they keep the replay's scope"]
 
 
@@ -227,7 +229,8 @@ def _copy(tmp_path: Path, sql: str) -> Path:
 def test_nsys_broken_graph_tables(tmp_path, sql, outside):
     path = _copy(tmp_path, sql)
     profile = nsys.read(path)[0]
-    assert profile.meta.notes == [f"{outside} of 120 CUDA-graph node rows were captured outside the trace "
+    assert [n.values for n in profile.meta.notes] == [{"outside_rows": outside, "node_rows": 120}]
+    assert texts(profile.meta.notes) == [f"{outside} of 120 CUDA-graph node rows were captured outside the trace "
                                      "(before its first CUDA call): they keep the replay's scope"]
     if "DROP" not in sql:
         assert _counts(profile.events) == _nsys_walk(path)
@@ -277,7 +280,7 @@ def test_a_trace_that_is_mostly_capturing_graphs_is_not_told_to_use_them(tmp_pat
     doc = json.loads(gzip.decompress(path.read_bytes()))
     p = tracelab.load(path)
     assert p.meta.graph_capture_calls == _capture_calls_from_json(doc) == 24
-    assert not [n for n in p.meta.notes if "CUDA-graph capture in" in n]  # 24 captured against 162 launched
+    assert not [n for n in p.meta.notes if n.code == "graph_captures"]  # 24 captured against 162 launched
     assert "capture the step in a CUDA graph" in run_cli_output(capsys, "breakdown", str(path))[1]
     begin = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("cudaStreamBeginCapture"))
     end = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("cudaStreamEndCapture"))

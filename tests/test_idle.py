@@ -292,7 +292,8 @@ def test_proton_says_it_records_no_launches_in_one_line() -> None:
     result = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), "--format", "json"])
     doc = strict_json(result.stdout)
     assert result.exit_code == 0 and doc["steps"] == [] and doc["launches"] == []
-    assert doc["notes"] == ["rank 0: no idle breakdown: proton records no launches and no timestamps"]
+    assert doc["notes"] == [{"code": "idle_untimed", "values": {}, "rank": 0,
+                             "text": "rank 0: no idle breakdown: proton records no launches and no timestamps"}]
     table = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), str(DATA / "idle-1gpu-small-torch")])
     assert table.exit_code == 0 and "proton records no launches" in table.stdout and "0.000 │ host" not in table.stdout
 
@@ -305,7 +306,7 @@ def test_a_trace_without_launch_calls_is_all_other_and_says_so(tmp_path: Path) -
     profile = tracelab.load(broken)
     assert profile.events["launch_start_ns"].isna().all()
     result = _idle(profile.events, {0: profile.host})
-    assert any("no launch calls" in n for n in result.notes)
+    assert [n.code for n in result.notes] == ["no_steps", "idle_no_launches"]
     # no launch, so no step either (steps follow the launch): nothing to split, and it says so
     assert (result.steps["idle_other_ns"] == result.steps["idle_ns"]).all()
 
@@ -356,12 +357,12 @@ def test_a_dataset_keeps_the_launches_and_says_it_has_no_host_frame(results, tmp
     host_and_sync = direct["idle_host_ns"] + direct["idle_sync_ns"]
     assert [r["idle_host_ns"] for r in doc["steps"]] == host_and_sync.tolist() and doc["host_ops"] == []
     assert [r["idle_launch_ns"] for r in doc["steps"]] == direct["idle_launch_ns"].tolist()
-    assert any("no host intervals" in n for n in doc["notes"])
+    assert any(n["code"] == "no_host_intervals" and "no host intervals" in n["text"] for n in doc["notes"])
 
 
 def test_a_cpu_only_trace_says_there_is_no_gpu_activity() -> None:
     doc = strict_json(CliRunner().invoke(app, ["idle", str(DATA / "train-cpu-torch"), "--format", "json"]).stdout)
-    assert doc["steps"] == [] and all("no GPU kernel, memcpy or memset" in n for n in doc["notes"])
+    assert doc["steps"] == [] and all("no GPU kernel, memcpy or memset" in n["text"] for n in doc["notes"])
 
 
 def test_many_ranks_give_the_spread_per_step_and_every_format_renders() -> None:
@@ -389,7 +390,7 @@ def test_a_trace_without_steps_is_one_window(results) -> None:
     host = tracelab.load(_trace("small", "nsys")).host
     result = _idle(events, {0: host})
     row = result.steps.iloc[0]
-    assert len(result.steps) == 1 and pd.isna(row["step"]) and any("one window" in n for n in result.notes)
+    assert len(result.steps) == 1 and pd.isna(row["step"]) and any(n.code == "no_steps" and "one window" in n.text for n in result.notes)
     assert sum(row[c] for c in I.CAUSES) == row["idle_ns"] == row["span_ns"] - row["busy_ns"]
     steps = results["small", "nsys"].steps  # the steps' idle lies inside the whole trace's
     assert row["idle_ns"] > steps["idle_ns"].sum() and row["busy_ns"] == steps["busy_ns"].sum()

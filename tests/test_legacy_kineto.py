@@ -59,7 +59,7 @@ def test_uncategorised_memory_events_are_read_with_summed_totals(raw, profile):
     gpu = frame[frame["device"] == 0]
     assert int(gpu["total_allocated_bytes"].max()) == int(running.max())
     assert gpu["addr"].isna().all()
-    assert any("running sum of their bytes" in n for n in profile.meta.notes)
+    assert any(n.code == "memory_summed" and "running sum of their bytes" in n.text for n in profile.meta.notes)
 
 
 def test_steps_and_memory_commands_answer(capsys):

@@ -15,11 +15,13 @@ from helpers import run_cli
 import tracelab
 from tracelab.ingest import cache
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 from tracelab.core.schema import Meta, Profile
 
 DATA = Path(__file__).parent / "data"
 GOOD = {"path": "rank0.json", "source": "torch", "session_start_ns": 5, "rank": 0, "world_size": 2,
-        "devices": {0: {"name": "NVIDIA H100"}}, "notes": ["a note"], "trace_start_epoch_ns": None}
+        "devices": {0: {"name": "NVIDIA H100"}}, "trace_start_epoch_ns": None,
+        "notes": [{"code": "rank_assumed", "values": {}, "text": "neither the file nor its name gives its rank: shown as rank 0"}]}
 
 # key -> a value of the wrong type for it
 BAD = {
@@ -29,6 +31,9 @@ BAD = {
     "notes of numbers": ("notes", [1]), "trace_start_epoch_ns text": ("trace_start_epoch_ns", "1700000000"),
     "scope_metrics a list": ("scope_metrics", []), "graph_capture_calls null": ("graph_capture_calls", None),
     "steps a fraction": ("steps", 1.5),
+    "notes of an unknown code": ("notes", [{"code": "no_such_note", "values": {}}]),
+    "notes missing a value": ("notes", [{"code": "ranks_on_one_clock", "values": {}}]),
+    "notes with values a list": ("notes", [{"code": "rank_assumed", "values": []}]),
 }
 
 
@@ -40,9 +45,16 @@ def test_a_wrong_type_names_the_file_and_the_key(case):
     assert str(e.value).startswith("rank0.json: ") and f"meta's {key}" in str(e.value)
 
 
+def test_notes_an_older_tracelab_wrote_as_text_read_as_text_notes():
+    meta = Meta.of({**GOOD, "notes": ["a note", "another"]})
+    assert meta.notes == [Note("text", {"text": "a note"}), Note("text", {"text": "another"})]
+    assert [n.text for n in meta.notes] == ["a note", "another"]
+    assert Meta.of(json.loads(json.dumps(meta.to_dict()))) == meta
+
+
 def test_the_good_dict_is_typed_and_its_other_keys_kept_in_order():
     meta = Meta.of(GOOD)
-    assert (meta.rank, meta.world_size, meta.devices[0]["name"], meta.notes) == (0, 2, "NVIDIA H100", ["a note"])
+    assert (meta.rank, meta.world_size, meta.devices[0]["name"], meta.notes) == (0, 2, "NVIDIA H100", [Note("rank_assumed")])
     assert meta.extras == {"session_start_ns": 5} and meta.pid is None and meta.odd_gemms == []
     assert list(meta.to_dict()) == list(GOOD) and meta.to_dict() == GOOD  # defaults never written
     meta.provenance = "rank0.provenance.json"  # a key set later comes last, as a dict's would
@@ -103,3 +115,11 @@ def test_a_dataset_part_with_a_wrong_meta_is_one_line(meta, key, tmp_path, capsy
         return
     assert status == 2 and len(err) == 1 and "Traceback" not in "\n".join(err)
     assert err[0].startswith(f"tracelab: error: {path}: ") and f"meta's {key}" in err[0], err
+
+
+def test_a_dataset_part_an_older_tracelab_wrote_keeps_its_notes_words(tmp_path):
+    """A part whose meta holds notes as text (before notes had codes) reads as text notes, said as before."""
+    path = _part(tmp_path, {"source": "nsys", "world_size": 2, "notes": ["120 of 120 CUDA-graph node rows were"]})
+    assert tracelab.load(path).meta.notes == [Note("text", {"text": "120 of 120 CUDA-graph node rows were"})]
+    session = tracelab.Session.open([str(path)])
+    assert [n.text for n in session.notes] == [f"{path}: 120 of 120 CUDA-graph node rows were"]

@@ -120,7 +120,8 @@ def test_a_partial_run_of_the_graph_is_noted(tmp_path):
     profile = tracelab.load(_copy(tmp_path, json.dumps(data)) / "rank0.pt.trace.json.gz")
     calls = sum(k["name"] == name for k in data["graphs"][0])
     assert len(profile.meta.notes) == 1
-    assert re.search(rf"ran \d+ times, not a multiple of its {calls} calls per compiled graph", profile.meta.notes[0])
+    assert profile.meta.notes[0].values["calls_per_graph"] == calls
+    assert re.search(rf"ran \d+ times, not a multiple of its {calls} calls per compiled graph", profile.meta.notes[0].text)
 
 
 def test_the_map_is_not_taken_for_a_trace():

@@ -94,7 +94,7 @@ def _trace_notes(path: Path) -> list[str]:
     """The notes the reader gives a rank (its meta), read here through tracelab.load."""
     import tracelab
 
-    return list(tracelab.load(str(path)).meta.notes)
+    return [n.text for n in tracelab.load(str(path)).meta.notes]
 
 
 def test_first_screen_order(decode_page):

@@ -44,8 +44,9 @@ def test_a_repeated_step_range_is_a_step_of_its_own(tmp_path, read, original, co
     want = [None if s is None else MOVED[s] for s in _steps_by_row(before)]
     assert sorted(set(MOVED.values())) == sorted({s for s in want if s is not None})  # every token has rows
     assert _steps_by_row(after) == want
-    assert any("repeat their numbers" in n and "N + k * 10" in n for n in after.meta.notes)
-    assert not any("repeat their numbers" in n for n in before.meta.notes)
+    assert any(n.code == "step_numbers_repeat" and n.values["scale"] == 10 and "N + k * 10" in n.text
+               for n in after.meta.notes)
+    assert not any(n.code == "step_numbers_repeat" for n in before.meta.notes)
 
 
 def test_overlapping_ranges_of_one_number_are_one_occurrence_per_group():

@@ -11,6 +11,7 @@ import pytest
 
 from tracelab import load
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import texts
 from tracelab.parsers._kineto_unread import unread_counts
 
 from helpers import shared_trace
@@ -31,8 +32,9 @@ def test_cupti_profiler_ranges_are_noted_not_taken_for_no_gpu(capsys):
     path = shared_trace(CUPTI)
     n = _cats(json.loads(gzip.decompress(path.read_bytes())))["cuda_profiler_range"]  # 77, counted from the JSON
     profile = load(path)
-    assert [note.split(" ", 1)[0] for note in profile.meta.notes] == [f"{n:,}"]
-    assert "cuda_profiler_range" in profile.meta.notes[0] and "not the kernels' run times" in profile.meta.notes[0]
+    assert [note.values for note in profile.meta.notes] == [{"events": n, "category": "cuda_profiler_range"}]
+    [text] = texts(profile.meta.notes)
+    assert text.startswith(f"{n:,} cuda_profiler_range events") and "not the kernels' run times" in text
     assert (profile.events["kind"] == "cpu_op").all()  # read as CPU operators, the ranges no rows
     status, out, err = run_cli_output(capsys, "breakdown", str(path))
     assert status == 0
@@ -59,7 +61,7 @@ def test_each_unread_category_is_counted_in_any_json_spacing(tmp_path, cat):
     for compact in (False, True):
         path = _cpu_trace_with(tmp_path, cat, n, compact)
         assert unread_counts(path.read_bytes()) == {cat: _cats(json.loads(path.read_bytes()))[cat]} == {cat: n}
-        notes = load(path).meta.notes
+        notes = texts(load(path).meta.notes)
         assert len([x for x in notes if cat in x]) == 1 and notes[0].startswith(f"{n} {cat} events")
 
 
@@ -69,7 +71,7 @@ def test_a_trace_with_kernels_gets_no_such_note(tmp_path):
     doc["traceEvents"].append({**kernels[0], "cat": "cuda_profiler_range"})  # beside real kernels: not said
     profile = load(write_json(tmp_path, "rank0.pt.trace.json", doc))
     assert (profile.events["kind"] == "kernel").sum() == len(kernels)
-    assert not [x for x in profile.meta.notes if "cuda_profiler_range" in x]
+    assert not [x for x in texts(profile.meta.notes) if "cuda_profiler_range" in x]
 
 
 def test_only_unread_device_events_is_refused_with_the_reason(tmp_path):

@@ -27,12 +27,12 @@ def test_no_cuda_graph_advice_for_a_trace_of_two_kernels(capsys):
     status, out, _ = run_cli_output(capsys, "idle", str(mock), "--format", "json")
     doc = json.loads(out)
     assert status == 0 and doc["steps"][0]["bound"] == "host"  # the step is host-bound: only the advice goes
-    assert not any("CUDA graph" in n for n in doc["notes"])
+    assert not any(n["code"] == "host_bound_hint" or "CUDA graph" in n["text"] for n in doc["notes"])
     assert not [f for f in _found(mock) if "CUDA graph" in f.text]
     eager = DATA / "decode-1gpu-torch"
     assert len([f for f in _found(eager) if "CUDA graph" in f.text]) == 1
     status, out, _ = run_cli_output(capsys, "idle", str(eager), "--format", "json")
-    assert any("CUDA graph" in n for n in json.loads(out)["notes"])
+    assert any(n["code"] == "host_bound_hint" and "CUDA graph" in n["text"] for n in json.loads(out)["notes"])
 
 
 def test_a_lone_rank_file_among_runs_is_named_by_its_folder():

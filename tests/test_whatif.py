@@ -44,7 +44,8 @@ def _reproduces(name: str) -> None:
     claimed = w.steps["claimed"]
     assert (w.steps.loc[claimed, "error_frac"] <= MAX_ERROR).all()
     for step in w.steps.loc[~claimed, "step"]:  # a step that is not reproduced says so
-        assert any(re.match(rf"steps? ([^:(]*, )?{step}\b[^:]*: (an edge is missing|the unchanged replay misses)", n)
+        assert any(n.code in ("edge_missing", "replay_misses_steps") and step in n.values["steps"]
+                   and re.match(rf"steps? ([^:(]*, )?{step}\b[^:]*: (an edge is missing|the unchanged replay misses)", n.text)
                    for n in w.notes)
 
 
@@ -185,7 +186,9 @@ def test_broken_input_is_one_line(capsys, tmp_path: Path) -> None:
 def test_proton_inputs_say_they_have_no_timeline() -> None:
     proton = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-proton"), "--format", "json"])
     assert proton.exit_code == 0
-    assert any("proton records no timeline" in n for n in strict_json(proton.stdout)["notes"])
+    notes = strict_json(proton.stdout)["notes"]
+    assert [(n["code"], n.get("rank")) for n in notes] == [("no_timeline", 0), ("nothing_to_replay", None)]
+    assert notes[0]["text"].startswith("rank 0: proton records no timeline")
 
 
 # ---- the workloads' hooks: --host-stall-ms R:MS, --late-every N ----------------------------------
@@ -248,7 +251,8 @@ def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
 def test_a_scenario_that_matches_nothing_says_so() -> None:
     graphs, epochs, _ = _graphs(DATA / "gloo-2cpu-late")
     w = whatif(graphs, epochs, ["remove:extra_work@0", "remove:extra_work@1"])  # only rank 1 does extra work
-    assert [n for n in w.notes if n.startswith("scenario ")] == [
+    assert [n.values for n in w.notes if n.code == "scenario_unmatched"] == [{"scenario": "remove:extra_work@0"}]
+    assert [n.text for n in w.notes if n.text.startswith("scenario ")] == [
         "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
         "it changes nothing"]
     assert w.scenarios.set_index("args").loc["extra_work@0", "saving_ns"] == 0
@@ -367,6 +371,6 @@ def test_a_cpu_only_path_says_its_compute_is_cpu_operators():
     with gzip.open(DATA / "gloo-2cpu-late" / "rank0.pt.trace.json.gz", "rt") as f:
         assert not [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     result = CliRunner().invoke(app, ["whatif", str(DATA / "gloo-2cpu-late"), "--format", "json"])
-    assert result.exit_code == 0 and any("compute is CPU operators' time" in n for n in json.loads(result.stdout)["notes"])
+    assert result.exit_code == 0 and any("compute is CPU operators' time" in n["text"] for n in json.loads(result.stdout)["notes"])
     result = CliRunner().invoke(app, ["whatif", str(DATA / "decode-1gpu-torch"), "--format", "json"])
-    assert not any("CPU operators" in n for n in json.loads(result.stdout)["notes"])
+    assert not any(n["code"] == "cpu_only_path" for n in json.loads(result.stdout)["notes"])

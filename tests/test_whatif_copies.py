@@ -103,7 +103,8 @@ def test_a_step_with_a_missing_edge_says_its_path_is_not_known():
     # the step time stands: the end of its last GPU op less the previous step's, from the rows
     end = (ev["start_ns"] + ev["dur_ns"]).groupby(ev["step"]).max()
     assert rows.loc[step, "step_ns"] == end.loc[step] - end.loc[step - 1]
-    assert any(re.match(rf"steps? ([^:(]*, )?{step}\b[^:]*: an edge is missing", n) and "is not known" in n
+    assert any(n.code == "edge_missing" and step in n.values["steps"] and not n.values["path_known"]
+               and re.match(rf"steps? ([^:(]*, )?{step}\b[^:]*: an edge is missing", n.text) and "is not known" in n.text
                for n in w.notes)
     assert step not in rank_path_bounds(ev, base.host)["step"].tolist()  # no bound from an unknown path
     from tracelab.reports.idle.idle import rank_idle, step_bound, with_path_bounds

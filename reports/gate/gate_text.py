@@ -64,7 +64,7 @@ def table(g: Gate) -> str:
         out += ["", f"regression: {m.metric} {m.verdict} by {share_text(m.relative)} "
                     f"({value_text(m.baseline, m.unit)} -> {value_text(m.candidate, m.unit)}), beyond {_threshold(m)} "
                     "and the noise; why:", *(f"  {line}" for line in cause_lines(m) or ["(nothing in the traces explains it)"])]
-    out += ["", *g.notes, verdict_line(g)]
+    out += ["", *(n.text for n in g.notes), verdict_line(g)]
     return "\n".join(out) + "\n"
 
 
@@ -77,7 +77,7 @@ def verdict_line(g: Gate) -> str:
 
 def json_text(g: Gate) -> str:
     return dumps({"passed": g.passed, "baseline": g.baseline, "candidate": g.candidate, "step_source": g.step_source,
-                  "metrics": [asdict(m) for m in g.metrics], "notes": g.notes})
+                  "metrics": [asdict(m) for m in g.metrics], "notes": [n.as_json() for n in g.notes]})
 
 
 def junit(g: Gate) -> str:
@@ -111,7 +111,7 @@ def markdown(g: Gate) -> str:
     for m in g.regressions:
         out += ["", f"**{_md(m.metric)}** {m.verdict} by {share_text(m.relative)}; why:", "",
                 *(f"- {_md(line)}" for line in cause_lines(m) or ["nothing in the traces explains it"])]
-    out += [f"\n_{_md(n)}_" for n in g.notes]
+    out += [f"\n_{_md(n.text)}_" for n in g.notes]
     return "\n".join(out) + "\n"
 
 

@@ -33,6 +33,8 @@ from fnmatch import fnmatchcase
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
+
 from ..stats import MAD_TO_SD, MIN_LEAD_SHARE, NOISE_SIGMAS
 from ..stats.tests import median_difference
 from .samples import BYTES, COUNT, STEP_TIME, TIME, RunSamples
@@ -97,7 +99,7 @@ class Gate:
     candidate: list[str]
     metrics: list[MetricVerdict]
     step_source: dict[str, str]  # side -> where its step time came from
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[MetricVerdict]:
@@ -114,15 +116,14 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     names = [m for m in _metrics(baseline) if m in set(_metrics(candidate))]
     missing = [m for m in _metrics(baseline) + _metrics(candidate) if m not in names]
     if missing:
-        notes.append(f"measured on one side only, not judged: {', '.join(dict.fromkeys(missing))}")
-    notes += [f"{r.name}: no steps in its traces (proton records none, or no step ranges matched): only its "
-              "run folder's figures are judged" for r in baseline + candidate if r.steps.empty]
+        notes.append(Note("one_side_only", {"metrics": list(dict.fromkeys(missing))}))
+    notes += [Note("run_without_steps", where=(r.name,)) for r in baseline + candidate if r.steps.empty]
     step_ns = _median(_step_samples(baseline, STEP_TIME))
     out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns) for m in names]
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
                (("baseline", baseline), ("candidate", candidate))}
     if len(set(sources.values())) > 1:
-        notes.append(f"step time timed differently: baseline {sources['baseline']}, candidate {sources['candidate']}")
+        notes.append(Note("step_time_timed_differently", dict(sources)))
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
 
 

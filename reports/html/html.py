@@ -291,7 +291,7 @@ def notes_html(inputs: list[Input]) -> str:
     said: dict[str, list[str]] = {}
     for i in inputs:
         for note in i.meta.notes:
-            said.setdefault(str(note), []).append(i.label)
+            said.setdefault(note.text, []).append(i.label)
     if not said:
         return ""
     items = [f"{_e(', '.join(labels) if len(labels) <= 4 else f'{len(labels):,} inputs')}: {_e(note)}"

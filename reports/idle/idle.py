@@ -44,6 +44,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
 from tracelab.core.schema import RankData
 
 from ..timeline.steps import shared_step_rows, step_rows
@@ -68,9 +69,7 @@ MIN_LAUNCHED_FOR_GRAPHS = 32
 LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call returns at most (whatif/edges.UNEXPLAINED_NS)
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
-HINT = ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
-        "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step may "
-        "help; this is a suggestion, not a measurement")
+HINT = Note("host_bound_hint")
 
 
 @dataclass
@@ -82,7 +81,7 @@ class Idle:
     steps: pd.DataFrame
     ops: pd.DataFrame
     launches: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 class RankIdle:
@@ -105,10 +104,9 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     rank = int(events["rank"].iloc[0]) if len(events) else -1  # combine() sets the rank resolved after parsing
     rows = timed(events[[c for c in ROW_COLUMNS if c in events.columns]])  # narrow first: its copies are 1/3 the size
     if not len(rows):
-        why = ("proton records no launches and no timestamps" if source == "proton" or
-               (len(events) and not events["start_ns"].notna().any()) else "no GPU kernel, memcpy or memset with timestamps")
+        untimed = source == "proton" or (len(events) and not events["start_ns"].notna().any())
         return Idle(empty(STEP_COLUMNS), empty(OP_COLUMNS), empty(LAUNCH_COLUMNS),
-                    [f"no idle breakdown: {why}"])
+                    [Note("idle_untimed" if untimed else "idle_no_gpu_activity")])
     sync = sync_union(host)
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
@@ -277,19 +275,15 @@ def _bound_of(gpu: np.ndarray, comm: np.ndarray, host: np.ndarray, span: np.ndar
     return np.where(paced, "host", largest)
 
 
-def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[str]:
+def _notes(rows: pd.DataFrame, host: pd.DataFrame | None, stepless: bool) -> list[Note]:
     notes = []
     if stepless:
-        why = ("its step ranges hold no GPU work's launch" if host is not None and len(host)
-               and (host["kind"] == "step").any() else "no range matches the step pattern")
-        notes.append(f"no steps in this trace ({why}; see --step): the whole "
-                     "trace, first GPU start to last GPU end, is one window (step null)")
+        ranges = host is not None and bool(len(host)) and bool((host["kind"] == "step").any())
+        notes.append(Note("no_steps", {"step_ranges": ranges}))
     if not rows["launch_start_ns"].notna().any():
-        notes.append(f"no launch calls in this trace (none matched by correlation id): "
-                     "its idle is all idle_other_ns")
+        notes.append(Note("idle_no_launches"))
     if host is None:
-        notes.append("no host intervals in this input (a tracelab dataset, or events without their Profile.host): "
-                     "sync idle counts as host, and no CPU ops are named")
+        notes.append(Note("no_host_intervals"))
     return notes
 
 
@@ -304,7 +298,7 @@ def combine(by_rank: dict[int, Idle], bounds: Mapping[int, pd.DataFrame | None] 
                if steps is not None else empty(STEP_COLUMNS),
                ops if ops is not None else empty(OP_COLUMNS),
                launches.sort_values("rank", ignore_index=True) if launches is not None else empty(LAUNCH_COLUMNS),
-               [f"rank {r}: {n}" for r, p in by_rank.items() for n in p.notes])
+               [n.about(rank=r) for r, p in by_rank.items() for n in p.notes])
     if graphs_may_help(out.steps, out.launches):
         out.notes.append(HINT)
     return out
@@ -360,7 +354,7 @@ def labelled(parts: list[tuple[str, Idle]]) -> Idle:
     frames = [[f.assign(input=name)[["input", *f.columns]] for f in (i.steps, i.ops, i.launches)] for name, i in parts]
     hint = [HINT] if any(HINT in i.notes for _, i in parts) else []
     return Idle(*(pd.concat([f[k] for f in frames], ignore_index=True) for k in range(3)),
-                [f"{name}: {n}" for name, i in parts for n in i.notes if n != HINT] + hint)
+                [n.about(name) for name, i in parts for n in i.notes if n != HINT] + hint)
 
 
 DIGESTS = {"idle": RankIdle()}  # idle's per-rank digest (reports/topics.py)

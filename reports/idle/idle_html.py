@@ -51,8 +51,8 @@ def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, lis
                      if len(one.steps) else one.steps)
         launches.append(one.launches.assign(label=i.label))
         ops.append(one.ops.head(TOP_OPS).assign(label=i.label))
-        notes += [f"{name}: {escape(n)}" for n in one.notes if n != HINT]
-    notes += [escape(HINT)] if any(graphs_may_help(s, ln) for s, ln in zip(steps, launches)) else []
+        notes += [f"{name}: {escape(n.text)}" for n in one.notes if n != HINT]
+    notes += [escape(HINT.text)] if any(graphs_may_help(s, ln) for s, ln in zip(steps, launches)) else []
     return (*(_stacked(f) for f in (steps, launches, ops)), notes)
 
 

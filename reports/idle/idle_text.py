@@ -103,7 +103,7 @@ def idle_tables(result: Idle, top: int | None = 10) -> Group:
         parts.append(launch_table(result.launches))
     if len(result.ops):
         parts.append(ops_table(result.ops, top))
-    return Group(*parts, *(Text(n) for n in result.notes))
+    return Group(*parts, *(Text(n.text) for n in result.notes))
 
 
 def idle_csv(result: Idle, top: int | None = 10) -> str:
@@ -118,7 +118,7 @@ def idle_json(result: Idle, top: int | None = 10) -> str:
     keys = [c for c in ("input", "rank") if c in result.ops.columns]
     ops = result.ops.groupby(keys, sort=False).head(top) if top is not None else result.ops
     return json.dumps({"steps": _records(result.steps), "launches": _records(result.launches),
-                       "host_ops": _records(ops), "notes": result.notes}, indent=1, allow_nan=False)
+                       "host_ops": _records(ops), "notes": [n.as_json() for n in result.notes]}, indent=1, allow_nan=False)
 
 
 # format name -> renderer(idle, top); the CLI's --format choices come from here

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
+
 from ..fmt import binary_size, ms
 from .memory import STEP_COLUMNS, TOP_COLUMNS, RankMemory
 
@@ -41,7 +43,7 @@ class Memory:
     peaks: pd.DataFrame
     runs: pd.DataFrame
     found: list[tuple[str, int, dict]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 def combine(parts: list[tuple[str, dict[int, RankMemory]]]) -> Memory:
@@ -51,7 +53,7 @@ def combine(parts: list[tuple[str, dict[int, RankMemory]]]) -> Memory:
         for rank, d in sorted(digests.items()):
             steps.append(d.steps.assign(rank=rank, input=name))
             tops.append(d.top.assign(rank=rank, input=name))
-            notes += [f"{name}: rank {rank}: {n}" for n in d.notes]
+            notes += [n.about(name, rank) for n in d.notes]
     step_rows = _cat(steps, ["input", *STEP_COLUMNS])
     peaks = peak_per_rank(step_rows)
     found = imbalance(peaks) + fragmentation(peaks) + allocator_misses(step_rows)
@@ -162,16 +164,17 @@ def runs(peaks: pd.DataFrame) -> pd.DataFrame:
     return out[columns]
 
 
-def with_memory(inputs: list) -> tuple[list, list[str]]:
+def with_memory(inputs: list) -> tuple[list, list[Note]]:
     """The inputs whose traces hold memory events, and one note per kind of input without."""
-    have, notes = [], {}
+    have, alike = [], {}
     for i in inputs:
         d: RankMemory = i.digest("memory")
         if len(d.steps):
             have.append(i)
         else:
-            notes.setdefault(d.notes[0] if d.notes else "no memory events", []).append(i.label)
-    return have, [f"{', '.join(map(str, labels))}: {note}" for note, labels in notes.items()]
+            note = d.notes[0] if d.notes else Note("memory_none")
+            alike.setdefault(note.text, (note, []))[1].append(i.label)
+    return have, [note.about(", ".join(map(str, labels))) for note, labels in alike.values()]
 
 
 def by_run(inputs: list) -> list[tuple[str, dict[int, RankMemory]]]:

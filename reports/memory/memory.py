@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
 from tracelab.core.schema import RankData
 
 from .live import BEFORE_TRACE, GROUPS, live_tops  # noqa: F401  (BEFORE_TRACE, GROUPS: this module's names too)
@@ -39,8 +40,7 @@ STEP_COLUMNS = ["rank", "step", "device", "allocated_start_bytes", "allocated_en
                 "alloc_sync_calls"]
 TOP_COLUMNS = ["rank", "step", "by", "name", "bytes"]
 TIMELINE_POINTS = 2000  # points kept per rank for the report's timeline
-NO_ALLOCATED = ("allocated unknown: the trace records CUDA's own allocations (what PyTorch calls reserved: the "
-                "caching allocator's segments and the libraries'), not PyTorch's tensors")
+NO_ALLOCATED = Note("allocated_unknown")
 
 
 @dataclass
@@ -68,7 +68,7 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
     """The digest of one rank (module docstring); `memory` None: the trace recorded none."""
     if memory is None or not len(memory):
         return RankMemory(rank, _frame(STEP_COLUMNS), _frame(TOP_COLUMNS), _frame(["time_ns", "allocated_bytes",
-                          "reserved_bytes"]), _frame(["step", "start_ns", "end_ns"]), [_none_note(source)])
+                          "reserved_bytes"]), _frame(["step", "start_ns", "end_ns"]), [Note("proton_no_memory" if source == "proton" else "no_memory_events")])
     device = main_device(memory)
     mem = memory[memory["device"] == device].reset_index(drop=True)
     level = _level(mem)
@@ -86,7 +86,7 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
                       timeline(mem), spans, notes)
 
 
-def _before_start(rows: list[dict]) -> list[str]:
+def _before_start(rows: list[dict]) -> list[Note]:
     """A note where a peak falls before the trace's start (time 0): memory allocated before the
     capture began (nsys counts CUDA's allocations since the process began), so its time is
     negative, not an error."""
@@ -94,15 +94,7 @@ def _before_start(rows: list[dict]) -> list[str]:
     if not early:
         return []
     first = min(r["peak_at_ns"] for r in early)
-    return [f"{len(early)} of {len(rows)} peaks fall before the trace's start (as early as {first / 1e6:,.1f} ms): "
-            "memory allocated before the capture began; their 'peak at' times are negative"]
-
-
-def _none_note(source: str | None) -> str:
-    if source == "proton":
-        return "proton records no memory events"
-    return ("no memory events in the trace: record them with torch.profiler(profile_memory=True), "
-            "nsys --cuda-memory-usage=true or a memory snapshot")
+    return [Note("peaks_before_start", {"peaks": len(early), "steps": len(rows), "peak_at_ns_min": int(first)})]
 
 
 def _frame(columns: list[str]) -> pd.DataFrame:

@@ -76,7 +76,7 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     have, notes = with_memory(inputs)
     if not have:
         return [f'<h2 id="{SECTION}">Where did the memory go?</h2>',
-                *(f'<p class="note">{escape(n)}</p>' for n in notes)] if inputs else []
+                *(f'<p class="note">{escape(n.text)}</p>' for n in notes)] if inputs else []
     memory = combine(by_run(have))  # per run: a rank that holds more than its run's others
     drawn = _drawn(have)
     out = [f'<h2 id="{SECTION}">Where did the memory go?</h2>']
@@ -86,4 +86,4 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     out.append(figure(_timeline(drawn), ""))
     out.append(table(memory.peaks, PEAK_COLUMNS))
     out += [f"<p>{escape(text)}</p>" for text, _, _ in memory.found]
-    return out + [folded([escape(n) for n in notes + memory.notes])]
+    return out + [folded([escape(n.text) for n in notes + memory.notes])]

@@ -7,6 +7,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tracelab.core.note import Note
+
 from ..csvout import csv_text
 from ..jsonout import dumps, strict
 from ..fmt import binary_size, clipped, ms_cell
@@ -95,7 +97,7 @@ def runs_table(m: Memory) -> Table:
 
 def render_table(m: Memory, top: int | None = None) -> Group:
     if not len(m.steps) and not len(m.peaks):  # no rank recorded memory: the notes say why, no empty tables
-        return Group(*[Text(f"note: {n}") for n in m.notes or ["no memory events in these inputs"]])
+        return Group(*[Text(f"note: {n.text}") for n in m.notes or [Note("no_memory_in_inputs")]])
     several = m.steps["input"].nunique() > 1
     shown, line = _shown_steps(m)
     parts = [steps_table(m, several, shown), *([Text(line)] if line else []), Text(""), top_table(m, several),
@@ -103,7 +105,7 @@ def render_table(m: Memory, top: int | None = None) -> Group:
     if len(m.runs):
         parts += [Text(""), runs_table(m)]
     parts += [Text(f"finding: {text}") for text, _, _ in m.found]
-    parts += [Text(f"note: {n}") for n in m.notes]
+    parts += [Text(f"note: {n.text}") for n in m.notes]
     return Group(*parts)
 
 

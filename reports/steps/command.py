@@ -8,6 +8,7 @@ import typer
 from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, each_run, findings_digests
 from tracelab.cli.commands.topic import Command, own_digest
 from tracelab.core.errors import UsageError
+from tracelab.core.note import Note
 
 
 
@@ -65,7 +66,7 @@ def _one_job_runs(session) -> list:
     kept, why = [], None
     for r in session.usable("steps"):
         if why := not_one_job(r.profiles):
-            session.note(f"{r.name}: {why}: steps takes the ranks of one run (compare takes several runs)")
+            session.note(Note("not_one_job", {"reason": why}, where=(r.name,)))
         else:
             kept.append(r)
     if not kept:

@@ -15,7 +15,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .. import fmt
+from tracelab.core.note import Note
+
 from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
 from .nodes import COLL, RankGraph
@@ -34,7 +35,7 @@ class WhatIf:
     steps: pd.DataFrame  # STEP_COLUMNS
     scenarios: pd.DataFrame  # SCENARIO_COLUMNS, by saving
     per_step: pd.DataFrame  # step x scenario label: predicted ns
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     rounds: int = 0
 
 
@@ -73,7 +74,7 @@ def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -
     g = join(graphs, epochs)
     if not len(g):
         return WhatIf(pd.DataFrame(columns=STEP_COLUMNS), pd.DataFrame(columns=SCENARIO_COLUMNS), pd.DataFrame(),
-                      g.notes + ["no timed activity: nothing to replay"])
+                      g.notes + [Note("nothing_to_replay")])
     base = measured(g)
     r = replay(g, base)
     win = windows(g, r.start_ns, r.end_ns)
@@ -102,8 +103,7 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         rs = replay(g, p)
         per_step[label] = _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
     table = _scenario_table(steps, runs, per_step)
-    notes = g.notes + _notes(g, steps) + [f"scenario {s.label}: nothing in these inputs matches it (names, kernels, "
-                                          "scopes, host ranges): it changes nothing" for s in chosen
+    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds)
 
@@ -166,15 +166,7 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
     return out.sort_values("saving_ns", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
-def _steps_named(steps: list, of: int) -> str:
-    """'step 12', 'steps 12, 13 and 15 (3 of 20)'; past 8 steps, the first 8 and how many more."""
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    shown = ", ".join(map(str, steps[:8])) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
-    return f"steps {shown} ({len(steps)} of {of})"
-
-
-def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[str]:
+def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[Note]:
     """One note per reason a step claims no saving, naming its steps (their figures are in the
     step table): the unchanged replay misses them, or an edge is missing (starts nothing in the
     trace explains: GPU ops' without a launch, stream order or other stream; in a CPU-only trace
@@ -182,32 +174,24 @@ def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[st
     notes = []
     missed = bad[~(bad["error_frac"] <= MAX_ERROR)]
     if len(missed):
-        notes.append(f"{_steps_named(missed['step'].tolist(), n_steps)}: the unchanged replay misses the measured step "
-                     f"by more than {100 * MAX_ERROR:.0f}% (up to {100 * missed['error_frac'].abs().max():.0f}%): "
-                     f"no saving is claimed for {'it' if len(missed) == 1 else 'them'}")
+        notes.append(Note("replay_misses_steps", {"steps": missed["step"].tolist(), "steps_total": n_steps,
+                                                  "max_error_frac": MAX_ERROR,
+                                                  "error_frac": float(missed["error_frac"].abs().max())}))
     unexplained = bad[bad["error_frac"] <= MAX_ERROR]
     if len(unexplained):
-        what = ("operator and collective starts that no caller, thread order or other thread explains" if cpu_only
-                else "GPU starts that no launch, stream order or other stream explains")
-        one = len(unexplained) == 1
-        unknown = "" if unexplained["path_known"].all() else (
-            f"; what {'its critical path is' if one else 'their critical paths are'} made of is not known either "
-            "(shown as ?, null in JSON)")
-        notes.append(f"{_steps_named(unexplained['step'].tolist(), n_steps)}: an edge is missing "
-                     f"({fmt.ms(unexplained['unexplained_ns'].sum())}{'' if one else ' in all'} of {what}): no saving is "
-                     f"claimed for {'it' if one else 'them'}{unknown}")
+        notes.append(Note("edge_missing", {"steps": unexplained["step"].tolist(), "steps_total": n_steps,
+                                           "unexplained_ns": int(unexplained["unexplained_ns"].sum()),
+                                           "cpu_only": cpu_only, "path_known": bool(unexplained["path_known"].all())}))
     return notes
 
 
-def _notes(g: Graph, steps: pd.DataFrame) -> list[str]:
+def _notes(g: Graph, steps: pd.DataFrame) -> list[Note]:
     notes = []
     if g.cpu_only:  # the columns keep their names: say what they hold here
-        notes.append("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
-                     "(compute is CPU operators' time, comm their collectives')")
+        notes.append(Note("cpu_only_path"))
     if len(g.ranks) > 1:
-        notes.append(f"ranks on one clock: {g.clock}")
+        notes.append(Note("ranks_on_one_clock", {"clock": g.clock}))
     notes += _unclaimed_notes(steps[~steps["claimed"]], len(steps), g.cpu_only)
     if len(g.ranks) == 1 and (g.kind == COLL).any():
-        notes.append("one rank: its collectives' waits cannot be told from their transfers by a peer; "
-                     "wait is each one's time beyond its fastest instance of the same name and size")
+        notes.append(Note("one_rank_collectives"))
     return notes

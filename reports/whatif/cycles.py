@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelab.core.errors import TracelabError
+from tracelab.core.note import Note
 
 EDGE_KINDS = ("wait", "collective", "sync", "launch")  # least certain first: the one a cycle loses
 MAX_BREAKS = 1000
@@ -207,7 +208,7 @@ def _within(g, p) -> bool:
     return bool((g.chain[order][1:][same_p] == g.chain[order][:-1][same_p]).all())
 
 
-def break_cycles(g) -> list[str]:
+def break_cycles(g) -> list[Note]:
     """Drops, per cycle of the joined graph `g` (measured edges), its least certain edge, and
     says which (module docstring); raises nothing: the graph is acyclic after."""
     search = _Search(g, g.edges, g.chain, g.group)
@@ -220,15 +221,14 @@ def break_cycles(g) -> list[str]:
         dst, src, kind = cycle.weakest()
         _drop(g, src, dst, kind)
         search.drop(src, dst, kind)
-        notes.append(f"the trace's times contradict its dependencies (a cycle: {cycle.text(g)}): "
-                     f"the {kind} edge into {_node(g, dst)} is dropped")
+        notes.append(Note("dependency_cycle", {"cycle": cycle.text(g), "edge_kind": kind, "node": _node(g, dst)}))
     raise ReplayError(None, f"more than {MAX_BREAKS} cycles in the dependency graph, e.g. {cycle.text(g)}")
 
 
-def _summary(notes: list[str]) -> list[str]:
+def _summary(notes: list[Note]) -> list[Note]:
     if len(notes) <= 3:
         return notes
-    return notes[:3] + [f"... and {len(notes) - 3} more such cycles, each broken the same way"]
+    return notes[:3] + [Note("more_cycles", {"cycles": len(notes) - 3})]
 
 
 def _drop(g, src: int, dst: int, kind: str) -> None:

@@ -92,7 +92,7 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
         w = None
     if w is None:
         return {k: f for k, f, _ in found}
-    unmatched = {n for n in names if any(note.startswith(f"scenario {n}: nothing") for note in w.notes)}
+    unmatched = {n.values["scenario"] for n in w.notes if n.code == "scenario_unmatched"}
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's

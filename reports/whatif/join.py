@@ -13,6 +13,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
+
 from ..timeline import collectives as C
 from ..timeline.intervals import clock_offsets
 from .cycles import break_cycles
@@ -48,7 +50,7 @@ class Graph:
     cpu_only: bool
     offsets_ns: dict[int, int]
     clock: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     acyclic: bool = False  # set by cycles.break_cycles once no cycle is left
     _orders: list = field(default_factory=list, init=False, repr=False, compare=False)  # chain_order's (chain, order)
 
@@ -93,7 +95,7 @@ def join(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> G
     out = Graph(**arrays, edges=edges, group=np.full(base, NONE, np.int64), transfer_ns=np.zeros(base, np.int64),
                 group_ranks=np.zeros(base, np.int64), chain_labels=labels, ranks=dict(graphs),
                 cpu_only=bool(ranks) and all(graphs[r].cpu_only for r in ranks), offsets_ns=offsets, clock=clock,
-                notes=[f"rank {r}: {n}" for r in ranks for n in graphs[r].notes])
+                notes=[n.about(rank=r) for r in ranks for n in graphs[r].notes])
     _match(out, epochs_given=bool(offsets))  # moves a rank's times all by one offset: its order stays
     out._orders.append((out.chain.copy(), np.concatenate(orders) if orders else np.empty(0, np.int64)))
     out.notes += break_cycles(out)
@@ -156,6 +158,5 @@ def _match(g: Graph, epochs_given: bool) -> None:
     g.group_ranks[node] = coll["ranks"].to_numpy(dtype=np.int64)
     bad = int((g.transfer_ns[node] < 0).sum())
     if bad:
-        g.notes.append(f"{bad} collective ends came before their last rank's arrival on the common clock: "
-                       "their transfer is taken as 0")
+        g.notes.append(Note("collective_ends_early", {"collectives": bad}))
         g.transfer_ns[node] = np.maximum(g.transfer_ns[node], 0)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.core.devices import Device
+from tracelab.core.note import Note
 from tracelab.core.schema import RankData, kind_mask, str_array
 
 from ..timeline.collectives import CPU_COLLECTIVE
@@ -64,7 +65,7 @@ class RankGraph:
     cpu_only: bool
     host_spans: pd.DataFrame  # name, start_ns, end_ns: ranges, CPU ops and OS calls (scenario remove, top host ops)
     step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     graph_gap_ns: float = float("nan")  # median gap between kernels of one graph launch in this trace, NaN none
 
     def __len__(self) -> int:
@@ -169,7 +170,7 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     chain = np.r_[np.zeros(n_h, np.int32), 1 + np.searchsorted(np.unique(streams), streams).astype(np.int32)]
     comm = (gpu["op_class"] == "communication").to_numpy() & (gpu["kind"] == "kernel").to_numpy()
     names = np.r_[hn["name"], str_array(gpu["kernel"])]
-    notes = [] if known.any() else ["no launch calls in this trace: each GPU op is pinned at its measured start"]
+    notes = [] if known.any() else [Note("launches_unknown")]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
@@ -265,5 +266,5 @@ class RankGraphReduce:
             return None
         graph = with_roofline(shared_graph(rank), rank.events, trace_device(meta))
         if meta.source == "proton":
-            graph.notes.append("proton records no timeline (no start times, no launches): no critical path or replay")
+            graph.notes.append(Note("no_timeline"))
         return graph

@@ -66,7 +66,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
                       _scenario_table(label, w)]
             items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
                       if (b := band(name))]
-        items += [Text(f"{label}{n}") for n in w.notes]
+        items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
             items.append(Text(f"{label}no GPU work inside a step or trace window: nothing to replay"))
         if len(w.steps) and not w.steps["claimed"].all():  # the step's note says which of the two
@@ -90,7 +90,7 @@ def _doc(w: WhatIf) -> dict:
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
                   "error_band": b.doc() if (b := band(r.name)) else None}
                  for r in w.scenarios.itertuples(index=False)]
-    return strict({"steps": steps, "scenarios": scenarios, "notes": w.notes})
+    return strict({"steps": steps, "scenarios": scenarios, "notes": [n.as_json() for n in w.notes]})
 
 
 def _path_doc(s) -> dict:

@@ -12,6 +12,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tracelab.core.note import Note
+
 from .. import fmt
 from ..html import notes
 from ..html.figures import CATEGORY_AXIS, label
@@ -62,12 +64,12 @@ def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> li
     except ReplayError as e:
         return [title, f'<p class="note">no what-if: {escape(e.reason)}</p>']
     if w is None or not len(w.steps):
-        why = w.notes if w is not None else ["no timed activity: nothing to replay"]
-        return [title, *(f'<p class="note">{escape(n)}</p>' for n in why)]
+        why = w.notes if w is not None else [Note("nothing_to_replay")]
+        return [title, *(f'<p class="note">{escape(n.text)}</p>' for n in why)]
     steps = w.steps.head(MAX_STEPS)
     out = [title, figure(_bars(steps, w.per_step), "")]
     out += [table(_scenario_rows(w), SCENARIO_COLUMNS), table(_step_rows(steps), STEP_COLUMNS)]
-    return out + [notes.folded([escape(n) for n in w.notes])]
+    return out + [notes.folded([escape(n.text) for n in w.notes])]
 
 
 def _step_text(step) -> str:

@@ -8,6 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 
 _TEXT, _WHOLE, _MAP, _LIST = "text", "a whole number", "an object", "a list"
 
@@ -31,7 +32,7 @@ class Meta:
     distributed_backend: str | None = None  # nccl, gloo
     pid: int | None = None  # the traced process (nsys: one file, several processes)
     process_name: str | None = None
-    notes: list[str] = field(default_factory=list)  # what the reader could not take at face value, in words
+    notes: list[Note] = field(default_factory=list)  # what the reader could not take at face value (core/note.py)
     steps: int | None = None  # steps covered, given for ranks without step instances (proton)
     scope_metrics: dict[str, dict[str, Any]] | None = None  # proton: scope -> its own flops/bytes
     odd_gemms: list[dict[str, Any]] = field(default_factory=list)  # GEMMs of an odd N or K (torch)
@@ -71,6 +72,8 @@ class Meta:
         caches and a dataset part keep, which `Meta.of` reads back equal."""
         given = {k: getattr(self, k) if k in _KINDS else self.extras[k]
                  for k in self._keys if k in _KINDS or k in self.extras}
+        if "notes" in given:
+            given["notes"] = [n.as_json() for n in self.notes]
         return {**given, **self.extras}
 
     def but(self, **changes: Any) -> Meta:
@@ -108,8 +111,11 @@ def _checked(where: Any, key: str, value: Any) -> Any:
         shown = repr(value)
         shown = shown[:80] + "..." if len(shown) > 80 else shown
         raise TraceFormatError(where, f"its meta's {key} is {shown}, not {wanted}" + (" or null" if nullable else ""))
-    if key == "notes" and not all(isinstance(note, str) for note in value):
-        raise TraceFormatError(where, "its meta's notes are not all text")
+    if key == "notes":
+        try:
+            return [Note.of(note) for note in value]
+        except ValueError as e:
+            raise TraceFormatError(where, f"its meta's notes are not all notes ({e})") from None
     if key == "devices":
         return {_index(where, k): v for k, v in value.items()}
     return value

@@ -36,7 +36,7 @@ from tracelab.core.options import DEFAULT, Options
 from tracelab.core.schema import HOST_KINDS, PARSED, Meta, Profile, validate, validate_host, validate_memory
 
 MIN_BYTES = 8 * 1024 * 1024
-VERSION = "8"  # bump when the schema, a parser's output or the entry's layout changes
+VERSION = "9"  # bump when the schema, a parser's output or the entry's layout changes
 RACY_S = 2.0
 META_MAX_BYTES = 64 * 1024**2  # meta.json: a few hundred bytes per rank
 

@@ -34,6 +34,7 @@ from tracelab.ingest import cache, digest_cache, budget as memory, provenance, r
 from tracelab.core import classify, limits
 from tracelab.core.errors import NoTracesError, RankError, TraceFormatError
 from tracelab.core.limits import INT32
+from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applied
 from tracelab.core.schema import Meta, Profile, RankData, SchemaError, empty, validate
 
@@ -240,7 +241,7 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
                               "(name it rank<N>..., or pass the rank)")
     meta.rank, meta.rank_from = found
     if found[1] == "default (one file)":  # said, not silently assumed (HTA's rank_not_found.json.gz)
-        meta.notes = [*meta.notes, "neither the file nor its name gives its rank: shown as rank 0"]
+        meta.notes = [*meta.notes, Note("rank_assumed")]
     if not INT32[0] <= meta.rank <= INT32[1]:  # the int32 rank column
         raise RankError(path, f"rank {meta.rank} (from the {meta.rank_from}) is outside int32")
     profile.events["rank"] = np.int32(meta.rank)  # one Profile is one rank; the frame is this load's own

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.core.errors import TraceFormatError
+from tracelab.core.note import Note
 
 SUFFIX = ".provenance.json"
 _CPP_PREFIX = re.compile(r"graph_\d+_")
@@ -150,7 +151,7 @@ def owner(modules: dict[str, Any]) -> str:
     return max(majority, key=lambda p: (p.count(".") + bool(p), p), default="")
 
 
-def apply(events: pd.DataFrame, kernels: dict[str, list[str]]) -> tuple[pd.DataFrame, list[str]]:
+def apply(events: pd.DataFrame, kernels: dict[str, list[str]]) -> tuple[pd.DataFrame, list[Note]]:
     """Events with `module` set and appended to `scope` for the rows whose name is a kernel of
     the map (module docstring), and notes. A kernel called k times per run of its graph, from
     different modules, gives its i-th row (in start order) the module of call i mod k: exact
@@ -169,8 +170,7 @@ def apply(events: pd.DataFrame, kernels: dict[str, list[str]]) -> tuple[pd.DataF
         order = events.loc[rows, "start_ns"].sort_values(kind="stable").index if timed else rows
         module[order] = [owners[i % len(owners)] for i in range(len(order))] if timed else _common(owners)
         if timed and len(order) % len(owners):
-            notes.append(f"{name} ran {len(order)} times, not a multiple of its {len(owners)} calls per "
-                         "compiled graph: its modules, given in call order, may be shifted")
+            notes.append(Note("modules_may_shift", {"kernel": name, "runs": len(order), "calls_per_graph": len(owners)}))
     return _with_modules(events, module), notes
 
 

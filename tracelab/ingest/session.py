@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 from tracelab.ingest import remote
 from tracelab.core.errors import NoTracesError, RankError, UsageError
+from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applied
 from tracelab.core.schema import Profile
 
@@ -50,7 +51,7 @@ class Session:
     paths: list[str]
     runs: list[Run]
     options: Options = DEFAULT
-    notes: list[str] = field(default_factory=list)  # "path: what a parser or a command noted", each once
+    notes: list[Note] = field(default_factory=list)  # what a parser (about its file) or a command noted, each once
 
     @classmethod
     def open(cls, paths: list[str | os.PathLike], options: Options | None = None, *,
@@ -78,13 +79,12 @@ class Session:
         if rank is not None:
             runs = [_picked(run, rank) for run in runs]
         session = cls(paths, runs, options)
-        session.notes.extend(f"{p.meta.path}: {note}" for run in runs for p in run.profiles
-                             for note in p.meta.notes)
+        session.notes.extend(note.about(p.meta.path) for run in runs for p in run.profiles for note in p.meta.notes)
         return session
 
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
+    def note(self, note: Note) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def of_kind(self, *kinds: str) -> list[Run]:
         return [r for r in self.runs if r.kind in kinds]
@@ -96,7 +96,7 @@ class Session:
         kept = [r for r in self.runs if r.kind in kinds and r.profiles]
         for r in self.runs:
             if r.kind == SNAPSHOT and SNAPSHOT not in kinds:
-                self.note(f"{r.name}: a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)")
+                self.note(Note("snapshot_not_read", {"command": command}, where=(r.name,)))
         if kept:
             return kept
         if all(r.kind == NONE for r in self.runs):

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from tracelab.core.errors import UsageError
+from tracelab.core.note import Note
 from tracelab.cli.commands.shared import StepOpt, _check_choice, _emit, _options, open_session
 
 EXIT_REGRESSED = 1
@@ -81,7 +82,7 @@ def side_samples(paths: list[str], options) -> list:
     runs = [r for r in session.runs if r.kind != SNAPSHOT]
     for r in session.runs:
         if r.kind == SNAPSHOT:
-            session.note(f"{r.name}: a memory snapshot, which `tracelab gate` does not read (give the run's trace)")
+            session.note(Note("snapshot_not_gated", where=(r.name,)))
     if not runs:
         raise UsageError("gate", f"none of {', '.join(paths)} is a run folder or trace")
     return [run_samples(r.name, [(p.rank, p.summary) for p in r.profiles], r.info) for r in runs]

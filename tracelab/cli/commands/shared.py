@@ -131,7 +131,7 @@ _SESSIONS: list = []  # the sessions this command opened: their notes are said a
 
 def said_notes() -> list[str]:
     """Each note of the sessions opened, once, as the CLI prints it."""
-    return list(dict.fromkeys(f"tracelab: note: {n}" for s in _SESSIONS for n in s.notes))
+    return list(dict.fromkeys(f"tracelab: note: {n.text}" for s in _SESSIONS for n in s.notes))
 
 
 def _err_console():

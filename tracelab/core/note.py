@@ -1,0 +1,230 @@
+"""Notes: what an analysis, a parser or a command could not take at face value, as a code with
+its numbers, never as a sentence a program must parse.
+
+A `Note` is `code` (stable for JSON users: "no_steps", "scenario_unmatched", ...), `values` (its
+numbers and names, units in the keys: `unexplained_ns`, `error_frac`; plain Python values, so
+JSON-able), and what it is about: `where` (a run, an input's label or path, outermost first)
+and `rank`. Its words are made only here, from TEMPLATES (code -> template), so that every
+renderer says a note the same way and a new wording is one line:
+
+    Note("scenario_unmatched", {"scenario": "no-host-gaps"}).about(rank=0).text
+    -> "rank 0: scenario no-host-gaps: nothing in these inputs matches it (...): it changes nothing"
+
+To add a note: one entry in TEMPLATES (a `str.format` template over its values, or a function of
+them for plurals and choices), then `Note(code, values)` where the analysis found it; renderers
+print `note.text`; `--format json` writes `note.as_json()` (code, values and the text). A code
+not in TEMPLATES fails at construction, so a typo is a test failure, not a blank line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+
+def _steps_named(steps: list, of: int) -> str:
+    """'step 12', 'steps 12, 13 and 15 (3 of 20)'; past 8 steps, the first 8 and how many more."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    shown = ", ".join(map(str, steps[:8])) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
+    return f"steps {shown} ({len(steps)} of {of})"
+
+
+def _them(steps: list) -> str:
+    return "it" if len(steps) == 1 else "them"
+
+
+def _replay_misses(v: dict) -> str:
+    return (f"{_steps_named(v['steps'], v['steps_total'])}: the unchanged replay misses the measured step by more "
+            f"than {100 * v['max_error_frac']:.0f}% (up to {100 * v['error_frac']:.0f}%): no saving is claimed "
+            f"for {_them(v['steps'])}")
+
+
+def _edge_missing(v: dict) -> str:
+    what = ("operator and collective starts that no caller, thread order or other thread explains" if v["cpu_only"]
+            else "GPU starts that no launch, stream order or other stream explains")
+    one = len(v["steps"]) == 1
+    unknown = "" if v["path_known"] else (
+        f"; what {'its critical path is' if one else 'their critical paths are'} made of is not known either "
+        "(shown as ?, null in JSON)")
+    return (f"{_steps_named(v['steps'], v['steps_total'])}: an edge is missing "
+            f"({v['unexplained_ns'] / 1e6:,.3f} ms{'' if one else ' in all'} of {what}): no saving is "
+            f"claimed for {_them(v['steps'])}{unknown}")
+
+
+def _peaks_before_start(v: dict) -> str:
+    return (f"{v['peaks']} of {v['steps']} peaks fall before the trace's start (as early as "
+            f"{v['peak_at_ns_min'] / 1e6:,.1f} ms): memory allocated before the capture began; their 'peak at' "
+            "times are negative")
+
+
+def _one_side_only(v: dict) -> str:
+    return f"measured on one side only, not judged: {', '.join(v['metrics'])}"
+
+
+def _graph_captures(v: dict) -> str:
+    return (f"{v['captures']} CUDA-graph capture{'s' if v['captures'] > 1 else ''} in this trace "
+            f"({v['launch_calls']:,} launch calls inside, which ran nothing then): its idle, launch and host figures "
+            "include capturing, not only the steps that replay the graphs")
+
+
+# a Kineto category of device activity tracelab reads no GPU rows from -> what its events are, and why
+UNREAD = {
+    "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
+                           "the kernels and may replay each one, so their lengths are not the kernels' run times; "
+                           "tracelab reads no GPU time from them",
+    "mtia_ccp_events": "an MTIA accelerator's device activity, which tracelab does not read (it reads CUDA "
+                       "and ROCm GPU activity)",
+    "hpu_op": "a Gaudi (HPU) device's activity, which tracelab does not read (it reads CUDA and ROCm GPU activity)",
+}
+
+
+def _unread(v: dict) -> str:
+    n = v["events"]
+    return f"{n:,} {v['category']} event{'s' if n > 1 else ''} and no kernel, memcpy or memset: {UNREAD[v['category']]}"
+
+
+def _no_steps(v: dict) -> str:
+    why = "its step ranges hold no GPU work's launch" if v["step_ranges"] else "no range matches the step pattern"
+    return (f"no steps in this trace ({why}; see --step): the whole trace, first GPU start to last GPU end, "
+            "is one window (step null)")
+
+
+# code -> its words: a str.format template over the note's values, or a function of them
+TEMPLATES: dict[str, str | Callable[[dict], str]] = {
+    # parsers and loading: what a reader could not take at face value (Meta.notes)
+    "text": "{text}",  # a note as older tracelab wrote it (a dataset part, a cache entry): its words alone
+    "graph_captures": _graph_captures,
+    "replays_captured_outside": ("{outside} of {replays} CUDA-graph replays ({gpu_rows} GPU rows) were captured "
+                                 "outside the trace: their rows keep the replay's scope"),
+    "replays_on_streams": ("{replays} CUDA-graph replays ran on several streams: their rows are matched to the "
+                           "capture's launches in start order, which may swap concurrent branches"),
+    "graph_nodes_captured_outside": ("{outside_rows} of {node_rows} CUDA-graph node rows were captured outside the "
+                                     "trace (before its first CUDA call): they keep the replay's scope"),
+    "whole_graphs": ("{launches} CUDA graph launches were traced as whole graphs (nsys's default, "
+                     "--cuda-graph-trace=graph): each is one GPU op over its graph's span, its kernels not in the file; "
+                     "profile with --cuda-graph-trace=node to see them"),
+    "unread_device_events": _unread,
+    "step_numbers_repeat": ("step ranges repeat their numbers ({occurrences} later occurrences, e.g. a second "
+                            "{range_name!r}, step {step}): each occurrence is a step of its own, the k-th occurrence "
+                            "of N numbered N + k * {scale}"),
+    "memory_summed": ("its [memory] events give no totals (PyTorch 1.8/1.9): allocated is the running sum of their "
+                      "bytes from the trace's start, so what was allocated before it (weights, optimizer state) is "
+                      "not counted, and without addresses no block is followed from its allocation to its free"),
+    "frees_before_trace": ("{table}: frees of {freed_bytes:,} bytes whose allocations the file does not hold; the "
+                           "memory held starts at that much"),
+    "snapshot_without_traces": ("the snapshot has no device_traces: record them with "
+                                "torch.cuda.memory._record_memory_history()"),
+    "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
+                          "graph: its modules, given in call order, may be shifted"),
+    "rank_assumed": "neither the file nor its name gives its rank: shown as rank 0",
+    # commands: an input a command does not read
+    "snapshot_not_read": "a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)",
+    "snapshot_not_gated": "a memory snapshot, which `tracelab gate` does not read (give the run's trace)",
+    "not_one_job": "{reason}: steps takes the ranks of one run (compare takes several runs)",
+    # idle
+    "idle_untimed": "no idle breakdown: proton records no launches and no timestamps",
+    "idle_no_gpu_activity": "no idle breakdown: no GPU kernel, memcpy or memset with timestamps",
+    "no_steps": _no_steps,
+    "idle_no_launches": ("no launch calls in this trace (none matched by correlation id): "
+                         "its idle is all idle_other_ns"),
+    "no_host_intervals": ("no host intervals in this input (a tracelab dataset, or events without their "
+                          "Profile.host): sync idle counts as host, and no CPU ops are named"),
+    "host_bound_hint": ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
+                        "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step "
+                        "may help; this is a suggestion, not a measurement"),
+    # whatif
+    "nothing_to_replay": "no timed activity: nothing to replay",
+    "scenario_unmatched": ("scenario {scenario}: nothing in these inputs matches it (names, kernels, scopes, host "
+                           "ranges): it changes nothing"),
+    "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
+                      "(compute is CPU operators' time, comm their collectives')"),
+    "ranks_on_one_clock": "ranks on one clock: {clock}",
+    "replay_misses_steps": _replay_misses,
+    "edge_missing": _edge_missing,
+    "one_rank_collectives": ("one rank: its collectives' waits cannot be told from their transfers by a peer; "
+                             "wait is each one's time beyond its fastest instance of the same name and size"),
+    "dependency_cycle": ("the trace's times contradict its dependencies (a cycle: {cycle}): the {edge_kind} edge "
+                         "into {node} is dropped"),
+    "more_cycles": "... and {cycles} more such cycles, each broken the same way",
+    "launches_unknown": "no launch calls in this trace: each GPU op is pinned at its measured start",
+    "no_timeline": "proton records no timeline (no start times, no launches): no critical path or replay",
+    "collective_ends_early": ("{collectives} collective ends came before their last rank's arrival on the common "
+                              "clock: their transfer is taken as 0"),
+    # memory
+    "proton_no_memory": "proton records no memory events",
+    "no_memory_events": ("no memory events in the trace: record them with torch.profiler(profile_memory=True), "
+                         "nsys --cuda-memory-usage=true or a memory snapshot"),
+    "memory_none": "no memory events",
+    "no_memory_in_inputs": "no memory events in these inputs",
+    "allocated_unknown": ("allocated unknown: the trace records CUDA's own allocations (what PyTorch calls reserved: "
+                          "the caching allocator's segments and the libraries'), not PyTorch's tensors"),
+    "peaks_before_start": _peaks_before_start,
+    # gate
+    "one_side_only": _one_side_only,
+    "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
+                          "folder's figures are judged"),
+    "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
+}
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing the data could not say, as `code` and `values` (module docstring), about
+    `where` (outermost first) and `rank`; `text` is its sentence, made from TEMPLATES."""
+    code: str
+    values: dict[str, Any] = field(default_factory=dict)
+    where: tuple[str, ...] = ()
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.code not in TEMPLATES:
+            raise KeyError(f"note code {self.code!r} has no template in tracelab/core/note.py")
+
+    @classmethod
+    def of(cls, doc: Note | str | dict) -> Note:
+        """A note as `as_json` wrote it (a cache entry, a dataset part), or the text an older
+        tracelab wrote (code "text"); ValueError for anything else, or values its words cannot use."""
+        if isinstance(doc, Note):
+            return doc
+        if isinstance(doc, str):
+            return cls("text", {"text": doc})
+        if not (isinstance(doc, dict) and doc.get("code") in TEMPLATES and isinstance(doc.get("values", {}), dict)
+                and isinstance(doc.get("where", []), list) and all(isinstance(w, str) for w in doc.get("where", []))
+                and (doc.get("rank") is None or type(doc.get("rank")) is int)):
+            raise ValueError("not a note: an object with a known code and its values, or a text")
+        note = cls(doc["code"], doc.get("values", {}), tuple(doc.get("where", [])), doc.get("rank"))
+        try:
+            note.text
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ValueError(f"note {note.code!r} has values its words cannot use ({type(e).__name__}: {e})") from None
+        return note
+
+    def about(self, where: str | None = None, rank: int | None = None) -> Note:
+        """This note under `where` (put before any it has) and of `rank` (where it has none)."""
+        return replace(self, where=(where, *self.where) if where is not None else self.where,
+                       rank=self.rank if self.rank is not None else rank)
+
+    @property
+    def text(self) -> str:
+        """'<where>: rank <rank>: <the template over the values>'."""
+        template = TEMPLATES[self.code]
+        body = template(self.values) if callable(template) else template.format(**self.values)
+        rank = () if self.rank is None else (f"rank {self.rank}",)
+        return ": ".join((*self.where, *rank, body))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def as_json(self) -> dict[str, Any]:
+        """code, values and text; where and rank where it has them."""
+        out: dict[str, Any] = {"code": self.code, "values": self.values, "text": self.text}
+        if self.where:
+            out["where"] = list(self.where)
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+
+def texts(notes: list[Note]) -> list[str]:
+    """The notes' sentences, in order."""
+    return [n.text for n in notes]
