@@ -67,7 +67,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("whatif", "whatif.bound:DIGESTS", section="whatif.whatif_html:sections", command="whatif.command:COMMAND"),
     Topic("fixes", "fixes.digests:DIGESTS",  # what names the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",
-                    "fixes.ddp:ddp_findings", "fixes.loader:loader_findings")),
+                    "fixes.ddp:ddp_findings", "fixes.loader:loader_findings", "fixes.stall:stall_findings")),
     Topic("memory", "memory.memory:DIGESTS", findings=("memory.findings:memory_findings",),
           section="memory.memory_html:sections", command="memory.command:COMMAND"),
 )

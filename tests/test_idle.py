@@ -266,7 +266,9 @@ def test_bound_is_the_largest_share() -> None:
 ])
 def test_step_bound_never_calls_a_step_gpu_bound_that_waited_on_the_host(busy, comm, host, dependency, other, want):
     span = busy + host + dependency + other
-    step = pd.DataFrame({"span_ns": [span], "busy_ns": [busy], "exposed_comm_ns": [comm], "idle_host_ns": [host],
+    # half the host's idle in host stalls: a stall is the host's time as much as a late launch is
+    step = pd.DataFrame({"span_ns": [span], "busy_ns": [busy], "exposed_comm_ns": [comm],
+                         "idle_host_ns": [host - host // 2], "idle_stall_ns": [host // 2],
                          "idle_launch_ns": [0], "idle_sync_ns": [0], "idle_dependency_ns": [dependency],
                          "idle_other_ns": [other]})
     assert I.step_bound(step).tolist() == [want]
@@ -341,7 +343,8 @@ def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path)
     figures = json.loads(re.search(r'id="tracelab-figures">(.*?)</script>', page, re.S).group(1))
     bars = next(f for f in figures.values() if f["layout"]["title"]["text"].startswith("per step: GPU busy"))
     names = [d["name"] for d in bars["data"]]
-    assert names == ["GPU busy", "idle: host", "idle: launch", "idle: sync", "idle: dependency", "idle: other"]
+    assert names == ["GPU busy", "idle: host", "idle: host stall", "idle: launch", "idle: sync", "idle: dependency",
+                     "idle: other"]
     steps = results["small", "torch"].steps
     host = next(d for d in bars["data"] if d["name"] == "idle: host")["y"]
     assert host == pytest.approx((steps["idle_host_ns"] / 1e6).tolist(), abs=1e-4)

@@ -251,7 +251,7 @@ def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
 def test_a_scenario_that_matches_nothing_says_so() -> None:
     graphs, epochs, _ = _graphs(DATA / "gloo-2cpu-late")
     w = whatif(graphs, epochs, ["remove:extra_work@0", "remove:extra_work@1"])  # only rank 1 does extra work
-    assert [n.values for n in w.notes if n.code == "scenario_unmatched"] == [{"scenario": "remove:extra_work@0"}]
+    assert [n.values for n in w.notes if n.code == "scenario_unmatched"] == [{"scenario": "remove:extra_work@0", "what": "names, kernels, scopes, host ranges"}]
     assert [n.text for n in w.notes if n.text.startswith("scenario ")] == [
         "scenario remove:extra_work@0: nothing in these inputs matches it (names, kernels, scopes, host ranges): "
         "it changes nothing"]

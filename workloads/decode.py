@@ -349,6 +349,7 @@ def record(args: argparse.Namespace, d: Dist, seconds: list[float], model_bytes:
             "fuse_mlp": args.fuse_mlp, "pdl": args.pdl, "inductor": args.inductor,
             "attention": args.attention, "late": args.late, "late_work": args.late_work,
             "host_stall_ms": args.host_stall_ms, "late_every": args.late_every,
+            "host_stall_unmarked": args.host_stall_unmarked,
             "batch_size": args.batch_size, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
             "sample_s": seconds, "s_per_sample": s_per_sample, "tokens_per_s": tokens_per_s,
             "batch_tokens_per_s": tokens_per_s * args.batch_size, "weight_bytes": model_bytes,

@@ -3,11 +3,13 @@ collectives: the late rank does extra matrix products, in an `extra_work` region
 step's collectives (train: before the backward and its gradient all-reduce; decode: before
 each token's step and its tensor-parallel all-reduces); or, with --host-stall-ms R:MS, rank R's
 host waits for its device and then sleeps MS ms in a `host_stall` region at that point (a
-host stall after a sync: the GPU idles meanwhile). --late-every N does either every N-th step
+host stall after a sync: the GPU idles meanwhile), or with --host-stall-unmarked in no region,
+untraced, as a real stall (a data loader, an `.item()`) is. --late-every N does either every N-th step
 only: the steps between are the same job without it, measured under the same conditions."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from typing import Callable
 
@@ -16,14 +18,14 @@ import torch
 from tracelab.run import backends
 from tracelab.core.errors import UsageError
 
-LATE = ("none", "rank1", "alternating")  # who does the extra work
+LATE = ("none", "rank0", "rank1", "alternating")  # who does the extra work
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late", default="none", choices=LATE,
-                   help="make a rank late on purpose, to test straggler verdicts: rank1 does --late-work before "
-                        "every step's collectives, alternating gives it to the rank of the step's parity "
-                        "(default: none)")
+                   help="make a rank late on purpose, to test straggler verdicts: rank0 or rank1 does --late-work "
+                        "before every step's collectives (rank0 on one rank: a named scope of extra work to remove), "
+                        "alternating gives it to the rank of the step's parity (default: none)")
     p.add_argument("--late-work", type=int, default=4,
                    help="the extra work: this many products of two 4096x4096 fp32 matrices on a GPU "
                         "(1024x1024 on the CPU), in an `extra_work` region (default: 4)")
@@ -34,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-stall-ms", default=None, metavar="R:MS",
                    help="rank R synchronises its device, then its host sleeps MS milliseconds in a `host_stall` "
                         "region, at the same point of every step (default: none)")
+    p.add_argument("--host-stall-unmarked", action="store_true",
+                   help="the --host-stall-ms sleep in no region: untraced host time, as a real stall is")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -64,13 +68,14 @@ def extra(args: argparse.Namespace, rank: int, device: torch.device) -> Callable
     work = late_work(args.late, args.late_work, rank, device)
     stall = stall_of(getattr(args, "host_stall_ms", None))
     every = getattr(args, "late_every", 1)
+    unmarked = getattr(args, "host_stall_unmarked", False)
 
     def both(i: int) -> None:
         if i % every:
             return
         work(i)
         if stall is not None and stall[0] == rank:
-            with backends.region("host_stall"):
+            with contextlib.nullcontext() if unmarked else backends.region("host_stall"):
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 time.sleep(stall[1] / 1e3)
@@ -85,7 +90,7 @@ def late_work(late: str, n_products: int, rank: int, device: torch.device) -> Ca
     a = torch.randn(size, size, device=device) / size**0.5 if late != "none" and n_products else None
 
     def maybe(i: int) -> None:
-        if a is None or rank != (1 if late == "rank1" else i % 2):
+        if a is None or rank != (i % 2 if late == "alternating" else int(late.removeprefix("rank"))):
             return
         with backends.region("extra_work"):
             b = a

@@ -137,7 +137,10 @@ class KVCache(nn.Module):
 
 
 class Attention(nn.Module):
-    """This rank's heads: n_head / world_size query and kv_heads / world_size key/value heads."""
+    """This rank's heads: n_head / world_size query and kv_heads / world_size key/value heads.
+    `core` is the attention product itself (train --attention sets its own: a region, a kernel)."""
+
+    core: Callable[..., Tensor] = staticmethod(F.scaled_dot_product_attention)
 
     def __init__(self, args: ModelArgs, world_size: int = 1):
         super().__init__()
@@ -169,7 +172,7 @@ class Attention(nn.Module):
         if self.n_head != self.kv_heads:  # grouped-query: each key/value head serves several query heads
             k = k.repeat_interleave(self.n_head // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.n_head // self.kv_heads, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)  # [B, H, S, Dh]
+        y = self.core(q, k, v, attn_mask=mask, dropout_p=0.0)  # [B, H, S, Dh]
         y = y.transpose(1, 2).contiguous().view(bsz, seqlen, q_size)
         return self.all_reduce(self.wo(y))
 

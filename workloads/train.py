@@ -26,7 +26,7 @@ from tracelab.run import backends
 from tracelab.ingest import results
 from tracelab.core.errors import UsageError
 
-from . import harness, late, train_memory
+from . import harness, late, train_memory, train_speed
 from .common import Dist, device_name
 from .ddp import VARIANTS, broadcast_parameters, make_sync
 from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
@@ -61,6 +61,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--capturable", action="store_true",
                    help="AdamW(capturable=True), the optimizer a CUDA graph of the whole step needs (GPU only): "
                         "an eager trace of the same kernels that a CUDA graph of the whole step replays")
+    train_speed.add_arguments(p)  # --cuda-graph, --compile, --tf32, --attention
     p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
@@ -83,6 +84,7 @@ def _validate(args: argparse.Namespace) -> argparse.Namespace:
         if value <= 0:
             raise UsageError(option, f"must be positive, not {value}")
     late.check(args)
+    train_speed.check(args, harness.gpu_available())
     if args.capturable and not harness.gpu_available():
         raise UsageError("--capturable", "AdamW(capturable=True) needs a GPU")
     train_memory.check(args, harness.gpu_available())
@@ -120,7 +122,7 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
     # proton's FLOPs of one forward (the PaLM count, lm.model_flops); not the backward: proton
     # files autograd's kernels under the autograd thread's scopes, not under "backward"
     work = {"flops16" if dtype == "bf16" else "flops32":
-            model_flops(getattr(model, "module", model), x.numel(), x.shape[1], backward=False)}
+            model_flops(getattr(model, "_orig_mod", model), x.numel(), x.shape[1], backward=False)}
 
     def held_step() -> None:
         with hold() if hold is not None else contextlib.nullcontext():
@@ -187,8 +189,10 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
     if args.module_scopes:
         train_memory.module_scopes(model)
     extra = late.extra(args, d.rank, d.device)
-    step = make_step(model, batch, cfg["phase"], cfg["dtype"], sync, optimizer, d.device, extra,
-                     train_memory.held(args.extra_memory.get(d.rank), d.device))
+    step = make_step(train_speed.prepare(model, args), batch, cfg["phase"], cfg["dtype"], sync, optimizer,
+                     d.device, extra, train_memory.held(args.extra_memory.get(d.rank), d.device))
+    if args.cuda_graph:
+        step = train_speed.graphed(step, d.device)
     if d.gpu:
         torch.cuda.reset_peak_memory_stats(d.device)
     timed_steps(step, args.warmup, d.device)
@@ -236,6 +240,7 @@ def configs(args) -> list[dict]:
 
 def run(args: argparse.Namespace, d: Dist) -> None:
     rows = []
+    train_speed.set_precision(args)
     with backends.session(args.backend, args.out, d.rank) as prof:
         for cfg in configs(args):
             rows.append(run_config(args, cfg, d, prof if args.backend != "none" else None))
@@ -245,8 +250,10 @@ def run(args: argparse.Namespace, d: Dist) -> None:
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
         "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms,
+        "host_stall_unmarked": args.host_stall_unmarked,
         "late_every": args.late_every,
-        "capturable": args.capturable, "rows": rows,
+        "capturable": args.capturable, "cuda_graph": args.cuda_graph, "compile": args.compile, "tf32": args.tf32,
+        "attention": args.attention, "rows": rows,
         "extra_memory_mb": {str(r): mib for r, mib in args.extra_memory.items()}})
 
 

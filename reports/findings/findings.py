@@ -25,11 +25,9 @@ from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
 from .findings_more import CAUSE_TEXT, idle_findings
-from ..idle.idle import CAUSES, of_input
+from ..idle.idle import CAUSES, HOST_CAUSES, of_input
 from ..topics import TOPICS
 from ..whatif.findings import with_savings
-
-HOST_CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of reports/idle/idle.step_bound
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding

@@ -14,6 +14,7 @@ from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
 CAUSE_TEXT = {"idle_host_ns": "before the host began to launch the next op",
+              "idle_stall_ns": "in host stalls (untraced host time after a sync or between steps)",
               "idle_launch_ns": "between launch calls and the kernels' start on an empty queue",
               "idle_sync_ns": "while the host was blocked in a synchronising call",
               "idle_dependency_ns": "waiting on another stream, an event or a peer",
@@ -56,6 +57,8 @@ def idle_findings(ev) -> list:
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
                   "steps": len(steps), "stepless": bool(stepless),
                   "bound_steps": {str(b): int(n) for b, n in steps["bound"].value_counts().items()}}
+        if cause == "idle_stall_ns":  # the host's stalls: their scenario, not the launches' (no-host-gaps)
+            evidence.update(scenario=f"no-host-stalls@{i.rank}", scenario_text="the host's stalls took no time")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle", evidence, "idle", values))
     return out
 

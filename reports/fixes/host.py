@@ -10,7 +10,10 @@ The time at stake is the step's idle before the host began each launch and durin
 calls (idle_host_ns + idle_launch_ns), less its one-off launch calls (replays.ONE_OFF_LAUNCH_NS:
 a first call loading its module, which a capture pays too): what a graph replay, launched in one
 call, could take off at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
-work between steps stays.
+work between steps stays. Host stalls (idle_stall_ns: untraced host time after a sync or between steps) are not in
+it: no graph removes them (fixes/stall.py names their fix); where they or the data loader hold a finding's share of
+the steps, the what-if's no-host-gaps (which removes every host gap) is no measure of a graph's saving and the
+bound stands.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
 from ..idle.idle import MIN_LAUNCHED_FOR_GRAPHS, of_input
 from .loader import waits_on_loader
+from .stall_digest import stalls_matter
 
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
@@ -88,7 +92,8 @@ def graphs_findings(ev) -> list[Finding]:
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
         values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"]}
         evidence = {"rank": i.rank, **f, "bound_text": bound}
-        if _waits_on_its_loader(i):  # the host's gaps hold the loader's time, which no graph takes off: its bound stands
+        if _waits_on_its_loader(i) or stalls_matter(i.digest("stalls")):
+            # the host's gaps hold the loader's or the stalls' time, which no graph takes off: its bound stands
             evidence["scenario"] = None
         out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values))
     return out

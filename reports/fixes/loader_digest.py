@@ -11,7 +11,8 @@ import pandas as pd
 
 from tracelab.core.schema import RankData
 
-LOADER = re.compile(r"DataLoader|_DataLoaderIter|dataloader", re.IGNORECASE)
+from ..timeline.stalls import LOADER  # the loader's names, as the stalls leave them to it
+
 MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)
 
 
@@ -24,13 +25,20 @@ def rank_loader(rank: RankData) -> dict:
         return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0}
     names = host["name"].astype(str)
     loader = host[names.str.contains(LOADER) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
-    steps = host[host["kind"] == "step"]
-    window = steps if len(steps) else host
-    span_ns = int(_union_ns(window)) if len(steps) else int((host["start_ns"] + host["dur_ns"]).max() - host["start_ns"].min())
+    span_ns, n_steps = steps_span(host)
     by_name = loader.groupby(loader["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
     return {"loader_ns": int(_union_ns(loader)), "names": by_name.index.tolist()[:3],
             "multiprocess": bool(loader["name"].astype(str).str.contains(MULTIPROCESS).any()),
-            "span_ns": span_ns, "steps": int(len(steps))}
+            "span_ns": span_ns, "steps": n_steps}
+
+
+def steps_span(host: pd.DataFrame) -> tuple[int, int]:
+    """(the time the host's step ranges cover, overlaps once; the host frame's first start to last
+    end where it has none) and how many step ranges: what a host finding's share is of."""
+    steps = host[host["kind"] == "step"]
+    if len(steps):
+        return int(_union_ns(steps)), int(len(steps))
+    return int((host["start_ns"] + host["dur_ns"]).max() - host["start_ns"].min()), 0
 
 
 def _union_ns(rows: pd.DataFrame) -> int:

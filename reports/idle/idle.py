@@ -7,7 +7,10 @@ starting together, the one launched first). With L = the start of that op's laun
 (launch_start_ns) and E = its end:
 
 - `idle_host_ns`: [g0, L): the host had not yet begun to launch the op, and was in no
-  synchronising call (schema.HOST_KINDS `sync`, any thread of the rank);
+  synchronising call (schema.HOST_KINDS `sync`, any thread of the rank) and no host stall;
+- `idle_stall_ns`: the part of [g0, L) in a host stall (reports/timeline/stalls.py: untraced
+  host time after a sync or between steps): work the profiler does not see, which no faster
+  launching removes (its fix is the stall's: fixes/stall.py);
 - `idle_sync_ns`: the part of [g0, L) that a synchronising call covered: the host was
   blocked waiting for the GPU (cudaDeviceSynchronize, ..., a blocking copy);
 - `idle_launch_ns`: [max(g0, L), g1) where the launch call was still running at g0 (E > g0):
@@ -26,7 +29,7 @@ step's critical path on this rank is made of (the whatif topic's path_bounds dig
 here by with_path_bounds: compute ->
 gpu, transfers and waits -> communication, host, launch and sync -> host), so that no view
 disagrees with `tracelab whatif`; where the rank has no path, `step_bound`: `host` where the
-host-caused idle (idle_host_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
+host-caused idle (HOST_CAUSES: idle_host_ns + idle_stall_ns + idle_launch_ns + idle_sync_ns) is at least HOST_BOUND_SHARE of
 the step and no less than the communication's (exposed_comm_ns + idle_dependency_ns), else the
 largest of gpu (busy_ns - exposed_comm_ns), communication and host, or `unclear` where
 idle_other_ns is more than each (the GPU idled on what the trace does not explain);
@@ -48,11 +51,13 @@ from tracelab.core.note import Note
 from tracelab.core.schema import RankData
 
 from ..timeline.steps import shared_step_rows, step_rows
-from ..timeline.intervals import covered, run_cummax, timed
+from ..timeline.intervals import covered, merge_intervals, run_cummax, timed
+from ..timeline.stalls import host_stalls, shared_stalls, stall_union
 from .host import LAUNCH_COLUMNS, OP_COLUMNS, TOP_OPS, empty, host_ops, launch_stats, sync_union
 
 UNCLEAR = "unclear"  # no bound: a step's path (the whatif topic's path_bounds digest) or its causes name none
-CAUSES = ("idle_host_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
+CAUSES = ("idle_host_ns", "idle_stall_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
+HOST_CAUSES = ("idle_host_ns", "idle_stall_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of step_bound
 # bound_from: "path" where the step's critical path gave its bound (with_path_bounds), "causes" where
 # the path is not known (an edge is missing) or was not made, and step_bound's rule on the causes did
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound",
@@ -108,21 +113,25 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
         return Idle(empty(STEP_COLUMNS), empty(OP_COLUMNS), empty(LAUNCH_COLUMNS),
                     [Note("idle_untimed" if untimed else "idle_no_gpu_activity")])
     sync = sync_union(host)
+    stalls = stall_union(shared_stalls(shared) if shared is not None else host_stalls(events, host))
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
     in_step = windows["step"].notna().to_numpy()
-    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync)
+    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync, stalls)
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
     steps = _step_table(base, gaps)
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
-    ops = host_ops(gaps, host, rank, top, sync)
+    # the host's ops over its host idle: the stalls are their own cause (no traced op ran in them)
+    ops = host_ops(gaps, host, rank, top, merge_intervals(np.r_[sync[0], stalls[0]], np.r_[sync[1], stalls[1]]))
     return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
 
 
-def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) -> pd.DataFrame:
+def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
+              stalls: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """One row per gap in a step's GPU union: rank, step, gap_start_ns, gap_end_ns, the
-    launch point a (clipped into the gap) and the ns of each cause (module docstring)."""
+    launch point a (clipped into the gap) and the ns of each cause (module docstring);
+    `stalls`: the rank's host stalls, sorted disjoint (none where not given)."""
     rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy(dtype=np.int64)
     stream = rows["stream"].fillna(-1).to_numpy(dtype=np.int64)
     start = rows["start_ns"].to_numpy(dtype=np.int64)
@@ -139,8 +148,9 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray) 
     on_stream = in_step * len(streams) + stream_at  # the (rank, step, stream) groups
     own_before = _previous_max(end, on_stream)
     gap = start > before  # NaN (a step's first row): no gap
+    no_stalls = (np.empty(0, np.int64), np.empty(0, np.int64))
     return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
-                   sync_start, sync_end)
+                   (sync_start, sync_end), stalls if stalls is not None else no_stalls)
 
 
 def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -157,8 +167,8 @@ def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 
 def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.ndarray, launch: np.ndarray,
-            launch_end: np.ndarray, own_before: np.ndarray, sync_start: np.ndarray, sync_end: np.ndarray
-            ) -> pd.DataFrame:
+            launch_end: np.ndarray, own_before: np.ndarray, sync: tuple[np.ndarray, np.ndarray],
+            stalls: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
     g0, g1 = before.astype(np.int64), start
     known = ~np.isnan(launch)
     a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
@@ -169,7 +179,8 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
     behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False; a launch returning later: not
     return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
                          "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
-                         "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, sync_start, sync_end),
+                         "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, *sync),
+                         "idle_stall_ns": np.where(known, covered(g0, a, *stalls), 0),
                          "idle_launch_ns": np.where(known, e - a, 0),
                          "idle_dependency_ns": np.where(known & ~behind_own, g1 - e, 0),
                          "idle_other_ns": np.where(known, np.where(behind_own, g1 - e, 0), g1 - g0)})
@@ -179,14 +190,14 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
     if not len(base):
         return empty(STEP_COLUMNS)
-    parts = ["pre_ns", "idle_sync_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
+    parts = ["pre_ns", "idle_sync_ns", "idle_stall_ns", "idle_launch_ns", "idle_dependency_ns", "idle_other_ns"]
     col = {c: base[c].to_numpy(dtype=np.int64) for c in ("step", "rank", "kernels", "span_ns", "busy_ns",
                                                          "exposed_comm_ns")}
     got = _sums_at(col["step"], col["rank"], gaps, parts)
     part = dict(zip(parts, got.T))
     out = {"step": col["step"], "rank": col["rank"], "kernels": col["kernels"], "span_ns": col["span_ns"],
            "busy_ns": col["busy_ns"], "idle_ns": col["span_ns"] - col["busy_ns"],
-           "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"],
+           "idle_host_ns": part["pre_ns"] - part["idle_sync_ns"] - part["idle_stall_ns"],
            **{c: part[c] for c in CAUSES[1:]}, "exposed_comm_ns": col["exposed_comm_ns"]}
     return pd.DataFrame({**out, "bound": _bound(out), "bound_from": "causes"}, columns=STEP_COLUMNS)  # in STEP_COLUMNS order
 
@@ -240,7 +251,7 @@ def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
     work early, and removing all of its time could save no more than that idle."""
     if not len(steps) or "bound_from" not in steps.columns:
         return steps
-    host = sum(steps[c].to_numpy(dtype=np.float64) for c in ("idle_host_ns", "idle_launch_ns", "idle_sync_ns"))
+    host = sum(steps[c].to_numpy(dtype=np.float64) for c in HOST_CAUSES)
     ahead = ((steps["bound"].to_numpy(dtype=object) == "host") & (steps["bound_from"].to_numpy(dtype=object) == "path")
              & (host < HOST_BOUND_SHARE * steps["span_ns"].to_numpy(dtype=np.float64)))
     if not ahead.any():
@@ -263,7 +274,7 @@ def step_bound(steps: pd.DataFrame) -> np.ndarray:
     talks = f["exposed_comm_ns"] > 0  # a wait on another stream is communication's only beside exposed communication
     dependency = f["idle_dependency_ns"]
     comm = f["exposed_comm_ns"] + np.where(talks, dependency, 0)
-    host = f["idle_host_ns"] + f["idle_launch_ns"] + f["idle_sync_ns"]
+    host = sum(f[c] for c in HOST_CAUSES)
     other = f["idle_other_ns"] + np.where(talks, 0, dependency)  # else an event or stream the trace does not explain
     return _bound_of(f["busy_ns"] - f["exposed_comm_ns"], comm, host, f["span_ns"], other)
 

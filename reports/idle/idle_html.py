@@ -16,6 +16,7 @@ from .idle import HINT, Idle, bound_words, graphs_may_help, of_input
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
 BARS = {"busy_ns": ("GPU busy", "#4c78a8"), "idle_host_ns": ("idle: host", "#e45756"),
+        "idle_stall_ns": ("idle: host stall", "#9d755d"),
         "idle_launch_ns": ("idle: launch", "#f58518"), "idle_sync_ns": ("idle: sync", "#b279a2"),
         "idle_dependency_ns": ("idle: dependency", "#72b7b2"), "idle_other_ns": ("idle: other", "#bab0ac")}
 LAUNCH_COLUMNS = {"label": "input", "kernels_per_step": "kernels / step",

@@ -15,7 +15,7 @@ from ..fmt import ms_cell, us_cell
 from .idle import CAUSES, Idle
 
 MANY_RANKS = 16  # above this many ranks, per step the spread over ranks instead of a row per rank
-CAUSE_HEADS = {"idle_host_ns": "host", "idle_launch_ns": "launch", "idle_sync_ns": "sync",
+CAUSE_HEADS = {"idle_host_ns": "host", "idle_stall_ns": "stall", "idle_launch_ns": "launch", "idle_sync_ns": "sync",
                "idle_dependency_ns": "dependency", "idle_other_ns": "other"}
 
 

@@ -40,9 +40,10 @@ class WhatIf:
 
 
 def default_scenarios(g: Graph) -> list[Scenario]:
-    """The defaults that apply to this graph (roofline where some op's roof is known, balance
-    with several ranks, overlap-comm with collectives)."""
-    applies = {"no-host-gaps": True, "roofline": bool((~np.isnan(g.roof_ns)).any()),
+    """The defaults that apply to this graph (no-host-stalls where a rank has a host stall,
+    roofline where some op's roof is known, balance with several ranks, overlap-comm with collectives)."""
+    applies = {"no-host-gaps": True, "no-host-stalls": any(getattr(rg, "stalls", None) is not None and len(rg.stalls)
+                                                           for rg in g.ranks.values()), "roofline": bool((~np.isnan(g.roof_ns)).any()),
                "balance": len(g.ranks) > 1, "overlap-comm": bool((g.kind == COLL).any())}
     return [parse(name) for name in DEFAULTS if applies[name]]
 
@@ -103,8 +104,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         rs = replay(g, p)
         per_step[label] = _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
     table = _scenario_table(steps, runs, per_step)
-    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label}) for s in chosen
+    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
+    notes += [n for s in chosen if s.note is not None and (n := s.note(g))]
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds)
 
 

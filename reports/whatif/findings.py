@@ -22,16 +22,19 @@ from ..runs.runs import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
 from .replay import ReplayError
+from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
-FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings"})  # name the change
+FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
+                   "stall_findings"})  # name the change
 TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
+        "no-host-stalls": "the host's stalls took no time (untraced host time after a sync or between steps)",
         "roofline": "every kernel whose work is known at its roofline time"}
 
 
@@ -141,7 +144,7 @@ def _scenario(source: str, f: Finding) -> str | None:
 
 
 def _label(row) -> str:
-    return f"{row.name}:{row.args}" if row.args else row.name
+    return label_of(row.name, row.args)
 
 
 def with_saving(f: Finding, row, whole: bool = False, one: bool = False) -> Finding:

@@ -33,6 +33,7 @@ from tracelab.core.schema import RankData, kind_mask, str_array
 from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
+from ..timeline.stalls import host_stalls, shared_stalls
 
 # node kinds
 LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
@@ -67,21 +68,24 @@ class RankGraph:
     step_ranges: pd.DataFrame  # step, start_ns, end_ns of the host's step ranges
     notes: list[Note] = field(default_factory=list)
     graph_gap_ns: float = float("nan")  # median gap between kernels of one graph launch in this trace, NaN none
+    stalls: pd.DataFrame | None = None  # timeline/stalls.STALL_COLUMNS: untraced host time the device idled through
 
     def __len__(self) -> int:
         return len(self.kind)
 
 
 def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None = None,
-               device: Device | None = None) -> RankGraph:
+               device: Device | None = None, stalls: pd.DataFrame | None = None) -> RankGraph:
     """The nodes of one rank (module docstring); `rank` overrides the events' own; `device`
-    gives the GPU ops' roofline times."""
+    gives the GPU ops' roofline times; `stalls` the rank's host stalls where the caller made them
+    (timeline/stalls.host_stalls, made here otherwise)."""
     rank = int(events["rank"].iloc[0]) if rank is None and len(events) else int(rank or 0)
+    stalls = host_stalls(events, host) if stalls is None else stalls
     gpu = timed(events)
     if len(gpu):
-        return _gpu_graph(_positional(gpu), host, rank, device)
+        return replace(_gpu_graph(_positional(gpu), host, rank, device), stalls=stalls)
     cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()].reset_index(drop=True)
-    return _cpu_graph(cpu, host, rank)
+    return replace(_cpu_graph(cpu, host, rank), stalls=stalls)
 
 
 def _positional(frame: pd.DataFrame) -> pd.DataFrame:
@@ -239,7 +243,7 @@ def shared_graph(rank: RankData) -> RankGraph:
     """The rank's graph without roofline times, made once per rank (RankData.shared): the
     path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
     meta = rank.meta
-    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank))
+    return rank.shared("whatif.graph", lambda: rank_graph(rank.events, rank.host, meta.rank, stalls=shared_stalls(rank)))
 
 
 def with_roofline(graph: RankGraph, events: pd.DataFrame, device: Device | None) -> RankGraph:

@@ -14,6 +14,7 @@ from ..many_steps import largest_steps
 from .analyse import MAX_ERROR, SCENARIO_COLUMNS, WhatIf
 from .bands import band
 from .path import CATEGORIES
+from .scenarios import label_of
 
 PATH_KEYS = {f"{c}_ns": f"{c}_ns" for c in CATEGORIES}
 UNKNOWN_PATH = "not known: an edge is missing (see its note)"
@@ -50,7 +51,7 @@ def _scenario_table(label: str, w: WhatIf) -> Table:
     for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %"]:
         t.add_column(h, justify="left" if h == "scenario" else "right")
     for r in w.scenarios.itertuples(index=False):
-        name = f"{r.name} ({r.args})" if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name)
+        name = f"{r.name} ({r.args})" if r.name == "together" else label_of(r.name, r.args)
         t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
                   "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}")
     return t

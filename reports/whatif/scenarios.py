@@ -9,6 +9,10 @@ Graph; several given together change one Params, replayed once (never summed). P
   gap between kernels (the trace's own, between the kernels of one graph launch, where it
   has graph launches; else GRAPH_GAP_NS), not by the eager queue's (about 1.2 us on H100:
   each kernel a launch of its own). In a CPU-only trace, no time between a thread's CPU ops.
+- `no-host-stalls[@RANK]`: the rank's host stalls (timeline/stalls.py: untraced host time after
+  a sync or between steps while the device idled) take no time, on RANK only: the host gaps
+  they sit in shrink by them, so the work after each is issued that much earlier, and the
+  other ranks' waits at the next collective shorten with it (its last arrival comes earlier).
 - `remove:REGEX[@RANK]`: GPU ops (CPU ops in a CPU-only trace) whose name or scope matches
   take no time, the launch calls of only such ops too, and so does the host's time inside
   ranges, CPU ops and OS calls of a matching name (a host stall in a named range); on RANK only.
@@ -19,8 +23,11 @@ Graph; several given together change one Params, replayed once (never summed). P
   CPU-only trace) above the lower median rank's is scaled down to it: the straggler removed.
 - `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
   their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
-  arrival); in a CPU-only trace, host threads no longer block on collectives. An upper bound:
-  the trace does not say which later op reads a collective's result.
+  arrival); in a CPU-only trace, host threads no longer block on collectives. The trace does
+  not say which later op reads a collective's result: a collective that sits between the compute
+  feeding it and the compute reading it, layer after layer (tensor parallelism: depend.py), stays
+  where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel, said in a note); for the rest
+  (DDP's gradient all-reduces) it is an upper bound.
 - `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
   bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
 
@@ -42,9 +49,11 @@ import pandas as pd
 from tracelab.core import limits
 from tracelab.core.errors import UsageError
 from tracelab.core.regexes import compiled, matches
+from tracelab.core.note import Note
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
+from . import depend
 from .join import Graph
 from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
@@ -53,8 +62,8 @@ from .replay import Params
 # torch.profiler on H100 (tests/data graph-1gpu-torch, graph-outside-1gpu-torch,
 # decode-compile-1gpu-torch: 256 ns in each; eager kernels queued behind another: 1.2-1.5 us).
 GRAPH_GAP_NS = 256
-DEFAULTS = ("no-host-gaps", "roofline", "balance", "overlap-comm")
-NAMES = ("no-host-gaps", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
+DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
+NAMES = ("no-host-gaps", "no-host-stalls", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
 MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
@@ -67,18 +76,32 @@ class Scenario:
     arg: str
     apply: Callable[[Graph, Params], None]
     matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
+    what: str = "names, kernels, scopes, host ranges"  # what `matched` looks for, in words
+    note: Callable[[Graph], Note | None] | None = None  # what the scenario left undone on this graph
 
     @property
     def label(self) -> str:
-        return f"{self.name}:{self.arg}" if self.arg else self.name
+        return label_of(self.name, self.arg)
+
+
+def label_of(name: str, arg: str) -> str:
+    """A scenario's text from its name and argument: `name:arg`, `name@RANK` (a rank alone), `name`."""
+    return f"{name}{arg}" if arg.startswith("@") else f"{name}:{arg}" if arg else name
 
 
 def parse(spec: str) -> Scenario:
     """A scenario from its text (module docstring); UsageError naming --scenario otherwise."""
     name, _, arg = spec.partition(":")
-    if name in ("no-host-gaps", "roofline", "balance", "overlap-comm") and not arg:
-        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance,
-                                   "overlap-comm": _overlap_comm}[name])
+    if name.startswith("no-host-stalls@") and not arg:  # a rank alone: no-host-stalls@RANK
+        name, arg = "no-host-stalls", name.removeprefix("no-host-stalls")
+    if name == "overlap-comm" and not arg:
+        return Scenario(name, "", _overlap_comm, note=lambda g: depend.note(g, depend.dependent(g)))
+    if name in ("no-host-gaps", "roofline", "balance") and not arg:
+        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance}[name])
+    if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
+        at = int(arg[1:]) if arg else None
+        return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
+                        "host stalls: untraced host time after a sync or between steps")
     if name == "remove" and arg:
         pattern, _, rank = arg.rpartition("@") if re.search(r"@\d+$", arg) else (arg, "", "")
         regex = _regex(pattern)
@@ -92,7 +115,7 @@ def parse(spec: str) -> Scenario:
     if name == "busbw" and arg:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
-    raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, remove:REGEX[@RANK], scale:REGEX=F, "
+    raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, no-host-stalls[@RANK], remove:REGEX[@RANK], scale:REGEX=F, "
                                    "roofline, balance, overlap-comm, busbw:GBPS")
 
 
@@ -194,6 +217,22 @@ def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.n
     p.y_src[calls] = -1
 
 
+def _stalls(g: Graph, rank: int | None) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(rank, starts, ends) of each rank's host stalls on the joined clock, on `rank` or all."""
+    out = []
+    for r, rg in g.ranks.items():
+        stalls = getattr(rg, "stalls", None)
+        if (rank is None or r == rank) and stalls is not None and len(stalls):
+            off = g.offsets_ns.get(r, 0)
+            out.append((r, stalls["start_ns"].to_numpy(np.int64) + off, stalls["end_ns"].to_numpy(np.int64) + off))
+    return out
+
+
+def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
+    for r, start, end in _stalls(g, rank):
+        _drop_host_time(g, p, r, start, end)
+
+
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
     p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
@@ -223,7 +262,7 @@ def _overlap_comm(g: Graph, p: Params) -> None:
         waits &= g.kind[np.maximum(p.xe_src, 0)] == COLL
         p.xe_src[waits] = -1
         return
-    comm = g.kind == COLL
+    comm = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
     order = np.lexsort((g.start_ns, g.chain))
     pred_comm = np.zeros(len(g), bool)
     same = g.chain[order[1:]] == g.chain[order[:-1]]

@@ -22,6 +22,7 @@ from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
+from .scenarios import label_of
 from .render import UNKNOWN_PATH
 
 MAX_STEPS = 64  # steps drawn and listed per run
@@ -106,7 +107,7 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
     median = _median_step(w)
     rows = []
     for r in w.scenarios.itertuples(index=False):
-        key = "together" if r.name == "together" else (f"{r.name}:{r.args}" if r.args else r.name)
+        key = "together" if r.name == "together" else label_of(r.name, r.args)
         pred = float(w.per_step.loc[median["step"], key]) if median is not None and key in w.per_step else np.nan
         gain = float(median["step_ns"]) - pred if median is not None else np.nan
         rows.append({"scenario": f"together ({r.args})" if r.name == "together" else key, "steps": r.steps,
@@ -119,7 +120,7 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
 def _evidence(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
     together = "every other scenario of this table, replayed together"
-    what = TEXT.get(r.name, together if r.name == "together" else f"{r.name}:{r.args}")
+    what = TEXT.get(r.name, together if r.name == "together" else label_of(r.name, r.args))
     if not r.steps or r.saving_ns is None or pd.isna(r.saving_ns):
         return f"what if {what}: no step claims a saving (the unchanged replay does not reproduce them)"
     whole = median is not None and _step_text(median["step"]) == "whole trace"

@@ -117,6 +117,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
                           "graph: its modules, given in call order, may be shifted"),
     "rank_assumed": "neither the file nor its name gives its rank: shown as rank 0",
+    "input_repeated": "given more than once (also as {kept}): read once, as {kept}",
     # commands: an input a command does not read
     "snapshot_not_read": "a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)",
     "snapshot_not_gated": "a memory snapshot, which `tracelab gate` does not read (give the run's trace)",
@@ -134,8 +135,11 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                         "may help; this is a suggestion, not a measurement"),
     # whatif
     "nothing_to_replay": "no timed activity: nothing to replay",
-    "scenario_unmatched": ("scenario {scenario}: nothing in these inputs matches it (names, kernels, scopes, host "
-                           "ranges): it changes nothing"),
+    "scenario_unmatched": lambda v: (f"scenario {v['scenario']}: nothing in these inputs matches it "
+                                     f"({v.get('what', 'names, kernels, scopes, host ranges')}): it changes nothing"),
+    "overlap_dependent": ("overlap-comm: {dependent} of the {collectives} collectives sit between the compute that "
+                          "makes their input and the compute that reads their result, layer after layer (tensor "
+                          "parallelism): they stay where they are; {fused}"),
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",

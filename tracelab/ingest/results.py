@@ -28,9 +28,11 @@ OLD_RESULTS_FILE = "rank{rank}.figures.json"  # what run folders made before hel
 RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
-ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False},
-         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1}}
+ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False,
+                   "host_stall_unmarked": False},
+         "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "host_stall_unmarked": False}}
 ADDED["train"]["extra_memory_mb"] = {}  # no rank held extra memory before the option existed
+ADDED["train"].update(cuda_graph=False, compile=False, tf32=False, attention=None)  # eager, as before the options
 # the same steps timed with the profiler off and on (workloads/harness.py step_times): older runs timed none
 _NO_STEP_TIMES = {f"{phase}_step_ns{tail}": None for phase in ("unprofiled", "profiled") for tail in ("", "_samples")}
 ADDED["decode"].update(_NO_STEP_TIMES, profiled_tokens=None)  # before: every token of every sample
@@ -56,10 +58,11 @@ STEP_TIMES = {
     "profiled_step_ns_samples": Field("ns", "each of those steps"),
 }
 _SWEEP = {**_EVERY, "torch": Field("", "torch version"), "rows": Field("", "one record per case (ROWS)")}
-_LATE = {"late": Field("", "who was made late on purpose: none, rank1 or alternating (--late)"),
+_LATE = {"late": Field("", "who was made late on purpose: none, rank0, rank1 or alternating (--late)"),
          "late_work": Field("products", "the late rank's extra matrix products per step or token (--late-work)"),
          "host_stall_ms": Field("", "R:MS: rank R's host sleeps MS ms after a sync every step or token, in a "
                                     "host_stall region (--host-stall-ms); null: none"),
+         "host_stall_unmarked": Field("", "the stall's sleep in no region, untraced (--host-stall-unmarked)"),
          "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
 RESULTS: dict[str, dict[str, Field]] = {
@@ -82,6 +85,10 @@ RESULTS: dict[str, dict[str, Field]] = {
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
               "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
               "capturable": Field("", "AdamW(capturable=True) (--capturable)"),
+              "cuda_graph": Field("", "the whole step replayed as one CUDA graph (--cuda-graph)"),
+              "compile": Field("", "the model torch.compiled, default mode (--compile)"),
+              "tf32": Field("", "fp32 matrix products on TF32 tensor cores (--tf32)"),
+              "attention": Field("", "attention's kernel in an sdpa region: auto or math; null: torch's, no region"),
               "extra_memory_mb": Field("MiB", "rank -> MiB it holds more through each step (--extra-memory-mb)")},
     "allreduce": {**_SWEEP, "dtype": Field("", "element type"),
                   "busbw_formula": Field("", "how busbw_gb_s is computed")},

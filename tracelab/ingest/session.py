@@ -71,7 +71,7 @@ class Session:
         options = options or Options.from_environment()
         with applied(options):
             run_infos(paths)  # each run folder's own files checked before any trace is parsed
-            plans = [_plan(p) for p in paths]
+            plans, repeated = _once([_plan(p) for p in paths])
             files = [f for plan in plans for part in plan for f in part[2]]
             parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device), keep_events=keep_events,
                                  options=options) if files else []
@@ -79,6 +79,7 @@ class Session:
         if rank is not None:
             runs = [_picked(run, rank) for run in runs]
         session = cls(paths, runs, options)
+        session.notes.extend(repeated)
         session.notes.extend(note.about(p.meta.path) for run in runs for p in run.profiles for note in p.meta.notes)
         return session
 
@@ -200,6 +201,38 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     snapshots = [f for f in found if f.name.lower().endswith(SNAPSHOT_SUFFIXES) and detect(f) == "snapshot"]
     traces = [f for f in found if f not in snapshots]
     return ([(TRACES, path, traces)] if traces else []) + [(SNAPSHOT, str(f), [f]) for f in snapshots]
+
+
+def _once(plans: list[list[tuple[str, str, list[Path]]]]) -> tuple[list, list[Note]]:
+    """The plans with each file read once: a file given on its own and inside a given folder is
+    read as part of that folder (its run), one given twice on its own where it was first given;
+    a note for each file dropped. Reading it twice would make one rank two ranks of one job."""
+    def key(f: Path) -> str:
+        return str(f) if remote.is_url(str(f)) else os.path.realpath(f)
+
+    in_folder = {key(f): where for plan in plans for kind, where, files in plan if kind != "file" for f in files}
+    seen: dict[str, str] = {}
+    notes: list[Note] = []
+    out = []
+    for plan in plans:
+        kept_parts = []
+        for kind, where, files in plan:
+            kept, dropped = [], []
+            for f in files:
+                k = key(f)
+                owner = in_folder.get(k) if kind == "file" else None
+                if k in seen or (owner is not None and owner != where):
+                    dropped.append((f, seen.get(k) or owner))
+                    continue
+                seen[k] = where
+                kept.append(f)
+            whole = dropped and not kept and kind != "file"  # a folder given again: one note for it
+            notes += ([Note("input_repeated", {"kept": dropped[0][1]}).about(where)] if whole else
+                      [Note("input_repeated", {"kept": by}).about(str(f)) for f, by in dropped])
+            if kept or not files:
+                kept_parts.append((kind, where, kept))
+        out.append(kept_parts)
+    return out, notes
 
 
 def _runs(plans: list[list[tuple[str, str, list[Path]]]], parsed) -> list[Run]:
