@@ -27,9 +27,9 @@ from ._steps import name_mask
 _API = r"(?:cuda|cu|hip)"  # runtime, driver, ROCm (whose calls Kineto files as cuda_runtime too)
 _BEGIN = re.compile(_API + r"StreamBeginCapture\w*")
 _END = re.compile(_API + r"StreamEndCapture\w*")
-_GRAPH_LAUNCH = re.compile(_API + r"GraphLaunch\w*")
+GRAPH_LAUNCH = re.compile(_API + r"GraphLaunch\w*")
 # calls that add a node that runs on the GPU when captured (host functions and events do not)
-_NODE_CALL = re.compile(_API + r"(?:Ext|Module)?(?:Launch\w*Kernel\w*|Memcpy\w*Async\w*|Memset\w*Async\w*)")
+NODE_CALL = re.compile(_API + r"(?:Ext|Module)?(?:Launch\w*Kernel\w*|Memcpy\w*Async\w*|Memset\w*Async\w*)")
 
 
 @dataclass
@@ -61,7 +61,7 @@ def captures(names: list[str], pid: np.ndarray, tid: np.ndarray, ts_ns: np.ndarr
     """The stream captures among the launch calls (names, pid, tid, ts_ns): per thread, the
     node calls between a begin and an end capture call that launched no GPU row themselves."""
     begin, end = _matches(names, _BEGIN), _matches(names, _END)
-    marks = np.flatnonzero(begin | end | (_matches(names, _NODE_CALL) & ~launch_has_rows)).tolist()
+    marks = np.flatnonzero(begin | end | (_matches(names, NODE_CALL) & ~launch_has_rows)).tolist()
     out: list[Capture] = []
     open_at: dict[tuple[int, int], list[int]] = {}  # thread -> node calls of its open capture
     for i in sorted(marks, key=lambda i: int(ts_ns[i])):
@@ -84,7 +84,7 @@ def scope_launches(names: list[str], pid: np.ndarray, tid: np.ndarray, ts_ns: np
     has_rows = np.zeros(len(names), dtype=bool)
     has_rows[launch[launch >= 0]] = True
     found = captures(names, pid, tid, ts_ns, has_rows)
-    graph_launch = _matches(names, _GRAPH_LAUNCH)
+    graph_launch = _matches(names, GRAPH_LAUNCH)
     out = replays(graph_launch, pid, ts_ns, launch, row_kind, row_start_ns, row_stream, found)
     out.scope_launch = np.where(out.scope_launch >= 0, out.scope_launch, launch)
     out.captured = len(found)

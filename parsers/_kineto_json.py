@@ -2,9 +2,9 @@
 top-level fields, and the events of chosen categories as columns (`read_events`).
 
 Speed and memory: `traceEvents` is cut into runs of whole events straight from the
-bytes (`_layout`, parsers/_kineto_layout: where one object ends, a comma, the next
+bytes (`array_layout`, parsers/_kineto_layout: where one object ends, a comma, the next
 begins), RUN_BYTES at a time, and each run is decoded once, in place (no copy:
-`_Source`), into a tagged union on `cat`: the chosen categories into a Struct with the
+`Source`), into a tagged union on `cat`: the chosen categories into a Struct with the
 few fields and args a row needs, every other known category into an empty Struct (its
 fields skipped unread), and at once dealt to its group's collector
 (parsers/_kineto_columns), which turns the run's fields into columns while its Structs
@@ -35,7 +35,7 @@ from tracelab.core.errors import TraceFormatError
 from ._kineto_columns import Calls, Instants, Launches, Ops, Picked
 from ._kineto_layout import cut
 from ._kineto_slow import slow as _slow
-from ._kineto_union import _Source, _Union
+from ._kineto_union import Source, _Union
 from ._kineto_ts import ts_ns
 
 __all__ = ["CHUNK_EVENTS", "RUN_BYTES", "Calls", "Instants", "Launches", "Ops", "Picked", "Trace", "decode", "pick",
@@ -110,10 +110,10 @@ def read_events(path: Path, data: bytes | bytearray, groups: list[tuple[set[str]
     """The trace's top-level fields (traceEvents emptied) and, per (categories, collector)
     group, the events whose `cat` is among the categories, in a new collector: by runs cut
     from the bytes where the layout allows (module docstring), else by pick()."""
-    layout = _layout(data)
+    layout = array_layout(data)
     if layout is not None:
         try:
-            trace, picked = _pick_runs(path, data, *layout, groups)
+            trace, picked = pick_runs(path, data, *layout, groups)
             trace.traceEvents = []
             return trace, picked
         except _Unsplit:
@@ -124,7 +124,7 @@ def read_events(path: Path, data: bytes | bytearray, groups: list[tuple[set[str]
     return trace, picked
 
 
-def _layout(data: bytes | bytearray) -> tuple[list[tuple[int, int]], bytes, bytes] | None:
+def array_layout(data: bytes | bytearray) -> tuple[list[tuple[int, int]], bytes, bytes] | None:
     """The runs of RUN_BYTES or more cut from the bytes (parsers/_kineto_layout.cut)."""
     return cut(data, RUN_BYTES)
 
@@ -143,24 +143,24 @@ def _top_level(path: Path, head: bytes, tail: bytes) -> Trace:
     return trace
 
 
-def _pick_runs(path: Path, data: bytearray, runs: list[tuple[int, int]], head: bytes, tail: bytes,
+def pick_runs(path: Path, data: bytearray, runs: list[tuple[int, int]], head: bytes, tail: bytes,
                groups: list[tuple[set[str], type]]) -> tuple[Trace, list]:
     """read_events by runs: each through the union; a run it refuses is split into raw values
     and goes _pick_chunk's way; then the events after the runs as pick() reads them."""
     trace = _top_level(path, head, tail)
     picked = [collector() for _, collector in groups]
-    union, source, first = _Union(groups), _Source(data), 0
+    union, source, first = _Union(groups), Source(data), 0
     try:
         for start, end in runs:
             first += _pick_run(path, start, end, first, groups, picked, union, source)
-        _pick_raws(path, trace.traceEvents, first, groups, picked, union, _Source(tail))
+        _pick_raws(path, trace.traceEvents, first, groups, picked, union, Source(tail))
     except RecursionError as e:
         raise limits.json_error(path, e) from None
     return trace, picked
 
 
 def _pick_run(path: Path, start: int, end: int, first: int, groups: list, picked: list, union: "_Union",
-              source: _Source) -> int:
+              source: Source) -> int:
     """One run of events, traceEvents[first:...]: the union's decode dealt at once, else split and
     read by _pick_chunk (which names a bad event); how many events it held. _Unsplit where the
     run is no array of whole events."""
@@ -186,23 +186,23 @@ def pick(path: Path, data: bytes | bytearray, raws: list[msgspec.Raw], groups: l
     in a new collector (module docstring: the union first, the slow way for what it refuses)."""
     picked = [collector() for _, collector in groups]
     try:
-        _pick_raws(path, raws, 0, groups, picked, _Union(groups), _Source(data, raws))
+        _pick_raws(path, raws, 0, groups, picked, _Union(groups), Source(data, raws))
     except RecursionError as e:
         raise limits.json_error(path, e) from None
     return picked
 
 
 def _pick_raws(path: Path, raws: list[msgspec.Raw], offset: int, groups: list, picked: list, union: "_Union",
-               source: _Source) -> None:
+               source: Source) -> None:
     """The events of these raw values, traceEvents[offset:...], CHUNK_EVENTS at a time."""
-    tail = _uncategorised_tail(raws)
+    tail = uncategorised_tail(raws)
     for first in range(0, tail, CHUNK_EVENTS):
         _pick_chunk(path, raws[first:min(first + CHUNK_EVENTS, tail)], offset + first, groups, picked, union, source)
     if tail < len(raws):
         _slow(path, raws[tail:], offset + tail, groups, picked, union)
 
 
-def _uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int = 8) -> int:
+def uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int = 8) -> int:
     """Where the events at the end start that go the slow way at once: Kineto ends its traces with
     metadata events (`ph` M, with no `cat`) among a few others; the union would refuse each, after
     decoding the chunk up to it, and decode that much again. The run reaches back (at most
@@ -219,7 +219,7 @@ def _uncategorised_tail(raws: list[msgspec.Raw], most: int = 4096, with_cat: int
 
 
 def _pick_chunk(path: Path, part: list[msgspec.Raw], first: int, groups: list, picked: list, union: _Union,
-                source: _Source) -> None:
+                source: Source) -> None:
     """The chunk through the union; each event it refuses the slow way, alone, up to
     MISSES_PER_CHUNK; then the rest of the chunk the slow way (which names a bad event:
     whatever the union path raises for one, the slow way raises again)."""

@@ -1,5 +1,5 @@
 """The in-place decode of a run of Kineto events and the tagged union it decodes into, for
-parsers/_kineto_json.py: `_Source` (a run of the file's bytes decoded as a JSON array without a
+parsers/_kineto_json.py: `Source` (a run of the file's bytes decoded as a JSON array without a
 copy) and `_Union` (events into a Struct per chosen category, an empty Struct per other known
 category, dealt to their groups' collectors)."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _address(buffer: Any) -> int:
     return np.frombuffer(buffer, dtype=np.uint8).ctypes.data
 
 
-class _Source:
+class Source:
     """The trace's bytes, from which a run of consecutive events of `traceEvents` decodes as
     one JSON array without a copy: the byte before the run (`[`, `,` or a space) and the
     one after it (`]`, `,` or a space) become `[` and `]` for the decode, then are put

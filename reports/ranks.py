@@ -22,7 +22,7 @@ from .topics import TOPICS
 
 # per-rank tables the comparison and the report need, computed in the worker that parses each
 # rank (tracelab.load_many's `reduce`): the parent gathers these, never a rank's events
-RANK_DIGESTS = {name: fn for topic in TOPICS for name, fn in topic.digests.items()}
+RANK_DIGESTS = {name: fn for topic in TOPICS for name, fn in topic.digest_fns().items()}
 # the digests each output reads; a command asks its workers for these only (the report: all)
 COMPARISON = ("sums", "noise", "has_times", "waits", "timeline", "comm_kernels")  # compare's table and verdict
 FINDINGS = tuple(n for n in RANK_DIGESTS if n not in ("span", "segments"))  # all but the timeline figure's

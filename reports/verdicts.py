@@ -49,7 +49,7 @@ from .fmt import ms
 from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
 from .stats.noise import clock_spread_ns, noise_ns
 from .stats.tests import binomial_tail, signed_rank_p
-from .timeline.intervals import _coverage, merge_intervals
+from .timeline.intervals import busy_before, merge_intervals
 
 SIGNED_RANK_UP_TO = 4  # ranks; with more, the test of a straggler is how often it gates (see straggler)
 ALTERNATING_SHARE = 0.8  # share of consecutive gated units whose gating rank differs
@@ -164,7 +164,7 @@ def windows(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     arrive = comm["arrival_ns"].to_numpy(dtype=np.int64)
     begin = np.r_[start.min() if len(start) else 0, comm["end_ns"].to_numpy(dtype=np.int64)[:-1]][:len(arrive)]
     begin = np.minimum(begin, arrive)
-    busy = _coverage(*seg, arrive) - _coverage(*seg, begin)
+    busy = busy_before(*seg, arrive) - busy_before(*seg, begin)
     return comm.assign(window_start_ns=begin, busy_ns=busy, idle_ns=arrive - begin - busy)
 
 

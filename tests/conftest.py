@@ -9,16 +9,21 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def _worker_cache_dir(tmp_path_factory) -> Path:
-    """This test process's own Parquet cache (one per xdist worker): never the user's
-    ~/.cache/tracelab, never shared by two processes writing the same entry at once."""
-    return tmp_path_factory.mktemp("tracelab-cache")
+def _session_cache_dir(tmp_path_factory) -> Path:
+    """The run's own Parquet and digest caches, never the user's ~/.cache/tracelab: one folder
+    for every xdist worker of the run (the parent of their base folders), so that a trace two
+    test files read is parsed once. Two workers writing one entry is what tracelab allows
+    (tracelab/ingest/cachedir.staging: the first rename wins, the other is as good)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tracelab-cache"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(autouse=True)
-def _own_cache_dir(_worker_cache_dir, monkeypatch) -> None:
-    """TRACELAB_CACHE_DIR is this worker's (a test that sets its own still wins)."""
-    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(_worker_cache_dir))
+def _own_cache_dir(_session_cache_dir, monkeypatch) -> None:
+    """TRACELAB_CACHE_DIR is the run's (a test that sets its own still wins)."""
+    monkeypatch.setenv("TRACELAB_CACHE_DIR", str(_session_cache_dir))
 
 
 @pytest.fixture(autouse=True)

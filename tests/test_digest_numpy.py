@@ -82,10 +82,10 @@ def test_step_sums_at_is_groupby_reindexed():
 @pytest.mark.parametrize("categories, values", [(["b", "a", "c"], ["a", "b", None, "c", "a"]), ([1, "1", 2.5], [1, "1", 2.5, None]),
                                                 (["x"], []), (["z", "nan"], ["nan", None, "z"])])
 def test_sorted_codes_is_factorize_of_str(categories, values):
-    from tracelab.reports.stats.noise import _sorted_codes
+    from tracelab.reports.stats.noise import sorted_codes
 
     column = pd.Series(pd.Categorical(values, categories=categories))
     mask = RNG.random(len(column)) < 0.8
-    want, got = pd.factorize(column.astype(str).to_numpy(dtype=object)[mask], sort=True), _sorted_codes(column, mask)
+    want, got = pd.factorize(column.astype(str).to_numpy(dtype=object)[mask], sort=True), sorted_codes(column, mask)
     assert want[0].tolist() == got[0].tolist()
     assert [(type(x), x) for x in want[1]] == [(type(x), x) for x in got[1]]

@@ -26,20 +26,20 @@ def _blocks() -> list[str]:
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
     """The doc's topic as reports/tiny/ (in a folder of its own) and its TOPICS line registered."""
-    (module_text,) = [b for b in _blocks() if b.startswith("# reports/tiny/command.py\n")]
-    (line,) = [b.strip() for b in _blocks() if b.startswith('Topic("tiny"')]
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "__init__.py").write_text('"""Tiny kernels: the example topic of docs/extending.md."""\n')
-    (tmp_path / "tiny" / "command.py").write_text(module_text)
+    for name in ("tiny", "command"):
+        (module_text,) = [b for b in _blocks() if b.startswith(f"# reports/tiny/{name}.py\n")]
+        (tmp_path / "tiny" / f"{name}.py").write_text(module_text)
+    (line,) = [b.strip() for b in _blocks() if b.startswith('Topic("tiny"')]
     monkeypatch.setattr(reports, "__path__", [*reports.__path__, str(tmp_path)])
-    from tracelab.reports.tiny import command
-
-    topic = eval(line.rstrip(","), {"Topic": topics.Topic, "RankTiny": command.RankTiny})  # the doc's line, as written
+    topic = eval(line.rstrip(","), {"Topic": topics.Topic})  # the doc's line, as written
     monkeypatch.setattr(topics, "TOPICS", (*topics.TOPICS, topic))
-    for name, fn in topic.digests.items():  # what reports/ranks.py derives from TOPICS when imported
+    digests = topic.digest_fns()
+    for name, fn in digests.items():  # what reports/ranks.py derives from TOPICS when imported
         monkeypatch.setitem(report_session.RANK_DIGESTS, name, fn)
-    monkeypatch.setattr(report_session, "FINDINGS", (*report_session.FINDINGS, *topic.digests))
-    yield command
+    monkeypatch.setattr(report_session, "FINDINGS", (*report_session.FINDINGS, *digests))
+    yield topic.command_spec()
     for name in [m for m in sys.modules if m.startswith("tracelab.reports.tiny")]:
         del sys.modules[name]
 

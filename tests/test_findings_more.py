@@ -157,8 +157,8 @@ def _totals_row(compute_ns: list[int], comm_ns: list[int]) -> "pd.Series":
 
 
 def test_a_compute_lead_that_explains_the_wait_is_the_reason_given():
-    from tracelab.reports.findings.findings import _totals_finding
-    f = _totals_finding(_totals_row([1_000_000_000, 1_171_700_000], [400_000_000, 233_200_000]))
+    from tracelab.reports.findings.findings import totals_finding
+    f = totals_finding(_totals_row([1_000_000_000, 1_171_700_000], [400_000_000, 233_200_000]))
     assert f.text.startswith("rank1 computes 171.7 ms more than any other rank") and "166.8 ms less" in f.text
     assert f.at_stake_ns == 171_700_000 and "unexplained_wait_ns" not in f.evidence
 
@@ -166,10 +166,10 @@ def test_a_compute_lead_that_explains_the_wait_is_the_reason_given():
 def test_a_wait_the_compute_lead_cannot_explain_is_said_to_be_elsewhere():
     """The README's command on 2 H200s under proton (eager llama-2-7b): rank 1 computed 100.6 ms more
     and rank 0 spent 19,856.5 ms more in NCCL kernels: compute is 0.5% of the wait, not its reason."""
-    from tracelab.reports.findings.findings import _totals_finding
+    from tracelab.reports.findings.findings import totals_finding
     from tracelab.reports.align.straggler_text import straggler_line
     row = _totals_row([5_691_028_000, 5_791_643_000], [32_760_763_000, 12_904_238_000])
-    f = _totals_finding(row)
+    f = totals_finding(row)
     wait, lead = 32_760_763_000 - 12_904_238_000, 5_791_643_000 - 5_691_028_000
     assert f.text.startswith("the other ranks wait for rank1 in collectives: up to 19,856.5 ms more")
     assert f"only 100.6 ms more than any other rank ({100 * lead / wait:.1f}% of that wait)" in f.text
@@ -222,7 +222,7 @@ def test_the_work_a_balance_would_even_is_the_ranks_own_device():
     not move it' (the README's CPU decode, 2026-11-26): the device is the one verdicts.why names."""
     import pandas as pd
 
-    from tracelab.reports.findings.findings import _device
+    from tracelab.reports.findings.findings import gating_device
     causes = pd.DataFrame({"gating_rank": [0, 1, 1], "cause": ["idle GPU (+1 busy)", "idle CPU (+0.8 busy, +2.1 idle)",
                                                               "more CPU work"]})
-    assert (_device(causes, 1), _device(causes, 0), _device(causes, 5)) == ("CPU", "GPU", "GPU")
+    assert (gating_device(causes, 1), gating_device(causes, 0), gating_device(causes, 5)) == ("CPU", "GPU", "GPU")

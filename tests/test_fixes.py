@@ -151,8 +151,9 @@ def test_waiting_for_a_late_rank_is_no_bucket_finding():
     assert not _ddp_found(late)
 
 
-@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch", "ddp-2gpu-late-nsys", "tp-2gpu-late-torch",
-                                    "train-2gpu-torch"])
+@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch", "tp-2gpu-late-torch",
+                                    *(pytest.param(f, marks=pytest.mark.slow)  # every finding of a job each: the rule, again
+                                      for f in ("ddp-2gpu-late-nsys", "train-2gpu-torch"))])
 def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
     """Our 2-GPU runs: the all-reduce's exposed time is the wait for the other rank (one 5.6 MB
     bucket takes 39 us once both arrive), or a TP decode with no backward."""

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.cli.commands.shared import _options
 from tracelab.cli.commands.gate import side_samples
+from tracelab.core.options import Options
 from tracelab.reports.gate.gate_text import RENDERERS
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.thresholds import thresholds
@@ -35,7 +35,7 @@ STEP = re.compile(r"(?:ProfilerStep#|step )(\d+)")  # the default step ranges
 @pytest.fixture(scope="module")
 def runs() -> dict[Path, list[RunSamples]]:
     """Each capture's samples, parsed once for the module (the command's own opening)."""
-    return {folder: side_samples([str(folder)], _options()) for folder in (EQUAL, LATE, MEM_EQUAL, MEM_MORE)}
+    return {folder: side_samples([str(folder)], Options.from_environment()) for folder in (EQUAL, LATE, MEM_EQUAL, MEM_MORE)}
 
 
 def _doc(runs, a: Path, b: Path, limits: Thresholds = Thresholds(), fmt: str = "json"):

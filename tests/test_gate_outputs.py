@@ -16,7 +16,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from tracelab.cli.commands.gate import side_samples
-from tracelab.cli.commands.shared import _options
+from tracelab.core.options import Options
 from tracelab.reports.gate.gate_text import RENDERERS
 from tracelab.reports.gate.verdict import Gate, gate
 
@@ -28,7 +28,7 @@ MEM_EQUAL, MEM_MORE = DATA / "train-2cpu-memory-equal-torch", DATA / "train-2cpu
 
 @lru_cache(maxsize=None)
 def _gate(a: Path = MEM_EQUAL, b: Path = MEM_MORE) -> Gate:
-    return gate(*(side_samples([str(p)], _options()) for p in (a, b)))
+    return gate(*(side_samples([str(p)], Options.from_environment()) for p in (a, b)))
 
 
 @pytest.fixture(scope="module")

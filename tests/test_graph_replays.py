@@ -249,8 +249,8 @@ def test_nsys_graph_node_id_of_the_wrong_type(tmp_path):
     ("cudaGraphLaunch", False, True), ("hipGraphLaunch", False, True), ("cudaMemcpy", False, False),
 ])
 def test_which_calls_make_nodes_and_launch_graphs(call, node, graph_launch):
-    from tracelab.parsers import _kineto_graphs as g
-    assert (bool(g._NODE_CALL.fullmatch(call)), bool(g._GRAPH_LAUNCH.fullmatch(call))) == (node, graph_launch)
+    from tracelab.parsers._kineto_graphs import GRAPH_LAUNCH, NODE_CALL
+    assert (bool(NODE_CALL.fullmatch(call)), bool(GRAPH_LAUNCH.fullmatch(call))) == (node, graph_launch)
 
 
 def _capture_calls_from_json(doc: dict) -> int:

@@ -11,7 +11,7 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from tracelab.parsers import _kineto_json as K
+from tracelab.parsers._kineto_json import Calls, Ops, array_layout, decode, pick, read_bytes, read_events, ts_ns
 from tracelab.parsers import chrome
 from tracelab.parsers._kineto import to_ints
 
@@ -22,11 +22,11 @@ SHAPED = DATA / "train-small-1gpu-torch" / "rank0.pt.trace.json.gz"  # record_sh
 
 def _picked(path, groups, by_runs: bool = True):
     """The collectors as chrome.read fills them (by runs cut from the bytes), or by pick() over msgspec's split."""
-    data = K.read_bytes(path)
+    data = read_bytes(path)
     if by_runs:
-        assert K._layout(data) is not None  # the runs way is the one tested
-        return K.read_events(path, data, groups)[1]
-    return K.pick(path, data, K.decode(path, data).traceEvents, groups)
+        assert array_layout(data) is not None  # the runs way is the one tested
+        return read_events(path, data, groups)[1]
+    return pick(path, data, decode(path, data).traceEvents, groups)
 
 
 def _walk(path, cats):
@@ -40,8 +40,8 @@ def _int_or_minus_one(value):
 
 @pytest.mark.parametrize("by_runs", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["runs", "split"])
 def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypatch):
-    monkeypatch.setattr(K, "RUN_BYTES", 50_000)
-    ops = _picked(SHAPED, [(chrome.CPU_OPS, K.Ops)], by_runs)[0]
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 50_000)
+    ops = _picked(SHAPED, [(chrome.CPU_OPS, Ops)], by_runs)[0]
     want = _walk(SHAPED, chrome.CPU_OPS)
     assert ops.size == len(want) > 1000
     assert ops.name == [e["name"] for e in want]
@@ -60,7 +60,7 @@ def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypat
 
 
 def test_launch_calls_keep_no_args_but_their_correlation_and_external_id():
-    calls = _picked(SHAPED, [(chrome.LAUNCHES, K.Calls)])[0]
+    calls = _picked(SHAPED, [(chrome.LAUNCHES, Calls)])[0]
     want = _walk(SHAPED, chrome.LAUNCHES)
     assert calls.size == len(want) > 1000 and calls.args == []
     assert calls.correlation.tolist() == [_int_or_minus_one(e["args"].get("correlation")) for e in want]
@@ -83,7 +83,7 @@ def test_labels_that_are_not_integers_in_some_chunks_give_the_frame_of_one_chunk
                for i in range(90)]  # synchronising calls: in the host frame, with their threads
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    monkeypatch.setattr(K, "CHUNK_EVENTS", chunk)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", chunk)
     chunked = chrome.read(path)
     events_frame = chunked.events.sort_values("start_ns", kind="stable")
     kernels = [e for e in events if e["cat"] == "kernel"]
@@ -91,7 +91,7 @@ def test_labels_that_are_not_integers_in_some_chunks_give_the_frame_of_one_chunk
     want_stream = to_ints([e["tid"] for e in kernels], [e["args"]["stream"] for e in kernels])
     assert events_frame["device"].tolist() == want_device.tolist() and set(want_device.tolist()) == {0, 2}
     assert events_frame["stream"].tolist() == want_stream.tolist() and set(want_stream.tolist()) == {7, 9}
-    monkeypatch.setattr(K, "CHUNK_EVENTS", 100_000)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", 100_000)
     whole = chrome.read(path)
     assert whole.events.sort_values("start_ns", kind="stable").reset_index(drop=True).equals(
         events_frame.reset_index(drop=True))
@@ -101,5 +101,5 @@ def test_labels_that_are_not_integers_in_some_chunks_give_the_frame_of_one_chunk
 def test_ts_of_texts_whose_lengths_add_up_to_a_matrix_are_read_one_by_one():
     texts = [b"123", b"45", b"6789"] * 40  # 9 bytes per 3: a 3 x 3 matrix if the lengths were not checked
     want = [int(Decimal(t.decode()).scaleb(3)) for t in texts]
-    assert K.ts_ns(texts) == want
-    assert np.array_equal(K.ts_ns([b"12.345", b"1.2345"]), [12345, 1234])  # 1.2345 us: 1234.5 ns, half to even
+    assert ts_ns(texts) == want
+    assert np.array_equal(ts_ns([b"12.345", b"1.2345"]), [12345, 1234])  # 1.2345 us: 1234.5 ns, half to even

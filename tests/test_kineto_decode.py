@@ -16,8 +16,9 @@ import pytest
 
 from tracelab.core import limits
 from tracelab.core.errors import TraceFormatError
-from tracelab.parsers import _kineto_json as K
-from tracelab.parsers import _kineto_union
+from tracelab.parsers._kineto_json import (Launches, Ops, Picked, array_layout, decode, pick, pick_runs, read_bytes, read_events,
+                                          ts_ns, uncategorised_tail)
+from tracelab.parsers._kineto_union import Source
 from tracelab.parsers import chrome
 
 from helpers import DATA, shared_trace
@@ -31,14 +32,14 @@ PUBLIC = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/cpu_only/rank-34.Jul_1
 
 def _slow_way(monkeypatch):
     """The union switched off: every chunk goes the slow way."""
-    monkeypatch.setattr(K, "MISSES_PER_CHUNK", 0)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.MISSES_PER_CHUNK", 0)
 
 
 def _read_both(path: Path, monkeypatch, chunk: int | None = None, run_bytes: int | None = None):
     if chunk:
-        monkeypatch.setattr(K, "CHUNK_EVENTS", chunk)
+        monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", chunk)
     if run_bytes:
-        monkeypatch.setattr(K, "RUN_BYTES", run_bytes)
+        monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", run_bytes)
     fast = chrome.read(path)
     with monkeypatch.context() as m:
         _slow_way(m)
@@ -55,7 +56,11 @@ def test_own_captures_found():
     assert len(OWN_TRACES) >= 20
 
 
-@pytest.mark.parametrize("path", OWN_TRACES, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+BIG_BYTES = 800_000  # a capture past this (gzip) is read both ways in the slow set; the smaller ones check the rule here
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > BIG_BYTES else p
+                                  for p in OWN_TRACES], ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
 def test_the_union_gives_the_slow_ways_frame_on_our_captures(path, monkeypatch):
     _same(*_read_both(path, monkeypatch))
 
@@ -99,7 +104,7 @@ def test_events_without_cat_and_unknown_categories_anywhere(tmp_path, monkeypatc
 
 
 def test_more_categories_than_the_union_learns(tmp_path, monkeypatch):
-    monkeypatch.setattr(_kineto_union, "MAX_SKIPPED_CATEGORIES", 40)
+    monkeypatch.setattr("tracelab.parsers._kineto_union.MAX_SKIPPED_CATEGORIES", 40)
     events = [_event(i, "kernel" if i % 3 == 0 else f"cat{i}") for i in range(600)]
     fast, slow = _read_both(_write(tmp_path, events), monkeypatch, chunk=50)
     _same(fast, slow)
@@ -113,9 +118,9 @@ def test_more_categories_than_the_union_learns(tmp_path, monkeypatch):
 @pytest.mark.parametrize("at", [0, 5, 299])
 @pytest.mark.parametrize("run_bytes", [None, 3000])
 def test_a_bad_chosen_event_is_named_exactly(tmp_path, monkeypatch, bad, where, at, run_bytes):
-    monkeypatch.setattr(K, "CHUNK_EVENTS", 64)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", 64)
     if run_bytes:
-        monkeypatch.setattr(K, "RUN_BYTES", run_bytes)
+        monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", run_bytes)
     events = [_event(i, "kernel" if i % 2 == 0 else "cpu_op") for i in range(300)]
     events[at] = {**_event(at, "kernel"), **bad}
     with pytest.raises(TraceFormatError, match=rf"traceEvents\[{at}\] \(kernel( 'k{at}')?\): .*{where}"):
@@ -130,14 +135,14 @@ def _kineto_text(events: list[dict], before: str = '"schemaVersion": 1,', after:
 
 def _layout_used(monkeypatch) -> list:
     """The runs each read cut from the bytes and decoded to the end (appended as they finish)."""
-    done, real = [], K._pick_runs
+    done, real = [], pick_runs
 
     def spy(path, data, runs, *rest):
         out = real(path, data, runs, *rest)
         done.append(len(runs))
         return out
 
-    monkeypatch.setattr(K, "_pick_runs", spy)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.pick_runs", spy)
     return done
 
 
@@ -187,7 +192,7 @@ def test_a_separator_inside_an_event_reads_the_general_way(tmp_path, monkeypatch
     (lambda t: t + "trailing", "not valid JSON"),
 ])
 def test_damage_anywhere_in_a_cut_trace_is_named_as_before(tmp_path, monkeypatch, damage, words):
-    monkeypatch.setattr(K, "RUN_BYTES", 2000)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 2000)
     path = tmp_path / "rank0.json"
     path.write_text(damage(_kineto_text([_event(i, "kernel") for i in range(300)])))
     with pytest.raises(TraceFormatError, match=words):
@@ -196,7 +201,7 @@ def test_damage_anywhere_in_a_cut_trace_is_named_as_before(tmp_path, monkeypatch
 
 def test_a_trace_events_key_inside_another_value_is_not_cut(tmp_path, monkeypatch):
     """The first `"traceEvents": [` in the text is inside another field: not the events."""
-    monkeypatch.setattr(K, "RUN_BYTES", 1000)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 1000)
     decoy = [_event(i, "kernel") for i in range(50)]
     events = [_event(i + 1000, "kernel") for i in range(100)]
     path = tmp_path / "rank0.json"
@@ -211,29 +216,29 @@ def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
 
 def test_decoding_in_place_puts_every_byte_back(tmp_path, monkeypatch):
     src = DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz"
-    data = K.read_bytes(src)
+    data = read_bytes(src)
     before = bytes(data)
-    trace = K.decode(src, data)
-    source = _kineto_union._Source(data, trace.traceEvents)
+    trace = decode(src, data)
+    source = Source(data, trace.traceEvents)
     assert source.data is not None  # msgspec's raw values are views of the bytearray
-    groups = [(set(chrome.GPU_KINDS), K.Picked), (chrome.LAUNCHES, K.Launches), (chrome.CPU_OPS, K.Ops)]
-    K.pick(src, data, trace.traceEvents, groups)
+    groups = [(set(chrome.GPU_KINDS), Picked), (chrome.LAUNCHES, Launches), (chrome.CPU_OPS, Ops)]
+    pick(src, data, trace.traceEvents, groups)
     assert bytes(data) == before
-    monkeypatch.setattr(K, "RUN_BYTES", 10_000)
-    assert K._layout(data) is not None
-    K.read_events(src, data, groups)  # by runs cut from the bytes
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 10_000)
+    assert array_layout(data) is not None
+    read_events(src, data, groups)  # by runs cut from the bytes
     assert bytes(data) == before
 
 
 def test_bytes_input_is_joined_not_decoded_in_place(monkeypatch):
     src = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
-    data = bytes(K.read_bytes(src))
-    trace = K.decode(src, data)
-    assert _kineto_union._Source(data, trace.traceEvents).data is None
-    groups = [(set(chrome.GPU_KINDS), K.Picked)]
-    got = K.pick(src, data, trace.traceEvents, groups)[0]
-    in_place = K.read_bytes(src)
-    want = K.pick(src, in_place, K.decode(src, in_place).traceEvents, groups)[0]
+    data = bytes(read_bytes(src))
+    trace = decode(src, data)
+    assert Source(data, trace.traceEvents).data is None
+    groups = [(set(chrome.GPU_KINDS), Picked)]
+    got = pick(src, data, trace.traceEvents, groups)[0]
+    in_place = read_bytes(src)
+    want = pick(src, in_place, decode(src, in_place).traceEvents, groups)[0]
     assert got.ts_ns.tolist() == want.ts_ns.tolist() and got.name == want.name and len(got.name) > 100
 
 
@@ -272,49 +277,49 @@ def _numbers(rng: random.Random, n: int) -> list[str]:
 def test_ts_ns_of_mixed_numbers_equals_decimal(seed):
     texts = _numbers(random.Random(seed), 2000)
     want = [_decimal(t) for t in texts]
-    assert K.ts_ns([t.encode() for t in texts]) == want
+    assert ts_ns([t.encode() for t in texts]) == want
     raws = msgspec.json.decode(("[" + ",".join(texts) + "]").encode(), type=list[msgspec.Raw])
-    assert K.ts_ns(raws) == want
+    assert ts_ns(raws) == want
 
 
 @pytest.mark.parametrize("layout", ["{:013d}.{:03d}", "{:016d}", "{:016d}.{:01d}", "{:04d}.{:02d}", "-{:05d}.{:03d}"])
 def test_ts_ns_of_one_layout_equals_decimal(layout):
     rng = random.Random(layout)
     texts = [layout.format(rng.randrange(10 ** 12), rng.randrange(10)) for _ in range(3000)]
-    assert K.ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
+    assert ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
 
 
 def test_ts_ns_where_one_text_breaks_the_layout():
     texts = ["1234.567"] * 50 + ["123.4567", "12345.67", "1234567", "1.234567e3"] + ["1234.567"] * 50
-    assert K.ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
+    assert ts_ns([t.encode() for t in texts]) == [_decimal(t) for t in texts]
 
 
 def test_ts_ns_at_and_past_the_limit():
     bound_us = Decimal(limits.MAX_TIME_NS) / 1000
     ok = [str(bound_us), "-" + str(bound_us), "4611686018427387.903", "9999999999999.999"]
-    assert K.ts_ns([t.encode() for t in ok]) == [_decimal(t) for t in ok]
+    assert ts_ns([t.encode() for t in ok]) == [_decimal(t) for t in ok]
     for past in ["4611686018427387.905", "9999999999999999.999", "99999999999999999999", "1e400", "-1e17"]:
         with pytest.raises(ValueError, match="beyond"):
-            K.ts_ns([b"1.5", past.encode()])
+            ts_ns([b"1.5", past.encode()])
     for odd in ["null", "true", '"soon"', "[1]"]:
         with pytest.raises(ValueError, match="ts: "):
-            K.ts_ns([b"1.5", odd.encode()])
-    assert K.ts_ns([b'"12.5"']) == [12500]  # a number written as a string, as Decimal reads it
+            ts_ns([b"1.5", odd.encode()])
+    assert ts_ns([b'"12.5"']) == [12500]  # a number written as a string, as Decimal reads it
 
 
 def test_ts_of_a_real_trace_equal_a_decimal_walk_of_every_chosen_event():
     path = DATA / "train-2gpu-torch" / "rank1.pt.trace.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
     want = [_decimal(str(e["ts"])) for e in doc["traceEvents"] if e.get("cat") in chrome.LAUNCHES]
-    data = K.read_bytes(path)
-    got = K.pick(path, data, K.decode(path, data).traceEvents, [(chrome.LAUNCHES, K.Launches)])[0].ts_ns.tolist()
+    data = read_bytes(path)
+    got = pick(path, data, decode(path, data).traceEvents, [(chrome.LAUNCHES, Launches)])[0].ts_ns.tolist()
     assert got == want and len(got) > 500
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 16384])
 def test_the_tail_of_metadata_goes_the_slow_way_and_misses_nothing(tmp_path, monkeypatch, chunk):
     """Kineto's ending: metadata events (no cat) among a few categorised ones, read the slow way
-    at once (_uncategorised_tail); a kernel there whose key is written escaped (`"c\\u0061t"`:
+    at once (uncategorised_tail); a kernel there whose key is written escaped (`"c\\u0061t"`:
     no `"cat"` in its text) is still picked, in its place."""
     events = [_event(i, "kernel" if i % 2 == 0 else "cpu_op") for i in range(200)]
     tail = [{"ph": "M", "name": "process_name", "pid": i, "tid": 0, "args": {"name": "x"}} for i in range(30)]
@@ -323,7 +328,7 @@ def test_the_tail_of_metadata_goes_the_slow_way_and_misses_nothing(tmp_path, mon
     tail[20] = {**_event(902, None), "ESCAPED": "kernel"}
     path = _write(tmp_path, events + tail)
     path.write_text(path.read_text().replace('"ESCAPED"', '"c\\u0061t"'))
-    assert K._uncategorised_tail(K.decode(path, K.read_bytes(path)).traceEvents) < 200
+    assert uncategorised_tail(decode(path, read_bytes(path)).traceEvents) < 200
     fast, slow = _read_both(path, monkeypatch, chunk=chunk)
     _same(fast, slow)
     want = [f"k{i}" for i in range(0, 200, 2)] + ["k901", "k902"]
@@ -344,8 +349,8 @@ def test_runs_cut_anywhere_read_as_the_general_way_does(tmp_path, monkeypatch, s
         events.append(_event(i, rng.choice(["kernel", "cuda_runtime", "cpu_op", None]), **extra))
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": events}, separators=rng.choice([(",", ":"), (", ", ": ")])))
-    monkeypatch.setattr(K, "RUN_BYTES", rng.choice([500, 1500, 4000]))
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", rng.choice([500, 1500, 4000]))
     cut = chrome.read(path)
-    monkeypatch.setattr(K, "RUN_BYTES", 1 << 40)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 1 << 40)
     _same(cut, chrome.read(path))
     assert len(cut.events) == sum(e.get("cat") == "kernel" for e in events)

@@ -118,10 +118,12 @@ _EXPECTED_SCOPE = """
       AND n.start <= r.start AND (n.end IS NULL OR n.end > r.start)
       AND COALESCE(n.text, s.value) IS NOT NULL
     ORDER BY n.start, n.end DESC"""
-_CHOSEN = """
+# the launch calls (correlation id, process) as one set, looked up per kernel: an IN list is
+# searched through a temporary index, a correlated EXISTS scans every call again per kernel
+_CALLS = "SELECT r.correlationId, r.globalTid >> 24 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId IS NOT NULL"
+_CHOSEN = f"""
     SELECT k.start, k.deviceId, k.streamId, k.correlationId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
-                  AND (r.globalTid >> 24) = (k.globalPid >> 24))
+    WHERE (k.correlationId, k.globalPid >> 24) IN ({_CALLS})
     ORDER BY k.start"""
 
 
@@ -158,12 +160,11 @@ def test_no_scope_without_a_launch_call(parsed, path: Path) -> None:
         assert with_scope > 0
 
 
-_ONLY_ELSEWHERE = """
+# kernels whose correlation id has launch calls, none of them in the kernel's own process
+_ONLY_ELSEWHERE = f"""
     SELECT k.start, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
-                  AND (r.globalTid >> 24) != (k.globalPid >> 24))
-      AND NOT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
-                      AND (r.globalTid >> 24) = (k.globalPid >> 24))"""
+    WHERE k.correlationId IN (SELECT r.correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME r)
+      AND (k.correlationId, k.globalPid >> 24) NOT IN ({_CALLS})"""
 
 
 def test_correlation_ids_are_joined_per_process(parsed) -> None:

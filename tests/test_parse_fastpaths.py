@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tracelab.core import classify, schema
-from tracelab.parsers import _steps
+from tracelab.parsers._steps import Names, main_threads, name_mask, per_name
 
 TEXTS = [
     pd.Series(["b", None, "a", "b"], dtype="string"),
@@ -65,13 +65,13 @@ def test_na_ints_is_pd_array_of_na():
 
 
 def test_names_index_and_per_name_match_the_dict_way():
-    names = _steps.Names(["b", "a", "b", "c", "a"])
+    names = Names(["b", "a", "b", "c", "a"])
     verdict = lambda n: n != "a"  # noqa: E731
-    assert _steps.name_mask(names, verdict).tolist() == [verdict(n) for n in names]
+    assert name_mask(names, verdict).tolist() == [verdict(n) for n in names]
     names += ["a", "d"]  # grown after its index was made: made again
-    assert _steps.per_name(names, ord, np.int64).tolist() == [ord(n) for n in names]
+    assert per_name(names, ord, np.int64).tolist() == [ord(n) for n in names]
     assert names.distinct()[0] == ["b", "a", "c", "d"]
-    assert _steps.name_mask(_steps.Names(), verdict).dtype == bool and not len(_steps.name_mask([], verdict))
+    assert name_mask(Names(), verdict).dtype == bool and not len(name_mask([], verdict))
 
 
 def test_main_threads_is_the_groupby():
@@ -84,7 +84,7 @@ def test_main_threads_is_the_groupby():
     for _ in range(200):  # ties (durations 0..4) included: the first thread of equals
         n = int(rng.integers(1, 40))
         pid, tid, dur = rng.integers(0, 3, n), rng.integers(-2, 4, n), rng.integers(0, 5, n)
-        assert _steps.main_threads(pid, tid, dur) == groupby_way(pid, tid, dur)
+        assert main_threads(pid, tid, dur) == groupby_way(pid, tid, dur)
 
 
 def test_host_frame_has_na_check():

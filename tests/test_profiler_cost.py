@@ -16,7 +16,8 @@ import tracelab
 from tracelab.core import classify, schema
 from tracelab.core.meta import Meta
 from tracelab.reports.whatif import profiler_cost as pc
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 
 from helpers import host_rows, kernel_rows, run_cli_output, strict_json
 

@@ -145,9 +145,9 @@ def test_cli_breakdown_by_module_type_is_strict_json(capsys):
     ("L['model']", ""),
 ])
 def test_module_paths_from_dynamo_stacks(stack_path, path):
-    from tracelab.workloads.provenance import _innermost
-    assert _innermost({"key": (stack_path, type("Attention", (), {}))}) == (path, "Attention")
-    assert _innermost({}) == ("", "")
+    from tracelab.workloads.provenance import innermost_module
+    assert innermost_module({"key": (stack_path, type("Attention", (), {}))}) == (path, "Attention")
+    assert innermost_module({}) == ("", "")
 
 
 @pytest.mark.parametrize("backend", ["torch", "nsys", "proton"])

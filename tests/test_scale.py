@@ -184,9 +184,7 @@ def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
 @pytest.mark.parametrize("case", TS_CASES)
 def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
     """Chunks of 2 events: an earlier chunk read fast, a later one through Decimal, or the other way."""
-    from tracelab.parsers import _kineto_json
-
-    monkeypatch.setattr(_kineto_json, "CHUNK_EVENTS", 2)
+    monkeypatch.setattr("tracelab.parsers._kineto_json.CHUNK_EVENTS", 2)
     texts = ["1", "2.5"] + TS_CASES[case] + ["3"]
     path = tmp_path / "rank0.json"
     path.write_text(_trace(texts))
@@ -285,8 +283,9 @@ def _classified(events):
     return classify.classified(events)
 
 
-@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "decode-2gpu-nsys", "ddp-2gpu-late-nsys",
-                                    "tp-2gpu-late-torch"])
+@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "ddp-2gpu-late-nsys",
+                                    *(pytest.param(f, marks=pytest.mark.slow)  # a worker pool each: the rule, again
+                                      for f in ("decode-2gpu-nsys", "tp-2gpu-late-torch"))])
 def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     """The report's path: each rank digested in the worker that parsed it, its events dropped
     there (load_many keep_events=False); only the digests meet. Same answer as the whole frames."""

@@ -17,9 +17,10 @@ from tracelab.core.errors import UsageError
 from tracelab.reports.fixes.stall import FIXES, fix_of
 from tracelab.reports.idle.idle import CAUSES, rank_idle
 from tracelab.reports.timeline.stalls import BETWEEN_STEPS, MIN_STALL_NS, host_stalls
-from tracelab.reports.whatif import depend, rank_graph, whatif
+from tracelab.reports.whatif import depend
+from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.join import join
-from tracelab.reports.whatif.nodes import COLL
+from tracelab.reports.whatif.nodes import COLL, rank_graph
 from tracelab.reports.whatif.replay import measured, replay
 from tracelab.reports.whatif.scenarios import parse
 

@@ -208,9 +208,9 @@ def test_verdicts_on_a_rank_with_nothing_before_its_first_collective() -> None:
     profiles = tracelab.load_many(DATA / "allreduce-2gpu-torch")
     w = analyse(tracelab.events(profiles), {p.rank: p.meta.trace_start_epoch_ns for p in profiles})
     assert len(w.collectives) and set(w.collectives["rank"]) == {0, 1}
-    from tracelab.reports.timeline.intervals import _coverage
+    from tracelab.reports.timeline.intervals import busy_before
     empty = np.empty(0, dtype=np.int64)
-    assert list(_coverage(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
+    assert list(busy_before(empty, empty, np.array([0, 5, 9]))) == [0, 0, 0]
 
 
 def _hatchet_nccl_ns(path: Path) -> int:

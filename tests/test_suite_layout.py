@@ -40,3 +40,41 @@ def test_nothing_patches_typer():
     private = ("typer.main", "typer.testing._", "_get_command", "typer._")
     found = [p.name for p in TESTS.glob("*.py") if p != Path(__file__) and any(n in p.read_text() for n in private)]
     assert found == []
+
+
+OURS = ("tracelab", "parsers", "reports", "workloads")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Each private name of ours a module binds: `from tracelab.x import _y`, or a helper module
+    bound whole under its private name (`from tracelab.parsers import _steps`, `import
+    tracelab.parsers._steps as s`). A helper module's public names (`from tracelab.parsers._steps
+    import assign`) are public to the tests, as they are to the rest of the package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in OURS:
+            found += [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in OURS and any(map(_private, a.name.split(".")))]
+    return found
+
+
+def test_no_test_imports_a_private_name():
+    """Tests go through public names: a name worth testing alone is public in its module, else it
+    is tested through the public function that uses it."""
+    found = {p.name: _private_imports(p) for p in sorted(TESTS.glob("*.py"))}
+    assert {name: names for name, names in found.items() if names} == {}
+
+
+def test_the_check_sees_private_imports(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("from tracelab.reports.findings.findings import _device, straggler_findings\n"
+                   "from tracelab.parsers import _steps, chrome\nfrom tracelab.parsers._steps import assign\n"
+                   "import tracelab.parsers._kineto_json as K\nfrom tracelab import __version__\n"
+                   "def f():\n    from pandas import _libs\n")
+    assert _private_imports(bad) == ["tracelab.reports.findings.findings._device", "tracelab.parsers._steps",
+                                     "tracelab.parsers._kineto_json"]

@@ -124,9 +124,9 @@ def test_scenario_bounds_inside_are_taken():
 
 def test_durations_clipped_below_int64():
     from tracelab.core import limits
-    from tracelab.reports.whatif.scenarios import _durations_ns
+    from tracelab.reports.whatif.scenarios import changed_durations_ns
 
-    out = _durations_ns(np.array([1e30, 5.4, 2.0**62]))
+    out = changed_durations_ns(np.array([1e30, 5.4, 2.0**62]))
     assert out.dtype == np.int64 and out.tolist() == [limits.MAX_DUR_NS, 5, limits.MAX_DUR_NS]
 
 

@@ -70,7 +70,8 @@ def test_a_whole_trace_window_starts_at_its_first_op_or_launch_not_a_sync_before
         assert f"of the {window_ns / 1e6:,.2f} ms trace, its first op (or that op's launch) to its last op's end" in f.text
     # the contrast: with its first op's launch call moved before the sync, the window is from there
     import tracelab
-    from tracelab.reports.whatif import rank_graph, whatif
+    from tracelab.reports.whatif.analyse import whatif
+    from tracelab.reports.whatif.nodes import rank_graph
 
     p = tracelab.load(path)
     ev = p.events.copy()
@@ -86,12 +87,12 @@ def test_a_lone_step_is_not_measured_step_end_to_step_end():
     no previous step's end, so its saving is not 'per step, step end to step end'."""
     found = [f for f in _found(DATA / "train-1gpu-steps-torch") if "whatif" in f.evidence]
     assert found and all("step end to step end" in f.text for f in found)  # the contrast: many steps
-    from tracelab.reports.whatif.findings import _saved
+    from tracelab.reports.whatif.findings import with_saving
 
     class Row:
         name, args, saving_ns, steps, step_ns, saving_frac = "no-host-gaps", "", 3.93e6, 1, 4.27e6, 0.92
     from tracelab.reports.findings.finding import Finding
-    one = _saved(Finding("rank 0 is host-bound", 0, "idle", {}), Row(), whole=False, one=True)
+    one = with_saving(Finding("rank 0 is host-bound", 0, "idle", {}), Row(), whole=False, one=True)
     assert "its one 4.27 ms step, first traced call to last op's end" in one.text and "step end to step end" not in one.text
 
 
@@ -120,12 +121,12 @@ def test_first_call_launches_are_no_cuda_graph_saving():
     from tracelab.reports.align.align import comparison
     from tracelab.reports.findings.finding import Evidence
     from tracelab.reports.findings.findings_more import MIN_IDLE_SHARE_OF_STEP
-    from tracelab.reports.fixes.host import MIN_SHORT_SHARE, _figures
+    from tracelab.reports.fixes.host import MIN_SHORT_SHARE, graphs_figures
     from tracelab.reports.idle.idle import of_input
     from tracelab.reports.ranks import label
 
     inputs = label([str(path)], [False], [[p]])
-    f = _figures(Evidence(inputs, comparison(inputs, "kernel")), inputs[0])
+    f = graphs_figures(Evidence(inputs, comparison(inputs, "kernel")), inputs[0])
     [step] = of_input(inputs[0]).steps.itertuples()
     idle_ns = step.idle_host_ns + step.idle_launch_ns
     assert abs(f["stake_ns"] - max(0, idle_ns - one_off_ns)) <= len(launches)

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 import tracelab
 from tracelab.cli import app
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.analyse import MAX_ERROR
 from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import tracelab
-from tracelab.reports.whatif import rank_graph
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.chase import Chase
 from tracelab.reports.whatif.join import join
-from tracelab.reports.whatif.path import _Hops, _last_nodes, wait_estimate, windows
+from tracelab.reports.whatif.path import Hops, last_nodes, wait_estimate, windows
 from tracelab.reports.whatif.replay import measured, replay
 
 DATA = Path(__file__).parent / "data"
@@ -45,10 +45,10 @@ def test_the_walk_is_the_loops(name: str) -> None:
     base = measured(g)
     r = replay(g, base)
     win = windows(g, r.start_ns, r.end_ns)
-    hops = _Hops(g, base, r, wait_estimate(g))
+    hops = Hops(g, base, r, wait_estimate(g))
     nxt = hops.chase.nxt
     walks = 0
-    for _, node, begin, _ in _last_nodes(g, r, win):
+    for _, node, begin, _ in last_nodes(g, r, win):
         _same(hops.chase, nxt, 2 * node + 1, begin)
         walks += len(hops.walk(node, begin)) > 1
     assert walks  # the paths go somewhere

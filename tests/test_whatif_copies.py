@@ -12,7 +12,8 @@ import pandas as pd
 
 import tracelab
 from tracelab.core import classify, schema
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.analyse import path_steps
 from tracelab.reports.whatif.bound import rank_path_bounds
 from tracelab.reports.whatif.join import join
@@ -110,10 +111,10 @@ def test_a_step_with_a_missing_edge_says_its_path_is_not_known():
     idle = with_path_bounds(rank_idle(ev, base.host, "torch"), rank_path_bounds(ev, base.host)).steps.set_index("step")
     assert idle.loc[step, "bound_from"] == "causes" and idle.loc[step, "bound"] == step_bound(idle.loc[[step]].reset_index())[0]
     assert (idle.drop(index=step)["bound_from"] == "path").all()
-    from tracelab.reports.findings.findings_more import _bound_basis
-    assert _bound_basis(idle.reset_index())[0].startswith("by its critical path, or its idle causes in the 1 steps")
-    assert _bound_basis(idle.drop(index=step).reset_index()) == ("by its critical path", "")
-    assert _bound_basis(idle.loc[[step]].reset_index()) == (
+    from tracelab.reports.findings.findings_more import bound_basis
+    assert bound_basis(idle.reset_index())[0].startswith("by its critical path, or its idle causes in the 1 steps")
+    assert bound_basis(idle.drop(index=step).reset_index()) == ("by its critical path", "")
+    assert bound_basis(idle.loc[[step]].reset_index()) == (
         "by its idle causes", "; its critical path is not known: an edge is missing (tracelab whatif)")
     # the contrast: the trace as recorded knows every step's path
     untouched = whatif({0: rank_graph(base.events, base.host, 0)}, {0: None})

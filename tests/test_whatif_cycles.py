@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.cycles import find_cycle
 from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.nodes import GPU, SYNC

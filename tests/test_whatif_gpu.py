@@ -14,7 +14,8 @@ import pytest
 
 import tracelab
 from tracelab.reports.roofs import trace_device
-from tracelab.reports.whatif import rank_graph, whatif
+from tracelab.reports.whatif.analyse import whatif
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 
 DATA = Path(__file__).parent / "data"

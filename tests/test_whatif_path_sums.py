@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tracelab
-from tracelab.reports.whatif import rank_graph
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.analyse import path_steps
 from tracelab.reports.whatif.path import CATEGORIES
 

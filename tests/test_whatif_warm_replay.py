@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tracelab
-from tracelab.reports.whatif import rank_graph
+from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.bound import rank_path_bounds
 from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.replay import measured, replay

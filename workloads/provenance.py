@@ -78,14 +78,14 @@ class _NodeModules:
     def __call__(self, graph) -> None:
         for node in graph.nodes:
             if node.op == "call_function":
-                path, cls = _innermost(node.meta.get("nn_module_stack") or {})
+                path, cls = innermost_module(node.meta.get("nn_module_stack") or {})
                 self.nodes[node.name] = (path, cls, str(node.target))
 
     def uuid(self) -> str:
         return "tracelab-provenance-1"
 
 
-def _innermost(stack: dict) -> tuple[str, str]:
+def innermost_module(stack: dict) -> tuple[str, str]:
     """The innermost module of an nn_module_stack ({key: (path, class)}): its dotted path from the
     compiled function's arguments (`L['model'].layers[3].attention` -> `layers.3.attention`)."""
     if not stack:

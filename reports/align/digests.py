@@ -1,14 +1,17 @@
 """The per-rank digests every comparison reads (reports/session.Input.digest): one rank's
 timeline row, its sums per kind/scope/kernel/op class, its step-to-step noise per --by
-choice, its span and first start. Made in the worker that parsed the rank (load_many's
+choice, its span. Made in the worker that parsed the rank (load_many's
 `reduce`, registered in reports/topics.py), so a thousand ranks' events never meet."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from tracelab.core.schema import OnEvents
+
 from ..stats import noise
 from ..timeline import intervals as timeline
+from ..timeline.steps import has_times
 
 # --by choice -> alignment keys
 BY: dict[str, list[str]] = {
@@ -52,28 +55,7 @@ def rank_span(events: pd.DataFrame) -> tuple[int, int] | None:
     return int(start.min()), int((start + rows["dur_ns"].to_numpy(dtype=np.int64)).max())
 
 
-def first_start(events: pd.DataFrame) -> int | None:
-    """One rank's first start time, any row (its own clock), None without times."""
-    start = events["start_ns"].dropna()
-    return int(start.min()) if len(start) else None
-
-
-def rank_cpu_comm(events: pd.DataFrame) -> dict | None:
-    """A CPU-only rank's communication (gloo): its CPU operators' span (first start to last end),
-    the time a collective was in flight (the union over all threads of its communication
-    operators' intervals: the caller's blocking call and gloo's own threads run at the same time,
-    so their sum would count that time twice), the threads that ran them, and the communication
-    operator taking most time (name, ns, calls). None where the rank has GPU rows or no CPU
-    operators (reports/findings/findings_more.cpu_comm_findings)."""
-    cpu = events[events["kind"] == "cpu_op"]
-    if not len(cpu) or len(cpu) != len(events):
-        return None
-    comm = (cpu["op_class"].astype(str) == "communication").to_numpy()
-    out = {"span_ns": timeline.span_ns(cpu), "in_flight_ns": timeline.union_ns(cpu[comm]),
-           "summed_ns": int(cpu["dur_ns"].to_numpy()[comm].sum()), "threads": int(cpu["stream"][comm].nunique()),
-           "top_op": None, "top_op_ns": 0, "top_op_calls": 0}
-    if comm.any():
-        ops = cpu[comm].groupby(cpu["kernel"].astype(str)[comm], sort=True)[["dur_ns", "count"]].sum()
-        top = ops["dur_ns"].idxmax()
-        out.update(top_op=str(top), top_op_ns=int(ops.loc[top, "dur_ns"]), top_op_calls=int(ops.loc[top, "count"]))
-    return out
+# compare's per-rank digests (reports/topics.py); segments: the timeline figure's bins, exact
+DIGESTS = {"timeline": OnEvents(rank_timeline), "comm_kernels": OnEvents(timeline.comm_kernels),
+           "sums": OnEvents(rank_sums), "noise": OnEvents(rank_noise), "span": OnEvents(rank_span),
+           "has_times": OnEvents(has_times), "segments": OnEvents(timeline.rank_segments)}

@@ -9,8 +9,6 @@ from tracelab.cli.commands.shared import (FormatOpt, Paths, RankOpt, SchedulerOp
                                       findings_digests)
 from tracelab.cli.commands.topic import Command
 
-from .breakdown_text import BREAKDOWN_RENDERERS
-
 
 def options(
     paths: Paths,
@@ -55,8 +53,8 @@ def analyse(session, by: str, top: int | None, rank: int | None, **_) -> list[tu
     return [(r.name, stacked(r.profiles, "summary"), top_rows(stacked(r.profiles, "breakdown"), by, top)) for r in runs]
 
 
-def render(frames: list[tuple], fmt: str, by: str, **_):
-    return BREAKDOWN_RENDERERS[fmt](*_with_input(frames), by)
+def render(rendered_as, frames: list[tuple], by: str, **_):
+    return rendered_as(*_with_input(frames), by)
 
 
 def _with_input(frames: list[tuple]) -> tuple:
@@ -69,4 +67,4 @@ def _with_input(frames: list[tuple]) -> tuple:
                  for k in (1, 2))
 
 
-COMMAND = Command(options, analyse, render, tuple(BREAKDOWN_RENDERERS), check=check, opening=opening)
+COMMAND = Command(options, analyse, render, "breakdown.breakdown_text:BREAKDOWN_RENDERERS", check=check, opening=opening)

@@ -9,8 +9,6 @@ from tracelab.cli.commands.shared import FormatOpt, RankOpt, SchedulerOpt, StepO
 from tracelab.cli.commands.topic import Command
 from tracelab.core.errors import UsageError
 
-from .compare_text import COMPARE_RENDERERS
-
 
 def options(
     paths: Annotated[list[str], typer.Argument(help="Two or more trace files, run folders or folders of traces; "
@@ -77,10 +75,10 @@ def analyse(session, by: str | None, n_steps: int | None, **_):
     return comparison(session.inputs, by or default_by(session.inputs))
 
 
-def render(c, fmt: str, top: int | None, **_):
+def render(rendered_as, c, top: int | None, **_):
     from ..align.align import BY
 
-    return COMPARE_RENDERERS[fmt](c, BY[c.by], top)
+    return rendered_as(c, BY[c.by], top)
 
 
 def with_steps(session, n_steps: int | None):
@@ -108,5 +106,5 @@ def _has_steps(p) -> bool:
     return bool(noise["steps"])
 
 
-COMMAND = Command(options, analyse, render, tuple(COMPARE_RENDERERS), check=check, opening=opening,
+COMMAND = Command(options, analyse, render, "compare.compare_text:COMPARE_RENDERERS", check=check, opening=opening,
                   comparison=lambda c: c, instead=tree_diff)

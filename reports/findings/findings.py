@@ -50,7 +50,7 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
         if w is not None and len(w.collectives):
             made = _verdict_finding(row["group"], w, _idle_cause(ev, row["group"], w.verdict.get("rank")))
         elif row["pattern"] == "straggler":
-            made = _totals_finding(row)
+            made = totals_finding(row)
         else:
             made = None
         out += [made] if made else []
@@ -84,7 +84,7 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
                   "gated_units": int(v["gated_units"]), "unit": unit, "lateness_ns": float(v["lateness_ns"]),
                   "skew_ns": skew, "late_by_idle": _late_by_idle(w.causes, r)}
         if values["late_by_idle"]:  # 'balance' evens the ranks' work: it cannot move a rank its host held back
-            text += f"; evening the ranks' {_device(w.causes, r)} work would not move it: its delay is idle time, not work"
+            text += f"; evening the ranks' {gating_device(w.causes, r)} work would not move it: its delay is idle time, not work"
             evidence["scenario"] = None
         return Finding(text, skew, SECTIONS["steps"], evidence, "straggler", values)
     if v["pattern"] == "alternating":
@@ -100,7 +100,7 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
     return None
 
 
-def _device(causes: pd.DataFrame, rank: int) -> str:
+def gating_device(causes: pd.DataFrame, rank: int) -> str:
     """'CPU' where the rank's gating causes are a CPU-only trace's (verdicts.why says so), else 'GPU'."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
     return "CPU" if len(mine) and "CPU" in str(mine["cause"].iloc[0]) else "GPU"
@@ -115,7 +115,7 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
     if not len(mine):
         return ""
     work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
-    device = _device(causes, rank)
+    device = gating_device(causes, rank)
     if work < idle:
         return f"; its {device} sits idle {duration(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
     names = pd.Series(dtype="float64")
@@ -146,7 +146,7 @@ def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
     return f"its idle mostly {CAUSE_TEXT[cause]}"
 
 
-def _totals_finding(row: pd.Series) -> Finding:
+def totals_finding(row: pd.Series) -> Finding:
     """The totals' straggler (no timestamps): the others' extra communication time is their wait
     for it. Where its compute lead does not explain that wait (align.lead_explains_wait: the
     eager decode of the README's command on 2 GPUs under proton), the sentence says the rest is

@@ -48,7 +48,7 @@ def idle_findings(ev) -> list:
         bounds = (f"{bound_words(steps['bound'].iloc[0])} over the whole trace, which has no steps" if stepless else
                   ", ".join(f"{bound_words(b)} in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
                   + " steps")
-        basis, tail = _bound_basis(steps)
+        basis, tail = bound_basis(steps)
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
@@ -68,7 +68,7 @@ def _by_path(steps) -> np.ndarray:
     return (steps["bound_from"] == "path").to_numpy() if "bound_from" in steps.columns else np.ones(len(steps), bool)
 
 
-def _bound_basis(steps) -> tuple[str, str]:
+def bound_basis(steps) -> tuple[str, str]:
     """Whence the steps' bounds, and what to add after them: their critical paths, or (where an
     edge is missing, so the path is not known: whatif's path_known) the idle causes' rule."""
     by_path = _by_path(steps)

@@ -31,7 +31,7 @@ MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this s
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
 
 
-def _figures(ev, i) -> dict | None:
+def graphs_figures(ev, i) -> dict | None:
     idle = result_of("idle", i)
     steps, launches = idle.steps, idle.launches
     if not len(steps) or not len(launches):
@@ -74,7 +74,7 @@ def graphs_findings(ev) -> list[Finding]:
     several = len({i.group for i in ev.inputs}) > 1
     best: dict[str, tuple] = {}
     for i in ev.inputs:
-        f = _figures(ev, i) if i.timed else None
+        f = graphs_figures(ev, i) if i.timed else None
         if (f and f["short_kernels"] >= MIN_SHORT_SHARE * f["launched"]
                 and f["stake_ns_per_step"] >= MIN_IDLE_SHARE_OF_STEP * f["span_ns_per_step"]
                 and (i.group not in best or f["stake_ns"] > best[i.group][1]["stake_ns"])):

@@ -8,8 +8,6 @@ import typer
 from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
 from tracelab.cli.commands.topic import Command, checked_top, opening_own, own_digest
 
-from .idle_text import IDLE_RENDERERS
-
 HELP = ("Why was the GPU idle? Per step and rank: the GPU's idle time (gaps in the union of all streams' GPU "
         "work between the step's first GPU start and last GPU end, as in tracelab steps), split by cause. Each "
         "gap ends where the next GPU op starts; L is the start of that op's launch call. A trace without steps "
@@ -62,9 +60,9 @@ def analyse(session, top: int | None, **_) -> list:
                      for r in session.usable("idle")])
 
 
-def render(parts: list, fmt: str, top: int | None, **_):
-    return IDLE_RENDERERS[fmt](parts, top)
+def render(rendered_as, parts: list, top: int | None, **_):
+    return rendered_as(parts, top)
 
 
-COMMAND = Command(options, analyse, render, tuple(IDLE_RENDERERS),
+COMMAND = Command(options, analyse, render, "idle.idle_text:IDLE_RENDERERS",
                   check=checked_top, opening=opening, findings="idle", help=HELP)

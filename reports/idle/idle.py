@@ -355,3 +355,6 @@ def labelled(parts: list[tuple[str, Idle]]) -> Idle:
     hint = [HINT] if any(HINT in i.notes for _, i in parts) else []
     return Idle(*(pd.concat([f[k] for f in frames], ignore_index=True) for k in range(3)),
                 [n.about(name) for name, i in parts for n in i.notes if n != HINT] + hint)
+
+
+DIGESTS = {"idle": RankIdle()}  # idle's per-rank digest (reports/topics.py)

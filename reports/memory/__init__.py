@@ -1,10 +1,5 @@
 """Where the memory went: per rank and step, the allocated and reserved totals, the
 peak and what was live there, the allocator's own calls; across ranks and runs, the peaks side
-by side and what stands out. `analysis` (one rank) and `across` (ranks, runs) are pure; `text`
-and `html` render."""
-from __future__ import annotations
-
-from .across import Memory, combine
-from .memory import RankMemory, RankMemoryDigest, rank_memory
-
-__all__ = ["Memory", "RankMemory", "RankMemoryDigest", "combine", "rank_memory"]
+by side and what stands out. `memory` (one rank) and `across` (ranks, runs) are pure; `memory_text`
+and `memory_html` render. The package imports none of them: `tracelab memory --help` reads only
+`command`."""

@@ -8,8 +8,6 @@ import typer
 from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
 from tracelab.cli.commands.topic import Command, checked_top, opening_own, own_digest
 
-from .memory_text import MEMORY_RENDERERS
-
 HELP = ("Where did the memory go? Per rank and step: allocated at the step's start and end, the peak and "
         "when it happened (the op and scope running then), reserved at the peak and what the caching allocator "
         "held back (reserved - allocated), the blocks live at the peak grouped by scope, op and module (top N "
@@ -51,9 +49,9 @@ def analyse(session, top: int | None, **_):
     return combine([(r.name, {p.rank: p.summary[key] for p in r.profiles}) for r in runs])
 
 
-def render(memory, fmt: str, top: int | None, **_):
-    return MEMORY_RENDERERS[fmt](memory, top)
+def render(rendered_as, memory, top: int | None, **_):
+    return rendered_as(memory, top)
 
 
-COMMAND = Command(options, analyse, render, tuple(MEMORY_RENDERERS),
+COMMAND = Command(options, analyse, render, "memory.memory_text:MEMORY_RENDERERS",
                   check=checked_top, opening=opening, findings="memory", help=HELP)

@@ -217,3 +217,6 @@ class RankMemoryDigest:
 
     def __call__(self, rank: RankData) -> RankMemory:
         return rank_memory(rank.memory, rank.host, -1, self.top, rank.meta.source)
+
+
+DIGESTS = {"memory": RankMemoryDigest()}  # memory's per-rank digest (reports/topics.py)

@@ -8,8 +8,6 @@ import typer
 from tracelab.cli.commands.shared import DeviceOpt, FormatOpt, Paths, RankOpt, _check_choice, _top
 from tracelab.cli.commands.topic import Command
 
-from .roofline_text import RENDERERS
-
 
 def options(
     paths: Paths,
@@ -66,8 +64,8 @@ def analyse(session, by: str, given: tuple, **_) -> list:
     return results
 
 
-def render(results: list, fmt: str, by: str, top: int | None, **_):
-    return RENDERERS[fmt](results, by, top)
+def render(rendered_as, results: list, by: str, top: int | None, **_):
+    return rendered_as(results, by, top)
 
 
-COMMAND = Command(options, analyse, render, tuple(RENDERERS), check=check, opening=opening, findings="roofline")
+COMMAND = Command(options, analyse, render, "roofline.roofline_text:RENDERERS", check=check, opening=opening, findings="roofline")

@@ -210,3 +210,6 @@ class RankRoofline:
 
 
 rank_roofline = RankRoofline()
+
+
+DIGESTS = {"roofline": rank_roofline}  # roofline's per-rank digest (reports/topics.py)

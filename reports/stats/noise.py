@@ -87,13 +87,13 @@ def step_stds(events: pd.DataFrame, by: dict[str, list[str]]) -> dict[str, pd.Se
     has = events["step"].notna().to_numpy()
     steps, step_at = np.unique(events["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has], return_inverse=True)
     dur = events["dur_ns"].to_numpy(dtype=np.int64)[has]
-    codes = {k: _sorted_codes(events[k], has)  # in the strings' order
+    codes = {k: sorted_codes(events[k], has)  # in the strings' order
              for k in dict.fromkeys(k for keys in by.values() for k in keys)}
     columns = pd.Index(steps.astype(np.int64), name="step")
     return {name: _std([codes[k] for k in keys], keys, step_at.reshape(-1), dur, columns) for name, keys in by.items()}
 
 
-def _sorted_codes(column: pd.Series, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sorted_codes(column: pd.Series, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """pd.factorize(column.astype(str)[mask], sort=True): a categorical's by its codes, each
     category's name made and sorted once (where two used names print alike: factorize itself)."""
     if not isinstance(column.dtype, pd.CategoricalDtype):

@@ -10,7 +10,6 @@ from tracelab.cli.commands.topic import Command
 from tracelab.core.errors import UsageError
 from tracelab.core.note import Note
 
-from .steps_text import STEPS_RENDERERS
 from ..topics import step_columns
 
 
@@ -52,8 +51,8 @@ def analyse(session, n_steps: int | None, **_) -> list[tuple]:
     return [(r.name, _steps_of(r, n_steps)) for r in _one_job_runs(session)]
 
 
-def render(parts: list[tuple], fmt: str, **_):
-    return each_run(STEPS_RENDERERS[fmt], fmt, parts)
+def render(rendered_as, parts: list[tuple], fmt: str, **_):
+    return each_run(rendered_as, fmt, parts)
 
 
 def _one_job_runs(session) -> list:
@@ -92,4 +91,4 @@ def _steps_of(run, n_steps: int | None) -> tuple:
     return w, totals, untimed
 
 
-COMMAND = Command(options, analyse, render, tuple(STEPS_RENDERERS), check=check, opening=opening)
+COMMAND = Command(options, analyse, render, "steps.steps_text:STEPS_RENDERERS", check=check, opening=opening)

@@ -243,7 +243,7 @@ def rank_segments(df: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def segment_bins(segments: dict[str, tuple[np.ndarray, np.ndarray]], edges_ns: np.ndarray) -> pd.DataFrame:
     """rank_bins from a rank's rank_segments: per op_class and bin, the busy ns (exact)."""
     parts = [pd.DataFrame({"op_class": op_class, "bin": np.arange(len(edges_ns) - 1),
-                           "busy_ns": np.diff(_coverage(*spans, edges_ns))})
+                           "busy_ns": np.diff(busy_before(*spans, edges_ns))})
              for op_class, spans in segments.items()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["op_class", "bin", "busy_ns"])
 
@@ -254,7 +254,7 @@ def on_edges(bins: pd.DataFrame, edges_ns: np.ndarray) -> pd.DataFrame:
     return bins.assign(bin_start_ns=edges_ns[:-1][at], bin_ns=np.diff(edges_ns)[at])
 
 
-def _coverage(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> np.ndarray:
+def busy_before(seg_start: np.ndarray, seg_end: np.ndarray, at_ns: np.ndarray) -> np.ndarray:
     """Busy ns before each time in at_ns, for sorted disjoint segments (none: 0 everywhere)."""
     if len(seg_start) == 0:
         return np.zeros(len(at_ns), dtype=np.int64)

@@ -20,7 +20,7 @@ from ..timeline.intervals import timed
 from .analyse import unexplained_in
 from .edges import MAX_UNEXPLAINED
 from .join import join
-from .nodes import RankGraph, rank_graph, shared_graph
+from .nodes import RankGraph, RankGraphReduce, rank_graph, shared_graph
 from .path import CATEGORIES, category_matrix, wait_estimate, windows
 from .replay import ReplayError, measured, replay
 
@@ -86,3 +86,8 @@ def path_bounds(rank: RankData) -> pd.DataFrame:
         return rank_path_bounds(rank.events, rank.host, lambda: shared_graph(rank))
     except ReplayError:
         return pd.DataFrame(columns=COLUMNS)
+
+
+# whatif's per-rank digests (reports/topics.py): each rank's graph (jobs of up to 16 ranks) and its
+# steps' bounds (idle and steps read them)
+DIGESTS = {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds}

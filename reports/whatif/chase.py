@@ -1,4 +1,4 @@
-"""The critical path's walk back (path._Hops.walk) as a chase of integers done by numpy: each
+"""The critical path's walk back (path.Hops.walk) as a chase of integers done by numpy: each
 vertex has one next vertex, so the path from a vertex is produced by doubling (the first 2^j
 vertices, then where each of them is 2^j moves on, from a table of 2^j moves made once per
 graph), and cut where the walk stops. The same vertices as a loop over them, in log2(length)

@@ -8,8 +8,6 @@ import typer
 from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt
 from tracelab.cli.commands.topic import Command, opening_own, own_digest
 
-from .render import WHATIF_RENDERERS
-
 HELP = ("What should I fix first, and how much faster will the step be? Builds a dependency graph of every "
         "rank (launch calls, syncs, GPU ops per stream; CPU ops and gloo collectives in CPU-only traces; a "
         "collective's transfer starts when its last rank arrives), replays it, and prints per step the critical "
@@ -64,9 +62,9 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
     return parts
 
 
-def render(parts: list[tuple], fmt: str, **_):
-    return WHATIF_RENDERERS[fmt](parts)
+def render(rendered_as, parts: list[tuple], **_):
+    return rendered_as(parts)
 
 
 # it ends on every topic's findings: they are ranked by their what-if saving
-COMMAND = Command(options, analyse, render, tuple(WHATIF_RENDERERS), check=check, opening=opening, help=HELP)
+COMMAND = Command(options, analyse, render, "whatif.render:WHATIF_RENDERERS", check=check, opening=opening, help=HELP)

@@ -106,7 +106,7 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     # the step without the profiler: the run's own (measured, or estimated from its costs); a run
     # under none beside it, measured, is said instead of an estimate (_against_none)
     unprofiled = w.unprofiled if none is None or w.unprofiled.get("unprofiled_source") == "measured" else None
-    return {k: _against_none(_saved(f, None if name in unmatched else rows.get(name), whole, one, unprofiled), none)
+    return {k: _against_none(with_saving(f, None if name in unmatched else rows.get(name), whole, one, unprofiled), none)
             for k, f, name in found}
 
 
@@ -153,7 +153,7 @@ def _label(row) -> str:
     return label_of(row.name, row.args)
 
 
-def _saved(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None) -> Finding:
+def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None) -> Finding:
     """`f` with the replay's saving of its scenario (`row`): in its values, then in its words;
     in the user's time first (without the profiler) where `unprofiled` (WhatIf.unprofiled) gives
     the step without it and the row its prediction."""

@@ -69,11 +69,11 @@ def step_paths(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns:
     """Per step window, the critical path from the node that ends it back to its begin."""
     if not len(g) or not len(win):
         return {}
-    hops = _Hops(g, p, r, wait_est_ns)
-    return {step: Path(hops.segments(hops.walk(node, begin), begin, g)) for step, node, begin, _ in _last_nodes(g, r, win)}
+    hops = Hops(g, p, r, wait_est_ns)
+    return {step: Path(hops.segments(hops.walk(node, begin), begin, g)) for step, node, begin, _ in last_nodes(g, r, win)}
 
 
-def _last_nodes(g: Graph, r: Replayed, win: pd.DataFrame):
+def last_nodes(g: Graph, r: Replayed, win: pd.DataFrame):
     """Per window: (step, the node whose end ends it, begin_ns, end_ns)."""
     work = np.isin(g.kind, (GPU, COLL)) if not g.cpu_only else np.ones(len(g), bool)
     nodes = np.flatnonzero(work)
@@ -100,7 +100,7 @@ _CODE = {c: i for i, c in enumerate(CATEGORIES)}
 _C = {c: np.int8(i) for i, c in enumerate(CATEGORIES)}
 
 
-class _Hops:
+class Hops:
     """The path's moves, made for every vertex at once (numpy): vertex 2*node is a node's start,
     2*node + 1 its end; each has the vertex the path goes to next (the edge that set its time) and
     the segments it adds on the way (one; two at an unmatched collective's end: comm, then wait).
@@ -263,8 +263,8 @@ def category_ns(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns
 def category_matrix(g: Graph, p: Params, r: Replayed, win: pd.DataFrame, wait_est_ns: np.ndarray) -> np.ndarray:
     """category_ns' numbers: [window, category] (CATEGORIES' order), int64."""
     out = np.zeros((len(win), len(CATEGORIES)), np.int64)
-    hops = _Hops(g, p, r, wait_est_ns) if len(g) and len(win) else None
-    for k, (_, node, begin, end) in enumerate(_last_nodes(g, r, win) if hops else ()):
+    hops = Hops(g, p, r, wait_est_ns) if len(g) and len(win) else None
+    for k, (_, node, begin, end) in enumerate(last_nodes(g, r, win) if hops else ()):
         t0, t1, cat, _ = hops.arrays(hops.walk(node, begin), begin)
         np.add.at(out[k], cat.astype(np.int64), _inside(t0, t1, begin, end).astype(np.int64))  # integers: exact
     return out

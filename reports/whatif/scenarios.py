@@ -133,7 +133,7 @@ def _number(text: str, spec: str, low: float, high: float) -> float:
     return value
 
 
-def _durations_ns(values: np.ndarray) -> np.ndarray:
+def changed_durations_ns(values: np.ndarray) -> np.ndarray:
     """Changed durations as int64 ns, each at most limits.MAX_DUR_NS (their sums stay in int64)."""
     return np.rint(np.minimum(values, float(limits.MAX_DUR_NS))).astype(np.int64)
 
@@ -235,7 +235,7 @@ def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
 
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
-    p.dur_ns[hit] = _durations_ns(p.dur_ns[hit] * factor)
+    p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
 
 
 def _roofline(g: Graph, p: Params) -> None:
@@ -280,4 +280,4 @@ def _busbw(g: Graph, p: Params, gb_s: float) -> None:
                       dtype=np.float64)
     algbw = gb_s / factor  # GB/s = bytes per ns
     ok = np.isfinite(algbw) & (algbw > 0)
-    p.dur_ns[idx[ok]] = _durations_ns(g.msg_bytes[idx[ok]] / algbw[ok])
+    p.dur_ns[idx[ok]] = changed_durations_ns(g.msg_bytes[idx[ok]] / algbw[ok])

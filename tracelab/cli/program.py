@@ -16,7 +16,8 @@ from tracelab.core.errors import Interrupted
 
 class _Commands(TyperGroup):
     """The app's commands: each topic's first (reports/topics.py), then those registered below. The
-    topics' are made when the app runs: their analyses import pandas, `import tracelab.cli` does not."""
+    topics' are made when the app runs, from their command modules alone (options and help; each
+    imports its analysis when it runs): `tracelab --help` imports no pandas."""
 
     def __init__(self, *, commands=None, **attrs) -> None:
         super().__init__(commands={**_topic_commands(), **(commands or {})}, **attrs)

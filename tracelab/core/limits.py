@@ -54,7 +54,7 @@ def too_large(path: Path, what: str) -> TraceFormatError:
 
 def read_trace_bytes(path: Path) -> bytearray:
     """The file's bytes, gunzipped as a stream when gzip, at most max_trace_bytes(), in a
-    bytearray (parsers may decode runs of it in place: parsers/_kineto_json._Source);
+    bytearray (parsers may decode runs of it in place: parsers/_kineto_json.Source);
     TraceFormatError for unreadable, oversized or damaged files."""
     limit = max_trace_bytes()
     try:

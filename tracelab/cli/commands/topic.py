@@ -1,8 +1,10 @@
 """A topic's command (reports/<topic>/command.py declares one `COMMAND = Command(...)`) and the
 one function of glue that runs every such command: check the options, open the Session with
 what every command shares (paths, --rank, --step, --scheduler, --format), analyse, emit the
-rendered result, end on the topic's findings after a table. tracelab/cli.py registers a command
-per topic that has one (reports/topics.py), so adding a topic touches nothing here.
+rendered result, end on the topic's findings after a table. tracelab/cli/program.py registers a
+command per topic that has one (reports/topics.py), so adding a topic touches nothing here. A
+command's module stays light (typer and the shared options): its hooks import the analysis and
+renderers when they run, so `tracelab --help` imports no pandas.
 
 Each hook is called with every option of the command by its parameter name (`paths`, `fmt`,
 `rank`, and the topic's own) and takes those it reads, the rest as `**_`."""
@@ -46,8 +48,8 @@ def opening_own(name: str, digest, fmt: str) -> dict:
 class Command:
     options: Callable  # its parameters (typer `Annotated`) are the command's; its docstring the help unless `help`
     analyse: Callable[..., Any]  # fn(session, **asked) -> the topic's result
-    render: Callable[..., Any]  # fn(result, **asked) -> str, or a rich renderable for a table
-    formats: tuple[str, ...]  # --format's choices: the keys of the topic's renderers
+    render: Callable[..., Any]  # fn(renderer, result, **asked) -> str, or a rich renderable for a table
+    renderers: str  # "module:NAME" under tracelab.reports of its dict format -> renderer: --format's choices
     check: Callable[..., dict] = _as_given  # fn(**asked) -> asked, checked (UsageError) and normalised (--top 0: None)
     opening: Callable[..., dict] = _findings_opening  # fn(**asked) -> Session.open's digests / keep_events
     findings: str | None = None  # whose findings end the table: this topic's (its name), None every topic's
@@ -61,14 +63,17 @@ def command_function(command: Command) -> Callable[..., None]:
 
     @functools.wraps(command.options)
     def run(**asked) -> None:
-        _check_choice("--format", asked["fmt"], command.formats)
+        from tracelab.reports.topics import resolve
+
+        renderers = resolve(command.renderers)  # imported only now: `--help` needs none of the analysis
+        _check_choice("--format", asked["fmt"], tuple(renderers))
         asked = command.check(**asked)
         if command.instead is not None and (out := command.instead(**asked)) is not None:
             return _emit(out)
         options = _options(asked.get("step"), asked.get("scheduler"))
         session = open_session(asked["paths"], options, rank=asked.get("rank"), **command.opening(**asked))
         result = command.analyse(session, **asked)
-        _emit(command.render(result, **asked))
+        _emit(command.render(renderers[asked["fmt"]], result, **asked))
         reused = command.comparison(result) if command.comparison else None
         end_on_findings(asked["fmt"], session, command.findings, comparison=reused)
 
