@@ -55,7 +55,7 @@ from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
 from . import depend
 from .join import Graph
-from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
 
 # The median gap between consecutive kernels of one CUDA graph launch, measured under
