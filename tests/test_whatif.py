@@ -143,6 +143,23 @@ def test_the_last_rank_to_arrive_sets_the_transfer_and_balance_removes_it() -> N
     assert out["balance"] == 120 and out["busbw"] == 170
 
 
+def test_balance_leaves_a_rank_of_no_work_as_it_is() -> None:
+    """A step where one rank's work takes no time (kernels of 0 ns): its factor is no number;
+    balance leaves that rank as it was, without a numpy cast of NaN (a warning under -W error)."""
+    import warnings
+
+    coll = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    r0 = kernel_rows([("w", 7, 10, 0, 0, 1), (coll, 7, 20, 60, 2, 1)], rank=0)
+    r1 = kernel_rows([("w", 7, 10, 150, 0, 1), (coll, 7, 160, 10, 2, 1)], rank=1)
+    host = host_rows([("step", "step 0", 0, 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = whatif({0: rank_graph(r0, host, 0), 1: rank_graph(r1, host, 1)}, {0: 0, 1: 0}, ["balance"])
+    out = {r.name: r.predicted_ns for r in w.scenarios.itertuples()}
+    # the lower median of (0, 150) is 0: rank 1 scaled to 0 ns of work, rank 0 (no work) unchanged
+    assert out["balance"] < w.steps.iloc[0]["step_ns"]
+
+
 def test_removing_the_late_ranks_extra_work_saves_at_most_that_work() -> None:
     graphs, epochs, profiles = _graphs(DATA / "gloo-2cpu-late")
     w = whatif(graphs, epochs, ["remove:extra_work@1"])
