@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -207,4 +207,16 @@ def label(paths: list[str | Path], folders: list[bool], groups: list[list[Profil
         for p in sorted(group, key=lambda p: p.rank):
             label = name if len(group) == 1 else f"{name}/rank{p.rank}"
             out.append(_input(label, name, p))
+    return _numbered(out)
+
+
+def _numbered(inputs: list[Input]) -> list[Input]:
+    """Labels made unique: a rank file given on its own beside its run folder is `run/rank0` both
+    ways; each occurrence of a repeated label is numbered in the order given (`run/rank0#1`,
+    `run/rank0#2`), as path_labels numbers a path given twice. Tables key their columns by label."""
+    times, nth = Counter(i.label for i in inputs), Counter()
+    out = []
+    for i in inputs:
+        nth[i.label] += 1
+        out.append(i if times[i.label] == 1 else replace(i, label=f"{i.label}#{nth[i.label]}"))
     return out

@@ -12,6 +12,12 @@ the renderers that read it (no import cycle) and the workers never import plotly
     section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
     command:  a tracelab.cli.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
               (the CLI imports it when it runs, never a worker)
+    result:   fn(input) -> the topic's result for one input, which others read by result_of(name, input)
+    step_columns: fn(step rows, ranks) -> `tracelab steps`' rows with the topic's columns beside them
+    savings:  fn(ev, [(source name, findings)]) -> every finding with its saving (with_savings)
+
+Topics never import one another (tests/test_layers.py): what one reads of another goes through
+these names or the other's digests by name.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from typing import Any, Callable
 
 from tracelab.core.schema import OnEvents
 
-from .compare import digests
+from .align import digests
 from .fixes.ddp_steps import rank_ddp
 from .fixes.loader_digest import rank_loader
 from .fixes.replays import rank_replays
@@ -43,6 +49,9 @@ class Topic:
     findings: tuple[str, ...] = ()  # "module:function" under tracelab.reports, in order
     section: str | None = None  # "module:function" under tracelab.reports
     command: str | None = None  # "module:NAME" under tracelab.reports
+    result: str | None = None  # "module:function" under tracelab.reports: fn(input) -> its result for one input
+    savings: str | None = None  # "module:function": fn(ev, [(source name, findings)]) -> findings, each with its saving
+    step_columns: str | None = None  # "module:function": fn(step rows, ranks) -> the rows with its columns beside
 
     def findings_sources(self) -> list[Callable]:
         return [_resolve(ref) for ref in self.findings]
@@ -52,6 +61,30 @@ class Topic:
 
     def command_spec(self):
         return _resolve(self.command) if self.command else None
+
+
+def named(name: str) -> Topic:
+    (found,) = [t for t in TOPICS if t.name == name]
+    return found
+
+
+def result_of(name: str, i) -> Any:
+    """Topic `name`'s result for one input (ranks.Input), made once per input by the topic's own
+    function: how a shared layer or another topic reads a topic's results without importing it."""
+    return _resolve(named(name).result)(i)
+
+
+def with_savings(ev, found: list[tuple[str, list]]) -> list:
+    """The findings of each source (name, findings), each with its what-if saving: the one topic
+    that weighs them (the whatif topic's critical-path replay) does."""
+    (weigh,) = [_resolve(t.savings) for t in TOPICS if t.savings]
+    return weigh(ev, found)
+
+
+def step_columns(name: str, rows, ranks: list) -> Any:
+    """`tracelab steps`' step rows (one per step and rank) with topic `name`'s columns beside them,
+    from the ranks' (schema.Profile) digests of that topic."""
+    return _resolve(named(name).step_columns)(rows, ranks)
 
 
 def _resolve(ref: str) -> Callable:
@@ -74,12 +107,13 @@ TOPICS: tuple[Topic, ...] = (
     Topic("roofline", {"roofline": rank_roofline}, findings=("findings.findings_more:roofline_findings",),
           section="roofline.roofline_html:sections", command="roofline.command:COMMAND"),
     Topic("idle", {"idle": RankIdle()}, findings=("findings.findings:idle_or_share",),
-          section="idle.idle_html:sections", command="idle.command:COMMAND"),
-    Topic("runs", findings=("findings.findings_runs:difference_findings",
-                               "findings.findings_runs:profiler_cost_findings", "findings.findings_busy:busy_bound_findings")),
+          section="idle.idle_html:sections", command="idle.command:COMMAND", result="idle.idle:of_input",
+          step_columns="idle.idle:step_columns"),
+    Topic("runs", findings=("runs.findings_runs:difference_findings",
+                               "runs.findings_runs:profiler_cost_findings", "runs.findings_busy:busy_bound_findings")),
     # each rank's graph (jobs of up to 16 ranks); findings.findings ranks every finding by its saving
     Topic("whatif", {"whatif": RankGraphReduce(max_ranks=16), "path_bounds": path_bounds},  # idle and steps read its bounds
-          section="whatif.whatif_html:sections", command="whatif.command:COMMAND"),
+          section="whatif.whatif_html:sections", command="whatif.command:COMMAND", savings="whatif.findings:with_savings"),
     Topic("fixes", {"ddp": OnEvents(rank_ddp), "replays": OnEvents(rank_replays), "loader": rank_loader,
                     "stalls": rank_stalls},  # name the fix
           findings=("fixes.gemm:tf32_findings", "fixes.gemm:alignment_findings", "fixes.host:graphs_findings",

@@ -21,8 +21,8 @@ import tracelab
 from tracelab.core.classify import canonical
 from tracelab.cli import app
 from tracelab.ingest.inputs import label_inputs
-from tracelab.reports.compare.compare import comparison
-from tracelab.reports.text import compare_tables
+from tracelab.reports.align.align import comparison
+from tracelab.reports.compare.compare_text import compare_tables
 from helpers import run_cli_output
 from helpers import DATA
 
@@ -318,7 +318,7 @@ def _profile(source: str, names: list[str], dur_ns: list[int], scope: str):
 def test_across_profilers_join_on_canonical_names():
     """The same two kernels as each profiler spells them (mangled in proton, demangled in
     Kineto, with `void` and arguments in nsys) and with different scope spellings."""
-    from tracelab.reports.compare.compare import default_by
+    from tracelab.reports.align.align import default_by
 
     groups = [[_profile("proton", [AR, "triton_red_fused_mm_10"], [1000, 400], "decode_one_token")],
               [_profile("torch", ["void c10d::intra_node_comm::oneShotAllReduceKernel<4u, true>(c10::BFloat16*)",

@@ -12,7 +12,7 @@ import pytest
 import tracelab
 from tracelab.reports.whatif.profiler_cost import config_of
 from tracelab.reports import verdicts
-from tracelab.reports.compare.digests import BY
+from tracelab.reports.align.digests import BY
 from tracelab.reports.roofs import trace_device
 from tracelab.reports.ranks import RANK_DIGESTS
 from tracelab.reports.stats import noise

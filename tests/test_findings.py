@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings as F
 
@@ -30,7 +30,7 @@ def _found(paths: list[Path]) -> list[F.Finding]:
 
 
 def _evidence(paths: list[Path]) -> F.Evidence:
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
 
     session = Session.open([str(p) for p in paths])
     return F.Evidence(session.inputs, comparison(session.inputs, "kernel"), session.run_infos)
@@ -102,7 +102,7 @@ def test_profiler_cost_from_run_json():
     """One sentence for the runs against one run under none whose cost the medians' test puts
     beyond the noise (runs.cost_of's within_noise, not decided here), each change as the
     medians of the step times in run.json give it, the largest first."""
-    from tracelab.reports.runs.runs import cost_of
+    from tracelab.reports.runtable import cost_of
 
     infos = [(p.name, json.loads((p / "run.json").read_text())) for p in TRAIN4]
     beyond = [name for name, info in infos[1:] if not cost_of(info, infos)["within_noise"]]

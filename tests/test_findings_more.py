@@ -148,7 +148,7 @@ def _totals_row(compute_ns: list[int], comm_ns: list[int]) -> "pd.Series":
     """compare.stragglers' row for one run of these ranks' totals."""
     import pandas as pd
 
-    from tracelab.reports.compare.compare import stragglers
+    from tracelab.reports.align.align import stragglers
     totals = pd.DataFrame({"group": "", "label": [f"rank{r}" for r in range(len(compute_ns))],
                            "rank": range(len(compute_ns)), "compute_ns": compute_ns, "comm_ns": comm_ns})
     row = stragglers(totals).iloc[0].copy()
@@ -167,7 +167,7 @@ def test_a_wait_the_compute_lead_cannot_explain_is_said_to_be_elsewhere():
     """The README's command on 2 H200s under proton (eager llama-2-7b): rank 1 computed 100.6 ms more
     and rank 0 spent 19,856.5 ms more in NCCL kernels: compute is 0.5% of the wait, not its reason."""
     from tracelab.reports.findings.findings import _totals_finding
-    from tracelab.reports.text import straggler_line
+    from tracelab.reports.align.straggler_text import straggler_line
     row = _totals_row([5_691_028_000, 5_791_643_000], [32_760_763_000, 12_904_238_000])
     f = _totals_finding(row)
     wait, lead = 32_760_763_000 - 12_904_238_000, 5_791_643_000 - 5_691_028_000

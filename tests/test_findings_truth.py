@@ -10,7 +10,7 @@ import pandas as pd
 
 from tracelab.core.classify import classify_one
 from tracelab.ingest.session import Session
-from tracelab.reports.findings import findings_runs
+from tracelab.reports.runs import findings_runs
 
 from helpers import DATA
 

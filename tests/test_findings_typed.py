@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tracelab.cli import app
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings as F
 from tracelab.reports.findings.finding import CODES
@@ -101,7 +101,7 @@ def test_one_finding_per_cause_and_run(beside):
 def test_without_a_replay_the_bound_is_the_one_number():
     """The fix's own sentence (no replay yet): its upper bound, in its values and in its words."""
     from tracelab.reports.findings.finding import Evidence
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
 
     inputs = Session.open([str(SMALL)]).inputs
     (f,) = graphs_findings(Evidence(inputs, comparison(inputs, "kernel")))

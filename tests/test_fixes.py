@@ -125,7 +125,7 @@ def _ddp_rank(rank: int, late_ns: int, allreduce_ns: int, msg_bytes: float, step
 
 
 def _ddp_found(profiles) -> list:
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
     from tracelab.reports.ranks import label
     from tracelab.reports.findings.finding import Evidence
     from tracelab.reports.fixes.ddp import ddp_findings

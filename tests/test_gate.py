@@ -199,43 +199,6 @@ def test_a_folder_of_run_folders_is_its_runs_as_repeats(capsys, tmp_path):
     assert status == 0 and len(doc["baseline"]) == 2 and _metric(doc, "step_time")["n_baseline"] == 16
 
 
-# ---- the verdict's rules, on samples made by hand -------------------------------------------------
-
-def _run(name: str, steps: dict[str, list[float]], units: dict[str, str]) -> RunSamples:
-    return RunSamples(name, pd.DataFrame(steps), {}, pd.DataFrame(columns=["metric", "by", "name", "value"]), units)
-
-
-@pytest.mark.parametrize("a, b, verdict, regression", [
-    ([100.0] * 8, [100.0] * 8, WITHIN, False),
-    ([100, 101, 99, 100, 102, 98, 100, 101], [110, 111, 109, 110, 112, 108, 110, 111], "slower", True),
-    ([100, 101, 99, 100, 102, 98, 100, 101], [103, 104, 102, 103, 105, 101, 103, 104], WITHIN, False),  # 3%: a run wanders as much
-    ([100, 130, 70, 100, 140, 60, 100, 120], [110, 140, 80, 110, 150, 70, 110, 130], WITHIN, False),
-    ([100, 100.5, 100, 100.5, 100, 100.5], [103, 103.5, 103, 103.5, 103, 103.5], "slower", False),  # < 5%
-    ([100, 100, 100], [200, 200, 200], TOO_FEW, False),  # 3 against 3: no interval at 95%
-])
-def test_timed_verdicts(a, b, verdict, regression):
-    g = gate([_run("a", {"step_time": a}, {"step_time": "ns"})], [_run("b", {"step_time": b}, {"step_time": "ns"})])
-    (m,) = g.metrics
-    assert (m.verdict, m.regression, g.passed) == (verdict, regression, not regression)
-
-
-def test_counted_metrics_are_beyond_noise_only_where_the_steps_do_not_overlap():
-    units = {"peak_allocated": "bytes"}
-    apart = gate([_run("a", {"peak_allocated": [10.0, 10, 10]}, units)], [_run("b", {"peak_allocated": [11.0, 11, 11]}, units)])
-    overlap = gate([_run("a", {"peak_allocated": [10.0, 12, 10]}, units)], [_run("b", {"peak_allocated": [11.0, 13, 11]}, units)])
-    assert apart.metrics[0].verdict == "grew" and apart.metrics[0].regression and apart.metrics[0].detectable == 0
-    assert overlap.metrics[0].verdict == WITHIN and overlap.metrics[0].detectable == pytest.approx(0.2)
-
-
-def test_a_change_within_the_repeats_spread_is_within_noise():
-    units = {"step_time": "ns"}
-    steady = [100, 101, 99, 100, 101, 99, 100, 100]
-    base = [_run("a1", {"step_time": steady}, units), _run("a2", {"step_time": [x + 12 for x in steady]}, units)]
-    cand = [_run("b", {"step_time": [x + 10 for x in steady]}, units)]
-    (m,) = gate(base, cand).metrics
-    assert m.verdict == WITHIN and m.detectable >= 0.11
-
-
 def test_thresholds_exact_name_beats_patterns_and_the_last_pattern_wins():
     t = Thresholds(0.05, (("gpu_time:*", 0.1), ("gpu_time:gemm", None), ("gpu_time:*", 0.2)))
     assert (t.of("gpu_time:gemm"), t.of("gpu_time:memory"), t.of("step_time")) == (None, 0.2, 0.05)

@@ -20,7 +20,8 @@ import pytest
 from helpers import ARTIFACTS, ROOT, check_rendered, open_page, shared_trace
 
 from tracelab.core.errors import OutputError, UsageError
-from tracelab.ingest.inputs import write, write_report
+from tracelab.cli.html_report import write_report
+from tracelab.ingest.inputs import write
 from tracelab.reports.html import html
 from tracelab.reports.ranks import Input
 from tracelab.core.schema import coerce

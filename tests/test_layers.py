@@ -3,8 +3,8 @@
 Every module under reports/ is parsed (ast, nothing imported) and each of its imports resolved to
 the folder of reports/ it reaches. A topic folder is every folder that is not a shared layer
 (each topic of reports/topics.TOPICS is one); the shared layers are the timeline layer, the
-findings gatherer, the page and its figures, the statistics, and the modules at the top of
-reports/. Only the registry (topics.py) names the topics' modules: it is how the session, the
+comparison (align/), the findings gatherer, the page and its figures, the statistics, and the
+modules at the top of reports/. Only the registry (topics.py) names the topics' modules: it is how the session, the
 findings and the page reach them.
 """
 from __future__ import annotations
@@ -17,33 +17,8 @@ import pytest
 from tracelab.reports.topics import TOPICS
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
-SHARED_FOLDERS = {"timeline", "findings", "html", "stats"}
+SHARED_FOLDERS = {"timeline", "align", "findings", "html", "stats"}
 REGISTRY = "topics.py"
-# Imports across topics not yet undone, as (importing module, imported topic folder): the goal is
-# none. A new one fails the test; one removed fails it too, until taken off this list.
-LEFT = {
-    ("fixes/host.py", "idle"),
-    ("whatif/findings.py", "runs"),
-    ("findings/finding.py", "compare"),
-    ("findings/findings.py", "compare"),
-    ("findings/findings.py", "idle"),
-    ("findings/findings.py", "whatif"),
-    ("findings/findings_more.py", "idle"),
-    ("findings/findings_runs.py", "runs"),
-    ("html/figures.py", "compare"),
-    ("html/html.py", "compare"),
-    ("html/html.py", "runs"),
-    ("html/side_by_side.py", "compare"),
-    ("html/workload_plots.py", "runs"),
-    ("text.py", "breakdown"),
-    ("text.py", "compare"),
-    # the gate judges every topic's figures, as the report shows them: to reach them through the registry
-    ("gate/gate_text.py", "runs"),
-    ("gate/samples.py", "idle"),
-    ("gate/samples.py", "runs"),
-    # steps shows each step's idle columns: idle's digest and join, to reach through the registry
-    ("steps/command.py", "idle"),
-}
 
 
 def topic_folders(root: Path = REPORTS) -> set[str]:
@@ -94,9 +69,10 @@ def test_every_registered_topic_is_a_topic_folder() -> None:
 
 
 def test_no_new_import_between_topics_or_from_a_shared_layer_into_a_topic() -> None:
+    """A topic reads another's results through the registry (topics.result_of, step_columns,
+    with_savings) and shared code sits in a shared layer: no import reaches across."""
     found = imports_between_layers()
-    assert not found - LEFT, f"imports across layers: {sorted(found - LEFT)}"
-    assert not LEFT - found, f"undone: take off LEFT: {sorted(LEFT - found)}"
+    assert not found, f"imports across layers: {sorted(found)}"
 
 
 @pytest.mark.parametrize("source, want", [
@@ -114,3 +90,61 @@ def test_the_check_sees_each_form_of_import(tmp_path: Path, source: str, want: s
         (tmp_path / folder / "__init__.py").write_text("")
     (tmp_path / "fixes" / "x.py").write_text(source + "\n")
     assert imports_between_layers(tmp_path) == want
+
+
+# ---- tracelab/ingest and tracelab/core render nothing ------------------------------------------------
+TRACELAB = REPORTS.parent / "tracelab"
+RENDER_LIBRARIES = ("rich", "plotly")
+
+
+def is_renderer(module: str) -> bool:
+    """A module of tracelab.reports that puts results in words or pictures: the page (html/), the
+    terminal tables (text.py, *_text.py, render.py), CSV, JSON and the Perfetto trace."""
+    parts = module.split(".")[2:]
+    if not parts or parts[0] in ("html", "perfetto"):
+        return bool(parts)
+    last = parts[-1]
+    return last in ("text", "render", "csvout", "jsonout") or last.endswith(("_text", "_html"))
+
+
+def _imported(node: ast.ImportFrom | ast.Import) -> list[str]:
+    """The modules an absolute import names (a `from package import name` names package.name too)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level or not node.module:
+        return []  # relative: within tracelab/ingest or tracelab/core
+    return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def renderer_imports(folder: Path) -> set[tuple[str, str]]:
+    """(module, imported) for each import under `folder` of a report renderer or a rendering library."""
+    out = set()
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out |= {(path.name, m) for m in _imported(node)
+                        if (m.startswith("tracelab.reports.") and is_renderer(m)) or m.split(".")[0] in RENDER_LIBRARIES}
+    return out
+
+
+@pytest.mark.parametrize("layer", ["ingest", "core"])
+def test_loading_and_core_import_no_renderer(layer: str) -> None:
+    assert renderer_imports(TRACELAB / layer) == set()
+
+
+@pytest.mark.parametrize("module, want", [
+    ("tracelab.reports.html.html", True), ("tracelab.reports.html", True), ("tracelab.reports.text", True),
+    ("tracelab.reports.idle.idle_text", True), ("tracelab.reports.whatif.render", True),
+    ("tracelab.reports.perfetto.perfetto", True), ("tracelab.reports.jsonout", True),
+    ("tracelab.reports.findings.findings", False), ("tracelab.reports.ranks", False),
+    ("tracelab.reports.idle.idle", False), ("tracelab.reports", False),
+])
+def test_renderers_are_told_apart(module: str, want: bool) -> None:
+    assert is_renderer(module) is want
+
+
+def test_the_renderer_check_sees_an_import(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from tracelab.reports.html import html\nimport rich.table\n"
+                                   "from tracelab.reports.ranks import label\n")
+    assert renderer_imports(tmp_path) == {("a.py", "tracelab.reports.html"), ("a.py", "tracelab.reports.html.html"),
+                                          ("a.py", "rich.table")}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tracelab.ingest.inputs import write_report
-from tracelab.reports.runs.runs import RESULTS, run_table
+from tracelab.cli.html_report import write_report
+from tracelab.reports.runtable import RESULTS, run_table
 
 DATA = Path(__file__).resolve().parent / "data"
 KINDS = [f"{w}-{s}" for w in ("decode-1gpu", "train-2gpu", "allreduce-2gpu", "overlap-2gpu")

@@ -14,9 +14,9 @@ import tracelab
 from tracelab.cli import app
 from tracelab.ingest.inputs import label_inputs
 from tracelab.reports.breakdown import breakdown
-from tracelab.reports.compare import compare
+from tracelab.reports.align import align as compare
 from tracelab.reports.html import html
-from tracelab.reports import text
+from tracelab.reports.compare import compare_text as text
 from tracelab.reports.timeline import intervals as timeline
 
 DATA = Path(__file__).resolve().parent / "data"

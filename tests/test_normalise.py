@@ -9,7 +9,7 @@ import pytest
 
 import tracelab
 from tracelab.reports.stats import noise
-from tracelab.reports.compare.compare import compare
+from tracelab.reports.align.align import compare
 from tracelab.reports.ranks import Input
 
 from helpers import shared_trace
@@ -126,8 +126,8 @@ def test_per_call_table_says_so() -> None:
 
     from rich.console import Console
 
-    from tracelab.reports.compare.compare import comparison
-    from tracelab.reports.text import compare_json, compare_tables
+    from tracelab.reports.align.align import comparison
+    from tracelab.reports.compare.compare_text import compare_json, compare_tables
 
     ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events
     c = comparison([_input("three", ev), Input("two", "b", 0, "torch", ev[ev["step"].isin([4, 5])])], "kernel")

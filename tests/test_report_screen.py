@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.reports.html import html, notes, side_by_side
-from tracelab.reports.runs.runs import number_text
+from tracelab.reports.runtable import number_text
 from tracelab.reports.steps import steps_html
 
 DATA = Path(__file__).resolve().parent / "data"

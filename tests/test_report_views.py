@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 
 from tracelab.core.errors import TraceFormatError
-from tracelab.ingest.inputs import write_report
+from tracelab.cli.html_report import write_report
 from tracelab.ingest.runfolder import run_infos
 from tracelab.ingest.session import Session
 from tracelab.reports.html import figures, html, scopetree, side_by_side
 from tracelab.reports.ranks import Input
-from tracelab.reports.runs.runs import run_table
+from tracelab.reports.runtable import run_table
 from tracelab.core.schema import coerce
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -407,7 +407,7 @@ def test_axis_labels_wrap_long_names_whole(text):
     ({"workload": "train"}, False),
 ])
 def test_baseline_needs_the_same_config(change, same):
-    from tracelab.reports.runs.runs import same_config
+    from tracelab.reports.runtable import same_config
 
     torch = _run_json(DATA / "decode-1gpu-torch")
     none = json.loads(json.dumps(torch))
@@ -420,7 +420,7 @@ def test_baseline_needs_the_same_config(change, same):
 @pytest.mark.parametrize("value, text", [(19170.4, "19,170"), (1270.0, "1,270"), (1.779296768, "1.779"),
                                          (0.11918592, "0.1192"), (17.5444, "17.54"), (0.0, "0")])
 def test_run_table_numbers_read_as_numbers(value, text):
-    from tracelab.reports.runs.runs import number_text
+    from tracelab.reports.runtable import number_text
     assert number_text(value) == text
 
 
@@ -441,7 +441,7 @@ def test_profiler_cost_against_a_sweep_under_none():
     """A run under none that swept --ddp flat,bucketed is the baseline of a profiled --ddp flat run,
     on its flat row alone (the H200 DDP runs of benchmarks/gpu_ddp_exposed.sh, in git at da8b67c, had "-" there); a sweep
     without that config is none."""
-    from tracelab.reports.runs.runs import cost_of
+    from tracelab.reports.runtable import cost_of
     profiled = _run_json(DATA / "train-2gpu-torch")
     row = profiled["figures"]["0"]["rows"][0]
     assert len(profiled["figures"]["0"]["rows"]) == 1
@@ -464,7 +464,7 @@ def test_profiler_cost_against_a_sweep_under_none():
 
 
 def test_a_cpu_run_has_no_gpus_in_its_run_table():
-    from tracelab.reports.runs.runs import devices
+    from tracelab.reports.runtable import devices
     cpu = {"devices": [{"index": -1, "name": "x86_64", "cores": 2}]}
     assert devices(cpu) == "none (CPU: x86_64, 2 cores)"
     gpus = {"devices": [{"index": i, "name": "NVIDIA H200"} for i in range(2)]}

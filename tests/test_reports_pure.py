@@ -12,9 +12,10 @@ import pytest
 
 import tracelab
 from tracelab.ingest import inputs
-from tracelab.reports.compare import compare
+from tracelab.reports.align import align as compare
 from tracelab.reports.html import html
-from tracelab.reports import ranks as session, text
+from tracelab.reports import ranks as session
+from tracelab.reports.compare import compare_text as text
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [DATA / "train-2gpu-torch", DATA / "train-2gpu-proton"]

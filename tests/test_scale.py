@@ -107,7 +107,7 @@ def test_tracelab_load_stays_the_function_once_its_module_is_imported():
 
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.timeline import intervals as timeline
 
     folder = DATA / "train-2gpu-torch"
@@ -196,7 +196,7 @@ def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
 
 def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypatch):
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.html import html
     from tracelab.reports.steps import steps_html
     from tracelab.reports.timeline import waits
@@ -222,7 +222,7 @@ def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     import pandas as pd
 
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.timeline import intervals as timeline
 
     folder = DATA / "train-2gpu-torch"
@@ -293,7 +293,7 @@ def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     import pandas as pd
 
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.timeline import waits
 
     lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": OnEvents(waits.rank_digest)}, keep_events=False)
@@ -315,7 +315,7 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     import re
 
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.html import html
     from tracelab.reports.steps import steps_html
     from tracelab.core.schema import Profile
@@ -368,9 +368,9 @@ def test_the_report_from_the_workers_summaries_equals_the_report_from_events(tmp
     """The report's path at scale: every rank reduced in its worker (events dropped there),
     the timeline's few shown ranks binned by reading them again. The page is the one made
     from every rank's events, byte for byte; compare's JSON too."""
-    from tracelab.ingest.inputs import write_report
-    from tracelab.reports.compare.compare import comparison
-    from tracelab.reports.text import COMPARE_RENDERERS
+    from tracelab.cli.html_report import write_report
+    from tracelab.reports.align.align import comparison
+    from tracelab.reports.compare.compare_text import COMPARE_RENDERERS
     from tracelab.ingest.session import Session
 
     paths = [str(DATA / f) for f in folders]
@@ -475,8 +475,8 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
     from rich.console import Console
 
     import tracelab
-    from tracelab.reports.compare import compare
-    from tracelab.reports import text
+    from tracelab.reports.align import align as compare
+    from tracelab.reports.compare import compare_text as text
     from tracelab.core.schema import Profile
 
     zero, one = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)
@@ -566,7 +566,7 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     import numpy as np
 
     import tracelab
-    from tracelab.reports.compare import compare
+    from tracelab.reports.align import align as compare
     from tracelab.reports.html import figures
     from tracelab.core.schema import Profile
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracelab.reports.runs.runs import profiler_cost, results_of
+from tracelab.reports.runtable import profiler_cost, results_of
 from tracelab.reports.stats.tests import mann_whitney_p, median_difference, shift_interval, u_counts
 
 DATA = Path(__file__).resolve().parent / "data"

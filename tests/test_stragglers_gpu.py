@@ -351,7 +351,7 @@ def test_proton_totals_name_a_straggler_only_for_a_material_compute_lead(variant
     (0.1% more compute, so less waiting). Now the lead must be material (1%, as 'slowest'):
     the late rank (10.7 ms more per step) is named, equal and alternating work are not."""
     from tracelab.ingest.inputs import label_inputs
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
 
     path = _dir(variant, "proton")
     c = comparison(label_inputs([str(path)], [list(_profiles(variant, "proton"))]), "kernel")

@@ -117,7 +117,7 @@ def test_first_call_launches_are_no_cuda_graph_saving():
     assert not [f for f in _found(path) if "CUDA graph" in f.text]
     # the stake is the idle before and during launches less those calls, from the JSON's sum; without
     # that subtraction the same figures pass every threshold (the advice went for that reason only)
-    from tracelab.reports.compare.compare import comparison
+    from tracelab.reports.align.align import comparison
     from tracelab.reports.findings.finding import Evidence
     from tracelab.reports.findings.findings_more import MIN_IDLE_SHARE_OF_STEP
     from tracelab.reports.fixes.host import MIN_SHORT_SHARE, _figures

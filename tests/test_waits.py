@@ -354,7 +354,7 @@ def test_gloo_equal_work_no_clear_straggler() -> None:
 
 
 def test_report_has_the_steps_section(tmp_path) -> None:
-    from tracelab.ingest.inputs import write_report
+    from tracelab.cli.html_report import write_report
 
     out = write_report([GLOO["late"]], tmp_path / "report.html")
     text = out.read_text()

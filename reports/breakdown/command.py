@@ -9,7 +9,7 @@ from tracelab.cli.commands.shared import (FormatOpt, Paths, RankOpt, SchedulerOp
                                       findings_digests)
 from tracelab.cli.commands.topic import Command
 
-from ..text import BREAKDOWN_RENDERERS
+from .breakdown_text import BREAKDOWN_RENDERERS
 
 
 def options(

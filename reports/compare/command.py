@@ -9,7 +9,7 @@ from tracelab.cli.commands.shared import FormatOpt, RankOpt, SchedulerOpt, StepO
 from tracelab.cli.commands.topic import Command
 from tracelab.core.errors import UsageError
 
-from ..text import COMPARE_RENDERERS
+from .compare_text import COMPARE_RENDERERS
 
 
 def options(
@@ -35,7 +35,7 @@ def options(
 
 
 def check(by: str | None, top: int, **asked) -> dict:
-    from .compare import BY
+    from ..align.align import BY
 
     if by is not None:
         _check_choice("--by", by, tuple(BY))
@@ -52,7 +52,7 @@ def tree_diff(paths: list[str], tree: bool, **_):
     from tracelab.parsers.hatchet import tree as read_tree
 
     from ..html.treediff import tree_diff as diff
-    from ..text import tree_diff_text
+    from .compare_text import tree_diff_text
 
     if len(paths) != 2 or any(Path(p).is_dir() or detect(p) != "hatchet" for p in paths):
         raise UsageError("--tree", "needs exactly two proton .hatchet files")
@@ -68,7 +68,7 @@ def opening(fmt: str, **_) -> dict:
 
 def analyse(session, by: str | None, n_steps: int | None, **_):
     """The Comparison of the session's inputs, aligned on --by (default: by their profilers)."""
-    from .compare import comparison, default_by
+    from ..align.align import comparison, default_by
 
     with_steps(session, n_steps)
     session.usable("compare")
@@ -78,7 +78,7 @@ def analyse(session, by: str | None, n_steps: int | None, **_):
 
 
 def render(c, fmt: str, top: int | None, **_):
-    from .compare import BY
+    from ..align.align import BY
 
     return COMPARE_RENDERERS[fmt](c, BY[c.by], top)
 

@@ -1,5 +1,5 @@
 """What a finding is, and what the findings' sources read (reports/findings/findings.py gathers them;
-findings_more.py and findings_runs.py add sources): kept apart so that each source module
+findings_more.py and runs/findings_runs.py add sources): kept apart so that each source module
 imports it, never the module that gathers them."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 
 from tracelab.core.schema import Memo
 
-from ..compare.compare import Comparison, compare
+from ..align.align import Comparison, compare
 from ..jsonout import strict
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
 from ..ranks import Input

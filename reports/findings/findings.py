@@ -9,7 +9,7 @@ Each source is one function `(Evidence) -> list[Finding]` that its topic registe
 (reports/topics.py: all_sources() gathers them in TOPICS order). A source states only
 what its analysis already decided (the straggler verdict of reports/verdicts.py, the
 `slowest` of compare, which is named only beyond the step-to-step noise, the profiler
-cost of reports/runs/runs.py); it re-decides nothing, and says nothing where the data cannot
+cost of reports/runtable.py); it re-decides nothing, and says nothing where the data cannot
 support it: the finding is left out, not hedged.
 
     found = findings(Evidence(inputs, comparison(inputs, "kernel"), run_infos))
@@ -20,14 +20,13 @@ from typing import Callable
 
 import pandas as pd
 
-from ..compare.compare import lead_and_wait, lead_explains_wait
+from ..align.align import lead_and_wait, lead_explains_wait
 from ..timeline.collectives import collective_type
 from ..fmt import duration
 from .finding import SECTIONS, Evidence, Finding
 from .findings_more import CAUSE_TEXT, idle_findings
-from ..idle.idle import CAUSES, HOST_CAUSES, of_input
-from ..topics import TOPICS
-from ..whatif.findings import with_savings
+from ..timeline.causes import CAUSES, HOST_CAUSES
+from ..topics import TOPICS, result_of, with_savings
 
 MAX_FINDINGS = 8
 MIN_EXPOSED_SHARE = 0.01  # exposed communication under this share of the rank's span is no finding
@@ -59,10 +58,10 @@ def straggler_findings(ev: Evidence) -> list[Finding]:
 
 
 def _idle_cause(ev: Evidence, group: str, rank) -> tuple[str, str] | None:
-    """(the largest idle cause (reports/idle.CAUSES), the bound of most steps) of `rank` of
+    """(the largest idle cause (timeline/causes.CAUSES), the bound of most steps) of `rank` of
     `group`, where its idle digest gives causes; None where it does not."""
     found = [i for i in ev.inputs if i.group == group and i.rank == rank and i.timed]
-    steps = of_input(found[0]).steps if found else None
+    steps = result_of("idle", found[0]).steps if found else None
     if steps is None or not len(steps) or not steps["idle_ns"].sum():
         return None
     return max(CAUSES, key=lambda c: steps[c].sum()), str(steps["bound"].mode().iloc[0])
@@ -149,7 +148,7 @@ def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
 
 def _totals_finding(row: pd.Series) -> Finding:
     """The totals' straggler (no timestamps): the others' extra communication time is their wait
-    for it. Where its compute lead does not explain that wait (compare.lead_explains_wait: the
+    for it. Where its compute lead does not explain that wait (align.lead_explains_wait: the
     eager decode of the README's command on 2 GPUs under proton), the sentence says the rest is
     outside its GPU kernels."""
     lead, wait = lead_and_wait(row)
@@ -262,7 +261,7 @@ def _pct(part: float, whole: float) -> str:
 
 
 # Each source: (Evidence) -> list[Finding], here, in findings_more.py (idle by cause;
-# the roofline) and findings_runs.py (between runs); a topic registers its own
+# the roofline) and runs/findings_runs.py (between runs); a topic registers its own
 # (reports/topics.py): a new one is one more function and one name in its Topic.
 def idle_or_share(ev: Evidence) -> list[Finding]:
     """Idle by cause where the runs' steps give it, else the idle share alone."""

@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..fmt import ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
-from ..idle.idle import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words, of_input
+from ..timeline.causes import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words
+from ..topics import result_of
 
 MIN_IDLE_SHARE_OF_STEP = 0.10  # idle under this share of the step is no finding
 MIN_LOST_SHARE = 0.05  # time lost to the roofline under this share of the rank's GPU time is no finding
@@ -34,7 +35,7 @@ def idle_findings(ev) -> list:
     for i in ev.inputs:
         if not i.timed:
             continue
-        steps = of_input(i).steps
+        steps = result_of("idle", i).steps
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()

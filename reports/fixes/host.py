@@ -2,8 +2,8 @@
 torch.compile(mode="reduce-overhead"), which launch the whole step at once; not said of a trace
 that is mostly capturing CUDA graphs (meta graph_capture_calls, launch calls inside captures, at
 least the kernels launched one by one: vLLM's graph-capture traces) nor of one with fewer than
-idle.MIN_LAUNCHED_FOR_GRAPHS kernels launched one by one (its idle is warm-up, not launches). From the idle
-analysis (reports/idle.py: each step's idle by cause and bound, the launch statistics) and
+MIN_LAUNCHED_FOR_GRAPHS kernels launched one by one (its idle is warm-up, not launches). From the idle
+topic's result (reports/topics.result_of: each step's idle by cause and bound, the launch statistics) and
 `replays.rank_replays` (how many kernels already came from CUDA-graph replays). Pure.
 
 The time at stake is the step's idle before the host began each launch and during the launch
@@ -22,7 +22,8 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..idle.idle import MIN_LAUNCHED_FOR_GRAPHS, of_input
+from ..timeline.causes import MIN_LAUNCHED_FOR_GRAPHS
+from ..topics import result_of
 from .loader import waits_on_loader
 from .stall_digest import stalls_matter
 
@@ -31,7 +32,7 @@ MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told
 
 
 def _figures(ev, i) -> dict | None:
-    idle = of_input(i)
+    idle = result_of("idle", i)
     steps, launches = idle.steps, idle.launches
     if not len(steps) or not len(launches):
         return None

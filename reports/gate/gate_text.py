@@ -1,14 +1,17 @@
 """The gate's renderers: a table for the terminal, strict JSON, JUnit XML (one testcase per
-metric, a failure per regression: what CI services read as test reports) and Markdown (a pull
-request's summary). Each takes a Gate (verdict.py) and returns text."""
+metric, a failure per regression: what CI services read as test reports), Markdown (a pull
+request's summary) and an HTML page (a CI artefact). Each takes a Gate (verdict.py) and
+returns text."""
 from __future__ import annotations
 
+import html
+import math
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
 from ..fmt import binary_size, duration
 from ..jsonout import dumps
-from ..runs.runs import number_text
+from ..runtable import number_text
 from .samples import BYTES, COUNT, TIME
 from .verdict import Gate, MetricVerdict
 
@@ -16,7 +19,7 @@ SUITE = "tracelab gate"
 
 
 def value_text(value: float | None, unit: str) -> str:
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "-"
     if unit == TIME:
         return duration(value)
@@ -38,8 +41,12 @@ def _threshold(m: MetricVerdict) -> str:
         else f"{m.threshold:.1%}"
 
 
+MAX_SHOWN_SHARE = 10.0  # a detectable change past 1000% reads ">1000%": the input tells nothing of that metric
+
+
 def _row(m: MetricVerdict) -> list[str]:
-    detect = "-" if m.detectable is None else f"{m.detectable:.1%}"
+    detect = "-" if m.detectable is None else f">{MAX_SHOWN_SHARE:.0%}" if m.detectable > MAX_SHOWN_SHARE \
+        else f"{m.detectable:.1%}"
     return [m.metric, value_text(m.baseline, m.unit), value_text(m.candidate, m.unit), share_text(m.relative),
             m.verdict, detect, _threshold(m), f"{m.n_baseline}/{m.n_candidate} {m.basis}", _status(m)]
 
@@ -115,4 +122,31 @@ def markdown(g: Gate) -> str:
     return "\n".join(out) + "\n"
 
 
-RENDERERS = {"table": table, "json": json_text, "junit": junit, "markdown": markdown}
+PAGE_STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px}h1.pass{color:#17692e}h1.fail{color:#a11}h2{font-size:16px;margin-top:24px}
+table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
+td:first-child,th:first-child,td:nth-child(5){text-align:left}th{background:#f4f4f4}
+tr.fail td{background:#fde2e2;font-weight:600}tr.warn td{background:#fff8e6}p.note{color:#555;font-size:13px}"""
+
+
+def html_page(g: Gate) -> str:
+    """One self-contained page (no script, nothing fetched): the verdict first, the table of every
+    metric (a row's class: fail, warn or ok), then why each regression happened, then the notes."""
+    e = html.escape
+    head = "tracelab gate: " + ("pass" if g.passed else f"FAIL ({len(g.regressions)} regressions)")
+    rows = "".join(f'<tr class="{_status(m).lower()}">' + "".join(f"<td>{e(c)}</td>" for c in _row(m)) + "</tr>"
+                   for m in g.metrics)
+    why = "".join(f'<h2>{e(m.metric)} {e(m.verdict)} by {share_text(m.relative)}; why:</h2><ul class="why">'
+                  + "".join(f"<li>{e(line)}</li>" for line in cause_lines(m) or ["nothing in the traces explains it"])
+                  + "</ul>" for m in g.regressions)
+    notes = "".join(f'<p class="note">{e(n.text)}</p>' for n in g.notes)
+    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+            "content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<title>{e(head)}</title><style>{PAGE_STYLE}</style></head><body>"
+            f'<section id="gate"><h1 class="{"pass" if g.passed else "fail"}">{e(head)}</h1>'
+            f"<p>Baseline: {e(', '.join(g.baseline))}; candidate: {e(', '.join(g.candidate))}.</p>"
+            f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in HEADER)}</tr></thead><tbody>{rows}</tbody></table>"
+            f"{why}{notes}</section></body></html>\n")
+
+
+RENDERERS = {"table": table, "json": json_text, "junit": junit, "markdown": markdown, "html": html_page}

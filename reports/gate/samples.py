@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracelab.core.schema import RankData, kind_mask
 
-from ..runs.runs import RESULTS, results_of
+from ..runtable import RESULTS, results_of
 from ..timeline.collectives import activity
 from ..timeline.steps import shared_step_rows
 
@@ -88,8 +88,8 @@ def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> 
         units[STEP_TIME] = TIME
         cols[STEP_TIME], source = pd.Series(unprofiled, index=pd.RangeIndex(len(unprofiled), name="step")), "unprofiled"
     figures, higher = _figures(info)
-    steps = pd.DataFrame({k: v for k, v in cols.items() if k != STEP_TIME})
-    steps = pd.concat([cols[STEP_TIME].rename(STEP_TIME), steps], axis=1) if STEP_TIME in cols else steps
+    order = [STEP_TIME] * (STEP_TIME in cols) + [k for k in cols if k != STEP_TIME]
+    steps = pd.DataFrame({k: cols[k] for k in order})  # a run under none: its unprofiled steps alone
     units.update({k: VALUE for k in figures})
     return RunSamples(name, steps, figures, pd.concat(why, ignore_index=True) if why else _no_why(),
                       units, higher, source)
@@ -143,7 +143,7 @@ def _named(values: pd.Series, metric: str, by: str) -> pd.DataFrame:
 
 def _idle_metrics(idles: list[tuple[int, object]], cols: dict, units: dict, why: list) -> None:
     """GPU idle per step by cause (reports/idle), summed over ranks; by rank for the why."""
-    from ..idle.idle import CAUSES
+    from ..timeline.causes import CAUSES
 
     frames = [i.steps.assign(rank=r) for r, i in idles if i is not None and len(i.steps) and i.steps["step"].notna().any()]
     if not frames:

@@ -1,6 +1,7 @@
-"""The gate's thresholds from what the user gave: --max-regression, --metric NAME=THRESHOLD and
-a TOML config ([gate] max-regression, [gate.metrics] NAME = THRESHOLD); options win over the
-file. A threshold is a percentage ("5%", or 5) or "off" (never failed on)."""
+"""The gate's thresholds from what the user gave: --max-regression, --metric NAME=THRESHOLD,
+--run-noise and a TOML config ([gate] max-regression, run-noise, [gate.metrics] NAME =
+THRESHOLD); options win over the file. A threshold is a percentage ("5%", or 5) or "off"
+(never failed on); the run noise a percentage."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import tomllib
 
 from tracelab.core.errors import UsageError
 
+from .noise import RUN_NOISE
 from .verdict import DEFAULT_MAX_REGRESSION, Thresholds
 
 OFF = "off"
@@ -33,8 +35,8 @@ def _pair(text: str) -> tuple[str, float | None]:
     return name.strip(), share(value, f"--metric {name.strip()}")
 
 
-def from_config(path: str | os.PathLike) -> tuple[str | None, list[tuple[str, float | None]]]:
-    """(max-regression text, [(metric, threshold)]) of a TOML config's [gate] table."""
+def from_config(path: str | os.PathLike) -> tuple[dict, list[tuple[str, float | None]]]:
+    """([gate]'s own keys as given, [(metric, threshold)]) of a TOML config."""
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
@@ -46,15 +48,23 @@ def from_config(path: str | os.PathLike) -> tuple[str | None, list[tuple[str, fl
     metrics = table.get("metrics", {}) if isinstance(table, dict) else None
     if not isinstance(table, dict) or not isinstance(metrics, dict):
         raise UsageError(path, "[gate] and [gate.metrics] must be tables")
-    unknown = set(table) - {"max-regression", "metrics"}
+    unknown = set(table) - {*KEYS, "metrics"}
     if unknown:
-        raise UsageError(path, f"unknown key(s) in [gate]: {', '.join(sorted(unknown))} (max-regression, metrics)")
-    return table.get("max-regression"), [(str(k), share(v, f"{path}: {k}")) for k, v in metrics.items()]
+        raise UsageError(path, f"unknown key(s) in [gate]: {', '.join(sorted(unknown))} ({', '.join(KEYS)}, metrics)")
+    return ({k: table[k] for k in KEYS if k in table},
+            [(str(k), share(v, f"{path}: {k}")) for k, v in metrics.items()])
 
 
-def thresholds(max_regression: str | None, metrics: list[str], config: str | os.PathLike | None) -> Thresholds:
-    default, listed = from_config(config) if config is not None else (None, [])
-    if max_regression is not None:
-        default = max_regression
+KEYS = ("max-regression", "run-noise")  # [gate]'s keys beside its metrics table
+
+
+def thresholds(max_regression: str | None, metrics: list[str], config: str | os.PathLike | None,
+               run_noise: str | None = None) -> Thresholds:
+    given, listed = from_config(config) if config is not None else ({}, [])
+    default = max_regression if max_regression is not None else given.get("max-regression")
     value = DEFAULT_MAX_REGRESSION if default is None else share(default, "--max-regression")
-    return Thresholds(value, tuple(listed + [_pair(m) for m in metrics]))
+    noise = run_noise if run_noise is not None else given.get("run-noise")
+    noise_share = RUN_NOISE if noise is None else share(noise, "--run-noise")
+    if noise_share is None:
+        raise UsageError("--run-noise", "is a share of the run's time (say 10%), not off")
+    return Thresholds(value, tuple(listed + [_pair(m) for m in metrics]), noise_share)

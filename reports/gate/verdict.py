@@ -1,22 +1,17 @@
 """The gate's verdict per metric, candidate runs against baseline runs. Pure: RunSamples in,
 a Gate out.
 
-Samples: a timed metric's are the steps of every run of a side (steps as samples); its verdict
-is the shift of the medians with its interval (reports/stats: the exact Mann-Whitney test and
-Hodges-Lehmann interval at INTERVAL_LEVEL): beyond the noise where the interval excludes 0 and
-the shift exceeds how far a run's level wanders between runs. Steps of one run share its
-machine's state (its load, its clocks, its allocator), so their interval alone understates
-how much two runs of one job differ; the wander is taken as the larger of the spread of a
-side's repeats' medians (where a side holds several runs of one config) and NOISE_SIGMAS
-robust standard deviations of one step (MAD_TO_SD x the median absolute deviation) of both
-sides combined: without repeats, a run's level is assumed to move between runs as much as
-one of its steps does. A counted metric (bytes,
-launches) is beyond the noise where the two sides' steps do not overlap (every step of one
-above every step of the other): its step-to-step spread is all the noise there is. A workload
-figure (one value per run) has repeats as samples, judged as timed metrics are.
-
-The smallest change this input could have detected, as a share of the baseline: the
-interval's half width (or the counted metric's widest range), at least the repeats' spread.
+Samples: each run's steps (steps as samples within a run) and the runs of a side (repeats as
+samples across runs); a workload figure has one value per run, judged with MIN_FIGURE_RUNS
+runs a side. The noise model (noise.py) takes a run's level as its median step, with what its
+own autocorrelated steps leave uncertain, and adds how far runs of one job move apart:
+measured from repeats where a side has them, else one step's spread and a stated floor
+(`run_noise`, for times, memory and figures: an allocator's state differs between runs too;
+launches, counted, get none). A metric is beyond the noise where a t test on the levels says
+so; the smallest change this input could have detected is that interval's half width. The
+gate fails on any of its metrics, so each is judged at 1 - (1 - INTERVAL_LEVEL) / m, m the
+metrics that may fail it (Bonferroni): an unchanged job fails the gate in at most
+1 - INTERVAL_LEVEL of its pairs, whatever the count of metrics, where the noise model holds.
 
 A regression: a verdict in the worse direction, a change beyond the metric's threshold
 (--max-regression, --metric), and, for a time other than the step's, a change of at least
@@ -35,11 +30,12 @@ import pandas as pd
 
 from tracelab.core.note import Note
 
-from ..stats import MAD_TO_SD, MIN_LEAD_SHARE, NOISE_SIGMAS
-from ..stats.tests import median_difference
+from ..stats import INTERVAL_LEVEL, MIN_LEAD_SHARE
+from .noise import RUN_NOISE, shift
 from .samples import BYTES, COUNT, STEP_TIME, TIME, RunSamples
 
 DEFAULT_MAX_REGRESSION = 0.05
+MIN_FIGURE_RUNS = 2
 TOP_CAUSES = 5  # per kind of cause (kernel, scope, rank, ...)
 WORDS = {TIME: ("slower", "faster"), BYTES: ("grew", "shrank"), COUNT: ("more", "fewer"), "": ("worse", "better")}
 WITHIN, TOO_FEW = "within noise", "too few samples"
@@ -49,10 +45,12 @@ WITHIN, TOO_FEW = "within noise", "too few samples"
 class Thresholds:
     """The largest change a metric may make before it fails: `default`, and per metric name or
     shell pattern (`gpu_time:*`) a share, or None where the metric is never failed on. An exact
-    name wins over a pattern; of patterns, the last given."""
+    name wins over a pattern; of patterns, the last given. `run_noise`: how far runs of one job
+    are taken to differ where no side has repeats (noise.py)."""
 
     default: float | None = DEFAULT_MAX_REGRESSION
     metrics: tuple[tuple[str, float | None], ...] = ()
+    run_noise: float = RUN_NOISE
 
     def of(self, metric: str) -> float | None:
         exact = [t for name, t in self.metrics if name == metric]
@@ -119,12 +117,34 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
         notes.append(Note("one_side_only", {"metrics": list(dict.fromkeys(missing))}))
     notes += [Note("run_without_steps", where=(r.name,)) for r in baseline + candidate if r.steps.empty]
     step_ns = _median(_step_samples(baseline, STEP_TIME))
-    out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns) for m in names]
+    figures = set(baseline[0].figures) if baseline and not _figures_judged(baseline, candidate) else set()
+    judged = sum(thresholds.of(m) is not None and m not in figures for m in names)
+    level = family_level(judged)
+    notes.append(_noise_note(len(baseline), len(candidate), thresholds.run_noise, level, judged))
+    out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns, thresholds.run_noise, level) for m in names]
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
                (("baseline", baseline), ("candidate", candidate))}
     if len(set(sources.values())) > 1:
         notes.append(Note("step_time_timed_differently", dict(sources)))
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
+
+
+def _figures_judged(baseline: list[RunSamples], candidate: list[RunSamples]) -> bool:
+    """A workload figure, one value a run, is judged with MIN_FIGURE_RUNS runs a side: with one,
+    its steps cannot say how far it moves between runs (its runs' spread does, pooled with the floor)."""
+    return min(len(baseline), len(candidate)) >= MIN_FIGURE_RUNS
+
+
+def family_level(metrics: int) -> float:
+    """Each metric's confidence level, so that the gate's as a whole is INTERVAL_LEVEL (Bonferroni)."""
+    return 1 - (1 - INTERVAL_LEVEL) / max(metrics, 1)
+
+
+def _noise_note(n_baseline: int, n_candidate: int, run_noise: float, level: float, judged: int) -> Note:
+    values = {"metrics": judged, "level": level, "gate_level": INTERVAL_LEVEL}
+    if n_baseline > 1 or n_candidate > 1:
+        return Note("gate_noise_repeats", {"baseline_runs": n_baseline, "candidate_runs": n_candidate, **values})
+    return Note("gate_noise_floor", {"run_noise": run_noise, **values})
 
 
 def _metrics(runs: list[RunSamples]) -> list[str]:
@@ -142,17 +162,21 @@ def _median(parts: list[np.ndarray]) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
+def _samples(runs: list[RunSamples], metric: str, per_run: bool) -> list[np.ndarray]:
+    """Each run's samples of the metric: its steps, or its one workload figure."""
+    return [np.array([r.figures[metric]], dtype=np.float64) for r in runs] if per_run else _step_samples(runs, metric)
+
+
 def _judge(metric: str, baseline: list[RunSamples], candidate: list[RunSamples], threshold: float | None,
-           step_ns: float | None) -> MetricVerdict:
+           step_ns: float | None, run_noise: float, level: float) -> MetricVerdict:
     first = baseline[0]
     unit, higher = first.units.get(metric, ""), metric in first.higher_is_better
     per_run = metric in first.figures
-    a = np.array([r.figures[metric] for r in baseline]) if per_run else np.concatenate(_step_samples(baseline, metric))
-    b = np.array([r.figures[metric] for r in candidate]) if per_run else np.concatenate(_step_samples(candidate, metric))
-    if unit in (BYTES, COUNT) and not per_run:
-        v = _counted(metric, unit, a, b)
-    else:
-        v = _timed(metric, unit, a, b, [] if per_run else [_step_samples(baseline, metric), _step_samples(candidate, metric)])
+    a, b = _samples(baseline, metric, per_run), _samples(candidate, metric, per_run)
+    counted = unit == COUNT and not per_run  # the same work launches the same kernels on any run: no floor
+    v = _verdict(metric, unit, a, b, 0.0 if counted else run_noise, level)
+    if per_run and not _figures_judged(baseline, candidate):
+        v.verdict = TOO_FEW  # one value a side: nothing measures how far it moves between runs
     v.basis, v.threshold = "runs" if per_run else "steps", threshold
     delta = v.candidate - v.baseline
     v.worse = v.verdict not in (WITHIN, TOO_FEW) and ((delta < 0) if higher else (delta > 0))
@@ -165,44 +189,18 @@ def _judge(metric: str, baseline: list[RunSamples], candidate: list[RunSamples],
     return v
 
 
-def _timed(metric: str, unit: str, a: np.ndarray, b: np.ndarray, runs: list[list[np.ndarray]]) -> MetricVerdict:
-    """The shift of the medians and its interval; within the repeats' spread is within noise."""
-    s = median_difference(a, b)
-    spread = max([_repeat_spread(side) for side in runs] + [_step_wander(a, b)])
-    half = (s.high - s.low) / 2 / abs(s.median_a) if s.low is not None and s.median_a else None
-    detectable = max(half, spread) if half is not None else None
-    if s.low is None:
-        verdict = TOO_FEW
-    elif s.within_noise or (s.relative is not None and abs(s.relative) <= spread):
-        verdict = WITHIN
-    else:
-        verdict = "beyond"
-    return MetricVerdict(metric, unit, "", s.median_a, s.median_b, s.relative, s.low, s.high, s.confidence,
-                         s.p_value, s.n_a, s.n_b, detectable, None, verdict, False, False)
-
-
-def _step_wander(a: np.ndarray, b: np.ndarray) -> float:
-    """NOISE_SIGMAS robust standard deviations of a step, both sides' combined, as a share of a's median."""
-    sd = [MAD_TO_SD * float(np.median(np.abs(x - np.median(x)))) for x in (a, b)]
-    mid = float(np.median(a))
-    return NOISE_SIGMAS * float(np.hypot(*sd)) / abs(mid) if mid else 0.0
-
-
-def _repeat_spread(side: list[np.ndarray]) -> float:
-    """How far apart the medians of a side's runs lie, as a share of their median (0 with one run)."""
-    medians = [float(np.median(x)) for x in side if len(x)]
-    mid = float(np.median(medians)) if medians else 0.0
-    return (max(medians) - min(medians)) / abs(mid) if len(medians) > 1 and mid else 0.0
-
-
-def _counted(metric: str, unit: str, a: np.ndarray, b: np.ndarray) -> MetricVerdict:
-    """Beyond the noise where the steps of the two sides do not overlap."""
-    med_a, med_b = float(np.median(a)), float(np.median(b))
-    widest = max(float(np.ptp(a)), float(np.ptp(b)))
-    apart = b.min() > a.max() or b.max() < a.min()
-    return MetricVerdict(metric, unit, "", med_a, med_b, (med_b / med_a - 1) if med_a else None, None, None, None, None,
-                         len(a), len(b), widest / abs(med_a) if med_a else None, None,
-                         "beyond" if apart else WITHIN, False, False)
+def _verdict(metric: str, unit: str, a: list[np.ndarray], b: list[np.ndarray], run_noise: float,
+             level: float) -> MetricVerdict:
+    """The levels, their change and its interval (noise.shift), and whether it is beyond the noise."""
+    n_a, n_b = sum(map(len, a)), sum(map(len, b))
+    s = shift(a, b, run_noise, level)
+    if s is None:
+        return MetricVerdict(metric, unit, "", math.nan, math.nan, None, None, None, None, None, n_a, n_b, None,
+                             None, TOO_FEW, False, False)
+    scale = abs(s.level_a)
+    low, high = (None, None) if s.low is None else (s.low * scale, s.high * scale)
+    return MetricVerdict(metric, unit, "", s.level_a, s.level_b, s.relative, low, high, level, s.p_value,
+                         n_a, n_b, s.detectable, None, WITHIN if s.within_noise else "beyond", False, False)
 
 
 def causes(metric: str, baseline: list[RunSamples], candidate: list[RunSamples], delta: float) -> list[Cause]:

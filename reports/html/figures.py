@@ -14,7 +14,7 @@ import pandas as pd
 from tracelab.core.schema import OP_CLASSES
 from ..stats import MAD_TO_SD, noise
 from ..timeline import intervals as timeline
-from ..compare.compare import Comparison, measured
+from ..align.align import Comparison, measured
 from ..ranks import Input
 
 COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "communication": "#e45756", "elementwise": "#72b7b2",

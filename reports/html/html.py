@@ -1,6 +1,6 @@
 """One self-contained, offline HTML report (plotly.js packed once in the page, reports/html/page.py;
-no network requests). `render(...) -> str` only: loading the traces, reading run.json and writing the file are
-tracelab.ingest.inputs' (write_report).
+no network requests). `render(...) -> str` only: loading the traces and reading run.json are the
+Session's, writing the file the CLI's (tracelab/cli/html_report.write_report).
 
 Every string from a trace (kernel names, scopes, file names, run info) is untrusted:
 it is HTML-escaped in markup, entity-escaped inside plotly labels (plotly decodes
@@ -19,8 +19,8 @@ from tracelab.core.errors import UsageError
 from .. import fmt
 from . import figures, notes, page, scopetree, side_by_side, workload_plots
 from ..jsonout import strict
-from ..runs.runs import number_text, run_table, shared_rows
-from ..compare.compare import Comparison, comparison, rows_are, summed_over
+from ..runtable import number_text, run_table, shared_rows
+from ..align.align import Comparison, comparison, rows_are, summed_over
 from ..ranks import Input
 from ..topics import TOPICS
 from ..findings.findings import Evidence, Finding, as_json, findings, none_text
@@ -400,6 +400,6 @@ def _tree_sections(inputs: list[Input]) -> list[str]:
 
 
 def _straggler(row: pd.Series, measured: str) -> str:
-    from ..text import straggler_line
+    from ..align.straggler_text import straggler_line
 
     return straggler_line(row, measured)

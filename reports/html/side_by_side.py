@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import fmt
-from ..compare.compare import measured, rows_are
+from ..align.align import measured, rows_are
 from ..ranks import Input
 from .figures import (CATEGORY_AXIS, HEATMAP_KERNELS, MANY_RANKS, OUTLIERS_SHOWN, _layout, axis_label, label, outliers,
                       outliers_and_first)

@@ -140,7 +140,7 @@ def across_runs(runs: list[tuple[str, dict]]) -> list[tuple[str, str, dict]]:
     per run of the workload's own measure (ACROSS_RUNS), so runs compare in one chart, not one
     chart each; none where a run of it lacks the measure (a sweep of several configurations)."""
     from .side_by_side import box_chart
-    from ..runs.runs import results_of
+    from ..runtable import results_of
 
     out = []
     for workload, (note, axis, values, least) in ACROSS_RUNS.items():

@@ -51,13 +51,11 @@ from tracelab.core.note import Note
 from tracelab.core.schema import RankData
 
 from ..timeline.steps import shared_step_rows, step_rows
+from ..timeline.causes import CAUSES, HOST_CAUSES, MIN_LAUNCHED_FOR_GRAPHS, UNCLEAR
 from ..timeline.intervals import covered, merge_intervals, run_cummax, timed
 from ..timeline.stalls import host_stalls, shared_stalls, stall_union
 from .host import LAUNCH_COLUMNS, OP_COLUMNS, TOP_OPS, empty, host_ops, launch_stats, sync_union
 
-UNCLEAR = "unclear"  # no bound: a step's path (the whatif topic's path_bounds digest) or its causes name none
-CAUSES = ("idle_host_ns", "idle_stall_ns", "idle_launch_ns", "idle_sync_ns", "idle_dependency_ns", "idle_other_ns")
-HOST_CAUSES = ("idle_host_ns", "idle_stall_ns", "idle_launch_ns", "idle_sync_ns")  # the host bound of step_bound
 # bound_from: "path" where the step's critical path gave its bound (with_path_bounds), "causes" where
 # the path is not known (an edge is missing) or was not made, and step_bound's rule on the causes did
 STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAUSES, "exposed_comm_ns", "bound",
@@ -65,12 +63,6 @@ STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAU
 BOUNDS = ("gpu", "communication", "host")
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
 ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
-# CUDA-graph advice (this hint, fixes/host.py) only where at least this many kernels were launched
-# one by one: a graph pays for itself by replacing many launch calls (its own launch costs about
-# as much as a few, its capture and instantiation once more); a trace of fewer is warm-up or
-# one-off calls (first-call module loading, allocator set-up), idle a graph does not remove
-# (nsys-ai's mock.sqlite: 2 kernels, 18 ms of launch idle, ~10 us of it launch calls)
-MIN_LAUNCHED_FOR_GRAPHS = 32
 LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call returns at most (whatif/edges.UNEXPLAINED_NS)
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
@@ -224,10 +216,6 @@ def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list
     return got
 
 
-UNCLEAR_WHY = "GPU gaps that no launch, stream order or wait in the trace explains make most of the critical path"
-UNCLEAR_CAUSES_WHY = "waits and gaps the trace does not explain make most of its idle"
-
-
 def with_path_bounds(one: Idle, bounds: pd.DataFrame | None) -> Idle:
     """One rank's Idle whose steps take the bound of their critical path where `bounds` (the
     whatif topic's path_bounds digest of the rank: step, path_bound) gives one, so that idle and
@@ -260,11 +248,6 @@ def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
     out.loc[ahead, "bound"] = step_bound(out[ahead])
     out.loc[ahead, "bound_from"] = "causes"
     return out
-
-
-def bound_words(bound: str) -> str:
-    """'host-bound', or 'no clear bound' for UNCLEAR (UNCLEAR_WHY says why)."""
-    return "no clear bound" if bound == UNCLEAR else f"{bound}-bound"
 
 
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
@@ -355,6 +338,12 @@ def idle_columns(step_table: pd.DataFrame, by_rank: dict[int, Idle],
     out = step_table.merge(idle_steps.astype({c: "Int64" for c in ("idle_ns", *CAUSES)}), on=["step", "rank"],
                            how="left")
     return out
+
+
+def step_columns(rows: pd.DataFrame, ranks: list) -> pd.DataFrame:
+    """idle_columns from the ranks' (schema.Profile) idle and path_bounds digests: how `tracelab
+    steps` shows each step's idle (reports/topics.step_columns)."""
+    return idle_columns(rows, {p.rank: p.summary["idle"] for p in ranks}, {p.rank: p.summary["path_bounds"] for p in ranks})
 
 
 def labelled(parts: list[tuple[str, Idle]]) -> Idle:

@@ -11,7 +11,8 @@ import pandas as pd
 from ..html import side_by_side
 from ..html.notes import folded
 from ..html.figures import CATEGORY_AXIS, axis_label, label
-from .idle import HINT, Idle, bound_words, graphs_may_help, of_input
+from .idle import HINT, Idle, graphs_may_help, of_input
+from ..timeline.causes import bound_words
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn

@@ -5,7 +5,7 @@ Straggler tests (reports/verdicts.py, evidence.py): Wilcoxon's signed-rank test 
 EXACT_UP_TO values, normal approximation above), the binomial tail, and Student's one-sided
 t-test over steps as blocks (block_p).
 
-Two runs (reports/runs/runs.py): is a difference more than their noise? Medians of per-step samples, the
+Two runs (reports/runtable.py): is a difference more than their noise? Medians of per-step samples, the
 exact Mann-Whitney test and the Hodges-Lehmann interval of the shift that goes with it
 (distribution-free: 3 to 5 steps are too few to assume anything about their spread).
 

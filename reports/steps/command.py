@@ -6,11 +6,12 @@ from typing import Annotated, Optional
 import typer
 
 from tracelab.cli.commands.shared import FormatOpt, Paths, RankOpt, SchedulerOpt, StepOpt, each_run, findings_digests
-from tracelab.cli.commands.topic import Command, own_digest
+from tracelab.cli.commands.topic import Command
 from tracelab.core.errors import UsageError
 from tracelab.core.note import Note
 
 from .steps_text import STEPS_RENDERERS
+from ..topics import step_columns
 
 
 
@@ -39,21 +40,16 @@ def check(n_steps: int | None, **asked) -> dict:
 
 
 def opening(fmt: str, **_) -> dict:
-    from ..idle.idle import RankIdle
     from ..ranks import rank_digests
     from ..timeline.waits import STEP_DIGESTS
 
-    idle = own_digest("idle", RankIdle(0))
-    return {"digests": {**findings_digests(fmt), **STEP_DIGESTS, idle: RankIdle(0),
-                        **rank_digests(("path_bounds",))}}  # digested in its worker
+    return {"digests": {**findings_digests(fmt), **STEP_DIGESTS,
+                        **rank_digests(("idle", "path_bounds"))}}  # digested in its worker: the idle columns'
 
 
 def analyse(session, n_steps: int | None, **_) -> list[tuple]:
     """(run name, the renderer's arguments) of each run of one job."""
-    from ..idle.idle import RankIdle
-
-    idle = own_digest("idle", RankIdle(0))
-    return [(r.name, _steps_of(r, n_steps, idle)) for r in _one_job_runs(session)]
+    return [(r.name, _steps_of(r, n_steps)) for r in _one_job_runs(session)]
 
 
 def render(parts: list[tuple], fmt: str, **_):
@@ -76,12 +72,11 @@ def _one_job_runs(session) -> list:
     return kept
 
 
-def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
+def _steps_of(run, n_steps: int | None) -> tuple:
     """The steps renderer's arguments for one run: its who-waits, per-step totals of an untimed
     run (proton) where the steps are known, and whether it is untimed."""
     import pandas as pd
 
-    from ..idle.idle import idle_columns
     from ..timeline.steps import per_step_totals, recorded_steps
     from ..timeline.waits import analyse_digests
 
@@ -92,9 +87,8 @@ def _steps_of(run, n_steps: int | None, idle: str) -> tuple:
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
-    if len(w.steps):  # the idle columns beside each step row
-        w.steps = idle_columns(w.steps, {p.rank: p.summary[idle] for p in profiles},
-                               {p.rank: p.summary["path_bounds"] for p in profiles})
+    if len(w.steps):  # the idle topic's columns beside each step row
+        w.steps = step_columns("idle", w.steps, profiles)
     return w, totals, untimed
 
 

@@ -211,7 +211,7 @@ def run_verdicts(inputs: list, totals_rows: pd.DataFrame, analysed: dict[str, Wa
     in words, and the first such run's straggler_json (None without one); `analysed`, when
     given, receives each run's Waits by group (the report's steps section reuses them). Runs whose ranks
     have timed collectives get the who-waits verdict (rank NA unless significant); the
-    others (proton, CPU-only traces: no timeline) keep the totals row of compare.stragglers,
+    others (proton, CPU-only traces: no timeline) keep the totals row of align.stragglers,
     claimed only where the rank with the most compute leads materially (material_lead) and
     also has the least communication."""
     rows, first = [], None

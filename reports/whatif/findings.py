@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import fmt
 from ..findings.finding import Finding
-from ..runs.runs import cost_of
+from ..runtable import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
 from .profiler_cost import unprofiled_beside
@@ -138,7 +138,7 @@ def none_words(v: dict) -> str:
 def _none_step(ev, inputs: list) -> tuple[str, float] | None:
     """(the run under none, its median step in ns) of the run folder `inputs` were read from,
     where it is a profiled run whose baseline under none has per-step times
-    (reports/runs/runs.cost_of); None otherwise."""
+    (reports/runtable.cost_of); None otherwise."""
     folders = {Path(i.path).parent.name for i in inputs if i.path}
     costs = [c for name, info in ev.runs if name in folders and info.get("backend") != "none"
              and (c := cost_of(info, ev.runs)) is not None and c["measure"] == "step time" and c["unit"] == "ms"]

@@ -83,6 +83,11 @@ def _unread(v: dict) -> str:
     return f"{n:,} {v['category']} event{'s' if n > 1 else ''} and no kernel, memcpy or memset: {UNREAD[v['category']]}"
 
 
+def _gate_level(v: dict) -> str:
+    return (f"each of {v['metrics']} metrics judged at {v['level']:.2%} (Bonferroni: the gate's false alarms at "
+            f"most {1 - v['gate_level']:.0%}); detectable: the smallest change told from noise at that level")
+
+
 def _no_steps(v: dict) -> str:
     why = "its step ranges hold no GPU work's launch" if v["step_ranges"] else "no range matches the step pattern"
     return (f"no steps in this trace ({why}; see --step): the whole trace, first GPU start to last GPU end, "
@@ -117,7 +122,6 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
                           "graph: its modules, given in call order, may be shifted"),
     "rank_assumed": "neither the file nor its name gives its rank: shown as rank 0",
-    "input_repeated": "given more than once (also as {kept}): read once, as {kept}",
     # commands: an input a command does not read
     "snapshot_not_read": "a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)",
     "snapshot_not_gated": "a memory snapshot, which `tracelab gate` does not read (give the run's trace)",
@@ -168,6 +172,12 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
                           "folder's figures are judged"),
     "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
+    "gate_noise_repeats": lambda v: ("noise between runs measured on the repeats "
+                                     f"({v['baseline_runs']} baseline, {v['candidate_runs']} candidate runs); "
+                                     + _gate_level(v)),
+    "gate_noise_floor": lambda v: (f"one run a side: two runs of the job taken to differ by {v['run_noise']:.0%} (sd) "
+                                   "in time beyond their steps' own spread (--run-noise; repeats, several runs a side, "
+                                   "measure it); " + _gate_level(v)),
 }
 
 

@@ -10,8 +10,8 @@ pass `Options(cache=False, ...)`, which no variable changes. (The run side, trac
 workloads/, still sets and reads variables of the processes it launches under torchrun.)
 
 Variables, as documented in docs/reference.md:
-TRACELAB_STEP_PATTERN, TRACELAB_SCHEDULER; TRACELAB_MAX_TRACE_BYTES, TRACELAB_MAX_NAME_CHARS
-(core/limits.py); TRACELAB_MAX_MEMORY_BYTES (ingest/budget.py); TRACELAB_CACHE,
+TRACELAB_STEP_PATTERN, TRACELAB_SCHEDULER, TRACELAB_BASELINE_STORE (ingest/baselines.py);
+TRACELAB_MAX_TRACE_BYTES, TRACELAB_MAX_NAME_CHARS (core/limits.py); TRACELAB_MAX_MEMORY_BYTES (ingest/budget.py); TRACELAB_CACHE,
 TRACELAB_CACHE_DIR, TRACELAB_CACHE_MAX_BYTES (ingest/cache.py, ingest/cachedir.py); and glibc's
 MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (core/limits.reuse_freed_memory leaves them be).
 
@@ -32,6 +32,7 @@ from tracelab.core.errors import UsageError
 
 STEP_PATTERN_ENV = "TRACELAB_STEP_PATTERN"
 SCHEDULER_ENV = "TRACELAB_SCHEDULER"
+BASELINE_STORE_ENV = "TRACELAB_BASELINE_STORE"
 MAX_TRACE_BYTES_ENV = "TRACELAB_MAX_TRACE_BYTES"
 MAX_NAME_CHARS_ENV = "TRACELAB_MAX_NAME_CHARS"
 MAX_MEMORY_BYTES_ENV = "TRACELAB_MAX_MEMORY_BYTES"
@@ -57,7 +58,8 @@ class Options:
     (core/limits.py). `max_memory_bytes`: the peak one process may take (ingest/budget.py; None:
     what the machine has left, 0: no check). `cache`: whether the Parquet and digest caches are
     used; `cache_dir` holds them, bounded to `cache_max_bytes`. `keep_malloc`: the user tuned
-    glibc's malloc, so tracelab leaves it be (core/limits.reuse_freed_memory)."""
+    glibc's malloc, so tracelab leaves it be (core/limits.reuse_freed_memory). `baseline_store`:
+    the folder or fsspec URL of the gate's named baselines (ingest/baselines.py); no parse reads it."""
 
     step_pattern: str | None = None
     scheduler: str | None = None
@@ -68,6 +70,7 @@ class Options:
     cache_dir: Path = field(default_factory=default_cache_dir)
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     keep_malloc: bool = False
+    baseline_store: str | None = None
 
     def __post_init__(self) -> None:
         """A bound given in Python is checked as a variable's is: a whole number of 0 or more."""
@@ -118,6 +121,7 @@ def _memory_budget(env: Mapping[str, str]) -> int | None:
 _READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     "step_pattern": lambda env: env.get(STEP_PATTERN_ENV) or None,
     "scheduler": lambda env: env.get(SCHEDULER_ENV) or None,
+    "baseline_store": lambda env: env.get(BASELINE_STORE_ENV) or None,
     "max_trace_bytes": lambda env: _env_int(env, MAX_TRACE_BYTES_ENV, DEFAULT_MAX_TRACE_BYTES),
     "max_name_chars": lambda env: _env_int(env, MAX_NAME_CHARS_ENV, DEFAULT_MAX_NAME_CHARS),
     "max_memory_bytes": _memory_budget,

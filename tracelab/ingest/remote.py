@@ -21,7 +21,7 @@ def is_url(path: Any) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def _fsspec(url: str):
+def filesystem(url: str):
     try:
         import fsspec
     except ImportError:
@@ -34,7 +34,7 @@ def _fsspec(url: str):
 
 def expand_url(url: str, is_trace: Callable[[str], bool]) -> list[str]:
     """The URL itself when it names a file, else the trace files under it (sorted URLs)."""
-    fs, root = _fsspec(url)
+    fs, root = filesystem(url)
     try:
         if not fs.isdir(root):
             if not fs.exists(root):
@@ -49,7 +49,7 @@ def expand_url(url: str, is_trace: Callable[[str], bool]) -> list[str]:
 @contextmanager
 def local_copy(url: str) -> Iterator[Path]:
     """A local temporary copy of the file at `url` (same file name), removed afterwards."""
-    fs, path = _fsspec(url)
+    fs, path = filesystem(url)
     folder = tempfile.mkdtemp(prefix="tracelab-")
     local = Path(folder) / Path(path).name
     try:

@@ -4,6 +4,9 @@ inputs into runs by one rule, so every command sees the same runs, labels and fi
 
 - a folder is one run (a run folder, or a folder of many rank files); a run folder under
   backend none (run.json, no trace) is a run with no ranks, still read for its run.json;
+- a folder that is no run folder but holds run folders (`tracelab run --repeat N`'s repeat-K,
+  or runs gathered in one place) is each of them, in name order; traces beside them, outside
+  any, one run more;
 - rank files given together form one run when they are distinct ranks of one job
   (reports.session.not_one_job), else each file is a run of its own;
 - a memory snapshot pickle (told by its bytes) is an input of its own kind, memory only,
@@ -71,7 +74,7 @@ class Session:
         options = options or Options.from_environment()
         with applied(options):
             run_infos(paths)  # each run folder's own files checked before any trace is parsed
-            plans, repeated = _once([_plan(p) for p in paths])
+            plans = [_plan(p) for p in paths]
             files = [f for plan in plans for part in plan for f in part[2]]
             parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device), keep_events=keep_events,
                                  options=options) if files else []
@@ -79,7 +82,6 @@ class Session:
         if rank is not None:
             runs = [_picked(run, rank) for run in runs]
         session = cls(paths, runs, options)
-        session.notes.extend(repeated)
         session.notes.extend(note.about(p.meta.path) for run in runs for p in run.profiles for note in p.meta.notes)
         return session
 
@@ -130,7 +132,7 @@ class Session:
         """The findings (reports/findings/findings.py) of the traced runs: every topic's sources, or
         only `topic`'s (reports/topics.py); `comparison`, a Comparison of these same inputs (any
         --by), is reused where its labels match; `sources` instead of a topic's (tests)."""
-        from tracelab.reports.compare.compare import comparison as compare_inputs
+        from tracelab.reports.align.align import comparison as compare_inputs
         from tracelab.reports.findings.findings import Evidence, findings
 
         if not self.inputs:
@@ -195,6 +197,8 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     if not p.is_dir():
         (f,) = expand(p)  # a path to nothing refused as expand words it (a broken link, say)
         return [(SNAPSHOT if detect(f) == "snapshot" else "file", path, [f])]
+    if inner := run_folders(p):
+        return [part for d in inner for part in _plan(str(d))] + _beside(p, inner)
     if traceless_run(p, TRACE_SUFFIXES + SNAPSHOT_SUFFIXES):
         return [(NONE, path, [])]
     found = expand(p, TRACE_SUFFIXES + SNAPSHOT_SUFFIXES)
@@ -203,36 +207,31 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     return ([(TRACES, path, traces)] if traces else []) + [(SNAPSHOT, str(f), [f]) for f in snapshots]
 
 
-def _once(plans: list[list[tuple[str, str, list[Path]]]]) -> tuple[list, list[Note]]:
-    """The plans with each file read once: a file given on its own and inside a given folder is
-    read as part of that folder (its run), one given twice on its own where it was first given;
-    a note for each file dropped. Reading it twice would make one rank two ranks of one job."""
-    def key(f: Path) -> str:
-        return str(f) if remote.is_url(str(f)) else os.path.realpath(f)
+RUN_FOLDER_DEPTH = 3  # how deep run folders are looked for under one that is none: runs/pr/train-X/repeat-1
 
-    in_folder = {key(f): where for plan in plans for kind, where, files in plan if kind != "file" for f in files}
-    seen: dict[str, str] = {}
-    notes: list[Note] = []
-    out = []
-    for plan in plans:
-        kept_parts = []
-        for kind, where, files in plan:
-            kept, dropped = [], []
-            for f in files:
-                k = key(f)
-                owner = in_folder.get(k) if kind == "file" else None
-                if k in seen or (owner is not None and owner != where):
-                    dropped.append((f, seen.get(k) or owner))
-                    continue
-                seen[k] = where
-                kept.append(f)
-            whole = dropped and not kept and kind != "file"  # a folder given again: one note for it
-            notes += ([Note("input_repeated", {"kept": dropped[0][1]}).about(where)] if whole else
-                      [Note("input_repeated", {"kept": by}).about(str(f)) for f, by in dropped])
-            if kept or not files:
-                kept_parts.append((kind, where, kept))
-        out.append(kept_parts)
-    return out, notes
+
+def run_folders(folder: Path, depth: int = RUN_FOLDER_DEPTH) -> list[Path]:
+    """The run folders (run.json inside) under a folder that is none itself, the first met down
+    each branch, in name order: `--out runs/pr` holding `tracelab run --repeat`'s folder of repeats."""
+    if (folder / "run.json").exists() or depth == 0:
+        return []
+    try:
+        children = sorted(d for d in folder.iterdir() if d.is_dir())
+    except OSError:
+        return []  # an unreadable folder: expand words why
+    return [found for d in children for found in ([d] if (d / "run.json").is_file() else run_folders(d, depth - 1))]
+
+
+def _beside(folder: Path, inner: list[Path]) -> list[tuple[str, str, list[Path]]]:
+    """Traces in a folder of run folders outside every one of them: a run of their own."""
+    from tracelab.ingest.loading import expand
+
+    try:
+        found = expand(folder)
+    except NoTracesError:
+        return []
+    outside = [f for f in found if not any(d in f.parents for d in inner)]
+    return [(TRACES, str(folder), outside)] if outside else []
 
 
 def _runs(plans: list[list[tuple[str, str, list[Path]]]], parsed) -> list[Run]:

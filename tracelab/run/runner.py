@@ -51,6 +51,8 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
             "PYTHONUNBUFFERED": "1"}
 NSYS_PROFILE = ["profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
                 "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--cuda-graph-trace=node"]
+REPEAT_FOLDER = "repeat-{k}"  # the K-th run of `tracelab run --repeat N`, inside the run's folder
+MAX_REPEAT = 100
 PARTIAL_SUFFIX = ".partial"  # a trace cut short: renamed so that no folder reader takes it for a trace
 
 
@@ -79,6 +81,7 @@ class RunSpec:
     argv: list[str] = field(default_factory=list)  # the user's command line, for run.json
     memory: bool = True  # record memory events where the backend can (run.json "memory" says how)
     ranks_asked: int | None = None  # --ranks as given, where fewer GPUs made it fewer (plan())
+    repeat: int = 1  # runs of the one config, each a run folder repeat-K/ in one folder (run_repeats)
 
 
 @dataclass
@@ -152,6 +155,8 @@ def check_spec(spec: RunSpec) -> None:
         raise UsageError("WORKLOAD", f"unknown workload {spec.workload!r}; choose one of {', '.join(WORKLOADS)}")
     if spec.ranks < 1:
         raise UsageError("--ranks", f"must be at least 1, not {spec.ranks}")
+    if not 1 <= spec.repeat <= MAX_REPEAT:
+        raise UsageError("--repeat", f"must be 1 to {MAX_REPEAT}, not {spec.repeat}")
     if spec.nnodes not in (None, "1") and not spec.rdzv_endpoint:
         raise UsageError("--nnodes", "several nodes need --rdzv-endpoint HOST:PORT (the same on every node)")
     _nnodes(spec)
@@ -225,15 +230,37 @@ def new_record(p: Plan, command: list[str]) -> dict:
 
 
 def run(spec: RunSpec, on_line: OnLine = lambda line: None) -> RunResult:
-    """Plan, launch, gather: the whole of `tracelab run`."""
+    """Plan, launch, gather: the whole of `tracelab run` (one run; run_repeats for --repeat)."""
     return execute(plan(spec), on_line)
 
 
-def execute(p: Plan, on_line: OnLine = lambda line: None) -> RunResult:
-    """Launch the planned run into a new folder. RunError (naming the failing rank and showing
-    its last lines) when a rank fails; RunInterrupted on SIGINT/SIGTERM, which go on to every
-    rank. Either way run.json says so, and traces cut short are renamed *.partial."""
-    run_dir = new_run_dir(p.spec.out_root, p.spec.workload, p.backend)
+def run_repeats(spec: RunSpec, on_line: OnLine = lambda line: None) -> tuple[Path, list[RunResult]]:
+    """spec.repeat runs of one config, one after another, into one new folder: each a whole run
+    folder of its own (repeat-1/, repeat-2/, ...), so that every reader takes the folder for
+    its runs (tracelab.ingest.session) and the gate for repeats: samples of how far runs of
+    one job differ. Planned once: a bad option is refused before the first run. With one
+    repeat, the run's own folder, as run() makes it."""
+    p = plan(spec)
+    if spec.repeat == 1:
+        result = execute(p, on_line)
+        return result.run_dir, [result]
+    group = new_run_dir(p.spec.out_root, p.spec.workload, p.backend)
+    results = []
+    for k in range(1, spec.repeat + 1):
+        on_line(f"repeat {k} of {spec.repeat}")
+        results.append(execute(p, on_line, group / REPEAT_FOLDER.format(k=k)))
+    return group, results
+
+
+def execute(p: Plan, on_line: OnLine = lambda line: None, run_dir: Path | None = None) -> RunResult:
+    """Launch the planned run into a new folder (`run_dir`, else a new one under the spec's
+    out_root). RunError (naming the failing rank and showing its last lines) when a rank fails;
+    RunInterrupted on SIGINT/SIGTERM, which go on to every rank. Either way run.json says so,
+    and traces cut short are renamed *.partial."""
+    if run_dir is None:
+        run_dir = new_run_dir(p.spec.out_root, p.spec.workload, p.backend)
+    else:
+        run_dir.mkdir(parents=True)
     cmd = torchrun_command(p, run_dir)
     record = new_record(p, cmd)
     _write_record(run_dir, record)

@@ -33,7 +33,8 @@ def report(
     the comparison of runs."""
     from pathlib import Path
 
-    from tracelab.ingest.inputs import check_output, write_report
+    from tracelab.ingest.inputs import check_output
+    from tracelab.cli.html_report import write_report
 
     check_output(out, paths)
     if Path(out).exists() and not force:

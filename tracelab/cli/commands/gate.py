@@ -2,6 +2,7 @@
 for CI (0 pass, 1 a regression beyond its threshold and the noise, 2 an error)."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,7 +19,8 @@ GATE_HELP = ("Did the candidate get slower or hungrier than the baseline, beyond
              "it), GPU time by op class, exposed communication, GPU idle by cause, launches per step, peak allocated "
              "and reserved memory, and the workload's own figures. Exit 0: pass; 1: a regression; 2: an error.\n\n"
              "tracelab gate runs/main runs/pr  |  tracelab gate -b runs/main-1 -b runs/main-2 -c runs/pr "
-             "--metric 'idle:*=off' --format junit > gate.xml")
+             "--metric 'idle:*=off' --format junit > gate.xml  |  tracelab gate --accept main runs/main "
+             "--baseline-store s3://ci/baselines; tracelab gate baseline:main runs/pr --baseline-store ...")
 
 
 def gate(
@@ -33,29 +35,54 @@ def gate(
     metric: Annotated[Optional[list[str]], typer.Option("--metric", help="NAME=THRESHOLD for one metric or a pattern "
                                                                          "(step_time=3%, 'gpu_time:*=10%', "
                                                                          "'idle:*=off'); repeatable.")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", and "
-                                                        "\\[gate.metrics] NAME = \"THRESHOLD\"; options given win.")]
+    config: Annotated[Optional[Path], typer.Option(help="A TOML file: \\[gate] max-regression = \"5%\", "
+                                                        "run-noise = \"10%\", and \\[gate.metrics] NAME = "
+                                                        "\"THRESHOLD\"; options given win.")]
     = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML) or markdown.")] = "table",
+    run_noise: Annotated[Optional[str], typer.Option(help="How far two runs of the job differ (sd, a share of "
+                                                          "the time) where no side has repeats: 10% (default).")]
+    = None,
+    baseline_store: Annotated[Optional[str], typer.Option(help="Folder or fsspec URL of named baselines "
+                                                               "(baseline:NAME; default: TRACELAB_BASELINE_STORE).")]
+    = None,
+    accept: Annotated[Optional[str], typer.Option(help="Store the run folders given as baseline NAME in the store "
+                                                       "(judges nothing): what CI does on the main branch.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML), markdown or html.")] = "table",
     step: StepOpt = None,
 ) -> None:
     """Did the candidate get slower or hungrier than the baseline, beyond the noise and a threshold?"""
     from tracelab.reports.gate.gate_text import RENDERERS
     from tracelab.reports.gate.thresholds import thresholds
     from tracelab.reports.gate.verdict import gate as judge
+    from tracelab.ingest.baselines import PREFIX, fetch, is_baseline
     from tracelab.ingest.session import trace_count
 
     _check_choice("--format", fmt, tuple(RENDERERS))
-    sides = _sides(paths or [], baseline or [], candidate or [])
-    limits = thresholds(max_regression, metric or [], config)
     options = _options(step)
-    sides = tuple(_repeats(side) for side in sides)
-    for side in sides:
-        trace_count(side)  # a path to nothing refused before either side is parsed
-    result = judge(*(side_samples(side, options) for side in sides), limits)
+    store = baseline_store or options.baseline_store
+    if accept is not None:
+        return _accept(accept, (paths or []) + (baseline or []) + (candidate or []), store)
+    sides = _sides(paths or [], baseline or [], candidate or [])
+    limits = thresholds(max_regression, metric or [], config, run_noise)
+    with ExitStack() as fetched:
+        sides = tuple([str(fetched.enter_context(fetch(p[len(PREFIX):], store))) if is_baseline(p) else p for p in side]
+                      for side in sides)
+        for side in sides:
+            trace_count(side)  # a path to nothing refused before either side is parsed
+        result = judge(*(side_samples(side, options) for side in sides), limits)
     _emit(RENDERERS[fmt](result))
     if not result.passed:
         raise typer.Exit(EXIT_REGRESSED)
+
+
+def _accept(name: str, runs: list[str], store: str | None) -> None:
+    """--accept NAME RUN...: the runs stored as baseline NAME's new version."""
+    from tracelab.ingest.baselines import save
+
+    if not runs:
+        raise UsageError("--accept", f"names no run to store (tracelab gate --accept {name} RUN_FOLDER)")
+    version = save(name, [Path(r) for r in runs], store)
+    typer.echo(f"stored {', '.join(runs)} as baseline:{name} (version {version}) in {store}")
 
 
 def _sides(paths: list[str], baseline: list[str], candidate: list[str]) -> tuple[list[str], list[str]]:
@@ -86,13 +113,3 @@ def side_samples(paths: list[str], options) -> list:
     if not runs:
         raise UsageError("gate", f"none of {', '.join(paths)} is a run folder or trace")
     return [run_samples(r.name, [(p.rank, p.summary) for p in r.profiles], r.info) for r in runs]
-
-
-def _repeats(paths: list[str]) -> list[str]:
-    """A folder that is no run folder but holds run folders (run.json) stands for each of them: repeats."""
-    out = []
-    for p in map(Path, paths):
-        inner = sorted(d for d in p.iterdir() if (d / "run.json").is_file()) if p.is_dir() and not (p / "run.json").exists() \
-            else []
-        out += [str(d) for d in inner] or [str(p)]
-    return out

@@ -29,19 +29,23 @@ def run(
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Record memory events (torch: "
                                          "profile_memory=True; nsys: --cuda-memory-usage=true); run.json says which.")]
     = True,
+    repeat: Annotated[int, typer.Option(help="Runs of this config, one after another, in one folder (repeat-1, "
+                                             "repeat-2, ...): repeats, which `tracelab gate` reads as samples of "
+                                             "how far runs of the job differ.")] = 1,
 ) -> None:
     """Run a workload on N ranks under a profiler (torchrun), then show each rank's breakdown.
     Workload options follow `--`: tracelab run decode --ranks 2 -- --new-tokens 16;
     `tracelab run decode -- --help` lists them."""
     from pathlib import Path
 
-    from tracelab.run.runner import RunInterrupted, RunSpec, run as launch
+    from tracelab.run.runner import RunInterrupted, RunSpec, run_repeats
     from tracelab.run.workload_options import WorkloadHelp
 
     top = _top(top)
-    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv, memory)
+    spec = RunSpec(workload, ranks, backend, Path(out), list(ctx.args), nnodes, rdzv_endpoint, sys.argv, memory,
+                   repeat=repeat)
     try:
-        result = launch(spec, on_line=lambda line: typer.echo(line, err=True))
+        folder, results = run_repeats(spec, on_line=lambda line: typer.echo(line, err=True))
     except WorkloadHelp as h:
         typer.echo(f"{workload}'s own options, given after `--` (tracelab run {workload} [OPTIONS] -- ...); "
                    "tracelab run sets --backend and --out:\n")
@@ -49,12 +53,14 @@ def run(
         raise typer.Exit(0) from None
     except RunInterrupted as stop:  # exit status as for a process the signal ended: 130 for Ctrl-C
         fail(str(stop), 128 + stop.signum)
-    for rank_results in result.record["results"].values():
-        typer.echo(_results_line(rank_results))
-    if result.traces:
-        typer.echo(f"analysing {len(result.traces)} trace(s)", err=True)
-        _run_report(result.run_dir, top)
-    typer.echo(f"run folder: {result.run_dir}")
+    for result in results:
+        for rank_results in result.record["results"].values():
+            typer.echo(_results_line(rank_results) + (f" ({result.run_dir.name})" if len(results) > 1 else ""))
+    traces = [t for result in results for t in result.traces]
+    if traces:
+        typer.echo(f"analysing {len(traces)} trace(s)", err=True)
+        _run_report(folder, top)
+    typer.echo(f"run folder: {folder}")
 
 
 
@@ -72,12 +78,12 @@ def _run_report(run_dir, top: int) -> None:
     """Each rank's breakdown on the terminal, and report.html in the run folder."""
     from tracelab.ingest.loading import events
     from tracelab.reports.breakdown.breakdown import breakdown as analyse, summary
-    from tracelab.reports.text import BREAKDOWN_RENDERERS
+    from tracelab.reports.breakdown.breakdown_text import BREAKDOWN_RENDERERS
 
-    from tracelab.ingest.inputs import write_report
+    from tracelab.cli.html_report import write_report
 
     session = open_session([str(run_dir)], keep_events=True, digests=())
-    df = events(session.profiles)
+    df = events(session.runs[0].profiles)  # repeats: the first run's (report.html has every run)
     _emit(BREAKDOWN_RENDERERS["table"](summary(df), analyse(df, by="kernel", top=top), "kernel"))
     written = write_report(session, run_dir / "report.html", title=f"tracelab run {run_dir.name}")
     typer.echo(f"wrote {_shown(written)}", err=True)

@@ -8,7 +8,7 @@ capturing the step removes. Per run, the rank whose share is least. Pure."""
 from __future__ import annotations
 
 from ..fmt import duration
-from .finding import SECTIONS, Finding
+from ..findings.finding import SECTIONS, Finding
 
 MAX_BUSY_SHARE = 0.5  # the GPU busy at most this share of each step: the host sets the pace
 

@@ -14,8 +14,8 @@ from typing import Callable
 import pandas as pd
 
 from tracelab.ingest.results import of_run
-from ..stats import INTERVAL_LEVEL
-from ..stats.tests import median_difference
+from .stats import INTERVAL_LEVEL
+from .stats.tests import median_difference
 
 RankResults = list[dict]  # one dict per rank: run.json "results" values (tracelab/results.py)
 

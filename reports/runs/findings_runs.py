@@ -1,6 +1,6 @@
 """Findings between runs (reports/findings/findings.py's SOURCES): the kernel that differs most
 between runs or profilers beyond the noise, and what each profiler cost against a run under
-backend none. Each states what compare and reports/runs/runs.py decided, nothing more."""
+backend none. Each states what compare and reports/runtable.py decided, nothing more."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +11,8 @@ from tracelab.core.classify import classify_one
 
 from ..ranks import Input
 from ..fmt import duration
-from .finding import SECTIONS, Finding
-from ..runs.runs import cost_of, same_config
+from ..findings.finding import SECTIONS, Finding
+from ..runtable import cost_of, same_config
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
 NAME_CHARS = 80
