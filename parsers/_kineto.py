@@ -172,16 +172,17 @@ def process_groups(args: list) -> list[str]:
     return ["" if a is None or a.process_group is None else str(a.process_group) for a in args]
 
 
-def device_table(properties: Any, path: Path | str = "") -> dict[int, dict[str, Any]]:
-    """device index -> properties from Kineto's deviceProperties, units in the key names;
-    a TraceFormatError naming the entry and field whose value is of the wrong type."""
+def device_table(properties: Any, path: Path | str = "", key: str = "deviceProperties") -> dict[int, dict[str, Any]]:
+    """device index -> properties from Kineto's deviceProperties (or the older computeProperties,
+    named by `key`), units in the key names; a TraceFormatError naming the entry and field whose
+    value is of the wrong type."""
     devices: dict[int, dict[str, Any]] = {}
     if properties is not None and not isinstance(properties, list):
-        raise limits.TraceFormatError(path, f"deviceProperties is {type(properties).__name__}, not a list")
+        raise limits.TraceFormatError(path, f"{key} is {type(properties).__name__}, not a list")
     for i, props in enumerate(properties or []):
         if not isinstance(props, dict):
             continue
-        at = f"deviceProperties[{i}]"
+        at = f"{key}[{i}]"
         name = limits.text(path, f"{at}.name", props.get("name"), optional=True)
         major, minor = (limits.whole(path, f"{at}.{k}", props.get(k), (0, 1000), optional=True)
                         for k in ("computeMajor", "computeMinor"))

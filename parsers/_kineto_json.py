@@ -50,6 +50,7 @@ class Trace(msgspec.Struct):
     traceEvents: list[msgspec.Raw]
     schemaVersion: Any = None
     deviceProperties: Any = None
+    computeProperties: Any = None  # the key PyTorch's profiler wrote before deviceProperties
     distributedInfo: Any = None
     baseTimeNanoseconds: int | None = None
     cupti_version: Any = None

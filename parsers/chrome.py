@@ -154,6 +154,14 @@ def _memory(path: Path, instants: Instants, ops: Ops, annotations: Picked, origi
                                 _step_ranges(annotations, pid[m:], step_re))
 
 
+def _devices(trace: Trace, path: Path) -> dict[int, dict[str, Any]]:
+    """The device table from deviceProperties, or from computeProperties, the key PyTorch wrote
+    before it; a file with neither has no devices (the commands say the device is unknown)."""
+    if trace.deviceProperties is None and trace.computeProperties is not None:
+        return device_table(trace.computeProperties, path, "computeProperties")
+    return device_table(trace.deviceProperties, path)
+
+
 def _check_durations(path: Path, columns: dict[str, Any]) -> None:
     negative = np.flatnonzero(columns["dur_ns"] < 0)
     if len(negative):
@@ -366,7 +374,7 @@ def _meta(path: Path, trace: Trace, origin_ns: int) -> dict[str, Any]:
         "path": str(path), "source": "torch",
         "rank": rank, "world_size": world_size,
         "distributed_backend": limits.text(path, "distributedInfo.backend", dist.get("backend"), optional=True),
-        "devices": device_table(trace.deviceProperties, path),
+        "devices": _devices(trace, path),
         "trace_start_epoch_ns": epoch_ns if epoch_ns >= _MIN_EPOCH_NS else None,
         "start_origin": "first kept row (earliest GPU activity, or CPU operator when there is none)",
         "profiler_version": None if trace.schemaVersion is None else f"kineto schema {trace.schemaVersion}",

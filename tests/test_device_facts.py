@@ -65,6 +65,18 @@ def test_fix_fits_the_device(tmp_path, capsys, monkeypatch, name, major, minor, 
     assert not any(word in line for word in never)
 
 
+def test_the_older_compute_properties_key_names_the_device(tmp_path, capsys, monkeypatch):
+    """PyTorch's profiler wrote the device table as computeProperties before deviceProperties: a
+    V100 named there gets the V100's fix (fp16), as it does under the newer key."""
+    path = _as_device(tmp_path, {"name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0})
+    trace = json.loads(path.read_text())
+    trace["computeProperties"] = trace.pop("deviceProperties")
+    path.write_text(json.dumps(trace))
+    line = _finding(capsys, monkeypatch, path)
+    assert line is not None and "fp16 autocast" in line and "does not say which GPU" not in line
+    assert "TF32 (" not in line and "bf16 autocast" not in line
+
+
 def test_no_tensor_cores_no_finding(tmp_path, capsys, monkeypatch):
     """A Pascal GPU (sm_61) runs every GEMM on CUDA cores: there is nothing to move them to."""
     path = _as_device(tmp_path, {"name": "NVIDIA GeForce GTX 1080 Ti", "computeMajor": 6, "computeMinor": 1})

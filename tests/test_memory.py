@@ -331,3 +331,19 @@ def test_no_memory_events_prints_the_note_not_empty_tables(capsys):
     assert status == 0, err
     lines = " ".join(out.split())
     assert lines.startswith("note: ") and "no memory events in the trace" in lines and "peak per rank" not in lines
+
+
+def test_reserved_over_allocated_claims_the_excess_not_that_it_is_unusable(capsys):
+    """Kineto's totals say how much is reserved and not allocated, not whether a later request fits
+    those cached blocks: the finding states the excess, recomputed here from the JSON's CUDA samples
+    at the allocation peak, and names fragmentation only as the condition for its suggestion."""
+    from helpers import shared_trace
+    path = shared_trace("tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz")
+    with gzip.open(path, "rt") as f:
+        samples = [e["args"] for e in json.load(f)["traceEvents"]
+                   if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    peak = max(samples, key=lambda a: a["Total Allocated"])
+    excess_mib = (peak["Total Reserved"] - peak["Total Allocated"]) / 2**20
+    status, out, _ = run_cli_output(capsys, "memory", str(path))
+    assert status == 0 and f"keeps {excess_mib:.2f} MiB in free cached blocks" in out, out
+    assert "cannot use" not in out and "expandable_segments:True" in out

@@ -4,9 +4,11 @@ side by side, the peak per rank, the difference between runs, and what stands ou
 What stands out (each a sentence with its numbers, `found`):
 - imbalance: a rank whose peak is more than IMBALANCE (10%) and MIN_EXCESS_BYTES (8 MiB) above
   the median of the other ranks' peaks in its run (18% of 0.4 MiB is no finding);
-- fragmentation: at a rank's highest peak, reserved exceeds allocated by more than
-  FRAGMENTATION (20%) and MIN_EXCESS_BYTES: the caching allocator holds memory it cannot use for the next blocks;
-  `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` is the suggestion;
+- reserved over allocated: at a rank's highest peak, reserved exceeds allocated by more than
+  FRAGMENTATION (20%) and MIN_EXCESS_BYTES: the caching allocator holds that much in free cached
+  blocks. The totals cannot say whether a later request fits those blocks, so the finding claims the
+  excess, not that it is unusable; `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` is the
+  suggestion where it is fragmentation;
 - allocator calls inside steps: cudaMalloc/cudaFree (and kin) inside any step but the first
   (which may fill the cache): the caching allocator is missing (its cache emptied, a
   non-caching allocator, or sizes that never repeat); cudaFree synchronises the device.
@@ -117,8 +119,9 @@ def fragmentation(peaks: pd.DataFrame) -> list[tuple[str, int, dict]]:
                 or reserved - alloc < MIN_EXCESS_BYTES):
             continue
         out.append((f"{_of(row['input'])}rank {row['rank']} reserves {binary_size(reserved)} at its peak for {binary_size(alloc)} "
-                    f"allocated ({100 * (reserved / alloc - 1):.0f}% more): the caching allocator holds "
-                    f"{binary_size(reserved - alloc)} it cannot use (fragmentation); {EXPANDABLE} is the suggestion", 0,
+                    f"allocated ({100 * (reserved / alloc - 1):.0f}% more): the caching allocator keeps "
+                    f"{binary_size(reserved - alloc)} in free cached blocks; where later requests do not fit "
+                    f"them (fragmentation), {EXPANDABLE} lets segments grow instead", 0,
                     {"input": row["input"], "rank": int(row["rank"]), "reserved_bytes": int(reserved),
                      "allocated_bytes": int(alloc)}))
     return out

@@ -308,7 +308,14 @@ def host_names(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None) ->
     rank's host frame that covers its middle (the latest-begun of those covering it).
     `sorted_spans`: _sorted_spans by rank, filled as needed (a caller naming many steps' segments
     sorts each rank's spans once)."""
+    return _naming_spans(g, seg, sorted_spans)[0]
+
+
+def _naming_spans(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None):
+    """host_names, with the start and end (ns) of the span that names each host segment (-1 where
+    none does)."""
     names = seg["name"].to_numpy(dtype=object).copy()
+    start_ns, end_ns = np.full(len(seg), -1, np.int64), np.full(len(seg), -1, np.int64)
     host = np.flatnonzero((seg["category"] == "host").to_numpy())
     known = sorted_spans if sorted_spans is not None else {}
     for r in np.unique(seg["rank"].to_numpy()[host]).tolist():
@@ -326,17 +333,41 @@ def host_names(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None) ->
             k = at - back
             hit = (found < 0) & (k >= 0) & (s1[np.maximum(k, 0)] > mid)
             found[hit] = k[hit]
-        names[mine[found >= 0]] = label[found[found >= 0]]
-    return names
+        named = mine[found >= 0]
+        names[named] = label[found[found >= 0]]
+        start_ns[named], end_ns[named] = s0[found[found >= 0]], s1[found[found >= 0]]
+    return names, start_ns, end_ns
+
+
+def _named_pieces(g: Graph, seg: pd.DataFrame, spans: dict, rounds: int = 8) -> pd.DataFrame:
+    """The segments with `name`, each host segment cut at the bounds of the span that names it,
+    the pieces outside named again (by the span that holds them, a parent or none): a name is
+    never given more of a segment than its span lasts."""
+    names, s0, s1 = _naming_spans(g, seg, spans)
+    seg = seg.assign(name=names)
+    for _ in range(rounds):
+        t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
+        over = (s0 >= 0) & (t0 < t1) & ((t0 < s0) | (t1 > s1))
+        if not over.any():
+            break
+        cut = seg[over]
+        inside = cut.assign(t0_ns=np.maximum(t0[over], s0[over]), t1_ns=np.minimum(t1[over], s1[over]))
+        before = cut[t0[over] < s0[over]].assign(t1_ns=s0[over][t0[over] < s0[over]])
+        after = cut[t1[over] > s1[over]].assign(t0_ns=s1[over][t1[over] > s1[over]])
+        rest = pd.concat([before, after], ignore_index=True)
+        names_rest, r0, r1 = _naming_spans(g, rest, spans)
+        seg = pd.concat([seg[~over], inside, rest.assign(name=names_rest)], ignore_index=True)
+        s0 = np.concatenate([s0[~over], s0[over], r0])
+        s1 = np.concatenate([s1[~over], s1[over], r1])
+    return seg
 
 
 def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -> dict[int, list[dict]]:
     """Per step, the `n` (category, rank, name) with the most path time in its window (host
-    time under the host span that holds it: host_names)."""
+    time under the host span that holds it, never more than that span lasts: _named_pieces)."""
     out, spans = {}, {}
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
-        seg = paths[int(step)].segments
-        seg = seg.assign(name=host_names(g, seg, spans))
+        seg = _named_pieces(g, paths[int(step)].segments, spans)
         ns = np.clip(np.minimum(seg["t1_ns"], e) - np.maximum(seg["t0_ns"], b), 0, None).to_numpy()
         frame = seg.assign(ns=ns)[ns > 0]
         agg = frame.groupby(["category", "rank", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(n)
