@@ -293,9 +293,10 @@ def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
 
 
 @pytest.mark.parametrize("name", FAST + ["idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys"])
-def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
-    """replay.in_order (issue 30: CPU threads taking turns for thousands of rounds) gives every
-    node the start and end the rounds of whole-chain solves give, under every default scenario."""
+def test_the_replay_by_stretches_equals_the_chain_rounds_and_the_node_by_node(name, monkeypatch):
+    """The cold replay (replay.by_frontier: each chain solved a stretch at a time, each node once)
+    gives every node the start and end that whole-chain rounds from the measured times give, and
+    that replay.in_order (node by node, in Python) gives, under every default scenario."""
     from tracelab.reports.whatif import replay as rp
     from tracelab.reports.whatif.analyse import default_scenarios
 
@@ -306,11 +307,13 @@ def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
         params.append(measured(g))
         scenario.apply(g, params[-1])
     for p in params:
-        rounds = replay(g, p)
+        stretches = replay(g, p)
+        rounds = replay(g, p, cold=False)
         monkeypatch.setattr(rp, "WORK_PER_NODE", 0)  # after the first chain's solve, node by node
-        by_node = replay(g, p)
+        by_node = replay(g, p, cold=False)
         monkeypatch.setattr(rp, "WORK_PER_NODE", 1 << 40)
-        assert np.array_equal(rounds.start_ns, by_node.start_ns) and np.array_equal(rounds.end_ns, by_node.end_ns)
+        for other in (rounds, by_node):
+            assert np.array_equal(stretches.start_ns, other.start_ns) and np.array_equal(stretches.end_ns, other.end_ns)
 
 
 def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):
