@@ -25,7 +25,7 @@ from .topics import TOPICS
 RANK_DIGESTS = {name: fn for topic in TOPICS for name, fn in topic.digest_fns().items()}
 # the digests each output reads; a command asks its workers for these only (the report: all)
 COMPARISON = ("sums", "noise", "has_times", "waits", "timeline", "comm_kernels")  # compare's table and verdict
-FINDINGS = tuple(n for n in RANK_DIGESTS if n not in ("span", "segments"))  # all but the timeline figure's
+FINDINGS = tuple(n for n in RANK_DIGESTS if n not in ("span", "segments", "gate"))  # all but the timeline figure's and the gate's
 PERFETTO = ("sums", "has_times", "first_ns", "waits")  # export perfetto: sizes, clocks, steps
 
 

@@ -10,7 +10,8 @@ that read it (no import cycle), and the workers never import plotly.
 
     digests:  a dict name -> fn(rank: RankData), picklable for the workers
     findings: fn(ev: findings.Evidence) -> list[Finding]
-    section:  fn(inputs, figure, table, comparison) -> list[str]  (HTML fragments, in TOPICS order)
+    section:  fn(inputs, figure, table, comparison, runs) -> list[str]  (HTML fragments, in TOPICS order;
+              runs: the report's (run folder name, run.json))
     command:  a tracelab.cli.commands.topic.Command: `tracelab <name>`'s options, analysis and renderers
               (the CLI imports it when it runs, never a worker; its module imports the analysis only
               when the command runs)
@@ -106,6 +107,8 @@ TOPICS: tuple[Topic, ...] = (
                     "fixes.ddp:ddp_findings", "fixes.loader:loader_findings", "fixes.stall:stall_findings")),
     Topic("memory", "memory.memory:DIGESTS", findings=("memory.findings:memory_findings",),
           section="memory.memory_html:sections", command="memory.command:COMMAND"),
+    # each later run against the first, in the report (its command, `tracelab gate`, takes sides: cli/commands/gate.py)
+    Topic("gate", "gate.samples:DIGESTS", section="gate.gate_html:sections"),
 )
 
 # the order `tracelab --help` lists the topics' commands in (TOPICS' order is the report's); a topic

@@ -123,30 +123,37 @@ def markdown(g: Gate) -> str:
 
 
 PAGE_STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
-h1{font-size:22px}h1.pass{color:#17692e}h1.fail{color:#a11}h2{font-size:16px;margin-top:24px}
+h1{font-size:22px}h1.pass{color:#17692e}h1.fail{color:#a11}h2,h3{font-size:16px;margin-top:24px}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #eee;text-align:right}
 td:first-child,th:first-child,td:nth-child(5){text-align:left}th{background:#f4f4f4}
 tr.fail td{background:#fde2e2;font-weight:600}tr.warn td{background:#fff8e6}p.note{color:#555;font-size:13px}"""
 
 
-def html_page(g: Gate) -> str:
-    """One self-contained page (no script, nothing fetched): the verdict first, the table of every
-    metric (a row's class: fail, warn or ok), then why each regression happened, then the notes."""
+def html_fragment(g: Gate, title: str = "tracelab gate", heading: str = "h1") -> str:
+    """The gate as one <section> (no script): the verdict under `title` in a `heading`, the table
+    of every metric (a row's class: fail, warn or ok), then why each regression happened, then
+    the notes. The gate's page holds it alone; the HTML report holds one per candidate run."""
     e = html.escape
-    head = "tracelab gate: " + ("pass" if g.passed else f"FAIL ({len(g.regressions)} regressions)")
+    head = f"{title}: " + ("pass" if g.passed else f"FAIL ({len(g.regressions)} regressions)")
     rows = "".join(f'<tr class="{_status(m).lower()}">' + "".join(f"<td>{e(c)}</td>" for c in _row(m)) + "</tr>"
                    for m in g.metrics)
-    why = "".join(f'<h2>{e(m.metric)} {e(m.verdict)} by {share_text(m.relative)}; why:</h2><ul class="why">'
+    why = "".join(f'<h3>{e(m.metric)} {e(m.verdict)} by {share_text(m.relative)}; why:</h3><ul class="why">'
                   + "".join(f"<li>{e(line)}</li>" for line in cause_lines(m) or ["nothing in the traces explains it"])
                   + "</ul>" for m in g.regressions)
     notes = "".join(f'<p class="note">{e(n.text)}</p>' for n in g.notes)
-    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
-            "content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-            f"<title>{e(head)}</title><style>{PAGE_STYLE}</style></head><body>"
-            f'<section id="gate"><h1 class="{"pass" if g.passed else "fail"}">{e(head)}</h1>'
+    return (f'<section class="gate"><{heading} class="{"pass" if g.passed else "fail"}">{e(head)}</{heading}>'
             f"<p>Baseline: {e(', '.join(g.baseline))}; candidate: {e(', '.join(g.candidate))}.</p>"
             f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in HEADER)}</tr></thead><tbody>{rows}</tbody></table>"
-            f"{why}{notes}</section></body></html>\n")
+            f"{why}{notes}</section>")
+
+
+def html_page(g: Gate) -> str:
+    """One self-contained page (no script, nothing fetched): the gate's fragment alone."""
+    head = "tracelab gate: " + ("pass" if g.passed else f"FAIL ({len(g.regressions)} regressions)")
+    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+            "content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<title>{html.escape(head)}</title><style>{PAGE_STYLE}</style></head><body>"
+            f'<div id="gate">{html_fragment(g)}</div></body></html>\n')
 
 
 RENDERERS = {"table": table, "json": json_text, "junit": junit, "markdown": markdown, "html": html_page}

@@ -55,6 +55,7 @@ def rank_gate(rank: RankData) -> RankGate:
     return RankGate(steps, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame())
 
 
+DIGESTS = {"gate": rank_gate}  # made for the report and the gate command only (reports/ranks.FINDINGS leaves it out)
 GATE_DIGESTS = ("idle", "memory")  # the registry's digests the gate reads beside its own
 
 

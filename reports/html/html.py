@@ -46,6 +46,7 @@ p.shared{font-size:13px;color:#444;overflow-wrap:anywhere}
 dl.run{display:grid;grid-template-columns:repeat(3,1fr);gap:2px 24px;font-size:13px;margin:4px 0 8px}
 dl.run div{display:flex;gap:8px;border-bottom:1px solid #eee;padding:2px 0}dl.run dt{font-weight:600;min-width:140px}
 dl.run dd{margin:0;overflow-wrap:anywhere}dl.run div.wide{grid-column:1/-1}
+section.gate .pass{color:#17692e}section.gate .fail{color:#a11}section.gate tr.fail td{background:#fde2e2;color:#222}section.gate tr.warn td{background:#fff8e6}
 """ + scopetree.TREE_STYLE
 
 def script_json(value: Any) -> str:
@@ -250,7 +251,7 @@ def render(inputs: list[Input], paths: list[str], info: dict | None = None, titl
     if plots:
         body += ['<h2 id="workload">Workload figures</h2>'] + [_figure(figs, fig, note) for note, fig in plots]
     if c is not None:
-        body += _sections(inputs, c, figs)
+        body += _sections(inputs, c, figs, runs)
     body += ['<h2 id="runs">Runs</h2>' if len(runs) > 1 else '<h2 id="runs">Run</h2>']
     body += [_runs_html(runs)] if runs else []
     body += [_inputs_html(inputs, paths, perfetto)]
@@ -311,7 +312,7 @@ def findings_html(found: list[Finding], inputs: list[Input] = ()) -> str:
     return f'<section id="findings"><h2>Findings</h2><ol>{items}</ol>{data}</section>'
 
 
-def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list[str]:
+def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict], runs: list[tuple[str, dict]]) -> list[str]:
     events = figures.labelled_events(inputs)
     drawn, note = side_by_side.drawn(inputs)
     what = c.measured
@@ -330,7 +331,7 @@ def _sections(inputs: list[Input], c: Comparison, figs: dict[str, dict]) -> list
     out += _timeline_sections(inputs, c, figs, drawn, note) + _tree_sections(inputs)
     for topic in TOPICS:  # each topic's own section (reports/topics.py), in their order
         if render_section := topic.section_renderer():
-            out += render_section(inputs, lambda fig, note: _figure(figs, fig, note), table, c)
+            out += render_section(inputs, lambda fig, note: _figure(figs, fig, note), table, c, runs)
     if len(c.skew):
         out += ['<h2 id="skew">Collective skew across ranks</h2>', table(c.skew, figures.SKEW_COLUMNS)]
     if len({i.group for i in inputs}) > 1 or len({i.source for i in inputs}) > 1:

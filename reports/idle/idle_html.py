@@ -78,7 +78,8 @@ def _bound_lines(steps: pd.DataFrame) -> list[str]:
     return [f"<p>{escape(', '.join(labels))}: {escape(text)}</p>" for text, labels in said.items()]
 
 
-def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None) -> list[str]:
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None,
+             runs=()) -> list[str]:
     """The idle section for the timed inputs (above SHOWN_INPUTS the outlier ranks and the
     first ones), or nothing when none is. `comparison`: unused (reports/topics.py's section signature)."""
     timed = [i for i in inputs if i.timed]

@@ -71,7 +71,8 @@ def _peak_marker(name: str, d: RankMemory, color: str) -> dict:
             "text": [text], "hovertemplate": "%{text}<extra></extra>"}
 
 
-def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None) -> list[str]:
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None,
+             runs=()) -> list[str]:
     """The memory section, or nothing where no input could have memory events at all."""
     have, notes = with_memory(inputs)
     if not have:

@@ -80,7 +80,8 @@ def _coverage_spread(digests: list[tuple[str, dict]]) -> str:
             f"(median {shares.median():.1f}%); device {', '.join(devices)}")
 
 
-def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable, comparison=None) -> list[str]:
+def sections(inputs, figure_html: Callable[[dict, str], str], table: Callable, comparison=None,
+             runs=()) -> list[str]:
     """The roofline section; above MANY_RANKS inputs, the coverage as one line and the plots and
     table of the drawn ranks only (the outlier ranks, then the first: side_by_side.drawn).
     `comparison`: unused (reports/topics.py's section signature)."""

@@ -104,7 +104,7 @@ def _who_waits_table(w: Waits, table: Callable) -> list[str]:
     return ([f'<p class="note">{escape(line)}</p>'] if line else []) + [table(ww, columns)]
 
 
-def section(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison) -> list[str]:
+def section(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison, runs=()) -> list[str]:
     """The report's steps section (reports/topics.py), each run's Waits from the Comparison."""
     return sections(inputs, figure, table, comparison.waits)
 

@@ -42,7 +42,8 @@ HEAD = ('<h2 id="whatif">What should I fix first? The critical path and what-if 
         f"unchanged replay is more than {100 * MAX_ERROR:.0f}% off its measured time claims no saving.</p>")
 
 
-def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None) -> list[str]:
+def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None,
+             runs=()) -> list[str]:
     """The what-if section, one part per run (`Input.group`); nothing where no input is timed
     and none says why. `comparison`: unused (reports/topics.py's section signature)."""
     out = []

@@ -101,11 +101,11 @@ def _sides(paths: list[str], baseline: list[str], candidate: list[str]) -> tuple
 
 def side_samples(paths: list[str], options) -> list:
     """Each run of one side (its paths, repeats expanded) as RunSamples (reports/gate/samples.py)."""
-    from tracelab.reports.gate.samples import GATE_DIGESTS, rank_gate, run_samples
+    from tracelab.reports.gate.samples import GATE_DIGESTS, run_samples
     from tracelab.reports.ranks import rank_digests
     from tracelab.ingest.session import SNAPSHOT
 
-    session = open_session(paths, options, digests={"gate": rank_gate, **rank_digests(GATE_DIGESTS)})
+    session = open_session(paths, options, digests=rank_digests(("gate", *GATE_DIGESTS)))
     runs = [r for r in session.runs if r.kind != SNAPSHOT]
     for r in session.runs:
         if r.kind == SNAPSHOT:
