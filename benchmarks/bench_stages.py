@@ -21,6 +21,8 @@ time, exclusive: a stage inside another counts only for itself):
     frame       the events frame: coerce, sort, validate (chrome._frame)
     classify    kernel and op_class (classify.classified)
     digest:NAME each per-rank digest the command asks of load_many (reduce), by name
+    replay      whatif's replays (reports/whatif/replay.py, as analyse calls it)
+    whatif      the rest of whatif's analysis: join, windows, critical paths, scenarios
     render      everything else: combining the ranks, the analyses and the output
 
 The floor is the least any msgspec reader pays: gunzip plus msgspec's split of `traceEvents`
@@ -63,6 +65,8 @@ STAGES = [
     ("cache", "tracelab.ingest.cache", "get"),
     ("cache", "tracelab.ingest.cache", "put"),
     ("classify", "tracelab.core.classify", "classified"),
+    ("replay", "tracelab.reports.whatif.analyse", "replay"),
+    ("whatif", "tracelab.reports.whatif.analyse", "whatif"),
 ]
 IMPORTS = ["pandas", "numpy", "msgspec", "tracelab.cli", "tracelab.parsers.chrome", "tracelab.parsers.nsys",
            "tracelab.parsers.hatchet", "tracelab.ingest.inputs"]

@@ -4,7 +4,7 @@ the profiler and without it (reports/whatif/profiler_cost.py holds the constants
 `tracelab run` times the profiled steps once more with the profiler off in the same processes
 (results: unprofiled_step_ns, profiled_step_ns per rank), so each profiled run folder is a pair.
 Per rank, the profiler's cost per step is profiled_step_ns - unprofiled_step_ns, and the trace
-says what it recorded per step (CPU operators, launch calls, ranges: profiler_cost.step_counts).
+says what it recorded per step (CPU operators, launch calls, ranges: nodes.step_counts).
 Per profiler configuration (torch with and without record_shapes and profile_memory, nsys,
 proton; cpu or gpu), the per-event costs are the non-negative least squares fit
 (numpy's least squares over each subset of the kinds, the best with no negative cost:
@@ -37,7 +37,8 @@ import pandas as pd
 
 import tracelab
 from tracelab.ingest.results import of_run
-from tracelab.reports.whatif.profiler_cost import COUNTED, config_of, step_counts
+from tracelab.reports.whatif.nodes import step_counts
+from tracelab.reports.whatif.profiler_cost import COUNTED, config_of
 from tracelab.run.backends import BACKENDS, RECORD_SHAPES_ENV
 
 _TRAIN = ["train", "--ranks", "1"]

@@ -14,10 +14,9 @@ import pytest
 
 import tracelab
 from tracelab.core import classify, schema
-from tracelab.core.meta import Meta
 from tracelab.reports.whatif import profiler_cost as pc
 from tracelab.reports.whatif.analyse import whatif
-from tracelab.reports.whatif.nodes import rank_graph
+from tracelab.reports.whatif.nodes import rank_graph, step_counts
 
 from helpers import host_rows, kernel_rows, run_cli_output, strict_json
 
@@ -162,7 +161,7 @@ def test_kineto_meta_says_whether_shapes_were_recorded() -> None:
 
 def test_step_counts_are_the_rows_of_each_step() -> None:
     p = tracelab.load(DATA / "train-1gpu-steps-torch/rank0.pt.trace.json.gz")
-    counts = pc.step_counts(p.events, p.host, p.meta).set_index("step")
+    counts = step_counts(p.events, p.host, p.meta).set_index("step")
     steps = p.host[p.host["kind"] == "step"]
     for _, s in steps.iterrows():
         k = int(str(s["name"]).split()[-1])

@@ -143,6 +143,23 @@ def test_the_last_rank_to_arrive_sets_the_transfer_and_balance_removes_it() -> N
     assert out["balance"] == 120 and out["busbw"] == 170
 
 
+def test_balance_leaves_a_rank_of_no_work_as_it_is() -> None:
+    """A step where one rank's work takes no time (kernels of 0 ns): its factor is no number;
+    balance leaves that rank as it was, without a numpy cast of NaN (a warning under -W error)."""
+    import warnings
+
+    coll = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    r0 = kernel_rows([("w", 7, 10, 0, 0, 1), (coll, 7, 20, 60, 2, 1)], rank=0)
+    r1 = kernel_rows([("w", 7, 10, 150, 0, 1), (coll, 7, 160, 10, 2, 1)], rank=1)
+    host = host_rows([("step", "step 0", 0, 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = whatif({0: rank_graph(r0, host, 0), 1: rank_graph(r1, host, 1)}, {0: 0, 1: 0}, ["balance"])
+    out = {r.name: r.predicted_ns for r in w.scenarios.itertuples()}
+    # the lower median of (0, 150) is 0: rank 1 scaled to 0 ns of work, rank 0 (no work) unchanged
+    assert out["balance"] < w.steps.iloc[0]["step_ns"]
+
+
 def test_removing_the_late_ranks_extra_work_saves_at_most_that_work() -> None:
     graphs, epochs, profiles = _graphs(DATA / "gloo-2cpu-late")
     w = whatif(graphs, epochs, ["remove:extra_work@1"])
@@ -276,9 +293,10 @@ def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
 
 
 @pytest.mark.parametrize("name", FAST + ["idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys"])
-def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
-    """replay.in_order (issue 30: CPU threads taking turns for thousands of rounds) gives every
-    node the start and end the rounds of whole-chain solves give, under every default scenario."""
+def test_the_replay_by_stretches_equals_the_chain_rounds_and_the_node_by_node(name, monkeypatch):
+    """The cold replay (replay.by_frontier: each chain solved a stretch at a time, each node once)
+    gives every node the start and end that whole-chain rounds from the measured times give, and
+    that replay.in_order (node by node, in Python) gives, under every default scenario."""
     from tracelab.reports.whatif import replay as rp
     from tracelab.reports.whatif.analyse import default_scenarios
 
@@ -289,11 +307,13 @@ def test_the_node_by_node_replay_equals_the_chain_rounds(name, monkeypatch):
         params.append(measured(g))
         scenario.apply(g, params[-1])
     for p in params:
-        rounds = replay(g, p)
+        stretches = replay(g, p)
+        rounds = replay(g, p, cold=False)
         monkeypatch.setattr(rp, "WORK_PER_NODE", 0)  # after the first chain's solve, node by node
-        by_node = replay(g, p)
+        by_node = replay(g, p, cold=False)
         monkeypatch.setattr(rp, "WORK_PER_NODE", 1 << 40)
-        assert np.array_equal(rounds.start_ns, by_node.start_ns) and np.array_equal(rounds.end_ns, by_node.end_ns)
+        for other in (rounds, by_node):
+            assert np.array_equal(stretches.start_ns, other.start_ns) and np.array_equal(stretches.end_ns, other.end_ns)
 
 
 def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):

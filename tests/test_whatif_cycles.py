@@ -12,7 +12,7 @@ from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.cycles import find_cycle
 from tracelab.reports.whatif.join import join
-from tracelab.reports.whatif.nodes import GPU, SYNC
+from tracelab.reports.whatif.kinds import GPU, SYNC
 from tracelab.reports.whatif.replay import ReplayError, measured, replay
 
 from helpers import host_rows, kernel_rows

@@ -19,7 +19,8 @@ from tracelab.core.note import Note
 
 from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
-from .nodes import COLL, RankGraph
+from .kinds import COLL
+from .nodes import RankGraph
 from .profiler_cost import NodeCosts, deflate, graph_costs
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay

@@ -21,7 +21,7 @@ import numpy as np
 from tracelab.core.note import Note
 
 from .join import Graph
-from .nodes import COLL, GPU
+from .kinds import COLL, GPU
 
 MIN_LAYERED = 3  # sandwiched collectives per step and rank from which the step is layered (TP)
 FUSED_WORDS = ("hiding them takes a fused or chunked kernel (AG-GEMM / GEMM-RS: the overlap workload), which our "

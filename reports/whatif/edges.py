@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .nodes import COLL, GPU, HOST_OP, NONE, SYNC, RankGraph
+from .kinds import COLL, GPU, HOST_OP, NONE, SYNC
+from .nodes import RankGraph
 
 UNEXPLAINED_NS = 20_000
 TAIL_NS = 200_000  # an op may start this long before a running op of another stream ends (its SMs freeing)

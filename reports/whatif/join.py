@@ -19,7 +19,8 @@ from ..timeline import collectives as C
 from ..timeline.intervals import clock_offsets
 from .cycles import break_cycles
 from .edges import Edges, chain_order, rank_edges
-from .nodes import COLL, NONE, RankGraph
+from .kinds import COLL, NONE
+from .nodes import RankGraph
 
 
 @dataclass

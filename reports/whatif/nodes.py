@@ -33,13 +33,10 @@ from tracelab.core.schema import RankData, kind_mask, str_array
 from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
-from .profiler_cost import Config, config_of, node_counts
+from .profiler_cost import COUNTED, RANGE_KINDS, Config, config_of, node_counts
 from ..timeline.stalls import host_stalls, shared_stalls
 
-# node kinds
-LAUNCH, SYNC, HOST_OP, GPU, COLL = 0, 1, 2, 3, 4
-KIND_NAMES = ("launch", "sync", "host op", "gpu", "collective")
-NONE = -1
+from .kinds import COLL, GPU, HOST_OP, LAUNCH, NONE, SYNC
 _CPU_COLL = re.compile(CPU_COLLECTIVE)
 _STEP_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
@@ -49,7 +46,7 @@ class RankGraph:
     """One rank's nodes (arrays of equal length, own clock) and what the builder noted."""
 
     rank: int
-    kind: np.ndarray  # int8, KIND_NAMES
+    kind: np.ndarray  # int8, kinds.KIND_NAMES
     chain: np.ndarray  # int32, index into chain_labels
     start_ns: np.ndarray  # int64 measured
     end_ns: np.ndarray
@@ -292,3 +289,22 @@ class RankGraphReduce:
         if meta.source == "proton":
             graph.notes.append(Note("no_timeline"))
         return graph
+
+
+def step_counts(events: pd.DataFrame, host: pd.DataFrame | None, meta) -> pd.DataFrame:
+    """Per step of one rank (its host step ranges): the CPU operators, launch calls and ranges the
+    profiler recorded in it (columns step, *COUNTED). A proton trace has no timeline: one row
+    (step -1) of its kernel launches per step covered (meta.steps), no operators or ranges."""
+    if meta.source == "proton":
+        launches = float(events["count"].fillna(1).sum()) / max(meta.steps or 1, 1)
+        return pd.DataFrame({"step": [-1], "cpu_ops": [0.0], "launches": [launches], "ranges": [0.0]})
+    _, steps = _spans(host)
+    out = pd.DataFrame({"step": steps["step"].to_numpy()}).drop_duplicates().reset_index(drop=True)
+    for name, kinds in (("cpu_ops", ("cpu_op",)), ("ranges", RANGE_KINDS)):
+        rows = host[kind_mask(host, kinds)] if host is not None else host
+        at = _step_of(rows["start_ns"].to_numpy(np.int64), steps) if rows is not None else np.empty(0, np.int64)
+        out[name] = out["step"].map(pd.Series(at).value_counts()).fillna(0).to_numpy(np.float64)
+    launched = events[events["launch_start_ns"].notna()]  # each GPU op a launch call started
+    per = launched["step"].dropna().astype(np.int64).value_counts()
+    out["launches"] = out["step"].map(per).fillna(0).to_numpy(np.float64)
+    return out[["step", *COUNTED]]

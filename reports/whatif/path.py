@@ -33,7 +33,7 @@ import pandas as pd
 
 from .chase import Chase
 from .join import Graph
-from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import NEG, Params, Replayed, _group_max, _groups
 
 CATEGORIES = ("compute", "copy", "comm", "launch", "host", "sync", "wait", "other")

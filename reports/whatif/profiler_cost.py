@@ -27,6 +27,7 @@ import pandas as pd
 from tracelab.core.schema import kind_mask
 
 from .bands import Band
+from .kinds import HOST_OP, LAUNCH, SYNC
 
 RANGE_KINDS = ("range", "step")  # user annotations, NVTX ranges, the step ranges themselves
 COUNTED = ("cpu_ops", "launches", "ranges")
@@ -114,27 +115,6 @@ def config_of(meta, memory: pd.DataFrame | None, gpu: bool) -> Config:
     return Config(meta.source, None if shapes is None else bool(shapes), mem, "gpu" if gpu else "cpu")
 
 
-def step_counts(events: pd.DataFrame, host: pd.DataFrame | None, meta) -> pd.DataFrame:
-    """Per step of one rank (its host step ranges): the CPU operators, launch calls and ranges the
-    profiler recorded in it (columns step, *COUNTED). A proton trace has no timeline: one row
-    (step -1) of its kernel launches per step covered (meta.steps), no operators or ranges."""
-    from .nodes import _spans, _step_of  # the graph's own step ranges and step of a time
-
-    if meta.source == "proton":
-        launches = float(events["count"].fillna(1).sum()) / max(meta.steps or 1, 1)
-        return pd.DataFrame({"step": [-1], "cpu_ops": [0.0], "launches": [launches], "ranges": [0.0]})
-    _, steps = _spans(host)
-    out = pd.DataFrame({"step": steps["step"].to_numpy()}).drop_duplicates().reset_index(drop=True)
-    for name, kinds in (("cpu_ops", ("cpu_op",)), ("ranges", RANGE_KINDS)):
-        rows = host[kind_mask(host, kinds)] if host is not None else host
-        at = _step_of(rows["start_ns"].to_numpy(np.int64), steps) if rows is not None else np.empty(0, np.int64)
-        out[name] = out["step"].map(pd.Series(at).value_counts()).fillna(0).to_numpy(np.float64)
-    launched = events[events["launch_start_ns"].notna()]  # each GPU op a launch call started
-    per = launched["step"].dropna().astype(np.int64).value_counts()
-    out["launches"] = out["step"].map(per).fillna(0).to_numpy(np.float64)
-    return out[["step", *COUNTED]]
-
-
 def node_counts(start_ns: np.ndarray, end_ns: np.ndarray, host_node: np.ndarray, host: pd.DataFrame | None,
                 node_tid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per node of one rank's graph, the events (columns COUNTED) the profiler recorded in the
@@ -219,8 +199,6 @@ def deflate(g, p, costs: NodeCosts) -> None:
     """Takes the profiler's cost out of replay Params `p` (module docstring): each host node's
     duration loses what was recorded inside it, its gap what was recorded before it and what its
     duration could not hold, neither below 0."""
-    from .nodes import HOST_OP, LAUNCH, SYNC
-
     host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
     cut_dur = np.where(host, np.minimum(costs.inside_ns, np.maximum(p.dur_ns, 0)), 0)
     rest = costs.before_ns + costs.inside_ns - cut_dur  # a call's records that its own time cannot hold

@@ -8,12 +8,14 @@ collective (the last rank's arrival, plus its own transfer) holds it.
 
 Along one chain that is a max-plus recurrence, e[i] = max(e[i-1] + gap[i] + dur[i], b[i])
 with b[i] the node's own bound from other chains, solved for a whole chain at once:
-e = C + cummax(b - C), C the running sum of gap + dur. Chains are solved in turn until no
-chain changes (a chain is solved again only when a chain it reads from changed); the graph
-has no cycle (checked first: cycles.py), so that ends after as many rounds as the longest
-path switches chains. Where that is thousands of rounds (threads that take turns at every
-collective), `in_order` solves the same recurrence once per node, each as soon as what it reads
-is known: the same answer, since a graph without cycles has one.
+e = C + cummax(b - C), C the running sum of gap + dur. From nothing known (`cold`), each
+chain is solved one stretch at a time (`by_frontier`): as far as the nodes it reads are known,
+in the chain-by-chain order of cycles.py, so every node is solved once and the cost stays
+linear in the trace, however often the longest path switches chains. From the measured times
+(`cold=False`, where little changes), chains are solved whole, in turn, until none changes (a
+chain again only when a chain it reads from changed); where that takes thousands of rounds,
+`in_order` solves the same recurrence once per node in Python. All give the same answer, since
+a graph without cycles (checked first: cycles.py) has one.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .cycles import ReplayError, check
+from .cycles import ReplayError, _cross, _positions, check
 from .edges import EdgeArrays
 from .join import Graph
 
@@ -85,6 +87,9 @@ def replay(g: Graph, p: Params, cold: bool = True) -> Replayed:
     chain_of[order] = np.repeat(np.arange(len(chains)), [len(c) for c in chains])
     readers = _Readers(chains, src, chain_of, p.group)  # made when a chain first changes (never, where none does)
     prepared = [_prepare(idx, g, p, src) for idx in chains]
+    if cold:
+        s[:n], e[:n], rounds = by_frontier(g, p, chains, prepared)
+        return Replayed(s[:n], e[:n], order, pred, rounds)
     gr = _groups(p.group)
     dirty = set(range(len(chains)))
     rounds, work = 0, 0
@@ -132,6 +137,94 @@ def _solve(idx: np.ndarray, c: dict[str, np.ndarray], s: np.ndarray, e: np.ndarr
         return False
     s[idx], e[idx] = start, end
     return True
+
+
+def by_frontier(g: Graph, p: Params, chains: list[np.ndarray], prepared: list[dict[str, np.ndarray]]
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every node's start and end, and the passes taken: each chain solved one stretch at a time,
+    as far as the nodes its stretch reads are known (its cross edges, by target place: _Frontier),
+    so each node once; a stretch's recurrence picks up from the end before it."""
+    n = len(g)
+    f = _Frontier(g, p, len(chains))
+    s, e, x = np.full(n + 1, NEG, np.int64), np.full(n + 1, NEG, np.int64), np.full(n + 1, NEG, np.int64)
+    gmax = np.full(max(int(p.group.max()) + 1, 1) if n else 1, NEG, np.int64)
+    passes = 0
+    while f.left():
+        passes += 1
+        moved = False
+        for c in f.open_chains():
+            while (v1 := f.reach(c)) > f.done[c]:
+                _stretch(chains[c], prepared[c], f.done[c], v1, s, e, x, gmax)
+                f.done[c], moved = v1, True
+        if not moved:
+            raise ReplayError(None, "the replay did not settle: the graph has a cycle")
+    return s[:n], e[:n], passes
+
+
+class _Frontier:
+    """Per chain, its vertices done (2 per node: start, end, in chain order) and its cross edges
+    sorted by target place, with a pointer to the first not yet passed."""
+
+    def __init__(self, g: Graph, p: Params, count: int):
+        cidx, pos, self.length = _positions(g, p.chain)
+        x = _cross(p, p.group)
+        vdst, dchain = 2 * pos[x.dst] + x.dst_end, cidx[x.dst]
+        by = np.lexsort((vdst, dchain))
+        self.vdst, self.vsrc, self.schain = vdst[by], (2 * pos[x.src] + x.src_end)[by], cidx[x.src][by]
+        self.bounds = np.searchsorted(dchain[by], np.arange(count + 1)).tolist()
+        self.ptr = self.bounds[:-1]
+        self.done = np.zeros(count, np.int64)
+        self.blocked = [(-1, 0)] * count  # the source chain and vertex a chain last waited on
+
+    def left(self) -> bool:
+        return bool((self.done < self.length).any())
+
+    def open_chains(self) -> list[int]:
+        """The chains not done whose last wait is over."""
+        return [c for c in np.flatnonzero(self.done < self.length).tolist()
+                if self.blocked[c][0] < 0 or self.done[self.blocked[c][0]] > self.blocked[c][1]]
+
+    def reach(self, c: int) -> int:
+        """How many of chain c's vertices are known now: up to its first cross edge from a
+        vertex not done, looked for in windows that double (each edge passed once)."""
+        j, end, width = self.ptr[c], self.bounds[c + 1], 64
+        while j < end:
+            hi = min(end, j + width)
+            ok = self.done[self.schain[j:hi]] > self.vsrc[j:hi]
+            if not ok.all():
+                j += int(ok.argmin())
+                break
+            j, width = hi, 2 * width
+        self.ptr[c] = j
+        if j == end:
+            self.blocked[c] = (-1, 0)
+            return int(self.length[c])
+        self.blocked[c] = (int(self.schain[j]), int(self.vsrc[j]))
+        return int(self.vdst[j])
+
+
+def _stretch(idx: np.ndarray, c: dict[str, np.ndarray], v0: int, v1: int, s: np.ndarray, e: np.ndarray,
+             x: np.ndarray, gmax: np.ndarray) -> None:
+    """_solve's recurrence over one chain's vertices v0..v1-1 (vertex 2k: node k's start, 2k+1: its
+    end), every node they read known: the starts' own bounds, then the ends (the running max picked
+    up from the end before), then the starts, each after its predecessor's end."""
+    sa, sb, ea, eb = (v0 + 1) // 2, (v1 + 1) // 2, v0 // 2, v1 // 2
+    ks, ke = slice(sa, sb), slice(ea, eb)
+    x[idx[ks]] = np.maximum(np.maximum(c["anchor"][ks], s[c["xs"][ks]] + c["xs_off"][ks]), e[c["xe"][ks]] + c["xe_off"][ks])
+    if eb > ea:
+        y = e[c["y"][ke]] + c["y_off"][ke]
+        if c["grouped"]:  # the collective's members' starts are all known (cycles.py's edges)
+            y = np.maximum(y, np.where(c["group"][ke] >= 0, gmax[c["group"][ke]] + c["dur"][ke], NEG))
+        term = np.maximum(np.maximum(x[idx[ke]] + c["dur"][ke], y) - c["cum"][ke], NEG // 2)
+        if ea:
+            term[0] = max(term[0], e[idx[ea - 1]] - c["cum"][ea - 1])
+        e[idx[ke]] = c["cum"][ke] + np.maximum.accumulate(term)
+    if sb > sa:
+        before = e[idx[sa - 1:sb - 1]] if sa else np.r_[NEG, e[idx[:sb - 1]]]
+        s[idx[ks]] = np.maximum(before + c["gap"][ks], x[idx[ks]])
+        if c["grouped"]:
+            gid = c["group"][ks]
+            np.maximum.at(gmax, gid[gid >= 0], s[idx[ks]][gid >= 0])
 
 
 @dataclass

@@ -55,7 +55,7 @@ from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
 from . import depend
 from .join import Graph
-from .nodes import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
 
 # The median gap between consecutive kernels of one CUDA graph launch, measured under
@@ -251,7 +251,7 @@ def _balance(g: Graph, p: Params) -> None:
     frame = pd.DataFrame({"i": work, "r": g.rank[work], "s": g.step[work], "d": p.dur_ns[work]})
     per = frame.groupby(["s", "r"])["d"].sum()
     target = per.groupby(level="s").transform(lambda v: np.sort(v.to_numpy())[(len(v) - 1) // 2])
-    factor = (target / per).clip(upper=1.0)
+    factor = (target / per.where(per > 0)).clip(upper=1.0).fillna(1.0)  # a rank of no work this step: unchanged
     f = factor.reindex(pd.MultiIndex.from_frame(frame[["s", "r"]])).to_numpy()
     p.dur_ns[work] = np.rint(p.dur_ns[work] * f).astype(np.int64)
 
