@@ -158,15 +158,22 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     memory = _memory_frame(rows)
     meta = {"path": str(path), "source": "torch", "rank": None, "world_size": None, "devices": {},
             "trace_start_epoch_ns": None, "profiler_version": "torch memory snapshot",
-            "start_origin": "the first action of the snapshot's trace", "notes": _notes(traces)}
+            "start_origin": "the first action of the snapshot's trace", "notes": _notes(traces, rows)}
     events = schema.coerce({name: [] for name in schema.PARSED}, n_rows=0, spec=schema.PARSED)
     return Profile(schema.validate(events, schema.PARSED), schema.Meta.of(meta, path), memory=memory)
 
 
-def _notes(traces: list) -> list[Note]:
+def _notes(traces: list, rows: pd.DataFrame) -> list[Note]:
     if not any(traces):
         return [Note("snapshot_without_traces")]
+    if len(rows) and not _timed(rows):
+        return [Note("snapshot_untimed")]  # its rows' time_ns are their actions' places (_memory_frame)
     return []
+
+
+def _timed(rows: pd.DataFrame) -> bool:
+    """Whether every action kept has its time_us (an older PyTorch's snapshot has none)."""
+    return bool(rows["time_us"].notna().all())
 
 
 def _int(path: Path, value: Any, where: str) -> int:
@@ -276,8 +283,7 @@ def _memory_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """Rows on one clock: ns since the first timed action; without times, the action's place (1 ns each)."""
     if not len(rows):
         return schema.memory_frame({"time_ns": [], "bytes": [], "device": []}, 0)
-    timed = rows["time_us"].notna().all()
-    if timed:
+    if _timed(rows):
         us = rows["time_us"].astype("float64").to_numpy()
         time_ns = np.rint((us - us.min()) * 1000).astype(np.int64)
     else:

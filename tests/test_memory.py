@@ -5,6 +5,7 @@ plain walk of the raw JSON; the findings (imbalance on a 2-rank CPU capture wher
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import pickle
 import shutil
@@ -23,7 +24,8 @@ from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
-from helpers import memory_digest, memory_snapshot, memory_steps, nsys_with_memory, run_cli, run_cli_output
+from helpers import (memory_digest, memory_snapshot, memory_steps, nsys_with_memory, run_cli, run_cli_output,
+                     strict_json)
 
 DATA = Path(__file__).parent / "data"
 IMBALANCED = DATA / "train-2cpu-memory-torch"
@@ -170,7 +172,8 @@ def test_traces_without_memory_say_so(capsys):
     status, out, _ = run_cli_output(capsys, "memory", str(DATA / "ddp-2gpu-equal-proton"))
     assert status == 0 and "proton records no memory events" in out
     status, out, _ = run_cli_output(capsys, "memory", str(DATA / "gloo-2cpu-equal"), "--format", "json")
-    assert status == 0 and json.loads(out) == {"steps": []}
+    doc = json.loads(out)
+    assert status == 0 and doc["steps"] == [] and {n["code"] for n in doc["notes"]} == {"no_memory_events"}
 
 
 def test_allocator_calls_from_the_host_frame():
@@ -347,3 +350,49 @@ def test_reserved_over_allocated_claims_the_excess_not_that_it_is_unusable(capsy
     status, out, _ = run_cli_output(capsys, "memory", str(path))
     assert status == 0 and f"keeps {excess_mib:.2f} MiB in free cached blocks" in out, out
     assert "cannot use" not in out and "expandable_segments:True" in out
+
+
+def _untimed_snapshot() -> dict:
+    """memory_snapshot() as an older PyTorch wrote it: no time_us on its actions."""
+    snap = memory_snapshot()
+    for action in snap["device_traces"][0]:
+        del action["time_us"]
+    return snap
+
+
+def _peak_event(snap: dict) -> tuple[int, int]:
+    """Straight from the snapshot: (1-based place of the alloc/free_requested action after which the
+    allocated total is highest, how many such actions), the total before them being the active
+    blocks' at the dump less their sum."""
+    actions = [a for a in snap["device_traces"][0] if a["action"] in ("alloc", "free_requested")]
+    signed = [a["size"] if a["action"] == "alloc" else -a["size"] for a in actions]
+    active = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    totals = list(itertools.accumulate(signed, initial=active - sum(signed)))[1:]
+    return totals.index(max(totals)) + 1, len(actions)
+
+
+def test_snapshot_without_timestamps_shows_no_time(tmp_path, capsys):
+    path = tmp_path / "rank0.memory.pickle"
+    snap = _untimed_snapshot()
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    event, events = _peak_event(snap)
+    assert [n.code for n in tracelab.load(path).meta.notes] == ["snapshot_untimed"]
+    status, out, err = run_cli_output(capsys, "memory", str(path), "--format", "json")
+    assert status == 0
+    doc = strict_json(out)
+    (step,) = doc["steps"]
+    assert step["peak_at_ns"] is None
+    said = f"its peak is at memory event {event:,} of {events:,}"
+    (note,) = doc["notes"]
+    assert note["code"] == "peak_at_event" and (note["values"]["event"], note["values"]["events"]) == (event, events)
+    assert said in note["text"] and "no timestamps" in err
+    status, out, _ = run_cli_output(capsys, "memory", str(path))
+    assert status == 0 and said in " ".join(out.split())  # rich wraps long lines
+
+
+def test_timed_snapshot_keeps_its_peak_time(tmp_path, capsys):
+    path = tmp_path / "rank0.memory.pickle"
+    path.write_bytes(pickle.dumps(memory_snapshot(), protocol=4))
+    assert not tracelab.load(path).meta.notes
+    status, out, err = run_cli_output(capsys, "memory", str(path), "--format", "json")
+    assert status == 0 and "memory event" not in out + err and strict_json(out)["steps"][0]["peak_at_ns"] == 10_000

@@ -64,8 +64,10 @@ def main_device(memory: pd.DataFrame) -> int:
 
 
 def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: int, top: int | None = 10,
-                source: str | None = None) -> RankMemory:
-    """The digest of one rank (module docstring); `memory` None: the trace recorded none."""
+                source: str | None = None, timed: bool = True) -> RankMemory:
+    """The digest of one rank (module docstring); `memory` None: the trace recorded none. Not
+    `timed` (a snapshot without timestamps, whose time_ns are its actions' places): no peak time
+    (None), and a note of the action it is at, so an action's place is never shown as a time."""
     if memory is None or not len(memory):
         return RankMemory(rank, _frame(STEP_COLUMNS), _frame(TOP_COLUMNS), _frame(["time_ns", "allocated_bytes",
                           "reserved_bytes"]), _frame(["step", "start_ns", "end_ns"]), [Note("proton_no_memory" if source == "proton" else "no_memory_events")])
@@ -81,9 +83,24 @@ def rank_memory(memory: pd.DataFrame | None, host: pd.DataFrame | None, rank: in
         ats.append(at)
         peaks.append(peak)
     tops = live_tops(mem, np.array(ats, dtype=np.int64), np.array(peaks, dtype=np.float64), spans["step"], top)
-    notes = ([] if mem["total_allocated_bytes"].notna().any() else [NO_ALLOCATED]) + _before_start(rows)
+    notes = ([] if mem["total_allocated_bytes"].notna().any() else [NO_ALLOCATED])
+    if timed:
+        notes += _before_start(rows)
+    else:
+        notes += _untimed(rows, len(mem))
     return RankMemory(rank, pd.DataFrame(rows, columns=STEP_COLUMNS), tops.assign(rank=rank)[TOP_COLUMNS],
                       timeline(mem), spans, notes)
+
+
+def _untimed(rows: list[dict], events: int) -> list[Note]:
+    """Each peak's time made unknown (None) and said by its memory event instead (1-based, of the
+    rank's device's `events`): without timestamps a row's time_ns is only its action's place."""
+    notes = []
+    for row in rows:
+        row["peak_at_ns"] = None
+        at = row["peak_row"]
+        notes.append(Note("peak_at_event", {"event": None if at is None else at + 1, "events": events}))
+    return notes
 
 
 def _before_start(rows: list[dict]) -> list[Note]:
@@ -148,7 +165,7 @@ def _step(mem: pd.DataFrame, level: np.ndarray, allocated: np.ndarray, span: pd.
     reserved = mem["total_reserved_bytes"].iloc[at]
     peak = start if at_start else allocated[at]
     row = {"step": span["step"], "allocated_start_bytes": _int(start), "allocated_end_bytes": _int(allocated[index[-1]]),
-           "peak_allocated_bytes": _int(peak), "peak_at_ns": peak_ns, "peak_during": _during(mem, at),
+           "peak_allocated_bytes": _int(peak), "peak_at_ns": peak_ns, "peak_row": None if at_start else int(at), "peak_during": _during(mem, at),
            "reserved_bytes": _int(reserved), "held_back_bytes": _int(reserved - peak) if pd.notna(reserved) and
            not np.isnan(peak) else None, **calls.between(int(span["start_ns"]), int(span["end_ns"]))}
     return row, int(at), float(peak)
@@ -216,7 +233,8 @@ class RankMemoryDigest:
         self.top = top
 
     def __call__(self, rank: RankData) -> RankMemory:
-        return rank_memory(rank.memory, rank.host, -1, self.top, rank.meta.source)
+        timed = not any(note.code == "snapshot_untimed" for note in rank.meta.notes)
+        return rank_memory(rank.memory, rank.host, -1, self.top, rank.meta.source, timed)
 
 
 DIGESTS = {"memory": RankMemoryDigest()}  # memory's per-rank digest (reports/topics.py)

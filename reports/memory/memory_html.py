@@ -66,7 +66,7 @@ def _peak_marker(name: str, d: RankMemory, color: str) -> dict:
     lines = [f"{escape(str(b))} {label(n)}: {binary_size(v)}" for b, n, v in
              zip(live["by"], live["name"], live["bytes"]) if b in ("scope", "before_trace")][:LIVE_SHOWN]
     text = f"{label(name)} peak {binary_size(level.max())} during {label(row['peak_during'])}<br>" + "<br>".join(lines)
-    return {"type": "scatter", "mode": "markers", "name": f"{label(name)} peak", "x": [row["peak_at_ns"] / 1e6],
+    return {"type": "scatter", "mode": "markers", "name": f"{label(name)} peak", "x": [None if pd.isna(row["peak_at_ns"]) else row["peak_at_ns"] / 1e6],  # no time: no marker
             "y": [round(level.max() / 2**20, 3)], "marker": {"color": color, "size": 11, "symbol": "diamond"},
             "text": [text], "hovertemplate": "%{text}<extra></extra>"}
 

@@ -124,8 +124,8 @@ def render_csv(m: Memory, top: int | None = None) -> str:
 
 
 def render_json(m: Memory, top: int | None = None) -> str:
-    """{"steps": [{rank, step, ..., "top": [{by, name, bytes}]}]}; with several
-    inputs each row also names its `input`."""
+    """{"steps": [{rank, step, ..., "top": [{by, name, bytes}]}], "notes": [...]} (notes only where
+    there are some); with several inputs each row also names its `input`."""
     several = m.steps["input"].nunique() > 1
     rows = []
     for _, r in m.steps.iterrows():
@@ -133,7 +133,7 @@ def render_json(m: Memory, top: int | None = None) -> str:
         row = {**({"input": r["input"]} if several else {}), **{k: _value(k, r[k]) for k in JSON_STEP_KEYS}}
         row["top"] = [{"by": b, "name": n, "bytes": int(v)} for b, n, v in zip(mine["by"], mine["name"], mine["bytes"])]
         rows.append(row)
-    return dumps({"steps": rows})
+    return dumps({"steps": rows, **({"notes": [n.as_json() for n in m.notes]} if m.notes else {})})
 
 
 def _value(key: str, value):

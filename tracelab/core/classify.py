@@ -295,3 +295,33 @@ def _demangle_short(mangled: str) -> str | None:
         if mangled.startswith("I", pos) or mangled.startswith("E", pos) or not mangled[2] == "N":
             break
     return last
+
+
+SHOWN_NAMES = 3  # kernel names a note names before "..."
+
+
+def comm_stream_strangers(events: pd.DataFrame) -> list:
+    """Notes (core/note.py, code comm_stream_strangers) for kernels no pattern classes (op class
+    other) that run on a stream whose every other kernel is communication, one per such stream:
+    a library tracelab does not know (a custom all-to-all) runs its kernels on the stream of its
+    collectives, so they may be communication. They are said, not reclassed: the name alone does
+    not say what they do. A kernel a pattern names (a gemm, an elementwise) keeps its class silently."""
+    from tracelab.core.note import Note
+    from tracelab.core.schema import is_kind
+
+    kernels = events[is_kind(events["kind"], ("kernel",)) & events["stream"].notna()]
+    comm = kernels["op_class"] == "communication"
+    if not comm.any():
+        return []
+    other = kernels["op_class"] == "other"
+    classes = kernels.assign(_comm=comm, _other=other, _known=~(comm | other))
+    per_stream = classes.groupby(["device", "stream"], observed=True)[["_comm", "_other", "_known"]].any()
+    streams = per_stream[per_stream["_comm"] & per_stream["_other"] & ~per_stream["_known"]].index
+    notes = []
+    for device, stream in streams:
+        rows = kernels[other & (kernels["device"] == device) & (kernels["stream"] == stream)]
+        time_ns = rows.groupby("kernel", observed=True)["dur_ns"].sum().sort_values(ascending=False, kind="stable")
+        notes.append(Note("comm_stream_strangers", {
+            "device": int(device), "stream": int(stream), "kernels": len(time_ns),
+            "names": [str(k) for k in time_ns.index[:SHOWN_NAMES]], "rows": int(rows["count"].sum()), "dur_ns": int(rows["dur_ns"].sum())}))
+    return notes

@@ -67,6 +67,15 @@ def _graph_captures(v: dict) -> str:
             "include capturing, not only the steps that replay the graphs")
 
 
+def _strangers_on_comm_stream(v: dict) -> str:
+    n = v["kernels"]
+    names = ", ".join(v["names"]) + (", ..." if n > len(v["names"]) else "")
+    return (f"{n} kernel{'s' if n > 1 else ''} ({names}; {v['rows']:,} run{'s' if v['rows'] > 1 else ''}, "
+            f"{v['dur_ns'] / 1e6:,.3f} ms) run on device {v['device']} stream {v['stream']} with only communication "
+            f"kernels beside {'them' if n > 1 else 'it'}: counted as compute (op class other); "
+            f"{'they' if n > 1 else 'it'} may be communication")
+
+
 # a Kineto category of device activity tracelab reads no GPU rows from -> what its events are, and why
 UNREAD = {
     "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
@@ -117,6 +126,9 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                       "not counted, and without addresses no block is followed from its allocation to its free"),
     "frees_before_trace": ("{table}: frees of {freed_bytes:,} bytes whose allocations the file does not hold; the "
                            "memory held starts at that much"),
+    "snapshot_untimed": ("the snapshot's actions have no timestamps (an older PyTorch): they are in order, not in "
+                         "time, so no time is shown for them (-, null in JSON)"),
+    "comm_stream_strangers": _strangers_on_comm_stream,
     "snapshot_without_traces": ("the snapshot has no device_traces: record them with "
                                 "torch.cuda.memory._record_memory_history()"),
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
@@ -167,6 +179,10 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "allocated_unknown": ("allocated unknown: the trace records CUDA's own allocations (what PyTorch calls reserved: "
                           "the caching allocator's segments and the libraries'), not PyTorch's tensors"),
     "peaks_before_start": _peaks_before_start,
+    "peak_at_event": lambda v: ("the snapshot has no timestamps: its peak is "
+                                + (f"at memory event {v['event']:,} of {v['events']:,}" if v["event"] is not None
+                                   else f"before the first of its {v['events']:,} memory events")
+                                + " (in the order the allocator recorded them)"),
     # gate
     "one_side_only": _one_side_only,
     "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
