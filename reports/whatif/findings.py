@@ -21,7 +21,7 @@ from ..findings.finding import Finding
 from ..runtable import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
-from .profiler_cost import unprofiled_beside
+from .profiler_cost import unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
 
@@ -91,7 +91,7 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
     names = sorted({name for _, _, name in found if name})
     inputs = [i for i in ev.inputs if i.group == run]
-    unprofiled_ns = unprofiled_beside([i.path for i in inputs])
+    unprofiled_ns = unprofiled_of(ev.runs, [i.path for i in inputs])
     try:
         w = replay_inputs(inputs, names, unprofiled_ns) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving

@@ -225,13 +225,14 @@ def measured_unprofiled_ns(info: dict | None) -> float | None:
     return max(per_rank) if per_rank else None
 
 
-def unprofiled_beside(paths: list[str]) -> float | None:
-    """measured_unprofiled_ns of the run folder the rank files `paths` were read from (its run.json
-    beside them, one folder for all), None for bare traces."""
+def unprofiled_of(runs, paths: list[str]) -> float | None:
+    """measured_unprofiled_ns of the run folder the rank files `paths` were read from, from the
+    run.json infos the caller read (`runs`: (folder name, info) pairs, as Evidence.runs), None for
+    bare traces or ranks of several folders. Reads no file: reports are pure."""
     from pathlib import Path
 
-    from tracelab.ingest.runfolder import run_json
-
-    folders = {Path(p).parent for p in paths if p}
-    found = [f / "run.json" for f in folders if (f / "run.json").is_file()]
-    return measured_unprofiled_ns(run_json(found[0])) if len(folders) == 1 and found else None
+    folders = {Path(p).parent.name for p in paths if p}
+    if len(folders) != 1:
+        return None
+    (folder,) = folders
+    return measured_unprofiled_ns(next((info for name, info in runs if name == folder), None))

@@ -22,7 +22,7 @@ from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
-from .profiler_cost import unprofiled_beside
+from .profiler_cost import unprofiled_of
 from .scenarios import label_of
 from .render import UNKNOWN_PATH, unprofiled_line
 
@@ -49,11 +49,11 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     out = []
     for group in dict.fromkeys(i.group for i in inputs):
         run = [i for i in inputs if i.group == group]
-        out += _run_part(run, figure, table, len({i.group for i in inputs}) > 1)
+        out += _run_part(run, figure, table, len({i.group for i in inputs}) > 1, runs)
     return [HEAD, *out] if out else []
 
 
-def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> list[str]:
+def _run_part(run: list, figure: Callable, table: Callable, several: bool, runs=()) -> list[str]:
     title = f"<h3>{escape(run[0].group)}</h3>" if several and run[0].group else ""
     untimed = [i.label for i in run if not i.timed]
     if untimed:
@@ -63,7 +63,7 @@ def _run_part(run: list, figure: Callable, table: Callable, several: bool) -> li
         return [title, f'<p class="note">{len(run)} ranks: the report replays jobs of at most {MAX_RANKS} ranks; '
                 "run tracelab whatif on this one</p>"]
     try:
-        w = replay_inputs(run, None, unprofiled_beside([i.path for i in run]))
+        w = replay_inputs(run, None, unprofiled_of(runs, [i.path for i in run]))
     except ReplayError as e:
         return [title, f'<p class="note">no what-if: {escape(e.reason)}</p>']
     if w is None or not len(w.steps):
