@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 import math
+from pathlib import Path
 from statistics import mean, median
 from typing import Callable
 
@@ -300,3 +301,10 @@ def shared_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     differ = [f for f in table.index if f not in same]
     order = [f for f in differ if f not in LAST_ROWS] + [f for f in differ if f in LAST_ROWS]
     return table.loc[order], "; ".join(parts)
+
+
+def info_beside(path: str, runs) -> dict | None:
+    """The run.json info of the run folder a trace at `path` lies in, from the infos the caller read
+    (`runs`: (folder name, info) pairs); None for a bare trace. Reads no file: reports are pure."""
+    folder = Path(path).parent.name if path else None
+    return next((info for name, info in runs if name == folder), None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -14,6 +13,7 @@ from tracelab.core.schema import Memo
 
 from ..align.align import Comparison, compare
 from ..jsonout import strict
+from ..runtable import info_beside
 from ..fmt import duration as ms  # noqa: F401  the findings' old name for it; new code: reports/fmt.py
 from ..ranks import Input
 
@@ -75,9 +75,7 @@ class Evidence(Memo):
 
     def run_json(self, label: str) -> dict | None:
         """The run.json of the run folder input `label` was read from, None for a bare trace."""
-        path = next((i.path for i in self.inputs if i.label == label), "")
-        folder = Path(path).parent.name if path else None
-        return next((info for name, info in self.runs if name == folder), None)
+        return info_beside(next((i.path for i in self.inputs if i.label == label), ""), self.runs)
 
     @cached_property
     def per_input(self) -> pd.DataFrame:

@@ -231,8 +231,9 @@ def unprofiled_of(runs, paths: list[str]) -> float | None:
     bare traces or ranks of several folders. Reads no file: reports are pure."""
     from pathlib import Path
 
-    folders = {Path(p).parent.name for p in paths if p}
-    if len(folders) != 1:
+    from ..runtable import info_beside
+
+    named = [p for p in paths if p]
+    if len({Path(p).parent.name for p in named}) != 1:
         return None
-    (folder,) = folders
-    return measured_unprofiled_ns(next((info for name, info in runs if name == folder), None))
+    return measured_unprofiled_ns(info_beside(named[0], runs))
