@@ -174,3 +174,14 @@ def test_the_report_carries_the_findings_as_json(tmp_path):
     (host,) = [d for d in data if d["code"] == "host_bound"]
     w = _no_host_gaps(TRAIN)
     assert host["values"]["saving_ns"] == pytest.approx(w["saving_ns"]) and host["values"]["rank"] == 0
+
+
+def test_nothing_to_gain_names_the_step_without_the_profiler_where_known():
+    """A saving of nothing still says which step it is of: the profiled replay's, and the step
+    the user runs (without the profiler) where the run folder measured it."""
+    from tracelab.reports.whatif.findings import saving_words
+
+    v = {"window": "per step", "step_ns": 10_990_000.0, "saving_ns": 0.0, "saving_share": 0.0}
+    assert "without the profiler" not in saving_words(v, "x")
+    words = saving_words({**v, "unprofiled_step_ns": 8_030_712.0, "unprofiled_source": "measured"}, "x")
+    assert "nothing to gain now (0.00 ms of 10.99 ms per step" in words and "8.03 ms without the profiler" in words

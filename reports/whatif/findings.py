@@ -191,7 +191,9 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     its scenario's words; `b` its error band (bands.band), said beside a percentage."""
     of = _window_words(v["window"], v["step_ns"])
     if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
-        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}: the critical "
+        user = (f", {fmt.ms(v['unprofiled_step_ns'], 2)} without the profiler"
+                if v.get("unprofiled_step_ns") is not None else "")  # the step the user runs, where known
+        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                 "path runs through other work; tracelab whatif)")
     error = f"; {b.short()}" if b else ""
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
