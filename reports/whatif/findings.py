@@ -200,12 +200,13 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     if v.get("unprofiled_saving_ns") is None:
         return f"what if {scenario}: {profiled}"
     gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
-    source = ("as measured beside the trace" if v["unprofiled_source"] == "measured"
-              else "estimated: the profiler's own host cost taken out")
+    subject = "the trace" if v["window"] != "per step" else "the step"
+    source = (f"{subject} as measured beside the trace" if v["unprofiled_source"] == "measured"
+              else "estimated with the profiler's own host cost taken out")
     of = {"trace": f"the {fmt.ms(step_ns, 2)} trace", "one step": f"its one {fmt.ms(step_ns, 2)} step"}.get(
         v["window"], f"{fmt.ms(step_ns, 2)} per step")
     return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
-            f"({100 * gain_ns / step_ns:.0f}%; {'it' if v['window'] != 'per step' else 'the step'} {source}); "
+            f"({100 * gain_ns / step_ns:.0f}%; {source}); "
             f"under the profiler it {profiled}")
 
 
