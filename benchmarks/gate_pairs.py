@@ -67,8 +67,8 @@ CPU = Suite(
 GPU = Suite(
     aa={"gpu-train": ("train", 1, "torch", GPU_TRAIN), "gpu-train-bf16": ("train", 1, "torch", GPU_TRAIN + ["--dtype", "bf16"]),
         "gpu-decode": ("decode", 1, "torch", GPU_DECODE)},
-    changes={"gpu-late": ("gpu-train", ["--late", "rank0", "--late-work", "4"], "step_time"),
-             "gpu-batch": ("gpu-train", ["--batch-size", "8"], "step_time"),
+    changes={"gpu-late": ("gpu-train", ["--late", "rank0", "--late-work", "12"], "step_time"),
+             "gpu-batch": ("gpu-train", ["--batch-size", "8"], "gpu_time:gemm"),  # a small model's step: launch-bound
              "gpu-memory": ("gpu-train", ["--extra-memory-mb", "0:2048"], "peak_above_start")},
     across=(("gpu-train-bf16", "gpu-train", "gpu_time:gemm"),))  # fp32 matrix products against bf16's
 REPEATS = 3  # runs a side in the repeats pairs, as docs/gate.md's recipe makes them
