@@ -140,6 +140,7 @@ def test_the_peak_above_the_steps_start_is_what_the_step_itself_allocates(runs):
     assert above["candidate"] - above["baseline"] == 16 << 20 and above["regression"]
     why = {(c["by"], c["name"]): c for c in above["why"]}
     assert why[("scope", "extra_memory")]["candidate"] == 16 << 20 and why[("rank", "1")]["share"] == 1.0
+    assert "before_trace" not in {c["by"] for c in above["why"]}  # held at the step's start, never above it
 
 
 def test_the_allocators_own_counters_give_the_peaks_and_the_peak_above_each_steps_start():

@@ -161,6 +161,7 @@ PEAK, ABOVE_START = "peak_allocated", "peak_above_start"
 MEMORY = ((PEAK, "peak_allocated_bytes"), ("peak_reserved", "reserved_bytes"), (ABOVE_START, "above_start_bytes"))
 COUNTERS = {PEAK: "step_peak_allocated_bytes", "peak_reserved": "step_peak_reserved_bytes"}  # train rows' lists
 START_COUNTER = "step_start_allocated_bytes"
+HELD_BEFORE = "before_trace"  # memory's live group of what was allocated before the trace began
 
 
 def _memory_metrics(memories: list[tuple[int, object]], info: dict | None, cols: dict, units: dict,
@@ -194,7 +195,9 @@ def _live_why(memories: list[tuple[int, object]], metrics: list[str]) -> list[pd
     out = []
     for by, rows in pd.concat(tops, ignore_index=True).groupby("by", sort=False):
         per_rank = rows.groupby(["rank", "name"])["bytes"].sum() / max(rows["step"].nunique(), 1)
-        out += [_named(per_rank.groupby(level="name").max(), metric, str(by)) for metric in metrics]
+        # what was allocated before the trace is held at the step's start: no part of what it adds above it
+        out += [_named(per_rank.groupby(level="name").max(), metric, str(by)) for metric in metrics
+                if not (metric == ABOVE_START and by == HELD_BEFORE)]
     return out
 
 
