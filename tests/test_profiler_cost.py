@@ -14,6 +14,7 @@ import pytest
 
 import tracelab
 from tracelab.core import classify, schema
+from tracelab.reports.whatif import analyse
 from tracelab.reports.whatif import profiler_cost as pc
 from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph, step_counts
@@ -76,14 +77,59 @@ def test_deflate_takes_each_events_cost_off_its_gap_or_its_call(monkeypatch) -> 
     assert row["predicted_ns"] == 50 and row["predicted_unprofiled_ns"] == pytest.approx(50)
 
 
-def test_a_measured_unprofiled_step_anchors_the_prediction(monkeypatch) -> None:
+# the costs _gpu_step's records put before the third launch call (its kernel, 20 ns after it, ends
+# the step): every op, launch and range recorded up to that call but its own launch, each costing
+# the hand-made 20, 4 and 1 ns: the step shrinks by this much per unit of cost scale, while no
+# call's own time is used up (scale <= 10 / 25: the first call's 25 ns of records in its 10 ns)
+_OPS_BEFORE_THIRD, _LAUNCHES_BEFORE_THIRD, _RANGES_BEFORE_THIRD = 4, 2, 1
+_COST_PER_SCALE = 20 * _OPS_BEFORE_THIRD + 4 * _LAUNCHES_BEFORE_THIRD + 1 * _RANGES_BEFORE_THIRD
+
+
+def test_a_measured_unprofiled_step_calibrates_the_cost_per_event(monkeypatch) -> None:
     _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
     events, host = _gpu_step()
-    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=200)
-    # the run measured 200 ns without the profiler, where the replay without it gives 156: the
-    # scenario's 50 ns step scaled alike
-    assert w.unprofiled["unprofiled_source"] == "measured" and w.unprofiled["unprofiled_step_ns"] == 200
-    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(200 * 50 / 156)
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())  # the step: 0 to the last kernel's end
+    measured = 200
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    assert w.unprofiled["unprofiled_source"] == "measured" and w.unprofiled["unprofiled_step_ns"] == measured
+    want = (profiled - measured) / _COST_PER_SCALE
+    assert want <= 10 / 25 and w.unprofiled["cost_scale"] == pytest.approx(want, rel=0.05)
+    replayed = profiled - round(_COST_PER_SCALE * w.unprofiled["cost_scale"])
+    assert abs(replayed - measured) <= analyse.SCALE_TOL * measured + 1
+    # the scenario's replay less the calibrated cost: every call at 0, kernels back to back from 20
+    kernels_ns = int(events["dur_ns"].sum())
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * (20 + kernels_ns) / replayed,
+                                                                           rel=1e-3)
+
+
+@pytest.mark.parametrize("measured, scale", [(300, 0.0), (10, analyse.MAX_COST_SCALE)])
+def test_a_step_the_cost_cannot_explain_keeps_the_anchor(monkeypatch, measured: int, scale: float) -> None:
+    """Slower without the profiler than the profiled replay: no cost comes off, the scenario scaled
+    by the measured step; faster than the replay with every record's time taken: the most cost."""
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    assert w.unprofiled["cost_scale"] == scale
+    nhg = 20 + int(events["dur_ns"].sum())
+    floor = nhg  # every call and gap at 0: the kernels alone, 20 ns after the first call
+    base = profiled if scale == 0 else floor
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * nhg / base)
+
+
+def test_a_whole_step_cuda_graph_is_its_profiled_replay(monkeypatch) -> None:
+    """cuda-graph takes the host off the path: the profiler's host cost does not reach its step; a
+    run measured slower without the profiler than with it scales no-host-gaps (the anchor), not it."""
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["cuda-graph", "no-host-gaps"],
+               unprofiled_ns=300)
+    rows = w.scenarios.set_index("name")
+    assert rows.loc["cuda-graph", "predicted_ns"] == rows.loc["no-host-gaps", "predicted_ns"]
+    assert rows.loc["cuda-graph", "predicted_unprofiled_ns"] == rows.loc["cuda-graph", "predicted_ns"]
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    assert rows.loc["no-host-gaps", "predicted_unprofiled_ns"] == pytest.approx(300 * rows.loc["no-host-gaps",
+                                                                                               "predicted_ns"] / profiled)
 
 
 def test_a_cost_beyond_the_time_leaves_no_negative_gap_or_call(monkeypatch) -> None:

@@ -67,6 +67,9 @@ def unprofiled_line(u: dict) -> str | None:
     replayed = u.get("replayed_unprofiled_ns")
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
+        scale = u.get("cost_scale")
+        model += (f"; predictions take {scale:.3g}x that cost per event off, the cost at which the replay meets "
+                  "the measured step" if scale is not None else "")
         return f"step without the profiler: {step}, measured beside the trace (the same steps, profiler off){model}"
     b = u.get("error_band")
     costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
@@ -115,6 +118,7 @@ def _doc(w: WhatIf) -> dict:
     return strict({"steps": steps, "scenarios": scenarios,
                    "unprofiled_step_ns": u.get("unprofiled_step_ns"), "unprofiled_source": u.get("unprofiled_source"),
                    "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
+                                  "cost_scale": u.get("cost_scale"),
                                   "error_band": b.doc() if b else None},
                    "notes": [n.as_json() for n in w.notes]})
 
