@@ -83,6 +83,7 @@ class Base:
     steps: pd.DataFrame
     costs: NodeCosts | None = None  # the profiler's cost per node (profiler_cost.py), None unknown
     unprofiled: np.ndarray | None = None  # per step, the replay without the profiler's cost
+    scales: dict = field(default_factory=dict)  # measured unprofiled step -> calibrated_scale, once per Base
 
 
 def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> Base | WhatIf:
@@ -130,7 +131,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     unprofiled = unprofiled_of(steps, b, unprofiled_ns)
     costs = b.costs
     if costs is not None and unprofiled["unprofiled_source"] == "measured":
-        unprofiled["cost_scale"] = calibrated_scale(b, unprofiled_ns)
+        if unprofiled_ns not in b.scales:
+            b.scales[unprofiled_ns] = calibrated_scale(b, unprofiled_ns)
+        unprofiled["cost_scale"] = b.scales[unprofiled_ns]
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed(g, base, group, win, costs) for label, _, _, group in runs} if costs else {}
     base_deflated = _replayed(g, base, [], win, costs) if costs is not None and costs is not b.costs else b.unprofiled
