@@ -162,6 +162,21 @@ def test_a_cpu_operator_loses_its_own_and_its_childrens_records_never_below_zero
     assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(110)
 
 
+def test_a_cpu_only_trace_scales_its_profiled_replay_by_the_measured_step(monkeypatch) -> None:
+    """CPU operators are the host's own work: a measured unprofiled step scales the scenario's
+    profiled replay (no cost per event calibrated)."""
+    events = _cpu_rows([("aten::a", 0, 100), ("aten::b", 150, 50), ("aten::c", 210, 5)])
+    host = host_rows([("step", "step 0", 0, 1000), ("cpu_op", "aten::a", 0, 100), ("cpu_op", "aten::b", 150, 50),
+                      ("cpu_op", "aten::c", 210, 5)])
+    _with_costs(monkeypatch, CPU_KEY, op_ns=10, launch_ns=0, range_ns=0)
+    measured = 150
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "cpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    no_gaps = int(events["dur_ns"].sum())  # the operators back to back
+    assert w.unprofiled["cost_scale"] == 0.0
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * no_gaps / profiled)
+
+
 def test_without_known_costs_nothing_is_predicted_without_the_profiler(monkeypatch) -> None:
     monkeypatch.setattr(pc, "COSTS", {})
     events, host = _gpu_step()

@@ -31,7 +31,11 @@ MAX_ERROR = 0.02
 # that timed its steps without the profiler is a pair of the user's own machine. The cost per event
 # scaled so that the replay of its trace less the cost meets that step (within SCALE_TOL of it, at
 # most MAX_COST_SCALE times the fit: beyond, every recorded event has taken its node's whole time)
-# is the cost taken off each scenario's replay too.
+# is the cost taken off each scenario's replay too. Not in a CPU-only trace: there every node is a
+# CPU operator, the host's own work, and the same job's profiled and unprofiled steps differ by no
+# constant per event (on a loaded CPU the host's speed between the two phases moves more than the
+# profiler's cost): the difference is taken as the host running that much slower throughout, the
+# scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler).
 MAX_COST_SCALE = 64.0
 SCALE_TOL = 0.005
 SCALE_STEPS = 16
@@ -132,7 +136,7 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     costs = b.costs
     if costs is not None and unprofiled["unprofiled_source"] == "measured":
         if unprofiled_ns not in b.scales:
-            b.scales[unprofiled_ns] = calibrated_scale(b, unprofiled_ns)
+            b.scales[unprofiled_ns] = 0.0 if g.cpu_only else calibrated_scale(b, unprofiled_ns)
         unprofiled["cost_scale"] = b.scales[unprofiled_ns]
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed(g, base, group, win, costs) for label, _, _, group in runs} if costs else {}
