@@ -324,6 +324,34 @@ def test_whatif_json_says_the_runs_measured_unprofiled_step(capsys) -> None:
     assert doc["unprofiled"]["replayed_unprofiled_ns"] < record["profiled_step_ns"]  # the cost comes off
     row = next(r for r in doc["scenarios"] if r["name"] == "no-host-gaps")
     assert 0 < row["predicted_unprofiled_ns"] < doc["unprofiled_step_ns"]
+    # a CPU-only trace: the measured step times the scenario's share of the profiled replay (claimed steps)
+    claimed = [s["replayed_ns"] for s in doc["steps"] if s["claimed"]]
+    assert doc["unprofiled"]["cost_scale"] == 0
+    assert row["predicted_unprofiled_ns"] == pytest.approx(
+        record["unprofiled_step_ns"] * row["predicted_ns"] / (sum(claimed) / len(claimed)), rel=1e-9)
+
+
+# the fused / math SDPA time at the runs' shapes, measured beside them (benchmarks/change_factors.py)
+SDPA_FACTOR = 0.4362
+
+
+@pytest.mark.slow
+def test_a_gpu_pair_calibrates_its_cost_and_predicts_the_change_made(capsys) -> None:
+    """An H100 run under torch.profiler that timed its steps without it: the cost per event is scaled
+    until the replay less it meets that step, and the attention change's prediction lands nearer
+    the step measured after the change (no profiler) than the profiled replay's."""
+    before, after = DATA / "sdpa-math-1gpu-torch", DATA / "sdpa-fused-1gpu-none"
+    status, out, _ = run_cli_output(capsys, "whatif", str(before), "--scenario", f"scale:sdpa={SDPA_FACTOR}",
+                                    "--format", "json")
+    doc = strict_json(out)
+    measured = json.loads((before / "run.json").read_text())["results"]["0"]["rows"][0]["unprofiled_step_ns"]
+    after_ns = json.loads((after / "run.json").read_text())["results"]["0"]["rows"][0]["unprofiled_step_ns"]
+    u = doc["unprofiled"]
+    assert status == 0 and doc["unprofiled_step_ns"] == measured and 0 < u["cost_scale"] < analyse.MAX_COST_SCALE
+    assert abs(u["calibrated_unprofiled_ns"] - measured) <= analyse.SCALE_TOL * measured
+    row = doc["scenarios"][0]
+    error = abs(row["predicted_unprofiled_ns"] / after_ns - 1)
+    assert error < abs(row["predicted_ns"] / after_ns - 1) and error < 0.15
 
 
 @pytest.mark.slow

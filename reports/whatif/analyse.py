@@ -141,6 +141,10 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed(g, base, group, win, costs) for label, _, _, group in runs} if costs else {}
     base_deflated = _replayed(g, base, [], win, costs) if costs is not None and costs is not b.costs else b.unprofiled
+    if "cost_scale" in unprofiled:  # the replay less the calibrated cost: the measured step, where a scale met it
+        met = base_deflated[steps["claimed"].to_numpy()]
+        met = met[~np.isnan(met)]
+        unprofiled["calibrated_unprofiled_ns"] = float(np.median(met)) if len(met) else None
     table = _scenario_table(steps, runs, per_step, deflated, base_deflated, unprofiled.get("unprofiled_step_ns"))
     notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
