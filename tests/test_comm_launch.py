@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,57 @@ def test_plain_launches_outside_communication_move_nothing(tmp_path):
                                    "overlap-2gpu-torch/rank0.pt.trace.json.gz", "ddp-2gpu-late-nsys/rank0.sqlite"])
 def test_our_own_traces_get_no_such_note(trace):
     assert not [n for n in tracelab.load(DATA / trace).meta.notes if n.code == "comm_by_launch"]
+
+
+NSYS = DATA / "ddp-2gpu-late-nsys" / "rank0.sqlite"
+
+
+def _nsys_built(path: Path) -> Path:
+    """The ddp capture (whose NCCL opened its own NVTX range, ncclAllReduce, around each launch) with two
+    of its all-reduce kernels renamed to names no pattern knows: the first launched by cuLaunchKernelEx
+    on the collectives' stream, its range taken away; the second launched by a plain cudaLaunchKernel,
+    its range kept."""
+    path.write_bytes(NSYS.read_bytes())
+    with closing(sqlite3.connect(path)) as con, con:
+        rows = con.execute("SELECT k.rowid, k.correlationId, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                           "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE 'ncclDevKernel%' "
+                           "ORDER BY k.start LIMIT 2").fetchall()
+        top = con.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+        con.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)",
+                        [(top + 1, "peer_exchange_kernel"), (top + 2, "ring_step_kernel"), (top + 3, "cudaLaunchKernel")])
+        for (rowid, _, _), name in zip(rows, (top + 1, top + 2)):
+            con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ?, shortName = ? WHERE rowid = ?",
+                        (name, name, rowid))
+        call = "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = ? AND (globalTid >> 24) = (? >> 24)"
+        tid, start = con.execute(f"SELECT globalTid, start {call}", rows[0][1:]).fetchone()
+        con.execute("DELETE FROM NVTX_EVENTS WHERE globalTid = ? AND start <= ? AND end > ?", (tid, start, start))
+        con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = ? WHERE rowid IN (SELECT rowid {call})",
+                    (top + 3, *rows[1][1:]))
+    return path
+
+
+def _nsys_truth(path: Path) -> dict[str, tuple[int, str, bool]]:
+    """Straight from the SQLite, per renamed kernel: its ns, its launch call's name, and whether an
+    NVTX range named nccl* was open on the launching thread at the call."""
+    with closing(sqlite3.connect(path)) as con:
+        return {name: (ns, api, bool(ranges)) for name, ns, api, ranges in con.execute(
+            "SELECT s.value, k.end - k.start, c.value, (SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds t "
+            "ON t.id = n.textId WHERE n.globalTid = r.globalTid AND n.start <= r.start AND n.end > r.start "
+            "AND COALESCE(n.text, t.value) LIKE 'nccl%') FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.demangledName JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24) "
+            "JOIN StringIds c ON c.id = r.nameId WHERE s.value IN ('peer_exchange_kernel', 'ring_step_kernel')")}
+
+
+def test_nsys_kernels_launched_by_nccl_are_communication(tmp_path):
+    path = _nsys_built(tmp_path / "rank0.sqlite")
+    truth = _nsys_truth(path)
+    assert truth["peer_exchange_kernel"][1:] == ("cuLaunchKernelEx", False)  # cooperative, on NCCL's stream alone
+    assert truth["ring_step_kernel"][1:] == ("cudaLaunchKernel", True)  # inside NCCL's own range
+    assert all(classify_one(canonical(k)) == "other" for k in truth)
+    p = tracelab.load(path)
+    moved = p.events[p.events["name"].isin(list(truth))]
+    assert (moved["op_class"] == "communication").all() and len(moved) == 2
+    (note,) = [n for n in p.meta.notes if n.code == "comm_by_launch"]
+    assert (note.values["kernels"], note.values["dur_ns"]) == (2, sum(ns for ns, _, _ in truth.values()))
+    assert set(note.values["contexts"]) == {"ncclAllReduce", "a cooperative launch on a stream of communication only"}
