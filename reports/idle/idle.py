@@ -139,8 +139,7 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
     disjoint (none where not given); `waits`: its wait calls (wait_calls; none where not given)."""
     rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy(dtype=np.int64)
     stream = rows["stream"].fillna(-1).to_numpy(dtype=np.int64)
-    kernel = np.asarray(rows["kernel"].astype(object).fillna("").array, dtype=object) if "kernel" in rows.columns \
-        else np.full(len(rows), "", dtype=object)
+    kernel, kernel_names = _codes(rows["kernel"] if "kernel" in rows.columns else pd.Series([""] * len(rows)))
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
     launch = rows["launch_start_ns"].astype("float64").to_numpy()
@@ -160,7 +159,13 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
     gaps = _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
                    (sync_start, sync_end), stalls, _wait_call(launch, on_stream, gap, waits))
     ended = _ended_at(in_step, end, in_step[gap], before[gap])  # the op that ended the busy time before each gap
-    return gaps.assign(stream=stream[gap], waited_on_stream=stream[ended], waited_on_kernel=kernel[ended])
+    return gaps.assign(stream=stream[gap], waited_on_stream=stream[ended], waited_on_kernel=kernel_names[kernel[ended]])
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A column's category codes and its names (object array, "" last for a missing value, code -1)."""
+    column = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    return column.cat.codes.to_numpy(), np.array([str(c) for c in column.cat.categories] + [""], dtype=object)
 
 
 def wait_calls(host: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:

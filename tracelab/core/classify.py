@@ -317,6 +317,7 @@ ON_COMM_STREAM = "a cooperative launch on a stream of communication only"
 LAUNCHED = "comm_launches"  # meta.extras: the kernels a parser found launched by a communication library
 
 
+@lru_cache(maxsize=65536)
 def comm_context(collective: str | None, op: str, ranges: str) -> str:
     """What says a kernel is communication where its launch happened ("" where nothing does): its
     own args' collective, else the operator that launched it, else the innermost range open at its
@@ -337,7 +338,9 @@ def comm_launches(kind: np.ndarray, name: list[str], context: list[str], api: li
         named = classify_one(canonical(name[i]))
         return named != "communication" if context[i] else (named == "other" and bool(COOPERATIVE_LAUNCH.search(api[i])))
 
-    rows = [i for i in np.flatnonzero(np.asarray(kind) == "kernel").tolist() if kept(i)]
+    cooperative = {a for a in set(api) if COOPERATIVE_LAUNCH.search(a)}  # each distinct call name tested once
+    said = np.fromiter((bool(c) or a in cooperative for c, a in zip(context, api)), dtype=bool, count=len(api))
+    rows = [i for i in np.flatnonzero((np.asarray(kind) == "kernel") & said).tolist() if kept(i)]
     return {"device": [int(where["device"][i]) for i in rows], "stream": [int(where["stream"][i]) for i in rows],
             "start_ns": [int(where["start_ns"][i]) for i in rows], "context": [context[i] for i in rows],
             "api": [api[i] for i in rows]}
