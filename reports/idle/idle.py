@@ -158,7 +158,7 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
     waits = waits if waits is not None else (np.empty(0, np.int64), np.empty(0, dtype=object))
     gaps = _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
                    (sync_start, sync_end), stalls, _wait_call(launch, on_stream, gap, waits))
-    ended = _ended_at(in_step, end, in_step[gap], before[gap])  # the op that ended the busy time before each gap
+    ended = _ended_at(end, first, gap)  # the op that ended the busy time before each gap
     return gaps.assign(stream=stream[gap], waited_on_stream=stream[ended], waited_on_kernel=kernel_names[kernel[ended]])
 
 
@@ -191,12 +191,12 @@ def _wait_call(launch: np.ndarray, on_stream: np.ndarray, gap: np.ndarray,
     return np.where(found, waits[1][np.maximum(at, 0)] if len(waits[1]) else "", "")
 
 
-def _ended_at(group: np.ndarray, end: np.ndarray, gap_group: np.ndarray, gap_start: np.ndarray) -> np.ndarray:
-    """Per gap, the row of its (rank, step) group that ended at its start (the last such row)."""
-    ends = pd.DataFrame({"g": group, "end": end, "at": np.arange(len(end))}).drop_duplicates(["g", "end"], keep="last")
-    asked = pd.DataFrame({"g": gap_group, "end": gap_start.astype(np.int64)})
-    return asked.merge(ends, on=["g", "end"], how="left")["at"].to_numpy(dtype=np.int64)
-
+def _ended_at(end: np.ndarray, first: np.ndarray, gap: np.ndarray) -> np.ndarray:
+    """Per gap row, the row before it in its (rank, step) run (`first` marks each run's first row)
+    that reached the run's largest end so far (the last such, of ties): the op that ended the busy time."""
+    running = run_cummax(end, first)
+    latest = np.maximum.accumulate(np.where(end == running, np.arange(len(end)), -1))
+    return latest[np.flatnonzero(gap) - 1]  # a gap row is never its run's first
 
 def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Each row's largest value of the rows before it in its group (in row order), NaN for a
@@ -235,17 +235,18 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
 
 def waited_on(gaps: pd.DataFrame, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
     """WAIT_COLUMNS of one rank's gaps (step_gaps): its dependency idle per waiting stream, stream and
-    kernel waited on and wait call, the most idle first (then by stream), the `top` rows."""
-    dep = gaps[gaps["idle_dependency_ns"].to_numpy() > 0] if len(gaps) else gaps
+    kernel waited on and wait call, the most idle first (then by those keys), the `top` rows."""
+    dep = np.flatnonzero(gaps["idle_dependency_ns"].to_numpy() > 0) if len(gaps) else np.zeros(0, np.int64)
     if not len(dep):
         return empty(WAIT_COLUMNS)
-    keys = ["stream", "waited_on_stream", "waited_on_kernel", "wait_call"]
-    out = (dep.groupby(keys, sort=True).agg(gaps=("idle_dependency_ns", "size"), dependency_ns=("idle_dependency_ns", "sum"))
-           .reset_index().sort_values(["dependency_ns", "stream"], ascending=[False, True], kind="stable"))
-    out = out.head(top) if top else out
-    return out.assign(rank=np.int64(rank), gaps=out["gaps"].astype(np.int64), dependency_ns=out["dependency_ns"].astype(np.int64),
-                      waited_on_kernel=out["waited_on_kernel"].astype(str))[WAIT_COLUMNS].reset_index(drop=True)
-
+    keys = zip(*(gaps[c].to_numpy()[dep].tolist() for c in ("stream", "waited_on_stream", "waited_on_kernel", "wait_call")))
+    total: dict[tuple, list[int]] = {}  # a rank's dependency gaps are few: summed in a dict, not a groupby
+    for key, ns in zip(keys, gaps["idle_dependency_ns"].to_numpy()[dep].tolist()):
+        got = total.setdefault(key, [0, 0])
+        got[0], got[1] = got[0] + 1, got[1] + ns
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top or None]
+    return pd.DataFrame([(rank, *k, n, ns) for k, (n, ns) in ranked], columns=WAIT_COLUMNS).astype(
+        {c: "int64" for c in ("rank", "stream", "waited_on_stream", "gaps", "dependency_ns")})
 
 def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""

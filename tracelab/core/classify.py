@@ -355,6 +355,8 @@ def by_launch(events: pd.DataFrame, launched: dict[str, list] | None) -> tuple[p
     communication. `launched`: the parser's comm_launches record (None: no change)."""
     if not launched or not launched["start_ns"] or not len(events):
         return events, []
+    if not any(launched["context"]) and not (events["op_class"] == "communication").any():
+        return events, []  # cooperative launches alone, and no stream of collectives for them to join
     hit = _launched_rows(events, launched)
     op_class = events["op_class"].to_numpy()[hit["at"].to_numpy()].astype(str)
     cooperative = np.array([COOPERATIVE_LAUNCH.search(a) is not None for a in hit["api"].tolist()], dtype=bool)
@@ -362,7 +364,9 @@ def by_launch(events: pd.DataFrame, launched: dict[str, list] | None) -> tuple[p
     has_context = context != ""
     own_args = np.array([c.startswith(COLLECTIVE_ARG) for c in context.tolist()], dtype=bool)
     comm = own_args | (has_context & ((op_class == "other") | cooperative))
-    lone = ~has_context & cooperative & (op_class == "other") & _on_comm_streams(events, hit)
+    lone = ~has_context & cooperative & (op_class == "other")
+    if lone.any():
+        lone &= _on_comm_streams(events, hit)
     take = comm | lone
     if not take.any():
         return events, []
