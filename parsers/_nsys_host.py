@@ -79,15 +79,18 @@ def calls(con: sqlite3.Connection, tables: set[str], path: Path) -> pd.DataFrame
 
 
 def with_launches(activity: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
-    """activity with launch_start and launch_dur (Int64, absolute ns): its launch call's, the
-    first call of its process (globalPid) with its correlation id; NA where there is none."""
+    """activity with launch_start and launch_dur (Int64, absolute ns) and launch_api (its name, ""
+    where unknown): its launch call's, the first call of its process (globalPid) with its
+    correlation id; NA where there is none."""
     known = runtime.dropna(subset=["correlationId"])
     first = (known.assign(globalPid=known["globalTid"] & PID_MASK, correlationId=known["correlationId"].astype("int64"))
              .drop_duplicates(["globalPid", "correlationId"], keep="first"))
     keys = activity[["globalPid", "correlationId"]].astype("Int64")
-    found = keys.merge(first[["globalPid", "correlationId", "start", "end"]].astype("Int64"),
+    found = keys.merge(first[["globalPid", "correlationId", "start", "end"]].astype("Int64")
+                       .assign(name=first["name"].fillna("").to_numpy(dtype=object)),
                        on=["globalPid", "correlationId"], how="left")
-    return activity.assign(launch_start=found["start"].to_numpy(), launch_dur=(found["end"] - found["start"]).to_numpy())
+    return activity.assign(launch_start=found["start"].to_numpy(), launch_dur=(found["end"] - found["start"]).to_numpy(),
+                           launch_api=found["name"].fillna("").to_numpy(dtype=object))
 
 
 def launch_columns(rows: pd.DataFrame, trace_start_ns: int) -> dict[str, Any]:

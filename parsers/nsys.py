@@ -40,7 +40,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.core import schema
+from tracelab.core import classify, schema
 from tracelab.core.errors import RankError, TraceFormatError
 from tracelab.ingest.budget import check_rows
 from tracelab.core.note import Note
@@ -448,8 +448,19 @@ def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, 
                 "devices": {int(d): device_of(devices, pid, int(d)) for d in sorted(rows["device"].unique())}}
         if rank is not None:
             meta["rank_from"] = "caller" if ranks else "process order"
+        meta[classify.LAUNCHED] = _comm_launches(rows, trace_start_ns)
         profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), Meta.of(meta, path)))
     return profiles
+
+
+def _comm_launches(rows: pd.DataFrame, trace_start_ns: int) -> dict[str, list]:
+    """classify.comm_launches of a process's activity rows: the innermost NVTX range open at each
+    launch (a communication library's own, NCCL's ncclAllReduce) and the launch call's name."""
+    context = [classify.comm_context(None, "", str(s)) for s in rows["scope"].tolist()]
+    where = {"device": rows["device"].to_numpy(), "stream": rows["stream"].to_numpy(),
+             "start_ns": (rows["start"] - trace_start_ns).to_numpy()}
+    api = rows["launch_api"].tolist() if "launch_api" in rows.columns else [""] * len(rows)
+    return classify.comm_launches(rows["kind"].to_numpy(), rows["name"].tolist(), context, api, where)
 
 
 def _ranks(pids: list[int | None], ranks: Mapping[int, int] | None, path: Path) -> dict[int | None, int]:

@@ -76,6 +76,15 @@ def _strangers_on_comm_stream(v: dict) -> str:
             f"{'they' if n > 1 else 'it'} may be communication")
 
 
+def _comm_by_launch(v: dict) -> str:
+    n = v["kernels"]
+    names = ", ".join(v["names"]) + (", ..." if n > len(v["names"]) else "")
+    why = "; ".join(v["contexts"])
+    return (f"{n} kernel{'s' if n > 1 else ''} ({names}; {v['rows']:,} run{'s' if v['rows'] > 1 else ''}, "
+            f"{v['dur_ns'] / 1e6:,.3f} ms) counted as communication by {'their' if n > 1 else 'its'} launch, "
+            f"not {'their' if n > 1 else 'its'} name: {why}")
+
+
 # a Kineto category of device activity tracelab reads no GPU rows from -> what its events are, and why
 UNREAD = {
     "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
@@ -129,6 +138,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "snapshot_untimed": ("the snapshot's actions have no timestamps (an older PyTorch): they are in order, not in "
                          "time, so no time is shown for them (-, null in JSON)"),
     "comm_stream_strangers": _strangers_on_comm_stream,
+    "comm_by_launch": _comm_by_launch,
     "snapshot_without_traces": ("the snapshot has no device_traces: record them with "
                                 "torch.cuda.memory._record_memory_history()"),
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
