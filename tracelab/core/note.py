@@ -166,6 +166,10 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "overlap_dependent": ("overlap-comm: {dependent} of the {collectives} collectives sit between the compute that "
                           "makes their input and the compute that reads their result, layer after layer (tensor "
                           "parallelism): they stay where they are; {fused}"),
+    "autocast_model": ("autocast:bf16 is a model: the matrix products scaled by F, and {casts} casts per forward "
+                       "product (and as many back in a training step) at this trace's median host time per issued op "
+                       "and device time per op; inputs already in bf16, cached weight casts, elementwise ops and "
+                       "attention on half the bytes and autocast's dispatch on every op are not modelled"),
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",
