@@ -249,3 +249,37 @@ def test_a_folder_of_run_folders_is_its_runs_as_repeats(capsys, tmp_path):
 def test_thresholds_exact_name_beats_patterns_and_the_last_pattern_wins():
     t = Thresholds(0.05, (("gpu_time:*", 0.1), ("gpu_time:gemm", None), ("gpu_time:*", 0.2)))
     assert (t.of("gpu_time:gemm"), t.of("gpu_time:memory"), t.of("step_time")) == (None, 0.2, 0.05)
+
+
+def _loaded_copy(tmp_path: Path, name: str, loads: dict | None) -> Path:
+    """EQUAL's run folder (its files linked) with run.json's load_per_cpu set to `loads` (None: removed)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    for f in EQUAL.iterdir():
+        if f.name != "run.json":
+            (folder / f.name).symlink_to(f)
+    info = json.loads((EQUAL / "run.json").read_text())
+    info.pop("load_per_cpu", None)
+    if loads is not None:
+        info["load_per_cpu"] = loads
+    (folder / "run.json").write_text(json.dumps(info))
+    return folder
+
+
+@pytest.mark.parametrize("base_loads, cand_loads, said", [
+    ({"start": 0.1, "end": 0.2}, {"start": 1.5, "end": 0.9}, (0.2, 1.5)),  # each side's busier moment
+    ({"start": 0.9, "end": 0.3}, {"start": 0.05, "end": 0.1}, (0.9, 0.1)),
+    ({"start": 0.2, "end": 0.3}, {"start": 0.4, "end": 0.3}, None),  # a quiet machine both times
+    ({"start": 0.8, "end": 0.9}, {"start": 1.2, "end": 1.1}, None),  # busy alike
+    ({"start": 0.1}, None, None),  # one side made without the figure
+])
+def test_sides_run_at_different_loads_are_said_with_their_loads(capsys, tmp_path, base_loads, cand_loads, said):
+    a, b = _loaded_copy(tmp_path, "a", base_loads), _loaded_copy(tmp_path, "b", cand_loads)
+    status, out, _ = run_cli_output(capsys, "gate", str(a), str(b), "--format", "json")
+    notes = [n for n in strict_json(out)["notes"] if n["code"] == "gate_load_differs"]
+    if said is None:
+        assert status == 0 and notes == []
+    else:
+        (note,) = notes
+        assert (note["values"]["baseline_load_per_cpu"], note["values"]["candidate_load_per_cpu"]) == said
+        assert f"{said[0]:.2f} per CPU during the baseline" in note["text"]

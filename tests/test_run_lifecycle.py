@@ -276,3 +276,22 @@ def test_sigint_of_a_real_run_marks_run_json(tmp_path):
     assert record["status"] == "interrupted" and "run stopped" in err.splitlines()[-1]
     for name in record["traces"]:
         assert runner.is_complete(run_dir / name)
+
+
+def test_run_json_records_the_machines_load_per_cpu_at_start_and_end(tmp_path, monkeypatch):
+    """What else the machine ran (the gate says where its two sides differ): os.getloadavg's 1-minute
+    figure over the CPUs this process may use, at launch and at the end."""
+    pytest.importorskip("torch")
+    loads = iter([3.0, 6.0])
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    cpus = len(os.sched_getaffinity(0))
+
+    def ran(cmd, env, on_line, gpu):
+        _rank_files(Path(cmd[cmd.index("--out") + 1]), cut_rank=None)
+        return 0, []
+
+    monkeypatch.setattr(runner, "launch", ran)
+    runner.execute(_plan(tmp_path))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["load_per_cpu"] == {"start": round(3.0 / cpus, 3), "end": round(6.0 / cpus, 3)}

@@ -72,6 +72,7 @@ class RunSamples:
     units: dict[str, str]
     higher_is_better: set[str] = field(default_factory=set)
     step_source: str = "traced"
+    load_per_cpu: float | None = None  # the machine's busiest load average per CPU during the run (run.json)
 
 
 def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> RunSamples:
@@ -93,7 +94,15 @@ def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> 
     steps = pd.DataFrame({k: cols[k] for k in order})  # a run under none: its unprofiled steps alone
     units.update({k: VALUE for k in figures})
     return RunSamples(name, steps, figures, pd.concat(why, ignore_index=True) if why else _no_why(),
-                      units, higher, source)
+                      units, higher, source, _load_per_cpu(info))
+
+
+def _load_per_cpu(info: dict | None) -> float | None:
+    """The higher of run.json's load averages per CPU at the run's start and end (None where
+    the run did not record them: made by an older tracelab, or a trace alone)."""
+    loads = (info or {}).get("load_per_cpu")
+    values = [v for v in (loads.values() if isinstance(loads, dict) else ()) if isinstance(v, (int, float))]
+    return float(max(values)) if values else None
 
 
 def _no_why() -> pd.DataFrame:

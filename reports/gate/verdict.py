@@ -39,6 +39,10 @@ MIN_FIGURE_RUNS = 2
 TOP_CAUSES = 5  # per kind of cause (kernel, scope, rank, ...)
 WORDS = {TIME: ("slower", "faster"), BYTES: ("grew", "shrank"), COUNT: ("more", "fewer"), "": ("worse", "better")}
 WITHIN, TOO_FEW = "within noise", "too few samples"
+# sides' loads that say the machine, not only the code, differed between them (_load_note)
+BUSY_LOAD_PER_CPU = 0.5
+LOAD_RATIO = 2.0
+MIN_LOAD_PER_CPU = 0.05
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,24 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
                (("baseline", baseline), ("candidate", candidate))}
     if len(set(sources.values())) > 1:
         notes.append(Note("step_time_timed_differently", dict(sources)))
+    notes += _load_note(baseline, candidate)
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
+
+
+def _load_note(baseline: list[RunSamples], candidate: list[RunSamples]) -> list[Note]:
+    """gate_load_differs where the two sides ran on a machine busy by other work to clearly
+    different degrees (run.json's load per CPU: the busier side at least BUSY_LOAD_PER_CPU and
+    LOAD_RATIO times the other's): the noise floor is that of one machine at one load, and other
+    work slows every step by itself, so a time verdict there may be the machine's. Said, not
+    judged: the verdicts stand."""
+    sides = [[r.load_per_cpu for r in runs if r.load_per_cpu is not None] for runs in (baseline, candidate)]
+    if not all(sides):
+        return []
+    base, cand = (float(np.median(s)) for s in sides)
+    low, high = sorted((base, cand))
+    if high < BUSY_LOAD_PER_CPU or high < LOAD_RATIO * max(low, MIN_LOAD_PER_CPU):
+        return []
+    return [Note("gate_load_differs", {"baseline_load_per_cpu": base, "candidate_load_per_cpu": cand})]
 
 
 def _figures_judged(baseline: list[RunSamples], candidate: list[RunSamples]) -> bool:

@@ -225,6 +225,11 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "one_side_only": _one_side_only,
     "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
                           "folder's figures are judged"),
+    "gate_load_differs": lambda v: (
+        f"the machine was busy with other work to different degrees: load average {v['baseline_load_per_cpu']:.2f} "
+        f"per CPU during the baseline, {v['candidate_load_per_cpu']:.2f} during the candidate (run.json); other "
+        "work slows every step by itself, so a time verdict here may be the machine's: gate runs made on a "
+        "quiet machine, or several a side (tracelab run --repeat N)"),
     "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
     "gate_noise_repeats": lambda v: _gate_repeats(v) + _gate_level(v),
     "gate_noise_floor": lambda v: (f"one run a side: two runs of the job taken to differ by {v['run_noise']:.0%} (sd) "

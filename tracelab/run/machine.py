@@ -71,6 +71,18 @@ def nsys_version(nsys: Path) -> str | None:
     return done.stdout.strip() or None
 
 
+def load_per_cpu() -> float | None:
+    """The 1-minute load average over the CPUs this process may use: what else the machine was
+    running (a shared CI runner, other jobs), which slows a step by itself; None where the
+    platform has no load average."""
+    try:
+        load_1m = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return round(load_1m / max(cpus, 1), 3)
+
+
 def versions(nsys: Path | None = None) -> dict:
     from tracelab import __version__
 

@@ -226,6 +226,7 @@ def new_record(p: Plan, command: list[str]) -> dict:
             "env": SAFE_ENV, "versions": machine.versions(p.nsys), "devices": machine.devices(p.gpus),
             "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "status": "running",
             "memory": backends.memory_recording(p.backend, spec.memory), "ranks_asked": spec.ranks_asked or spec.ranks,
+            "load_per_cpu": {"start": machine.load_per_cpu()},
             "notes": p.notes, **({"profiled_steps": p.profiled_steps} if p.profiled_steps is not None else {})}
 
 
@@ -290,6 +291,7 @@ def execute(p: Plan, on_line: OnLine = lambda line: None, run_dir: Path | None =
 def _finish(p: Plan, run_dir: Path, record: dict, t0: float, status: str) -> None:
     """run.json at the end: status, wall time, results, and the traces (complete and partial)."""
     record.update(status=status, wall_s=round(time.perf_counter() - t0, 3), results=runfolder.gather(run_dir))
+    record.setdefault("load_per_cpu", {})["end"] = machine.load_per_cpu()
     complete, partial = set_aside_partial_traces(run_dir, p.backend)
     record.update(traces=[t.name for t in complete], partial_traces=[t.name for t in partial])
     _write_record(run_dir, record)
