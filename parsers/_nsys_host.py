@@ -19,6 +19,7 @@ from tracelab.core import schema
 
 from . import _nsys_check
 from ._host import host_kinds
+from ._nsys_meta import nvtx_text
 from ._steps import compile_pattern, is_step
 
 PID_MASK = ~0xFFFFFF  # globalTid -> globalPid
@@ -29,8 +30,7 @@ _CALLS = f"""
     LEFT JOIN StringIds s ON s.id = r.nameId
     WHERE r.globalTid IS NOT NULL ORDER BY r.rowid"""
 _RANGES = """
-    SELECT n.globalTid, n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n
-    LEFT JOIN StringIds s ON s.id = n.textId
+    SELECT n.globalTid, n.start, n.end, {text} FROM NVTX_EVENTS n {join}
     WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL AND n.globalTid IS NOT NULL"""
 _OSRT = """
     SELECT o.globalTid, o.start, o.end, s.value FROM OSRT_API o LEFT JOIN StringIds s ON s.id = o.nameId
@@ -106,7 +106,8 @@ def host_frames(con: sqlite3.Connection, tables: set[str], runtime: pd.DataFrame
     kinds = host_kinds(runtime["name"].fillna("").tolist())
     parts = [runtime[kinds != ""][["globalTid", "start", "end", "name"]].assign(kind=kinds[kinds != ""])]
     if "NVTX_EVENTS" in tables:
-        ranges = _records(con, _RANGES)
+        text, join = nvtx_text(con)
+        ranges = _records(con, _RANGES.format(text=text, join=join))
         ranges = ranges[ranges["name"].notna()]
         kind = np.where(is_step(ranges["name"].tolist(), step_re), "step", "range")
         parts.append(ranges.assign(kind=kind, name=ranges["name"].str.replace(counters, "", regex=True)))

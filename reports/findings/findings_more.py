@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..fmt import ms, rate_gb_s, tflops
+from ..fmt import distinct_name, ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
 from ..timeline.causes import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words
 from ..topics import result_of
@@ -129,7 +129,8 @@ def roofline_findings(ev) -> list:
         rate = (tflops(top['tflop_s']) if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
                 else rate_gb_s(top['gb_s']) + " read+written")
         frac = "" if pd.isna(top["roofline_frac"]) else f", {100 * top['roofline_frac']:.1f}% of its roof"
-        text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {ms(top['lost_ns'])} to its roofline on "
+        name = distinct_name(str(top["key"]), d["rows"]["key"].astype(str), 70)
+        text = (f"{_run(group, len(groups) > 1)}{name} loses {ms(top['lost_ns'])} to its roofline on "
                 f"rank {i.rank} ({int(top['count']):,} calls, {ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
                 f"on the {d['device'].name}; work known for {100 * d['known_ns'] / d['gpu_ns']:.0f}% of the GPU time)")
         evidence = {"rank": i.rank, "kernel": str(top["key"]), "lost_ns": int(top["lost_ns"]),

@@ -85,6 +85,19 @@ def _comm_by_launch(v: dict) -> str:
             f"not {'their' if n > 1 else 'its'} name: {why}")
 
 
+# a table an nsys export may lack (parsers/_nsys_meta.schema_gaps) -> what is not known without it
+NSYS_TABLES_MISSING = {
+    "TARGET_INFO_GPU": "no GPU table (TARGET_INFO_GPU; TARGET_INFO_CUDA_GPU before nsys 2021.2): its GPUs are not "
+                       "named, so no roofline and no device advice",
+    "META_DATA_EXPORT": "no version table (META_DATA_EXPORT; EXPORT_META_DATA before nsys 2023): the nsys version "
+                        "that wrote it is unknown",
+}
+
+
+def _nsys_tables_missing(v: dict) -> str:
+    return "; ".join(NSYS_TABLES_MISSING[t] for t in v["tables"])
+
+
 # a Kineto category of device activity tracelab reads no GPU rows from -> what its events are, and why
 UNREAD = {
     "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
@@ -127,6 +140,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                      "--cuda-graph-trace=graph): each is one GPU op over its graph's span, its kernels not in the file; "
                      "profile with --cuda-graph-trace=node to see them"),
     "unread_device_events": _unread,
+    "nsys_tables_missing": _nsys_tables_missing,
     "step_numbers_repeat": ("step ranges repeat their numbers ({occurrences} later occurrences, e.g. a second "
                             "{range_name!r}, step {step}): each occurrence is a step of its own, the k-th occurrence "
                             "of N numbered N + k * {scale}"),
