@@ -18,6 +18,7 @@ from tracelab.reports.whatif import analyse
 from tracelab.reports.whatif import profiler_cost as pc
 from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph, step_counts
+from tracelab.reports.whatif.render import unprofiled_line
 
 from helpers import host_rows, kernel_rows, run_cli_output, strict_json
 
@@ -96,6 +97,7 @@ def test_a_measured_unprofiled_step_calibrates_the_cost_per_event(monkeypatch) -
     assert want <= 10 / 25 and w.unprofiled["cost_scale"] == pytest.approx(want, rel=0.05)
     replayed = profiled - round(_COST_PER_SCALE * w.unprofiled["cost_scale"])
     assert abs(replayed - measured) <= analyse.SCALE_TOL * measured + 1
+    assert "paces" not in unprofiled_line(w.unprofiled)
     # the scenario's replay less the calibrated cost: every call at 0, kernels back to back from 20
     kernels_ns = int(events["dur_ns"].sum())
     assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * (20 + kernels_ns) / replayed,
@@ -424,6 +426,7 @@ def test_a_step_the_device_paces_at_the_fitted_cost_keeps_it(monkeypatch) -> Non
     measured_ns = 820
     w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["remove:^b$"], unprofiled_ns=measured_ns)
     assert w.unprofiled["cost_scale"] == 1.0 and w.unprofiled["calibrated_unprofiled_ns"] == back_to_back
+    assert "the device paces it" in unprofiled_line(w.unprofiled)
     # removed, a and c back to back from 20 ns (c's call now at 200 ns, +20 ns: before a ends)
     assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured_ns * (20 + 2 * kernel_ns)
                                                                            / back_to_back)
