@@ -33,6 +33,12 @@ def rank_digests(names: tuple[str, ...] | None = None) -> dict:
     """RANK_DIGESTS of these names (every one where None): load_many's reduce for one output."""
     return dict(RANK_DIGESTS) if names is None else {n: RANK_DIGESTS[n] for n in names}
 
+
+def digests_of_runs(runs: int) -> dict:
+    """Every RANK_DIGESTS a report of this many runs reads: a topic's only where the runs are at
+    least its min_runs (the gate's section, of a later run against the first, needs two)."""
+    return {name: fn for topic in TOPICS if runs >= topic.min_runs for name, fn in topic.digest_fns().items()}
+
 def digest_key(name: str, fn) -> str:
     """The name a command's own digest goes by: `name` where it is the registry's (RANK_DIGESTS),
     else `name(param=value, ...)`, so that a command's parameters (idle --top) never replace the

@@ -17,6 +17,8 @@ that read it (no import cycle), and the workers never import plotly.
               when the command runs)
     result:   fn(input) -> the topic's result for one input, which others read by result_of(name, input)
     step_columns: fn(step rows, ranks) -> `tracelab steps`' rows with the topic's columns beside them
+    min_runs: the runs its digests need (the gate's section judges a later run against the first: 2);
+              where every digest is asked for (the report), inputs of fewer runs go without them
     savings:  fn(ev, [(source name, findings)]) -> every finding with its saving (with_savings)
 
 Topics never import one another (tests/test_layers.py): what one reads of another goes through
@@ -40,6 +42,7 @@ class Topic:
     result: str | None = None  # "module:function" under tracelab.reports: fn(input) -> its result for one input
     savings: str | None = None  # "module:function": fn(ev, [(source name, findings)]) -> findings, each with its saving
     step_columns: str | None = None  # "module:function": fn(step rows, ranks) -> the rows with its columns beside
+    min_runs: int = 1  # where all digests are asked for, its own are made only of inputs holding this many runs
 
     def digest_fns(self) -> dict[str, Callable[[Any], Any]]:
         return resolve(self.digests) if self.digests else {}
@@ -108,7 +111,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("memory", "memory.memory:DIGESTS", findings=("memory.findings:memory_findings",),
           section="memory.memory_html:sections", command="memory.command:COMMAND"),
     # each later run against the first, in the report (its command, `tracelab gate`, takes sides: cli/commands/gate.py)
-    Topic("gate", "gate.samples:DIGESTS", section="gate.gate_html:sections"),
+    Topic("gate", "gate.samples:DIGESTS", section="gate.gate_html:sections", min_runs=2),
 )
 
 # the order `tracelab --help` lists the topics' commands in (TOPICS' order is the report's); a topic

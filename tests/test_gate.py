@@ -14,7 +14,6 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from tracelab.cli.commands.gate import side_samples
@@ -115,6 +114,52 @@ def test_a_rank_holding_more_memory_fails_named_with_what_was_live(runs):
     assert not _metric(doc, "launches")["regression"]  # one more op per step: beyond the noise, not 5%
 
 
+def _raw_above_start(path: Path) -> list[int]:
+    """Per ProfilerStep#N: the most Total Allocated after any [memory] event inside it, less the
+    total before its first one (that event's total less its bytes): a plain walk of the Kineto JSON."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("cat") == "user_annotation" and STEP.fullmatch(e["name"]))
+    memory = sorted((e["ts"], e["args"]["Total Allocated"], e["args"]["Bytes"]) for e in events if e.get("name") == "[memory]")
+    out = []
+    for start, end in steps:
+        inside = [(total, size) for ts, total, size in memory if start <= ts <= end]
+        before = inside[0][0] - inside[0][1]
+        out.append(max([before] + [total for total, _ in inside]) - before)
+    return out
+
+
+def test_the_peak_above_the_steps_start_is_what_the_step_itself_allocates(runs):
+    """The trace's own allocated total climbs over the steps (frees it does not see count as held);
+    the peak above each step's start does not: the 16 MiB held through each step on rank 1, exactly."""
+    doc = _doc(runs, MEM_EQUAL, MEM_MORE)
+    above = _metric(doc, "peak_above_start")
+    raw = {f: [max(x) for x in zip(*(_raw_above_start(f / f"rank{r}.pt.trace.json.gz") for r in (0, 1)))]
+           for f in (MEM_EQUAL, MEM_MORE)}
+    assert (above["baseline"], above["candidate"]) == (np.median(raw[MEM_EQUAL]), np.median(raw[MEM_MORE]))
+    assert above["candidate"] - above["baseline"] == 16 << 20 and above["regression"]
+    why = {(c["by"], c["name"]): c for c in above["why"]}
+    assert why[("scope", "extra_memory")]["candidate"] == 16 << 20 and why[("rank", "1")]["share"] == 1.0
+    assert "before_trace" not in {c["by"] for c in above["why"]}  # held at the step's start, never above it
+
+
+def test_the_allocators_own_counters_give_the_peaks_and_the_peak_above_each_steps_start():
+    """A GPU run's train rows hold torch.cuda's counters per step: the peaks are the highest rank's,
+    the peak above the start each rank's peak less its own start, the highest of those."""
+    from tracelab.reports.gate.samples import run_samples
+
+    mib = 1 << 20
+    rows = {"0": {"step_start_allocated_bytes": [100 * mib] * 3, "step_peak_allocated_bytes": [150 * mib] * 3,
+                  "step_peak_reserved_bytes": [200 * mib] * 3},
+            "1": {"step_start_allocated_bytes": [10 * mib, 10 * mib, 10 * mib],
+                  "step_peak_allocated_bytes": [80 * mib, 90 * mib, 70 * mib], "step_peak_reserved_bytes": [None] * 3}}
+    info = {"workload": "train", "results": {r: {"rows": [row]} for r, row in rows.items()}}
+    steps = run_samples("gpu", [], info).steps
+    assert list(steps["peak_allocated"]) == [150 * mib] * 3
+    assert list(steps["peak_reserved"]) == [200 * mib] * 3  # rank 1 recorded none
+    assert list(steps["peak_above_start"]) == [70 * mib, 80 * mib, 60 * mib]  # rank 1's: 70, 80, 60 MiB above 10
+
+
 def test_thresholds_from_options_and_a_config_file(runs, tmp_path):
     doc = _doc(runs, EQUAL, LATE, thresholds(None, ["gpu_time:*=off", "idle:other=1000%"], None))
     assert doc["passed"] and _metric(doc, "gpu_time:gemm")["threshold"] is None
@@ -185,7 +230,9 @@ def test_markdown_is_a_table_of_every_metric_and_the_why_of_each_regression(runs
     assert re.fullmatch(r"\|(---\|)+", lines[header + 1])
     rows = [line for line in lines[header + 2:] if line.startswith("| ")]
     assert len(rows) == len(_doc(runs, MEM_EQUAL, MEM_MORE)["metrics"]) and all(r.count(" | ") == 8 for r in rows)
-    assert lines[0] == "### tracelab gate: FAIL (1 regressions)"
+    failed = [m["metric"] for m in _doc(runs, MEM_EQUAL, MEM_MORE)["metrics"] if m["regression"]]
+    assert failed == ["peak_allocated", "peak_above_start"]
+    assert lines[0] == "### tracelab gate: FAIL (2 regressions)"
     assert "- scope extra_memory: 0 B -> 16.00 MiB per step (+100.0% of the change)" in lines
 
 

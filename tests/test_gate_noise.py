@@ -1,6 +1,6 @@
 """The gate's noise model (reports/gate/noise.py) and the verdicts it makes, on samples made by
-hand: with repeats it is Student's t test on the runs' log medians, pooled (checked against
-scipy.stats.ttest_ind) with the floor weighing in; with one run a side, the steps' own noise (autocorrelation counted
+hand: with repeats, Student's t test on the runs' log medians, pooled (checked against
+scipy.stats.ttest_ind), never narrower than the floor's; with one run a side, the steps' own noise (autocorrelation counted
 with pandas' own lag-1 autocorrelation) plus the stated run-to-run floor; each metric judged at
 the gate's Bonferroni level; counted metrics with no floor."""
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from tracelab.reports.gate import noise
 from tracelab.reports.gate.noise import RUN_NOISE, run_level, shift
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.verdict import WITHIN, Thresholds, family_level, gate
@@ -35,11 +34,10 @@ def _gate(a: list[list[float]], b: list[list[float]], unit: str = "ns", **limits
     return m
 
 
-def test_with_repeats_it_is_students_t_on_the_runs_log_medians_pooled(monkeypatch):
-    monkeypatch.setattr(noise, "PRIOR_DF", 0)  # the runs alone: scipy's own pooled t test
-    a = [_steps(100 * f) for f in (1.0, 1.04, 0.97)]
-    b = [_steps(100 * f) for f in (1.12, 1.08, 1.15, 1.1)]
-    s = shift([np.array(x) for x in a], [np.array(x) for x in b], level=0.95)
+def test_with_repeats_wider_apart_than_the_floor_it_is_students_t_on_the_runs_log_medians_pooled():
+    a = [_steps(100 * f, sd=0.001) for f in (1.0, 1.04, 0.97)]
+    b = [_steps(100 * f, sd=0.001) for f in (1.12, 1.08, 1.15, 1.1)]
+    s = shift([np.array(x) for x in a], [np.array(x) for x in b], run_noise=0.0, level=0.95)
     la, lb = ([np.median(np.log(x)) for x in side] for side in (a, b))  # a run's level: its median log step
     student = stats.ttest_ind(lb, la, equal_var=True)
     low, high = student.confidence_interval(0.95)
@@ -47,14 +45,33 @@ def test_with_repeats_it_is_students_t_on_the_runs_log_medians_pooled(monkeypatc
     assert (s.low, s.high) == (pytest.approx(math.expm1(low)), pytest.approx(math.expm1(high)))
     assert s.detectable == pytest.approx(math.expm1((high - low) / 2))
     assert s.relative == pytest.approx(math.exp(np.mean(lb) - np.mean(la)) - 1)
+    pooled = (np.var(la, ddof=1) * 2 + np.var(lb, ddof=1) * 3) / 5
+    assert s.spread == pytest.approx(math.expm1(math.sqrt(pooled))) and s.floor < s.spread
 
 
-def test_two_runs_a_side_that_happen_to_agree_leave_the_floor_weighing_in():
-    a, b = [[100.0] * 8, [100.0] * 8], [[104.0] * 8, [104.0] * 8]
-    with_floor = shift([np.array(x) for x in a], [np.array(x) for x in b], run_noise=0.1, level=0.95)
-    var = (noise.PRIOR_DF * math.log(1.1) ** 2) / (2 + noise.PRIOR_DF)  # no spread, the floor's weight
-    half = stats.t.ppf(0.975, 2 + noise.PRIOR_DF) * math.sqrt(var * (1 / 2 + 1 / 2))
-    assert with_floor.within_noise and with_floor.detectable == pytest.approx(math.expm1(half))
+@pytest.mark.parametrize("runs", [2, 3, 5])
+def test_repeats_that_happen_to_agree_leave_the_floor_bounding_the_noise(runs):
+    """Runs of one time agree better than runs made at other times: the measured spread never
+    makes the noise smaller than one run's (its steps' and the stated floor's)."""
+    a, b = [[100.0] * 8] * runs, [[115.0] * 8] * runs
+    s = shift([np.array(x) for x in a], [np.array(x) for x in b], run_noise=0.1, level=0.95)
+    half = stats.norm.ppf(0.975) * math.log(1.1) * math.sqrt(2 / runs)  # the floor, known: the normal
+    assert s.spread == 0 and s.floor == pytest.approx(0.1)
+    assert s.detectable == pytest.approx(math.expm1(half))
+    assert s.p_value == pytest.approx(2 * stats.norm.sf(math.log(1.15) / (math.log(1.1) * math.sqrt(2 / runs))))
+    assert s.within_noise == (math.log(1.15) < half)
+    assert s.within_noise == (runs < 5)  # +15% is within the floor's noise with 2 and 3 runs a side
+
+
+def test_the_repeats_note_says_the_step_times_spread_and_floor():
+    units = {"step_time": "ns"}
+    side = lambda level, tag: [_run(f"{tag}{i}", {"step_time": _steps(level * f)}, units)
+                               for i, f in enumerate((1, 1.02, 0.98))]
+    g = gate(side(100, "a"), side(101, "b"))
+    (note,) = [n for n in g.notes if n.code == "gate_noise_repeats"]
+    (m,) = g.metrics
+    assert f"differ by {m.run_spread:.1%} (sd) within a side, the floor {m.run_floor:.1%}" in note.text
+    assert m.run_floor > m.run_spread and m.detectable > m.run_floor  # three runs of a quiet job: the floor bounds it
 
 
 def test_one_run_a_side_adds_a_step_and_the_floor_to_the_medians_noise_counted_with_its_autocorrelation():

@@ -65,6 +65,24 @@ def _inputs(runs: tuple[str, ...]) -> list[Input]:
     return [Input(f"{run}/rank{r}", run, r, "torch", df[df["rank"] == r], None) for run in runs for r in (0, 1)]
 
 
+GLOO = DATA / "gloo-2cpu-equal", DATA / "gloo-2cpu-late"
+
+
+@pytest.mark.parametrize("paths, gated", [
+    ([GLOO[0]], False),  # one run: no section reads the gate's digest, so its workers make none
+    ([GLOO[0] / "rank0.pt.trace.json.gz"], False),
+    (list(GLOO), True),
+    ([GLOO[0] / "rank0.pt.trace.json.gz", GLOO[1] / "rank1.pt.trace.json.gz"], True),  # each loose file may be a run
+])
+def test_the_report_makes_the_gates_digest_only_of_two_runs_or_more(paths, gated):
+    from tracelab.reports.ranks import RANK_DIGESTS
+
+    opened = Session.open([str(p) for p in paths])  # every digest the runs can use: the report's way
+    ranks = [p for r in opened.runs for p in r.profiles]
+    expected = [n for n in RANK_DIGESTS if gated or n != "gate"]
+    assert ranks and all(sorted(p.summary) == sorted(expected) for p in ranks)
+
+
 def test_one_run_has_no_gate_section():
     assert gate_html.sections(_inputs(("a",)), None, None, None, []) == []
     two = gate_html.sections(_inputs(("a", "b")), None, None, None, [])

@@ -9,21 +9,25 @@ scale, so that a change is a ratio. The level of a run holds two kinds of noise:
   n_eff = n (1 - r) / (1 + r) independent ones, r their lag-1 autocorrelation (at least 0);
   the median's standard error is sqrt(pi/2) x sd / sqrt(n_eff), sd robust (MAD x 1.4826).
 - between runs: a run's level moves with its machine's state (its load, clocks, allocator, a
-  fresh machine's first run) more than its steps' median does. Without repeats nothing
-  measures it, so it is taken as one step's variance (whatever slows a step for a while, a
-  run may meet for all of its steps) plus a stated floor: `run_noise`, the relative standard
+  fresh machine's first run) more than its steps' median does. The floor of that movement is
+  one run's own: its median's variance, one step's variance (whatever slows a step for a while,
+  a run may meet for all of its steps) and a stated floor, `run_noise`, the relative standard
   deviation of a run's level between runs that steps do not show (RUN_NOISE unless the user
-  says: `--run-noise`). With repeats (several runs of one config a side), the runs' spread
-  about their side's mean measures both kinds together, pooled over the sides, with that
-  same prior weighing in as PRIOR_DF degrees of freedom more (two runs a side alone would
-  trust one lucky agreement). Launches per step get no floor (the caller's run_noise=0): the
+  says: `--run-noise`). Launches per step get no stated floor (the caller's run_noise=0): the
   same work launches the same kernels on any run; memory gets it, as an allocator's state
-  differs between runs.
+  differs between runs. With one run a side nothing else measures it.
+- with repeats (several runs of one config a side), the runs' spread about their side's mean,
+  pooled over the sides, measures it too. A CI baseline is made at another time than its
+  candidate, and two or three runs of one time tell the spread between times badly, so the
+  noise is the larger of the two, never the spread alone: the change must be beyond both the
+  floor (the normal, its variance taken as known) and the measured spread (Student's t on the
+  runs' levels). That is an intersection-union test: its p the larger of the two p's, its
+  interval the wider, its false alarms at most 1 - level where either holds (runs as far apart
+  as the floor says at most, or the runs' levels normal and independent).
 
-The test is Student's t on the mean log levels (scipy.stats; the normal where the floor alone
-makes the variance): beyond the noise where its two-sided p is under 1 - level. The smallest
-change this input could detect is the interval's half width at that level, as a ratio: a
-change that large would just have been told from noise.
+The test is on the mean log levels (scipy.stats): beyond the noise where its two-sided p is
+under 1 - level. The smallest change this input could detect is the interval's half width at
+that level, as a ratio: a change that large would just have been told from noise.
 """
 from __future__ import annotations
 
@@ -35,16 +39,17 @@ from scipy import stats
 
 from ..stats import INTERVAL_LEVEL, MAD_TO_SD
 
-RUN_NOISE = 0.10  # relative sd of a run's level between runs of one job, where no side has repeats
+RUN_NOISE = 0.10  # relative sd of a run's level between runs of one job that its steps do not show
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the mean's, for normal samples
-PRIOR_DF = 4  # with repeats, the floor weighs as much as the spread of 5 runs would (4 degrees of freedom)
 MAX_LAG1 = 0.9  # autocorrelation above this is taken as this (n_eff of a tenth of the steps)
 
 
 @dataclass(frozen=True)
 class Shift:
     """b's level against a's: the levels (geometric means of the runs' medians), the change as a
-    ratio minus 1, its interval at `level`, the test's p, the smallest detectable change."""
+    ratio minus 1, its interval at `level`, the test's p, the smallest detectable change; the sd
+    of one run's level between runs, relative: `floor` (its steps' and run_noise), `spread` (the
+    repeats', measured; None with one run a side)."""
 
     level_a: float
     level_b: float
@@ -54,6 +59,8 @@ class Shift:
     p_value: float | None
     detectable: float | None
     within_noise: bool
+    floor: float | None = None
+    spread: float | None = None
 
 
 def effective_steps(x: np.ndarray) -> float:
@@ -74,25 +81,41 @@ def run_level(values: np.ndarray) -> tuple[float, float, float]:
     return float(np.median(values)), (MEDIAN_SE * sd) ** 2 / effective_steps(values), sd ** 2
 
 
-def run_variance(a: list[tuple[float, float, float]], b: list[tuple[float, float, float]],
-                 floor: float) -> tuple[float, float]:
-    """(variance of one run's level about its side's, its degrees of freedom). Without repeats:
-    the median's own variance, one step's variance and the floor, taken as known (inf). With repeats: the runs'
-    spread about their side's mean, pooled over both sides, with that same prior weighing as
-    PRIOR_DF more degrees of freedom: two or three runs a side tell the spread badly alone."""
-    prior = float(np.mean([w + step for _, w, step in a + b])) + floor
+@dataclass(frozen=True)
+class Noise:
+    """A run level's variance between runs, by one source, and its degrees of freedom (inf: taken as known)."""
+
+    var: float
+    df: float
+
+    def test(self, d: float, runs: float, level: float) -> tuple[float, float]:
+        """(two-sided p of a difference d of the sides' mean levels, the interval's half width);
+        runs: 1/n_a + 1/n_b."""
+        se = math.sqrt(self.var * runs)
+        dist = stats.t(self.df) if math.isfinite(self.df) else stats.norm()
+        p = (1.0 if d == 0 else 0.0) if se == 0 else float(2 * dist.sf(abs(d) / se))
+        return p, float(dist.ppf((1 + level) / 2)) * se
+
+
+def run_noise_of(a: list[tuple[float, float, float]], b: list[tuple[float, float, float]],
+                 floor: float) -> tuple[Noise, Noise | None]:
+    """(the floor: one run's median variance and step variance, the mean over the runs, plus the
+    stated floor, taken as known; the repeats' spread about their side's mean, pooled over both
+    sides, with its degrees of freedom, or None with one run a side)."""
+    prior = Noise(float(np.mean([w + step for _, w, step in a + b])) + floor, math.inf)
     df = len(a) + len(b) - 2
     if df == 0:
-        return prior, math.inf
+        return prior, None
     squares = sum(float(np.sum((np.array([r[0] for r in side]) - np.mean([r[0] for r in side])) ** 2)) for side in (a, b))
-    return (squares + PRIOR_DF * prior) / (df + PRIOR_DF), df + PRIOR_DF
+    return prior, Noise(squares / df, df)
 
 
 def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE,
           level: float = INTERVAL_LEVEL) -> Shift | None:
     """b's runs against a's runs, each run its samples (steps, or its one value); None where a side
     has none. On the log scale where every value is positive, else (a count of zero, an idle of
-    none) on the values' own scale, the floor then a share of a's level."""
+    none) on the values' own scale, the floor then a share of a's level. Beyond the noise only
+    where beyond the floor and, with repeats, beyond their measured spread too (module docstring)."""
     a, b = [x for x in a if len(x)], [x for x in b if len(x)]
     if not a or not b:
         return None
@@ -100,15 +123,16 @@ def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE
     f = np.log if logs else np.asarray
     la, lb = [run_level(f(x)) for x in a], [run_level(f(x)) for x in b]
     ma, mb = float(np.mean([r[0] for r in la])), float(np.mean([r[0] for r in lb]))
-    floor = math.log1p(run_noise) ** 2 if logs else (run_noise * ma) ** 2
-    var, df = run_variance(la, lb, floor)
-    d, se = mb - ma, math.sqrt(var * (1 / len(la) + 1 / len(lb)))
-    dist = stats.t(df) if math.isfinite(df) else stats.norm()
-    half = float(dist.ppf((1 + level) / 2)) * se
-    p = (1.0 if d == 0 else 0.0) if se == 0 else float(2 * dist.sf(abs(d) / se))
+    prior, measured = run_noise_of(la, lb, math.log1p(run_noise) ** 2 if logs else (run_noise * ma) ** 2)
+    d, runs = mb - ma, 1 / len(la) + 1 / len(lb)
+    tests = [n.test(d, runs, level) for n in (prior, measured) if n is not None]
+    p, half = max(t[0] for t in tests), max(t[1] for t in tests)
+    sds = [None if n is None else math.sqrt(n.var) for n in (prior, measured)]
     if logs:  # a side's level: its one run's median as it is, else the geometric mean of its runs' medians
         level_a, level_b = (float(np.median(x[0])) if len(x) == 1 else math.exp(m) for x, m in ((a, ma), (b, mb)))
+        floor, spread = (None if x is None else math.expm1(x) for x in sds)
         return Shift(level_a, level_b, math.expm1(d), math.expm1(d - half), math.expm1(d + half), p,
-                     math.expm1(half), p >= 1 - level)
+                     math.expm1(half), p >= 1 - level, floor, spread)
     share = (lambda x: x / abs(ma)) if ma else (lambda x: None)
-    return Shift(ma, mb, share(d), share(d - half), share(d + half), p, share(half), p >= 1 - level)
+    floor, spread = (None if x is None else share(x) for x in sds)
+    return Shift(ma, mb, share(d), share(d - half), share(d + half), p, share(half), p >= 1 - level, floor, spread)

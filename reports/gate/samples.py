@@ -157,37 +157,69 @@ def _idle_metrics(idles: list[tuple[int, object]], cols: dict, units: dict, why:
         why.append(_named(_per_step(steps, ["rank"], cause), metric, "rank"))
 
 
+PEAK, ABOVE_START = "peak_allocated", "peak_above_start"
+MEMORY = ((PEAK, "peak_allocated_bytes"), ("peak_reserved", "reserved_bytes"), (ABOVE_START, "above_start_bytes"))
+COUNTERS = {PEAK: "step_peak_allocated_bytes", "peak_reserved": "step_peak_reserved_bytes"}  # train rows' lists
+START_COUNTER = "step_start_allocated_bytes"
+HELD_BEFORE = "before_trace"  # memory's live group of what was allocated before the trace began
+
+
 def _memory_metrics(memories: list[tuple[int, object]], info: dict | None, cols: dict, units: dict,
                     why: list) -> None:
-    """Peak allocated and reserved per step (the highest rank's): torch.cuda's own counters where
-    the run folder's results hold them, else the trace's memory rows; what was live at each
-    rank's peak by group (reports/memory) for the why."""
+    """Per step, the highest rank's peak allocated and reserved, and its peak above what it held at
+    the step's start (peak_above_start: what the step itself allocates at most; exact for a
+    deterministic step, whatever is held over from earlier steps, or counted as held where a trace
+    misses frees); torch.cuda's own counters where the run folder's results hold them, else the
+    trace's memory rows. The why: the ranks, and the groups live at each rank's peak (reports/memory)."""
     frames = [m.steps.assign(rank=r) for r, m in memories if m is not None and len(m.steps) and m.steps["step"].notna().any()]
     if frames:
         steps = pd.concat(frames, ignore_index=True).astype({"step": "int64"})
-        for metric, column in (("peak_allocated", "peak_allocated_bytes"), ("peak_reserved", "reserved_bytes")):
+        numeric = {c: pd.to_numeric(steps[c], errors="coerce").astype("float64")
+                   for c in ("peak_allocated_bytes", "reserved_bytes", "allocated_start_bytes")}
+        steps = steps.assign(**numeric, above_start_bytes=numeric["peak_allocated_bytes"] - numeric["allocated_start_bytes"])
+        for metric, column in MEMORY:
             if steps[column].notna().any():
-                cols[metric] = steps.groupby("step")[column].max().astype("float64")
+                cols[metric] = steps.groupby("step")[column].max()
                 units[metric] = BYTES
                 why.append(_named(_per_step(steps, ["rank"], column), metric, "rank"))
-        tops = pd.concat([m.top.assign(rank=r) for r, m in memories if m is not None and len(m.top)], ignore_index=True) \
-            if any(m is not None and len(m.top) for _, m in memories) else None
-        if tops is not None and "peak_allocated" in cols:
-            for by, rows in tops.groupby("by", sort=False):
-                # a group's bytes at the peak of the rank that holds the most of it: what grew there
-                per_rank = rows.groupby(["rank", "name"])["bytes"].sum() / max(rows["step"].nunique(), 1)
-                why.append(_named(per_rank.groupby(level="name").max(), "peak_allocated", str(by)))
-    for metric, key in (("peak_allocated", "step_peak_allocated_bytes"), ("peak_reserved", "step_peak_reserved_bytes")):
-        counted = _counter(info, key)
-        if counted is not None:  # the allocator's own count of the same steps: exact, where recorded
-            cols[metric], units[metric] = counted, BYTES
+        why.extend(_live_why(memories, [m for m in (PEAK, ABOVE_START) if m in cols]))
+    for metric, counted in _counted(info).items():  # the allocator's own count of the same steps: exact, where recorded
+        cols[metric], units[metric] = counted, BYTES
 
 
-def _counter(info: dict | None, key: str) -> pd.Series | None:
-    """A per-step list the train rows record, the highest rank's per step; None where none recorded it."""
+def _live_why(memories: list[tuple[int, object]], metrics: list[str]) -> list[pd.DataFrame]:
+    """Each group's bytes live at the peak, per step, of the rank that holds the most of it: what grew there."""
+    tops = [m.top.assign(rank=r) for r, m in memories if m is not None and len(m.top)]
+    if not tops or not metrics:
+        return []
+    out = []
+    for by, rows in pd.concat(tops, ignore_index=True).groupby("by", sort=False):
+        per_rank = rows.groupby(["rank", "name"])["bytes"].sum() / max(rows["step"].nunique(), 1)
+        # what was allocated before the trace is held at the step's start: no part of what it adds above it
+        out += [_named(per_rank.groupby(level="name").max(), metric, str(by)) for metric in metrics
+                if not (metric == ABOVE_START and by == HELD_BEFORE)]
+    return out
+
+
+def _counted(info: dict | None) -> dict[str, pd.Series]:
+    """The train rows' per-step counters, each the highest rank's per step: peak allocated and
+    reserved, and the peak above the step's start allocated where both are recorded."""
+    out = {metric: _highest(_counter_lists(info, key)) for metric, key in COUNTERS.items()}
+    peaks, starts = _counter_lists(info, COUNTERS[PEAK]), _counter_lists(info, START_COUNTER)
+    if peaks and len(peaks) == len(starts):
+        out[ABOVE_START] = _highest([[p - s for p, s in zip(peak, start)] for peak, start in zip(peaks, starts)])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _counter_lists(info: dict | None, key: str) -> list[list[float]]:
+    """Each rank's per-step list of a train row's counter, where the rank recorded it whole."""
     lists = [row.get(key) for figs in results_of(info or {}) for row in (figs.get("rows") or [])[:1]
              if isinstance(row, dict)]
-    lists = [[float(x) for x in v] for v in lists if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v)]
+    return [[float(x) for x in v] for v in lists if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v)]
+
+
+def _highest(lists: list[list[float]]) -> pd.Series | None:
+    """The highest rank's value per step (over the steps every rank recorded); None where none did."""
     if not lists:
         return None
     n = min(map(len, lists))
@@ -204,10 +236,8 @@ def _unprofiled_ns(info: dict | None) -> list[float] | None:
             v = holder.get("unprofiled_step_ns_samples") if isinstance(holder, dict) else None
             if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
                 lists.append([float(x) for x in v])
-    if not lists:
-        return None
-    n = min(map(len, lists))
-    return list(np.max([v[:n] for v in lists], axis=0))
+    slowest = _highest(lists)
+    return None if slowest is None else list(slowest)
 
 
 def _figures(info: dict | None) -> tuple[dict[str, float], set[str]]:

@@ -89,6 +89,8 @@ class MetricVerdict:
     worse: bool
     regression: bool
     why: list[Cause] = field(default_factory=list)
+    run_floor: float | None = None  # one run's sd between runs from its steps and --run-noise, relative
+    run_spread: float | None = None  # the repeats' sd between runs of a side, measured, relative; None: one run a side
 
 
 @dataclass
@@ -120,8 +122,9 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     figures = set(baseline[0].figures) if baseline and not _figures_judged(baseline, candidate) else set()
     judged = sum(thresholds.of(m) is not None and m not in figures for m in names)
     level = family_level(judged)
-    notes.append(_noise_note(len(baseline), len(candidate), thresholds.run_noise, level, judged))
     out = [_judge(m, baseline, candidate, thresholds.of(m), step_ns, thresholds.run_noise, level) for m in names]
+    step = next((m for m in out if m.metric == STEP_TIME), None)
+    notes.append(_noise_note(len(baseline), len(candidate), thresholds.run_noise, level, judged, step))
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
                (("baseline", baseline), ("candidate", candidate))}
     if len(set(sources.values())) > 1:
@@ -140,11 +143,14 @@ def family_level(metrics: int) -> float:
     return 1 - (1 - INTERVAL_LEVEL) / max(metrics, 1)
 
 
-def _noise_note(n_baseline: int, n_candidate: int, run_noise: float, level: float, judged: int) -> Note:
-    values = {"metrics": judged, "level": level, "gate_level": INTERVAL_LEVEL}
+def _noise_note(n_baseline: int, n_candidate: int, run_noise: float, level: float, judged: int,
+                step: MetricVerdict | None) -> Note:
+    """How the noise between runs was had; with repeats, the step time's measured spread and floor."""
+    values = {"metrics": judged, "level": level, "gate_level": INTERVAL_LEVEL, "run_noise": run_noise}
     if n_baseline > 1 or n_candidate > 1:
-        return Note("gate_noise_repeats", {"baseline_runs": n_baseline, "candidate_runs": n_candidate, **values})
-    return Note("gate_noise_floor", {"run_noise": run_noise, **values})
+        spread = {"step_spread": step.run_spread, "step_floor": step.run_floor} if step is not None else {}
+        return Note("gate_noise_repeats", {"baseline_runs": n_baseline, "candidate_runs": n_candidate, **values, **spread})
+    return Note("gate_noise_floor", values)
 
 
 def _metrics(runs: list[RunSamples]) -> list[str]:
@@ -200,7 +206,8 @@ def _verdict(metric: str, unit: str, a: list[np.ndarray], b: list[np.ndarray], r
     scale = abs(s.level_a)
     low, high = (None, None) if s.low is None else (s.low * scale, s.high * scale)
     return MetricVerdict(metric, unit, "", s.level_a, s.level_b, s.relative, low, high, level, s.p_value,
-                         n_a, n_b, s.detectable, None, WITHIN if s.within_noise else "beyond", False, False)
+                         n_a, n_b, s.detectable, None, WITHIN if s.within_noise else "beyond", False, False,
+                         run_floor=s.floor, run_spread=s.spread)
 
 
 def causes(metric: str, baseline: list[RunSamples], candidate: list[RunSamples], delta: float) -> list[Cause]:

@@ -119,6 +119,16 @@ def _gate_level(v: dict) -> str:
             f"most {1 - v['gate_level']:.0%}); detectable: the smallest change told from noise at that level")
 
 
+def _gate_repeats(v: dict) -> str:
+    runs = f"{v['baseline_runs']} baseline, {v['candidate_runs']} candidate runs"
+    measured = ("" if v.get("step_spread") is None else
+                f": the step time's runs differ by {v['step_spread']:.1%} (sd) within a side, the floor "
+                f"{v['step_floor']:.1%}")
+    return (f"noise between runs: the larger of the spread measured on the repeats ({runs}) and the floor "
+            f"(one run's steps and --run-noise {v['run_noise']:.0%}: runs made at other times differ more "
+            f"than repeats of one time show){measured}; ")
+
+
 def _no_steps(v: dict) -> str:
     why = "its step ranges hold no GPU work's launch" if v["step_ranges"] else "no range matches the step pattern"
     return (f"no steps in this trace ({why}; see --step): the whole trace, first GPU start to last GPU end, "
@@ -216,9 +226,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "run_without_steps": ("no steps in its traces (proton records none, or no step ranges matched): only its run "
                           "folder's figures are judged"),
     "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
-    "gate_noise_repeats": lambda v: ("noise between runs measured on the repeats "
-                                     f"({v['baseline_runs']} baseline, {v['candidate_runs']} candidate runs); "
-                                     + _gate_level(v)),
+    "gate_noise_repeats": lambda v: _gate_repeats(v) + _gate_level(v),
     "gate_noise_floor": lambda v: (f"one run a side: two runs of the job taken to differ by {v['run_noise']:.0%} (sd) "
                                    "in time beyond their steps' own spread (--run-noise; repeats, several runs a side, "
                                    "measure it); " + _gate_level(v)),

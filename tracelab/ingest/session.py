@@ -60,8 +60,8 @@ class Session:
     def open(cls, paths: list[str | os.PathLike], options: Options | None = None, *,
              digests: Mapping[str, Callable] | tuple[str, ...] | None = None, keep_events: bool = False,
              rank: int | None = None, device=None, on_loaded: Callable[[Path], None] | None = None) -> Session:
-        """Open the paths: `digests` (name -> fn(RankData), or RANK_DIGESTS names; all of them where
-        None) made in the worker that parses each rank; without `keep_events` only those digests come
+        """Open the paths: `digests` (name -> fn(RankData), or RANK_DIGESTS names; where None, all
+        that the paths' runs can use: ranks.digests_of_runs) made in the worker that parses each rank; without `keep_events` only those digests come
         back. `rank`: only that rank of each run. `device` (devices.Device): the roofline's device
         instead of the one the traces or run.json name. `options` (default: the environment's,
         Options.from_environment) are the ones in force while the inputs are read."""
@@ -76,7 +76,7 @@ class Session:
             run_infos(paths)  # each run folder's own files checked before any trace is parsed
             plans = [_plan(p) for p in paths]
             files = [f for plan in plans for part in plan for f in part[2]]
-            parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device), keep_events=keep_events,
+            parsed = parse_files(files, on_loaded=on_loaded, reduce=_reduce(digests, device, plans), keep_events=keep_events,
                                  options=options) if files else []
             runs = _runs(plans, iter(parsed))
         if rank is not None:
@@ -170,11 +170,15 @@ def _sources(topic: str | None) -> list[Callable] | None:
     return found.findings_sources()
 
 
-def _reduce(digests, device) -> dict:
-    """load_many's reduce: the digests named (RANK_DIGESTS names) or given (name -> fn)."""
-    from tracelab.reports.ranks import rank_digests
+def _reduce(digests, device, plans: list) -> dict:
+    """load_many's reduce: the digests named (RANK_DIGESTS names) or given (name -> fn); where
+    None, every one the planned runs can use."""
+    from tracelab.reports.ranks import digests_of_runs, rank_digests
 
-    reduce = dict(digests) if isinstance(digests, Mapping) else rank_digests(digests)
+    if digests is None:
+        reduce = digests_of_runs(most_runs(plans))
+    else:
+        reduce = dict(digests) if isinstance(digests, Mapping) else rank_digests(digests)
     if device is not None and "roofline" in reduce:
         from tracelab.reports.roofline.roofline import RankRoofline
 
@@ -205,6 +209,12 @@ def _plan(path: str) -> list[tuple[str, str, list[Path]]]:
     snapshots = [f for f in found if f.name.lower().endswith(SNAPSHOT_SUFFIXES) and detect(f) == "snapshot"]
     traces = [f for f in found if f not in snapshots]
     return ([(TRACES, path, traces)] if traces else []) + [(SNAPSHOT, str(f), [f]) for f in snapshots]
+
+
+def most_runs(plans: list[list[tuple[str, str, list[Path]]]]) -> int:
+    """The most traced runs the plans can make: a folder's traces one, each loose file one (loose
+    files of one job's ranks become one run, which only their parse tells)."""
+    return sum(kind in (TRACES, "file") for plan in plans for kind, _, _ in plan)
 
 
 RUN_FOLDER_DEPTH = 3  # how deep run folders are looked for under one that is none: runs/pr/train-X/repeat-1
