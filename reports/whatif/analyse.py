@@ -21,7 +21,7 @@ from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
 from .kinds import COLL
 from .nodes import RankGraph
-from .profiler_cost import NodeCosts, deflate, graph_costs
+from .profiler_cost import NodeCosts, deflate, graph_costs, steady_host
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
@@ -36,6 +36,8 @@ MAX_ERROR = 0.02
 # constant per event (on a loaded CPU the host's speed between the two phases moves more than the
 # profiler's cost): the difference is taken as the host running that much slower throughout, the
 # scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler).
+# Nor where the replay at the fitted cost is at its floor, the device pacing it, below the measured
+# step: what the replay misses there is the device side's, which the anchor takes (scale 1).
 MAX_COST_SCALE = 64.0
 SCALE_TOL = 0.005
 SCALE_STEPS = 16
@@ -106,9 +108,12 @@ def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -
 
 def _replayed(g: Graph, base, group: list[Scenario], win: pd.DataFrame, costs: NodeCosts | None = None) -> np.ndarray:
     """Per step of `win`, the replay of `base` under the scenarios `group`, the profiler's cost
-    taken out first where `costs` are given."""
+    taken out first where `costs` are given (calibrated: a GPU trace's host at its steady pace first;
+    a CPU-only trace's host nodes are its work, whose pace the measured step sets)."""
     p = base.copy()
     if costs is not None:
+        if costs.steady and not g.cpu_only:
+            steady_host(g, p)
         deflate(g, p, costs)
     for s in group:
         s.apply(g, p)
@@ -173,8 +178,11 @@ def calibrated_scale(b: Base, measured_ns: float) -> float:
     """The factor on the fitted cost per event (MAX_COST_SCALE's comment) at which the median over
     the claimed steps of the replay less the cost meets `measured_ns`: 0 where the profiled replay
     is already at or below it (the profiler's cost does not explain the difference: the anchor in
-    _without_profiler takes it), MAX_COST_SCALE where even that leaves it above. The replay is
-    monotone in the factor (less cost, never a later node), so a bracketing search finds it."""
+    _without_profiler takes it), MAX_COST_SCALE where even that leaves it above; 1 where the replay
+    at the fitted cost is already at its floor (no more cost taken off shortens it: the host paces
+    nothing) and below the measured step: there the step says nothing of the host's cost, and a
+    smaller one would put the host on the path of a step the device paced. The replay is monotone
+    in the factor (less cost, never a later node), so a bracketing search finds it."""
     claimed = b.steps["claimed"].to_numpy()
 
     def at(k: float) -> float:
@@ -185,6 +193,8 @@ def calibrated_scale(b: Base, measured_ns: float) -> float:
     if not np.isfinite(f_lo) or f_lo <= measured_ns:
         return 0.0
     hi, f_hi = 1.0, at(1.0)
+    if f_hi < measured_ns and f_hi <= at(MAX_COST_SCALE) * (1 + SCALE_TOL):
+        return 1.0  # at the fitted cost the host is off the path: the step above it is the device side's
     while f_hi > measured_ns and hi < MAX_COST_SCALE:
         lo, f_lo, hi = hi, f_hi, min(4 * hi, MAX_COST_SCALE)
         f_hi = at(hi)

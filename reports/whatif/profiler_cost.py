@@ -16,9 +16,18 @@ its duration, those made between two host nodes, and what a node's own time coul
 launch call shorter than its records: the profiler's callbacks around it), off the gap before
 it; neither below 0 (a node never shorter than the records inside it leave: the nested ones lose
 only their own). The replay of the deflated graph is the predicted step without the profiler.
+
+Where a measured step calibrates the cost, `steady_host` comes first: under the profiler the host
+also slows in bursts (the profiler's buffer handling, other work on its core) that reach a call in
+some steps and not in most, while the steps repeat the same calls: each call's gap and time at its
+median over those steps is the host's steady pace, which the step without the profiler keeps (a
+cost per event cannot take a burst off: a step the bursts slowed stays host-bound in a scenario that
+takes the device's work away). The fitted constants alone are taken off the host as profiled: they
+were fitted on whole profiled steps, their bursts included.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,6 +38,7 @@ from tracelab.core.schema import kind_mask
 from .bands import Band
 from .kinds import HOST_OP, LAUNCH, SYNC
 
+MIN_STEADY_STEPS = 3  # steps sharing one host sequence before a median of them is a steady pace
 RANGE_KINDS = ("range", "step")  # user annotations, NVTX ranges, the step ranges themselves
 COUNTED = ("cpu_ops", "launches", "ranges")
 
@@ -176,10 +186,13 @@ class NodeCosts:
     inside_ns: np.ndarray
     source: dict[int, str]
     band: Band | None
+    steady: bool = False  # taken off a host at its steady pace (steady_host) first
 
     def scaled(self, factor: float) -> "NodeCosts":
-        """The same events at `factor` times the fitted cost each (calibrated_scale)."""
-        return replace(self, before_ns=self.before_ns * factor, inside_ns=self.inside_ns * factor)
+        """The same events at `factor` times the fitted cost each (calibrated_scale), off a host at
+        its steady pace: the factor is solved on that host's replay, while the fitted cost alone was
+        fitted on whole profiled steps, bursts and all, and is taken off the host as profiled."""
+        return replace(self, before_ns=self.before_ns * factor, inside_ns=self.inside_ns * factor, steady=True)
 
 
 def graph_costs(g) -> NodeCosts | None:
@@ -209,6 +222,29 @@ def deflate(g, p, costs: NodeCosts) -> None:
     cut_gap = np.where(host, np.minimum(rest, np.maximum(p.gap_ns, 0)), 0)
     p.gap_ns -= np.rint(cut_gap).astype(np.int64)
     p.dur_ns -= np.rint(cut_dur).astype(np.int64)
+
+
+def steady_host(g, p) -> None:
+    """Each host node (call or CPU operator) of the steps that repeat one chain's most common host
+    sequence (the same names in the same order) takes its gap and duration at their median over
+    those steps (module docstring); a chain with fewer than MIN_STEADY_STEPS such steps is left."""
+    host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP)) & (g.step >= 0)
+    for chain in np.unique(g.chain[host]):
+        same = _repeated_steps(g, np.flatnonzero(host & (g.chain == chain)))
+        if same is not None:  # [steps, positions] node indices
+            p.gap_ns[same] = np.median(p.gap_ns[same], axis=0).astype(np.int64)
+            p.dur_ns[same] = np.median(p.dur_ns[same], axis=0).astype(np.int64)
+
+
+def _repeated_steps(g, nodes: np.ndarray) -> np.ndarray | None:
+    """One chain's `nodes` as [steps, positions], the steps that share its most common sequence of
+    names, by start; None where fewer than MIN_STEADY_STEPS do."""
+    nodes = nodes[np.lexsort((g.start_ns[nodes], g.step[nodes]))]
+    cuts = np.flatnonzero(np.diff(g.step[nodes])) + 1
+    steps = np.split(nodes, cuts)
+    keys = [tuple(g.name[s]) for s in steps]
+    common, n = Counter(keys).most_common(1)[0] if keys else (None, 0)
+    return np.vstack([s for s, k in zip(steps, keys) if k == common]) if n >= MIN_STEADY_STEPS else None
 
 
 def measured_unprofiled_ns(info: dict | None) -> float | None:

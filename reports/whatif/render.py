@@ -11,7 +11,7 @@ from ..csvout import csv_text
 from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from ..many_steps import largest_steps
-from .analyse import MAX_ERROR, SCENARIO_COLUMNS, WhatIf
+from .analyse import MAX_ERROR, SCALE_TOL, SCENARIO_COLUMNS, WhatIf
 from .bands import band
 from .path import CATEGORIES
 from .scenarios import label_of
@@ -67,7 +67,7 @@ def unprofiled_line(u: dict) -> str | None:
     replayed = u.get("replayed_unprofiled_ns")
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
-        model += _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"))
+        model += _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns"))
         return f"step without the profiler: {step}, measured beside the trace (the same steps, profiler off){model}"
     b = u.get("error_band")
     costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
@@ -75,15 +75,18 @@ def unprofiled_line(u: dict) -> str | None:
             f"({costs}){'; ' + b.short() if b else '; no error band'}")
 
 
-def _scale_text(scale: float | None, met_ns: float | None) -> str:
+def _scale_text(scale: float | None, met_ns: float | None, measured_ns: float | None = None) -> str:
     """How the predictions without the profiler met the measured step (analyse.calibrated_scale)."""
     if scale is None:
         return ""
     if scale == 0:
         return ("; predictions scale each scenario's profiled replay by the measured step (no cost per event "
                 "comes off: a CPU-only trace, or a run slower without the profiler than its replay)")
+    paced = (scale == 1 and met_ns is not None and measured_ns is not None
+             and met_ns < measured_ns * (1 - SCALE_TOL))  # calibrated_scale's floor: the device paces it
     return (f"; predictions take {scale:.3g}x that cost per event off, at which the replay gives "
-            f"{ms_cell(met_ns)} ms")
+            f"{ms_cell(met_ns)} ms" + (" (the device paces it there: scenarios are scaled by the measured step)"
+                                       if paced else ""))
 
 
 def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
