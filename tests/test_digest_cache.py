@@ -115,7 +115,7 @@ def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch)
         assert not len(p.events) and p.host is None
 
 
-@pytest.mark.parametrize("damage", ["one byte flipped", "truncated", "empty", "a digest missing",
+@pytest.mark.parametrize("damage", ["one byte flipped", "truncated", "empty", "a digest of no rank",
                                     "a meta of a wrong type", "a meta as a dict (the old entries)",
                                     "writable by others"])
 def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypatch):
@@ -132,15 +132,15 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
         entry.write_bytes(blob[:len(blob) // 3])
     elif damage == "empty":
         entry.write_bytes(b"")
-    elif damage in ("a digest missing", "a meta of a wrong type", "a meta as a dict (the old entries)"):
-        profiles, caught, parsed_as = pickle.loads(blob[32:])  # its checksum right, its content not what was asked
-        if damage == "a digest missing":
-            del profiles[0].summary[digest_cache.fn_key(session.RANK_DIGESTS["timeline"])]
+    elif damage in ("a digest of no rank", "a meta of a wrong type", "a meta as a dict (the old entries)"):
+        profiles, caught, parsed_as, digests = pickle.loads(blob[32:])  # its checksum right, its content not what was asked
+        if damage == "a digest of no rank":
+            digests[digest_cache.fn_key(session.RANK_DIGESTS["timeline"])] = pickle.dumps([])
         elif damage == "a meta of a wrong type":
             profiles[0].meta.__dict__["rank"] = "zero"  # as a forged pickle would hold it, past Meta's checks
         else:
             profiles[0].meta = profiles[0].meta.to_dict()
-        payload = pickle.dumps((profiles, caught, parsed_as))
+        payload = pickle.dumps((profiles, caught, parsed_as, digests))
         entry.write_bytes(hashlib.blake2b(payload, digest_size=32).digest() + payload)
     else:
         entry.chmod(0o666)

@@ -5,9 +5,10 @@ only its digests (reports/ranks.RANK_DIGESTS, made by load_many's `reduce` in th
 parsed it). They are kept here, one entry per trace file, whichever command made them: a
 `breakdown` after a `report` reads the digests the report wrote. An entry is a folder of parts,
 each `blake2b(payload) + payload`, the payload a pickle of the Profiles `_parse_classified`
-returned (meta, summaries, no rows), the warnings the parse raised (said again on a hit) and the
-path parsed. A summary is keyed by what the digest is (`fn_key`: its function's pickled form,
-its parameters with it), not by the name a command gives it. The entry is made with FILE, the
+returned (meta, no rows), the warnings the parse raised (said again on a hit), the path parsed,
+and the digests, each pickled on its own (a hit unpickles only those asked for), keyed by what
+the digest is (`fn_key`: its function's pickled form, its parameters with it), not by the name
+a command gives it. The entry is made with FILE, the
 digests of the command that first read the trace; a later command that asks for digests the
 entry lacks parses the trace once, makes only those, and adds them as a part of their own
 (`digests-KEY.pickle`, written whole and renamed in; a part there is never replaced). A hit costs
@@ -22,9 +23,9 @@ pandas' and numpy's; the user's classify patterns; the identity of the Inductor 
 beside the trace, where one is. As in cache.py, a file that changed while it was parsed, or
 within RACY_S before a part would be written, is not cached.
 
-Never wrong. A part that does not match its checksum, does not unpickle, or holds anything but
-Profiles with a meta and the same digests each, or whose ranks differ from the entry's first
-part, makes the entry a miss: removed, and the trace parsed again.
+Never wrong. A part that does not match its checksum, does not unpickle, holds anything but
+Profiles with a meta, or a digest asked for without one value per profile, or whose ranks differ
+from the entry's first part, makes the entry a miss: removed, and the trace parsed again.
 
 Never code from elsewhere. A pickle names functions to call, so an entry is read only where
 nobody but this user could have written it: from the private cache folder, through checked
@@ -133,7 +134,7 @@ def _code() -> str:
 @dataclass
 class _Found:
     """An entry's parts read: the first part's profiles (their meta), warnings and path parsed
-    as, and every digest found, by fn_key, one value per profile."""
+    as, and the digests asked for that the parts hold, by fn_key, one value per profile."""
 
     profiles: list[Profile]
     caught: list[tuple[str, type[Warning]]]
@@ -142,44 +143,44 @@ class _Found:
 
 
 def _get(entry_key: str, wanted: set[str], options: Options) -> _Found | None:
-    """The entry's parts, read until the digests `wanted` (fn keys) are found or none is left;
-    None where the entry is absent, or damaged (then removed)."""
+    """The digests `wanted` (fn keys) that the entry holds, its parts read until all are found or
+    none is left; None where the entry is absent, or damaged (then removed)."""
     return cachedir.read_entry(options.cache_dir, entry_key, lambda fd: _read_parts(fd, wanted))
 
 
 def _read_parts(fd: int, wanted: set[str]) -> _Found:
-    found = _part(cachedir.read(fd, FILE, _SUM_BYTES + MAX_ENTRY_BYTES))
+    found = _part(cachedir.read(fd, FILE, _SUM_BYTES + MAX_ENTRY_BYTES), wanted)
     for name in [] if wanted <= found.values.keys() else sorted(os.listdir(fd)):
         if not PART.fullmatch(name):
             continue
-        more = _part(cachedir.read(fd, name, _SUM_BYTES + MAX_ENTRY_BYTES))
+        more = _part(cachedir.read(fd, name, _SUM_BYTES + MAX_ENTRY_BYTES), wanted - found.values.keys())
         if [p.meta.rank for p in more.profiles] != [p.meta.rank for p in found.profiles]:
             raise ValueError("a part of other ranks")
-        found.values = {**more.values, **found.values}
+        found.values.update(more.values)
         if wanted <= found.values.keys():
             break
     return found
 
 
-def _part(blob: bytes) -> _Found:
-    """A part's content; ValueError where it is not what put() wrote."""
+def _part(blob: bytes, wanted: set[str]) -> _Found:
+    """A part's profiles and the digests of `wanted` it holds (each digest is a pickle of its own
+    within the part: only those asked for are unpickled); ValueError where it is not what put() wrote."""
     head, payload = blob[:_SUM_BYTES], blob[_SUM_BYTES:]
     if len(blob) <= _SUM_BYTES or hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() != head:
         raise ValueError("checksum")
-    profiles, caught, parsed_as = safe_pickle.loads(payload)
+    profiles, caught, parsed_as, digests = safe_pickle.loads(payload)
     if not isinstance(profiles, list) or not profiles or not isinstance(parsed_as, str):
         raise ValueError("no profiles")
-    for p in profiles:
-        if not isinstance(p, Profile) or not isinstance(p.meta, Meta) or len(p.events):
-            raise ValueError("not a profile")
-        if not isinstance(p.summary, dict) or not p.summary or set(p.summary) != set(profiles[0].summary):
-            raise ValueError("not the same digests in every profile")
+    if not all(isinstance(p, Profile) and isinstance(p.meta, Meta) and not len(p.events) for p in profiles):
+        raise ValueError("not a profile")
     cache._metas([p.meta.to_dict() for p in profiles])  # an unpickled Meta is checked as a JSON one
     if not all(isinstance(m, str) and isinstance(c, type) and issubclass(c, Warning) for m, c in caught):
         raise ValueError("warnings")
-    values = {k: [p.summary[k] for p in profiles] for k in profiles[0].summary}
-    for p in profiles:
-        p.summary = {}
+    if not isinstance(digests, dict) or not all(isinstance(v, bytes) for v in digests.values()):
+        raise ValueError("digests")
+    values = {k: safe_pickle.loads(digests[k]) for k in wanted if k in digests}
+    if not all(isinstance(v, list) and len(v) == len(profiles) for v in values.values()):
+        raise ValueError("a digest not of every profile")
     return _Found(profiles, caught, parsed_as, values)
 
 
@@ -206,8 +207,9 @@ def put(entry_key: str, path: Path, options: Options, profiles: list[Profile],
         st = path.stat()
         if time.time() - max(st.st_mtime, st.st_ctime) <= cache.RACY_S or _entry_key(path, options) != entry_key:
             return
-        kept = [Profile(p.events, p.meta, {k: p.summary[name] for name, k in keys.items()}) for p in profiles]
-        payload = pickle.dumps((kept, caught, str(path)), protocol=5)
+        digests = {k: pickle.dumps([p.summary[name] for p in profiles], protocol=5) for name, k in keys.items()}
+        kept = [Profile(p.events, p.meta) for p in profiles]
+        payload = pickle.dumps((kept, caught, str(path), digests), protocol=5)
         if len(payload) > MAX_ENTRY_BYTES:
             return
         blob = hashlib.blake2b(payload, digest_size=_SUM_BYTES).digest() + payload
