@@ -9,6 +9,8 @@ gemm-bf16, gemm-tf32: the model's weight products (every linear layer's [tokens,
 fp32 against the same fp32 operands under bf16 autocast (the casts of both operands included, as
 autocast does them inside each product), or against TF32 tensor cores; summed over the layers, so
 F weighs each product by its time as the step does. Backward products are assumed to change alike.
+gemm-bf16-operands: the same products with bf16 operands (no cast): the F of `autocast:bf16=F`,
+whose casts are the scenario's own.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def linear_shapes(args: argparse.Namespace, world_size: int = 1) -> list[tuple[i
 
 
 def _linears_us(shapes: list[tuple[int, int, int]], device: torch.device, bf16: bool = False,
-                precision: str = "highest") -> float:
+                precision: str = "highest", dtype: torch.dtype = torch.float32) -> float:
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)
 
@@ -58,7 +60,7 @@ def _linears_us(shapes: list[tuple[int, int, int]], device: torch.device, bf16: 
     try:
         total = 0.0
         for t, k, n in sorted(set(shapes)):
-            x, w = torch.randn(t, k, device=device), torch.randn(n, k, device=device)  # fp32, as the weights
+            x, w = torch.randn(t, k, device=device, dtype=dtype), torch.randn(n, k, device=device, dtype=dtype)
             total += _median_us(lambda: product(x, w), device) * shapes.count((t, k, n))
         return total
     finally:
@@ -83,11 +85,12 @@ def factor(name: str, args: argparse.Namespace, device: torch.device) -> dict:
     if name == "sdpa":
         before, after = _sdpa_us(args, "math", device), _sdpa_us(args, "auto", device)
         shapes = {"batch": args.batch_size, "heads": SIZES[args.sizes[0]].heads, "seq": args.context_length}
-    elif name in ("gemm-bf16", "gemm-tf32"):
+    elif name in ("gemm-bf16", "gemm-bf16-operands", "gemm-tf32"):
         shapes = linear_shapes(args)
         before = _linears_us(shapes, device)
-        after = (_linears_us(shapes, device, bf16=True) if name == "gemm-bf16"
-                 else _linears_us(shapes, device, precision="high"))
+        after = {"gemm-bf16": lambda: _linears_us(shapes, device, bf16=True),
+                 "gemm-bf16-operands": lambda: _linears_us(shapes, device, dtype=torch.bfloat16),
+                 "gemm-tf32": lambda: _linears_us(shapes, device, precision="high")}[name]()
         shapes = sorted(set(shapes))
     else:
         raise ValueError(f"no microbenchmark named {name!r}")

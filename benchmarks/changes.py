@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from change_table import predict_rows, render_table, summary  # noqa: E402
 
+from tracelab.reports.whatif.scenarios import PRODUCTS  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Change:
@@ -56,12 +58,11 @@ BASE = {"cpu": ("--size", "tiny", "--vocab-size", "1000", "--batch-size", "2", "
         "gpu": ("--size", "small", "--batch-size", "4", "--context-length", "256", "--steps", "12", "--warmup", "5")}
 LATE_WORK = {"cpu": "1", "gpu": "4"}  # products of two 1024x1024 (CPU) or 4096x4096 (GPU) fp32 matrices
 # the weight products: GPU GEMM kernels (not attention's fused ones) and CPU ops, forward and backward
-GEMMS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
-         r"|.*(Mm|Addmm|Bmm)Backward0)")
+GEMMS = PRODUCTS
 
 CHANGES = [
     Change("graph", "eager step -> the whole step as one CUDA graph", ("--phase", "step", "--capturable"),
-           ("--phase", "step", "--cuda-graph"), "no-host-gaps", devices=("gpu",)),
+           ("--phase", "step", "--cuda-graph"), "cuda-graph", devices=("gpu",)),
     Change("compile", "eager -> torch.compile (default mode)", (), ("--compile",), None,
            note="no scenario models kernel fusion: measured, not predicted"),
     Change("scope", "a named scope of extra work (extra_work) removed", ("--late", "rank0", "--late-work", "{late}"),
@@ -78,9 +79,10 @@ CHANGES = [
            ("--phase", "forward", "--context-length", "512", "--attention", "math"),
            ("--phase", "forward", "--context-length", "512", "--attention", "auto"), "scale:sdpa={factor}",
            factor="sdpa"),
-    Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), f"scale:{GEMMS}={{factor}}", factor="gemm-bf16",
-           note="a model: the weight products (with their casts) scaled by their microbenchmark; elementwise ops "
-                "on half the bytes and attention in bf16 are not modelled"),
+    Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), "autocast:bf16={factor}",
+           factor="gemm-bf16-operands",
+           note="a model: the matrix products scaled by their microbenchmark in bf16, and the casts autocast adds "
+                "at the trace's own host and device time per op (the scenario's note says what it leaves out)"),
     Change("tf32", "fp32 -> TF32 matrix products", (), ("--tf32",), f"scale:{GEMMS}={{factor}}", devices=("gpu",),
            factor="gemm-tf32", note="a model: the weight products scaled by their microbenchmark"),
 ]

@@ -33,12 +33,47 @@ CHECKOUT = {"root": Path(__file__).resolve().parent.parent}  # whose tracelab ru
 
 
 def _tracelab(args: list[str], out: Path, stem: str) -> None:
+    if CHECKOUT.get("in_process"):
+        return _in_process(args, out, stem)
     # Run from the checkout's root: `python -m` puts the working folder first on the path.
     proc = subprocess.run([sys.executable, "-m", "tracelab", *args], capture_output=True, text=True, timeout=900,
                           cwd=CHECKOUT["root"])
     (out / f"{stem}.out").write_text(proc.stdout)
     (out / f"{stem}.err").write_text(proc.stderr)
     (out / f"{stem}.rc").write_text(str(proc.returncode))
+
+
+def _in_process(args: list[str], out: Path, stem: str) -> None:
+    """The command through tracelab's own entry point in this process (--in-process: the imports
+    once per sweep, not once per command; a loaded machine spent most of each command on them).
+    Its output, errors and exit status are kept as a subprocess's would be; one job at a time."""
+    import contextlib
+    import io
+    import os
+
+    from tracelab import cli
+
+    argv, environ = sys.argv, dict(os.environ)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    sys.argv = ["tracelab", *args]
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            cli.main()
+        rc = 0
+    except SystemExit as done:
+        rc = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except Exception:  # a bug in tracelab: its traceback is the report, as a subprocess's would be
+        import traceback
+
+        stderr.write(traceback.format_exc())
+        rc = 1
+    finally:
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+    (out / f"{stem}.out").write_text(stdout.getvalue())
+    (out / f"{stem}.err").write_text(stderr.getvalue())
+    (out / f"{stem}.rc").write_text(str(rc))
 
 
 def run_trace(trace: Path, out_root: Path, commands: tuple[str, ...] = (*COMMANDS, "report")) -> None:
@@ -72,6 +107,8 @@ def main() -> None:
     run.add_argument("--pair", action="append", default=[], help="two traces for compare: A,B")
     run.add_argument("--commands", default=",".join((*COMMANDS, "report")), help="which to run, comma-separated")
     run.add_argument("--repo", type=Path, default=CHECKOUT["root"], help="the checkout to run (default: this one)")
+    run.add_argument("--in-process", action="store_true",
+                     help="run each command in this process, the --repo checkout's tracelab imported once (--jobs 1)")
     check = sub.add_parser("check")
     check.add_argument("out", type=Path)
     check.add_argument("--sources", type=Path, help="JSON: trace path -> {source, licence, device}")
@@ -79,6 +116,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "run":
         CHECKOUT["root"] = args.repo.resolve()
+        if args.in_process:
+            CHECKOUT["in_process"] = True
+            sys.path.insert(0, str(CHECKOUT["root"]))
+            args.jobs = 1
         with ThreadPoolExecutor(args.jobs) as pool:
             jobs = [pool.submit(run_trace, t, args.out, tuple(args.commands.split(","))) for t in args.traces]
             jobs += [pool.submit(run_pair, p, args.out) for p in args.pair]

@@ -183,12 +183,14 @@ def kernel_totals(raw: Raw) -> dict[str, float]:
 def named_total(raw: Raw, shown: str) -> tuple[float, int]:
     """Time and calls of the GPU ops a shown (possibly shortened) name stands for: the exact name,
     the name as a whole word inside the full one (templates, `void ...(...)`), else the ops whose
-    name begins with it (a name cut for width)."""
-    stem = shown.rstrip("…").split("::")[-1]
+    name begins with it (a name cut for width, marked '…' or '...')."""
+    cut = shown.endswith(("…", "..."))
+    prefix = shown.removesuffix("…").removesuffix("...")
+    stem = prefix.split("::")[-1]
     pattern = re.compile(r"(^|[^A-Za-z0-9_])" + re.escape(stem) + r"($|[^A-Za-z0-9_])")
     hits = [op for op in raw.ops if op.name == shown or pattern.search(op.name)]
-    if not hits or shown.endswith("…"):
-        hits = [op for op in raw.ops if op.name.startswith(shown.rstrip("…"))] or hits
+    if not hits or cut:
+        hits = [op for op in raw.ops if op.name.startswith(prefix)] or hits
     return sum(op.end_ns - op.start_ns for op in hits), len(hits)
 
 

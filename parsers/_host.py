@@ -31,6 +31,11 @@ ALLOC_CALL = re.compile(r"(?:cu(?:da)?|hip)(?:Malloc\w*|MemAlloc\w*|MemCreate|Me
                         r"|MemFree\w*|HostAlloc|MallocHost|HostMalloc|HostFree|ExtMalloc\w*)(?:_v\d+)?(?:_ptds|_ptsz|_spt)?")
 
 
+# calls that make a stream wait on the GPU for an event or a value (another stream's or a peer's work);
+# the host goes on at once: what a GPU waiting with its next op queued waits on (reports/idle)
+WAIT_CALL = re.compile(r"(?:cu(?:da)?|hip)StreamWait(?:Event|Value\w*)(?:_v\d+)?(?:_ptds|_ptsz|_spt)?")
+
+
 def is_alloc(names: list[str]) -> np.ndarray:
     """Mask of the CUDA runtime/driver call names that allocate or free device or pinned memory."""
     return name_mask(names, lambda n: ALLOC_CALL.fullmatch(n) is not None)
@@ -38,11 +43,11 @@ def is_alloc(names: list[str]) -> np.ndarray:
 
 def host_kinds(names: list[str]) -> np.ndarray:
     """Per runtime/driver call, its host frame kind: `sync` (is_sync), `alloc` (an allocator
-    call that does not synchronise), else "" (not kept)."""
+    call that does not synchronise), `wait` (WAIT_CALL), else "" (not kept)."""
     return np.array(_KINDS)[_kind_codes(names)]
 
 
-_KINDS = ("", "sync", "alloc")
+_KINDS = ("", "sync", "alloc", "wait")
 
 
 def _kind_codes(names: list[str]) -> np.ndarray:
@@ -50,7 +55,9 @@ def _kind_codes(names: list[str]) -> np.ndarray:
     def code(name: str) -> int:
         if SYNC_CALL.fullmatch(name) is not None and "Async" not in name:
             return 1
-        return 2 if ALLOC_CALL.fullmatch(name) is not None else 0
+        if ALLOC_CALL.fullmatch(name) is not None:
+            return 2
+        return 3 if WAIT_CALL.fullmatch(name) is not None else 0
     return per_name(names, code, np.int8)
 
 
@@ -71,7 +78,7 @@ def launch_columns(launch: np.ndarray, launches: Any, origin_ns: int) -> dict[st
 
 
 def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.Pattern) -> pd.DataFrame:
-    """The host frame of a Kineto trace: its synchronising runtime/driver calls (`calls`),
+    """The host frame of a Kineto trace: its synchronising, allocating and stream-waiting runtime/driver calls (`calls`),
     CPU operators (cpu_op) and record_function ranges (user_annotation; `step` where
     `step_re` names a step), each a _kineto_json.Picked; times since `origin_ns`."""
     tid = joined_ids((calls, "tid"), (ops, "tid"), (ranges, "tid"))  # one id space
@@ -81,6 +88,7 @@ def kineto_host(calls: Any, ops: Any, ranges: Any, origin_ns: int, step_re: re.P
     # (parsers/chrome._legacy_steps has added it to the ranges): no CPU operator of its own
     op_steps = is_step(ops.name, step_re) if n_ops else np.zeros(0, dtype=bool)
     parts = [("sync", calls, tid[:n_calls], call_kinds == 1), ("alloc", calls, tid[:n_calls], call_kinds == 2),
+             ("wait", calls, tid[:n_calls], call_kinds == 3),
              ("cpu_op", ops, tid[n_calls:n_calls + n_ops], ~op_steps if op_steps.any() else None),
              ("range", ranges, tid[n_calls + n_ops:], None)]
     kind, name, tids, start, dur = [], [], [], [], []

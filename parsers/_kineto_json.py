@@ -60,6 +60,7 @@ class Trace(msgspec.Struct):
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)
 _EXECUTION_TRACE = re.compile(rb'^\s*\{\s*"schema"\s*:[^{]*"nodes"\s*:\s*\[')  # ExecutionTraceObserver's head
+_ROCPROFILER_SDK = re.compile(rb'^\s*\{\s*"rocprofiler-sdk-tool"\s*:')  # rocprofv3's JSON output's head
 
 def read_bytes(path: Path) -> bytearray:
     """The file's bytes, gunzipped when gzip (limits.read_trace_bytes); a TraceFormatError
@@ -80,6 +81,10 @@ def decode(path: Path, data: bytes | bytearray) -> Trace:
             raise TraceFormatError(path, "a PyTorch execution trace (ExecutionTraceObserver: operators and tensors, "
                                          "no GPU times), not a torch.profiler trace: read the Kineto trace "
                                          "(*.pt.trace.json) the profiler writes for the same run") from None
+        if _ROCPROFILER_SDK.search(data[:4096]):
+            raise TraceFormatError(path, "a rocprofiler-sdk JSON (rocprofv3 --output-format json: its kernel "
+                                         "dispatches and API calls as buffer records, no traceEvents), which tracelab "
+                                         "does not read: profile the run with torch.profiler for a Kineto trace") from None
         raise TraceFormatError(path, f"not a Kineto trace: {e}") from None
     except msgspec.DecodeError as e:
         raise TraceFormatError(path, f"not valid JSON (truncated or damaged?): {e}") from None

@@ -57,7 +57,13 @@ META_TABLES: dict[str, dict[str, tuple[str, str]]] = {
     "ANALYSIS_DETAILS": {"startTime": _OPT_TIME, "stopTime": _OPT_TIME},
     "PROCESSES": {"pid": ("{c} IS NULL OR " + _INT, "an integer or NULL"), "name": _OPT_TEXT},
     "META_DATA_EXPORT": {"name": _OPT_TEXT, "value": _OPT_TEXT},
+    # their names before nsys 2021.2 (the GPUs) and 2023 (the version): parsers/_nsys_meta.py
+    "TARGET_INFO_CUDA_GPU": {"deviceId": _ID16, "name": _OPT_TEXT, "coreClockRate": _COUNT,
+                             "numMultiprocessors": _COUNT, "computeCapabilityMajor": _COUNT,
+                             "computeCapabilityMinor": _COUNT},
+    "EXPORT_META_DATA": {"name": _OPT_TEXT, "value": _OPT_TEXT},
 }
+_KEYS = ("id", "cudaId", "deviceId")  # the column a GPU table's rows are looked up by
 _NVTX_END = ("end IS NULL OR " + _TIME.format(c="end") + " AND end >= start",
              "NULL or an integer time within +-2**62 ns, at or after start")
 
@@ -74,7 +80,7 @@ def check(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
     for table, rules in META_TABLES.items():
         if table in tables:
             present = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
-            if missing := [c for c in ("id", "cudaId") if c in rules and c not in present]:
+            if missing := [c for c in _KEYS if c in rules and c not in present]:
                 raise TraceFormatError(path, f"{table} has no column {missing[0]}")
             _check_table(con, table, "1", {c: r for c, r in rules.items() if c in present}, path)
     _check_names(con, tables, path)

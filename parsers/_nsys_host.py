@@ -19,6 +19,7 @@ from tracelab.core import schema
 
 from . import _nsys_check
 from ._host import host_kinds
+from ._nsys_meta import nvtx_text
 from ._steps import compile_pattern, is_step
 
 PID_MASK = ~0xFFFFFF  # globalTid -> globalPid
@@ -29,8 +30,7 @@ _CALLS = f"""
     LEFT JOIN StringIds s ON s.id = r.nameId
     WHERE r.globalTid IS NOT NULL ORDER BY r.rowid"""
 _RANGES = """
-    SELECT n.globalTid, n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n
-    LEFT JOIN StringIds s ON s.id = n.textId
+    SELECT n.globalTid, n.start, n.end, {text} FROM NVTX_EVENTS n {join}
     WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL AND n.globalTid IS NOT NULL"""
 _OSRT = """
     SELECT o.globalTid, o.start, o.end, s.value FROM OSRT_API o LEFT JOIN StringIds s ON s.id = o.nameId
@@ -79,15 +79,18 @@ def calls(con: sqlite3.Connection, tables: set[str], path: Path) -> pd.DataFrame
 
 
 def with_launches(activity: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
-    """activity with launch_start and launch_dur (Int64, absolute ns): its launch call's, the
-    first call of its process (globalPid) with its correlation id; NA where there is none."""
+    """activity with launch_start and launch_dur (Int64, absolute ns) and launch_api (its name, ""
+    where unknown): its launch call's, the first call of its process (globalPid) with its
+    correlation id; NA where there is none."""
     known = runtime.dropna(subset=["correlationId"])
     first = (known.assign(globalPid=known["globalTid"] & PID_MASK, correlationId=known["correlationId"].astype("int64"))
              .drop_duplicates(["globalPid", "correlationId"], keep="first"))
     keys = activity[["globalPid", "correlationId"]].astype("Int64")
-    found = keys.merge(first[["globalPid", "correlationId", "start", "end"]].astype("Int64"),
+    found = keys.merge(first[["globalPid", "correlationId", "start", "end"]].astype("Int64")
+                       .assign(name=first["name"].fillna("").to_numpy(dtype=object)),
                        on=["globalPid", "correlationId"], how="left")
-    return activity.assign(launch_start=found["start"].to_numpy(), launch_dur=(found["end"] - found["start"]).to_numpy())
+    return activity.assign(launch_start=found["start"].to_numpy(), launch_dur=(found["end"] - found["start"]).to_numpy(),
+                           launch_api=found["name"].fillna("").to_numpy(dtype=object))
 
 
 def launch_columns(rows: pd.DataFrame, trace_start_ns: int) -> dict[str, Any]:
@@ -103,7 +106,8 @@ def host_frames(con: sqlite3.Connection, tables: set[str], runtime: pd.DataFrame
     kinds = host_kinds(runtime["name"].fillna("").tolist())
     parts = [runtime[kinds != ""][["globalTid", "start", "end", "name"]].assign(kind=kinds[kinds != ""])]
     if "NVTX_EVENTS" in tables:
-        ranges = _records(con, _RANGES)
+        text, join = nvtx_text(con)
+        ranges = _records(con, _RANGES.format(text=text, join=join))
         ranges = ranges[ranges["name"].notna()]
         kind = np.where(is_step(ranges["name"].tolist(), step_re), "step", "range")
         parts.append(ranges.assign(kind=kind, name=ranges["name"].str.replace(counters, "", regex=True)))

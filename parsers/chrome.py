@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelab.core import limits, schema
+from tracelab.core import classify, limits, schema
 from tracelab.core.errors import TraceFormatError
 from tracelab.ingest.budget import check_rows
 from tracelab.core.note import Note
@@ -117,6 +117,8 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     if gpu.cat:
         columns.update(_host.launch_columns(launch, launches, origin_ns))
     meta = _meta(path, trace, origin_ns)
+    if gpu.cat:
+        meta[classify.LAUNCHED] = _comm_launches(columns, gpu, ops, op_of_row, launch, launches)
     meta["notes"] = (graphs.notes if gpu.cat else unread) + _step_notes(cpu_ranges, step_re)
     meta["odd_gemms"] = odd if gpu.cat else []
     meta["graph_capture_calls"] = graphs.captured_calls if gpu.cat else 0  # reports/fixes/host.py reads it
@@ -193,6 +195,18 @@ def _ids_or(gpu: Picked, column: str, fallback) -> np.ndarray:
     """The column's integer ids; where a label is no integer, to_ints with the args' `fallback()`."""
     ids = gpu.ids(column)
     return ids.copy() if ids is not None else to_ints(getattr(gpu, column), fallback())
+
+
+def _comm_launches(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.ndarray, launch: np.ndarray,
+                   launches: Calls) -> dict[str, list]:
+    """classify.comm_launches of the GPU rows: each kernel's own collective (args "Collective name"),
+    the CPU operator that launched it (its External id), the ranges open at its launch (its scope)
+    and its launch call's name."""
+    collective = [None if a is None or a.collective is None else str(a.collective) for a in gpu.args]
+    op = [ops.name[i] if i >= 0 else "" for i in op_of_row.tolist()]
+    context = [classify.comm_context(c, o, str(r)) for c, o, r in zip(collective, op, cols["scope"])]
+    api = [launches.name[i] if i >= 0 else "" for i in launch.tolist()]
+    return classify.comm_launches(cols["kind"], gpu.name, context, api, cols)
 
 
 def _external_ids(gpu: Picked, launch: np.ndarray, scope_launch: np.ndarray, launches: Picked) -> np.ndarray:

@@ -40,7 +40,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from tracelab.core import schema
+from tracelab.core import classify, schema
 from tracelab.core.errors import RankError, TraceFormatError
 from tracelab.ingest.budget import check_rows
 from tracelab.core.note import Note
@@ -48,7 +48,7 @@ from tracelab.core.options import DEFAULT, Options, applying
 from tracelab.core.schema import Meta, Profile
 
 from . import _nsys_check, _nsys_graphs, _nsys_host, _nsys_memory
-from ._nsys_meta import device_of, device_table, epoch_ns, session_meta
+from ._nsys_meta import device_of, device_table, epoch_ns, nvtx_text, schema_gaps, session_meta
 from ._shapes import op_work, spread
 from ._steps import assign, compile_pattern, is_step, main_threads, numbers, repeat_note
 
@@ -76,9 +76,13 @@ _MEMSET = """
     FROM CUPTI_ACTIVITY_KIND_MEMSET"""
 _NVTX = f"""
     SELECT n.globalTid AS tid, n.start, COALESCE(n.end, 9223372036854775807) AS end,  -- never closed: open to the end
-           COALESCE(n.text, s.value) AS text
-    FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+           {{text}} AS text
+    FROM NVTX_EVENTS n {{join}}
     WHERE n.eventType IN {NVTX_RANGE_TYPES}"""
+# nsys's memory kinds (srcKind, dstKind, memKind), for exports without ENUM_CUDA_MEM_KIND (before
+# nsys 2023): 0-3 mean the same in every export since 2021; later values changed meaning (4 was
+# Unknown in nsys 2021.1, Managed since), so they stay unnamed ("?")
+MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array"}
 
 
 @applying
@@ -128,6 +132,7 @@ def _read_tables(con: sqlite3.Connection, path: Path, step_re: re.Pattern) -> tu
     if whole := activity.attrs.get("whole_graphs"):
         notes = [Note("whole_graphs", {"launches": int(whole)}), *notes]
     activity["flops"] = _nvtx_flops(con, tables, activity)
+    notes = [*schema_gaps(tables), *notes]
     return activity, {**session_meta(con, tables), "notes": notes}, device_table(con, tables)
 
 
@@ -236,11 +241,9 @@ def _memcpy(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     df = _query(con, _MEMCPY)
     names = _enum(con, tables, "ENUM_CUDA_MEMCPY_OPER", "name")
     kinds = {k: _copy_kind(v) for k, v in names.items()} or MEMCPY_KINDS
-    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND")
-    name = "Memcpy " + df["copyKind"].map(lambda k: kinds.get(k, f"kind {k}"))
-    if memory:
-        name += (" (" + df["srcKind"].map(memory).fillna("?") + " -> "
-                 + df["dstKind"].map(memory).fillna("?") + ")")
+    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND") or MEMORY_KINDS
+    name = ("Memcpy " + df["copyKind"].map(lambda k: kinds.get(k, f"kind {k}")) + " ("
+            + df["srcKind"].map(memory).fillna("?") + " -> " + df["dstKind"].map(memory).fillna("?") + ")")
     return df.assign(kind="memcpy", name=name, bytes=df["bytes"].astype("float64"))
 
 
@@ -265,8 +268,8 @@ def _whole_graphs(con: sqlite3.Connection, nodes: list[pd.DataFrame]) -> pd.Data
 
 def _memset(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
     df = _query(con, _MEMSET)
-    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND")
-    name = ("Memset (" + df["memKind"].map(memory).fillna("?") + ")") if memory else "Memset"
+    memory = _enum(con, tables, "ENUM_CUDA_MEM_KIND") or MEMORY_KINDS
+    name = "Memset (" + df["memKind"].map(memory).fillna("?") + ")"
     return df.assign(kind="memset", name=name, bytes=df["bytes"].astype("float64"))
 
 
@@ -290,7 +293,7 @@ def _regions(con: sqlite3.Connection, tables: set[str], activity: pd.DataFrame,
         return scopes, steps, []
     launches = _launches(con, activity)
     captured, notes = _nsys_graphs.capture_points(con, tables, activity, launches)
-    ranges = _query(con, _NVTX)
+    ranges = _query(con, _nvtx(con))
     ranges = ranges[ranges["text"].notna() & (ranges["end"] > ranges["start"])]  # an open range: end = max
     ranges = ranges.assign(text=ranges["text"].str.replace(_EMIT_NVTX_COUNTERS, "", regex=True))
     step = is_step(ranges["text"].tolist(), step_re)
@@ -311,11 +314,12 @@ def _nvtx_flops(con: sqlite3.Connection, tables: set[str], activity: pd.DataFram
     spread over that call's kernels by time. NVTX gives no dtypes, so bytes stay unknown;
     NaN where no range carries sizes (the file is not read twice for nothing)."""
     flops = np.full(len(activity), np.nan)
-    if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables or not con.execute(
-            "SELECT 1 FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
-            "WHERE COALESCE(n.text, s.value) LIKE '%, sizes = [%' LIMIT 1").fetchone():
+    if "NVTX_EVENTS" not in tables or "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return flops
-    ranges = _query(con, _NVTX)
+    text, join = nvtx_text(con)
+    if not con.execute(f"SELECT 1 FROM NVTX_EVENTS n {join} WHERE {text} LIKE '%, sizes = [%' LIMIT 1").fetchone():
+        return flops
+    ranges = _query(con, _nvtx(con))
     shaped = ranges[ranges["text"].notna() & ranges["text"].str.contains(", sizes = [", regex=False)]
     shaped = shaped.reset_index(drop=True)
     shaped = shaped.assign(text=[f"{i}|{t}" for i, t in enumerate(shaped["text"])])  # ids survive the sweep
@@ -333,6 +337,12 @@ def _nvtx_flops(con: sqlite3.Connection, tables: set[str], activity: pd.DataFram
             op_flops[i] = op_work(found.group(1), found.group(2), None, "[]")[0]
     dur = (activity["end"] - activity["start"]).to_numpy()
     return spread(op_of_row, dur, op_flops, np.full(len(shaped), np.nan))[0]
+
+
+def _nvtx(con: sqlite3.Connection) -> str:
+    """The NVTX ranges query, its text read as this export holds it (_nsys_meta.nvtx_text)."""
+    text, join = nvtx_text(con)
+    return _NVTX.format(text=text, join=join)
 
 
 def _step_ranges(ranges: pd.DataFrame, step_re: re.Pattern) -> dict[str, np.ndarray]:
@@ -448,8 +458,19 @@ def _profiles(activity: pd.DataFrame, file_meta: dict[str, Any], devices: dict, 
                 "devices": {int(d): device_of(devices, pid, int(d)) for d in sorted(rows["device"].unique())}}
         if rank is not None:
             meta["rank_from"] = "caller" if ranks else "process order"
+        meta[classify.LAUNCHED] = _comm_launches(rows, trace_start_ns)
         profiles.append(Profile(_events(rows, trace_start_ns, -1 if rank is None else rank), Meta.of(meta, path)))
     return profiles
+
+
+def _comm_launches(rows: pd.DataFrame, trace_start_ns: int) -> dict[str, list]:
+    """classify.comm_launches of a process's activity rows: the innermost NVTX range open at each
+    launch (a communication library's own, NCCL's ncclAllReduce) and the launch call's name."""
+    context = [classify.comm_context(None, "", str(s)) for s in rows["scope"].tolist()]
+    where = {"device": rows["device"].to_numpy(), "stream": rows["stream"].to_numpy(),
+             "start_ns": (rows["start"] - trace_start_ns).to_numpy()}
+    api = rows["launch_api"].tolist() if "launch_api" in rows.columns else [""] * len(rows)
+    return classify.comm_launches(rows["kind"].to_numpy(), rows["name"].tolist(), context, api, where)
 
 
 def _ranks(pids: list[int | None], ranks: Mapping[int, int] | None, path: Path) -> dict[int | None, int]:

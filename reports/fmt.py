@@ -6,6 +6,8 @@ number alone, the unit in the column's header, and "-" where there is none (`ms_
 from __future__ import annotations
 
 import math
+import os
+from typing import Iterable
 
 
 def _missing(x) -> bool:
@@ -82,6 +84,16 @@ def flop(n_flop: float) -> str:
 def count(n: float) -> str:
     """'1,234'."""
     return f"{int(n):,}"
+
+
+def distinct_name(name: str, others: Iterable[str], chars: int) -> str:
+    """A kernel's `name` cut to `chars` characters with '...' (as clipped marks a cut), but never
+    where the cut would also begin another of `others`: a cut name stands for one kernel."""
+    if len(name) <= chars:
+        return name
+    shared = max((len(os.path.commonprefix([name, other])) for other in others if other != name), default=0)
+    keep = max(chars - 3, shared + 1)
+    return name if keep >= len(name) - 3 else name[:keep] + "..."
 
 
 def clipped(text: str, chars: int) -> str:

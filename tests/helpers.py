@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -330,3 +331,119 @@ def memory_snapshot() -> dict:
     return {"segments": [{"device": 0, "address": 0x100, "total_size": 20 * mib, "stream": 0, "segment_type": "large",
                           "allocated_size": 12 * mib, "active_size": 12 * mib, "blocks": blocks}],
             "device_traces": [trace], "allocator_settings": {"expandable_segments": False}}
+
+
+# ---- small nsys exports, in the shapes nsys wrote them ---------------------------------------------
+
+NSYS_PID = 4242
+NSYS_GLOBAL_PID = NSYS_PID << 24  # nsys's serialised GlobalId: pid in bits 24-47
+NSYS_GLOBAL_TID = NSYS_GLOBAL_PID + NSYS_PID  # the process's main thread
+# The tables an export holds, by the nsys that wrote it (evidence: nsys 2021.1.1's own report
+# scripts join TARGET_INFO_CUDA_GPU on deviceId and name memory kinds 0-4 without ENUM tables;
+# pipit's nsys 2022.2.1 export (schema 2.9.1) has EXPORT_META_DATA and TARGET_INFO_GPU and no
+# ENUM tables; nsys 2024.5.1 (schema 3.13.2) has META_DATA_EXPORT and the ENUM_* tables).
+NSYS_SHAPES = {
+    "2021.1": {"gpu": "TARGET_INFO_CUDA_GPU", "meta": None, "enums": False, "nvtx_text_id": True},
+    "2021.1-inline-nvtx": {"gpu": "TARGET_INFO_CUDA_GPU", "meta": None, "enums": False, "nvtx_text_id": False},
+    "2022.2": {"gpu": "TARGET_INFO_GPU", "meta": "EXPORT_META_DATA", "enums": False, "nvtx_text_id": True},
+    "2024.5": {"gpu": "TARGET_INFO_GPU", "meta": "META_DATA_EXPORT", "enums": True, "nvtx_text_id": True},
+    "no-gpu-table": {"gpu": None, "meta": "META_DATA_EXPORT", "enums": True, "nvtx_text_id": True},
+}
+NSYS_VERSIONS = {"2021.1": ("2021.1.1.66", "2.1.0"), "2021.1-inline-nvtx": ("2021.1.1.66", "2.1.0"),
+                 "2022.2": ("2022.2.1.31", "2.9.1"), "2024.5": ("2024.5.1.113", "3.13.2"),
+                 "no-gpu-table": ("2024.5.1.113", "3.13.2")}
+_NSYS_TABLES = {
+    "StringIds": "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
+                                    "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+                                    "returnValue INTEGER NOT NULL, callchainId INTEGER"),
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                                   "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                                   "globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, "
+                                   "gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, "
+                                   "blockZ INTEGER"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                                   "contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                                   "globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, "
+                                   "srcKind INTEGER, dstKind INTEGER"),
+    "TARGET_INFO_CUDA_GPU": ("deviceId INTEGER NOT NULL, name TEXT, numMultiprocessors INTEGER, coreClockRate INTEGER, "
+                             "computeCapabilityMajor INTEGER, computeCapabilityMinor INTEGER, numThreadsPerWarp INTEGER, "
+                             "maxWarpsPerMultiprocessor INTEGER, maxIPC INTEGER"),
+    "TARGET_INFO_GPU": ("id INTEGER NOT NULL, name TEXT, busLocation TEXT, totalMemory INTEGER, memoryBandwidth INTEGER, "
+                        "clockRate INTEGER, smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER"),
+}
+
+
+def _nvtx_table(text_id: bool) -> str:
+    return ("start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
+            "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER"
+            + (", textId INTEGER, domainId INTEGER" if text_id else ", domainId INTEGER"))
+
+
+def nsys_export(path: Path, shape: str, ops: list[dict], ranges: list[tuple] = (),
+                device: str = "NVIDIA A100-SXM4-80GB") -> Path:
+    """A small nsys SQLite export in `shape` (NSYS_SHAPES) on device 0 of one process.
+
+    ops: dicts with kind ("kernel" or "memcpy"), name, start, end, stream and call: (start, end,
+    API name) of the launch call (correlation ids are given in order); a memcpy has copy_kind and
+    src_kind/dst_kind (nsys's memory kinds: 0 pageable, 1 pinned, 2 device). ranges: NVTX push/pop
+    ranges on the main thread (start, end, text); a shape without NVTX textId keeps texts inline."""
+    spec = NSYS_SHAPES[shape]
+    strings: dict[str, int] = {}
+
+    def sid(text: str) -> int:
+        return strings.setdefault(text, len(strings) + 1)
+
+    with closing(sqlite3.connect(path)) as con:
+        for table, columns in _NSYS_TABLES.items():
+            if not table.startswith("TARGET_INFO") or table == spec["gpu"]:
+                con.execute(f"CREATE TABLE {table} ({columns})")
+        for corr, op in enumerate(ops, start=1):
+            call_start, call_end, api = op["call"]
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0, NULL)",
+                        (call_start, call_end, NSYS_GLOBAL_TID, corr, sid(api)))
+            common = (op["start"], op["end"], 0, 1, op["stream"], corr, NSYS_GLOBAL_PID)
+            if op["kind"] == "kernel":
+                con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, 1, 128, 1, 1)",
+                            (*common, sid(op["name"]), sid(op["name"].split("(")[0])))
+            else:
+                con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (*common, op.get("bytes", 1 << 20), op["copy_kind"], op["src_kind"], op["dst_kind"]))
+        con.execute(f"CREATE TABLE NVTX_EVENTS ({_nvtx_table(spec['nvtx_text_id'])})")
+        for start, end, text in ranges:
+            if spec["nvtx_text_id"]:
+                con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId) VALUES (?, ?, 59, ?, ?)",
+                            (start, end, NSYS_GLOBAL_TID, sid(text)))
+            else:
+                con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, text) VALUES (?, ?, 59, ?, ?)",
+                            (start, end, NSYS_GLOBAL_TID, text))
+        con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
+        _nsys_gpu(con, spec["gpu"], device)
+        _nsys_meta(con, spec, NSYS_VERSIONS[shape])
+        con.commit()
+    return path
+
+
+def _nsys_gpu(con: sqlite3.Connection, table: str | None, device: str) -> None:
+    if table == "TARGET_INFO_CUDA_GPU":
+        con.execute("INSERT INTO TARGET_INFO_CUDA_GPU VALUES (0, ?, 108, 1410000000, 8, 0, 32, 64, 4)", (device,))
+    elif table == "TARGET_INFO_GPU":
+        con.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, ?, '0000:07:00.0', 85899345920, 2039000000000, "
+                    "1410000000, 108, 8, 0)", (device,))
+
+
+def _nsys_meta(con: sqlite3.Connection, spec: dict, versions: tuple[str, str]) -> None:
+    if spec["meta"]:
+        con.execute(f"CREATE TABLE {spec['meta']} (name TEXT, value TEXT)")
+        con.executemany(f"INSERT INTO {spec['meta']} VALUES (?, ?)",
+                        [("EXPORT_PRODUCT_VERSION", versions[0]), ("EXPORT_SCHEMA_VERSION", versions[1])])
+    if spec["enums"]:
+        con.execute("CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER PRIMARY KEY, name TEXT, label TEXT)")
+        con.executemany("INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)", [
+            (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"), (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
+            (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"), (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown")])
+        con.execute("CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER PRIMARY KEY, name TEXT, label TEXT)")
+        con.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", [
+            (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"), (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+            (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device")])
+

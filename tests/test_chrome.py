@@ -417,6 +417,11 @@ BROKEN = {
                              "a PyTorch execution trace .* read the Kineto trace"),
     "schema_then_events.json": (lambda: b'{"schema": "x", "notnodes": [], "traceEvents": {"ph": "X"}}',
                                 "not a Kineto trace"),  # no `nodes` list: not taken for an execution trace
+    "rocprofv3.json": (lambda: b'{"rocprofiler-sdk-tool": [{"metadata": {"pid": 908}, "agents": [], '
+                               b'"buffer_records": {"kernel_dispatch": []}}]}',
+                       "a rocprofiler-sdk JSON .* which tracelab does not read"),
+    "rocprof_key_not_first.json": (lambda: b'{"traceEvents": 7, "rocprofiler-sdk-tool": []}',
+                                   "not a Kineto trace"),  # not rocprofv3's head: refused as any other JSON
     "events_not_a_list.json": (lambda: b'{"traceEvents": {"ph": "X"}}', "not a Kineto trace"),
     "a_list.json": (lambda: b"[1, 2, 3]", "not a Kineto trace"),
     "string_dur.json": (lambda: _trace_json([{**KERNEL, "dur": "2.0"}]), "unexpected event"),

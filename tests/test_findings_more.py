@@ -226,3 +226,31 @@ def test_the_work_a_balance_would_even_is_the_ranks_own_device():
     causes = pd.DataFrame({"gating_rank": [0, 1, 1], "cause": ["idle GPU (+1 busy)", "idle CPU (+0.8 busy, +2.1 idle)",
                                                               "more CPU work"]})
     assert (gating_device(causes, 1), gating_device(causes, 0), gating_device(causes, 5)) == ("CPU", "GPU", "GPU")
+
+
+def test_a_long_kernel_name_is_cut_where_it_still_names_one_kernel(tmp_path, capsys):
+    """rocBLAS/Tensile kernel names run to 800 characters and differ late (..._AFC1_... against
+    ..._AFC0_...): a name cut at 70 characters without a mark stood for several kernels, its
+    calls and time those of one. Two kernels here share an 80-character start; the finding's
+    name, cut and marked '...', begins exactly one kernel's name in the JSON, whose calls and
+    time it states."""
+    import gzip
+    import re
+    import shutil
+
+    shutil.copytree(DATA / "decode-1b-1gpu-torch", tmp_path / "run")
+    path = tmp_path / "run" / "rank0.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    stem = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x64x128_MI16x16x1_SN_LDSB1_AFC"
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and "elementwise_kernel" in e["name"]:
+            e["name"] = stem + ("0_AG0_ASEM1" if "unrolled" in e["name"] else "1_AG0_ASEM1")
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    status, out, _ = run_cli_output(capsys, "roofline", str(tmp_path / "run"))
+    shown, calls, ms_ = re.search(r"1\. (\S+) loses [\d.,]+ ms to its roofline on rank 0 \(([\d,]+) calls, ([\d.,]+) ms",
+                                  out).groups()
+    assert status == 0 and shown.endswith("...")
+    named = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith(shown[:-3])]
+    assert len({e["name"] for e in named}) == 1
+    assert int(calls.replace(",", "")) == len(named)
+    assert float(ms_.replace(",", "")) == pytest.approx(sum(e["dur"] for e in named) / 1e3, abs=0.001)

@@ -231,11 +231,17 @@ def test_each_cause_on_a_hand_made_step() -> None:
         (7, 700, 10, None, None),  # gap 650-700: no launch call known: other
     ])
     host = _host([("sync", "cudaStreamSynchronize", 120, 60), ("cpu_op", "aten::mm", 100, 150),
-                  ("cpu_op", "aten::mm", 110, 50), ("step", "step 0", 0, 1000)])
+                  ("cpu_op", "aten::mm", 110, 50), ("step", "step 0", 0, 1000),
+                  ("wait", "cudaStreamWaitEvent", 440, 5)])  # stream 8 made to wait before its op's launch
     result = _idle(events, {0: host})
     row = result.steps.iloc[0]
     assert (row["idle_sync_ns"], row["idle_host_ns"], row["idle_launch_ns"], row["idle_dependency_ns"],
             row["idle_other_ns"]) == (60, 90, 50, 100, 10 + 50)
+    # the dependency names its cause: stream 8 waited (cudaStreamWaitEvent) on stream 7, whose op ended at 500
+    assert result.waits[["stream", "waited_on_stream", "waited_on_kernel", "wait_call", "gaps", "dependency_ns"]
+                        ].values.tolist() == [[8, 7, "k", "cudaStreamWaitEvent", 1, 100]]
+    no_wait = _idle(events, {0: host[host["kind"] != "wait"].reset_index(drop=True)}).steps.iloc[0]
+    assert (no_wait["idle_dependency_ns"], no_wait["idle_other_ns"]) == (0, 10 + 50 + 100)  # unexplained, not a dependency
     # issue 27: bound is what the step's critical path is made of (tracelab whatif): 200 ns of kernels
     # on it against 300 of host, launches and the sync (busy 350 against host-caused idle 200 said gpu)
     assert row["idle_ns"] == 360 and row["bound"] == "host"
@@ -495,7 +501,7 @@ def test_a_launch_returning_long_before_its_op_starts_is_launch_latency_only_unt
         (8, 1_000_000, 50, 200, 300),              # gap 100-1,000,000: host 100-200, launch call 200-500
         (8, 1_000_100, 50, 1_000_040, 30),         # gap 1,000,050-1,000,100: launch running: all launch
     ])
-    row = _idle(events, {0: _host([])}).steps.iloc[0]
+    row = _idle(events, {0: _host([("wait", "hipStreamWaitEvent", 150, 10)])}).steps.iloc[0]
     assert row["idle_host_ns"] == 100 and row["idle_sync_ns"] == 0
     assert row["idle_launch_ns"] == (500 + lat - 200) + 50  # call and latency; the second gap's 50 ns are launch
     assert row["idle_dependency_ns"] == 1_000_000 - (500 + lat)  # queued on stream 8, nothing of it ran: waited

@@ -14,6 +14,7 @@ import pytest
 
 import tracelab
 from tracelab.core import classify, schema
+from tracelab.reports.whatif import analyse
 from tracelab.reports.whatif import profiler_cost as pc
 from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph, step_counts
@@ -76,14 +77,59 @@ def test_deflate_takes_each_events_cost_off_its_gap_or_its_call(monkeypatch) -> 
     assert row["predicted_ns"] == 50 and row["predicted_unprofiled_ns"] == pytest.approx(50)
 
 
-def test_a_measured_unprofiled_step_anchors_the_prediction(monkeypatch) -> None:
+# the costs _gpu_step's records put before the third launch call (its kernel, 20 ns after it, ends
+# the step): every op, launch and range recorded up to that call but its own launch, each costing
+# the hand-made 20, 4 and 1 ns: the step shrinks by this much per unit of cost scale, while no
+# call's own time is used up (scale <= 10 / 25: the first call's 25 ns of records in its 10 ns)
+_OPS_BEFORE_THIRD, _LAUNCHES_BEFORE_THIRD, _RANGES_BEFORE_THIRD = 4, 2, 1
+_COST_PER_SCALE = 20 * _OPS_BEFORE_THIRD + 4 * _LAUNCHES_BEFORE_THIRD + 1 * _RANGES_BEFORE_THIRD
+
+
+def test_a_measured_unprofiled_step_calibrates_the_cost_per_event(monkeypatch) -> None:
     _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
     events, host = _gpu_step()
-    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=200)
-    # the run measured 200 ns without the profiler, where the replay without it gives 156: the
-    # scenario's 50 ns step scaled alike
-    assert w.unprofiled["unprofiled_source"] == "measured" and w.unprofiled["unprofiled_step_ns"] == 200
-    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(200 * 50 / 156)
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())  # the step: 0 to the last kernel's end
+    measured = 200
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    assert w.unprofiled["unprofiled_source"] == "measured" and w.unprofiled["unprofiled_step_ns"] == measured
+    want = (profiled - measured) / _COST_PER_SCALE
+    assert want <= 10 / 25 and w.unprofiled["cost_scale"] == pytest.approx(want, rel=0.05)
+    replayed = profiled - round(_COST_PER_SCALE * w.unprofiled["cost_scale"])
+    assert abs(replayed - measured) <= analyse.SCALE_TOL * measured + 1
+    # the scenario's replay less the calibrated cost: every call at 0, kernels back to back from 20
+    kernels_ns = int(events["dur_ns"].sum())
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * (20 + kernels_ns) / replayed,
+                                                                           rel=1e-3)
+
+
+@pytest.mark.parametrize("measured, scale", [(300, 0.0), (10, analyse.MAX_COST_SCALE)])
+def test_a_step_the_cost_cannot_explain_keeps_the_anchor(monkeypatch, measured: int, scale: float) -> None:
+    """Slower without the profiler than the profiled replay: no cost comes off, the scenario scaled
+    by the measured step; faster than the replay with every record's time taken: the most cost."""
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    assert w.unprofiled["cost_scale"] == scale
+    nhg = 20 + int(events["dur_ns"].sum())
+    floor = nhg  # every call and gap at 0: the kernels alone, 20 ns after the first call
+    base = profiled if scale == 0 else floor
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * nhg / base)
+
+
+def test_a_whole_step_cuda_graph_is_its_profiled_replay(monkeypatch) -> None:
+    """cuda-graph takes the host off the path: the profiler's host cost does not reach its step; a
+    run measured slower without the profiler than with it scales no-host-gaps (the anchor), not it."""
+    _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
+    events, host = _gpu_step()
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "gpu")}, {0: None}, ["cuda-graph", "no-host-gaps"],
+               unprofiled_ns=300)
+    rows = w.scenarios.set_index("name")
+    assert rows.loc["cuda-graph", "predicted_ns"] == rows.loc["no-host-gaps", "predicted_ns"]
+    assert rows.loc["cuda-graph", "predicted_unprofiled_ns"] == rows.loc["cuda-graph", "predicted_ns"]
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    assert rows.loc["no-host-gaps", "predicted_unprofiled_ns"] == pytest.approx(300 * rows.loc["no-host-gaps",
+                                                                                               "predicted_ns"] / profiled)
 
 
 def test_a_cost_beyond_the_time_leaves_no_negative_gap_or_call(monkeypatch) -> None:
@@ -114,6 +160,21 @@ def test_a_cpu_operator_loses_its_own_and_its_childrens_records_never_below_zero
     assert w.steps["step_ns"].tolist() == [215] and w.unprofiled["replayed_unprofiled_ns"] == 165
     # no host gaps and no profiler: 70 + 40 + 0
     assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(110)
+
+
+def test_a_cpu_only_trace_scales_its_profiled_replay_by_the_measured_step(monkeypatch) -> None:
+    """CPU operators are the host's own work: a measured unprofiled step scales the scenario's
+    profiled replay (no cost per event calibrated)."""
+    events = _cpu_rows([("aten::a", 0, 100), ("aten::b", 150, 50), ("aten::c", 210, 5)])
+    host = host_rows([("step", "step 0", 0, 1000), ("cpu_op", "aten::a", 0, 100), ("cpu_op", "aten::b", 150, 50),
+                      ("cpu_op", "aten::c", 210, 5)])
+    _with_costs(monkeypatch, CPU_KEY, op_ns=10, launch_ns=0, range_ns=0)
+    measured = 150
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "cpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    no_gaps = int(events["dur_ns"].sum())  # the operators back to back
+    assert w.unprofiled["cost_scale"] == 0.0
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * no_gaps / profiled)
 
 
 def test_without_known_costs_nothing_is_predicted_without_the_profiler(monkeypatch) -> None:
@@ -263,6 +324,34 @@ def test_whatif_json_says_the_runs_measured_unprofiled_step(capsys) -> None:
     assert doc["unprofiled"]["replayed_unprofiled_ns"] < record["profiled_step_ns"]  # the cost comes off
     row = next(r for r in doc["scenarios"] if r["name"] == "no-host-gaps")
     assert 0 < row["predicted_unprofiled_ns"] < doc["unprofiled_step_ns"]
+    # a CPU-only trace: the measured step times the scenario's share of the profiled replay (claimed steps)
+    claimed = [s["replayed_ns"] for s in doc["steps"] if s["claimed"]]
+    assert doc["unprofiled"]["cost_scale"] == 0
+    assert row["predicted_unprofiled_ns"] == pytest.approx(
+        record["unprofiled_step_ns"] * row["predicted_ns"] / (sum(claimed) / len(claimed)), rel=1e-9)
+
+
+# the fused / math SDPA time at the runs' shapes, measured beside them (benchmarks/change_factors.py)
+SDPA_FACTOR = 0.4362
+
+
+@pytest.mark.slow
+def test_a_gpu_pair_calibrates_its_cost_and_predicts_the_change_made(capsys) -> None:
+    """An H100 run under torch.profiler that timed its steps without it: the cost per event is scaled
+    until the replay less it meets that step, and the attention change's prediction lands nearer
+    the step measured after the change (no profiler) than the profiled replay's."""
+    before, after = DATA / "sdpa-math-1gpu-torch", DATA / "sdpa-fused-1gpu-none"
+    status, out, _ = run_cli_output(capsys, "whatif", str(before), "--scenario", f"scale:sdpa={SDPA_FACTOR}",
+                                    "--format", "json")
+    doc = strict_json(out)
+    measured = json.loads((before / "run.json").read_text())["results"]["0"]["rows"][0]["unprofiled_step_ns"]
+    after_ns = json.loads((after / "run.json").read_text())["results"]["0"]["rows"][0]["unprofiled_step_ns"]
+    u = doc["unprofiled"]
+    assert status == 0 and doc["unprofiled_step_ns"] == measured and 0 < u["cost_scale"] < analyse.MAX_COST_SCALE
+    assert abs(u["calibrated_unprofiled_ns"] - measured) <= analyse.SCALE_TOL * measured
+    row = doc["scenarios"][0]
+    error = abs(row["predicted_unprofiled_ns"] / after_ns - 1)
+    assert error < abs(row["predicted_ns"] / after_ns - 1) and error < 0.15
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..fmt import ms, rate_gb_s, tflops
+from ..fmt import distinct_name, ms, rate_gb_s, tflops
 from .finding import SECTIONS, Finding
 from ..timeline.causes import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words
 from ..topics import result_of
@@ -35,14 +35,15 @@ def idle_findings(ev) -> list:
     for i in ev.inputs:
         if not i.timed:
             continue
-        steps = result_of("idle", i).steps
+        result = result_of("idle", i)
+        steps = result.steps
         if not len(steps) or not steps["span_ns"].sum():
             continue
         idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()
         if idle >= MIN_IDLE_SHARE_OF_STEP * span and (i.group not in best or idle > best[i.group][1]):
-            best[i.group] = (i, idle, span, steps)
+            best[i.group] = (i, idle, span, steps, result.waits)
     out = []
-    for group, (i, idle, span, steps) in best.items():
+    for group, (i, idle, span, steps, waits) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
         stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
         bounds = (f"{bound_words(steps['bound'].iloc[0])} over the whole trace, which has no steps" if stepless else
@@ -51,17 +52,35 @@ def idle_findings(ev) -> list:
         basis, tail = bound_basis(steps)
         text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
-                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]} "
+                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]}"
+                f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} "
                 f"({basis}: {bounds}{_unclear_why(steps)}{tail})")  # what most of the path is, beside the idle
         evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                     **{c: float(steps[c].mean()) for c in CAUSES}}
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
                   "steps": len(steps), "stepless": bool(stepless),
                   "bound_steps": {str(b): int(n) for b, n in steps["bound"].value_counts().items()}}
+        if cause == "idle_dependency_ns" and len(waits):
+            values["waited_on"] = {k: _plain(waits.iloc[0][k]) for k in waits.columns if k != "input"}
         if cause == "idle_stall_ns":  # the host's stalls: their scenario, not the launches' (no-host-gaps)
             evidence.update(scenario=f"no-host-stalls@{i.rank}", scenario_text="the host's stalls took no time")
         out.append(Finding(text, int(steps["idle_ns"].sum()), "idle", evidence, "idle", values))
     return out
+
+
+def _waited_on(waits) -> str:
+    """' (most of it stream 8 waiting, by cudaStreamWaitEvent, on stream 7 after its k)': the waits
+    table's first row (the most dependency idle), or nothing where the table is empty."""
+    if not len(waits):
+        return ""
+    w = waits.iloc[0]
+    return (f" (most of it stream {int(w['stream'])} waiting, by {w['wait_call']}, on stream "
+            f"{int(w['waited_on_stream'])} after its {w['waited_on_kernel']}: {ms(w['dependency_ns'])} in "
+            f"{int(w['gaps']):,} gap{'s' if w['gaps'] != 1 else ''})")
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _by_path(steps) -> np.ndarray:
@@ -110,7 +129,8 @@ def roofline_findings(ev) -> list:
         rate = (tflops(top['tflop_s']) if not pd.isna(top["tflop_s"]) and top["bound"] == "compute"
                 else rate_gb_s(top['gb_s']) + " read+written")
         frac = "" if pd.isna(top["roofline_frac"]) else f", {100 * top['roofline_frac']:.1f}% of its roof"
-        text = (f"{_run(group, len(groups) > 1)}{str(top['key'])[:70]} loses {ms(top['lost_ns'])} to its roofline on "
+        name = distinct_name(str(top["key"]), d["rows"]["key"].astype(str), 70)
+        text = (f"{_run(group, len(groups) > 1)}{name} loses {ms(top['lost_ns'])} to its roofline on "
                 f"rank {i.rank} ({int(top['count']):,} calls, {ms(top['dur_ns'])} at {rate}{frac}, {top['bound']}-bound "
                 f"on the {d['device'].name}; work known for {100 * d['known_ns'] / d['gpu_ns']:.0f}% of the GPU time)")
         evidence = {"rank": i.rank, "kernel": str(top["key"]), "lost_ns": int(top["lost_ns"]),

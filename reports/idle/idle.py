@@ -17,12 +17,17 @@ starting together, the one launched first). With L = the start of that op's laun
   the op was being launched onto an empty queue and had not started (launch latency), up to
   LAUNCH_LATENCY_NS after the call returned; what is left of the gap past that the op waited
   as below (a HIP launch returning at 48 us of a 463 ms gap is 25 us of launch, not 463 ms);
-- `idle_dependency_ns`: the same part where the op was already queued (E <= g0) and nothing
-  on its own stream ran up to g0: it waited on another stream, an event or a peer. Waits at
-  collectives are inside the collective kernels (busy, not idle): see `tracelab steps`;
+- `idle_dependency_ns`: the same part where the op was already queued (E <= g0), nothing
+  on its own stream ran up to g0, and the host made its stream wait (a `wait` call of the host
+  frame: cudaStreamWaitEvent, cuStreamWaitValue32, ... on any thread) after the launch of its
+  stream's previous op and no later than its own: it waited on another stream, an event or a
+  peer. The gap's row names the wait call, and the stream and op that ended the busy time
+  before it (at g0: the work the wait was on, as far as the trace shows it; the `waits` table).
+  Waits at collectives are inside the collective kernels (busy, not idle): see `tracelab steps`;
 - `idle_other_ns`: the same part where the op was queued behind its own stream's previous op,
-  which ended at g0 (the GPU's own gap between queued ops, HTA's "kernel wait"), and gaps
-  whose next op has no launch call in the trace.
+  which ended at g0 (the GPU's own gap between queued ops, HTA's "kernel wait"), where it was
+  queued on an idle GPU with no wait call in the trace to explain it (unexplained: no dependency
+  is claimed without one), and gaps whose next op has no launch call in the trace.
 
 They add up to idle_ns = span_ns - busy_ns exactly. `bound` per step is what most of the
 step's critical path on this rank is made of (the whatif topic's path_bounds digest, joined
@@ -48,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from tracelab.core.note import Note
-from tracelab.core.schema import RankData
+from tracelab.core.schema import RankData, kind_mask
 
 from ..timeline.steps import shared_step_rows, step_rows
 from ..timeline.causes import CAUSES, HOST_CAUSES, MIN_LAUNCHED_FOR_GRAPHS, UNCLEAR
@@ -62,7 +67,11 @@ STEP_COLUMNS = ["step", "rank", "kernels", "span_ns", "busy_ns", "idle_ns", *CAU
                 "bound_from"]
 BOUNDS = ("gpu", "communication", "host")
 # the event columns the analysis reads (the rest of a million-row frame is not copied)
-ROW_COLUMNS = ("rank", "kind", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns", "launch_dur_ns")
+ROW_COLUMNS = ("rank", "kind", "kernel", "op_class", "step", "stream", "start_ns", "dur_ns", "launch_start_ns",
+               "launch_dur_ns")
+# per rank, what its dependency idle waited on: the waiting stream, the stream and op that ended the busy
+# time before each gap, the wait call that made the stream wait; gaps and idle ns, most first (TOP_OPS kept)
+WAIT_COLUMNS = ["rank", "stream", "waited_on_stream", "waited_on_kernel", "wait_call", "gaps", "dependency_ns"]
 LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call returns at most (whatif/edges.UNEXPLAINED_NS)
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
@@ -72,13 +81,14 @@ HINT = Note("host_bound_hint")
 @dataclass
 class Idle:
     """idle() of one or many ranks: per step and rank (STEP_COLUMNS), the host's ops over
-    host-caused idle (OP_COLUMNS), launch statistics per rank (LAUNCH_COLUMNS) and one-line
-    notes on what the data cannot say."""
+    host-caused idle (OP_COLUMNS), launch statistics per rank (LAUNCH_COLUMNS), one-line
+    notes on what the data cannot say, and what the dependency idle waited on (WAIT_COLUMNS)."""
 
     steps: pd.DataFrame
     ops: pd.DataFrame
     launches: pd.DataFrame
     notes: list[Note] = field(default_factory=list)
+    waits: pd.DataFrame = field(default_factory=lambda: empty(WAIT_COLUMNS))
 
 
 class RankIdle:
@@ -109,30 +119,34 @@ def rank_idle(events: pd.DataFrame, host: pd.DataFrame | None, source: str | Non
     stepless = not rows["step"].notna().any()
     windows = rows.assign(step=pd.array([WHOLE] * len(rows), dtype="Int64")) if stepless else rows
     in_step = windows["step"].notna().to_numpy()
-    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync, stalls)
+    gaps = step_gaps(windows if in_step.all() else windows[in_step], *sync, stalls, wait_calls(host))
     base = shared_step_rows(shared) if shared is not None and not stepless else step_rows(windows)
     steps = _step_table(base, gaps)
     if stepless:  # one window, the whole trace: its step is NA
         steps = steps.assign(step=pd.array([pd.NA] * len(steps), dtype="Int64"))
     # the host's ops over its host idle: the stalls are their own cause (no traced op ran in them)
     ops = host_ops(gaps, host, rank, top, merge_intervals(np.r_[sync[0], stalls[0]], np.r_[sync[1], stalls[1]]))
-    return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless))
+    return Idle(steps, ops, launch_stats(rows, rank), _notes(rows, host, stepless), waited_on(gaps, rank, top))
 
 
 def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
-              stalls: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+              stalls: tuple[np.ndarray, np.ndarray] | None = None,
+              waits: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """One row per gap in a step's GPU union: rank, step, gap_start_ns, gap_end_ns, the
-    launch point a (clipped into the gap) and the ns of each cause (module docstring);
-    `stalls`: the rank's host stalls, sorted disjoint (none where not given)."""
+    launch point a (clipped into the gap) and the ns of each cause (module docstring), the next
+    op's stream, the stream and kernel of the op that ended at the gap's start, and the wait call
+    that explains a dependency ("" where none does); `stalls`: the rank's host stalls, sorted
+    disjoint (none where not given); `waits`: its wait calls (wait_calls; none where not given)."""
     rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy(dtype=np.int64)
     stream = rows["stream"].fillna(-1).to_numpy(dtype=np.int64)
+    kernel, kernel_names = _codes(rows["kernel"] if "kernel" in rows.columns else pd.Series([""] * len(rows)))
     start = rows["start_ns"].to_numpy(dtype=np.int64)
     end = start + rows["dur_ns"].to_numpy(dtype=np.int64)
     launch = rows["launch_start_ns"].astype("float64").to_numpy()
     launch_end = (rows["launch_start_ns"] + rows["launch_dur_ns"]).astype("float64").to_numpy()
     order = np.lexsort((launch, start, step, rank))  # stable; a row without a launch last among equals
-    rank, step, stream, start, end, launch, launch_end = (a[order] for a in (rank, step, stream, start, end, launch,
-                                                                             launch_end))
+    rank, step, stream, kernel, start, end, launch, launch_end = (
+        a[order] for a in (rank, step, stream, kernel, start, end, launch, launch_end))
     first = np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])] if len(order) else np.zeros(0, bool)
     in_step = np.cumsum(first)  # the (rank, step) groups are runs of this order
     before = _previous_max(end, in_step)
@@ -140,10 +154,49 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
     on_stream = in_step * len(streams) + stream_at  # the (rank, step, stream) groups
     own_before = _previous_max(end, on_stream)
     gap = start > before  # NaN (a step's first row): no gap
-    no_stalls = (np.empty(0, np.int64), np.empty(0, np.int64))
-    return _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
-                   (sync_start, sync_end), stalls if stalls is not None else no_stalls)
+    stalls = stalls if stalls is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
+    waits = waits if waits is not None else (np.empty(0, np.int64), np.empty(0, dtype=object))
+    gaps = _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
+                   (sync_start, sync_end), stalls, _wait_call(launch, on_stream, gap, waits))
+    ended = _ended_at(end, first, gap)  # the op that ended the busy time before each gap
+    return gaps.assign(stream=stream[gap], waited_on_stream=stream[ended], waited_on_kernel=kernel_names[kernel[ended]])
 
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A column's category codes and its names (object array, "" last for a missing value, code -1)."""
+    column = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    return column.cat.codes.to_numpy(), np.array([str(c) for c in column.cat.categories] + [""], dtype=object)
+
+
+def wait_calls(host: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """The host frame's wait calls (kind `wait`): their starts, sorted, and names."""
+    if host is None or not len(host):
+        return np.empty(0, np.int64), np.empty(0, dtype=object)
+    on = kind_mask(host, ("wait",))
+    start = host["start_ns"].to_numpy(dtype=np.int64)[on]
+    order = np.argsort(start, kind="stable")
+    return start[order], np.asarray(host["name"].array, dtype=object)[on][order]
+
+
+def _wait_call(launch: np.ndarray, on_stream: np.ndarray, gap: np.ndarray,
+               waits: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per gap, the last wait call that started after the launch of the previous op on the next
+    op's stream and no later than the next op's launch ("" where none did, or a launch is unknown)."""
+    known = ~np.isnan(launch)
+    before_all = int(launch[known].min()) - 1 if known.any() else 0  # an unknown launch: before every call
+    previous = _previous_max(np.where(known, launch, before_all).astype(np.int64), on_stream)[gap]
+    at = np.searchsorted(waits[0], np.where(known[gap], launch[gap], before_all), side="right") - 1
+    found = (at >= 0) & known[gap]
+    found[found] = waits[0][at[found]] > np.nan_to_num(previous[found], nan=-np.inf)
+    return np.where(found, waits[1][np.maximum(at, 0)] if len(waits[1]) else "", "")
+
+
+def _ended_at(end: np.ndarray, first: np.ndarray, gap: np.ndarray) -> np.ndarray:
+    """Per gap row, the row before it in its (rank, step) run (`first` marks each run's first row)
+    that reached the run's largest end so far (the last such, of ties): the op that ended the busy time."""
+    running = run_cummax(end, first)
+    latest = np.maximum.accumulate(np.where(end == running, np.arange(len(end)), -1))
+    return latest[np.flatnonzero(gap) - 1]  # a gap row is never its run's first
 
 def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Each row's largest value of the rows before it in its group (in row order), NaN for a
@@ -160,7 +213,7 @@ def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.ndarray, launch: np.ndarray,
             launch_end: np.ndarray, own_before: np.ndarray, sync: tuple[np.ndarray, np.ndarray],
-            stalls: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+            stalls: tuple[np.ndarray, np.ndarray], wait_call: np.ndarray) -> pd.DataFrame:
     g0, g1 = before.astype(np.int64), start
     known = ~np.isnan(launch)
     a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
@@ -169,14 +222,31 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
     held = np.nan_to_num(launch_end, nan=0).astype(np.int64) + LAUNCH_LATENCY_NS
     e = np.where(queued, a, np.clip(held, a, g1))  # where launching ends and waiting begins
     behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False; a launch returning later: not
+    waited = known & ~behind_own & (wait_call != "")  # a dependency needs the wait call that makes it one
     return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
                          "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
                          "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, *sync),
                          "idle_stall_ns": np.where(known, covered(g0, a, *stalls), 0),
                          "idle_launch_ns": np.where(known, e - a, 0),
-                         "idle_dependency_ns": np.where(known & ~behind_own, g1 - e, 0),
-                         "idle_other_ns": np.where(known, np.where(behind_own, g1 - e, 0), g1 - g0)})
+                         "idle_dependency_ns": np.where(waited, g1 - e, 0),
+                         "idle_other_ns": np.where(known, np.where(waited, 0, g1 - e), g1 - g0),
+                         "wait_call": np.where(waited, wait_call, "")})
 
+
+def waited_on(gaps: pd.DataFrame, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
+    """WAIT_COLUMNS of one rank's gaps (step_gaps): its dependency idle per waiting stream, stream and
+    kernel waited on and wait call, the most idle first (then by those keys), the `top` rows."""
+    dep = np.flatnonzero(gaps["idle_dependency_ns"].to_numpy() > 0) if len(gaps) else np.zeros(0, np.int64)
+    if not len(dep):
+        return empty(WAIT_COLUMNS)
+    keys = zip(*(gaps[c].to_numpy()[dep].tolist() for c in ("stream", "waited_on_stream", "waited_on_kernel", "wait_call")))
+    total: dict[tuple, list[int]] = {}  # a rank's dependency gaps are few: summed in a dict, not a groupby
+    for key, ns in zip(keys, gaps["idle_dependency_ns"].to_numpy()[dep].tolist()):
+        got = total.setdefault(key, [0, 0])
+        got[0], got[1] = got[0] + 1, got[1] + ns
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top or None]
+    return pd.DataFrame([(rank, *k, n, ns) for k, (n, ns) in ranked], columns=WAIT_COLUMNS).astype(
+        {c: "int64" for c in ("rank", "stream", "waited_on_stream", "gaps", "dependency_ns")})
 
 def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
@@ -287,12 +357,14 @@ def combine(by_rank: dict[int, Idle], bounds: Mapping[int, pd.DataFrame | None] 
     digest, by rank; None where no path was made), sorted by step and rank; the hint line when
     any step is host-bound."""
     by_rank = {r: with_path_bounds(p, (bounds or {}).get(r)) for r, p in by_rank.items()}
-    steps, ops, launches = (_stacked({r: getattr(p, k) for r, p in by_rank.items()}) for k in ("steps", "ops", "launches"))
+    steps, ops, launches, waits = (_stacked({r: getattr(p, k) for r, p in by_rank.items()})
+                                   for k in ("steps", "ops", "launches", "waits"))
     out = Idle(steps.sort_values(["step", "rank"], kind="stable", ignore_index=True)
                if steps is not None else empty(STEP_COLUMNS),
                ops if ops is not None else empty(OP_COLUMNS),
                launches.sort_values("rank", ignore_index=True) if launches is not None else empty(LAUNCH_COLUMNS),
-               [n.about(rank=r) for r, p in by_rank.items() for n in p.notes])
+               [n.about(rank=r) for r, p in by_rank.items() for n in p.notes],
+               waits.sort_values("rank", kind="stable", ignore_index=True) if waits is not None else empty(WAIT_COLUMNS))
     if graphs_may_help(out.steps, out.launches):
         out.notes.append(HINT)
     return out
@@ -351,10 +423,11 @@ def labelled(parts: list[tuple[str, Idle]]) -> Idle:
     there are several; one input's as it is."""
     if len(parts) == 1:
         return parts[0][1]
-    frames = [[f.assign(input=name)[["input", *f.columns]] for f in (i.steps, i.ops, i.launches)] for name, i in parts]
+    frames = [[f.assign(input=name)[["input", *f.columns]] for f in (i.steps, i.ops, i.launches, i.waits)]
+              for name, i in parts]
     hint = [HINT] if any(HINT in i.notes for _, i in parts) else []
-    return Idle(*(pd.concat([f[k] for f in frames], ignore_index=True) for k in range(3)),
-                [n.about(name) for name, i in parts for n in i.notes if n != HINT] + hint)
+    steps, ops, launches, waits = (pd.concat([f[k] for f in frames], ignore_index=True) for k in range(4))
+    return Idle(steps, ops, launches, [n.about(name) for name, i in parts for n in i.notes if n != HINT] + hint, waits)
 
 
 DIGESTS = {"idle": RankIdle()}  # idle's per-rank digest (reports/topics.py)

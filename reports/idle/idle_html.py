@@ -93,8 +93,9 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
     out = ['<h2 id="idle">Why was the GPU idle?</h2>',
            '<p class="note">Per step: GPU busy, then the idle time by cause. host: the host had not begun to launch '
            "the next op; sync: the host was blocked in a synchronising call; launch: launched onto an empty queue, "
-           "not started; dependency: queued, waiting on another stream, an event or a peer; other: queued behind "
-           "its own stream, or no launch call known (tracelab idle --help).</p>"]
+           "not started; dependency: queued, waiting on another stream, an event or a peer after a stream-wait call; "
+           "other: queued behind its own stream, queued with no wait call to explain it, or no launch call known "
+           "(tracelab idle --help).</p>"]
     if len(timed) > SHOWN_INPUTS:
         out.append(f'<p class="note">{len(drawn)} of {len(timed)} timed inputs: per run the ranks whose compute time '
                    "is an outlier, then the first ranks; tracelab idle gives every rank</p>")

@@ -39,7 +39,8 @@ def _heads(df: pd.DataFrame) -> list[str]:
 def _table(title: str, heads: list[str]) -> Table:
     t = Table(title=title, title_justify="left", show_edge=False)
     for h in heads:
-        t.add_column(h, justify="left" if h in ("input", "bound", "kind", "name", "rank with most idle") else "right")
+        t.add_column(h, justify="left" if h in ("input", "bound", "kind", "name", "rank with most idle", "after kernel",
+                                            "wait call") else "right")
     return t
 
 
@@ -97,8 +98,22 @@ def ops_table(ops: pd.DataFrame, top: int | None) -> Table:
     return t
 
 
+def waits_table(waits: pd.DataFrame, top: int | None) -> Table:
+    t = _table("what the dependency idle waited on (the stream and op that ended just before each gap; the call "
+               "that made the stream wait)", [*_heads(waits), "rank", "stream", "waited on stream", "after kernel",
+                                              "wait call", "gaps", "dependency (ms)"])
+    for _, g in waits.groupby([c for c in ("input", "rank") if c in waits.columns], sort=False):
+        for _, r in g.head(top).iterrows():
+            t.add_row(*_input(r), str(int(r["rank"])), str(int(r["stream"])), str(int(r["waited_on_stream"])),
+                      Text(str(r["waited_on_kernel"])[:60]), r["wait_call"], f"{int(r['gaps']):,}",
+                      ms_cell(r["dependency_ns"]))
+    return t
+
+
 def idle_tables(result: Idle, top: int | None = 10) -> Group:
     parts = [steps_table(result.steps)] if len(result.steps) else []
+    if len(result.waits):
+        parts.append(waits_table(result.waits, top))
     if len(result.launches):
         parts.append(launch_table(result.launches))
     if len(result.ops):
@@ -118,7 +133,8 @@ def idle_json(result: Idle, top: int | None = 10) -> str:
     keys = [c for c in ("input", "rank") if c in result.ops.columns]
     ops = result.ops.groupby(keys, sort=False).head(top) if top is not None else result.ops
     return json.dumps({"steps": _records(result.steps), "launches": _records(result.launches),
-                       "host_ops": _records(ops), "notes": [n.as_json() for n in result.notes]}, indent=1, allow_nan=False)
+                       "host_ops": _records(ops), "waits": _records(result.waits),
+                       "notes": [n.as_json() for n in result.notes]}, indent=1, allow_nan=False)
 
 
 # format name -> renderer(idle, top); the CLI's --format choices come from here

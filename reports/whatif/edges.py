@@ -4,9 +4,11 @@ that the unchanged replay puts every node where it was measured. Pure.
 A device node has two candidate edges: its chain predecessor's end (queued behind its
 stream) and its launch call's start (launched onto an idle stream). The measured start fixes
 one of them: the edge with the smaller residual over its floor (the rank's least launch-to-
-start delay, or no gap on the stream) binds and keeps its measured offset; the other gets its
-floor, so a scenario that moves the other edge earlier cannot make the node start early and
-one that moves it later delays it as it should. A device node that started more than
+start delay, or no gap on the stream) binds and keeps its measured offset, but a node that
+started before its launch call returned (or within UNEXPLAINED_NS of it) and later than that
+after its predecessor's end is bound by the call; the other edge gets its floor, so a scenario
+that moves the other edge earlier cannot make the node start early and one that moves it later
+delays it as it should. A device node that started more than
 UNEXPLAINED_NS after both (waiting on another stream's event) takes a wait edge from the
 latest op of another chain of its rank that ended before it, where one did and that explains
 more; else the delay stays on its binding edge, as measured: launch latency where its launch
@@ -86,7 +88,12 @@ def rank_edges(g: RankGraph, order: np.ndarray | None = None) -> Edges:
     floor = int(np.percentile(lat[launched & (lat >= 0)], LAUNCH_FLOOR_PCT)) if (launched & (lat >= 0)).any() else 0
     res_q = np.where(has_pred, gap, big)
     res_l = np.where(launched, lat - floor, big)
-    launch_bound = launched & (res_l < res_q)
+    # an op that started before its launch call returned (or within UNEXPLAINED_NS of it: a blocking
+    # copy staging pageable memory, a launch that waited for room in the queue) was held by that
+    # call, not by its stream, however long after its predecessor's end it started
+    call_end = np.where(launched, e[np.maximum(g.launch, 0)], big)
+    in_call = launched & (s <= call_end + UNEXPLAINED_NS) & (res_q > UNEXPLAINED_NS)
+    launch_bound = launched & ((res_l < res_q) | in_call)
     queued = device & has_pred & ~launch_bound & (gap >= 0)
     queue_gap = int(np.median(gap[queued])) if queued.any() else 0  # the device's own gap between queued ops
     ed = Edges(gap_ns=gap, xs_src=np.where(launched, g.launch, NONE).astype(np.int64),

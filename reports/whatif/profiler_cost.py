@@ -177,6 +177,10 @@ class NodeCosts:
     source: dict[int, str]
     band: Band | None
 
+    def scaled(self, factor: float) -> "NodeCosts":
+        """The same events at `factor` times the fitted cost each (calibrated_scale)."""
+        return replace(self, before_ns=self.before_ns * factor, inside_ns=self.inside_ns * factor)
+
 
 def graph_costs(g) -> NodeCosts | None:
     """The profiler's cost per node of joined graph `g` (its ranks in order, as join.py lays them

@@ -67,11 +67,23 @@ def unprofiled_line(u: dict) -> str | None:
     replayed = u.get("replayed_unprofiled_ns")
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
+        model += _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"))
         return f"step without the profiler: {step}, measured beside the trace (the same steps, profiler off){model}"
     b = u.get("error_band")
     costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
     return (f"step without the profiler: {step}, estimated: the replay less the profiler's own host cost per event "
             f"({costs}){'; ' + b.short() if b else '; no error band'}")
+
+
+def _scale_text(scale: float | None, met_ns: float | None) -> str:
+    """How the predictions without the profiler met the measured step (analyse.calibrated_scale)."""
+    if scale is None:
+        return ""
+    if scale == 0:
+        return ("; predictions scale each scenario's profiled replay by the measured step (no cost per event "
+                "comes off: a CPU-only trace, or a run slower without the profiler than its replay)")
+    return (f"; predictions take {scale:.3g}x that cost per event off, at which the replay gives "
+            f"{ms_cell(met_ns)} ms")
 
 
 def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
@@ -115,6 +127,8 @@ def _doc(w: WhatIf) -> dict:
     return strict({"steps": steps, "scenarios": scenarios,
                    "unprofiled_step_ns": u.get("unprofiled_step_ns"), "unprofiled_source": u.get("unprofiled_source"),
                    "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
+                                  "cost_scale": u.get("cost_scale"),
+                                  "calibrated_unprofiled_ns": u.get("calibrated_unprofiled_ns"),
                                   "error_band": b.doc() if b else None},
                    "notes": [n.as_json() for n in w.notes]})
 

@@ -28,6 +28,19 @@ Graph; several given together change one Params, replayed once (never summed). P
   feeding it and the compute reading it, layer after layer (tensor parallelism: depend.py), stays
   where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel, said in a note); for the rest
   (DDP's gradient all-reduces) it is an upper bound.
+- `autocast:bf16=F`: a model of fp32 -> bf16 autocast. Its matrix products (PRODUCTS: aten's
+  linear/matmul/mm/addmm/bmm and their backward, GPU GEMM kernels but attention's fused ones) take
+  F times as long (a microbenchmark's bf16/fp32 ratio at the trace's shapes, or the roofline's);
+  and the casts autocast adds take their time: each forward product casts its fp32 inputs (an
+  activation and a weight: CASTS_PER_PRODUCT) and, in a training step (products under a backward
+  scope), each cast's gradient is cast back. A cast costs the host the trace's median host time
+  per issued op (a launch call and the gap before it; a CPU operator in a CPU-only trace), issued
+  before its product, and the device the trace's median time of an op that is not a product. Not
+  modelled (said in its note): inputs already in bf16 (fewer casts), the weight casts autocast
+  caches, elementwise ops and attention on half the bytes, autocast's dispatch on every op.
+- `cuda-graph`: the whole step captured as one CUDA graph: no-host-gaps, and no profiler cost
+  on the host (analyse.py: its prediction without the profiler is its profiled replay, since the
+  host is off the path and kernels run as fast profiled).
 - `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
   bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
 
@@ -63,7 +76,14 @@ from .replay import Params
 # decode-compile-1gpu-torch: 256 ns in each; eager kernels queued behind another: 1.2-1.5 us).
 GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
-NAMES = ("no-host-gaps", "no-host-stalls", "remove", "scale", "roofline", "balance", "overlap-comm", "busbw")
+NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "roofline", "balance",
+         "overlap-comm", "busbw")
+# the matrix products autocast runs in bf16: aten's (and their backward's) names, GPU GEMM kernels but
+# attention's fused ones
+PRODUCTS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
+            r"|.*(Mm|Addmm|Bmm)Backward0)")
+BACKWARD = r"[Bb]ackward"  # a product of the backward pass (its name or scope)
+CASTS_PER_PRODUCT = 2  # autocast casts each fp32 input of a product: an activation and a weight
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
 MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
@@ -78,6 +98,7 @@ class Scenario:
     matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
     what: str = "names, kernels, scopes, host ranges"  # what `matched` looks for, in words
     note: Callable[[Graph], Note | None] | None = None  # what the scenario left undone on this graph
+    host_free: bool = False  # the host is off the step's path: the profiler's host cost does not reach it
 
     @property
     def label(self) -> str:
@@ -96,8 +117,15 @@ def parse(spec: str) -> Scenario:
         name, arg = "no-host-stalls", name.removeprefix("no-host-stalls")
     if name == "overlap-comm" and not arg:
         return Scenario(name, "", _overlap_comm, note=lambda g: depend.note(g, depend.dependent(g)))
-    if name in ("no-host-gaps", "roofline", "balance") and not arg:
-        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "roofline": _roofline, "balance": _balance}[name])
+    if name in ("no-host-gaps", "cuda-graph", "roofline", "balance") and not arg:
+        return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "cuda-graph": _no_host_gaps, "roofline": _roofline,
+                                   "balance": _balance}[name], host_free=name == "cuda-graph")
+    if name == "autocast" and arg.startswith("bf16="):
+        f = _number(arg.removeprefix("bf16="), spec, 0.0, MAX_SCALE)
+        products = _regex(PRODUCTS)
+        return Scenario(name, arg, lambda g, p: _autocast(g, p, products, f),
+                        lambda g: _count(g, products, None, spans=False), "matrix products",
+                        lambda g: Note("autocast_model", {"casts": CASTS_PER_PRODUCT}))
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
         return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
@@ -115,8 +143,8 @@ def parse(spec: str) -> Scenario:
     if name == "busbw" and arg:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
-    raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, no-host-stalls[@RANK], remove:REGEX[@RANK], scale:REGEX=F, "
-                                   "roofline, balance, overlap-comm, busbw:GBPS")
+    raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
+                                   "scale:REGEX=F, autocast:bf16=F, roofline, balance, overlap-comm, busbw:GBPS")
 
 
 def _regex(pattern: str) -> re.Pattern:
@@ -236,6 +264,42 @@ def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
     p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
+
+
+def _autocast(g: Graph, p: Params, products: re.Pattern, factor: float) -> None:
+    """autocast:bf16=F (module docstring): the products scaled, each issued after its casts."""
+    hit = _matching(g, products, None)
+    if not hit.any():
+        return
+    casts = cast_counts(g, hit)
+    host_ns, device_ns = _issue_ns(g, p), _median_ns(p.dur_ns[_work(g) & ~hit & (g.kind != COLL)])
+    p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
+    issuer = np.where(g.cpu_only, np.arange(len(g)), g.launch)[hit]  # where the casts' host time goes
+    per = casts[hit]
+    np.add.at(p.gap_ns, issuer[issuer >= 0], np.rint(per[issuer >= 0] * host_ns).astype(np.int64))
+    if not g.cpu_only:  # a CPU operator's own time is the host's: counted once, above
+        p.dur_ns[hit] += changed_durations_ns(per * device_ns)
+
+
+def cast_counts(g: Graph, hit: np.ndarray) -> np.ndarray:
+    """Per node, the casts autocast adds for it (0 but for products `hit`): CASTS_PER_PRODUCT per
+    forward product, twice that where the trace has backward products (each cast's gradient cast
+    back), spread evenly over all products (the trace does not tie a backward product to its
+    forward one)."""
+    back = hit & (matches(_regex(BACKWARD), g.name, "--scenario") | matches(_regex(BACKWARD), g.scope, "--scenario"))
+    total = CASTS_PER_PRODUCT * int((hit & ~back).sum()) * (2 if back.any() else 1)
+    return np.where(hit, total / max(int(hit.sum()), 1), 0.0)
+
+
+def _issue_ns(g: Graph, p: Params) -> float:
+    """The median host time per issued op (its gap and its own time): launch calls, or CPU operators
+    in a CPU-only trace."""
+    issued = (g.kind == HOST_OP) if g.cpu_only else (g.kind == LAUNCH)
+    return _median_ns(np.maximum(p.gap_ns[issued], 0) + p.dur_ns[issued])
+
+
+def _median_ns(values: np.ndarray) -> float:
+    return float(np.median(values)) if len(values) else 0.0
 
 
 def _roofline(g: Graph, p: Params) -> None:

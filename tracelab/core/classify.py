@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -298,6 +299,115 @@ def _demangle_short(mangled: str) -> str | None:
 
 
 SHOWN_NAMES = 3  # kernel names a note names before "..."
+
+
+# ---- communication by its launch ----------------------------------------------
+
+# The CPU operators and ranges a communication library opens around the kernels it launches:
+# PyTorch's c10d operators and record_param_comms (whose args name the collective), a backend's
+# range (nccl:all_reduce, gloo:broadcast), NCCL's own NVTX ranges (ncclAllReduce, ncclGroupEnd)
+# and a library of collectives' operators (COMM_LIBRARY: deep_ep::..., nvshmem...).
+COMM_OP = re.compile(r"^(?:record_param_comms$|_?c10d(?:_functional)?::|(?:nccl|rccl|gloo|mpi|ucc|nvshmem):"
+                     r"|[nr]ccl[A-Z])|(?i:" + COMM_LIBRARY.pattern + ")")
+# Launches that place a kernel's blocks together (cooperative launch, cluster or attribute
+# launch: cudaLaunchKernelExC, cuLaunchKernelEx): what NCCL and NVSHMEM launch their kernels by
+COOPERATIVE_LAUNCH = re.compile(r"(?:cu|cuda|hip)(?:LaunchCooperativeKernel|LaunchKernelEx)")
+COLLECTIVE_ARG = "Collective name"  # a kernel whose own args name its collective is one
+ON_COMM_STREAM = "a cooperative launch on a stream of communication only"
+LAUNCHED = "comm_launches"  # meta.extras: the kernels a parser found launched by a communication library
+
+
+@lru_cache(maxsize=65536)
+def comm_context(collective: str | None, op: str, ranges: str) -> str:
+    """What says a kernel is communication where its launch happened ("" where nothing does): its
+    own args' collective, else the operator that launched it, else the innermost range open at its
+    launch (`ranges`, outermost first joined by "/"), where COMM_OP names it."""
+    if collective:
+        return f"{COLLECTIVE_ARG} {collective}"
+    innermost = ranges.rsplit("/", 1)[-1]
+    return op if COMM_OP.search(op) else innermost if COMM_OP.search(innermost) else ""
+
+
+def comm_launches(kind: np.ndarray, name: list[str], context: list[str], api: list[str], where: dict[str, Any]
+                  ) -> dict[str, list]:
+    """The parser's record of kernels a communication library may have launched (meta.extras[LAUNCHED],
+    read by by_launch): those with a communication context (comm_context) whose name does not
+    already say communication, and those of class other launched cooperatively, each by where it ran
+    (`where`: device, stream, start_ns arrays of every row, as the parser's frame has them)."""
+    def kept(i: int) -> bool:  # by_launch's candidates: a cooperative launch alone moves only a kernel of class other
+        named = classify_one(canonical(name[i]))
+        return named != "communication" if context[i] else (named == "other" and bool(COOPERATIVE_LAUNCH.search(api[i])))
+
+    cooperative = {a for a in set(api) if COOPERATIVE_LAUNCH.search(a)}  # each distinct call name tested once
+    said = np.fromiter((bool(c) or a in cooperative for c, a in zip(context, api)), dtype=bool, count=len(api))
+    rows = [i for i in np.flatnonzero((np.asarray(kind) == "kernel") & said).tolist() if kept(i)]
+    return {"device": [int(where["device"][i]) for i in rows], "stream": [int(where["stream"][i]) for i in rows],
+            "start_ns": [int(where["start_ns"][i]) for i in rows], "context": [context[i] for i in rows],
+            "api": [api[i] for i in rows]}
+
+
+def by_launch(events: pd.DataFrame, launched: dict[str, list] | None) -> tuple[pd.DataFrame, list]:
+    """The events with the kernels a communication library launched classed communication, and a
+    note (comm_by_launch) naming them: a kernel whose own args name a collective; one launched
+    within a communication context (comm_context) that no pattern names or that was launched
+    cooperatively (a copy or fill PyTorch launches around a collective keeps its class); a
+    cooperatively launched kernel no pattern names on a stream whose other kernels are all
+    communication. `launched`: the parser's comm_launches record (None: no change)."""
+    if not launched or not launched["start_ns"] or not len(events):
+        return events, []
+    if not any(launched["context"]) and not (events["op_class"] == "communication").any():
+        return events, []  # cooperative launches alone, and no stream of collectives for them to join
+    hit = _launched_rows(events, launched)
+    op_class = events["op_class"].to_numpy()[hit["at"].to_numpy()].astype(str)
+    cooperative = np.array([COOPERATIVE_LAUNCH.search(a) is not None for a in hit["api"].tolist()], dtype=bool)
+    context = hit["context"].to_numpy(dtype=object)
+    has_context = context != ""
+    own_args = np.array([c.startswith(COLLECTIVE_ARG) for c in context.tolist()], dtype=bool)
+    comm = own_args | (has_context & ((op_class == "other") | cooperative))
+    lone = ~has_context & cooperative & (op_class == "other")
+    if lone.any():
+        lone &= _on_comm_streams(events, hit)
+    take = comm | lone
+    if not take.any():
+        return events, []
+    at = hit["at"].to_numpy()[take]
+    out = events.copy()
+    out.iloc[at, out.columns.get_loc("op_class")] = "communication"
+    return out, [_launch_note(events.iloc[at], np.where(lone, ON_COMM_STREAM, context)[take].tolist())]
+
+
+def _launched_rows(events: pd.DataFrame, launched: dict[str, list]) -> pd.DataFrame:
+    """The parser's record joined to the kernel rows that ran where it says (device, stream,
+    start_ns): its columns and `at`, the row's position in `events`."""
+    at = np.flatnonzero(_is_kind(events["kind"], ("kernel",)) & events["stream"].notna().to_numpy()
+                        & events["start_ns"].notna().to_numpy())
+    rows = pd.DataFrame({"device": events["device"].to_numpy(np.int64)[at],
+                         "stream": events["stream"].to_numpy(np.int64, na_value=-1)[at],
+                         "start_ns": events["start_ns"].to_numpy(np.int64, na_value=-1)[at], "at": at})
+    record = pd.DataFrame(launched).astype({"device": "int64", "stream": "int64", "start_ns": "int64"})
+    return rows.merge(record.drop_duplicates(["device", "stream", "start_ns"]), on=["device", "stream", "start_ns"])
+
+
+def _on_comm_streams(events: pd.DataFrame, hit: pd.DataFrame) -> np.ndarray:
+    """Per hit, whether its device and stream run kernels besides the hits and all are communication."""
+    kernel = _is_kind(events["kind"], ("kernel",)) & events["stream"].notna().to_numpy()
+    kernel[hit["at"].to_numpy()] = False  # the hits aside: what runs beside them decides
+    rest = events[kernel]
+    all_comm = (rest["op_class"] == "communication").groupby([rest["device"], rest["stream"]], observed=True).all()
+    comm_streams = set(all_comm[all_comm].index.tolist())
+    return np.array([(d, s) in comm_streams for d, s in zip(hit["device"].tolist(), hit["stream"].tolist())], bool)
+
+
+def _launch_note(rows: pd.DataFrame, contexts: list[str]):
+    """comm_by_launch: the kernels classed communication by their launch, most time first, and why."""
+    from tracelab.core.note import Note
+
+    time_ns = rows.groupby("kernel", observed=True)["dur_ns"].sum().sort_values(ascending=False, kind="stable")
+    why = pd.Series(rows["dur_ns"].to_numpy(), index=contexts).groupby(level=0).sum().sort_values(
+        ascending=False, kind="stable")
+    return Note("comm_by_launch", {"kernels": len(time_ns), "names": [str(k) for k in time_ns.index[:SHOWN_NAMES]],
+                                   "rows": int(rows["count"].sum()), "dur_ns": int(rows["dur_ns"].sum()),
+                                   "contexts": [str(c) for c in why.index[:SHOWN_NAMES]]})
 
 
 def comm_stream_strangers(events: pd.DataFrame) -> list:

@@ -76,6 +76,28 @@ def _strangers_on_comm_stream(v: dict) -> str:
             f"{'they' if n > 1 else 'it'} may be communication")
 
 
+def _comm_by_launch(v: dict) -> str:
+    n = v["kernels"]
+    names = ", ".join(v["names"]) + (", ..." if n > len(v["names"]) else "")
+    why = "; ".join(v["contexts"])
+    return (f"{n} kernel{'s' if n > 1 else ''} ({names}; {v['rows']:,} run{'s' if v['rows'] > 1 else ''}, "
+            f"{v['dur_ns'] / 1e6:,.3f} ms) counted as communication by {'their' if n > 1 else 'its'} launch, "
+            f"not {'their' if n > 1 else 'its'} name: {why}")
+
+
+# a table an nsys export may lack (parsers/_nsys_meta.schema_gaps) -> what is not known without it
+NSYS_TABLES_MISSING = {
+    "TARGET_INFO_GPU": "no GPU table (TARGET_INFO_GPU; TARGET_INFO_CUDA_GPU before nsys 2021.2): its GPUs are not "
+                       "named, so no roofline and no device advice",
+    "META_DATA_EXPORT": "no version table (META_DATA_EXPORT; EXPORT_META_DATA before nsys 2023): the nsys version "
+                        "that wrote it is unknown",
+}
+
+
+def _nsys_tables_missing(v: dict) -> str:
+    return "; ".join(NSYS_TABLES_MISSING[t] for t in v["tables"])
+
+
 # a Kineto category of device activity tracelab reads no GPU rows from -> what its events are, and why
 UNREAD = {
     "cuda_profiler_range": "kernels measured by CUPTI's range profiler (hardware counters), which serialises "
@@ -118,6 +140,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                      "--cuda-graph-trace=graph): each is one GPU op over its graph's span, its kernels not in the file; "
                      "profile with --cuda-graph-trace=node to see them"),
     "unread_device_events": _unread,
+    "nsys_tables_missing": _nsys_tables_missing,
     "step_numbers_repeat": ("step ranges repeat their numbers ({occurrences} later occurrences, e.g. a second "
                             "{range_name!r}, step {step}): each occurrence is a step of its own, the k-th occurrence "
                             "of N numbered N + k * {scale}"),
@@ -129,6 +152,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "snapshot_untimed": ("the snapshot's actions have no timestamps (an older PyTorch): they are in order, not in "
                          "time, so no time is shown for them (-, null in JSON)"),
     "comm_stream_strangers": _strangers_on_comm_stream,
+    "comm_by_launch": _comm_by_launch,
     "snapshot_without_traces": ("the snapshot has no device_traces: record them with "
                                 "torch.cuda.memory._record_memory_history()"),
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
@@ -156,6 +180,10 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "overlap_dependent": ("overlap-comm: {dependent} of the {collectives} collectives sit between the compute that "
                           "makes their input and the compute that reads their result, layer after layer (tensor "
                           "parallelism): they stay where they are; {fused}"),
+    "autocast_model": ("autocast:bf16 is a model: the matrix products scaled by F, and {casts} casts per forward "
+                       "product (and as many back in a training step) at this trace's median host time per issued op "
+                       "and device time per op; inputs already in bf16, cached weight casts, elementwise ops and "
+                       "attention on half the bytes and autocast's dispatch on every op are not modelled"),
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",

@@ -278,8 +278,9 @@ def validate(df: pd.DataFrame, spec: dict[str, str] = COLUMNS) -> pd.DataFrame:
 # range (`range`: record_function, NVTX; `step` for a step range, parsers/_steps.py) or an OS
 # runtime call (`osrt`, nsys). Same clock as
 # the events' start_ns; tid is the thread (Kineto tid, nsys globalTid).
-HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt", "alloc")  # alloc: an allocator call that does not
-# synchronise (cudaMalloc, cuMemCreate, ...; cudaFree synchronises and is `sync`), reports/memory
+HOST_KINDS = ("sync", "cpu_op", "range", "step", "osrt", "alloc", "wait")  # alloc: an allocator call that does not
+# synchronise (cudaMalloc, cuMemCreate, ...; cudaFree synchronises and is `sync`), reports/memory; wait: a call
+# that makes a stream wait on the GPU (cudaStreamWaitEvent, cuStreamWaitValue32), what a dependency idles on
 HOST_COLUMNS: dict[str, str] = {"kind": "category", "name": "string", "tid": "int64", "start_ns": "int64",
                                 "dur_ns": "int64"}
 

@@ -167,7 +167,8 @@ def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, opti
     profiles = _parse_any(path, options)
     for p in profiles:
         events = _ranked(classify.classified(_with_provenance(p, path)), p, path, len(profiles))
-        p.meta.notes = [*p.meta.notes, *classify.comm_stream_strangers(events)]
+        events, by_launch = classify.by_launch(events, p.meta.extras.get(classify.LAUNCHED))
+        p.meta.notes = [*p.meta.notes, *by_launch, *classify.comm_stream_strangers(events)]
         p.events = events.iloc[:0]  # the parser's frame let go: only the classified one is held while reducing
         rank = RankData(events, p.meta, p.host, p.memory)
         summary = {name: fn(rank) for name, fn in (reduce or {}).items()}
