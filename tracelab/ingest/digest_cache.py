@@ -73,8 +73,6 @@ MAX_ENTRY_BYTES = 64 * 1024**2
 _SUM_BYTES = 32
 
 
-
-
 def key(path: Path, reduce: Mapping[str, Callable] | None, options: Options = DEFAULT) -> str | None:
     """The entry key of `path`'s digests read with `options`, as the file is now, or None where
     the cache is off, the file too small, or a reducer of `reduce` cannot be pickled (fn_key)."""
