@@ -9,7 +9,8 @@ DIR: rank folders made by make_ranks.py (HTA reads every trace in its folder). t
 with TRACELAB_CACHE=0 (every rank parsed); HTA runs benchmarks/hta_report.py (its temporal,
 idle, overlap and kernel breakdowns). --tracelab: which tracelab commands are measured per
 folder (`report DIR -o FILE`, `breakdown DIR`), each before HTA. Prints one JSON line per
-measurement, then a table and HTA's ratio to each tracelab command.
+measurement, then a table and, for each folder given (a folder given three times: three pairs),
+HTA's ratio to each tracelab command of the same turn.
 """
 from __future__ import annotations
 
@@ -38,27 +39,26 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()), help="folder of the reports written")
     p.add_argument("dirs", nargs="+", type=Path)
     a = p.parse_args()
-    rows = []
-    for folder in a.dirs:
+    rows = []  # (pair: the folder's turn, ranks, tool, measurement)
+    for pair, folder in enumerate(a.dirs):
         ranks = len(list(folder.glob("*.json.gz")))
         report = a.out / f"{folder.name}-report.html"
         commands = {"report": ["report", str(folder), "-o", str(report), "--force"], "breakdown": ["breakdown", str(folder)]}
         for command in a.tracelab:
-            rows.append((ranks, f"tracelab {command}", measure([sys.executable, "-m", "tracelab", *commands[command]])))
-            print(json.dumps({"tool": rows[-1][1], "ranks": ranks, **rows[-1][2]}), flush=True)
-        rows.append((ranks, HTA, measure([a.hta_python, str(HERE / "hta_report.py"), str(folder)])))
-        print(json.dumps({"tool": HTA, "ranks": ranks, **rows[-1][2]}), flush=True)
+            rows.append((pair, ranks, f"tracelab {command}", measure([sys.executable, "-m", "tracelab", *commands[command]])))
+            print(json.dumps({"tool": rows[-1][2], "ranks": ranks, **rows[-1][3]}), flush=True)
+        rows.append((pair, ranks, HTA, measure([a.hta_python, str(HERE / "hta_report.py"), str(folder)])))
+        print(json.dumps({"tool": HTA, "ranks": ranks, **rows[-1][3]}), flush=True)
     print("\n| ranks | tool | wall (s) | CPU (s) | peak tree (MB) | largest process (MB) | load avg |")
     print("|---|---|---|---|---|---|---|")
-    for ranks, tool, m in rows:
+    for _, ranks, tool, m in rows:
         print(f"| {ranks:,} | {tool} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {m['peak_tree_rss_mb']:,} | "
               f"{m['largest_process_maxrss_mb']:,} | {m['load_avg_1m']:.1f} |")
-    for ranks in dict.fromkeys(r for r, _, _ in rows):
-        hta = next(m for r, tool, m in rows if r == ranks and tool == HTA)
-        for tool, tl in ((tool, m) for r, tool, m in rows if r == ranks and tool != HTA):
-            print(f"{ranks:,} ranks: HTA / {tool}: CPU {hta['cpu_s'] / tl['cpu_s']:.1f}x, peak memory "
+    for pair in dict.fromkeys(p for p, _, _, _ in rows):  # each folder's turn: its tracelab runs against its HTA run
+        ranks, hta = next((r, m) for p, r, tool, m in rows if p == pair and tool == HTA)
+        for tool, tl in ((tool, m) for p, _, tool, m in rows if p == pair and tool != HTA):
+            print(f"{ranks:,} ranks, pair {pair + 1}: HTA / {tool}: CPU {hta['cpu_s'] / tl['cpu_s']:.1f}x, peak memory "
                   f"{hta['peak_tree_rss_mb'] / tl['peak_tree_rss_mb']:.1f}x, wall {hta['wall_s'] / tl['wall_s']:.1f}x")
-
 
 if __name__ == "__main__":
     main()

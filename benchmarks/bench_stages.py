@@ -123,12 +123,17 @@ def _install(clock: Clock) -> None:
             return clock.wrap(f"digest:{name}", reduced)(fn, events, p)
         loader._reduced = digest
         return
-    load_many = loader.load_many
+    # each per-rank digest by its name in `reduce`: load_many's, and parse_files' (the session's door)
+    for name in ("load_many", "parse_files"):
+        if hasattr(loader, name):
+            setattr(loader, name, _digests_timed(clock, getattr(loader, name)))
 
-    def timed_load_many(*args, reduce=None, **kwargs):  # each per-rank digest by its name in `reduce`
-        reduce = {n: clock.wrap(f"digest:{n}", fn) for n, fn in (reduce or {}).items()} or None
-        return load_many(*args, reduce=reduce, **kwargs)
-    loader.load_many = timed_load_many
+
+def _digests_timed(clock: Clock, fn):
+    def timed(*args, reduce=None, **kwargs):
+        reduce = {n: clock.wrap(f"digest:{n}", f) for n, f in (reduce or {}).items()} or None
+        return fn(*args, reduce=reduce, **kwargs)
+    return timed
 
 
 def _loader():

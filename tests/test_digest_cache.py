@@ -115,7 +115,7 @@ def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch)
         assert not len(p.events) and p.host is None
 
 
-@pytest.mark.parametrize("damage", ["one byte flipped", "truncated", "empty", "a digest missing",
+@pytest.mark.parametrize("damage", ["one byte flipped", "truncated", "empty", "a digest of no rank",
                                     "a meta of a wrong type", "a meta as a dict (the old entries)",
                                     "writable by others"])
 def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypatch):
@@ -132,15 +132,15 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
         entry.write_bytes(blob[:len(blob) // 3])
     elif damage == "empty":
         entry.write_bytes(b"")
-    elif damage in ("a digest missing", "a meta of a wrong type", "a meta as a dict (the old entries)"):
-        profiles, caught, parsed_as = pickle.loads(blob[32:])  # its checksum right, its content not what was asked
-        if damage == "a digest missing":
-            del profiles[0].summary["timeline"]
+    elif damage in ("a digest of no rank", "a meta of a wrong type", "a meta as a dict (the old entries)"):
+        profiles, caught, parsed_as, digests = pickle.loads(blob[32:])  # its checksum right, its content not what was asked
+        if damage == "a digest of no rank":
+            digests[digest_cache.fn_key(session.RANK_DIGESTS["timeline"])] = pickle.dumps([])
         elif damage == "a meta of a wrong type":
             profiles[0].meta.__dict__["rank"] = "zero"  # as a forged pickle would hold it, past Meta's checks
         else:
             profiles[0].meta = profiles[0].meta.to_dict()
-        payload = pickle.dumps((profiles, caught, parsed_as))
+        payload = pickle.dumps((profiles, caught, parsed_as, digests))
         entry.write_bytes(hashlib.blake2b(payload, digest_size=32).digest() + payload)
     else:
         entry.chmod(0o666)
@@ -163,12 +163,11 @@ def test_a_touched_trace_is_parsed_again(run, monkeypatch):
     assert len(_entries()) == 3  # the stale entry is never read; eviction removes it in time
 
 
-def test_other_digests_options_or_patterns_are_other_entries(run, monkeypatch):
+def test_other_options_or_patterns_are_other_entries(run, monkeypatch):
     from tracelab.core import classify
 
     _digests(run, CHEAP)
     parsed = _parses(monkeypatch)
-    _digests(run, CHEAP[:2])
     tracelab.load_many(run, workers=1, reduce=session.rank_digests(CHEAP), keep_events=False,
                        options=Options.from_environment(step_pattern=r"ProfilerStep#(\d+)"))
     classify.use_patterns([(r"nccl", "other")])
@@ -176,7 +175,58 @@ def test_other_digests_options_or_patterns_are_other_entries(run, monkeypatch):
         _digests(run, CHEAP)
     finally:
         classify.use_patterns([])
-    assert len(parsed) == 6 and len(_entries()) == 8
+    assert len(parsed) == 4 and len(_entries()) == 6
+
+
+def _asked(monkeypatch) -> list[tuple[str, list[str]]]:
+    """(file, the digests made) of each parse from here on (loading._classified counted)."""
+    from tracelab.ingest import loading
+
+    seen, made = [], loading._classified
+    monkeypatch.setattr(loading, "_classified", lambda path, reduce, *args: (
+        seen.append((Path(path).name, sorted(reduce or {}))), made(path, reduce, *args))[1])
+    return seen
+
+
+def test_digests_one_call_made_serve_the_next_and_only_the_missing_are_made(run, monkeypatch):
+    """Entries are per trace, not per set of digests asked: a subset is a hit, a digest under
+    another name is the same digest, and a call asking for more parses each rank once, making only
+    the digests its entry lacks; its values equal those made from the events."""
+    from tracelab.core.devices import by_option
+    from tracelab.reports.roofline.roofline import RankRoofline
+
+    _digests(run, CHEAP)
+    asked = _asked(monkeypatch)
+    assert [list(p.summary) for p in _digests(run, CHEAP[:2])] == [list(CHEAP[:2])] * 2
+    renamed = tracelab.load_many(run, workers=1, reduce={"mine": session.RANK_DIGESTS["sums"]}, keep_events=False)
+    assert asked == []
+    wider = _digests(run, ("noise", *CHEAP))
+    assert asked == [("rank0.pt.trace.json.gz", ["noise"]), ("rank1.pt.trace.json.gz", ["noise"])]
+    asked.clear()
+    again = _digests(run, ("sums", "noise"))
+    assert asked == [] and all(len(list(e.glob("digests*.pickle"))) == 2 for e in _entries())
+    tracelab.load_many(run, workers=1, reduce={"roofline": RankRoofline(by_option("H100"))}, keep_events=False)
+    assert [names for _, names in asked] == [["roofline"]] * 2  # other parameters: another digest
+    fresh = _fresh(run)
+    for p, q, r in zip(wider, again, renamed):
+        assert list(p.summary) == ["noise", *CHEAP]
+        _same(p.summary, {n: fresh[p.rank][n] for n in p.summary}, f"rank {p.rank}")
+        _same(q.summary, {n: fresh[q.rank][n] for n in q.summary}, f"rank {q.rank}")
+        _same(r.summary["mine"], fresh[r.rank]["sums"], f"rank {r.rank}")
+
+
+def test_commands_after_a_report_make_only_their_own_digests(run, tmp_path, monkeypatch):
+    """A report makes every digest the findings read; a breakdown or idle after it makes only its
+    own table's digests (the rest from the report's entries), and the same command again none."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # the ranks parsed in this process, where they are counted
+    result = CliRunner().invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    asked = _asked(monkeypatch)
+    for command in (["breakdown", str(run)], ["idle", str(run)], ["breakdown", str(run)], ["idle", str(run)]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 0, result.output
+    own = [["breakdown", "summary"], ["idle(top=10)"]]
+    assert asked == [(f"rank{r}.pt.trace.json.gz", names) for names in own for r in (0, 1)]
 
 
 def test_off_switch_events_kept_small_files_and_big_entries_write_nothing(run, monkeypatch):

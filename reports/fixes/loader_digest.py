@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracelab.core.regexes import searched
 from tracelab.core.schema import RankData
 
 from ..timeline.stalls import LOADER  # the loader's names, as the stalls leave them to it
@@ -23,12 +24,11 @@ def rank_loader(rank: RankData) -> dict:
     host = rank.host
     if host is None or not len(host):
         return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0}
-    names = host["name"].astype(str)
-    loader = host[names.str.contains(LOADER) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
+    loader = host[searched(LOADER, host["name"]) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
     span_ns, n_steps = steps_span(host)
     by_name = loader.groupby(loader["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
     return {"loader_ns": int(_union_ns(loader)), "names": by_name.index.tolist()[:3],
-            "multiprocess": bool(loader["name"].astype(str).str.contains(MULTIPROCESS).any()),
+            "multiprocess": bool(searched(MULTIPROCESS, loader["name"]).any()),
             "span_ns": span_ns, "steps": n_steps}
 
 

@@ -47,14 +47,22 @@ def matches(regex: re.Pattern, values, option: str, budget_s: float | None = Non
     array; UsageError naming `option` when matching takes more than `budget_s` seconds
     (default BUDGET_S)."""
     budget_s = BUDGET_S if budget_s is None else budget_s
-    codes, names = pd.factorize(pd.Series(values, dtype=object).astype(str), use_na_sentinel=False)
     try:
         with _time_bound(budget_s):
-            found = np.fromiter((regex.search(n) is not None for n in names), dtype=bool, count=len(names))
+            return searched(regex, values)
     except _OutOfTime:
-        raise UsageError(option, f"{regex.pattern!r} took more than {budget_s:g} s to match {len(names):,} names: "
+        names = pd.Series(values, dtype=object).nunique(dropna=False)
+        raise UsageError(option, f"{regex.pattern!r} took more than {budget_s:g} s to match {names:,} names: "
                                  "a pattern that backtracks without bound (a repeat inside a repeat, as (a+)+); "
                                  "write it without the nested repeat") from None
+
+
+def searched(regex: re.Pattern, values) -> np.ndarray:
+    """Which of `values` (names, as anything pandas reads; a missing one as its text, `<NA>`)
+    `regex` finds a match in, a bool array: searched once per distinct name, not per row (tracelab's
+    own patterns; a user's go through matches, under its time bound)."""
+    codes, names = pd.factorize(pd.Series(values, dtype=object).astype(str), use_na_sentinel=False)
+    found = np.fromiter((regex.search(n) is not None for n in names), dtype=bool, count=len(names))
     return found[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 

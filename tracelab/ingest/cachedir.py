@@ -172,6 +172,24 @@ def staging(folder: Folder, final: str) -> Iterator[int]:
         shutil.rmtree(name, dir_fd=folder.fd, ignore_errors=True)
 
 
+def add_file(folder: Folder, name: str, file_name: str, data: bytes) -> None:
+    """Add `file_name` holding `data` to the entry `name`, whole (written under a temporary name,
+    then renamed in); a file of that name there stays (it is as good); OSError where the entry is
+    absent or not this user's."""
+    fd = entry(folder, name)
+    temporary = TMP_PREFIX + secrets.token_hex(8)
+    try:
+        if exists(fd, file_name):
+            return
+        with create(fd, temporary) as f:
+            f.write(data)
+        os.rename(temporary, file_name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        if exists(fd, temporary):
+            os.unlink(temporary, dir_fd=fd)
+        os.close(fd)
+
+
 def touch(folder: Folder, name: str) -> None:
     """Mark an entry recently used: evicted last."""
     try:

@@ -152,14 +152,14 @@ def _parse_classified(path: Path, reduce: Reduce | None = None, patterns: list[t
     gathers results. `patterns`: the caller's classify.user_patterns(), for a worker
     process that did not inherit them (spawned, or on a Dask cluster). Without
     `keep_events` only the summaries come back (the events with no rows), from the digest
-    cache (tracelab/digest_cache.py) where this file's digests were made before. `options` are
+    cache (tracelab/ingest/digest_cache.py) where any command made this file's digests before. `options` are
     the ones in force (core/options.applied) while it runs: the parse's limits are theirs."""
     if patterns is not None:
         classify.use_patterns(patterns)
     with applied(options):
         if keep_events or not reduce or remote.is_url(path):
             return _classified(path, reduce, keep_events, options)
-        return digest_cache.cached(Path(path), reduce, options, lambda: _classified(path, reduce, False, options))
+        return digest_cache.cached(Path(path), reduce, options, lambda asked: _classified(path, asked, False, options))
 
 
 def _classified(path: Path | str, reduce: Reduce | None, keep_events: bool, options: Options) -> list[Profile]:
