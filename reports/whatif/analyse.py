@@ -90,6 +90,7 @@ class Base:
     costs: NodeCosts | None = None  # the profiler's cost per node (profiler_cost.py), None unknown
     unprofiled: np.ndarray | None = None  # per step, the replay without the profiler's cost
     scales: dict = field(default_factory=dict)  # measured unprofiled step -> calibrated_scale, once per Base
+    paced: object = None  # base with each host node at its steady pace (steady_host), made once per Base
 
 
 def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> Base | WhatIf:
@@ -108,17 +109,27 @@ def prepare(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -
 
 def _replayed(g: Graph, base, group: list[Scenario], win: pd.DataFrame, costs: NodeCosts | None = None) -> np.ndarray:
     """Per step of `win`, the replay of `base` under the scenarios `group`, the profiler's cost
-    taken out first where `costs` are given (calibrated: a GPU trace's host at its steady pace first;
-    a CPU-only trace's host nodes are its work, whose pace the measured step sets)."""
+    taken out first where `costs` are given."""
     p = base.copy()
     if costs is not None:
-        if costs.steady and not g.cpu_only:
-            steady_host(g, p)
         deflate(g, p, costs)
     for s in group:
         s.apply(g, p)
     rs = replay(g, p)
     return _step_ns(windows(g, rs.start_ns, rs.end_ns), win["step"])
+
+
+def _replayed_less(b: Base, group: list[Scenario], costs: NodeCosts) -> np.ndarray:
+    """_replayed of b less `costs`: calibrated costs come off a GPU trace's host at its steady pace
+    (steady_host, made once per Base: every scenario and each step of the calibration replays it);
+    a CPU-only trace's host nodes are its work, whose pace the measured step sets."""
+    base = b.base
+    if costs.steady and not b.g.cpu_only:
+        if b.paced is None:
+            b.paced = b.base.copy()
+            steady_host(b.g, b.paced)
+        base = b.paced
+    return _replayed(b.g, base, group, b.win, costs)
 
 
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
@@ -144,8 +155,8 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
             b.scales[unprofiled_ns] = 0.0 if g.cpu_only else calibrated_scale(b, unprofiled_ns)
         unprofiled["cost_scale"] = b.scales[unprofiled_ns]
         costs = costs.scaled(unprofiled["cost_scale"])
-    deflated = {label: _replayed(g, base, group, win, costs) for label, _, _, group in runs} if costs else {}
-    base_deflated = _replayed(g, base, [], win, costs) if costs is not None and costs is not b.costs else b.unprofiled
+    deflated = {label: _replayed_less(b, group, costs) for label, _, _, group in runs} if costs else {}
+    base_deflated = _replayed_less(b, [], costs) if costs is not None and costs is not b.costs else b.unprofiled
     if "cost_scale" in unprofiled:  # the replay less the calibrated cost: the measured step, where a scale met it
         met = base_deflated[steps["claimed"].to_numpy()]
         met = met[~np.isnan(met)]
@@ -186,7 +197,7 @@ def calibrated_scale(b: Base, measured_ns: float) -> float:
     claimed = b.steps["claimed"].to_numpy()
 
     def at(k: float) -> float:
-        ns = _replayed(b.g, b.base, [], b.win, b.costs.scaled(k))[claimed]
+        ns = _replayed_less(b, [], b.costs.scaled(k))[claimed]
         return float(np.median(ns[~np.isnan(ns)])) if (~np.isnan(ns)).any() else np.nan
 
     lo, f_lo = 0.0, at(0.0)
