@@ -107,6 +107,24 @@ def test_kernels_launched_by_a_communication_library_are_communication(tmp_path)
     assert not [n for n in p.meta.notes if n.code == "comm_stream_strangers"]  # the lone one moved, none left
 
 
+def test_the_caller_s_own_pattern_outranks_the_launch(tmp_path, monkeypatch):
+    from tracelab.core import classify
+
+    path = _trace(tmp_path / "rank0.pt.trace.json")
+    monkeypatch.setenv("TRACELAB_CACHE", "0")
+    classify.add_pattern("^(custom_a2a|exchange)", "elementwise")
+    try:
+        p = tracelab.load(path)
+    finally:
+        classify.reset_patterns()
+    classes = dict(zip(p.events["name"], p.events["op_class"].astype(str)))
+    assert classes["custom_a2a_kernel"] == classes["exchange_tokens"] == "elementwise"  # kept, though launched by c10d
+    moved = set(_by_launch_truth(path)) - {"custom_a2a_kernel", "exchange_tokens"}
+    assert {n for n, c in classes.items() if c == "communication"} == moved | {ALLREDUCE}
+    note = [n for n in p.meta.notes if n.code == "comm_by_launch"][0]
+    assert note.values["kernels"] == len(moved)
+
+
 def test_the_moved_time_reaches_breakdown(tmp_path, capsys):
     path = _trace(tmp_path / "rank0.pt.trace.json")
     truth = _by_launch_truth(path)

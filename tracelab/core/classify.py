@@ -119,6 +119,12 @@ def classify_one(kernel: str) -> str:
     return "other"
 
 
+def user_named(kernel: str) -> bool:
+    """Whether one of the caller's own patterns (add_pattern) names this kernel: the caller's word
+    is final, so no later rule (by_launch) moves it."""
+    return any(rx.search(kernel) for rx, _ in _compiled()[:len(_user_patterns)])
+
+
 def op_classes(kernels: pd.Series, kinds: pd.Series | None = None) -> pd.Categorical:
     """op_class per row; memcpy/memset rows are `memory` whatever their name; cpu_op rows
     are classed by classify_cpu_op. Each distinct kernel is classified once; the rows by codes."""
@@ -352,7 +358,8 @@ def by_launch(events: pd.DataFrame, launched: dict[str, list] | None) -> tuple[p
     within a communication context (comm_context) that no pattern names or that was launched
     cooperatively (a copy or fill PyTorch launches around a collective keeps its class); a
     cooperatively launched kernel no pattern names on a stream whose other kernels are all
-    communication. `launched`: the parser's comm_launches record (None: no change)."""
+    communication. A kernel one of the caller's own patterns names keeps that class. `launched`: the
+    parser's comm_launches record (None: no change)."""
     if not launched or not launched["start_ns"] or not len(events):
         return events, []
     if not any(launched["context"]) and not (events["op_class"] == "communication").any():
@@ -368,6 +375,9 @@ def by_launch(events: pd.DataFrame, launched: dict[str, list] | None) -> tuple[p
     if lone.any():
         lone &= _on_comm_streams(events, hit)
     take = comm | lone
+    if _user_patterns and take.any():
+        kernels = events["kernel"].to_numpy(dtype=object)[hit["at"].to_numpy()]
+        take &= np.array([not user_named(str(k)) for k in kernels.tolist()], dtype=bool)
     if not take.any():
         return events, []
     at = hit["at"].to_numpy()[take]
