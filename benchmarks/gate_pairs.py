@@ -188,13 +188,15 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x:+.0%}"
 
 
-def judge(root: Path, suite: Suite, options: list[str], json_out: Path | None, keep: int | None = None) -> None:
+def judge(root: Path, suite: Suite, options: list[str], json_out: Path | None, keep: int | None = None,
+          only: list[str] | None = None) -> None:
     """Right: an A/A pair passes; an A/B pair fails (exit 1). `named`: the change's own metric is
     among the regressions (the step time for late work, a bigger batch; launches for naive DDP;
     the peak above the step's start for the memory), its change and the smallest change the gate
     says it could have detected beside."""
     rows, record, detectable = [], [], {}
     chosen = pairs(root, suite) if keep is None else history_pairs(root, suite, keep)
+    chosen = [p for p in chosen if not only or p[1] in only]
     for kind, name, a, b, metric in chosen:
         doc = gate(a, b, options) if keep is None else gate_history(a, b[0], options, keep)
         by = {m["metric"]: m for m in doc["metrics"]}
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=6, help="runs per config (default 6)")
     parser.add_argument("--gpu", action="store_true", help="the GPU suite (one GPU) instead of the CPU's")
     parser.add_argument("--budget-s", type=float, help="make: start no run past this many seconds")
-    parser.add_argument("--only", help="comma list of configs to make (default: all)")
+    parser.add_argument("--only", help="comma list of configs to make or judge (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="make: OMP_NUM_THREADS of each rank (default 1)")
     parser.add_argument("--json", type=Path, help="judge: every gate's JSON to this file")
     parser.add_argument("--history", type=int, help="judge: single pairs against a store keeping this many versions")
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.phase == "make":
         make(args.root, suite, args.runs, args.only.split(",") if args.only else None, args.threads, args.budget_s)
     else:
-        judge(args.root, suite, gate_options, args.json, args.history)
+        judge(args.root, suite, gate_options, args.json, args.history, args.only.split(",") if args.only else None)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,14 @@ def test_the_kept_versions_spread_is_students_t_on_their_step_medians():
     assert s.detectable == pytest.approx(math.expm1(t.ppf(0.975) * math.sqrt(2 * var)))
 
 
+def test_versions_that_agree_within_the_floor_leave_the_floors_test_as_it_was():
+    versions = [[_steps(100 * f)] for f in (1.0, 1.03, 0.98, 1.01)]
+    a, b = [_steps(100)], [_steps(125)]
+    with_history, alone = shift(a, b, 0.1, 0.95, versions), shift(a, b, 0.1, 0.95)
+    assert with_history.history < with_history.floor and with_history.source == "floor"
+    assert (with_history.p_value, with_history.detectable) == (alone.p_value, alone.detectable)
+
+
 def test_a_short_history_measures_nothing_and_the_note_says_how_to_measure():
     two = gate(_side(100, "a"), _side(100, "b"), history=[_side(120, "h")])
     (m,) = two.metrics

@@ -28,10 +28,13 @@ scale, so that a change is a ratio. The level of a run holds two kinds of noise:
   another time), the versions' levels, the baseline's own the latest, measure the spread
   between times itself: their sd (a version's level the mean of its runs' levels; Student's t
   on versions - 1 degrees of freedom), each side's level taken as one time's (the difference's
-  variance twice a version's, whatever the runs a side). It joins the test as the repeats'
-  spread does: the noise is the largest of the floor and the measured spreads, the test the
-  intersection of theirs. A real change accepted into the store widens it until it leaves the
-  kept versions.
+  variance twice a version's, whatever the runs a side). Where it is wider than the floor it
+  joins the test as the repeats' spread does: the noise is the largest of the floor and the
+  measured spreads, the test the intersection of theirs. Versions that agree within the floor
+  say only that the floor holds for this job: the floor's normal stays the test (a spread
+  measured on a few versions, on Student's t with its few degrees of freedom, would make the
+  interval wider than the floor's though it is narrower). A real change accepted into the store
+  widens it until it leaves the kept versions.
 
 The test is on the mean log levels (scipy.stats): beyond the noise where its two-sided p is
 under 1 - level. The smallest change this input could detect is the interval's half width at
@@ -151,8 +154,9 @@ def shift(a: list[np.ndarray], b: list[np.ndarray], run_noise: float = RUN_NOISE
     prior, measured = run_noise_of(la, lb, math.log1p(run_noise) ** 2 if logs else (run_noise * ma) ** 2)
     kept = history_noise([float(np.mean([run_level(f(x))[0] for x in v])) for v in history] + [ma]) if history else None
     d, runs = mb - ma, 1 / len(la) + 1 / len(lb)
+    beyond = kept is not None and kept.var * 2.0 > prior.var * runs  # wider than the floor: a measured fact of the job
     tests = {name: n.test(d, 2.0 if name == "history" else runs, level)
-             for name, n in zip(SOURCES, (prior, measured, kept)) if n is not None}
+             for name, n in zip(SOURCES, (prior, measured, kept if beyond else None)) if n is not None}
     p, half = max(t[0] for t in tests.values()), max(t[1] for t in tests.values())
     source = max(tests, key=lambda name: tests[name][1])
     sds = [None if n is None else math.sqrt(n.var) for n in (prior, measured, kept)]
