@@ -68,7 +68,7 @@ def test_versions_that_agree_within_the_floor_leave_the_floors_test_as_it_was():
 def test_a_short_history_measures_nothing_and_the_note_says_how_to_measure():
     two = gate(_side(100, "a"), _side(100, "b"), history=[_side(120, "h")])
     (m,) = two.metrics
-    assert m.run_history is None and m.noise_source == "floor 10%"
+    assert m.run_history is None and m.noise_source == f"floor {m.run_floor:.0%} (steps + 10%)"
     (note,) = [n for n in two.notes if n.code == "gate_noise_floor"]
     assert "unmeasured" in note.text and "--repeat 3" in note.text and "kept 2 baselines" in note.text
     alone = gate(_side(100, "a"), _side(100, "b"))
@@ -85,7 +85,7 @@ def test_history_turns_a_noisy_jobs_false_alarm_into_a_pass_and_a_real_2x_change
     assert widened.passed and m.noise_source == "5 kept baselines" and m.run_history > 0.2
     assert any(n.code == "gate_noise_history" and "5 baselines the store kept" in n.text for n in widened.notes)
     (real,) = gate(base, doubled, history=quiet).metrics
-    assert real.regression and real.verdict == "slower" and real.noise_source == "floor 10%"  # quiet: the floor bounds it
+    assert real.regression and real.verdict == "slower" and real.noise_source.startswith("floor")  # quiet: the floor bounds it
 
 
 # ---- the store keeps K versions; broken history --------------------------------------------------------
@@ -129,7 +129,7 @@ def test_the_store_keeps_the_last_k_and_the_gate_measures_their_spread(capsys, t
     assert status == 0 and step["noise_source"] == "4 kept baselines" and step["verdict"] == "within noise"
     _accept(capsys, str(tmp_path / "fresh"), runs[-1])  # one version: no history
     _, alone, _ = _step(capsys, str(tmp_path / "fresh"), runs[-1])
-    assert alone["run_history"] is None and alone["noise_source"] == "floor 10%"
+    assert alone["run_history"] is None and alone["noise_source"] == f"floor {alone['run_floor']:.0%} (steps + 10%)"
 
 
 def test_an_unreadable_kept_version_is_left_out_with_a_note(capsys, tmp_path):

@@ -98,7 +98,7 @@ class MetricVerdict:
     run_floor: float | None = None  # one run's sd between runs from its steps and --run-noise, relative
     run_spread: float | None = None  # the repeats' sd between runs of a side, measured, relative; None: one run a side
     run_history: float | None = None  # the kept versions' sd between times, measured, relative; None: no history
-    noise_source: str = ""  # what set the interval: "floor 10%", "3 repeats", "4 kept baselines"
+    noise_source: str = ""  # what set the interval: "floor 12% (steps + 10%)", "3+3 repeats", "4 kept baselines"
 
 
 @dataclass
@@ -262,7 +262,8 @@ def _verdict(metric: str, unit: str, a: list[np.ndarray], b: list[np.ndarray], r
     if s is None:
         return MetricVerdict(metric, unit, "", math.nan, math.nan, None, None, None, None, None, n_a, n_b, None,
                              None, TOO_FEW, False, False)
-    source = {"floor": f"floor {run_noise:.0%}", "repeats": f"{len(a)}+{len(b)} repeats",
+    floor = "floor" if s.floor is None else f"floor {s.floor:.0%} (steps + {run_noise:.0%})"
+    source = {"floor": floor, "repeats": f"{len(a)}+{len(b)} repeats",
               "history": f"{len(history) + 1} kept baselines"}[s.source]
     scale = abs(s.level_a)
     low, high = (None, None) if s.low is None else (s.low * scale, s.high * scale)
