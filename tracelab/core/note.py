@@ -147,6 +147,16 @@ def _gate_unmeasured(v: dict) -> str:
             f"repeats (tracelab run --repeat 3) or with history ({history}); ")
 
 
+def _gate_unreliable(v: dict) -> str:
+    from tracelab.reports.fmt import binary_size  # here: reports import this module
+
+    runs = f"{v['runs']} run{'s' if v['runs'] > 1 else ''}"
+    return (f"{v['metric']} unreliable, not failed on: the trace's allocated total at a step's start climbed by up "
+            f"to {binary_size(v['climb_bytes'])} over the steps ({v['run']}; {runs}): blocks allocated and never "
+            "freed in the trace (frees the profiler missed, or a leak) move its peak by whole blocks; "
+            "peak_above_start judges the step's own memory")
+
+
 def _gate_sources(v: dict) -> str:
     parts = [f"{source} ({len(names)}: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
              for source, names in v["sources"].items()]
@@ -261,11 +271,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "gate_noise_sources": _gate_sources,
     "gate_history_unreadable": lambda v: (f"kept baseline version{'s' if len(v['versions']) > 1 else ''} "
                                           f"{', '.join(v['versions'])} could not be read: left out of the history"),
-    "gate_peak_unreliable": lambda v: (
-        f"{v['metric']} unreliable, not failed on: the trace's allocated total at a step's start climbed by up to "
-        f"{v['climb_bytes'] / 2**20:,.2f} MiB over the steps ({v['run']}; {v['runs']} run{'s' if v['runs'] > 1 else ''}"
-        "): blocks allocated and never freed in the trace (frees the profiler missed, or a leak) move its peak by "
-        "whole blocks; peak_above_start judges the step's own memory"),
+    "gate_peak_unreliable": _gate_unreliable,
 }
 
 
