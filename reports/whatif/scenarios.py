@@ -38,6 +38,10 @@ Graph; several given together change one Params, replayed once (never summed). P
   before its product, and the device the trace's median time of an op that is not a product. Not
   modelled (said in its note): inputs already in bf16 (fewer casts), the weight casts autocast
   caches, elementwise ops and attention on half the bytes, autocast's dispatch on every op.
+- `autocast:bf16=@FILE`: the same, each product by its own shape's change from a factors file
+  (bf16_factors.py: timed on the machine that runs the change, benchmarks/shape_factors.py), and
+  autocast's dispatch per CPU operator the profiler recorded where the file measured it on such a
+  host (added to the host's time before each node); factors of another device are refused.
 - `cuda-graph`: the whole step captured as one CUDA graph: no-host-gaps, and no profiler cost
   on the host (analyse.py: its prediction without the profiler is its profiled replay, since the
   host is off the path and kernels run as fast profiled).
@@ -66,7 +70,7 @@ from tracelab.core.note import Note
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
-from . import depend
+from . import bf16_factors, depend
 from .join import Graph
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .replay import Params
@@ -97,8 +101,9 @@ class Scenario:
     apply: Callable[[Graph, Params], None]
     matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
     what: str = "names, kernels, scopes, host ranges"  # what `matched` looks for, in words
-    note: Callable[[Graph], Note | None] | None = None  # what the scenario left undone on this graph
+    note: Callable[[Graph], Note | list[Note] | None] | None = None  # what the scenario left undone on this graph
     host_free: bool = False  # the host is off the step's path: the profiler's host cost does not reach it
+    check: Callable[[Graph], None] | None = None  # raises UsageError where the scenario cannot serve this graph
 
     @property
     def label(self) -> str:
@@ -121,11 +126,12 @@ def parse(spec: str) -> Scenario:
         return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "cuda-graph": _no_host_gaps, "roofline": _roofline,
                                    "balance": _balance}[name], host_free=name == "cuda-graph")
     if name == "autocast" and arg.startswith("bf16="):
-        f = _number(arg.removeprefix("bf16="), spec, 0.0, MAX_SCALE)
-        products = _regex(PRODUCTS)
+        value, products = arg.removeprefix("bf16="), _regex(PRODUCTS)
+        f = bf16_factors.read(value[1:], 0.0, MAX_SCALE) if value.startswith("@") else _number(value, spec, 0.0, MAX_SCALE)
         return Scenario(name, arg, lambda g, p: _autocast(g, p, products, f),
                         lambda g: _count(g, products, None, spans=False), "matrix products",
-                        lambda g: Note("autocast_model", {"casts": CASTS_PER_PRODUCT}))
+                        lambda g: _autocast_notes(g, products, f),
+                        check=None if isinstance(f, float) else lambda g: f.check_device(g.cpu_only))
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
         return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
@@ -144,7 +150,7 @@ def parse(spec: str) -> Scenario:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-                                   "scale:REGEX=F, autocast:bf16=F, roofline, balance, overlap-comm, busbw:GBPS")
+                                   "scale:REGEX=F, autocast:bf16=F|@FILE, roofline, balance, overlap-comm, busbw:GBPS")
 
 
 def _regex(pattern: str) -> re.Pattern:
@@ -266,19 +272,62 @@ def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
 
 
-def _autocast(g: Graph, p: Params, products: re.Pattern, factor: float) -> None:
-    """autocast:bf16=F (module docstring): the products scaled, each issued after its casts."""
+def _autocast(g: Graph, p: Params, products: re.Pattern, factor: float | bf16_factors.Factors) -> None:
+    """autocast:bf16=F or =@FILE (module docstring): the products scaled, each issued after its
+    casts; with a factors file, each product by its own factor and every CPU operator's host time
+    grown by autocast's dispatch where the file measured it."""
     hit = _matching(g, products, None)
     if not hit.any():
         return
     casts = cast_counts(g, hit)
     host_ns, device_ns = _issue_ns(g, p), _median_ns(p.dur_ns[_work(g) & ~hit & (g.kind != COLL)])
-    p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
+    scaled, added, _ = _product_factors(g, hit, factor)
+    p.dur_ns[hit] = changed_durations_ns(np.maximum(p.dur_ns[hit] * scaled + added, 0))
     issuer = np.where(g.cpu_only, np.arange(len(g)), g.launch)[hit]  # where the casts' host time goes
     per = casts[hit]
     np.add.at(p.gap_ns, issuer[issuer >= 0], np.rint(per[issuer >= 0] * host_ns).astype(np.int64))
     if not g.cpu_only:  # a CPU operator's own time is the host's: counted once, above
         p.dur_ns[hit] += changed_durations_ns(per * device_ns)
+    if isinstance(factor, bf16_factors.Factors) and factor.dispatch_ns_per_op is not None:
+        host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
+        p.gap_ns[host] += changed_durations_ns(cpu_ops_per_node(g)[host] * factor.dispatch_ns_per_op)
+
+
+def _product_factors(g: Graph, hit: np.ndarray, factor: float | bf16_factors.Factors
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per product of `hit` (in order), its factor, the ns added to it, and whether a factors file listed it."""
+    n = int(hit.sum())
+    if not isinstance(factor, bf16_factors.Factors):
+        return np.full(n, factor), np.zeros(n), np.zeros(n, bool)
+    idx = np.flatnonzero(hit)
+    return factor.of(g.rank[idx], g.name[idx], bf16_factors.step_index(g.rank[idx], g.step[idx], g.name[idx],
+                                                                       g.start_ns[idx]))
+
+
+def cpu_ops_per_node(g: Graph) -> np.ndarray:
+    """Per node, the CPU operators the profiler recorded in it and in the gap before it (0 where the
+    rank's counts are not known): the operators autocast dispatches."""
+    out = []
+    for r in sorted(g.ranks):  # the ranks in order, as join.py lays them out
+        rg = g.ranks[r]
+        before, inside = getattr(rg, "profiled_before", None), getattr(rg, "profiled_inside", None)
+        out.append(np.zeros(len(rg)) if before is None or inside is None else before[:, 0] + inside[:, 0])
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def _autocast_notes(g: Graph, products: re.Pattern, factor: float | bf16_factors.Factors) -> list[Note]:
+    """The model's note, and with a factors file where its factors and dispatch cost come from."""
+    files = isinstance(factor, bf16_factors.Factors)
+    dispatch = files and factor.dispatch_ns_per_op is not None
+    notes = [Note("autocast_model", {"casts": CASTS_PER_PRODUCT, "per_shape": files, "dispatch": dispatch})]
+    if files:
+        hit = _matching(g, products, None)
+        listed = _product_factors(g, hit, factor)[2]
+        notes.append(Note("autocast_factors", {
+            "file": factor.path, "device": factor.device, "machine": factor.machine, "measured_at": factor.measured_at,
+            "products": int(hit.sum()), "listed": int(listed.sum()), "default": factor.default,
+            "dispatch_ns_per_op": factor.dispatch_ns_per_op, "dispatch_machine": factor.dispatch_machine}))
+    return notes
 
 
 def cast_counts(g: Graph, hit: np.ndarray) -> np.ndarray:
