@@ -68,3 +68,23 @@ def test_the_scenario_finds_every_product_of_the_file(tmp_path, capsys, products
     note = next(n for n in doc["notes"] if n["code"] == "autocast_factors")
     unique = {(p["rank"], p["name"], p["index"]) for p in products[1]}
     assert note["values"]["listed"] == note["values"]["products"] == len(products[1]) and len(unique) < len(products[1])
+
+
+def test_a_gpu_traces_kernels_take_the_shapes_of_the_operator_that_launched_them(shape_factors, tmp_path, capsys) -> None:
+    trace = ROOT / "tests/data/train-small-1gpu-torch/rank0.pt.trace.json.gz"
+    cpu_only, found = shape_factors.trace_products(trace)
+    events = json.load(gzip.open(trace))["traceEvents"]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op" and e.get("name") in
+           ("aten::mm", "aten::addmm", "aten::bmm") and "External id" in (e.get("args") or {})}
+    gemms = [e for e in events if e.get("cat") == "kernel" and (e.get("args") or {}).get("External id") in ops]
+    assert not cpu_only and len(found) == len(gemms)
+    want = collections.Counter(json.dumps(ops[e["args"]["External id"]]["args"]["Input Dims"][:2]) for e in gemms)
+    assert collections.Counter(json.dumps([list(d) for d in p["leaves"][0][0][1]]) for p in found) == want
+    assert all(d is None for p in found for _, d in p["leaves"])  # a kernel's own time is the leaf's
+    listed = [{"rank": p["rank"], "name": p["name"], "index": p["index"], "factor": 0.5} for p in found]
+    path = tmp_path / "factors.json"
+    path.write_text(json.dumps({"format": FORMAT, "device": "cuda", "machine": "an H100", "default": 1000.0,
+                                "products": listed}))
+    rc, out, _ = run_cli_output(capsys, "whatif", str(trace), "--scenario", f"autocast:bf16=@{path}", "--format", "json")
+    note = next(n for n in json.loads(out)["notes"] if n["code"] == "autocast_factors")
+    assert rc == 0 and note["values"]["listed"] == note["values"]["products"] == len(found)
