@@ -63,16 +63,17 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.core import limits
 from tracelab.core.errors import UsageError
-from tracelab.core.regexes import compiled, matches
+from tracelab.core.regexes import matches
 from tracelab.core.note import Note
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
-from . import bf16_factors, depend
+from . import autocast, bf16_factors, depend
+from .autocast import PRODUCTS
 from .join import Graph
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .picks import changed_durations_ns, matching as _matching, regex as _regex
 from .replay import Params
 
 # The median gap between consecutive kernels of one CUDA graph launch, measured under
@@ -82,12 +83,6 @@ GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
 NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "roofline", "balance",
          "overlap-comm", "busbw")
-# the matrix products autocast runs in bf16: aten's (and their backward's) names, GPU GEMM kernels but
-# attention's fused ones
-PRODUCTS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
-            r"|.*(Mm|Addmm|Bmm)Backward0)")
-BACKWARD = r"[Bb]ackward"  # a product of the backward pass (its name or scope)
-CASTS_PER_PRODUCT = 2  # autocast casts each fp32 input of a product: an activation and a weight
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
 MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
@@ -128,9 +123,9 @@ def parse(spec: str) -> Scenario:
     if name == "autocast" and arg.startswith("bf16="):
         value, products = arg.removeprefix("bf16="), _regex(PRODUCTS)
         f = bf16_factors.read(value[1:], 0.0, MAX_SCALE) if value.startswith("@") else _number(value, spec, 0.0, MAX_SCALE)
-        return Scenario(name, arg, lambda g, p: _autocast(g, p, products, f),
+        return Scenario(name, arg, lambda g, p: autocast.apply(g, p, products, f),
                         lambda g: _count(g, products, None, spans=False), "matrix products",
-                        lambda g: _autocast_notes(g, products, f),
+                        lambda g: autocast.notes(g, products, f),
                         check=None if isinstance(f, float) else lambda g: f.check_device(g.cpu_only))
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
@@ -153,10 +148,6 @@ def parse(spec: str) -> Scenario:
                                    "scale:REGEX=F, autocast:bf16=F|@FILE, roofline, balance, overlap-comm, busbw:GBPS")
 
 
-def _regex(pattern: str) -> re.Pattern:
-    return compiled(pattern, "--scenario")
-
-
 def _number(text: str, spec: str, low: float, high: float) -> float:
     try:
         value = float(text)
@@ -165,21 +156,6 @@ def _number(text: str, spec: str, low: float, high: float) -> float:
     if not low <= value <= high:  # NaN fails too
         raise UsageError("--scenario", f"{spec!r}: {text!r} must be a number from {low:g} to {high:g}")
     return value
-
-
-def changed_durations_ns(values: np.ndarray) -> np.ndarray:
-    """Changed durations as int64 ns, each at most limits.MAX_DUR_NS (their sums stay in int64)."""
-    return np.rint(np.minimum(values, float(limits.MAX_DUR_NS))).astype(np.int64)
-
-
-def _work(g: Graph) -> np.ndarray:
-    """Nodes that are ops of the device's work (GPU ops, collectives; CPU ops of a CPU-only trace)."""
-    return np.isin(g.kind, (GPU, COLL, HOST_OP))
-
-
-def _matching(g: Graph, regex: re.Pattern, rank: int | None) -> np.ndarray:
-    hit = (matches(regex, g.name, "--scenario") | matches(regex, g.scope, "--scenario")) & _work(g)
-    return hit & (g.rank == rank) if rank is not None else hit
 
 
 def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
@@ -270,85 +246,6 @@ def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
     p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
-
-
-def _autocast(g: Graph, p: Params, products: re.Pattern, factor: float | bf16_factors.Factors) -> None:
-    """autocast:bf16=F or =@FILE (module docstring): the products scaled, each issued after its
-    casts; with a factors file, each product by its own factor and every CPU operator's host time
-    grown by autocast's dispatch where the file measured it."""
-    hit = _matching(g, products, None)
-    if not hit.any():
-        return
-    casts = cast_counts(g, hit)
-    host_ns, device_ns = _issue_ns(g, p), _median_ns(p.dur_ns[_work(g) & ~hit & (g.kind != COLL)])
-    scaled, added, _ = _product_factors(g, hit, factor)
-    p.dur_ns[hit] = changed_durations_ns(np.maximum(p.dur_ns[hit] * scaled + added, 0))
-    issuer = np.where(g.cpu_only, np.arange(len(g)), g.launch)[hit]  # where the casts' host time goes
-    per = casts[hit]
-    np.add.at(p.gap_ns, issuer[issuer >= 0], np.rint(per[issuer >= 0] * host_ns).astype(np.int64))
-    if not g.cpu_only:  # a CPU operator's own time is the host's: counted once, above
-        p.dur_ns[hit] += changed_durations_ns(per * device_ns)
-    if isinstance(factor, bf16_factors.Factors) and factor.dispatch_ns_per_op is not None:
-        host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
-        p.gap_ns[host] += changed_durations_ns(cpu_ops_per_node(g)[host] * factor.dispatch_ns_per_op)
-
-
-def _product_factors(g: Graph, hit: np.ndarray, factor: float | bf16_factors.Factors
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per product of `hit` (in order), its factor, the ns added to it, and whether a factors file listed it."""
-    n = int(hit.sum())
-    if not isinstance(factor, bf16_factors.Factors):
-        return np.full(n, factor), np.zeros(n), np.zeros(n, bool)
-    idx = np.flatnonzero(hit)
-    return factor.of(g.rank[idx], g.name[idx], bf16_factors.step_index(g.rank[idx], g.step[idx], g.name[idx],
-                                                                       g.start_ns[idx]))
-
-
-def cpu_ops_per_node(g: Graph) -> np.ndarray:
-    """Per node, the CPU operators the profiler recorded in it and in the gap before it (0 where the
-    rank's counts are not known): the operators autocast dispatches."""
-    out = []
-    for r in sorted(g.ranks):  # the ranks in order, as join.py lays them out
-        rg = g.ranks[r]
-        before, inside = getattr(rg, "profiled_before", None), getattr(rg, "profiled_inside", None)
-        out.append(np.zeros(len(rg)) if before is None or inside is None else before[:, 0] + inside[:, 0])
-    return np.concatenate(out) if out else np.zeros(0)
-
-
-def _autocast_notes(g: Graph, products: re.Pattern, factor: float | bf16_factors.Factors) -> list[Note]:
-    """The model's note, and with a factors file where its factors and dispatch cost come from."""
-    files = isinstance(factor, bf16_factors.Factors)
-    dispatch = files and factor.dispatch_ns_per_op is not None
-    notes = [Note("autocast_model", {"casts": CASTS_PER_PRODUCT, "per_shape": files, "dispatch": dispatch})]
-    if files:
-        hit = _matching(g, products, None)
-        listed = _product_factors(g, hit, factor)[2]
-        notes.append(Note("autocast_factors", {
-            "file": factor.path, "device": factor.device, "machine": factor.machine, "measured_at": factor.measured_at,
-            "products": int(hit.sum()), "listed": int(listed.sum()), "default": factor.default,
-            "dispatch_ns_per_op": factor.dispatch_ns_per_op, "dispatch_machine": factor.dispatch_machine}))
-    return notes
-
-
-def cast_counts(g: Graph, hit: np.ndarray) -> np.ndarray:
-    """Per node, the casts autocast adds for it (0 but for products `hit`): CASTS_PER_PRODUCT per
-    forward product, twice that where the trace has backward products (each cast's gradient cast
-    back), spread evenly over all products (the trace does not tie a backward product to its
-    forward one)."""
-    back = hit & (matches(_regex(BACKWARD), g.name, "--scenario") | matches(_regex(BACKWARD), g.scope, "--scenario"))
-    total = CASTS_PER_PRODUCT * int((hit & ~back).sum()) * (2 if back.any() else 1)
-    return np.where(hit, total / max(int(hit.sum()), 1), 0.0)
-
-
-def _issue_ns(g: Graph, p: Params) -> float:
-    """The median host time per issued op (its gap and its own time): launch calls, or CPU operators
-    in a CPU-only trace."""
-    issued = (g.kind == HOST_OP) if g.cpu_only else (g.kind == LAUNCH)
-    return _median_ns(np.maximum(p.gap_ns[issued], 0) + p.dur_ns[issued])
-
-
-def _median_ns(values: np.ndarray) -> float:
-    return float(np.median(values)) if len(values) else 0.0
 
 
 def _roofline(g: Graph, p: Params) -> None:
