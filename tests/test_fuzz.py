@@ -9,7 +9,6 @@ A default run tries CASES_PER_CATEGORY seeds per category; `pytest -m slow` trie
 from __future__ import annotations
 
 import gzip
-import json
 import random
 import sqlite3
 import warnings
@@ -21,7 +20,7 @@ import pytest
 import malformed as m
 from tracelab.cli.terminal import printable
 
-CASES_PER_CATEGORY = 8  # per category in the default run; the slow set adds SLOW_CASES more seeds
+CASES_PER_CATEGORY = 4  # per category in the default run; the slow set adds SLOW_CASES more seeds
 SLOW_CASES = 64
 
 HOSTILE: list[Any] = [None, "", "x", "\x1b[2J", "\u202e", -1, 0, 1.5, True, [], {}, [1, 2], {"a": 1},
