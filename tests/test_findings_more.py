@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from tracelab.ingest.session import Session
@@ -88,7 +89,7 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     from tracelab.reports.whatif.findings import NOTHING_FRAC
     saved = f"{scenario['saving_ns'] / 1e6:,.2f} ms"
     nothing = scenario["saving_ns"] < NOTHING_FRAC * scenario["step_ns"]
-    assert (f"what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
+    assert ("what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
             + (f"nothing to gain now ({saved} of " if nothing else f"saves {saved} of ")) in found[0].text
     graphs = _found("train-1gpu-steps-torch", [graphs_findings])
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
@@ -116,7 +117,8 @@ def test_the_host_fix_is_restated_against_the_run_under_none():
     assert "under backend none" not in alone.text and "none_step_ns" not in alone.evidence["whatif"]
 
 
-@pytest.mark.parametrize("command", ["breakdown", "steps", "idle", "whatif"])
+@pytest.mark.parametrize("command", [  # one reading rule: steps and whatif again under -m slow
+    "breakdown", pytest.param("steps", marks=pytest.mark.slow), "idle", pytest.param("whatif", marks=pytest.mark.slow)])
 def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
     status, out, err = run_cli_output(capsys, command, str(DATA / "train-1gpu-steps-torch"),
                                       str(DATA / "train-1gpu-steps-none"))
@@ -245,7 +247,7 @@ def test_a_long_kernel_name_is_cut_where_it_still_names_one_kernel(tmp_path, cap
     for e in doc["traceEvents"]:
         if e.get("cat") == "kernel" and "elementwise_kernel" in e["name"]:
             e["name"] = stem + ("0_AG0_ASEM1" if "unrolled" in e["name"] else "1_AG0_ASEM1")
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    path.write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
     status, out, _ = run_cli_output(capsys, "roofline", str(tmp_path / "run"))
     shown, calls, ms_ = re.search(r"1\. (\S+) loses [\d.,]+ ms to its roofline on rank 0 \(([\d,]+) calls, ([\d.,]+) ms",
                                   out).groups()
