@@ -111,8 +111,11 @@ def test_the_host_fix_is_restated_against_the_run_under_none():
     assert w["none_step_ns"] == pytest.approx(none_ns)
     gain = none_ns - (w["step_ns"] - w["saving_ns_per_step"])
     assert w["saving_ns_per_step_under_none"] == pytest.approx(gain) and f.at_stake_ns == int(gain * w["steps"])
-    assert (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
-            f"{gain / 1e6:,.2f} ms") in f.text
+    said = (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
+            f"{gain / 1e6:,.2f} ms")
+    assert said in f.text
+    profiled = f"under the profiler it saves {w['saving_ns_per_step'] / 1e6:,.2f} ms of {w['step_ns'] / 1e6:,.2f} ms"
+    assert f.text.index(said) < f.text.index(profiled)  # the user's time first, the profiled saving after
     (alone,) = _found("train-1gpu-steps-torch", [graphs_findings])
     assert "under backend none" not in alone.text and "none_step_ns" not in alone.evidence["whatif"]
 
