@@ -26,12 +26,17 @@ def step_ns(run_dir: Path, key: str) -> float | None:
     return max(values) if len(values) == len(results) and values else None
 
 
-def scenario_text(entry: dict) -> str | None:
-    """The change's scenario with its measured factor filled in."""
+def scenario_text(entry: dict, folder: Path | None = None) -> str | None:
+    """The change's scenario with its measured factor filled in, or its factors file (in `folder`,
+    the measurement's, beside the change's runs)."""
     scenario = entry.get("scenario")
+    measured = entry.get("factor") or {}
+    if scenario is not None and "{factors_file}" in scenario:
+        return None if "file" not in measured or folder is None else \
+            scenario.format(factors_file=folder / entry["name"] / measured["file"])
     if scenario is None or "{factor}" not in scenario:
         return scenario
-    factor = (entry.get("factor") or {}).get("factor")
+    factor = measured.get("factor")
     return None if factor is None else scenario.format(factor=f"{factor:.4g}")
 
 
@@ -65,7 +70,7 @@ def _measured(entry: dict, folder: Path) -> dict:
 
 
 def _predicted(entry: dict, folder: Path, measured: dict, whatif: WhatIfCall) -> dict:
-    scenario = scenario_text(entry)
+    scenario = scenario_text(entry, folder)
     if scenario is None:
         return {"why": (entry.get("note") or "no scenario models this change") if entry.get("scenario") is None
                 else "its microbenchmark did not run"}

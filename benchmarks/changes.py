@@ -7,7 +7,8 @@ for them from the trace before: is a predicted saving the saving the user gets?
 measure: per change (CHANGES), the BEFORE config under torch.profiler (`tracelab run train
 --backend torch`: its results hold the same steps timed with the profiler off and on) and the
 AFTER config under `--backend none` (its steps are the measured unprofiled step after); a change
-predicted by scaling kernels runs their microbenchmark (change_factors.py) on the same device.
+predicted by scaling kernels runs their microbenchmark (change_factors.py) on the same device, bf16
+times the trace's own products at their shapes (shape_factors.py: DIR/bf16/factors.json).
 Writes DIR/<change>/{before,after}/ (run folders) and DIR/changes.json (configs, commands, factors).
 
 predict: per change, `tracelab whatif DIR/<change>/before --scenario S --format json`; the
@@ -62,6 +63,7 @@ LATE_WORK = {"cpu": "1", "gpu": "4"}  # products of two 1024x1024 (CPU) or 4096x
 VARY = {"late": None, "stall": None, "stall_ddp": None, "base": ()}
 # the weight products: GPU GEMM kernels (not attention's fused ones) and CPU ops, forward and backward
 GEMMS = PRODUCTS
+FACTORS_FILE = "factors.json"  # a change's factors file (autocast:bf16=@FILE), beside its runs
 
 CHANGES = [
     Change("graph", "eager step -> the whole step as one CUDA graph", ("--phase", "step", "--capturable"),
@@ -82,10 +84,11 @@ CHANGES = [
            ("--phase", "forward", "--context-length", "512", "--attention", "math"),
            ("--phase", "forward", "--context-length", "512", "--attention", "auto"), "scale:sdpa={factor}",
            factor="sdpa"),
-    Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), "autocast:bf16={factor}",
-           factor="gemm-bf16-operands",
-           note="a model: the matrix products scaled by their microbenchmark in bf16, and the casts autocast adds "
-                "at the trace's own host and device time per op (the scenario's note says what it leaves out)"),
+    Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), "autocast:bf16=@{factors_file}",
+           factor="bf16-shapes",
+           note="a model: each matrix product at its own shapes timed fp32 against bf16 here (shape_factors.py), "
+                "the casts autocast adds at the trace's own host and device time per op, autocast's dispatch per "
+                "CPU operator measured here (the scenario's note says what it leaves out)"),
     Change("tf32", "fp32 -> TF32 matrix products", (), ("--tf32",), f"scale:{GEMMS}={{factor}}", devices=("gpu",),
            factor="gemm-tf32", note="a model: the weight products scaled by their microbenchmark"),
 ]
@@ -144,7 +147,7 @@ def measure_change(c: Change, device: str, out: Path, repeats: int) -> dict:
         print(f"{c.name} {name}: {done['status']} ({done['wall_s']} s){': ' + done['error'] if failed else ''}", flush=True)
         if failed and name == "before":
             break  # the trace before is what everything else is compared with
-    entry["factor"] = _factor(c, device) if entry["runs"][0]["status"] == "ok" else None
+    entry["factor"] = _factor(c, device, out) if entry["runs"][0]["status"] == "ok" else None
     return entry
 
 
@@ -152,7 +155,7 @@ def _since(t0: float) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
-def _factor(change: Change, device: str) -> dict | None:
+def _factor(change: Change, device: str, out: Path) -> dict | None:
     if change.factor is None:
         return None
     import torch
@@ -160,8 +163,23 @@ def _factor(change: Change, device: str) -> dict | None:
     from change_factors import factor
     from tracelab.workloads import train
 
+    where = torch.device("cuda" if device == "gpu" else "cpu")
+    if change.factor == "bf16-shapes":  # the trace's own products, and the dispatch, on this device
+        return shape_factors_of(out / change.name, where)
     args = train.parse(_args(change, "before", device))
-    return factor(change.factor, args, torch.device("cuda" if device == "gpu" else "cpu"))
+    return factor(change.factor, args, where)
+
+
+def shape_factors_of(folder: Path, device) -> dict:
+    """The factors file of the change's trace before (shape_factors.py, rank 0's trace: the ranks of
+    these runs share their shapes) written as FACTORS_FILE beside its runs; its summary."""
+    from autocast_dispatch import measure as dispatch
+    from shape_factors import factors_doc
+
+    doc = factors_doc(next((folder / "before").glob("rank0.*trace.json*")), device, dispatch(device))
+    (folder / FACTORS_FILE).write_text(json.dumps(doc, indent=1, allow_nan=False))
+    return {"name": "bf16-shapes", "file": FACTORS_FILE, "default": doc["default"], "shapes": len(doc["shapes"]),
+            "dispatch_ns_per_op": doc["dispatch_ns_per_op"], "machine": doc["machine"]}
 
 
 def chosen(only: str | None, device: str, gpus: int) -> tuple[list[Change], list[dict]]:

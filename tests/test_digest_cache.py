@@ -215,6 +215,7 @@ def test_digests_one_call_made_serve_the_next_and_only_the_missing_are_made(run,
         _same(r.summary["mine"], fresh[r.rank]["sums"], f"rank {r.rank}")
 
 
+@pytest.mark.slow  # a whole report and four commands (~5 s); the rule at the library's level stays fast above
 def test_commands_after_a_report_make_only_their_own_digests(run, tmp_path, monkeypatch):
     """A report makes every digest the findings read; a breakdown or idle after it makes only its
     own table's digests (the rest from the report's entries), and the same command again none."""

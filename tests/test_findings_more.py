@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from tracelab.ingest.session import Session
@@ -88,7 +89,7 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     from tracelab.reports.whatif.findings import NOTHING_FRAC
     saved = f"{scenario['saving_ns'] / 1e6:,.2f} ms"
     nothing = scenario["saving_ns"] < NOTHING_FRAC * scenario["step_ns"]
-    assert (f"what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
+    assert ("what if these GEMMs took no time at all (an upper bound: the trace does not give their work): "
             + (f"nothing to gain now ({saved} of " if nothing else f"saves {saved} of ")) in found[0].text
     graphs = _found("train-1gpu-steps-torch", [graphs_findings])
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
@@ -110,13 +111,17 @@ def test_the_host_fix_is_restated_against_the_run_under_none():
     assert w["none_step_ns"] == pytest.approx(none_ns)
     gain = none_ns - (w["step_ns"] - w["saving_ns_per_step"])
     assert w["saving_ns_per_step_under_none"] == pytest.approx(gain) and f.at_stake_ns == int(gain * w["steps"])
-    assert (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
-            f"{gain / 1e6:,.2f} ms") in f.text
+    said = (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
+            f"{gain / 1e6:,.2f} ms")
+    assert said in f.text
+    profiled = f"under the profiler it saves {w['saving_ns_per_step'] / 1e6:,.2f} ms of {w['step_ns'] / 1e6:,.2f} ms"
+    assert f.text.index(said) < f.text.index(profiled)  # the user's time first, the profiled saving after
     (alone,) = _found("train-1gpu-steps-torch", [graphs_findings])
     assert "under backend none" not in alone.text and "none_step_ns" not in alone.evidence["whatif"]
 
 
-@pytest.mark.parametrize("command", ["breakdown", "steps", "idle", "whatif"])
+@pytest.mark.parametrize("command", [  # one reading rule: steps and whatif again under -m slow
+    "breakdown", pytest.param("steps", marks=pytest.mark.slow), "idle", pytest.param("whatif", marks=pytest.mark.slow)])
 def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
     status, out, err = run_cli_output(capsys, command, str(DATA / "train-1gpu-steps-torch"),
                                       str(DATA / "train-1gpu-steps-none"))
@@ -245,7 +250,7 @@ def test_a_long_kernel_name_is_cut_where_it_still_names_one_kernel(tmp_path, cap
     for e in doc["traceEvents"]:
         if e.get("cat") == "kernel" and "elementwise_kernel" in e["name"]:
             e["name"] = stem + ("0_AG0_ASEM1" if "unrolled" in e["name"] else "1_AG0_ASEM1")
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    path.write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
     status, out, _ = run_cli_output(capsys, "roofline", str(tmp_path / "run"))
     shown, calls, ms_ = re.search(r"1\. (\S+) loses [\d.,]+ ms to its roofline on rank 0 \(([\d,]+) calls, ([\d.,]+) ms",
                                   out).groups()

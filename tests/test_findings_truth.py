@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 
 from tracelab.core.classify import classify_one
 from tracelab.ingest.session import Session
@@ -68,7 +69,11 @@ def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
     span = (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min()
     assert found.evidence["in_flight_ns"] == (e - s).sum() < comm["dur_ns"].sum()  # overlapping threads
     assert f"{100 * (e - s).sum() / span:.0f}% of its" in found.text and found.evidence["threads"] == comm["stream"].nunique()
-    assert not [f for f in _found([DATA / "ddp-2gpu-late-torch"]) if "collective in flight" in f.text]  # GPU runs: no
+
+
+@pytest.mark.slow  # every finding of a two-GPU run, replays included (~3 s)
+def test_a_gpu_run_has_no_collective_in_flight_finding():
+    assert not [f for f in _found([DATA / "ddp-2gpu-late-torch"]) if "collective in flight" in f.text]
 
 
 def test_cpu_operator_total_says_it_sums_threads(capsys):

@@ -266,12 +266,13 @@ def _loaded_copy(tmp_path: Path, name: str, loads: dict | None) -> Path:
     return folder
 
 
+# Each case is a whole `tracelab gate` (~1 s): one said and one unsaid case in the fast run.
 @pytest.mark.parametrize("base_loads, cand_loads, said", [
     ({"start": 0.1, "end": 0.2}, {"start": 1.5, "end": 0.9}, (0.2, 1.5)),  # each side's busier moment
-    ({"start": 0.9, "end": 0.3}, {"start": 0.05, "end": 0.1}, (0.9, 0.1)),
+    pytest.param({"start": 0.9, "end": 0.3}, {"start": 0.05, "end": 0.1}, (0.9, 0.1), marks=pytest.mark.slow),
     ({"start": 0.2, "end": 0.3}, {"start": 0.4, "end": 0.3}, None),  # a quiet machine both times
-    ({"start": 0.8, "end": 0.9}, {"start": 1.2, "end": 1.1}, None),  # busy alike
-    ({"start": 0.1}, None, None),  # one side made without the figure
+    pytest.param({"start": 0.8, "end": 0.9}, {"start": 1.2, "end": 1.1}, None, marks=pytest.mark.slow),  # busy alike
+    pytest.param({"start": 0.1}, None, None, marks=pytest.mark.slow),  # one side made without the figure
 ])
 def test_sides_run_at_different_loads_are_said_with_their_loads(capsys, tmp_path, base_loads, cand_loads, said):
     a, b = _loaded_copy(tmp_path, "a", base_loads), _loaded_copy(tmp_path, "b", cand_loads)

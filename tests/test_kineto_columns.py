@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 from decimal import Decimal
+from functools import lru_cache
 
 import numpy as np
 import pytest
@@ -29,9 +30,14 @@ def _picked(path, groups, by_runs: bool = True):
     return pick(path, data, decode(path, data).traceEvents, groups)
 
 
+@lru_cache(maxsize=None)
+def _events(path) -> tuple[dict, ...]:
+    """The file's events by json.loads, once per test process (the walks only read them)."""
+    return tuple(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
+
+
 def _walk(path, cats):
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    return [e for e in events if e.get("cat") in cats]
+    return [e for e in _events(path) if e.get("cat") in cats]
 
 
 def _int_or_minus_one(value):

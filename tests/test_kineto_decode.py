@@ -56,7 +56,7 @@ def test_own_captures_found():
     assert len(OWN_TRACES) >= 20
 
 
-BIG_BYTES = 800_000  # a capture past this (gzip) is read both ways in the slow set; the smaller ones check the rule here
+BIG_BYTES = 300_000  # a capture past this (gzip) is read both ways in the slow set; the smaller ones check the rule here
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > BIG_BYTES else p

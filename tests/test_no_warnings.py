@@ -42,7 +42,10 @@ def test_the_analyses_warn_nothing(run: str) -> None:
         html.render(inputs, [str(folder)], None, run)
 
 
-@pytest.mark.parametrize("command", [["breakdown"], ["breakdown", "--by", "op_class"], ["breakdown", "--by", "scope"],
+# Every test runs under filterwarnings=error (pyproject), so the other groupings' commands are
+# checked by their own tests as well; here they run under -m slow.
+@pytest.mark.parametrize("command", [["breakdown"], pytest.param(["breakdown", "--by", "op_class"], marks=pytest.mark.slow),
+                                     pytest.param(["breakdown", "--by", "scope"], marks=pytest.mark.slow),
                                      ["compare", "--format", "json"]])
 def test_the_commands_warn_nothing(command: list[str]) -> None:
     paths = [str(DATA / "train-2gpu-torch" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]

@@ -387,12 +387,18 @@ def test_report_perfetto_of_many_ranks_reads_them_again_or_is_refused(tmp_path, 
     assert not (tmp_path / "r2.html").exists()
 
 
-@pytest.mark.parametrize("pick", [{}, {"ranks": {1}}, {"window_ns": (0, 20_000_000)}])
-def test_the_streamed_json_is_the_trace_dict(pick):
-    """write_json hands the trace to its sink rank by rank; joined, it is trace()'s dict."""
+@pytest.fixture(scope="module")
+def two_runs() -> list[Input]:
+    """A Kineto run and an nsys run, labelled, read once for the module (write_json and trace only read them)."""
     data = Path(__file__).parent / "data"
     paths = [str(data / "train-2gpu-torch"), str(data / "decode-2gpu-nsys")]
-    inputs = label_inputs(paths, [load_many([p]) for p in paths])
+    return label_inputs(paths, [load_many([p]) for p in paths])
+
+
+@pytest.mark.parametrize("pick", [{}, {"ranks": {1}}, {"window_ns": (0, 20_000_000)}])
+def test_the_streamed_json_is_the_trace_dict(two_runs, pick):
+    """write_json hands the trace to its sink rank by rank; joined, it is trace()'s dict."""
+    inputs = two_runs
     parts: list[bytes] = []
     n = perfetto.write_json(parts.append, inputs, **pick)
     doc = json.loads(b"".join(parts))

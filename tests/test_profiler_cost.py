@@ -179,6 +179,35 @@ def test_a_cpu_only_trace_scales_its_profiled_replay_by_the_measured_step(monkey
     assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured * no_gaps / profiled)
 
 
+def test_the_table_leads_with_the_users_step_prediction_and_saving(monkeypatch) -> None:
+    """Where the step without the profiler is known, the table's first figures are the user's: that
+    step, the prediction and the saving without the profiler; the profiled replay's after them."""
+    from rich.console import Console
+
+    from tracelab.reports.whatif.render import to_json, to_table
+
+    events = _cpu_rows([("aten::a", 0, 100), ("aten::b", 150, 50), ("aten::c", 210, 5)])
+    host = host_rows([("step", "step 0", 0, 1000), ("cpu_op", "aten::a", 0, 100), ("cpu_op", "aten::b", 150, 50),
+                      ("cpu_op", "aten::c", 210, 5)])
+    _with_costs(monkeypatch, CPU_KEY, op_ns=10, launch_ns=0, range_ns=0)
+    measured = 150_000_000  # 150 ms
+    w = whatif({0: _profiled(rank_graph(events, host, 0), "cpu")}, {0: None}, ["no-host-gaps"], unprofiled_ns=measured)
+    profiled = int((events["start_ns"] + events["dur_ns"]).max())
+    predicted = measured * int(events["dur_ns"].sum()) / profiled  # the operators back to back, scaled
+    row = json.loads(to_json([("x", w)]))["scenarios"][0]
+    assert row["saving_unprofiled_ns"] == pytest.approx(measured - predicted)
+    assert row["saving_unprofiled_frac"] == pytest.approx(1 - predicted / measured)
+    console = Console(width=250, record=True)
+    console.print(to_table([("x", w)]))
+    lines = console.export_text().splitlines()
+    head = next(line for line in lines if "scenario" in line)
+    assert head.index("step") < head.index("predicted") < head.index("profiled step")
+    cells = [c.strip() for c in next(line for line in lines if line.strip().startswith("no-host-gaps")).split("│")]
+    assert [float(c) for c in cells[2:5]] == pytest.approx([measured / 1e6, predicted / 1e6, (measured - predicted) / 1e6],
+                                                           abs=1e-3)
+    assert float(cells[6]) == pytest.approx(profiled / 1e6, abs=1e-3)
+
+
 def test_without_known_costs_nothing_is_predicted_without_the_profiler(monkeypatch) -> None:
     monkeypatch.setattr(pc, "COSTS", {})
     events, host = _gpu_step()

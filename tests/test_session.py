@@ -192,7 +192,8 @@ def test_64_ranks_one_run(tmp_path, capsys):
 
 # ---- a rank file beside its own run folder ----------------------------------------------------------
 
-@pytest.mark.parametrize("command", ["steps", "breakdown", "idle", "compare"])
+@pytest.mark.parametrize("command", [  # one grouping rule: steps and idle again under -m slow
+    pytest.param("steps", marks=pytest.mark.slow), "breakdown", pytest.param("idle", marks=pytest.mark.slow), "compare"])
 def test_a_rank_file_beside_its_own_run_folder(capsys, command):
     """The file is read on its own and as a rank of its folder (a comparison of a run with one of
     its ranks); their labels, equal both ways, are numbered in the order given, never a traceback."""

@@ -3,7 +3,6 @@ Infinity, on one-rank and many-rank inputs of every profiler, and one-rank `step
 about clocks or stragglers (no question across ranks applies)."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -35,8 +34,10 @@ def test_the_parser_refuses_nan():
         strict_json('{"a": NaN}')
 
 
-@pytest.mark.parametrize("name", ONE_RANK + MANY_RANKS)
-@pytest.mark.parametrize("command", ["breakdown", "steps"])
+@pytest.mark.parametrize("command, name", [
+    # one-rank steps JSON is parsed strictly by test_one_rank_steps_has_no_multi_rank_lines too
+    pytest.param(c, n, marks=[pytest.mark.slow] if (c, n) in {("steps", n) for n in ONE_RANK} else [], id=f"{c}-{n}")
+    for n in ONE_RANK + MANY_RANKS for c in ("breakdown", "steps")])
 def test_json_is_strict(command, name):
     strict_json(_run(command, str(DATA / name)))
 

@@ -8,7 +8,8 @@ import pytest
 from tracelab.core.errors import UsageError
 from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph
-from tracelab.reports.whatif.scenarios import CASTS_PER_PRODUCT, parse
+from tracelab.reports.whatif.autocast import CASTS_PER_PRODUCT
+from tracelab.reports.whatif.scenarios import parse
 
 from helpers import host_rows, kernel_rows
 

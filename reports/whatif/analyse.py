@@ -44,7 +44,7 @@ SCALE_STEPS = 16
 STEP_COLUMNS = ["step", "step_ns", "replayed_ns", "error_frac", "unexplained_ns", "claimed", "path_known",
                 *[f"{c}_ns" for c in CATEGORIES], "compute_by_class", "path_ranks", "path_chains", "top"]
 SCENARIO_COLUMNS = ["name", "args", "steps", "step_ns", "predicted_ns", "saving_ns", "saving_frac",
-                    "predicted_unprofiled_ns"]
+                    "predicted_unprofiled_ns", "saving_unprofiled_ns", "saving_unprofiled_frac"]
 
 
 @dataclass
@@ -144,6 +144,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         return b
     g, base, win, steps = b.g, b.base, b.win, b.steps
     chosen = chosen if chosen is not None else default_scenarios(g)
+    for s in chosen:
+        if s.check is not None:
+            s.check(g)
     runs = [(s.label, s.name, s.arg, [s]) for s in chosen]
     if len(chosen) > 1:
         runs.append(("together", "together", "+".join(s.label for s in chosen), chosen))
@@ -164,7 +167,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     table = _scenario_table(steps, runs, per_step, deflated, base_deflated, unprofiled.get("unprofiled_step_ns"))
     notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
                                           if s.matched is not None and not s.matched(g)]
-    notes += [n for s in chosen if s.note is not None and (n := s.note(g))]
+    for s in chosen:
+        made = s.note(g) if s.note is not None else None
+        notes += made if isinstance(made, list) else [made] if made else []
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
 
 
@@ -286,15 +291,25 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
         ok = ~np.isnan(pred)
         if not ok.any():
             rows.append({"name": name, "args": arg, "steps": 0, "step_ns": None, "predicted_ns": None,
-                         "saving_ns": None, "saving_frac": None, "predicted_unprofiled_ns": None})
+                         "saving_ns": None, "saving_frac": None, "predicted_unprofiled_ns": None,
+                         "saving_unprofiled_ns": None, "saving_unprofiled_frac": None})
             continue
         step_ns, predicted = float(meas[ok].mean()), float(pred[ok].mean())
+        user = (predicted if all(s.host_free for s in group) and unprofiled_ns
+                else _without_profiler(deflated.get(label), base_deflated, claimed, unprofiled_ns))
         rows.append({"name": name, "args": arg, "steps": int(ok.sum()), "step_ns": step_ns, "predicted_ns": predicted,
                      "saving_ns": step_ns - predicted, "saving_frac": (step_ns - predicted) / step_ns if step_ns else None,
-                     "predicted_unprofiled_ns": predicted if all(s.host_free for s in group) and unprofiled_ns
-                     else _without_profiler(deflated.get(label), base_deflated, claimed, unprofiled_ns)})
+                     "predicted_unprofiled_ns": user, **_user_saving(unprofiled_ns, user)})
     out = pd.DataFrame(rows, columns=SCENARIO_COLUMNS)
     return out.sort_values("saving_ns", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _user_saving(unprofiled_ns: float | None, predicted_ns: float | None) -> dict:
+    """The saving in the user's time: the step without the profiler less the scenario's prediction of it."""
+    if unprofiled_ns is None or predicted_ns is None or not unprofiled_ns > 0:
+        return {"saving_unprofiled_ns": None, "saving_unprofiled_frac": None}
+    return {"saving_unprofiled_ns": unprofiled_ns - predicted_ns,
+            "saving_unprofiled_frac": (unprofiled_ns - predicted_ns) / unprofiled_ns}
 
 
 def _without_profiler(deflated: np.ndarray | None, base: np.ndarray | None, claimed: np.ndarray,

@@ -123,9 +123,20 @@ def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
     values = {**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns}
-    return replace(f, text=f"{f.text}; {none_words(values)}", at_stake_ns=int(gain_ns * w["steps"]),
+    return replace(f, text=_user_first(f.text, w["scenario"], none_words(values)), at_stake_ns=int(gain_ns * w["steps"]),
                    evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
                                                       "saving_ns_per_step_under_none": gain_ns}}, values=values)
+
+
+def _user_first(text: str, scenario: str, user: str) -> str:
+    """The finding's what-if clause (`what if <scenario text>: <the profiled saving>`, the last one in
+    `text`) with the user's time (`user`) said first and the profiled saving after it."""
+    head, sep, clause = text.rpartition("; what if ")
+    said, colon, profiled = clause.partition(": ")
+    if not sep or not colon:  # no what-if clause in its usual form: the user's time after it
+        return f"{text}; {user}"
+    under = "under the profiler it " if profiled.startswith("saves ") else "under the profiler: "
+    return f"{head}; what if {said}: {user}; {under}{profiled}"
 
 
 def none_words(v: dict) -> str:

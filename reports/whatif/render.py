@@ -46,16 +46,28 @@ def _shown(w: WhatIf) -> tuple[pd.DataFrame, str]:
 
 
 def _scenario_table(label: str, w: WhatIf) -> Table:
-    t = Table(title=f"{label}what if (ms per step, mean over the steps that claim a saving; joint replays, never sums)",
-              title_justify="left", show_edge=False)
-    for h in ["scenario", "steps", "measured", "predicted", "saving", "saving %", "without profiler"]:
+    """The scenarios; where the step without the profiler is known, the user's time leads (the step,
+    the prediction and the saving without the profiler), the profiled replay's after it."""
+    user = (w.unprofiled or {}).get("unprofiled_step_ns") is not None and w.scenarios["predicted_unprofiled_ns"].notna().any()
+    what = "without the profiler first, then the profiled replay" if user else "under the profiler"
+    t = Table(title=f"{label}what if (ms per step, mean over the steps that claim a saving; joint replays, never sums): "
+                    f"{what}", title_justify="left", show_edge=False)
+    columns = ["scenario", "steps", "step", "predicted", "saving", "saving %", "profiled step", "profiled predicted",
+               "profiled saving", "profiled %"] if user else ["scenario", "steps", "measured", "predicted", "saving", "saving %", "without profiler"]
+    for h in columns:
         t.add_column(h, justify="left" if h == "scenario" else "right")
+    step_ns = (w.unprofiled or {}).get("unprofiled_step_ns")
     for r in w.scenarios.itertuples(index=False):
         name = f"{r.name} ({r.args})" if r.name == "together" else label_of(r.name, r.args)
-        t.add_row(name, str(r.steps), ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns),
-                  "-" if r.saving_frac is None or pd.isna(r.saving_frac) else f"{100 * r.saving_frac:.1f}",
-                  ms_cell(r.predicted_unprofiled_ns))
+        profiled = [ms_cell(r.step_ns), ms_cell(r.predicted_ns), ms_cell(r.saving_ns), _percent(r.saving_frac)]
+        users = [ms_cell(step_ns), ms_cell(r.predicted_unprofiled_ns), ms_cell(r.saving_unprofiled_ns),
+                 _percent(r.saving_unprofiled_frac)]
+        t.add_row(name, str(r.steps), *(users + profiled if user else profiled + [ms_cell(r.predicted_unprofiled_ns)]))
     return t
+
+
+def _percent(frac) -> str:
+    return "-" if frac is None or pd.isna(frac) else f"{100 * frac:.1f}"
 
 
 def unprofiled_line(u: dict) -> str | None:
@@ -123,7 +135,8 @@ def _doc(w: WhatIf) -> dict:
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
                   "error_band": b.doc() if (b := band(r.name)) else None,
-                  "predicted_unprofiled_ns": r.predicted_unprofiled_ns}
+                  "predicted_unprofiled_ns": r.predicted_unprofiled_ns, "saving_unprofiled_ns": r.saving_unprofiled_ns,
+                  "saving_unprofiled_frac": r.saving_unprofiled_frac}
                  for r in w.scenarios.itertuples(index=False)]
     u = w.unprofiled or {}
     b = u.get("error_band")

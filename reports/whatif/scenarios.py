@@ -38,6 +38,10 @@ Graph; several given together change one Params, replayed once (never summed). P
   before its product, and the device the trace's median time of an op that is not a product. Not
   modelled (said in its note): inputs already in bf16 (fewer casts), the weight casts autocast
   caches, elementwise ops and attention on half the bytes, autocast's dispatch on every op.
+- `autocast:bf16=@FILE`: the same, each product by its own shape's change from a factors file
+  (bf16_factors.py: timed on the machine that runs the change, benchmarks/shape_factors.py), and
+  autocast's dispatch per CPU operator the profiler recorded where the file measured it on such a
+  host (added to the host's time before each node); factors of another device are refused.
 - `cuda-graph`: the whole step captured as one CUDA graph: no-host-gaps, and no profiler cost
   on the host (analyse.py: its prediction without the profiler is its profiled replay, since the
   host is off the path and kernels run as fast profiled).
@@ -59,16 +63,17 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from tracelab.core import limits
 from tracelab.core.errors import UsageError
-from tracelab.core.regexes import compiled, matches
+from tracelab.core.regexes import matches
 from tracelab.core.note import Note
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
-from . import depend
+from . import autocast, bf16_factors, depend
+from .autocast import PRODUCTS
 from .join import Graph
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
+from .picks import changed_durations_ns, matching as _matching, regex as _regex
 from .replay import Params
 
 # The median gap between consecutive kernels of one CUDA graph launch, measured under
@@ -78,12 +83,6 @@ GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
 NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "roofline", "balance",
          "overlap-comm", "busbw")
-# the matrix products autocast runs in bf16: aten's (and their backward's) names, GPU GEMM kernels but
-# attention's fused ones
-PRODUCTS = (r"^(?!.*(fmha|flash|[Aa]ttention))(.*(gemm|GEMM|nvjet|xmma|cutlass)|aten::(linear|matmul|mm|addmm|bmm)$"
-            r"|.*(Mm|Addmm|Bmm)Backward0)")
-BACKWARD = r"[Bb]ackward"  # a product of the backward pass (its name or scope)
-CASTS_PER_PRODUCT = 2  # autocast casts each fp32 input of a product: an activation and a weight
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
 MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
@@ -97,8 +96,9 @@ class Scenario:
     apply: Callable[[Graph, Params], None]
     matched: Callable[[Graph], int] | None = None  # remove, scale: how many ops or host ranges match
     what: str = "names, kernels, scopes, host ranges"  # what `matched` looks for, in words
-    note: Callable[[Graph], Note | None] | None = None  # what the scenario left undone on this graph
+    note: Callable[[Graph], Note | list[Note] | None] | None = None  # what the scenario left undone on this graph
     host_free: bool = False  # the host is off the step's path: the profiler's host cost does not reach it
+    check: Callable[[Graph], None] | None = None  # raises UsageError where the scenario cannot serve this graph
 
     @property
     def label(self) -> str:
@@ -121,11 +121,12 @@ def parse(spec: str) -> Scenario:
         return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "cuda-graph": _no_host_gaps, "roofline": _roofline,
                                    "balance": _balance}[name], host_free=name == "cuda-graph")
     if name == "autocast" and arg.startswith("bf16="):
-        f = _number(arg.removeprefix("bf16="), spec, 0.0, MAX_SCALE)
-        products = _regex(PRODUCTS)
-        return Scenario(name, arg, lambda g, p: _autocast(g, p, products, f),
+        value, products = arg.removeprefix("bf16="), _regex(PRODUCTS)
+        f = bf16_factors.read(value[1:], 0.0, MAX_SCALE) if value.startswith("@") else _number(value, spec, 0.0, MAX_SCALE)
+        return Scenario(name, arg, lambda g, p: autocast.apply(g, p, products, f),
                         lambda g: _count(g, products, None, spans=False), "matrix products",
-                        lambda g: Note("autocast_model", {"casts": CASTS_PER_PRODUCT}))
+                        lambda g: autocast.notes(g, products, f),
+                        check=None if isinstance(f, float) else lambda g: f.check_device(g.cpu_only))
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
         return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
@@ -144,11 +145,7 @@ def parse(spec: str) -> Scenario:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-                                   "scale:REGEX=F, autocast:bf16=F, roofline, balance, overlap-comm, busbw:GBPS")
-
-
-def _regex(pattern: str) -> re.Pattern:
-    return compiled(pattern, "--scenario")
+                                   "scale:REGEX=F, autocast:bf16=F|@FILE, roofline, balance, overlap-comm, busbw:GBPS")
 
 
 def _number(text: str, spec: str, low: float, high: float) -> float:
@@ -159,21 +156,6 @@ def _number(text: str, spec: str, low: float, high: float) -> float:
     if not low <= value <= high:  # NaN fails too
         raise UsageError("--scenario", f"{spec!r}: {text!r} must be a number from {low:g} to {high:g}")
     return value
-
-
-def changed_durations_ns(values: np.ndarray) -> np.ndarray:
-    """Changed durations as int64 ns, each at most limits.MAX_DUR_NS (their sums stay in int64)."""
-    return np.rint(np.minimum(values, float(limits.MAX_DUR_NS))).astype(np.int64)
-
-
-def _work(g: Graph) -> np.ndarray:
-    """Nodes that are ops of the device's work (GPU ops, collectives; CPU ops of a CPU-only trace)."""
-    return np.isin(g.kind, (GPU, COLL, HOST_OP))
-
-
-def _matching(g: Graph, regex: re.Pattern, rank: int | None) -> np.ndarray:
-    hit = (matches(regex, g.name, "--scenario") | matches(regex, g.scope, "--scenario")) & _work(g)
-    return hit & (g.rank == rank) if rank is not None else hit
 
 
 def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
@@ -264,42 +246,6 @@ def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:
     hit = _matching(g, regex, None)
     p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
-
-
-def _autocast(g: Graph, p: Params, products: re.Pattern, factor: float) -> None:
-    """autocast:bf16=F (module docstring): the products scaled, each issued after its casts."""
-    hit = _matching(g, products, None)
-    if not hit.any():
-        return
-    casts = cast_counts(g, hit)
-    host_ns, device_ns = _issue_ns(g, p), _median_ns(p.dur_ns[_work(g) & ~hit & (g.kind != COLL)])
-    p.dur_ns[hit] = changed_durations_ns(p.dur_ns[hit] * factor)
-    issuer = np.where(g.cpu_only, np.arange(len(g)), g.launch)[hit]  # where the casts' host time goes
-    per = casts[hit]
-    np.add.at(p.gap_ns, issuer[issuer >= 0], np.rint(per[issuer >= 0] * host_ns).astype(np.int64))
-    if not g.cpu_only:  # a CPU operator's own time is the host's: counted once, above
-        p.dur_ns[hit] += changed_durations_ns(per * device_ns)
-
-
-def cast_counts(g: Graph, hit: np.ndarray) -> np.ndarray:
-    """Per node, the casts autocast adds for it (0 but for products `hit`): CASTS_PER_PRODUCT per
-    forward product, twice that where the trace has backward products (each cast's gradient cast
-    back), spread evenly over all products (the trace does not tie a backward product to its
-    forward one)."""
-    back = hit & (matches(_regex(BACKWARD), g.name, "--scenario") | matches(_regex(BACKWARD), g.scope, "--scenario"))
-    total = CASTS_PER_PRODUCT * int((hit & ~back).sum()) * (2 if back.any() else 1)
-    return np.where(hit, total / max(int(hit.sum()), 1), 0.0)
-
-
-def _issue_ns(g: Graph, p: Params) -> float:
-    """The median host time per issued op (its gap and its own time): launch calls, or CPU operators
-    in a CPU-only trace."""
-    issued = (g.kind == HOST_OP) if g.cpu_only else (g.kind == LAUNCH)
-    return _median_ns(np.maximum(p.gap_ns[issued], 0) + p.dur_ns[issued])
-
-
-def _median_ns(values: np.ndarray) -> float:
-    return float(np.median(values)) if len(values) else 0.0
 
 
 def _roofline(g: Graph, p: Params) -> None:

@@ -31,10 +31,14 @@ COLORS = {"compute": "#4c78a8", "copy": "#9ecae9", "comm": "#72b7b2", "launch": 
           "wait": "#eeca3b", "other": "#bab0ac"}
 STEP_COLUMNS = {"step_text": "step", "step_ns": "measured (ms)", "replayed_ns": "replayed (ms)",
                 **{f"{c}_ns": f"{c} (ms)" for c in CATEGORIES}, "ranks": "ranks on the path", "top_text": "top on the path"}
-SCENARIO_COLUMNS = {"scenario": "scenario", "steps": "steps", "step_ns": "measured, mean (ms)",
-                    "predicted_ns": "predicted, mean (ms)", "saving_ns": "saving (ms)", "saving_frac": "saving %",
-                    "median_pred_ns": "median step, predicted (ms)", "median_gain_ns": "median step, gain (ms)",
-                    "predicted_unprofiled_ns": "predicted without the profiler (ms)", "evidence": "evidence"}
+# the user's time first (the step without the profiler, where known: a column of no value is left out)
+SCENARIO_COLUMNS = {"scenario": "scenario", "steps": "steps", "unprofiled_step_ns": "step without the profiler (ms)",
+                    "predicted_unprofiled_ns": "predicted without the profiler (ms)",
+                    "saving_unprofiled_ns": "saving without the profiler (ms)",
+                    "saving_unprofiled_frac": "saving without the profiler %", "step_ns": "profiled: measured, mean (ms)",
+                    "predicted_ns": "profiled: predicted, mean (ms)", "saving_ns": "profiled: saving (ms)",
+                    "saving_frac": "profiled: saving %", "median_pred_ns": "median step, predicted (ms)",
+                    "median_gain_ns": "median step, gain (ms)", "evidence": "evidence"}
 HEAD = ('<h2 id="whatif">What should I fix first? The critical path and what-if replays</h2>'
         '<p class="note">Per step: what the critical path across host, streams and ranks is made of (bars), and '
         "each scenario's predicted step time (markers), from a replay of the dependency graph in which every op "
@@ -117,9 +121,15 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
                      "step_ns": r.step_ns, "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns,
                      "saving_frac": np.nan if r.saving_frac is None else r.saving_frac,
                      "median_pred_ns": pred, "median_gain_ns": gain,
-                     "predicted_unprofiled_ns": np.nan if r.predicted_unprofiled_ns is None else r.predicted_unprofiled_ns,
+                     **{k: _or_nan(getattr(r, k)) for k in ("predicted_unprofiled_ns", "saving_unprofiled_ns",
+                                                              "saving_unprofiled_frac")},
+                     "unprofiled_step_ns": _or_nan((w.unprofiled or {}).get("unprofiled_step_ns")),
                      "evidence": _evidence(r, median, pred)})
     return pd.DataFrame(rows, columns=list(SCENARIO_COLUMNS))
+
+
+def _or_nan(value) -> float:
+    return np.nan if value is None else float(value)
 
 
 def _evidence(r, median, pred: float) -> str:

@@ -51,6 +51,26 @@ def _edge_missing(v: dict) -> str:
             f"claimed for {_them(v['steps'])}{unknown}")
 
 
+def _autocast_model(v: dict) -> str:
+    scaled = ("each matrix product scaled by its own shape's factor" if v.get("per_shape")
+              else "the matrix products scaled by F")
+    left = ["inputs already in bf16", "cached weight casts", "elementwise ops and attention on half the bytes"]
+    if not v.get("dispatch"):
+        left.append("autocast's dispatch on every op")
+    return (f"autocast:bf16 is a model: {scaled}, and {v['casts']} casts per forward product (and as many back in "
+            "a training step) at this trace's median host time per issued op and device time per op; "
+            f"{', '.join(left[:-1])} and {left[-1]} are not modelled")
+
+
+def _autocast_factors(v: dict) -> str:
+    dispatch = (f"autocast's dispatch adds {v['dispatch_ns_per_op']:,.0f} ns to each CPU operator the profiler "
+                f"recorded (measured on {v['dispatch_machine']})" if v["dispatch_ns_per_op"] is not None
+                else f"autocast's dispatch on every op is left out (none measured on a {v['device']} host)")
+    return (f"autocast:bf16 factors from {v['file']}: timed at the trace's shapes, fp32 against bf16, on "
+            f"{v['machine']} ({v['device']}, {v['measured_at']}); {v['listed']} of {v['products']} products found "
+            f"there by name and place in their step, the rest at {v['default']:.3g}; {dispatch}")
+
+
 def _peaks_before_start(v: dict) -> str:
     return (f"{v['peaks']} of {v['steps']} peaks fall before the trace's start (as early as "
             f"{v['peak_at_ns_min'] / 1e6:,.1f} ms): memory allocated before the capture began; their 'peak at' "
@@ -224,10 +244,8 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "overlap_dependent": ("overlap-comm: {dependent} of the {collectives} collectives sit between the compute that "
                           "makes their input and the compute that reads their result, layer after layer (tensor "
                           "parallelism): they stay where they are; {fused}"),
-    "autocast_model": ("autocast:bf16 is a model: the matrix products scaled by F, and {casts} casts per forward "
-                       "product (and as many back in a training step) at this trace's median host time per issued op "
-                       "and device time per op; inputs already in bf16, cached weight casts, elementwise ops and "
-                       "attention on half the bytes and autocast's dispatch on every op are not modelled"),
+    "autocast_model": _autocast_model,
+    "autocast_factors": _autocast_factors,
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",
