@@ -57,6 +57,9 @@ BASE = {"cpu": ("--size", "tiny", "--vocab-size", "1000", "--batch-size", "2", "
                 "--steps", "20", "--warmup", "5"),
         "gpu": ("--size", "small", "--batch-size", "4", "--context-length", "256", "--steps", "12", "--warmup", "5")}
 LATE_WORK = {"cpu": "1", "gpu": "4"}  # products of two 1024x1024 (CPU) or 4096x4096 (GPU) fp32 matrices
+# A held-out check varies what the rules were worked out on (measure's --late-work, --stall-ms,
+# --base-args): the amounts the changes' configs take, and extra workload options on both sides.
+VARY = {"late": None, "stall": None, "stall_ddp": None, "base": ()}
 # the weight products: GPU GEMM kernels (not attention's fused ones) and CPU ops, forward and backward
 GEMMS = PRODUCTS
 
@@ -68,9 +71,9 @@ CHANGES = [
     Change("scope", "a named scope of extra work (extra_work) removed", ("--late", "rank0", "--late-work", "{late}"),
            (), "remove:extra_work"),
     Change("stall", "a 20 ms host stall after a sync (no region) removed, one rank",
-           ("--host-stall-ms", "0:20", "--host-stall-unmarked"), (), "no-host-stalls"),
+           ("--host-stall-ms", "0:{stall}", "--host-stall-unmarked"), (), "no-host-stalls"),
     Change("stall-ddp", "a 15 ms host stall on rank 1 of a 2-rank DDP job removed",
-           ("--host-stall-ms", "1:15", "--host-stall-unmarked"), (), "no-host-stalls", ranks=2),
+           ("--host-stall-ms", "1:{stall_ddp}", "--host-stall-unmarked"), (), "no-host-stalls", ranks=2),
     Change("balance", "2-rank DDP, rank 1 does extra work -> ranks balanced", ("--late", "rank1", "--late-work", "{late}"),
            (), "balance", ranks=2),
     Change("ddp-overlap", "DDP: per-parameter all-reduces after the backward -> bucketed, overlapped",
@@ -90,7 +93,9 @@ CHANGES = [
 
 def _args(change: Change, side: str, device: str) -> list[str]:
     extra = change.before if side == "before" else change.after
-    return [*BASE[device], *(a.format(late=LATE_WORK[device]) for a in extra)]
+    amounts = {"late": VARY["late"] or LATE_WORK[device], "stall": VARY["stall"] or "20",
+               "stall_ddp": VARY["stall_ddp"] or "15"}
+    return [*BASE[device], *VARY["base"], *(a.format(**amounts) for a in extra)]
 
 
 def _command(change: Change, side: str, device: str, backend: str) -> list[str]:
@@ -176,11 +181,12 @@ def chosen(only: str | None, device: str, gpus: int) -> tuple[list[Change], list
     return picked, skipped
 
 
-def measure(out: Path, gpu: bool, only: str | None, repeats: int) -> None:
+def measure(out: Path, gpu: bool, only: str | None, repeats: int, vary: dict | None = None) -> None:
     """Each chosen change's runs into `out`; changes.json keeps the changes measured before in
-    `out` that this call does not measure again (--only re-runs some)."""
+    `out` that this call does not measure again (--only re-runs some). `vary`: VARY's entries to set."""
     import torch
 
+    VARY.update(vary or {})
     device = "gpu" if gpu else "cpu"
     if gpu and not torch.cuda.is_available():
         raise SystemExit("changes.py: --gpu but torch sees no GPU")
@@ -192,7 +198,8 @@ def measure(out: Path, gpu: bool, only: str | None, repeats: int) -> None:
     path = out / "changes.json"
     doc = {"host": platform.node(), "device": device, "torch": torch.__version__,
            "device_name": torch.cuda.get_device_name() if gpu else platform.processor() or "cpu",
-           "changes": json.loads(path.read_text())["changes"] if path.is_file() else []}
+           "changes": json.loads(path.read_text())["changes"] if path.is_file() else [],
+           "vary": {k: list(v) if isinstance(v, tuple) else v for k, v in VARY.items()}}
     for entry in skipped:
         _replace(doc, entry)
     for c in picked:
@@ -236,12 +243,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="runs of each side per change, alternating (more: steadier medians on a loaded machine)")
     m.add_argument("--only", help=f"comma list of changes (default: all that apply): "
                                   f"{', '.join(c.name for c in CHANGES)}")
+    m.add_argument("--late-work", help=f"the scope's and balance's extra products (default {LATE_WORK})")
+    m.add_argument("--stall-ms", help="the stall's ms, one rank alone and on DDP's rank 1 (default 20 and 15)")
+    m.add_argument("--base-args", default="", help="workload options added to both sides, e.g. '--batch-size 8'")
     pr = sub.add_parser("predict", help="the what-if's prediction of each change against its measured after")
     pr.add_argument("folder", type=Path)
     pr.add_argument("--format", choices=("table", "json"), default="table")
     a = p.parse_args(argv)
     if a.command == "measure":
-        measure(a.out, a.gpu, a.only, a.repeats)
+        vary = {"late": a.late_work, "stall": a.stall_ms, "stall_ddp": a.stall_ms, "base": tuple(a.base_args.split())}
+        measure(a.out, a.gpu, a.only, a.repeats, vary)
     else:
         predict(a.folder, a.format)
 
