@@ -46,7 +46,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ..stats import INTERVAL_LEVEL, MAD_TO_SD
 
@@ -106,6 +105,8 @@ class Noise:
     def test(self, d: float, runs: float, level: float) -> tuple[float, float]:
         """(two-sided p of a difference d of the sides' mean levels, the interval's half width);
         runs: 1/n_a + 1/n_b."""
+        from scipy import stats  # here, not at import: ~1.4 s of CPU that a report of one run never needs
+
         se = math.sqrt(self.var * runs)
         dist = stats.t(self.df) if math.isfinite(self.df) else stats.norm()
         p = (1.0 if d == 0 else 0.0) if se == 0 else float(2 * dist.sf(abs(d) / se))
