@@ -217,7 +217,7 @@ def test_optimizer_kernels_carry_the_optimizer_region() -> None:
 WORKLOAD_REGION = re.compile(r"(allreduce_|ag-matmul_|matmul-rs_).*|forward|backward|grad_sync|optimizer")
 
 
-@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("rank", [0, pytest.param(1, marks=pytest.mark.slow)])  # rank 1, the rule again: -m slow
 @pytest.mark.parametrize("workload", ["allreduce", "train", "overlap"])
 def test_workload_regions_hold_the_same_rows_as_under_nsys(workload: str, rank: int) -> None:
     """Scope by launch, as nsys does with NVTX: the outermost workload region of every GPU row
