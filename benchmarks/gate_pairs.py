@@ -5,6 +5,7 @@ them with `tracelab gate --format json` as CI would, and prints one Markdown tab
     python benchmarks/gate_pairs.py make bench-out/gate [--runs 8] [--only train-torch,ab-late] [--threads 1]
     python benchmarks/gate_pairs.py make bench-out/gate-gpu --gpu [--runs 3] [--budget-s 230]
     python benchmarks/gate_pairs.py judge bench-out/gate [--gpu] [--json pairs.json] [-- GATE OPTIONS]
+    python benchmarks/gate_pairs.py judge bench-out/gate --history 5    # single pairs against a store's history
 
 `make` is resumable: a config's runs already there (run.json status ok) are kept, so a second
 call only adds what is missing; with --budget-s it starts no run past that many seconds. Each
@@ -18,7 +19,11 @@ train's changes: extra work, twice the batch, 2 GiB more held, and bf16 against 
 Pairs: A/A, consecutive runs of one config (run i against run i+1); with repeats, runs i..i+2
 against i+3..i+5 (every i: CI's baseline of 3 runs made at another time than the candidate's
 3), and a single run against the 3 before it. A/B: the base's run i against the change's run i,
-and the base's runs 1-3, 4-6, ... against the change's same rounds.
+and the base's runs 1-3, 4-6, ... against the change's same rounds. With --history K, instead:
+single pairs gated as CI gates against a baseline store that kept the last K accepted runs
+(`baseline:main`, its latest the baseline, the earlier its history): A/A run i+1 against run i
+with runs i-K+1..i accepted one after another (from i = 2: a history of 3 versions at least),
+and A/B the change's run j against the base's run K-1+j with the runs before it accepted.
 """
 from __future__ import annotations
 
@@ -120,6 +125,42 @@ def gate(baseline: list[Path], candidate: list[Path], options: list[str]) -> dic
     return {"exit": done.returncode, **json.loads(done.stdout)}
 
 
+def gate_history(versions: list[Path], candidate: Path, options: list[str], keep: int) -> dict:
+    """`tracelab gate baseline:main CANDIDATE` against a fresh store where `versions` were accepted
+    one after another (the last the current baseline, the others its history)."""
+    import tempfile
+
+    from tracelab.ingest.baselines import save
+
+    with tempfile.TemporaryDirectory(prefix="gate-store-") as store:
+        for run in versions:
+            save("main", [run], store, keep)
+        cmd = ["tracelab", "gate", "baseline:main", str(candidate), "--baseline-store", store, "--format", "json",
+               *options]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()}")
+    return {"exit": done.returncode, **json.loads(done.stdout)}
+
+
+MIN_HISTORY = 3  # versions (the baseline among them) that measure the spread between times (reports/gate/noise.py)
+
+
+def history_pairs(root: Path, suite: Suite, keep: int) -> list[tuple[str, str, list[Path], list[Path], str | None]]:
+    """(kind, config, the versions accepted oldest first, [the candidate run], the metric that must fail or None)."""
+    runs = {name: done_runs(root / name) for name in suite.configs()}
+    out = []
+    for name in suite.aa:
+        r = runs[name]
+        out += [("A/A history", name, r[max(0, i - keep + 1):i + 1], [r[i + 1]], None)
+                for i in range(MIN_HISTORY - 1, len(r) - 1)]
+    for name, (base, _, metric) in suite.changes.items():
+        a, b = runs[base], runs[name]
+        out += [("A/B history", name, a[max(0, i - keep + 1):i + 1], [y], metric)
+                for i, y in zip(range(keep - 1, len(a)), b)]
+    return out
+
+
 def failed(doc: dict) -> list[str]:
     return [f"{m['metric']} {m['relative']:+.1%}" for m in doc["metrics"] if m["regression"]]
 
@@ -147,14 +188,17 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x:+.0%}"
 
 
-def judge(root: Path, suite: Suite, options: list[str], json_out: Path | None) -> None:
+def judge(root: Path, suite: Suite, options: list[str], json_out: Path | None, keep: int | None = None,
+          only: list[str] | None = None) -> None:
     """Right: an A/A pair passes; an A/B pair fails (exit 1). `named`: the change's own metric is
     among the regressions (the step time for late work, a bigger batch; launches for naive DDP;
     the peak above the step's start for the memory), its change and the smallest change the gate
     says it could have detected beside."""
     rows, record, detectable = [], [], {}
-    for kind, name, a, b, metric in pairs(root, suite):
-        doc = gate(a, b, options)
+    chosen = pairs(root, suite) if keep is None else history_pairs(root, suite, keep)
+    chosen = [p for p in chosen if not only or p[1] in only]
+    for kind, name, a, b, metric in chosen:
+        doc = gate(a, b, options) if keep is None else gate_history(a, b[0], options, keep)
         by = {m["metric"]: m for m in doc["metrics"]}
         step, own = by.get("step_time"), by.get(metric)
         right = doc["passed"] if metric is None else not doc["passed"]
@@ -163,11 +207,12 @@ def judge(root: Path, suite: Suite, options: list[str], json_out: Path | None) -
                   for c in m["why"][:1] if c["share"] is not None]
         if step and step["detectable"] is not None:
             detectable.setdefault(kind, []).append(step["detectable"])
+        noise = (step or {}).get("noise_source") or "-"
         rows.append([kind, name, f"{len(a)}:{len(b)}", "ok" if right else "WRONG",
                      "-" if metric is None else f"{'yes' if named else 'no'}: {metric} {_share(own and own['relative'])} "
                                                 f"(detectable {_share(own and own['detectable'])})",
                      ", ".join(failed(doc)) or "pass",
-                     "-" if not step or step["detectable"] is None else f"{step['detectable']:.0%}",
+                     "-" if not step or step["detectable"] is None else f"{step['detectable']:.0%} ({noise})",
                      "; ".join(causes[:2])])
         record.append({"kind": kind, "config": name, "baseline": [str(p) for p in a],
                        "candidate": [str(p) for p in b], "expected": metric, "right": right, "gate": doc})
@@ -194,15 +239,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=6, help="runs per config (default 6)")
     parser.add_argument("--gpu", action="store_true", help="the GPU suite (one GPU) instead of the CPU's")
     parser.add_argument("--budget-s", type=float, help="make: start no run past this many seconds")
-    parser.add_argument("--only", help="comma list of configs to make (default: all)")
+    parser.add_argument("--only", help="comma list of configs to make or judge (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="make: OMP_NUM_THREADS of each rank (default 1)")
     parser.add_argument("--json", type=Path, help="judge: every gate's JSON to this file")
+    parser.add_argument("--history", type=int, help="judge: single pairs against a store keeping this many versions")
     args = parser.parse_args(argv)
     suite = GPU if args.gpu else CPU
     if args.phase == "make":
         make(args.root, suite, args.runs, args.only.split(",") if args.only else None, args.threads, args.budget_s)
     else:
-        judge(args.root, suite, gate_options, args.json)
+        judge(args.root, suite, gate_options, args.json, args.history, args.only.split(",") if args.only else None)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,18 @@ def test_each_metric_is_judged_at_the_gates_bonferroni_level():
 def test_metrics_that_can_be_zero_are_judged_on_their_own_scale(values):
     m = _gate([values], [values], "bytes")
     assert m.verdict == WITHIN and not m.regression
+
+
+def test_a_report_of_one_run_never_imports_scipy_stats():
+    """The report resolves every topic's section, the gate's among them; scipy.stats (~1.4 s of
+    CPU a command) is imported only where a gate is judged: then the test above still holds."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport tracelab.reports.gate.gate_html, tracelab.reports.gate.verdict\n"
+            "before = 'scipy.stats' in sys.modules\n"
+            "from tracelab.reports.gate.noise import shift\nimport numpy as np\n"
+            "shift([np.array([1.0, 1.1, 0.9])], [np.array([2.0, 2.1, 1.9])])\n"
+            "print(before, 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

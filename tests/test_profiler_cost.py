@@ -63,6 +63,30 @@ def test_events_go_to_the_node_that_holds_them_or_the_next() -> None:
     assert not g.profiled_before[g.kind == 3].any() and not g.profiled_inside[g.kind == 3].any()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_each_time_counts_once_where_a_plain_loop_puts_it(seed: int) -> None:
+    """_count_into against a loop over the times: inside the node (by start) that holds it, else
+    before the next node, nowhere after the last node's end; nodes in any order, some never hit."""
+    rng = np.random.default_rng(seed)
+    n = 40
+    start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
+    end = start + rng.integers(0, 300, n)
+    nodes = rng.permutation(np.flatnonzero(rng.random(n) < 0.7))
+    nodes = nodes[np.argsort(start[nodes], kind="stable")]
+    at = rng.integers(-100, 11_000, 500).astype(np.int64)
+    before, inside = np.zeros(n), np.zeros(n)
+    pc._count_into(at, nodes, start, end, before, inside)
+    want_before, want_inside = np.zeros(n), np.zeros(n)
+    for t in at.tolist():
+        held = [k for k in nodes.tolist() if start[k] <= t]  # the latest node begun by t
+        if held and t < end[held[-1]]:
+            want_inside[held[-1]] += 1
+        elif (later := [k for k in nodes.tolist() if start[k] > t]):
+            want_before[later[0]] += 1
+    assert before.tolist() == want_before.tolist() and inside.tolist() == want_inside.tolist()
+    assert before.sum() + inside.sum() <= len(at)
+
+
 def test_deflate_takes_each_events_cost_off_its_gap_or_its_call(monkeypatch) -> None:
     _with_costs(monkeypatch, GPU_KEY, op_ns=20, launch_ns=4, range_ns=1)
     events, host = _gpu_step()

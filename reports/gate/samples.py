@@ -73,6 +73,7 @@ class RunSamples:
     higher_is_better: set[str] = field(default_factory=set)
     step_source: str = "traced"
     load_per_cpu: float | None = None  # the machine's busiest load average per CPU during the run (run.json)
+    climbs: dict[str, float] = field(default_factory=dict)  # metric -> bytes its allocated total climbed over the steps
 
 
 def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> RunSamples:
@@ -81,7 +82,7 @@ def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> 
     cols, units, why = {}, {}, []
     _time_metrics(gates, cols, units, why)
     _idle_metrics([(r, d.get("idle")) for r, d in ranks], cols, units, why)
-    _memory_metrics([(r, d.get("memory")) for r, d in ranks], info, cols, units, why)
+    climbs = _memory_metrics([(r, d.get("memory")) for r, d in ranks], info, cols, units, why)
     source = "traced"
     unprofiled = _unprofiled_ns(info)
     if unprofiled is not None:
@@ -94,7 +95,7 @@ def run_samples(name: str, ranks: list[tuple[int, dict]], info: dict | None) -> 
     steps = pd.DataFrame({k: cols[k] for k in order})  # a run under none: its unprofiled steps alone
     units.update({k: VALUE for k in figures})
     return RunSamples(name, steps, figures, pd.concat(why, ignore_index=True) if why else _no_why(),
-                      units, higher, source, _load_per_cpu(info))
+                      units, higher, source, _load_per_cpu(info), climbs)
 
 
 def _load_per_cpu(info: dict | None) -> float | None:
@@ -174,13 +175,15 @@ HELD_BEFORE = "before_trace"  # memory's live group of what was allocated before
 
 
 def _memory_metrics(memories: list[tuple[int, object]], info: dict | None, cols: dict, units: dict,
-                    why: list) -> None:
+                    why: list) -> dict[str, float]:
     """Per step, the highest rank's peak allocated and reserved, and its peak above what it held at
     the step's start (peak_above_start: what the step itself allocates at most; exact for a
     deterministic step, whatever is held over from earlier steps, or counted as held where a trace
     misses frees); torch.cuda's own counters where the run folder's results hold them, else the
-    trace's memory rows. The why: the ranks, and the groups live at each rank's peak (reports/memory)."""
+    trace's memory rows. The why: the ranks, and the groups live at each rank's peak (reports/memory).
+    Returns the trace's peak allocated's climb where it climbs (climbed_bytes): a peak then unreliable."""
     frames = [m.steps.assign(rank=r) for r, m in memories if m is not None and len(m.steps) and m.steps["step"].notna().any()]
+    climbs = {}
     if frames:
         steps = pd.concat(frames, ignore_index=True).astype({"step": "int64"})
         numeric = {c: pd.to_numeric(steps[c], errors="coerce").astype("float64")
@@ -192,8 +195,32 @@ def _memory_metrics(memories: list[tuple[int, object]], info: dict | None, cols:
                 units[metric] = BYTES
                 why.append(_named(_per_step(steps, ["rank"], column), metric, "rank"))
         why.extend(_live_why(memories, [m for m in (PEAK, ABOVE_START) if m in cols]))
+        climbed = climbed_bytes(steps)
+        if PEAK in cols and climbed is not None:
+            climbs[PEAK] = climbed
     for metric, counted in _counted(info).items():  # the allocator's own count of the same steps: exact, where recorded
         cols[metric], units[metric] = counted, BYTES
+        climbs.pop(metric, None)
+    return climbs
+
+
+CLIMB_SHARE = 0.05  # of the rank's median peak: an allocated total that rises by this between steps is held, not noise
+
+
+def climbed_bytes(steps: pd.DataFrame) -> float | None:
+    """The most any rank's allocated total at a step's start rose from its first step to its
+    last, where that is at least CLIMB_SHARE of the rank's median peak and the total never fell
+    back below the first step's: blocks allocated and never freed in the trace while the step
+    repeats (frees the profiler missed, or a leak). Its peak allocated then climbs with them,
+    by whole blocks at whichever steps they fell, and moves between runs by more than the step
+    itself did; None where no rank's climbs."""
+    out = []
+    for _, rows in steps.sort_values("step").groupby("rank", sort=False):
+        start = rows["allocated_start_bytes"].dropna().to_numpy()
+        peak = float(np.nanmedian(rows["peak_allocated_bytes"])) if rows["peak_allocated_bytes"].notna().any() else 0.0
+        if len(start) >= 2 and start.min() >= start[0] and start[-1] - start[0] >= CLIMB_SHARE * max(peak, 1.0):
+            out.append(float(start[-1] - start[0]))
+    return max(out) if out else None
 
 
 def _live_why(memories: list[tuple[int, object]], metrics: list[str]) -> list[pd.DataFrame]:

@@ -152,9 +152,9 @@ def _count_into(at: np.ndarray, nodes: np.ndarray, start_ns: np.ndarray, end_ns:
     the next node's `before`; a time after the last node's end counts nowhere."""
     j = np.searchsorted(start_ns[nodes], at, side="right") - 1
     held = (j >= 0) & (at < end_ns[nodes[np.maximum(j, 0)]])
-    np.add.at(inside, nodes[j[held]], 1)
+    inside += np.bincount(nodes[j[held]], minlength=len(inside))  # counts per node: np.add.at's sum, ~10x faster
     nxt = j[~held] + 1
-    np.add.at(before, nodes[nxt[nxt < len(nodes)]], 1)
+    before += np.bincount(nodes[nxt[nxt < len(nodes)]], minlength=len(before))
 
 
 def costs_for(config: Config | None) -> tuple[Costs | None, str]:

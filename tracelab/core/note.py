@@ -149,6 +149,40 @@ def _gate_repeats(v: dict) -> str:
             f"than repeats of one time show){measured}; ")
 
 
+def _gate_history(v: dict) -> str:
+    measured = ("" if v.get("step_history") is None else
+                f": the step time's versions differ by {v['step_history']:.1%} (sd), the floor {v['step_floor']:.1%}")
+    return (f"noise between runs: the largest of the spread between the {v['versions']} baselines the store kept "
+            f"(this one the latest; runs made at other times, Student's t), the repeats' where a side has several, "
+            f"and the floor (one run's steps and --run-noise {v['run_noise']:.0%}){measured}; ")
+
+
+def _gate_unmeasured(v: dict) -> str:
+    kept, needed = v.get("versions", 1), v.get("min_versions", 3)
+    history = (f"the store kept {kept} baselines of it, {needed - kept} short of the {needed} that measure it"
+               if kept > 1
+               else "a store keeps the baselines accepted before it (tracelab gate --accept keeps the last 5)")
+    return (f"one run a side: the noise between runs is unmeasured, two runs of the job taken to differ by "
+            f"{v['run_noise']:.0%} (sd) in time beyond their steps' own spread (--run-noise); measure it with "
+            f"repeats (tracelab run --repeat 3) or with history ({history}); ")
+
+
+def _gate_unreliable(v: dict) -> str:
+    from tracelab.reports.fmt import binary_size  # here: reports import this module
+
+    runs = f"{v['runs']} run{'s' if v['runs'] > 1 else ''}"
+    return (f"{v['metric']} unreliable, not failed on: the trace's allocated total at a step's start climbed by up "
+            f"to {binary_size(v['climb_bytes'])} over the steps ({v['run']}; {runs}): blocks allocated and never "
+            "freed in the trace (frees the profiler missed, or a leak) move its peak by whole blocks; "
+            "peak_above_start judges the step's own memory")
+
+
+def _gate_sources(v: dict) -> str:
+    parts = [f"{source} ({len(names)}: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+             for source, names in v["sources"].items()]
+    return "what set each metric's noise: " + "; ".join(parts)
+
+
 def _no_steps(v: dict) -> str:
     why = "its step ranges hold no GPU work's launch" if v["step_ranges"] else "no range matches the step pattern"
     return (f"no steps in this trace ({why}; see --step): the whole trace, first GPU start to last GPU end, "
@@ -250,9 +284,12 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
         "quiet machine, or several a side (tracelab run --repeat N)"),
     "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
     "gate_noise_repeats": lambda v: _gate_repeats(v) + _gate_level(v),
-    "gate_noise_floor": lambda v: (f"one run a side: two runs of the job taken to differ by {v['run_noise']:.0%} (sd) "
-                                   "in time beyond their steps' own spread (--run-noise; repeats, several runs a side, "
-                                   "measure it); " + _gate_level(v)),
+    "gate_noise_floor": lambda v: _gate_unmeasured(v) + _gate_level(v),
+    "gate_noise_history": lambda v: _gate_history(v) + _gate_level(v),
+    "gate_noise_sources": _gate_sources,
+    "gate_history_unreadable": lambda v: (f"kept baseline version{'s' if len(v['versions']) > 1 else ''} "
+                                          f"{', '.join(v['versions'])} could not be read: left out of the history"),
+    "gate_peak_unreliable": _gate_unreliable,
 }
 
 

@@ -47,6 +47,8 @@ def gate(
     = None,
     accept: Annotated[Optional[str], typer.Option(help="Store the run folders given as baseline NAME in the store "
                                                        "(judges nothing): what CI does on the main branch.")] = None,
+    keep: Annotated[int, typer.Option(help="--accept keeps this many versions of the name (the gate measures the "
+                                           "noise between runs from them): 5 (default).")] = 5,
     fmt: Annotated[str, typer.Option("--format", help="table, json, junit (JUnit XML), markdown or html.")] = "table",
     step: StepOpt = None,
 ) -> None:
@@ -54,34 +56,71 @@ def gate(
     from tracelab.reports.gate.gate_text import RENDERERS
     from tracelab.reports.gate.thresholds import thresholds
     from tracelab.reports.gate.verdict import gate as judge
-    from tracelab.ingest.baselines import PREFIX, fetch, is_baseline
     from tracelab.ingest.session import trace_count
 
     _check_choice("--format", fmt, tuple(RENDERERS))
     options = _options(step)
     store = baseline_store or options.baseline_store
     if accept is not None:
-        return _accept(accept, (paths or []) + (baseline or []) + (candidate or []), store)
+        return _accept(accept, (paths or []) + (baseline or []) + (candidate or []), store, keep)
     sides = _sides(paths or [], baseline or [], candidate or [])
     limits = thresholds(max_regression, metric or [], config, run_noise)
     with ExitStack() as fetched:
-        sides = tuple([str(fetched.enter_context(fetch(p[len(PREFIX):], store))) if is_baseline(p) else p for p in side]
-                      for side in sides)
+        sides, earlier, left_out = _fetched(sides, store, fetched)
         for side in sides:
             trace_count(side)  # a path to nothing refused before either side is parsed
-        result = judge(*(side_samples(side, options) for side in sides), limits)
+        base, cand = (side_samples(side, options) for side in sides)
+        history = _history(earlier, options, left_out)
+        result = judge(base, cand, limits, history)
+    if left_out:
+        result.notes.append(Note("gate_history_unreadable", {"versions": left_out}))
     _emit(RENDERERS[fmt](result))
     if not result.passed:
         raise typer.Exit(EXIT_REGRESSED)
 
 
-def _accept(name: str, runs: list[str], store: str | None) -> None:
-    """--accept NAME RUN...: the runs stored as baseline NAME's new version."""
+def _fetched(sides: tuple[list[str], list[str]], store: str | None,
+             stack: ExitStack) -> tuple[tuple[list[str], list[str]], list[Path], list[str]]:
+    """(the sides with each baseline:NAME fetched to a local folder; the earlier versions the store
+    kept of the baseline where the baseline side is one baseline:NAME, oldest first; the kept
+    versions that could not be read)."""
+    from tracelab.ingest.baselines import PREFIX, fetch_versions, is_baseline
+
+    earlier, left_out, out = [], [], ([], [])
+    for k, side in enumerate(sides):
+        for p in side:
+            if not is_baseline(p):
+                out[k].append(p)
+                continue
+            with_history = k == 0 and len(side) == 1  # the history of one named baseline, the baseline side's
+            versions, skipped = stack.enter_context(fetch_versions(p[len(PREFIX):], store, with_history))
+            out[k].append(str(versions[-1]))
+            if with_history:
+                earlier, left_out = versions[:-1], skipped
+    return out, earlier, left_out
+
+
+def _history(folders: list[Path], options, left_out: list[str]) -> list[list]:
+    """Each earlier kept version's runs as RunSamples; one that cannot be read is left out, its
+    version named in `left_out` (a history is measured on what could be read)."""
+    from tracelab.core.errors import TracelabError
+
+    out = []
+    for folder in folders:
+        try:
+            out.append(side_samples([str(folder)], options))
+        except TracelabError:
+            left_out.append(folder.parent.name)
+    return out
+
+
+def _accept(name: str, runs: list[str], store: str | None, keep: int) -> None:
+    """--accept NAME RUN...: the runs stored as baseline NAME's new version, the last `keep` kept."""
     from tracelab.ingest.baselines import save
 
     if not runs:
         raise UsageError("--accept", f"names no run to store (tracelab gate --accept {name} RUN_FOLDER)")
-    version = save(name, [Path(r) for r in runs], store)
+    version = save(name, [Path(r) for r in runs], store, keep)
     typer.echo(f"stored {', '.join(runs)} as baseline:{name} (version {version}) in {store}")
 
 
