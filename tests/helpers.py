@@ -41,6 +41,12 @@ def shared_trace(relpath: str) -> Path:
     pytest.skip(reason)
 
 
+def slow_beyond(cases: list, fast) -> list:
+    """`cases` for pytest.mark.parametrize: those in `fast` run by default, the others marked slow,
+    so that the default run checks a rule once per kind of input and CI's slow stage on every one."""
+    return [case if case in fast else pytest.param(case, marks=pytest.mark.slow) for case in cases]
+
+
 # ---- strict JSON ----------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import shared_trace
+from helpers import shared_trace, slow_beyond
 
 import tracelab
 from tracelab.core import classify
@@ -41,6 +41,9 @@ CPU_TRACES = ["cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
               "rank_unavailable/rank_not_found.json.gz"]
 KIND_OF_CAT = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 NCCL = "nccl_parser_config/nccl_data.json.gz"
+# trace_diff's two captures (35 MB of JSON each) repeat what the smaller ones check, the old
+# format's absolute timestamps included (ns_resolution_trace): they run under -m slow
+TRACE_DIFF = {"trace_diff/control/control.json.gz", "trace_diff/test/test.json.gz"}
 ALLREDUCE = "tests/data/allreduce-2gpu-torch/rank0.pt.trace.json.gz"  # ours: 2 H200s, see its README
 TRAIN = "tests/data/train-2gpu-torch/rank0.pt.trace.json.gz"
 
@@ -70,8 +73,7 @@ def _events(rel: str, cat: str) -> list[dict]:
     return [e for e in _json(rel)["traceEvents"] if e.get("cat") == cat]
 
 
-@pytest.mark.parametrize("rel", [pytest.param(r, marks=pytest.mark.slow) if r == "trace_diff/test/test.json.gz" else r
-                                 for r in GPU_TRACES + CPU_TRACES])  # test.json: control's twin, 35 MB, in the slow set
+@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES + CPU_TRACES, set(GPU_TRACES + CPU_TRACES) - TRACE_DIFF))
 @pytest.mark.parametrize("cat", list(KIND_OF_CAT))
 def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:
     events = _events(rel, cat)
@@ -80,7 +82,7 @@ def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:
     assert int(rows["dur_ns"].sum()) == sum(round(float(e["dur"]) * 1000) for e in events)
 
 
-@pytest.mark.parametrize("rel", GPU_TRACES)
+@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES, set(GPU_TRACES) - TRACE_DIFF))
 def test_every_row_matches_one_event_to_the_ns(rel: str) -> None:
     """Rows and JSON events agree as multisets of (kind, device, stream, absolute start, dur, name);
     the ns-resolution trace has epoch-microsecond stamps that a float cannot hold."""
@@ -97,7 +99,7 @@ def test_every_row_matches_one_event_to_the_ns(rel: str) -> None:
 
 @pytest.mark.parametrize("rel, epoch_from", [
     ("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "absolute ts"),  # old format
-    ("trace_diff/control/control.json.gz", "absolute ts"),
+    pytest.param("trace_diff/control/control.json.gz", "absolute ts", marks=pytest.mark.slow),
     (NCCL, "baseTimeNanoseconds"),  # new format
     ("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "baseTimeNanoseconds"),
 ])
@@ -178,7 +180,7 @@ SCOPE_TRACES = [NCCL, "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.
                 ALLREDUCE, TRAIN]
 
 
-@pytest.mark.parametrize("rel", SCOPE_TRACES)
+@pytest.mark.parametrize("rel", slow_beyond(SCOPE_TRACES, set(SCOPE_TRACES) - TRACE_DIFF - {TRAIN}))  # ours: ALLREDUCE
 def test_scope_is_the_user_regions_around_the_launch(rel: str) -> None:
     events = _json(rel)["traceEvents"]
     assert any(e.get("cat") == "user_annotation" for e in events)
@@ -215,7 +217,7 @@ def test_optimizer_kernels_carry_the_optimizer_region() -> None:
 WORKLOAD_REGION = re.compile(r"(allreduce_|ag-matmul_|matmul-rs_).*|forward|backward|grad_sync|optimizer")
 
 
-@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("rank", [0, pytest.param(1, marks=pytest.mark.slow)])  # rank 1, the rule again: -m slow
 @pytest.mark.parametrize("workload", ["allreduce", "train", "overlap"])
 def test_workload_regions_hold_the_same_rows_as_under_nsys(workload: str, rank: int) -> None:
     """Scope by launch, as nsys does with NVTX: the outermost workload region of every GPU row

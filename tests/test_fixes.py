@@ -64,7 +64,8 @@ def test_tf32_roof_from_the_trace_s_flops():
     assert f"would take {fmt.duration(flops / 494.7e3)}" in found[0].text
 
 
-@pytest.mark.parametrize("folder", ["train-small-1gpu-torch", "decode-1b-1gpu-torch", "idle-1gpu-large-torch"])
+@pytest.mark.parametrize("folder", [  # every finding of a capture each: the other two the rule again, under -m slow
+    "train-small-1gpu-torch", *(pytest.param(f, marks=pytest.mark.slow) for f in ("decode-1b-1gpu-torch", "idle-1gpu-large-torch"))])
 def test_no_tf32_finding_without_fp32_simt_gemms(folder):
     """bf16 GEMMs on tensor cores, or fp32 ones under 5% of the GPU time."""
     assert not _by_fix(_found(DATA / folder), "CUDA cores")
@@ -90,7 +91,8 @@ def test_unaligned_tensor_core_gemms_name_padding():
     assert found[0].evidence["unaligned_ns"] == _kernel_ns(path, TENSOR_CORE_ALIGN1)
 
 
-@pytest.mark.parametrize("folder", ["train-1gpu-steps-torch", "idle-1gpu-small-torch", "roofline-1gpu-torch"])
+@pytest.mark.parametrize("folder", [  # every finding of a capture each: the other two the rule again, under -m slow
+    "roofline-1gpu-torch", *(pytest.param(f, marks=pytest.mark.slow) for f in ("train-1gpu-steps-torch", "idle-1gpu-small-torch"))])
 def test_simt_align1_kernels_are_no_alignment_finding(folder):
     """cutlass_80_simt_sgemm_*_align1: SIMT kernels are align1 whatever the shapes."""
     assert not _by_fix(_found(DATA / folder), "unaligned")
@@ -151,9 +153,9 @@ def test_waiting_for_a_late_rank_is_no_bucket_finding():
     assert not _ddp_found(late)
 
 
-@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch", "tp-2gpu-late-torch",
+@pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch",
                                     *(pytest.param(f, marks=pytest.mark.slow)  # every finding of a job each: the rule, again
-                                      for f in ("ddp-2gpu-late-nsys", "train-2gpu-torch"))])
+                                      for f in ("tp-2gpu-late-torch", "ddp-2gpu-late-nsys", "train-2gpu-torch"))])
 def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
     """Our 2-GPU runs: the all-reduce's exposed time is the wait for the other rank (one 5.6 MB
     bucket takes 39 us once both arrive), or a TP decode with no backward."""

@@ -21,7 +21,7 @@ from tracelab.parsers._kineto_json import (Launches, Ops, Picked, array_layout, 
 from tracelab.parsers._kineto_union import Source
 from tracelab.parsers import chrome
 
-from helpers import DATA, shared_trace
+from helpers import DATA, shared_trace, slow_beyond
 
 OWN_TRACES = sorted(DATA.glob("*-torch/rank*.pt.trace.json.gz")) + sorted(DATA.glob("gloo-2cpu-*/rank*.json.gz"))
 PUBLIC = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
@@ -56,11 +56,14 @@ def test_own_captures_found():
     assert len(OWN_TRACES) >= 20
 
 
-BIG_BYTES = 300_000  # a capture past this (gzip) is read both ways in the slow set; the smaller ones check the rule here
+# The default run reads both ways one capture of each kind (GPU, CPU, memory, gloo, CUDA graphs, compiled);
+# every capture, the larger ones and the second ranks included, in the slow set
+OWN_FAST = {DATA / folder / "rank0.pt.trace.json.gz" for folder in (
+    "train-2gpu-torch", "train-cpu-torch", "train-2cpu-memory-torch", "gloo-2cpu-late", "graph-1gpu-torch",
+    "decode-compile-1gpu-torch")}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > BIG_BYTES else p
-                                  for p in OWN_TRACES], ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+@pytest.mark.parametrize("path", slow_beyond(OWN_TRACES, OWN_FAST), ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
 def test_the_union_gives_the_slow_ways_frame_on_our_captures(path, monkeypatch):
     _same(*_read_both(path, monkeypatch))
 

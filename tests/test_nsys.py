@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import shared_trace
+from helpers import shared_trace, slow_beyond
 
 import tracelab
 from tracelab.core import classify
@@ -21,6 +21,10 @@ DATA = Path(__file__).resolve().parent / "data"
 PUBLIC = [f"nsys-ai/{name}.sqlite" for name in ("h100_2gpu_1s", "mfu_2gpu_after", "mfu_2gpu_before", "mock")]
 FILES = PUBLIC + sorted(DATA.glob("*-nsys/*.sqlite"))
 PID = "((globalPid >> 24) & 16777215)"
+# A rule on every file repeats its check on more captures of one kind: the default run reads the small
+# public export, a public one of two processes with NVTX, one of our ranks and our capture whose only
+# NVTX ranges are steps; CI's slow stage reads every file.
+FAST = {PUBLIC[0], PUBLIC[3], DATA / "overlap-2gpu-nsys/rank0.sqlite", DATA / "idle-sync-1gpu-nsys/rank0.sqlite"}
 TABLES = {"kernel": "CUPTI_ACTIVITY_KIND_KERNEL", "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
           "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
 
@@ -73,7 +77,7 @@ def test_our_captures_are_found() -> None:
     assert len([f for f in FILES if isinstance(f, Path)]) >= 4
 
 
-@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(FILES, FAST), ids=_name, indirect=True)
 @pytest.mark.parametrize("kind", sorted(TABLES))
 def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
     got = {p.meta.pid: p.events[p.events["kind"] == kind] for p in parsed[path]}
@@ -84,7 +88,7 @@ def test_counts_and_sums_per_process(parsed, path: Path, kind: str) -> None:
     assert {pid: (len(df), int(df["dur_ns"].sum())) for pid, df in got.items() if len(df)} == want
 
 
-@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(FILES, FAST), ids=_name, indirect=True)
 def test_file_totals_and_shape(parsed, path: Path) -> None:
     profiles = parsed[path]
     n, total = _sql(path, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
@@ -96,7 +100,7 @@ def test_file_totals_and_shape(parsed, path: Path) -> None:
     assert [p.meta.pid for p in profiles] == pids
 
 
-@pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(PUBLIC, FAST), ids=_name, indirect=True)
 def test_kernel_names_agree_with_nsys_short_names(parsed, path: Path) -> None:
     want = sorted(_sql(path, f"SELECT {PID}, s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                              "JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2"))
@@ -127,7 +131,7 @@ _CHOSEN = f"""
     ORDER BY k.start"""
 
 
-@pytest.mark.parametrize("path", PUBLIC, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(PUBLIC, FAST), ids=_name, indirect=True)
 def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
     _need_nvtx(path)
     by_pid = {p.meta.pid: p for p in parsed[path]}
@@ -147,7 +151,7 @@ def test_nvtx_scope_encloses_the_launch(parsed, path: Path) -> None:
     assert scoped >= len(chosen) // 2  # most launches here sit inside NVTX ranges
 
 
-@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(FILES, FAST), ids=_name, indirect=True)
 def test_no_scope_without_a_launch_call(parsed, path: Path) -> None:
     _need_nvtx(path)
     launched = len(_sql(path, _CHOSEN))
@@ -245,7 +249,8 @@ def test_memcpy_names() -> None:
     assert (copies["op_class"] == "memory").all() and copies["bytes"].notna().all()
 
 
-@pytest.mark.parametrize("path", FILES, ids=_name, indirect=True)
+@pytest.mark.parametrize("path", slow_beyond(FILES, {PUBLIC[3], DATA / "overlap-2gpu-nsys/rank0.sqlite"}), ids=_name,
+                         indirect=True)  # a second read, uncached: the default run on a public file and one of ours
 def test_input_unchanged(path: Path) -> None:
     before = _sha(path)
     nsys.read(path)

@@ -283,16 +283,13 @@ def _classified(events):
     return classify.classified(events)
 
 
-@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "train-2gpu-torch", "ddp-2gpu-late-nsys",
+@pytest.mark.parametrize("folder", ["gloo-2cpu-late", "ddp-2gpu-late-nsys",  # Kineto's CPU ranks, nsys's GPU ranks
                                     *(pytest.param(f, marks=pytest.mark.slow)  # a worker pool each: the rule, again
-                                      for f in ("decode-2gpu-nsys", "tp-2gpu-late-torch"))])
+                                      for f in ("train-2gpu-torch", "decode-2gpu-nsys", "tp-2gpu-late-torch"))])
 def test_who_waits_from_the_workers_digests_equals_on_whole_frames(folder):
     """The report's path: each rank digested in the worker that parsed it, its events dropped
     there (load_many keep_events=False); only the digests meet. Same answer as the whole frames."""
-    import pandas as pd
-
     import tracelab
-    from tracelab.reports.align import align as compare
     from tracelab.reports.timeline import waits
 
     lean = tracelab.load_many(DATA / folder, workers=2, reduce={"waits": OnEvents(waits.rank_digest)}, keep_events=False)
@@ -314,7 +311,6 @@ def test_the_steps_section_of_many_ranks_shows_the_waits_spread_not_a_column_per
     import re
 
     import tracelab
-    from tracelab.reports.align import align as compare
     from tracelab.reports.html import html
     from tracelab.reports.steps import steps_html
     from tracelab.core.schema import Profile
@@ -565,7 +561,6 @@ def test_the_timeline_of_many_ranks_draws_the_outlier_beside_the_first_ranks():
     import numpy as np
 
     import tracelab
-    from tracelab.reports.align import align as compare
     from tracelab.reports.html import figures
     from tracelab.core.schema import Profile
 

@@ -58,7 +58,9 @@ def _graphs(folder: Path):
 # ---- found: real captures against their JSON ------------------------------------------------------
 
 
-@pytest.mark.parametrize("folder, rank", [("stall-2cpu-torch", 0), ("stall-2cpu-torch", 1), ("stall-1cpu-torch", 0)])
+@pytest.mark.parametrize("folder, rank", [  # the rule once by default (the stalled rank); the others under -m slow
+    pytest.param("stall-2cpu-torch", 0, marks=pytest.mark.slow), ("stall-2cpu-torch", 1),
+    pytest.param("stall-1cpu-torch", 0, marks=pytest.mark.slow)])
 def test_a_cpu_traces_stalls_are_its_untraced_gaps(folder, rank):
     path = DATA / folder / f"rank{rank}.pt.trace.json.gz"
     p = tracelab.load(path)

@@ -78,6 +78,10 @@ def _raw_waits(variant: str, source: str) -> list[dict[int, int]]:
 
 
 CASES = [(v, s) for v in ("late", "alternating", "equal") for s in ("torch", "nsys")]
+# A rule checked on every variant and profiler: by default each variant once and each profiler
+# on more than one; all six pairs under -m slow
+GRID = [(v, s) if (v, s) in {("late", "torch"), ("alternating", "nsys"), ("equal", "torch")}
+        else pytest.param(v, s, marks=pytest.mark.slow) for v, s in CASES]
 
 
 @pytest.mark.slow
@@ -156,8 +160,7 @@ def _nccl_ns(variant: str, source: str) -> dict[int, int]:
     return {int(r): int(t) for r, t in comm.groupby("rank")["dur_ns"].sum().items()}
 
 
-@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
-@pytest.mark.parametrize("source", ["torch", "nsys"])
+@pytest.mark.parametrize("variant, source", GRID)
 def test_nccl_kernel_time_holds_the_wait(variant: str, source: str) -> None:
     """What a waiting NCCL kernel's time means: the kernel starts, then spins until the peer
     arrives, so at 2 ranks (NCCL time of rank 0 - of rank 1) = (wait of rank 0 - of rank 1),
@@ -238,8 +241,7 @@ def test_waits_from_comm_time_of_proton_equal_the_raw_trees(variant: str) -> Non
     assert f"rank {1 - least} spent" in got["line"] and "needs a timed trace" in got["line"]
 
 
-@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
-@pytest.mark.parametrize("source", ["torch", "nsys"])
+@pytest.mark.parametrize("variant, source", GRID)
 def test_waits_from_comm_time_agree_with_timestamps(variant: str, source: str) -> None:
     """The reading proton gets, applied where timestamps exist, gives the waits they give."""
     from tracelab.reports.timeline.steps import per_step_totals
@@ -291,8 +293,7 @@ def test_tp_alternating_and_equal() -> None:
     assert all(s["cause"] != "more GPU work" for s in equal["steps"] if s["gating_rank"] is not None)
 
 
-@pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
-@pytest.mark.parametrize("source", ["torch", "nsys"])
+@pytest.mark.parametrize("variant, source", GRID)
 def test_the_extra_work_and_idle_add_up_to_the_skew(variant: str, source: str) -> None:
     """A DDP step has one all-reduce, and each rank's window before it runs from its previous
     all-reduce's end (ends agree within ~2 us on the epoch clock), or for the first step from

@@ -19,6 +19,9 @@ from tracelab.reports.jsonout import dumps, records
 DATA = Path(__file__).resolve().parent / "data"
 ONE_RANK = ["decode-1gpu-torch", "decode-1gpu-nsys", "decode-1gpu-proton", "train-1gpu-steps-torch"]
 MANY_RANKS = ["ddp-2gpu-late-nsys", "ddp-2gpu-equal-proton", "gloo-2cpu-late", "tp-2gpu-late-torch"]
+SLOW_STRICT = ({("steps", n) for n in ONE_RANK}
+               | {("breakdown", n) for n in ("train-1gpu-steps-torch", "ddp-2gpu-late-nsys", "ddp-2gpu-equal-proton",
+                                            "tp-2gpu-late-torch")})
 COMPARED = [["decode-1gpu-proton", "decode-1gpu-torch", "decode-1gpu-nsys"],  # 5, 5 and 3 steps
             ["train-2gpu-torch", "decode-1gpu-torch"], ["ddp-2gpu-late-torch"]]
 
@@ -35,8 +38,9 @@ def test_the_parser_refuses_nan():
 
 
 @pytest.mark.parametrize("command, name", [
-    # one-rank steps JSON is parsed strictly by test_one_rank_steps_has_no_multi_rank_lines too
-    pytest.param(c, n, marks=[pytest.mark.slow] if (c, n) in {("steps", n) for n in ONE_RANK} else [], id=f"{c}-{n}")
+    # one-rank steps JSON is parsed strictly by test_one_rank_steps_has_no_multi_rank_lines too; breakdown's
+    # by default on one rank of each profiler and on the CPU ranks, on the rest under -m slow
+    pytest.param(c, n, marks=[pytest.mark.slow] if (c, n) in SLOW_STRICT else [], id=f"{c}-{n}")
     for n in ONE_RANK + MANY_RANKS for c in ("breakdown", "steps")])
 def test_json_is_strict(command, name):
     strict_json(_run(command, str(DATA / name)))

@@ -21,7 +21,6 @@ import tracelab
 from tracelab.cli import app
 from tracelab.core.options import Options
 from tracelab.reports.timeline import collectives as C
-from tracelab.reports import verdicts as V
 from tracelab.reports.stats import tests as T
 from tracelab.reports.timeline.waits import analyse, straggler_json
 
@@ -319,7 +318,8 @@ def _plain_gloo_waits(folder: Path) -> list[dict[int, int]]:
     return [{r: max(s0, s1) - s for r, s in ((0, s0), (1, s1))} for s0, s1 in zip(starts[0], starts[1])]
 
 
-@pytest.mark.parametrize("case", sorted(GLOO))
+@pytest.mark.parametrize("case", ["late", *(pytest.param(c, marks=pytest.mark.slow)  # the rule again: -m slow
+                                             for c in ("alternating", "equal"))])
 def test_gloo_waits_equal_a_plain_walk(case: str) -> None:
     w = _gloo(case)
     assert w.clock["basis"] == "epoch" and w.clock["median_end_spread_ns"] < 1_000_000

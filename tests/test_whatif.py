@@ -292,7 +292,8 @@ def test_the_bounds_lean_category_sums_equal_the_step_tables(name):
         assert list(lean["path_bound"]) == list(bound_of(known.reset_index()))
 
 
-@pytest.mark.parametrize("name", FAST + ["idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys"])
+@pytest.mark.parametrize("name", FAST + [pytest.param(n, marks=pytest.mark.slow)  # the rule again, under -m slow
+                                         for n in ("idle-sync-1gpu-torch", "gloo-2cpu-alternating", "ddp-2gpu-alternating-nsys")])
 def test_the_replay_by_stretches_equals_the_chain_rounds_and_the_node_by_node(name, monkeypatch):
     """The cold replay (replay.by_frontier: each chain solved a stretch at a time, each node once)
     gives every node the start and end that whole-chain rounds from the measured times give, and
