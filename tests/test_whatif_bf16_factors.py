@@ -103,7 +103,11 @@ def test_factors_of_another_device_are_refused(tmp_path) -> None:
                                      json.dumps({"format": FORMAT, "device": "cpu", "default": 1, "products": [
                                          {"rank": 0, "name": "x", "index": 0, "factor": 1, "added_ns": "a"}]}),
                                      json.dumps({"format": FORMAT, "device": "cpu", "default": 1,
-                                                 "dispatch_ns_per_op": -5})])
+                                                 "dispatch_ns_per_op": -5}),
+                                     json.dumps({"format": FORMAT, "device": "cpu", "default": 1, "products": [
+                                         {"name": "x", "factor": 1}]}),  # no rank, no index
+                                     json.dumps({"format": FORMAT, "device": "cpu", "default": 1, "products": [5]}),
+                                     json.dumps({"format": FORMAT, "device": "cpu", "default": 1, "products": {"a": 1}})])
 def test_broken_factors_files_are_refused_in_one_line(tmp_path, content: str) -> None:
     from tracelab.reports.whatif.scenarios import parse
 

@@ -14,8 +14,8 @@ product misses the step. The file (benchmarks/shape_factors.py writes it from th
 
 A product's time in bf16 is its time times `factor` plus `added_ns` (0 where absent): a GPU kernel's
 is its own arithmetic, scaled; a CPU operator's holds the host's pace too, so its leaves' measured
-bf16 - fp32 time is added instead (benchmarks/shape_factors.py says why). A product is found by its rank, its name and its place among the products of that name in its
-step (`index`, from 0): the steps of one job repeat the same products in the same order, so the
+bf16 - fp32 time is added instead (benchmarks/shape_factors.py says why). A product is found by
+its rank, its name and its place among the products of that name in its step (`index`, from 0): the steps of one job repeat the same products in the same order, so the
 file made from one trace of a job fits its others. Factors measured on a CPU say nothing of a GPU
 trace's products (nor the reverse): refused in one line.
 """
@@ -76,19 +76,28 @@ def read(path: str, low: float, high: float) -> Factors:
         raise UsageError("--scenario", f"autocast:bf16=@{path}: not a factors file (format {FORMAT!r} expected)")
     if doc.get("device") not in DEVICES:
         raise UsageError("--scenario", f"autocast:bf16=@{path}: device must be one of {', '.join(DEVICES)}")
-    products = {}
-    for p in doc.get("products") or []:
-        added = p.get("added_ns", 0.0)
-        if not isinstance(added, (int, float)) or not abs(added) <= limits.MAX_DUR_NS:  # NaN fails too
-            raise UsageError("--scenario", f"autocast:bf16=@{path}: added_ns {added!r} must be a number of ns")
-        products[(int(p["rank"]), str(p["name"]), int(p["index"]))] = (_factor(path, p.get("factor"), low, high),
-                                                                        float(added))
+    listed = doc.get("products") or []
+    if not isinstance(listed, list):
+        raise UsageError("--scenario", f"autocast:bf16=@{path}: products must be a list")
+    products = dict(_product(path, p, low, high) for p in listed)
     dispatch = doc.get("dispatch_ns_per_op")
     if dispatch is not None and not (isinstance(dispatch, (int, float)) and math.isfinite(dispatch) and dispatch >= 0):
         raise UsageError("--scenario", f"autocast:bf16=@{path}: dispatch_ns_per_op must be a number >= 0 or null")
     return Factors(path, doc["device"], str(doc.get("machine", "?")), str(doc.get("measured_at", "?")),
                    _factor(path, doc.get("default"), low, high), products,
                    None if dispatch is None else float(dispatch), doc.get("dispatch_machine"))
+
+
+def _product(path: str, p, low: float, high: float) -> tuple[tuple[int, str, int], tuple[float, float]]:
+    """One product entry, checked: ((rank, name, index), (factor, added_ns))."""
+    if not (isinstance(p, dict) and isinstance(p.get("rank"), int) and isinstance(p.get("index"), int)
+            and isinstance(p.get("name"), str)):
+        raise UsageError("--scenario", f"autocast:bf16=@{path}: each product needs an integer rank and index and a "
+                                       f"name, not {str(p)[:80]}")
+    added = p.get("added_ns", 0.0)
+    if not isinstance(added, (int, float)) or not abs(added) <= limits.MAX_DUR_NS:  # NaN fails too
+        raise UsageError("--scenario", f"autocast:bf16=@{path}: added_ns {added!r} must be a number of ns")
+    return (p["rank"], p["name"], p["index"]), (_factor(path, p.get("factor"), low, high), float(added))
 
 
 def _factor(path: str, value, low: float, high: float) -> float:
