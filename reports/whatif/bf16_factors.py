@@ -15,8 +15,9 @@ product misses the step. The file (benchmarks/shape_factors.py writes it from th
 A product's time in bf16 is its time times `factor` plus `added_ns` (0 where absent): a GPU kernel's
 is its own arithmetic, scaled; a CPU operator's holds the host's pace too, so its leaves' measured
 bf16 - fp32 time is added instead (benchmarks/shape_factors.py says why). A product is found by
-its rank, its name and its place among the products of that name in its step (`index`, from 0): the steps of one job repeat the same products in the same order, so the
-file made from one trace of a job fits its others. Factors measured on a CPU say nothing of a GPU
+its rank, its name and its place among the products of that name in its step (`index`, from 0):
+the steps of one job repeat the same products in the same order, so the file made from one trace
+of a job fits its others. Factors measured on a CPU say nothing of a GPU
 trace's products (nor the reverse): refused in one line.
 """
 from __future__ import annotations
