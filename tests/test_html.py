@@ -181,7 +181,10 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     out = write(tmp_path / "big.html", html.render(inputs, ["synthetic"]))
     assert out.stat().st_size < 10e6
     _, render_ms, plots = bench.open_in_chromium(out, chromium)
-    assert plots == 4 and 0 < render_ms < 5000
+    # the plots' own render time in headless Chromium on a 2-core machine: 1.1 s on 2026-11-23's, 4.7-6.2 s
+    # on 2026-12-07's (the same file, old and new trees alike); the limit catches a render that grows with
+    # the events, an order of magnitude, not the machine's speed of the day
+    assert plots == 4 and 0 < render_ms < 10_000
     print(f"\n8 ranks x 125k events: {out.stat().st_size / 1e6:.2f} MB, plots rendered at {render_ms} ms")
 
 
