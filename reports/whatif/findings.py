@@ -123,20 +123,13 @@ def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
     predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
     gain_ns = max(0.0, none_ns - predicted_ns)
     values = {**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns}
-    return replace(f, text=_user_first(f.text, w["scenario"], none_words(values)), at_stake_ns=int(gain_ns * w["steps"]),
+    words = f.evidence.get("scenario_text") or TEXT["no-host-gaps"], band("no-host-gaps")
+    said = saving_words(f.values, *words)  # the clause with_saving wrote, said again from the new values
+    text = (f.text.removesuffix(said) + saving_words(values, *words) if f.text.endswith(said)
+            else f"{f.text}; {none_words(values)}")
+    return replace(f, text=text, at_stake_ns=int(gain_ns * w["steps"]),
                    evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
                                                       "saving_ns_per_step_under_none": gain_ns}}, values=values)
-
-
-def _user_first(text: str, scenario: str, user: str) -> str:
-    """The finding's what-if clause (`what if <scenario text>: <the profiled saving>`, the last one in
-    `text`) with the user's time (`user`) said first and the profiled saving after it."""
-    head, sep, clause = text.rpartition("; what if ")
-    said, colon, profiled = clause.partition(": ")
-    if not sep or not colon:  # no what-if clause in its usual form: the user's time after it
-        return f"{text}; {user}"
-    under = "under the profiler it " if profiled.startswith("saves ") else "under the profiler: "
-    return f"{head}; what if {said}: {user}; {under}{profiled}"
 
 
 def none_words(v: dict) -> str:
@@ -204,10 +197,14 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
         user = (f", {fmt.ms(v['unprofiled_step_ns'], 2)} without the profiler"
                 if v.get("unprofiled_step_ns") is not None else "")  # the step the user runs, where known
-        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
-                "path runs through other work; tracelab whatif)")
+        nothing = (f"nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
+                   "path runs through other work; tracelab whatif)")
+        return (f"what if {scenario}: {none_words(v)}; under the profiler: {nothing}" if v.get("none_run")
+                else f"what if {scenario}: {nothing}")
     error = f"; {b.short()}" if b else ""
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
+    if v.get("none_run"):  # the same job's run under backend none beside it: its step is the user's (_against_none)
+        return f"what if {scenario}: {none_words(v)}; under the profiler it {profiled}"
     if v.get("unprofiled_saving_ns") is None:
         return f"what if {scenario}: {profiled}"
     gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
