@@ -68,8 +68,10 @@ FACTORS_FILE = "factors.json"  # a change's factors file (autocast:bf16=@FILE), 
 CHANGES = [
     Change("graph", "eager step -> the whole step as one CUDA graph", ("--phase", "step", "--capturable"),
            ("--phase", "step", "--cuda-graph"), "cuda-graph", devices=("gpu",)),
-    Change("compile", "eager -> torch.compile (default mode)", (), ("--compile",), None,
-           note="no scenario models kernel fusion: measured, not predicted"),
+    Change("compile", "eager -> torch.compile (default mode)", (), ("--compile",), "compile",
+           note="a model: the ops between extern ones (products, attention, collectives, the optimizer) fused, one "
+                "kernel per reduction of its largest member's time and one launch (the scenario's note says what "
+                "it leaves out)"),
     Change("scope", "a named scope of extra work (extra_work) removed", ("--late", "rank0", "--late-work", "{late}"),
            (), "remove:extra_work"),
     Change("stall", "a 20 ms host stall after a sync (no region) removed, one rank",

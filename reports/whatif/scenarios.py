@@ -45,6 +45,13 @@ Graph; several given together change one Params, replayed once (never summed). P
 - `cuda-graph`: the whole step captured as one CUDA graph: no-host-gaps, and no profiler cost
   on the host (analyse.py: its prediction without the profiler is its profiled replay, since the
   host is off the path and kernels run as fast profiled).
+- `compile`: eager -> torch.compile's default mode (Inductor, no CUDA graphs; fusion.py): extern
+  ops (matrix products, fused attention, collectives, copies, unknown or already generated
+  kernels, and the optimizer's step and gradient accumulation outside the compiled model) stay;
+  each run of pointwise, reduction and copy ops between them on one stream (one thread in a
+  CPU-only trace) becomes one kernel per reduction, of its largest member's time, issued by one
+  launch: the other members' launches and the host's time before them gone.
+  `compile:reduce-overhead`: the same, and the host off the path as `cuda-graph` (GPU traces only).
 - `busbw:GBPS`: matched collectives whose message size is known transfer at that bus
   bandwidth (nccl-tests' factors, reports/collectives.BUS_FACTOR).
 
@@ -69,7 +76,7 @@ from tracelab.core.note import Note
 
 from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
-from . import autocast, bf16_factors, depend
+from . import autocast, bf16_factors, depend, fusion
 from .autocast import PRODUCTS
 from .join import Graph
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
@@ -81,8 +88,8 @@ from .replay import Params
 # decode-compile-1gpu-torch: 256 ns in each; eager kernels queued behind another: 1.2-1.5 us).
 GRAPH_GAP_NS = 256
 DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
-NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "roofline", "balance",
-         "overlap-comm", "busbw")
+NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "compile", "roofline",
+         "balance", "overlap-comm", "busbw")
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
 MIN_BUS_GB_S, MAX_BUS_GB_S = 1e-3, 1e6  # 1 MB/s (a failing link) to 1 PB/s (beyond any fabric)
 
@@ -127,6 +134,11 @@ def parse(spec: str) -> Scenario:
                         lambda g: _count(g, products, None, spans=False), "matrix products",
                         lambda g: autocast.notes(g, products, f),
                         check=None if isinstance(f, float) else lambda g: f.check_device(g.cpu_only))
+    if name == "compile" and arg in ("", "reduce-overhead"):
+        graphs = arg == "reduce-overhead"
+        return Scenario(name, arg, lambda g, p: _compiled(g, p, graphs), lambda g: int(fusion.fusible(g).sum()),
+                        "pointwise, reduction and copy ops Inductor fuses", lambda g: fusion.note(g, graphs),
+                        host_free=graphs, check=_gpu_only(spec) if graphs else None)
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):
         at = int(arg[1:]) if arg else None
         return Scenario(name, arg, lambda g, p: _no_host_stalls(g, p, at), lambda g: len(_stalls(g, at)),
@@ -145,7 +157,7 @@ def parse(spec: str) -> Scenario:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-                                   "scale:REGEX=F, autocast:bf16=F|@FILE, roofline, balance, overlap-comm, busbw:GBPS")
+                                   "scale:REGEX=F, autocast:bf16=F|@FILE, compile[:reduce-overhead], roofline, balance, overlap-comm, busbw:GBPS")
 
 
 def _number(text: str, spec: str, low: float, high: float) -> float:
@@ -156,6 +168,19 @@ def _number(text: str, spec: str, low: float, high: float) -> float:
     if not low <= value <= high:  # NaN fails too
         raise UsageError("--scenario", f"{spec!r}: {text!r} must be a number from {low:g} to {high:g}")
     return value
+
+
+def _compiled(g: Graph, p: Params, graphs: bool) -> None:
+    fusion.apply(g, p)
+    if graphs:
+        _no_host_gaps(g, p)
+
+
+def _gpu_only(spec: str) -> Callable[[Graph], None]:
+    def check(g: Graph) -> None:
+        if g.cpu_only:
+            raise UsageError("--scenario", f"{spec!r} captures CUDA graphs: a CPU-only trace has none (use compile)")
+    return check
 
 
 def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:

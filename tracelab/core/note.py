@@ -62,6 +62,17 @@ def _autocast_model(v: dict) -> str:
             f"{', '.join(left[:-1])} and {left[-1]} are not modelled")
 
 
+def _compile_model(v: dict) -> str:
+    what = "CPU operators (Inductor's C++ kernels)" if v["cpu_only"] else "kernels"
+    graphs = "; the host off the path, as cuda-graph" if v["reduce_overhead"] else ""
+    return (f"compile is a model: {v['fused_ops']:,} pointwise, reduction and copy {what} between extern ops "
+            f"(matrix products, attention, collectives, copies, the optimizer) in {v['groups']:,} runs become "
+            f"{v['kernels']:,} fused ones (one per reduction), each of its largest member's time and one launch: "
+            f"{v['eager_ns'] / 1e6:,.3f} ms of them in the trace -> {v['modelled_ns'] / 1e6:,.3f} ms (a lower bound; "
+            f"at most the trace's){graphs}; autotuning, recompiles, graph breaks, Inductor's own matmul templates, "
+            "layout changes, a loss outside the model and the Python around extern ops are not modelled")
+
+
 def _autocast_factors(v: dict) -> str:
     dispatch = (f"autocast's dispatch adds {v['dispatch_ns_per_op']:,.0f} ns to each CPU operator the profiler "
                 f"recorded (measured on {v['dispatch_machine']})" if v["dispatch_ns_per_op"] is not None
@@ -246,6 +257,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                           "parallelism): they stay where they are; {fused}"),
     "autocast_model": _autocast_model,
     "autocast_factors": _autocast_factors,
+    "compile_model": _compile_model,
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
     "ranks_on_one_clock": "ranks on one clock: {clock}",
