@@ -29,11 +29,15 @@ def _event(cat: str, name: str, ts_us: float, dur_us: float, tid: int = 11, **ar
 
 
 def _gpu_trace(path: Path, kernels: list[tuple[str, int]], launch_every_us: int, queued: bool,
-               scope: str = "forward") -> Path:
+               scope: str = "forward", backward_from: int | None = None) -> Path:
     """One step of `kernels` ((name, us)) on stream 7, each under an aten op wrapping its launch
     call (1 us) every `launch_every_us`; queued back to back from QUEUED_FROM_US, or else each 5 us
-    after its launch call ends or when the kernel before it ends."""
-    events = [_event("user_annotation", "ProfilerStep#1", 0, STEP_US), _event("user_annotation", scope, 1, STEP_US - 2)]
+    after its launch call ends or when the kernel before it ends. The launches from the
+    `backward_from`-th on in a "backward" range, those before in `scope`."""
+    split_us = STEP_US - 1 if backward_from is None else 10 + launch_every_us * backward_from - 1
+    events = [_event("user_annotation", "ProfilerStep#1", 0, STEP_US), _event("user_annotation", scope, 1, split_us - 1)]
+    if backward_from is not None:
+        events.append(_event("user_annotation", "backward", split_us, STEP_US - 1 - split_us))
     end = QUEUED_FROM_US if queued else 0
     for i, (name, dur) in enumerate(kernels):
         ts = 10 + launch_every_us * i
@@ -58,24 +62,49 @@ def _cpu_trace(path: Path, ops: list[tuple[str, int]], gap_us: int) -> Path:
     return path
 
 
-def _segments_truth(path: Path) -> list[list[int]]:
-    """The segments straight from the JSON, by the rule written out again: in start order, runs of
-    ops of a fusible class (kernels, else CPU operators), each cut before every reduction but its first."""
+def _ops_truth(path: Path) -> list[tuple[str, str, int]]:
+    """Straight from the JSON, in start order, each op (kernels, else CPU operators) as (the pass
+    its launch or itself is in, its class or "extern", its ns)."""
     events = json.loads(path.read_text())["traceEvents"]
     kernels = [e for e in events if e["cat"] == "kernel"]
-    ops = sorted(kernels or [e for e in events if e["cat"] == "cpu_op"], key=lambda e: e["ts"])
-    classes = [classify_one(canonical(e["name"])) if kernels else classify_cpu_op(e["name"]) for e in ops]
-    out, run, reductions = [], [], 0
-    for e, cls in zip(ops, classes):
-        if cls not in FUSED_CLASSES or e["name"].startswith("triton_"):
-            out, run, reductions = out + [run] if run else out, [], 0
+    host_ts = {e["args"]["External id"]: e["ts"] for e in events if e["cat"] == "cpu_op" and "External id" in e["args"]}
+    backward = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "backward"]
+    out = []
+    for e in sorted(kernels or [e for e in events if e["cat"] == "cpu_op"], key=lambda e: e["ts"]):
+        cls = classify_one(canonical(e["name"])) if kernels else classify_cpu_op(e["name"])
+        at = host_ts[e["args"]["External id"]] if kernels else e["ts"]
+        phase = "backward" if any(a <= at < b for a, b in backward) else "forward"
+        fused = cls in FUSED_CLASSES and not e["name"].startswith("triton_")
+        out.append((phase, cls if fused else "extern", round(e["dur"] * 1000)))
+    return out
+
+
+def _segments_truth(path: Path) -> list[list[int]]:
+    """The segments by the rule written out again: runs of fused ops of one pass between others,
+    but the loss's (a forward run after its pass's last extern op, a backward run before its first),
+    each cut before every reduction but its first; the members' ns."""
+    ops = _ops_truth(path)
+    runs, run = [], []
+    for i, (phase, cls, ns) in enumerate(ops):
+        if cls != "extern" and run and ops[run[-1]][0] == phase:
+            run.append(i)
             continue
-        if cls == "reduction":
-            reductions += 1
-            if reductions > 1:
-                out, run = out + [run], []
-        run.append(round(e["dur"] * 1000))
-    return out + [run] if run else out
+        runs, run = runs + ([run] if run else []), ([i] if cls != "extern" else [])
+    runs += [run] if run else []
+    out = []
+    for run in runs:
+        phase = ops[run[0]][0]
+        extern = [i for i, (ph, cls, _) in enumerate(ops) if cls == "extern" and ph == phase]
+        if extern and (run[0] > max(extern) if phase == "forward" else run[-1] < min(extern)):
+            continue  # the loss: outside the compiled model
+        nth = 0
+        out.append([])
+        for i in run:
+            nth += ops[i][1] == "reduction"
+            if ops[i][1] == "reduction" and nth > 1:
+                out.append([])
+            out[-1].append(ops[i][2])
+    return out
 
 
 def _graph(path: Path):
@@ -155,6 +184,20 @@ def test_edges_of_what_fuses(tmp_path, capsys, kernels, fused):
     assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
     unmatched = [n for n in doc["notes"] if n["code"] == "scenario_unmatched"]
     assert bool(unmatched) == (not truth)
+
+
+def test_the_loss_and_its_gradient_stay_eager(tmp_path, capsys):
+    # forward: a product, pointwise, the head's product, the loss; backward: the loss's gradient, products
+    kernels = [(GEMM, 40), (ADD, 10), (ADD, 20), (GEMM, 40), (SOFTMAX, 30), (REDUCE, 15),
+               (SOFTMAX, 25), (ADD, 5), (GEMM, 40), (ADD, 10), (ADD, 30), (GEMM, 40)]
+    path = _gpu_trace(tmp_path / "rank0.pt.trace.json", kernels, launch_every_us=1, queued=True, backward_from=6)
+    truth = _segments_truth(path)
+    assert truth == [[10_000, 20_000], [10_000, 30_000]]
+    g = _graph(path)
+    seg = fusion.segments(g)
+    assert seg.groupby("segment")["node"].apply(lambda n: (g.end_ns - g.start_ns)[n.to_numpy()].tolist()).tolist() == truth
+    row = _row(_whatif(capsys, path, "compile"), "compile")
+    assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
 
 
 def test_the_optimizers_pointwise_kernels_stay_as_they_are(tmp_path, capsys):

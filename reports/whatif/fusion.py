@@ -24,9 +24,11 @@ operators (Inductor's C++ kernels): a segment one operator of its largest member
 
 Outside the compiled region (the model alone is compiled): the optimizer's step, zero_grad and
 the autograd engine's gradient accumulation (AccumulateGrad runs eagerly after the compiled
-backward) stay as they are. Not modelled (said in the note): autotuning, recompiles, graph breaks,
-Inductor's own matmul templates, layout changes, a loss computed outside the model (fused as if
-compiled), and the Python of module calls around extern ops.
+backward) stay as they are, and so does the loss: the model's output is its last extern op's (a
+language model's head), so a forward pass's run after its last extern op and a backward pass's
+run before its first are the loss and its gradient, eager. Not modelled (said in the note):
+autotuning, recompiles, graph breaks, Inductor's own matmul templates, layout changes, and the
+Python of module calls around extern ops.
 """
 from __future__ import annotations
 
@@ -60,8 +62,8 @@ def fusible(g: Graph) -> np.ndarray:
 
 
 def segments(g: Graph) -> pd.DataFrame:
-    """One row per fusible node (by chain, then start): `node`, its `group` and its `segment`
-    (global ids; module docstring), `reduction` (bool)."""
+    """One row per node Inductor fuses (by chain, then start): `node`, its `group` and its `segment`
+    (global ids; module docstring), `reduction` (bool). The loss's groups are left out."""
     order = g.chain_order()
     f = fusible(g)[order]
     back = (matches(regex(BACKWARD), g.scope, "--scenario") | matches(regex(BACKWARD), g.name, "--scenario"))[order]
@@ -69,11 +71,28 @@ def segments(g: Graph) -> pd.DataFrame:
     joined = np.r_[False, f[:-1] & (chain[1:] == chain[:-1]) & (step[1:] == step[:-1]) & (back[1:] == back[:-1])]
     group = np.cumsum(f & ~joined) - 1
     frame = pd.DataFrame({"node": order[f], "group": group[f], "reduction": g.op_class[order][f] == "reduction"})
+    frame = frame[~frame["group"].isin(_loss_groups(g, order, f, group, back))].reset_index(drop=True)
     # a new segment at each reduction but the group's first: cut before the 2nd, 3rd, ...
     nth = frame.groupby("group")["reduction"].cumsum().to_numpy()
     frame["segment"] = np.cumsum(np.r_[True, (frame["group"].to_numpy()[1:] != frame["group"].to_numpy()[:-1])
                                        | (frame["reduction"].to_numpy()[1:] & (nth[1:] > 1))]) - 1 if len(frame) else []
     return frame
+
+
+def _loss_groups(g: Graph, order: np.ndarray, f: np.ndarray, group: np.ndarray, back: np.ndarray) -> np.ndarray:
+    """The groups of the loss, computed outside the compiled model: a forward pass's run after its
+    last extern op and a backward pass's run before its first (per chain and step); none where a
+    pass has no extern op."""
+    work = np.isin(g.kind[order], (GPU, HOST_OP))
+    pos = pd.DataFrame({"pos": np.arange(len(order)), "chain": g.chain[order], "step": g.step[order], "back": back,
+                        "extern": work & ~f, "group": np.where(f, group, -1)})
+    key = ["chain", "step", "back"]
+    ext = pos[pos["extern"]].groupby(key)["pos"].agg(["min", "max"])
+    runs = pos[pos["group"] >= 0].groupby("group").agg(first=("pos", "min"), last=("pos", "max"), chain=("chain", "first"),
+                                                       step=("step", "first"), back=("back", "first"))
+    runs = runs.join(ext, on=key)
+    loss = np.where(runs["back"], runs["last"] < runs["min"], runs["first"] > runs["max"])  # NaN: no extern, False
+    return runs.index.to_numpy()[loss]
 
 
 def apply(g: Graph, p: Params) -> None:

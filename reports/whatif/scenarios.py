@@ -47,7 +47,8 @@ Graph; several given together change one Params, replayed once (never summed). P
   host is off the path and kernels run as fast profiled).
 - `compile`: eager -> torch.compile's default mode (Inductor, no CUDA graphs; fusion.py): extern
   ops (matrix products, fused attention, collectives, copies, unknown or already generated
-  kernels, and the optimizer's step and gradient accumulation outside the compiled model) stay;
+  kernels, and the optimizer's step, gradient accumulation and the loss outside the compiled
+  model) stay;
   each run of pointwise, reduction and copy ops between them on one stream (one thread in a
   CPU-only trace) becomes one kernel per reduction, of its largest member's time, issued by one
   launch: the other members' launches and the host's time before them gone.
@@ -136,7 +137,7 @@ def parse(spec: str) -> Scenario:
                         check=None if isinstance(f, float) else lambda g: f.check_device(g.cpu_only))
     if name == "compile" and arg in ("", "reduce-overhead"):
         graphs = arg == "reduce-overhead"
-        return Scenario(name, arg, lambda g, p: _compiled(g, p, graphs), lambda g: int(fusion.fusible(g).sum()),
+        return Scenario(name, arg, lambda g, p: _compiled(g, p, graphs), lambda g: len(fusion.segments(g)),
                         "pointwise, reduction and copy ops Inductor fuses", lambda g: fusion.note(g, graphs),
                         host_free=graphs, check=_gpu_only(spec) if graphs else None)
     if name == "no-host-stalls" and (not arg or re.fullmatch(r"@\d+", arg)):

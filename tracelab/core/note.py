@@ -66,11 +66,11 @@ def _compile_model(v: dict) -> str:
     what = "CPU operators (Inductor's C++ kernels)" if v["cpu_only"] else "kernels"
     graphs = "; the host off the path, as cuda-graph" if v["reduce_overhead"] else ""
     return (f"compile is a model: {v['fused_ops']:,} pointwise, reduction and copy {what} between extern ops "
-            f"(matrix products, attention, collectives, copies, the optimizer) in {v['groups']:,} runs become "
+            f"(matrix products, attention, collectives, copies; the optimizer and the loss stay eager) in {v['groups']:,} runs become "
             f"{v['kernels']:,} fused ones (one per reduction), each of its largest member's time and one launch: "
             f"{v['eager_ns'] / 1e6:,.3f} ms of them in the trace -> {v['modelled_ns'] / 1e6:,.3f} ms (a lower bound; "
             f"at most the trace's){graphs}; autotuning, recompiles, graph breaks, Inductor's own matmul templates, "
-            "layout changes, a loss outside the model and the Python around extern ops are not modelled")
+            "layout changes and the Python around extern ops are not modelled")
 
 
 def _autocast_factors(v: dict) -> str:
