@@ -54,11 +54,18 @@ GENERATED = r"^(triton_|cpp_fused|CompiledFunction|Torch-Compiled Region|## Call
 def fusible(g: Graph) -> np.ndarray:
     """Per node, whether Inductor would fuse it (module docstring): a GPU op (a CPU operator in a
     CPU-only trace) of a fusible class, no copy, inside the compiled region, not generated already."""
-    node = (g.kind == HOST_OP) if g.cpu_only else (g.kind == GPU)
-    node &= np.isin(g.op_class, FUSIBLE_CLASSES) & ~g.copy
-    outside, generated = regex(OUTSIDE), regex(GENERATED)
-    node &= ~(matches(outside, g.name, "--scenario") | matches(outside, g.scope, "--scenario"))
-    return node & ~matches(generated, g.name, "--scenario")
+    node = _work(g) & np.isin(g.op_class, FUSIBLE_CLASSES) & ~g.copy & ~_outside(g)
+    return node & ~matches(regex(GENERATED), g.name, "--scenario")
+
+
+def _work(g: Graph) -> np.ndarray:
+    return (g.kind == HOST_OP) if g.cpu_only else (g.kind == GPU)
+
+
+def _outside(g: Graph) -> np.ndarray:
+    """Per node, whether it runs outside the compiled model (OUTSIDE, by name or scope)."""
+    outside = regex(OUTSIDE)
+    return matches(outside, g.name, "--scenario") | matches(outside, g.scope, "--scenario")
 
 
 def segments(g: Graph) -> pd.DataFrame:
@@ -83,9 +90,9 @@ def _loss_groups(g: Graph, order: np.ndarray, f: np.ndarray, group: np.ndarray, 
     """The groups of the loss, computed outside the compiled model: a forward pass's run after its
     last extern op and a backward pass's run before its first (per chain and step); none where a
     pass has no extern op."""
-    work = np.isin(g.kind[order], (GPU, HOST_OP))
+    extern = (_work(g) & ~_outside(g))[order] & ~f  # the compiled model's own extern ops (the optimizer's are not)
     pos = pd.DataFrame({"pos": np.arange(len(order)), "chain": g.chain[order], "step": g.step[order], "back": back,
-                        "extern": work & ~f, "group": np.where(f, group, -1)})
+                        "extern": extern, "group": np.where(f, group, -1)})
     key = ["chain", "step", "back"]
     ext = pos[pos["extern"]].groupby(key)["pos"].agg(["min", "max"])
     runs = pos[pos["group"] >= 0].groupby("group").agg(first=("pos", "min"), last=("pos", "max"), chain=("chain", "first"),
