@@ -29,15 +29,16 @@ def _event(cat: str, name: str, ts_us: float, dur_us: float, tid: int = 11, **ar
 
 
 def _gpu_trace(path: Path, kernels: list[tuple[str, int]], launch_every_us: int, queued: bool,
-               scope: str = "forward", backward_from: int | None = None) -> Path:
+               scope: str = "forward", ranges: dict[int, str] | None = None) -> Path:
     """One step of `kernels` ((name, us)) on stream 7, each under an aten op wrapping its launch
     call (1 us) every `launch_every_us`; queued back to back from QUEUED_FROM_US, or else each 5 us
-    after its launch call ends or when the kernel before it ends. The launches from the
-    `backward_from`-th on in a "backward" range, those before in `scope`."""
-    split_us = STEP_US - 1 if backward_from is None else 10 + launch_every_us * backward_from - 1
-    events = [_event("user_annotation", "ProfilerStep#1", 0, STEP_US), _event("user_annotation", scope, 1, split_us - 1)]
-    if backward_from is not None:
-        events.append(_event("user_annotation", "backward", split_us, STEP_US - 1 - split_us))
+    after its launch call ends or when the kernel before it ends. `ranges`: the index of the first
+    kernel launched in each named range (default: all in `scope`)."""
+    ranges = ranges or {0: scope}
+    starts = sorted(ranges)
+    bounds = [10 + launch_every_us * i - 1 for i in starts] + [STEP_US - 1]
+    events = [_event("user_annotation", "ProfilerStep#1", 0, STEP_US)]
+    events += [_event("user_annotation", ranges[i], a, b - a - 0.5) for i, a, b in zip(starts, bounds, bounds[1:])]
     end = QUEUED_FROM_US if queued else 0
     for i, (name, dur) in enumerate(kernels):
         ts = 10 + launch_every_us * i
@@ -69,11 +70,15 @@ def _ops_truth(path: Path) -> list[tuple[str, str, int]]:
     kernels = [e for e in events if e["cat"] == "kernel"]
     host_ts = {e["args"]["External id"]: e["ts"] for e in events if e["cat"] == "cpu_op" and "External id" in e["args"]}
     backward = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "backward"]
+    optimizer = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("Optimizer.step")]
     out = []
     for e in sorted(kernels or [e for e in events if e["cat"] == "cpu_op"], key=lambda e: e["ts"]):
         cls = classify_one(canonical(e["name"])) if kernels else classify_cpu_op(e["name"])
         at = host_ts[e["args"]["External id"]] if kernels else e["ts"]
         phase = "backward" if any(a <= at < b for a, b in backward) else "forward"
+        if any(a <= at < b for a, b in optimizer):
+            out.append((phase, "outside", round(e["dur"] * 1000)))
+            continue
         fused = cls in FUSED_CLASSES and not e["name"].startswith("triton_")
         out.append((phase, cls if fused else "extern", round(e["dur"] * 1000)))
     return out
@@ -86,10 +91,11 @@ def _segments_truth(path: Path) -> list[list[int]]:
     ops = _ops_truth(path)
     runs, run = [], []
     for i, (phase, cls, ns) in enumerate(ops):
-        if cls != "extern" and run and ops[run[-1]][0] == phase:
+        inside = cls not in ("extern", "outside")
+        if inside and run and ops[run[-1]][0] == phase:
             run.append(i)
             continue
-        runs, run = runs + ([run] if run else []), ([i] if cls != "extern" else [])
+        runs, run = runs + ([run] if run else []), ([i] if inside else [])
     runs += [run] if run else []
     out = []
     for run in runs:
@@ -190,12 +196,24 @@ def test_the_loss_and_its_gradient_stay_eager(tmp_path, capsys):
     # forward: a product, pointwise, the head's product, the loss; backward: the loss's gradient, products
     kernels = [(GEMM, 40), (ADD, 10), (ADD, 20), (GEMM, 40), (SOFTMAX, 30), (REDUCE, 15),
                (SOFTMAX, 25), (ADD, 5), (GEMM, 40), (ADD, 10), (ADD, 30), (GEMM, 40)]
-    path = _gpu_trace(tmp_path / "rank0.pt.trace.json", kernels, launch_every_us=1, queued=True, backward_from=6)
+    path = _gpu_trace(tmp_path / "rank0.pt.trace.json", kernels, launch_every_us=1, queued=True,
+                      ranges={0: "forward", 6: "backward"})
     truth = _segments_truth(path)
     assert truth == [[10_000, 20_000], [10_000, 30_000]]
     g = _graph(path)
     seg = fusion.segments(g)
     assert seg.groupby("segment")["node"].apply(lambda n: (g.end_ns - g.start_ns)[n.to_numpy()].tolist()).tolist() == truth
+    row = _row(_whatif(capsys, path, "compile"), "compile")
+    assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
+
+
+def test_the_loss_is_told_by_the_models_extern_ops_not_the_optimizers(tmp_path, capsys):
+    # no backward range: a product, pointwise, the head, the loss, then the optimizer's pointwise kernels
+    kernels = [(GEMM, 40), (ADD, 10), (ADD, 20), (GEMM, 40), (SOFTMAX, 30), (ADD, 15), (ADD, 50), (ADD, 60)]
+    path = _gpu_trace(tmp_path / "rank0.pt.trace.json", kernels, launch_every_us=1, queued=True,
+                      ranges={0: "forward", 6: "Optimizer.step#AdamW.step"})
+    truth = _segments_truth(path)
+    assert truth == [[10_000, 20_000]]
     row = _row(_whatif(capsys, path, "compile"), "compile")
     assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
 
