@@ -245,8 +245,13 @@ def waited_on(gaps: pd.DataFrame, rank: int, top: int | None = TOP_OPS) -> pd.Da
         got = total.setdefault(key, [0, 0])
         got[0], got[1] = got[0] + 1, got[1] + ns
     ranked = sorted(total.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top or None]
-    return pd.DataFrame([(rank, *k, n, ns) for k, (n, ns) in ranked], columns=WAIT_COLUMNS).astype(
-        {c: "int64" for c in ("rank", "stream", "waited_on_stream", "gaps", "dependency_ns")})
+    keyed = [(rank, *key, *sums) for key, sums in ranked]
+    # built column by column: a frame of tuples, then retyped, costs ~10x more for these few rows
+    return pd.DataFrame({c: np.array([row[i] for row in keyed], dtype=object if c in _TEXT else np.int64)
+                         for i, c in enumerate(WAIT_COLUMNS)})
+
+
+_TEXT = ("waited_on_kernel", "wait_call")  # WAIT_COLUMNS of names; the rest are integers
 
 def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
@@ -266,7 +271,7 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
     """step_bound of the int64 columns `col` (the rule lives in step_bound; this is its arithmetic on arrays)."""
-    return step_bound(pd.DataFrame({c: col[c] for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}))
+    return _step_bound_of({c: col[c].astype(np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)})
 
 
 def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
@@ -323,7 +328,12 @@ def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
     """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
     communication or host (module docstring). The one place the rule lives."""
-    f = {c: steps[c].to_numpy(dtype=np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}
+    return _step_bound_of({c: steps[c].to_numpy(dtype=np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns",
+                                                                           *CAUSES)})
+
+
+def _step_bound_of(f: dict[str, np.ndarray]) -> np.ndarray:
+    """step_bound of its columns as float64 arrays."""
     talks = f["exposed_comm_ns"] > 0  # a wait on another stream is communication's only beside exposed communication
     dependency = f["idle_dependency_ns"]
     comm = f["exposed_comm_ns"] + np.where(talks, dependency, 0)
