@@ -84,7 +84,7 @@ def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
     from types import SimpleNamespace
 
     from tracelab.reports.findings.finding import Finding
-    from tracelab.reports.whatif.findings import with_saving
+    from tracelab.reports.whatif.findings import NO_GAIN, with_saving
 
     f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix_text": "allow TF32", "no_gain_text": "off the path",
                                                      "scenario_text": "x"}, "tf32", {"run": ""})
@@ -97,6 +97,10 @@ def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
         got = with_saving(f, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
         assert got.values["fix_offered"] is offered and ("allow TF32" in got.text) is offered
         assert ("off the path" in got.text) is not offered
+    bare = Finding("stalls; prefetch", 1, "idle", {"fix_text": "prefetch", "scenario_text": "x"}, "host_stall", {"run": ""})
+    row.predicted_unprofiled_ns = 9e6  # a fix without words of its own for no gain: the shared ones
+    got = with_saving(bare, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
+    assert got.text.startswith(f"stalls; {NO_GAIN};") and "prefetch" not in got.text
 
 
 def test_tf32_roof_from_the_trace_s_flops():

@@ -32,6 +32,9 @@ SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-com
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
                    "stall_findings"})  # name the change
+# what a fix's finding says instead of the fix (its evidence's fix_text) where the replay of that fix
+# gains nothing; a finding may carry its own (no_gain_text)
+NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
 TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
@@ -174,7 +177,7 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     if f.evidence.get("fix_text") and not gains(values):  # the fix its own what-if finds no gain in is not offered
-        text = text.replace(f.evidence["fix_text"], f.evidence["no_gain_text"], 1)
+        text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
         values["fix_offered"] = False
     elif f.evidence.get("fix_text"):
         values["fix_offered"] = True
