@@ -80,6 +80,13 @@ COLLECTIVE_RANGE = re.compile(r"(?:gloo|mpi|ucc):\w+")  # CPU collectives, on th
 _MIN_EPOCH_NS = 10**18  # 2001-09-09: an absolute `ts` is epoch time only past this
 
 
+# the categories read_events picks, each into its collector: launches with name and dur; CPU operators with
+# their shapes: the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events
+# (Profile.memory)
+KINETO_GROUPS = [(set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
+                 (CPU_OPS, Ops), ({MEMORY}, Instants)]
+
+
 @applying
 def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     """Read one Kineto trace; rows as described in the module docstring. `options.step_pattern`
@@ -87,10 +94,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     path = Path(path)
     step_re = compile_pattern(options.step_pattern)
     data = read_bytes(path)
-    trace, (gpu, gpu_ranges, launches, cpu_ranges, ops, instants) = read_events(path, data, [
-        (set(GPU_KINDS), Picked), ({ANNOTATION}, Calls), (LAUNCHES, Calls), ({USER_ANNOTATION}, Calls),
-        (CPU_OPS, Ops), ({MEMORY}, Instants)])  # launches with name and dur; CPU operators with their shapes:
-    # the host frame (parsers/_host.py) and the kernels' work (parsers/_shapes.py); memory events (Profile.memory)
+    trace, (gpu, gpu_ranges, launches, cpu_ranges, ops, instants) = read_events(path, data, KINETO_GROUPS)
     _legacy_steps(cpu_ranges, ops, step_re)
     unread = [] if gpu.cat else unread_notes(data)  # a trace without GPU rows may hold other device activity
     del data  # the picked columns hold what is needed of the file's bytes and events

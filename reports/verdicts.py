@@ -165,7 +165,9 @@ def windows(rows: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     begin = np.r_[start.min() if len(start) else 0, comm["end_ns"].to_numpy(dtype=np.int64)[:-1]][:len(arrive)]
     begin = np.minimum(begin, arrive)
     busy = busy_before(*seg, arrive) - busy_before(*seg, begin)
-    return comm.assign(window_start_ns=begin, busy_ns=busy, idle_ns=arrive - begin - busy)
+    # one frame made, not one per column added
+    return pd.DataFrame({**{c: comm[c].array for c in comm.columns},
+                         "window_start_ns": begin, "busy_ns": busy, "idle_ns": arrive - begin - busy})
 
 
 def time_in(rows: pd.DataFrame, windows_df: pd.DataFrame, key: str) -> pd.DataFrame:

@@ -159,7 +159,8 @@ def step_gaps(rows: pd.DataFrame, sync_start: np.ndarray, sync_end: np.ndarray,
     gaps = _causes(rank[gap], step[gap], before[gap], start[gap], launch[gap], launch_end[gap], own_before[gap],
                    (sync_start, sync_end), stalls, _wait_call(launch, on_stream, gap, waits))
     ended = _ended_at(end, first, gap)  # the op that ended the busy time before each gap
-    return gaps.assign(stream=stream[gap], waited_on_stream=stream[ended], waited_on_kernel=kernel_names[kernel[ended]])
+    return pd.DataFrame({**gaps, "stream": stream[gap], "waited_on_stream": stream[ended],
+                         "waited_on_kernel": kernel_names[kernel[ended]]})  # one frame made, not one per column added
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +214,8 @@ def _previous_max(values: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.ndarray, launch: np.ndarray,
             launch_end: np.ndarray, own_before: np.ndarray, sync: tuple[np.ndarray, np.ndarray],
-            stalls: tuple[np.ndarray, np.ndarray], wait_call: np.ndarray) -> pd.DataFrame:
+            stalls: tuple[np.ndarray, np.ndarray], wait_call: np.ndarray) -> dict[str, np.ndarray]:
+    """step_gaps' columns up to wait_call, one array each, a gap a row."""
     g0, g1 = before.astype(np.int64), start
     known = ~np.isnan(launch)
     a = np.clip(np.nan_to_num(launch, nan=0).astype(np.int64), g0, g1)
@@ -223,14 +225,14 @@ def _causes(rank: np.ndarray, step: np.ndarray, before: np.ndarray, start: np.nd
     e = np.where(queued, a, np.clip(held, a, g1))  # where launching ends and waiting begins
     behind_own = queued & (own_before >= g0)  # NaN (first of its stream): False; a launch returning later: not
     waited = known & ~behind_own & (wait_call != "")  # a dependency needs the wait call that makes it one
-    return pd.DataFrame({"rank": rank, "step": step, "gap_start_ns": g0,
-                         "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
-                         "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, *sync),
-                         "idle_stall_ns": np.where(known, covered(g0, a, *stalls), 0),
-                         "idle_launch_ns": np.where(known, e - a, 0),
-                         "idle_dependency_ns": np.where(waited, g1 - e, 0),
-                         "idle_other_ns": np.where(known, np.where(waited, 0, g1 - e), g1 - g0),
-                         "wait_call": np.where(waited, wait_call, "")})
+    return {"rank": rank, "step": step, "gap_start_ns": g0,
+            "gap_end_ns": g1, "launch_at_ns": np.where(known, a, g0), "known": known,
+            "pre_ns": np.where(known, a - g0, 0), "idle_sync_ns": covered(g0, a, *sync),
+            "idle_stall_ns": np.where(known, covered(g0, a, *stalls), 0),
+            "idle_launch_ns": np.where(known, e - a, 0),
+            "idle_dependency_ns": np.where(waited, g1 - e, 0),
+            "idle_other_ns": np.where(known, np.where(waited, 0, g1 - e), g1 - g0),
+            "wait_call": np.where(waited, wait_call, "")}
 
 
 def waited_on(gaps: pd.DataFrame, rank: int, top: int | None = TOP_OPS) -> pd.DataFrame:
@@ -245,8 +247,13 @@ def waited_on(gaps: pd.DataFrame, rank: int, top: int | None = TOP_OPS) -> pd.Da
         got = total.setdefault(key, [0, 0])
         got[0], got[1] = got[0] + 1, got[1] + ns
     ranked = sorted(total.items(), key=lambda kv: (-kv[1][1], kv[0]))[:top or None]
-    return pd.DataFrame([(rank, *k, n, ns) for k, (n, ns) in ranked], columns=WAIT_COLUMNS).astype(
-        {c: "int64" for c in ("rank", "stream", "waited_on_stream", "gaps", "dependency_ns")})
+    keyed = [(rank, *key, *sums) for key, sums in ranked]
+    # built column by column: a frame of tuples, then retyped, costs ~10x more for these few rows
+    return pd.DataFrame({c: np.array([row[i] for row in keyed], dtype=object if c in _TEXT else np.int64)
+                         for i, c in enumerate(WAIT_COLUMNS)})
+
+
+_TEXT = ("waited_on_kernel", "wait_call")  # WAIT_COLUMNS of names; the rest are integers
 
 def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
     """step_rows (`base`: span, busy, exposed communication) with the causes summed per step, and bound."""
@@ -266,7 +273,7 @@ def _step_table(base: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _bound(col: dict[str, np.ndarray]) -> np.ndarray:
     """step_bound of the int64 columns `col` (the rule lives in step_bound; this is its arithmetic on arrays)."""
-    return step_bound(pd.DataFrame({c: col[c] for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}))
+    return _step_bound_of({c: col[c].astype(np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)})
 
 
 def _sums_at(step: np.ndarray, rank: np.ndarray, gaps: pd.DataFrame, parts: list[str]) -> np.ndarray:
@@ -323,7 +330,12 @@ def host_needs_host_idle(steps: pd.DataFrame) -> pd.DataFrame:
 def step_bound(steps: pd.DataFrame) -> np.ndarray:
     """Per step row (span_ns, busy_ns, exposed_comm_ns and CAUSES), what bounds it: gpu,
     communication or host (module docstring). The one place the rule lives."""
-    f = {c: steps[c].to_numpy(dtype=np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns", *CAUSES)}
+    return _step_bound_of({c: steps[c].to_numpy(dtype=np.float64) for c in ("busy_ns", "exposed_comm_ns", "span_ns",
+                                                                           *CAUSES)})
+
+
+def _step_bound_of(f: dict[str, np.ndarray]) -> np.ndarray:
+    """step_bound of its columns as float64 arrays."""
     talks = f["exposed_comm_ns"] > 0  # a wait on another stream is communication's only beside exposed communication
     dependency = f["idle_dependency_ns"]
     comm = f["exposed_comm_ns"] + np.where(talks, dependency, 0)

@@ -67,13 +67,24 @@ def rank_digest(events: pd.DataFrame, step_rows: pd.DataFrame | None = None) -> 
     `step_rows`: steps.step_rows(events) where the caller has it."""
     rows = C.activity(events)
     device = "CPU" if len(rows) and (rows["kind"] == "cpu_op").all() else "GPU"
-    comm = C.comm_rows(events).sort_values(["arrival_ns", "end_ns"], kind="stable").reset_index(drop=True)
-    work = rows[["start_ns", "dur_ns", "kernel", "scope"]][(rows["op_class"] != "communication").to_numpy()]
+    comm = _by_arrival(C.comm_rows(events))
+    keep = (rows["op_class"] != "communication").to_numpy()
+    # the columns read, each taken alone: a frame's selection, then its mask, copies it twice
+    work = pd.DataFrame({c: rows[c].array[keep] for c in ("start_ns", "dur_ns", "kernel", "scope")})
     windows = V.windows(work, comm)[_DIGEST_COMM]
     first = int(rows["start_ns"].min()) if len(rows) else None
     steps = S.step_rows(events) if step_rows is None else step_rows
     return RankDigest(windows, steps.drop(columns="rank"), V.time_in(work, windows, "kernel"),
                       V.time_in(work, windows, "scope"), device, first)
+
+
+def _by_arrival(comm: pd.DataFrame) -> pd.DataFrame:
+    """comm_rows by arrival, then end (a stable sort); the frame itself where they are in that order
+    already (a GPU's rows by start: the usual case)."""
+    order = np.lexsort((comm["end_ns"].to_numpy(), comm["arrival_ns"].to_numpy()))
+    if (order == np.arange(len(order))).all():
+        return comm
+    return comm.take(order).reset_index(drop=True)
 
 
 def rank_waits(rank: RankData) -> RankDigest:
