@@ -49,7 +49,7 @@ from tracelab.core import limits, schema
 from tracelab.core.errors import TraceFormatError
 from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applying
-from tracelab.core.schema import Profile
+from tracelab.core.schema import SNAPSHOT_VERSION, Profile
 
 ALLOCATED = {"alloc": 1, "free_requested": -1}
 RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -157,7 +157,7 @@ def read(path: str | os.PathLike, options: Options = DEFAULT) -> Profile:
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     memory = _memory_frame(rows)
     meta = {"path": str(path), "source": "torch", "rank": None, "world_size": None, "devices": {},
-            "trace_start_epoch_ns": None, "profiler_version": "torch memory snapshot",
+            "trace_start_epoch_ns": None, "profiler_version": SNAPSHOT_VERSION,
             "start_origin": "the first action of the snapshot's trace", "notes": _notes(traces, rows)}
     events = schema.coerce({name: [] for name in schema.PARSED}, n_rows=0, spec=schema.PARSED)
     return Profile(schema.validate(events, schema.PARSED), schema.Meta.of(meta, path), memory=memory)

@@ -1,6 +1,7 @@
 """Device facts: advice only for features the trace's device has. A real H100 capture whose fp32
-GEMMs run on CUDA cores (train-1gpu-steps-torch), with its deviceProperties rewritten to other
-GPUs: the fix named must be one that GPU can run, and the kernel time stays the file's own."""
+GEMMs run on CUDA cores on the trace's critical path (roofline-1gpu-torch: where they are off it,
+no fix is offered at all), with its deviceProperties rewritten to other GPUs: the fix named must be
+one that GPU can run, and the kernel time stays the file's own."""
 from __future__ import annotations
 
 import gzip
@@ -17,7 +18,7 @@ from tracelab.reports import fmt
 
 from helpers import DATA
 
-TRACE = DATA / "train-1gpu-steps-torch" / "rank0.pt.trace.json.gz"
+TRACE = DATA / "roofline-1gpu-torch" / "rank0.pt.trace.json.gz"
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
 
 

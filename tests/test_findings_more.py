@@ -259,3 +259,22 @@ def test_a_long_kernel_name_is_cut_where_it_still_names_one_kernel(tmp_path, cap
     assert len({e["name"] for e in named}) == 1
     assert int(calls.replace(",", "")) == len(named)
     assert float(ms_.replace(",", "")) == pytest.approx(sum(e["dur"] for e in named) / 1e3, abs=0.001)
+
+
+def _printed_findings(out: str) -> list[str]:
+    """The numbered findings a table command ends on, as printed (one per item, lines joined)."""
+    tail = out[out.rindex("\nfindings"):]
+    items = [" ".join(line.strip() for line in item.splitlines()) for item in tail.split("\n  ")[1:]]
+    return [item.split(". ", 1)[1] for item in items]
+
+
+@pytest.mark.parametrize("command, section", [("roofline", "roofline"), ("idle", "idle")])
+def test_a_command_ends_on_its_sections_findings_in_the_report_s_words(capsys, command, section):
+    """`tracelab roofline` ends on every finding the report proves in its roofline section (the
+    fp32 GEMMs of the fixes topic too), `tracelab idle` on the idle section's (the host-bound
+    fix that replaces the idle diagnosis in the report): the report's own sentences, in its order."""
+    folder = str(DATA / "train-1gpu-steps-torch")
+    report = [f.text for f in Session.open([folder]).findings() if f.section == section]
+    status, out, err = run_cli_output(capsys, command, folder)
+    assert status == 0, err
+    assert report and _printed_findings(out) == report

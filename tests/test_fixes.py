@@ -40,15 +40,67 @@ def _kernel_ns(path, pattern: re.Pattern) -> int:
                and not GEMV.search(e["name"]))
 
 
-def test_fp32_simt_gemms_name_tf32_with_their_time():
+def _gpu_busy_share(path) -> float:
+    """The kernels' summed time over the window from the first fp32 SIMT GEMM's start to the last
+    one's end, straight from the Kineto JSON: near one, the GEMMs run back to back on the path;
+    well under it, the GPU waits on the host between them."""
+    with gzip.open(path) as f:
+        kernels = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+    simt = [e for e in kernels if SIMT.search(e["name"]) and not GEMV.search(e["name"])]
+    start_us, end_us = min(e["ts"] for e in simt), max(e["ts"] + e["dur"] for e in simt)
+    inside = [e for e in kernels if e["ts"] >= start_us and e["ts"] + e["dur"] <= end_us]
+    return sum(e["dur"] for e in inside) / (end_us - start_us)
+
+
+def test_fp32_simt_gemms_off_the_path_get_no_tf32_advice():
+    """A host-bound step (its GPU busy a small share of the time): faster GEMMs save nothing, so
+    neither TF32 nor bf16 autocast (which adds host work) is offered; the host's time is named."""
     folder = DATA / "train-1gpu-steps-torch"
-    found = _by_fix(_found(folder), "allow TF32")
-    assert len(found) == 1
-    simt_ns = _kernel_ns(folder / "rank0.pt.trace.json.gz", SIMT)
-    assert found[0].evidence["simt_ns"] == simt_ns  # ranked by what the step would gain (issue 27's what-if)
-    assert found[0].at_stake_ns == int(found[0].evidence["whatif"]["saving_ns_per_step"] * found[0].evidence["whatif"]["steps"])
-    assert f"take {fmt.duration(simt_ns)}" in found[0].text
-    assert "torch.set_float32_matmul_precision(\"high\")" in found[0].text and "bf16 autocast" in found[0].text
+    trace = folder / "rank0.pt.trace.json.gz"
+    assert _gpu_busy_share(trace) < 0.2
+    (found,) = [f for f in _found(folder) if f.code == "tf32"]
+    simt_ns = _kernel_ns(trace, SIMT)
+    assert found.evidence["simt_ns"] == simt_ns and f"take {fmt.duration(simt_ns)}" in found.text
+    w = found.evidence["whatif"]  # ranked by what the step would gain: nothing
+    assert found.at_stake_ns == int(w["saving_ns_per_step"] * w["steps"])
+    assert w["saving_ns_per_step"] < 0.005 * w["step_ns"] and found.values["fix_offered"] is False
+    assert "TF32 (" not in found.text and "autocast" not in found.text and "set_float32" not in found.text
+    assert "not on the step's path" in found.text and "host's time per step is what to cut" in found.text
+
+
+def test_fp32_simt_gemms_on_the_path_name_tf32():
+    """A GPU-bound trace whose fp32 GEMMs are on the path: the fix, with its what-if's saving."""
+    folder = DATA / "roofline-1gpu-torch"
+    assert _gpu_busy_share(folder / "rank0.pt.trace.json.gz") > 0.9
+    (found,) = [f for f in _found(folder) if f.code == "tf32"]
+    assert found.values["fix_offered"] is True and found.values["saving_ns"] >= 0.005 * found.values["step_ns"]
+    assert "torch.set_float32_matmul_precision(\"high\")" in found.text and "not on the" not in found.text
+    assert found.evidence["simt_ns"] == _kernel_ns(folder / "rank0.pt.trace.json.gz", SIMT)
+
+
+def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
+    """The rule itself (whatif/findings.with_saving): the fix's clause is swapped for its no-gain words
+    where the step without the profiler gains under 0.5%, though the profiled replay gains more."""
+    from types import SimpleNamespace
+
+    from tracelab.reports.findings.finding import Finding
+    from tracelab.reports.whatif.findings import NO_GAIN, with_saving
+
+    f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix_text": "allow TF32", "no_gain_text": "off the path",
+                                                     "scenario_text": "x"}, "tf32", {"run": ""})
+    row = SimpleNamespace(name="scale", args="k=0.5", saving_ns=2e6, step_ns=10e6, steps=4, saving_frac=0.2,
+                          predicted_unprofiled_ns=None)
+    offered = with_saving(f, row)
+    assert offered.text.startswith("GEMMs; allow TF32;") and offered.values["fix_offered"] is True
+    for predicted_ns, offered in ((7.9e6, True), (7.97e6, False), (9e6, False)):  # of the user's 8 ms step: 0.5% is 40 us
+        row.predicted_unprofiled_ns = predicted_ns
+        got = with_saving(f, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
+        assert got.values["fix_offered"] is offered and ("allow TF32" in got.text) is offered
+        assert ("off the path" in got.text) is not offered
+    bare = Finding("stalls; prefetch", 1, "idle", {"fix_text": "prefetch", "scenario_text": "x"}, "host_stall", {"run": ""})
+    row.predicted_unprofiled_ns = 9e6  # a fix without words of its own for no gain: the shared ones
+    got = with_saving(bare, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
+    assert got.text.startswith(f"stalls; {NO_GAIN};") and "prefetch" not in got.text
 
 
 def test_tf32_roof_from_the_trace_s_flops():

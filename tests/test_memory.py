@@ -9,7 +9,6 @@ import itertools
 import json
 import pickle
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ import tracelab
 from tracelab.ingest import cache
 from tracelab.core import schema
 from tracelab.core.errors import TracelabError, TraceFormatError
-from tracelab.parsers import snapshot
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
@@ -234,6 +232,19 @@ def test_snapshot_replayed(tmp_path):
     assert (row["peak_allocated_bytes"], row["reserved_bytes"], row["held_back_bytes"]) == (14 * mib, 20 * mib, 6 * mib)
     before = digest.top[digest.top["by"] == "before_trace"]["bytes"].item()
     assert before == 4 * mib
+
+
+@pytest.mark.parametrize("name, rank", [("snap.pickle", None), ("rank3.memory.pickle", 3)])
+def test_a_snapshot_without_a_rank_is_said_to_be_a_snapshot(capsys, tmp_path, name, rank):
+    """A snapshot whose name gives no rank is said as what it is (a snapshot with no rank), never
+    "shown as rank 0" as if a rank of the job; one whose name gives a rank has it and no note."""
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(memory_snapshot(), protocol=4))
+    status, out, err = run_cli_output(capsys, "memory", str(path), "--format", "json")
+    assert status == 0, err
+    assert {s["rank"] for s in json.loads(out)["steps"]} == {0 if rank is None else rank}
+    assert "shown as rank 0" not in err
+    assert ("a memory snapshot with no rank" in err) is (rank is None) and (str(path) in err) is (rank is None)
 
 
 class _Boom:

@@ -273,9 +273,19 @@ def all_sources() -> list[Callable[[Evidence], list[Finding]]]:
     return [source for topic in TOPICS for source in topic.findings_sources()]
 
 
-def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None) -> list[Finding]:
-    """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first."""
-    found = with_savings(ev, [(s.__name__, s(ev)) for s in (all_sources() if sources is None else sources)])
+def findings(ev: Evidence, sources: list[Callable[[Evidence], list[Finding]]] | None = None,
+             topic=None) -> list[Finding]:
+    """At most MAX_FINDINGS findings of every source (default: every topic's), the most time at stake first.
+    `topic` (topics.Topic): only those of its own sources and those proved in its report section (a
+    fix that the fixes topic names, shown by the command whose section proves it), weighed beside
+    every other source's as the report weighs them: a command says its topic's findings in the
+    report's words, and a diagnosis that a fix replaces there is replaced here too."""
+    made = [(s.__name__, s(ev)) for s in (all_sources() if sources is None else sources)]
+    found = with_savings(ev, made)
+    if topic is not None:
+        own = {s.__name__ for s in topic.findings_sources()}
+        codes = {f.code for name, fs in made if name in own for f in fs}  # one code per source (finding.CODES)
+        found = [f for f in found if f.code in codes or f.section == SECTIONS.get(topic.name)]
     # by what-if saving where known; what the measurement itself cost (the profiler) after the job's
     return capped(sorted(found, key=lambda f: (bool(f.evidence.get("measurement")), -f.at_stake_ns)))
 

@@ -86,7 +86,8 @@ def ddp_findings(ev) -> list[Finding]:
                 f"{ms(f['fixable_ns'])} per step of {ms(f['span_ns'])}{' beyond its waits' if f['wait_ns'] else ''} "
                 f"({_count(f)}, {ms(f['comm_ns'])}, {_share(f['exposed_ns'], f['comm_ns'])} of it beside no compute "
                 f"kernel; {waited}): " + _fix(f))
-        out.append(Finding(text, f["fixable_total_ns"], SECTIONS["overlap"], {"rank": i.rank, **f}, "ddp_bucket",
+        # the fix said only where its what-if (overlap-comm) saves time (whatif/findings.with_saving)
+        out.append(Finding(text, f["fixable_total_ns"], SECTIONS["overlap"], {"rank": i.rank, **f, "fix_text": _fix(f)}, "ddp_bucket",
                            {"run": group, "rank": i.rank, **f}))
     return out
 

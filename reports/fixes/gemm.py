@@ -23,6 +23,8 @@ from tracelab.core.devices import meta_tensor_dtypes
 
 from ..fmt import flop, tflops
 from ..findings.finding import SECTIONS, Finding, ms
+from ..timeline.causes import bound_words
+from ..topics import result_of
 
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
 TENSOR_CORE = re.compile(r"tensorop|hmma|gmma|nvjet|tf32|bf16|f16f16|s1688|s16816|h1688|h16816|imma|wgmma|e4m3",
@@ -143,12 +145,15 @@ def tf32_findings(ev) -> list[Finding]:
         dtypes = device.tensor_dtypes if device is not None else meta_tensor_dtypes(i.meta)
         if dtypes is not None and "fp16" not in dtypes:
             continue  # a GPU without tensor cores runs every GEMM on CUDA cores: nothing to move
+        fix = _fix(device, dtypes)
         text = (f"{_run(group, several)}rank {i.rank} runs fp32 GEMMs on CUDA cores, not tensor cores: {_names(simt)} "
                 f"{ms(time)}, {_share(time, total)} of its GPU time"
                 + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "")
-                + "; " + _fix(device, dtypes) + _roof_text(work, device))
+                + "; " + fix + _roof_text(work, device))
+        # the fix is said only where the run's what-if of it saves time (whatif/findings.with_saving)
         evidence = {"rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
-                    "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work)}
+                    "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work),
+                    "fix_text": fix, "no_gain_text": off_path_words(i)}
         out.append(Finding(text, time, SECTIONS["roofline"], {**evidence, **_tf32_scenario(work)}, "tf32",
                            {"run": group, **evidence, "share": time / total}))
     return out
@@ -179,6 +184,23 @@ def _fix(device, dtypes: frozenset[str] | None) -> str:
         return ("allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, or "
                 "torch.set_float32_matmul_precision(\"high\")) or run them under bf16 autocast")
     return f"{named} has no TF32 or bf16: run them under fp16 autocast (torch.autocast(\"cuda\", torch.float16))"
+
+
+def off_path_words(i) -> str:
+    """What a GEMM finding says instead of its fix where the run's what-if of that fix gains
+    nothing: the GEMMs are not on the step's path, and what bounds most of its steps (the idle
+    topic's result). A host-bound step is not told to make its GEMMs faster: autocast even adds
+    host work per op; the host's time per step is what to cut."""
+    steps = result_of("idle", i).steps if i.timed else None
+    bounds = steps["bound"].value_counts() if steps is not None and len(steps) else None
+    if bounds is None or not len(bounds):
+        return "they are not on the step's path (the run's critical path runs through other work): faster GEMMs gain nothing now"
+    bound, n = str(bounds.index[0]), int(bounds.iloc[0])
+    stepless = bool(steps["step"].isna().all())  # the whole trace is one window
+    where = f"the whole trace is {bound_words(bound)}" if stepless else f"{n} of {len(steps)} steps {bound_words(bound)}"
+    cut = f"; the host's time{'' if stepless else ' per step'} is what to cut" if bound == "host" else ""
+    return (f"they are not on the {'trace' if stepless else 'step'}'s path ({where}): faster GEMMs gain nothing "
+            f"now{cut}")
 
 
 def _roof_evidence(work: pd.DataFrame) -> dict:

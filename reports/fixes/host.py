@@ -27,6 +27,8 @@ from ..topics import result_of
 from .loader import waits_on_loader
 from .stall_digest import stalls_matter
 
+GRAPHS_FIX = ("capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
+              "torch.compile(mode=\"reduce-overhead\"), which launches it in one call")
 MIN_SHORT_SHARE = 0.5  # kernels shorter than their launch call: at least this share of those launched
 MAX_REPLAYED_SHARE = 0.5  # a step already replayed from CUDA graphs is not told to use them
 
@@ -88,11 +90,10 @@ def graphs_findings(ev) -> list[Finding]:
         bound_where = (" is host-bound over the whole trace, which has no steps," if f["whole_trace"] else
                        f"'s steps are host-bound ({f['host_bound']} of {f['steps']})")
         text = (f"{group + ': ' if several and group else ''}rank {i.rank}{bound_where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
-                "run shorter than their own launch call: capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
-                "torch.compile(mode=\"reduce-overhead\"), which launches it in one call" + bound)
+                f"run shorter than their own launch call: {GRAPHS_FIX}" + bound)
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
         values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"]}
-        evidence = {"rank": i.rank, **f, "bound_text": bound}
+        evidence = {"rank": i.rank, **f, "bound_text": bound, "fix_text": GRAPHS_FIX}  # said where its what-if saves
         if _waits_on_its_loader(i) or stalls_matter(i.digest("stalls")):
             # the host's gaps hold the loader's or the stalls' time, which no graph takes off: its bound stands
             evidence["scenario"] = None

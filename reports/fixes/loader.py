@@ -41,7 +41,8 @@ def _finding(group: str, i, f: dict) -> Finding:
             f"({100 * f['loader_ns'] / f['span_ns']:.0f}%) in the data loader ({f['names'][0]}), time the GPU has no "
             f"batch to work on: {fix}")
     scenario = "remove:" + "|".join(re.escape(n) for n in f["names"]) + f"@{i.rank}"
-    evidence = {"rank": i.rank, **f, "scenario": scenario, "scenario_text": "the data loader took no time"}
+    evidence = {"rank": i.rank, **f, "scenario": scenario, "scenario_text": "the data loader took no time",
+                "fix_text": fix}  # said only where its what-if saves time (whatif/findings.with_saving)
     return Finding(text, f["loader_ns"], SECTIONS["idle"], evidence, "data_loader",
                    {"run": group, "rank": i.rank, "loader_ns": f["loader_ns"], "span_ns": f["span_ns"],
                     "steps": f["steps"], "share": f["loader_ns"] / f["span_ns"], "multiprocess": f["multiprocess"]})

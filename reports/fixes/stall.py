@@ -61,9 +61,10 @@ def _finding(group: str, i, f: dict) -> Finding:
     text = (f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * total_ns / f['span_ns']:.0f}%), "
             f"most {where}{more}: {len(stalls)} stretch{'' if len(stalls) == 1 else 'es'} of untraced host time while "
             f"{'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: "
-            f"{fix_of(after)}")
+            f"{fix_of(after)}")  # the fix said only where its what-if saves time (whatif/findings.with_saving)
     values = {"run": group, "rank": i.rank, "stall_ns": total_ns, "span_ns": f["span_ns"], "steps": steps,
               "share": total_ns / f["span_ns"], "after": after, "stalls": len(stalls)}
     evidence = {**values, "by_after_ns": {str(k): int(v) for k, v in by_after.items()},
-                "scenario": f"no-host-stalls@{i.rank}", "scenario_text": "the host's stalls took no time"}
+                "scenario": f"no-host-stalls@{i.rank}", "scenario_text": "the host's stalls took no time",
+                "fix_text": fix_of(after)}
     return Finding(text, total_ns, SECTIONS["idle"], evidence, "host_stall", values)

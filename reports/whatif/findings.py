@@ -32,6 +32,9 @@ SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-com
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
                    "stall_findings"})  # name the change
+# what a fix's finding says instead of the fix (its evidence's fix_text) where the replay of that fix
+# gains nothing; a finding may carry its own (no_gain_text)
+NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
 TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
@@ -173,6 +176,11 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     user = _user_time(row, unprofiled or {})
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
+    if f.evidence.get("fix_text") and not gains(values):  # the fix its own what-if finds no gain in is not offered
+        text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
+        values["fix_offered"] = False
+    elif f.evidence.get("fix_text"):
+        values["fix_offered"] = True
     what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
@@ -188,6 +196,14 @@ def _user_time(row, unprofiled: dict) -> dict:
         return {}
     return {"unprofiled_step_ns": float(step_ns), "unprofiled_source": unprofiled["unprofiled_source"],
             "unprofiled_saving_ns": float(step_ns) - float(predicted)}
+
+
+def gains(v: dict) -> bool:
+    """Whether a replayed saving (a finding's values) is one to act on: at least NOTHING_FRAC of the
+    step, in the user's time (without the profiler) where the run has it, else as profiled."""
+    if v.get("unprofiled_saving_ns") is not None and v.get("unprofiled_step_ns"):
+        return v["unprofiled_saving_ns"] >= NOTHING_FRAC * v["unprofiled_step_ns"]
+    return v["saving_share"] >= NOTHING_FRAC
 
 
 def saving_words(v: dict, scenario: str, b=None) -> str:

@@ -233,6 +233,9 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "modules_may_shift": ("{kernel} ran {runs} times, not a multiple of its {calls_per_graph} calls per compiled "
                           "graph: its modules, given in call order, may be shifted"),
     "rank_assumed": "neither the file nor its name gives its rank: shown as rank 0",
+    "snapshot_rank_assumed": ("a memory snapshot with no rank (neither the file nor its name gives one): its rows are "
+                              "this snapshot's own, their rank 0 a placeholder; name it rank<N>.pickle to place it "
+                              "among a job's ranks"),
     # commands: an input a command does not read
     "snapshot_not_read": "a memory snapshot, which `tracelab {command}` does not read (tracelab memory does)",
     "snapshot_not_gated": "a memory snapshot, which `tracelab gate` does not read (give the run's trace)",

@@ -61,6 +61,11 @@ CLASSIFIED = ("kernel", "op_class")
 PARSED: dict[str, str] = {name: dtype for name, dtype in COLUMNS.items() if name not in CLASSIFIED}
 
 
+# Meta.profiler_version of a PyTorch memory snapshot (parsers/snapshot.py): a file of one device's
+# allocator history, no rank of a traced job unless its name gives one
+SNAPSHOT_VERSION = "torch memory snapshot"
+
+
 class SchemaError(ValueError):
     """An events frame that does not match COLUMNS (a bug in a parser, not in a trace)."""
 

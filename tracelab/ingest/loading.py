@@ -36,7 +36,7 @@ from tracelab.core.errors import NoTracesError, RankError, TraceFormatError
 from tracelab.core.limits import INT32
 from tracelab.core.note import Note
 from tracelab.core.options import DEFAULT, Options, applied
-from tracelab.core.schema import Meta, Profile, RankData, SchemaError, empty, validate
+from tracelab.core.schema import SNAPSHOT_VERSION, Meta, Profile, RankData, SchemaError, empty, validate
 
 # format -> parser module: read(path) -> Profile, or list[Profile] (nsys: one per process)
 PARSERS: dict[str, str] = {
@@ -243,7 +243,9 @@ def _with_rank(profile: Profile, rank: int | None, path: Path, single: bool) -> 
                               "(name it rank<N>..., or pass the rank)")
     meta.rank, meta.rank_from = found
     if found[1] == "default (one file)":  # said, not silently assumed (HTA's rank_not_found.json.gz)
-        meta.notes = [*meta.notes, Note("rank_assumed")]
+        # a snapshot is no rank of a traced job: said as what it is, not as "rank 0"
+        meta.notes = [*meta.notes, Note("snapshot_rank_assumed" if meta.profiler_version == SNAPSHOT_VERSION
+                                        else "rank_assumed")]
     if not INT32[0] <= meta.rank <= INT32[1]:  # the int32 rank column
         raise RankError(path, f"rank {meta.rank} (from the {meta.rank_from}) is outside int32")
     profile.events["rank"] = np.int32(meta.rank)  # one Profile is one rank; the frame is this load's own

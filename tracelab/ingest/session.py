@@ -130,7 +130,8 @@ class Session:
 
     def findings(self, topic: str | None = None, comparison=None, sources: list[Callable] | None = None) -> list:
         """The findings (reports/findings/findings.py) of the traced runs: every topic's sources, or
-        only `topic`'s (reports/topics.py); `comparison`, a Comparison of these same inputs (any
+        only `topic`'s (reports/topics.py: its own sources' and those its report section proves, in the
+        report's words); `comparison`, a Comparison of these same inputs (any
         --by), is reused where its labels match; `sources` instead of a topic's (tests)."""
         from tracelab.reports.align.align import comparison as compare_inputs
         from tracelab.reports.findings.findings import Evidence, findings
@@ -139,7 +140,7 @@ class Session:
             return []
         if comparison is None or comparison.labels != [i.label for i in self.inputs]:
             comparison = compare_inputs(self.inputs, "kernel")
-        return findings(Evidence(self.inputs, comparison, self.run_infos), _sources(topic) if sources is None else sources)
+        return findings(Evidence(self.inputs, comparison, self.run_infos), sources, _topic(topic) if sources is None else None)
 
     def findings_lines(self, topic: str | None = None, comparison=None) -> list[str]:
         """The findings as the terminal prints them, or one line saying why there are none."""
@@ -160,14 +161,11 @@ def _why_none(session: Session) -> str:
     return "no traced run among the inputs"
 
 
-def _sources(topic: str | None) -> list[Callable] | None:
-    """A topic's findings sources (None: every topic's)."""
-    from tracelab.reports.topics import TOPICS
+def _topic(name: str | None):
+    """The topic (reports/topics.Topic) of that name; None: every topic's findings."""
+    from tracelab.reports.topics import named
 
-    if topic is None:
-        return None
-    (found,) = [t for t in TOPICS if t.name == topic]
-    return found.findings_sources()
+    return None if name is None else named(name)
 
 
 def _reduce(digests, device, plans: list) -> dict:
