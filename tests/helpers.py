@@ -17,9 +17,13 @@ import tempfile
 from collections import Counter, defaultdict
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pytest
+
+if TYPE_CHECKING:  # the annotation's type only; the module is imported where it is used
+    from tracelab.reports.memory.memory import RankMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -258,7 +262,7 @@ def memory_steps(rank: int, peak: int, reserved: int | None = None, calls: tuple
                          for s, c in enumerate(calls)])
 
 
-def memory_digest(steps: pd.DataFrame) -> analysis.RankMemory:
+def memory_digest(steps: pd.DataFrame) -> RankMemory:
     """A rank's memory digest holding just these steps (no top allocations, no snapshot)."""
     from tracelab.reports.memory import memory as analysis
 
