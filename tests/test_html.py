@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from helpers import ARTIFACTS, ROOT, check_rendered, open_page, shared_trace
 

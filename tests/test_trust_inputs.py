@@ -25,7 +25,7 @@ import pytest
 import malformed as m
 import tracelab
 from tracelab.core import regexes
-from tracelab.core.errors import TraceFormatError, UsageError
+from tracelab.core.errors import UsageError
 from tracelab.parsers import snapshot
 from tracelab.reports.fmt import clipped
 from tracelab.reports.memory import across
