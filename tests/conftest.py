@@ -52,8 +52,12 @@ def chromium() -> str:
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` (pyproject's addopts): a worker per core, at most 4 (each holds pandas and torch).
-    None, this process alone, where the run selects the slow tests (`-m slow`): they run one
-    after another as before, since their time and memory bounds assume nothing heavy beside them."""
-    if "slow" in (config.option.markexpr or "").replace("not slow", ""):
+    None, this process alone, where the run selects the tests marked `alone` (slow tests whose
+    bound is the machine's wall time, e.g. a browser's render: nothing heavy may run beside them),
+    as `-m slow` does; `-m "slow and not alone"` runs the other slow tests in a worker per core."""
+    from _pytest.mark.expression import Expression
+
+    markexpr = config.option.markexpr
+    if not markexpr or Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "alone")):
         return 0
     return max(1, min(4, len(os.sched_getaffinity(0))))

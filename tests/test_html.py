@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from helpers import ARTIFACTS, ROOT, check_rendered, open_page, shared_trace
 
@@ -172,6 +171,7 @@ def test_bad_output_path(tmp_path, where):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its bound is the browser's wall time: CI runs it with nothing beside it
 def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     spec = importlib.util.spec_from_file_location("report_bench", ROOT / "benchmarks" / "report_html.py")
     bench = importlib.util.module_from_spec(spec)

@@ -4,14 +4,21 @@ that a change to one test module or a typer upgrade breaks only what it should."
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
 
+@lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check here (the suite is ~130 files)."""
+    return ast.parse(path.read_text())
+
+
 def _imported(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -55,7 +62,7 @@ def _private_imports(path: Path) -> list[str]:
     tracelab.parsers._steps as s`). A helper module's public names (`from tracelab.parsers._steps
     import assign`) are public to the tests, as they are to the rest of the package."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in OURS:
             found += [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
         elif isinstance(node, ast.Import):
