@@ -39,12 +39,14 @@ the CPU's in a CPU-only run (gloo), and the causes say which.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from . import evidence as E
+from .stats import groups as G
 from .fmt import ms
 from .stats import MIN_SKEW_NS, STRAGGLER_ALPHA
 from .stats.noise import clock_spread_ns, noise_ns
@@ -60,29 +62,67 @@ TOP_KERNELS = 3
 def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
     """One row per collective: collective, step, unit (the step, or the collective where
     steps are unknown), skew_ns, last_rank (NA under the noise)."""
-    g = coll.groupby("collective", sort=True)
-    out = g.agg(step=("step", "first"), first_ns=("arrival_ns", "min"), last_ns=("arrival_ns", "max"),
-                last_rank=("last_rank", "first")).reset_index()
-    out["skew_ns"] = out.pop("last_ns") - out.pop("first_ns")
-    out["last_rank"] = out["last_rank"].astype("Int64").where(out["skew_ns"] >= noise_ns(coll))
+    if coll.empty:
+        return _per_collective_empty(coll)
+    g = G.by(coll["collective"].to_numpy(dtype=np.int64))
+    arrive = coll["arrival_ns"].to_numpy()
+    skew = g.max(arrive) - g.min(arrive)
+    out = pd.DataFrame({"collective": g.keys, "step": g.first(coll["step"]),
+                        "last_rank": pd.array(g.first(coll["last_rank"]), dtype="Int64"), "skew_ns": skew})
+    out["last_rank"] = out["last_rank"].where(out["skew_ns"] >= noise_ns(coll))
     has_steps = out["step"].notna().any()
     out["unit"] = out["step"] if has_steps else out["collective"].astype("Int64")
     return out[out["unit"].notna()].reset_index(drop=True)
 
 
+def _per_collective_empty(coll: pd.DataFrame) -> pd.DataFrame:
+    """per_collective of no collectives: its columns, typed as a groupby of `coll` types them."""
+    out = coll.groupby("collective", sort=True).agg(step=("step", "first"), first_ns=("arrival_ns", "min"),
+                                                      last_ns=("arrival_ns", "max"),
+                                                      last_rank=("last_rank", "first")).reset_index()
+    out["skew_ns"] = out.pop("last_ns") - out.pop("first_ns")
+    out["last_rank"] = out["last_rank"].astype("Int64")
+    out["unit"] = out["collective"].astype("Int64")
+    return out
+
+
 def gating(coll: pd.DataFrame) -> pd.DataFrame:
     """One row per unit (step): unit, collectives, skew_ns (summed), gating_rank (last for
     most of the skew; NA when no collective's skew passes the noise), gating_skew_ns."""
-    pc = per_collective(coll)
+    return _gating_of(per_collective(coll))
+
+
+def _gating_of(pc: pd.DataFrame) -> pd.DataFrame:
+    """gating of the collectives whose per_collective is `pc`."""
     cols = ["unit", "collectives", "skew_ns", "gating_rank", "gating_skew_ns"]
     if pc.empty:
         return pd.DataFrame(columns=cols)
-    units = pc.groupby("unit").agg(collectives=("collective", "size"), skew_ns=("skew_ns", "sum"))
-    by_last = pc.dropna(subset=["last_rank"]).groupby(["unit", "last_rank"])["skew_ns"].sum().reset_index()
-    top = by_last.sort_values(["unit", "skew_ns"], ascending=[True, False]).drop_duplicates("unit")
-    units["gating_rank"] = top.set_index("unit")["last_rank"].reindex(units.index).astype("Int64")
-    units["gating_skew_ns"] = top.set_index("unit")["skew_ns"].reindex(units.index).fillna(0).astype("int64")
-    return units.reset_index()[cols]
+    unit = pc["unit"].to_numpy(dtype=np.int64)
+    skew = pc["skew_ns"].to_numpy(dtype=np.int64)
+    units = G.by(unit)
+    rank, skew_by_rank = _gating_rank(unit, pc["last_rank"], skew, units.keys)
+    return pd.DataFrame({"unit": pd.array(units.keys, dtype=pc["unit"].dtype),
+                         "collectives": np.diff(np.r_[units.starts, len(unit)]), "skew_ns": units.sum(skew),
+                         "gating_rank": rank, "gating_skew_ns": skew_by_rank})[cols]
+
+
+def _gating_rank(unit: np.ndarray, last_rank: pd.Series, skew: np.ndarray, keys: np.ndarray
+                 ) -> tuple[pd.api.extensions.ExtensionArray, np.ndarray]:
+    """Per unit (`keys`): the last rank with the most skew summed over the unit's collectives
+    (the lowest rank on a tie), NA where none has a last rank, and that skew (0 there)."""
+    known = last_rank.notna().to_numpy()
+    rank = last_rank.to_numpy(dtype=np.int64, na_value=-1)[known]
+    pairs = G.by(unit[known] * (int(rank.max()) + 1 if len(rank) else 1) + rank)
+    pair_unit, pair_rank, pair_skew = pairs.min(unit[known]), pairs.min(rank), pairs.sum(skew[known])
+    best = np.lexsort((pair_rank, -pair_skew, pair_unit))
+    top = best[np.r_[True, pair_unit[best][1:] != pair_unit[best][:-1]]] if len(best) else best
+    at = np.searchsorted(keys, pair_unit[top])
+    out_rank = np.zeros(len(keys), np.int64)
+    out_skew = np.zeros(len(keys), np.int64)
+    out_rank[at], out_skew[at] = pair_rank[top], pair_skew[top]
+    missing = np.ones(len(keys), bool)
+    missing[at] = False
+    return pd.arrays.IntegerArray(out_rank, missing), out_skew
 
 
 def waits(coll: pd.DataFrame) -> pd.DataFrame:
@@ -211,44 +251,122 @@ def _as_str_categorical(column: pd.Series, mask: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(lookup[codes], categories=pd.Index(categories, dtype=object))
 
 
-def _by_unit(sums: pd.Series) -> dict:
-    """A (unit, name) series as unit -> its series by name (what .xs(unit) gives, for every unit at once)."""
-    return {unit: part.droplevel("unit") for unit, part in sums.groupby(level="unit", sort=False)}
+@dataclass(frozen=True)
+class _Chosen:
+    """The rows of the collectives each unit's gating rank was last at: per row its rank, its
+    window (the position among its rank's communication rows), its unit's position in `units`
+    and whether it is the gating rank's own; `gate`: each unit's gating rank."""
+    rank: np.ndarray
+    window: np.ndarray
+    unit: np.ndarray
+    mine: np.ndarray
+    units: np.ndarray
+    gate: np.ndarray
 
 
-def _extra(total: dict, mine: dict, unit: int, n_others: int, work_ns: int) -> dict[str, int]:
-    """The TOP_KERNELS names (kernels or scopes) whose ns before the gating rank's collectives
-    of the unit exceed the other ranks' mean the most, each by over a tenth of the extra work
-    (`total`: ns per name summed over all ranks, by unit (_by_unit); `mine`: the gating rank's); largest first."""
-    if unit not in total:
-        return {}
-    everyone = total[unit]
-    own = mine[unit].reindex(everyone.index, fill_value=0) if unit in mine else pd.Series(0, index=everyone.index)
-    diff = own - (everyone - own) / n_others
-    diff = diff[diff.index != ""]  # rows outside every scope name nothing
-    top = diff[diff > max(work_ns, 0) / 10].sort_values(ascending=False).head(TOP_KERNELS)
-    return {str(k): int(v) for k, v in top.items()}
+def _chosen(coll: pd.DataFrame, pc: pd.DataFrame, gate: pd.DataFrame) -> tuple[_Chosen, np.ndarray]:
+    """_Chosen of `coll` (pc: its per_collective; gate: its gating), and the mask of its rows kept."""
+    ids = pc["collective"].to_numpy(dtype=np.int64)
+    own = coll["collective"].to_numpy(dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, own), max(len(ids) - 1, 0))
+    last = pc["last_rank"].to_numpy(dtype=np.int64, na_value=-1)[at] if len(ids) else np.full(len(own), -1)
+    unit = pc["unit"].to_numpy(dtype=np.int64)[at] if len(ids) else own
+    gated = gate[gate["gating_rank"].notna()]
+    units = gated["unit"].to_numpy(dtype=np.int64)
+    pos = np.minimum(np.searchsorted(units, unit), len(units) - 1)
+    keep = (ids[at] == own) & (units[pos] == unit) & (last >= 0) & (last == gated["gating_rank"].to_numpy(dtype=np.int64)[pos])
+    pos = pos[keep]
+    gate_rank = gated["gating_rank"].to_numpy(dtype=np.int64)
+    rank = coll["rank"].to_numpy(dtype=np.int64)[keep]
+    return _Chosen(rank, coll["window"].to_numpy(dtype=np.int64)[keep], pos, rank == gate_rank[pos], units,
+                   gate_rank), keep
 
 
-def _names_in(chosen: pd.DataFrame, tables: Mapping[int, pd.DataFrame], key: str, gate: pd.Series
-              ) -> tuple[pd.Series, pd.Series]:
+@dataclass(frozen=True)
+class _NameSums:
+    """Per (unit, name) pair, sorted by unit then name: the unit's position, the name, its ns
+    summed over all ranks and the unit's gating rank's own; `at`: where each unit's pairs begin
+    (units past the last pair: its end)."""
+    unit: np.ndarray
+    name: np.ndarray
+    total_ns: np.ndarray
+    own_ns: np.ndarray
+    at: np.ndarray
+
+    def of(self, unit: int) -> slice:
+        return slice(self.at[unit], self.at[unit + 1])
+
+
+def _names_in(chosen: _Chosen, tables: Mapping[int, pd.DataFrame], key: str) -> _NameSums:
     """Per (unit, name): ns summed over all ranks, and the unit's gating rank's own, of the
-    ranks' per-window tables (`tables`: rank -> time_in of `key`) in the `chosen` windows
-    (rank, window, unit). Each rank is reduced on its own: only (unit, name) sums meet."""
-    parts, mine = [], []
-    for rank, w in chosen.groupby("rank", sort=True):
+    ranks' per-window tables (`tables`: rank -> time_in of `key`) in the `chosen` windows.
+    Each rank's table is cut to its chosen windows on its own: only those rows meet."""
+    unit, names, ns, mine = [], [], [], []
+    for rank in np.unique(chosen.rank):
         t = tables.get(int(rank))
         if t is None or t.empty:
             continue
-        t = t.merge(w[["window", "unit"]], on="window")
-        g = t.assign(**{key: t[key].astype(str)}).groupby(["unit", key])["dur_ns"].sum()
-        parts.append(g)
-        own = g[g.index.get_level_values("unit").map(gate) == rank]
-        if len(own):
-            mine.append(own)
-    empty = pd.Series(dtype="int64", index=pd.MultiIndex.from_tuples([], names=["unit", key]))
-    total = pd.concat(parts).groupby(level=[0, 1]).sum() if parts else empty
-    return total, (pd.concat(mine) if mine else empty)
+        rows = np.flatnonzero(chosen.rank == rank)
+        order = rows[np.argsort(chosen.window[rows], kind="stable")]
+        window = t["window"].to_numpy(dtype=np.int64)
+        at = np.minimum(np.searchsorted(chosen.window[order], window), len(order) - 1)
+        hit = chosen.window[order][at] == window
+        unit.append(chosen.unit[order][at][hit])
+        names.append(np.asarray(t[key].array[hit].astype(str), dtype=object))
+        ns.append(t["dur_ns"].to_numpy(dtype=np.int64)[hit])
+        mine.append(chosen.gate[unit[-1]] == rank)
+    return _name_sums(*(np.concatenate(a) if a else np.zeros(0, d) for a, d in
+                        ((unit, np.int64), (names, object), (ns, np.int64), (mine, bool))), len(chosen.units))
+
+
+def _name_sums(unit: np.ndarray, names: np.ndarray, ns: np.ndarray, mine: np.ndarray, n_units: int) -> _NameSums:
+    """_NameSums of rows (unit position, name, ns, the gating rank's own), names in sorted order
+    (as a groupby by name sorts them)."""
+    code, distinct = pd.factorize(names, sort=True)
+    pairs = G.by(unit * max(len(distinct), 1) + code)
+    pair_unit = pairs.min(unit)
+    return _NameSums(pair_unit, np.asarray(distinct, dtype=object)[pairs.min(code)] if len(code) else names,
+                     pairs.sum(ns), pairs.sum(np.where(mine, ns, 0)),
+                     np.searchsorted(pair_unit, np.arange(n_units + 1)))
+
+
+def _extra(sums: _NameSums, unit: int, n_others: int, work_ns: int) -> dict[str, int]:
+    """The TOP_KERNELS names (kernels or scopes) whose ns before the gating rank's collectives
+    of the unit exceed the other ranks' mean the most, each by over a tenth of the extra work
+    (`sums`: per (unit, name), _names_in); largest first."""
+    part = sums.of(unit)
+    own = sums.own_ns[part]
+    diff = own - (sums.total_ns[part] - own) / n_others
+    names = sums.name[part]
+    keep = names != ""  # rows outside every scope name nothing
+    diff, names = diff[keep], names[keep]
+    big = diff > max(work_ns, 0) / 10
+    diff, names = diff[big], names[big]
+    return {str(names[i]): int(diff[i]) for i in _descending(diff)[:TOP_KERNELS]}
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """The order Series.sort_values(ascending=False) gives `values` (no NaN), ties included:
+    pandas sorts the reversed values ascending and reverses that."""
+    reverse = np.arange(len(values))[::-1]
+    return reverse[values[::-1].argsort(kind="quicksort")][::-1]
+
+
+def _by_unit(chosen: _Chosen, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit (position): the gating rank's sum of `values` over the chosen rows, and the other ranks'."""
+    n = len(chosen.units)
+    mine = np.zeros(n, values.dtype)
+    others = np.zeros(n, values.dtype)
+    np.add.at(mine, chosen.unit[chosen.mine], values[chosen.mine])
+    np.add.at(others, chosen.unit[~chosen.mine], values[~chosen.mine])
+    return mine, others
+
+
+def _n_others(chosen: _Chosen) -> np.ndarray:
+    """Per unit (position): how many ranks other than its gating rank the chosen rows hold, at least 1."""
+    ranks = int(chosen.rank.max()) + 1 if len(chosen.rank) else 1
+    pairs = np.unique(chosen.unit[~chosen.mine] * ranks + chosen.rank[~chosen.mine])
+    return np.maximum(np.bincount(pairs // ranks, minlength=len(chosen.units)), 1)
 
 
 def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping[int, pd.DataFrame],
@@ -261,25 +379,23 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
     communication rows) and the window's busy_ns and idle_ns (`windows`); `kernels`, `scopes`:
     rank -> its `time_in` table; `device`: "GPU", or "CPU" for a CPU-only run."""
     cols = ["unit", "gating_rank", "extra_work_ns", "extra_idle_ns", "cause", "kernels", "scopes"]
-    gate = gating(coll).set_index("unit")["gating_rank"] if len(coll) else pd.Series(dtype="Int64")
-    if gate.dropna().empty:
+    pc = per_collective(coll) if len(coll) else None
+    gate = _gating_of(pc) if pc is not None else None
+    if gate is None or gate["gating_rank"].isna().all():
         return pd.DataFrame(columns=cols)
-    chosen = coll.merge(per_collective(coll)[["collective", "unit", "last_rank"]], on="collective",
-                        suffixes=("", "_gate"))
-    chosen = chosen[chosen["last_rank_gate"] == chosen["unit"].map(gate)]  # where the gating rank was last
-    by_kernel = [_by_unit(sums) for sums in _names_in(chosen, kernels, "kernel", gate)]
-    by_scope = [_by_unit(sums) for sums in _names_in(chosen, scopes, "scope", gate)]
+    chosen, keep = _chosen(coll, pc, gate)
+    n_others = _n_others(chosen)
+    busy_mine, busy_others = _by_unit(chosen, coll["busy_ns"].to_numpy()[keep])
+    idle_mine, idle_others = _by_unit(chosen, coll["idle_ns"].to_numpy()[keep])
+    by_kernel, by_scope = _names_in(chosen, kernels, "kernel"), _names_in(chosen, scopes, "scope")
     out = []
-    for unit, w in chosen.groupby("unit"):
-        g = gate[unit]
-        mine, others = w[w["rank"] == g], w[w["rank"] != g]
-        n_others = max(others["rank"].nunique(), 1)
-        work = int(mine["busy_ns"].sum() - others["busy_ns"].sum() / n_others)
-        idle = int(mine["idle_ns"].sum() - others["idle_ns"].sum() / n_others)
-        out.append({"unit": unit, "gating_rank": int(g), "extra_work_ns": work, "extra_idle_ns": idle,
-                    "cause": f"more {device} work" if work >= idle else f"idle {device}",
-                    "kernels": _extra(*by_kernel, unit, n_others, work),
-                    "scopes": _extra(*by_scope, unit, n_others, work)})
+    for u in np.unique(chosen.unit):
+        work = int(busy_mine[u] - busy_others[u] / n_others[u])
+        idle = int(idle_mine[u] - idle_others[u] / n_others[u])
+        out.append({"unit": chosen.units[u], "gating_rank": int(chosen.gate[u]), "extra_work_ns": work,
+                    "extra_idle_ns": idle, "cause": f"more {device} work" if work >= idle else f"idle {device}",
+                    "kernels": _extra(by_kernel, u, int(n_others[u]), work),
+                    "scopes": _extra(by_scope, u, int(n_others[u]), work)})
     return pd.DataFrame(out, columns=cols)
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from tracelab.core.schema import str_array
 
+from . import groups
 from . import MAD_TO_SD, MIN_LEAD_NS, MIN_LEAD_SHARE, MIN_SKEW_NS, NOISE_SIGMAS
 
 
@@ -163,10 +164,16 @@ def noise_ns(coll: pd.DataFrame) -> float:
     noise of the work (step_noise_ns) where the caller put it in a `noise_floor_ns` column."""
     if coll.empty:
         return float(MIN_SKEW_NS)
-    ends = coll.groupby("collective")["end_ns"]
-    spread = ends.max() - ends.min()
     floor = float(coll["noise_floor_ns"].max()) if "noise_floor_ns" in coll else 0.0
-    return float(max(2 * spread.median(), MIN_SKEW_NS, floor))
+    return float(max(2 * np.median(end_spread_ns(coll)), MIN_SKEW_NS, floor))
+
+
+def end_spread_ns(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective (by id, ascending): its last end less its first, as float64 (the medians
+    taken of it are a float's)."""
+    g = groups.by(coll["collective"].to_numpy(dtype=np.int64))
+    end = coll["end_ns"].to_numpy()
+    return (g.max(end) - g.min(end)).astype(np.float64)
 
 
 def step_noise_ns(steps: pd.DataFrame) -> float:
@@ -207,8 +214,7 @@ def step_threshold_ns(pc: pd.DataFrame, clock_ns: float, floor_ns: float, min_ns
 
 def clock_spread_ns(coll: pd.DataFrame) -> float:
     """How well the ranks' clocks agree: the median spread of the collectives' ends."""
-    ends = coll.groupby("collective")["end_ns"]
-    return float((ends.max() - ends.min()).median()) if len(coll) else 0.0
+    return float(np.median(end_spread_ns(coll))) if len(coll) else 0.0
 
 
 def floor_ns(coll: pd.DataFrame) -> float:
