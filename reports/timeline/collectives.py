@@ -17,13 +17,14 @@ collectives) and the caller says that it corrected them.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from tracelab.core.schema import kind_mask
 
+from ..stats import groups as G
 from .intervals import timed
 
 # NCCL's bus-bandwidth factor per collective type and rank count n (nccl-tests,
@@ -92,42 +93,94 @@ def match(rows: pd.DataFrame, offsets_ns: Mapping[int, int] | None = None, keep:
     them on one). `keep`: more columns of `rows` carried through to the result."""
     if rows.empty:
         return pd.DataFrame(columns=[*COLUMNS, *keep])
+    arrive = rows["arrival_ns"].to_numpy(dtype=np.int64)
+    end = rows["end_ns"].to_numpy(dtype=np.int64)
     if offsets_ns:
         shift = rows["rank"].map(offsets_ns).fillna(0).to_numpy(dtype=np.int64)
-        rows = rows.assign(arrival_ns=rows["arrival_ns"].to_numpy(dtype=np.int64) + shift,
-                           end_ns=rows["end_ns"].to_numpy(dtype=np.int64) + shift)
+        arrive, end = arrive + shift, end + shift
     size = rows["msg_bytes"].fillna(-1)
-    rows = rows.assign(size=size).sort_values(["rank", "arrival_ns"], kind="stable")
-    rows["instance"] = rows.groupby(["rank", "process_group", "kernel", "size"]).cumcount()
-    keys = ["process_group", "kernel", "size", "instance"]
-    g = rows.groupby(keys, sort=False)
-    rows["ranks"] = g["rank"].transform("size")
-    rows = rows[rows["ranks"] > 1].copy()
-    rows = rows.sort_values(["arrival_ns", "rank"], kind="stable")
-    g = rows.groupby(keys, sort=False)
-    rows["last_arrival_ns"] = g["arrival_ns"].transform("max")
-    rows["last_rank"] = g["rank"].transform("last").astype("Int64")  # rows in arrival order
-    tied = (rows["arrival_ns"] == rows["last_arrival_ns"]).groupby([rows[k] for k in keys]).transform("sum") > 1
-    rows.loc[tied, "last_rank"] = pd.NA  # several ranks arrived last together: nobody is the last
-    rows["wait_ns"] = rows["last_arrival_ns"] - rows["arrival_ns"]
-    rows["transfer_ns"] = (rows["end_ns"] - rows["last_arrival_ns"]).clip(lower=0)
-    first = g["arrival_ns"].transform("min")
-    # one id per collective, in order of first arrival; collectives whose first arrivals tie (Kineto's
-    # microsecond clock) stay apart, ordered by their keys
-    rows["collective"] = rows.assign(first_ns=first).groupby(["first_ns", *keys], sort=True, dropna=False).ngroup()
-    rows["type"] = rows["kernel"].map(collective_type)
-    rows["step"] = _common_step(rows, keys)
-    rows["msg_bytes"] = rows["size"].where(rows["size"] >= 0)
-    out = rows.sort_values(["collective", "rank"], kind="stable")[[*COLUMNS, *keep]]
-    return out.reset_index(drop=True)
+    m = _matched(rows, size.to_numpy(), arrive)
+    at, last_ns = m["rows"], m["last_arrival_ns"]
+    size = size.take(at).reset_index(drop=True)
+    out = {**m, "process_group": rows["process_group"].array.take(at), "kernel": rows["kernel"].array.take(at),
+           "rank": rows["rank"].array.take(at), "msg_bytes": size.where(size >= 0).array, "arrival_ns": arrive[at],
+           "end_ns": end[at], "wait_ns": last_ns - arrive[at], "transfer_ns": np.maximum(end[at] - last_ns, 0),
+           **{c: rows[c].array.take(at) for c in keep}}
+    return pd.DataFrame({c: out[c] for c in [*COLUMNS, *keep]})
 
 
-def _common_step(rows: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """The step of a collective: the step its ranks agree on (their most common), NA if none has one."""
-    counts = rows.dropna(subset=["step"]).groupby([*keys, "step"]).size().rename("n").reset_index()
-    mode = counts.sort_values(["n", "step"], ascending=[False, True]).drop_duplicates(keys).set_index(keys)["step"]
-    index = pd.MultiIndex.from_frame(rows[keys])
-    return pd.Series(mode.reindex(index).to_numpy(), index=rows.index, dtype="Int64")
+def _matched(rows: pd.DataFrame, size: np.ndarray, arrive: np.ndarray) -> dict[str, Any]:
+    """The matching itself, over arrays. The i-th row of a (rank, process group, kernel, size)
+    in arrival order is its instance i; the rows of one (process group, kernel, size, instance)
+    that more than one rank holds are one collective, numbered in order of first arrival (ties:
+    by those keys). A row without a process group matches nothing (a missing key groups with
+    none). Returns `rows` (positions of the matched rows, by collective then rank; in arrival
+    order among equal ones) and the columns match adds, in that order."""
+    rank = rows["rank"].to_numpy(dtype=np.int64)
+    group = pd.factorize(rows["process_group"].to_numpy(dtype=object), sort=True)[0]
+    kernel, kernels = pd.factorize(rows["kernel"].to_numpy(dtype=object), sort=True)
+    size = pd.factorize(size, sort=True)[0]
+    by_rank = np.lexsort((arrive, rank))  # stable: equal rows keep their order
+    instance = np.empty(len(rank), np.int64)
+    instance[by_rank] = _cumcount(_dense(rank[by_rank], _dense(group, kernel, size)[by_rank]))
+    key = _dense(group, kernel, size, instance)
+    held = np.bincount(key)[key]
+    kept = np.flatnonzero((held > 1) & (group >= 0))
+    kept = kept[np.lexsort((rank[kept], arrive[kept]))]  # arrival order, then rank: the last is the last rank
+    c = G.by(key[kept])
+    one = np.empty(len(kept), np.int64)  # each kept row's collective (its position in c)
+    one[c.order] = c.of
+    last_ns = c.max(arrive[kept])
+    last_rank = rank[kept][c.order[np.r_[c.starts[1:], len(kept)] - 1]] if len(kept) else rank[:0]
+    tied = c.sum((arrive[kept] == last_ns[one]).astype(np.int64)) > 1  # several arrived last together: nobody is
+    head = kept[c.order[c.starts]]
+    number = _dense(c.min(arrive[kept]), group[head], kernel[head], size[head], instance[head])
+    step = _common_step(rows["step"].array.take(kept), one, len(c.keys))
+    final = np.lexsort((rank[kept], number[one]))
+    at, one = kept[final], one[final]
+    types = np.array([collective_type(k) for k in kernels], dtype=object)
+    missing = not (group >= 0).all()  # a missing key makes pandas' counts floats
+    return {"rows": at, "collective": number[one], "type": types[kernel[at]],
+            "instance": instance[at].astype(np.float64) if missing else instance[at],
+            "step": step[one],
+            "ranks": held[at].astype(np.float64) if missing else held[at], "last_arrival_ns": last_ns[one],
+            "last_rank": pd.arrays.IntegerArray(last_rank[one], tied[one])}
+
+
+def _dense(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the position of its (columns...) among the distinct ones, sorted lexicographically."""
+    order = np.lexsort(columns[::-1])
+    ordered = np.stack([c[order] for c in columns])
+    change = np.r_[True, (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)] if len(order) else np.zeros(0, bool)
+    out = np.empty(len(order), np.int64)
+    out[order] = np.cumsum(change) - 1
+    return out
+
+
+def _cumcount(key: np.ndarray) -> np.ndarray:
+    """Per row, how many rows before it have its key (groupby's cumcount)."""
+    g = G.by(key)
+    out = np.empty(len(key), np.int64)
+    out[g.order] = np.arange(len(key)) - g.starts[g.of]
+    return out
+
+
+def _common_step(step: pd.api.extensions.ExtensionArray, one: np.ndarray, n: int) -> pd.arrays.IntegerArray:
+    """Per collective (of `n`; `one`: each row's), the step its ranks agree on: their most common,
+    the lowest of equally common ones; NA where no rank has one."""
+    known = ~np.asarray(pd.isna(step), dtype=bool)
+    value = np.asarray(step[known], dtype=np.int64)
+    pair = _dense(one[known], value)
+    count = np.bincount(pair)
+    at = np.unique(pair, return_index=True)[1]
+    p_one, p_step, p_count = one[known][at], value[at], count
+    best = np.lexsort((p_step, -p_count, p_one))
+    first = best[np.r_[True, p_one[best][1:] != p_one[best][:-1]]] if len(best) else best
+    out = np.zeros(n, np.int64)
+    out[p_one[first]] = p_step[first]
+    missing = np.ones(n, bool)
+    missing[p_one[first]] = False
+    return pd.arrays.IntegerArray(out, missing)
 
 
 def clock_check(coll: pd.DataFrame) -> dict[str, float]:
