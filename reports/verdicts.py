@@ -127,21 +127,68 @@ def _gating_rank(unit: np.ndarray, last_rank: pd.Series, skew: np.ndarray, keys:
 
 def waits(coll: pd.DataFrame) -> pd.DataFrame:
     """Wide: one row per unit, one column per rank, the rank's summed wait (ns)."""
-    pc = per_collective(coll)[["collective", "unit"]]
-    w = coll.merge(pc, on="collective").pivot_table(index="unit", columns="rank", values="wait_ns",
-                                                    aggfunc="sum", fill_value=0)
-    return w.astype("int64")
-
+    pc = per_collective(coll)
+    rows, at = _unit_rows(coll, pc)
+    unit = pc["unit"].to_numpy(dtype=np.int64)[at]
+    wait = coll["wait_ns"].to_numpy(dtype=np.int64)[rows]
+    return _wide(pc, unit, coll["rank"].to_numpy()[rows], wait, _int_sums)
 
 
 def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     """Unit x rank: how much later than the mean of the other ranks the rank arrived at the
     unit's collectives (ns, summed over them; negative: earlier)."""
-    c = coll.merge(per_collective(coll)[["collective", "unit"]], on="collective")
-    others = (c.groupby("collective")["arrival_ns"].transform("sum") - c["arrival_ns"]) / (c["ranks"] - 1)
-    return c.assign(late_ns=c["arrival_ns"] - others).pivot_table(index="unit", columns="rank", values="late_ns",
-                                                                    aggfunc="sum", fill_value=0)
+    pc = per_collective(coll)
+    rows, at = _unit_rows(coll, pc)
+    unit = pc["unit"].to_numpy(dtype=np.int64)[at]
+    arrive = coll["arrival_ns"].to_numpy(dtype=np.int64)[rows]
+    collective = G.by(coll["collective"].to_numpy(dtype=np.int64)[rows])
+    total = np.empty(len(rows), np.int64)
+    total[collective.order] = collective.sum(arrive)[collective.of]
+    others = (total - arrive) / (coll["ranks"].to_numpy(dtype=np.int64)[rows] - 1)
+    return _wide(pc, unit, coll["rank"].to_numpy()[rows], arrive - others, _compensated_sums)
 
+
+def _unit_rows(coll: pd.DataFrame, pc: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `coll` whose collective has a unit (`pc`: its per_collective), in order, and
+    each one's row in `pc`."""
+    ids = pc["collective"].to_numpy(dtype=np.int64)
+    own = coll["collective"].to_numpy(dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, own), max(len(ids) - 1, 0))
+    rows = np.flatnonzero(ids[at] == own) if len(ids) else np.zeros(0, np.int64)
+    return rows, at[rows]
+
+
+def _wide(pc: pd.DataFrame, unit: np.ndarray, rank: np.ndarray, values: np.ndarray, sums) -> pd.DataFrame:
+    """Unit x rank: `values` summed per (unit, rank) by `sums` (cells, values, count), 0 where none:
+    the pivot table of them."""
+    units, u = np.unique(unit, return_inverse=True)
+    ranks, r = np.unique(rank, return_inverse=True)
+    table = sums(u.reshape(-1) * len(ranks) + r.reshape(-1), values, len(units) * len(ranks))
+    return pd.DataFrame(table.reshape(len(units), len(ranks)), index=pd.Index(
+        pd.array(units, dtype=pc["unit"].dtype), name="unit"), columns=pd.Index(ranks, name="rank"))
+
+
+def _int_sums(cell: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, np.int64)
+    np.add.at(out, cell, values)
+    return out
+
+
+def _compensated_sums(cell: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per cell, its values summed in row order with Kahan's compensation, as pandas' groupby sum
+    of floats does (the same float to the last bit): one step per row of the longest cell."""
+    g = G.by(cell)
+    nth = np.arange(len(cell)) - g.starts[g.of]
+    label, value = g.keys[g.of], values[g.order]
+    total, carry = np.zeros(n), np.zeros(n)
+    for k in range(int(nth.max()) + 1 if len(nth) else 0):
+        at = nth == k
+        lab = label[at]
+        y = value[at] - carry[lab]
+        t = total[lab] + y
+        carry[lab] = np.where(np.isnan(t - total[lab] - y), 0.0, t - total[lab] - y)
+        total[lab] = t
+    return total
 
 
 def straggler(gate: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
@@ -265,21 +312,19 @@ class _Chosen:
 
 
 def _chosen(coll: pd.DataFrame, pc: pd.DataFrame, gate: pd.DataFrame) -> tuple[_Chosen, np.ndarray]:
-    """_Chosen of `coll` (pc: its per_collective; gate: its gating), and the mask of its rows kept."""
-    ids = pc["collective"].to_numpy(dtype=np.int64)
-    own = coll["collective"].to_numpy(dtype=np.int64)
-    at = np.minimum(np.searchsorted(ids, own), max(len(ids) - 1, 0))
-    last = pc["last_rank"].to_numpy(dtype=np.int64, na_value=-1)[at] if len(ids) else np.full(len(own), -1)
-    unit = pc["unit"].to_numpy(dtype=np.int64)[at] if len(ids) else own
+    """_Chosen of `coll` (pc: its per_collective; gate: its gating), and the positions of its rows kept."""
+    rows, at = _unit_rows(coll, pc)
+    unit = pc["unit"].to_numpy(dtype=np.int64)[at]
+    last = pc["last_rank"].to_numpy(dtype=np.int64, na_value=-1)[at]
     gated = gate[gate["gating_rank"].notna()]
     units = gated["unit"].to_numpy(dtype=np.int64)
-    pos = np.minimum(np.searchsorted(units, unit), len(units) - 1)
-    keep = (ids[at] == own) & (units[pos] == unit) & (last >= 0) & (last == gated["gating_rank"].to_numpy(dtype=np.int64)[pos])
-    pos = pos[keep]
     gate_rank = gated["gating_rank"].to_numpy(dtype=np.int64)
-    rank = coll["rank"].to_numpy(dtype=np.int64)[keep]
-    return _Chosen(rank, coll["window"].to_numpy(dtype=np.int64)[keep], pos, rank == gate_rank[pos], units,
-                   gate_rank), keep
+    pos = np.minimum(np.searchsorted(units, unit), len(units) - 1)
+    keep = (units[pos] == unit) & (last >= 0) & (last == gate_rank[pos])
+    rows, pos = rows[keep], pos[keep]
+    rank = coll["rank"].to_numpy(dtype=np.int64)[rows]
+    return _Chosen(rank, coll["window"].to_numpy(dtype=np.int64)[rows], pos, rank == gate_rank[pos], units,
+                   gate_rank), rows
 
 
 @dataclass(frozen=True)
@@ -383,10 +428,10 @@ def why(coll: pd.DataFrame, kernels: Mapping[int, pd.DataFrame], scopes: Mapping
     gate = _gating_of(pc) if pc is not None else None
     if gate is None or gate["gating_rank"].isna().all():
         return pd.DataFrame(columns=cols)
-    chosen, keep = _chosen(coll, pc, gate)
+    chosen, rows = _chosen(coll, pc, gate)
     n_others = _n_others(chosen)
-    busy_mine, busy_others = _by_unit(chosen, coll["busy_ns"].to_numpy()[keep])
-    idle_mine, idle_others = _by_unit(chosen, coll["idle_ns"].to_numpy()[keep])
+    busy_mine, busy_others = _by_unit(chosen, coll["busy_ns"].to_numpy()[rows])
+    idle_mine, idle_others = _by_unit(chosen, coll["idle_ns"].to_numpy()[rows])
     by_kernel, by_scope = _names_in(chosen, kernels, "kernel"), _names_in(chosen, scopes, "scope")
     out = []
     for u in np.unique(chosen.unit):
