@@ -67,12 +67,13 @@ def per_collective(coll: pd.DataFrame) -> pd.DataFrame:
     g = G.by(coll["collective"].to_numpy(dtype=np.int64))
     arrive = coll["arrival_ns"].to_numpy()
     skew = g.max(arrive) - g.min(arrive)
-    out = pd.DataFrame({"collective": g.keys, "step": g.first(coll["step"]),
-                        "last_rank": pd.array(g.first(coll["last_rank"]), dtype="Int64"), "skew_ns": skew})
-    out["last_rank"] = out["last_rank"].where(out["skew_ns"] >= noise_ns(coll))
-    has_steps = out["step"].notna().any()
-    out["unit"] = out["step"] if has_steps else out["collective"].astype("Int64")
-    return out[out["unit"].notna()].reset_index(drop=True)
+    step = g.first(coll["step"])
+    last = pd.array(g.first(coll["last_rank"]), dtype="Int64")
+    last = pd.arrays.IntegerArray(last.to_numpy(dtype=np.int64, na_value=0), last.isna() | (skew < noise_ns(coll)))
+    unit = step if not step.isna().all() else pd.array(g.keys, dtype="Int64")
+    keep = ~np.asarray(unit.isna(), dtype=bool)
+    return pd.DataFrame({"collective": g.keys[keep], "step": step[keep], "last_rank": last[keep], "skew_ns": skew[keep],
+                         "unit": unit[keep]})
 
 
 def _per_collective_empty(coll: pd.DataFrame) -> pd.DataFrame:
