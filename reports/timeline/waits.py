@@ -177,19 +177,7 @@ def straggler_json(w: Waits) -> dict[str, Any]:
     the evidence numbers, the clock, and per step (or collective) the gating rank, each
     rank's wait and why."""
     v = w.verdict
-    causes = w.causes.set_index("unit") if len(w.causes) else pd.DataFrame()
-    steps = []
-    for _, g in w.gating.iterrows():
-        unit = int(g["unit"])
-        row = {"step" if v["basis"] == "steps" else "collective": unit,
-               "gating_rank": None if pd.isna(g["gating_rank"]) else int(g["gating_rank"]),
-               "skew_ns": int(g["skew_ns"]), "collectives": int(g["collectives"]),
-               "wait_ns": {str(r): int(ns) for r, ns in w.waits.loc[unit].items()} if unit in w.waits.index else {}}
-        if unit in causes.index:
-            c = causes.loc[unit]
-            row.update(cause=c["cause"], extra_work_ns=int(c["extra_work_ns"]), extra_idle_ns=int(c["extra_idle_ns"]),
-                       kernels=c["kernels"], scopes=c["scopes"])
-        steps.append(row)
+    steps = _units_json(w, "step" if v["basis"] == "steps" else "collective")
     return {"rank": v["rank"], "pattern": v["pattern"], "basis": v["basis"], "line": w.line,
             "test": v.get("test", ""), "p_value": v["p_value"], "lateness_ns": v["lateness_ns"], "alternation_p": v["alternation_p"],
             "alpha": v["alpha"], "units": v["units"], "gated_units": v["gated_units"],
@@ -199,6 +187,26 @@ def straggler_json(w: Waits) -> dict[str, Any]:
             "clock": {k: (val if not isinstance(val, dict) else {str(r): o for r, o in val.items()})
                       for k, val in w.clock.items()},
             "steps": steps}
+
+
+def _units_json(w: Waits, unit_key: str) -> list[dict[str, Any]]:
+    """straggler_json's `steps`: per unit of the gating table (`unit_key`: "step" or "collective"),
+    its gating rank, skew, collectives, each rank's wait and, where gated, why (the tables read
+    once as plain values, not a row at a time)."""
+    causes = {int(c["unit"]): c for c in w.causes.to_dict("records")} if len(w.causes) else {}
+    ranks = [str(r) for r in w.waits.columns]
+    waits = {int(u): {r: int(ns) for r, ns in zip(ranks, row)} for u, row in zip(w.waits.index, w.waits.to_numpy())}
+    out = []
+    for unit, rank, skew, n in zip(w.gating["unit"], w.gating["gating_rank"], w.gating["skew_ns"], w.gating["collectives"]):
+        unit = int(unit)
+        row = {unit_key: unit, "gating_rank": None if pd.isna(rank) else int(rank), "skew_ns": int(skew),
+               "collectives": int(n), "wait_ns": waits.get(unit, {})}
+        if unit in causes:
+            c = causes[unit]
+            row.update(cause=c["cause"], extra_work_ns=int(c["extra_work_ns"]), extra_idle_ns=int(c["extra_idle_ns"]),
+                       kernels=c["kernels"], scopes=c["scopes"])
+        out.append(row)
+    return out
 
 
 def run_waits(members: list) -> Waits:
