@@ -55,9 +55,17 @@ def pytest_xdist_auto_num_workers(config) -> int:
     None, this process alone, where the run selects the tests marked `alone` (slow tests whose
     bound is the machine's wall time, e.g. a browser's render: nothing heavy may run beside them),
     as `-m slow` does; `-m "slow and not alone"` runs the other slow tests in a worker per core."""
-    from _pytest.mark.expression import Expression
-
     markexpr = config.option.markexpr
-    if not markexpr or Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "alone")):
+    if not markexpr or _selects_alone(markexpr):
         return 0
     return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def _selects_alone(markexpr: str) -> bool:
+    """Whether `-m markexpr` selects a test marked both slow and alone, by pytest's own parser of
+    -m (a private module: where a pytest release moves it, by the words, erring towards one process)."""
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return "not alone" not in markexpr and "not slow" not in markexpr
+    return bool(Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "alone")))

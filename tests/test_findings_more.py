@@ -95,10 +95,10 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
 
 
-def test_the_host_fix_is_restated_against_the_run_under_none():
-    """With the same job's run under backend none beside it, the no-host-gaps saving is restated
-    against that run's median step (from its run.json): the predicted step against the step without
-    the profiler's own host time, and ranked by that."""
+def test_the_run_under_none_is_the_step_without_the_profiler_for_every_command(capsys):
+    """With the same job's run under backend none beside it (and no step of its own measured with
+    the profiler off), that run's median step (from its run.json) is the step without the profiler:
+    one figure, the same in whatif's JSON and in the findings' words, the user's time first."""
     import statistics
 
     from tracelab.reports.fixes.host import graphs_findings
@@ -107,17 +107,22 @@ def test_the_host_fix_is_restated_against_the_run_under_none():
     none = json.loads((DATA / "train-1gpu-steps-none" / "run.json").read_text())
     rows = next(iter((none.get("results") or none["figures"]).values()))["rows"]
     none_ns = 1e6 * statistics.median(rows[0]["step_ms"])
-    w = f.evidence["whatif"]
-    assert w["none_step_ns"] == pytest.approx(none_ns)
-    gain = none_ns - (w["step_ns"] - w["saving_ns_per_step"])
-    assert w["saving_ns_per_step_under_none"] == pytest.approx(gain) and f.at_stake_ns == int(gain * w["steps"])
-    said = (f"the same job under backend none (train-1gpu-steps-none) steps in {none_ns / 1e6:,.2f} ms (median): "
-            f"{gain / 1e6:,.2f} ms")
+    v = f.values
+    assert v["unprofiled_step_ns"] == pytest.approx(none_ns) and v["unprofiled_run"] == "train-1gpu-steps-none"
+    status, out, err = run_cli_output(capsys, "whatif", *paths, "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["unprofiled_step_ns"] == pytest.approx(none_ns) and doc["unprofiled_source"] == "measured"
+    row = next(r for r in doc["scenarios"] if r["name"] == "no-host-gaps")
+    assert v["unprofiled_saving_ns"] == pytest.approx(none_ns - row["predicted_unprofiled_ns"])
+    said = (f"saves {v['unprofiled_saving_ns'] / 1e6:,.2f} ms of {none_ns / 1e6:,.2f} ms per step without the profiler "
+            f"({100 * v['unprofiled_saving_ns'] / none_ns:.0f}%; the median step of the same job under backend none, "
+            "train-1gpu-steps-none)")
     assert said in f.text
-    profiled = f"under the profiler it saves {w['saving_ns_per_step'] / 1e6:,.2f} ms of {w['step_ns'] / 1e6:,.2f} ms"
+    profiled = f"under the profiler it saves {v['saving_ns'] / 1e6:,.2f} ms of {v['step_ns'] / 1e6:,.2f} ms"
     assert f.text.index(said) < f.text.index(profiled)  # the user's time first, the profiled saving after
     (alone,) = _found("train-1gpu-steps-torch", [graphs_findings])
-    assert "under backend none" not in alone.text and "none_step_ns" not in alone.evidence["whatif"]
+    assert "backend none" not in alone.text and alone.values.get("unprofiled_run") is None
 
 
 @pytest.mark.parametrize("command", [  # one reading rule: steps and whatif again under -m slow

@@ -95,8 +95,8 @@ def test_deflate_takes_each_events_cost_off_its_gap_or_its_call(monkeypatch) -> 
     # its 90 ns gap less 2 x 20, its 10 ns less 4:
     # 50-56; call 3: 90 - 20 after it: 126-132; kernels 20 ns after their calls: 20-30, 70-80, 146-156
     assert w.steps["step_ns"].tolist() == [230] and w.unprofiled == {
-        "unprofiled_step_ns": 156, "unprofiled_source": "estimated", "replayed_unprofiled_ns": 156,
-        "costs": {0: "hand-made"}, "error_band": None}
+        "unprofiled_step_ns": 156, "unprofiled_source": "estimated", "unprofiled_run": None,
+        "replayed_unprofiled_ns": 156, "costs": {0: "hand-made"}, "error_band": None}
     # no host gaps, without the profiler: every call at 0 (the first 0 ns long), kernels back to back from 20
     row = w.scenarios.iloc[0]
     assert row["predicted_ns"] == 50 and row["predicted_unprofiled_ns"] == pytest.approx(50)

@@ -133,11 +133,13 @@ def _replayed_less(b: Base, group: list[Scenario], costs: NodeCosts) -> np.ndarr
 
 
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
-           prepared: Base | WhatIf | None = None, unprofiled_ns: float | None = None) -> WhatIf:
+           prepared: Base | WhatIf | None = None, unprofiled_ns: float | None = None,
+           unprofiled_run: str | None = None) -> WhatIf:
     """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
     (each alone, and all together where several), else the defaults; `prepared`: prepare() of
     these graphs, where a caller already made it (two sets of scenarios over one run);
-    `unprofiled_ns`: the step without the profiler as the run measured it, where it did."""
+    `unprofiled_ns`: the step without the profiler as measured, where it was: by the run itself,
+    or by the same job under backend none (`unprofiled_run`, that run's name)."""
     chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
     b = prepared if prepared is not None else prepare(graphs, epochs)
     if isinstance(b, WhatIf):
@@ -151,7 +153,7 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     if len(chosen) > 1:
         runs.append(("together", "together", "+".join(s.label for s in chosen), chosen))
     per_step = {label: _replayed(g, base, group, win) for label, _, _, group in runs}
-    unprofiled = unprofiled_of(steps, b, unprofiled_ns)
+    unprofiled = unprofiled_of(steps, b, unprofiled_ns, unprofiled_run)
     costs = b.costs
     if costs is not None and unprofiled["unprofiled_source"] == "measured":
         if unprofiled_ns not in b.scales:
@@ -173,8 +175,9 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
 
 
-def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None) -> dict:
-    """The run's step without the profiler: `measured_ns` where the run measured it, else the
+def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None, under_none: str | None = None) -> dict:
+    """The run's step without the profiler: `measured_ns` where it was measured (`under_none`: the
+    name of the same job's run under backend none that measured it; None: the run itself), else the
     replay without the profiler's cost (the median over the claimed steps, as the run's own is a
     median of its steps), "estimated" with its band; the replay's figure beside it either way (how
     far the cost model is off, where measured)."""
@@ -185,6 +188,7 @@ def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None) -> di
     band = b.costs.band if b.costs is not None else None
     source = "measured" if measured_ns else "estimated" if estimate is not None else None
     return {"unprofiled_step_ns": measured_ns or estimate, "unprofiled_source": source,
+            "unprofiled_run": under_none if measured_ns else None,
             "replayed_unprofiled_ns": estimate,
             "costs": dict(b.costs.source) if b.costs is not None else None,
             "error_band": band if source == "estimated" else None}

@@ -50,17 +50,20 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
     """(run name, WhatIf) of each run, replayed on its own."""
     from .analyse import whatif
     from .nodes import RankGraphReduce
-    from .profiler_cost import measured_unprofiled_ns
+    from .profiler_cost import measured_step
 
     key = own_digest("whatif", RankGraphReduce())
     parts = []
+    infos = session.run_infos
     for r in session.usable("whatif"):
         graphs = {}
         for p in r.profiles:
             graphs[p.rank] = p.summary[key]
             graphs[p.rank].rank = p.rank
-        parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles},
-                                     scenario, unprofiled_ns=measured_unprofiled_ns(r.info))))
+        measured = measured_step(r.info, infos)  # the run's own, else the same job's under backend none
+        parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles}, scenario,
+                                     unprofiled_ns=measured.ns if measured else None,
+                                     unprofiled_run=measured.under_none if measured else None)))
     return parts
 
 

@@ -14,14 +14,12 @@ per cause and run, and one number (its saving, else its bound)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from .. import fmt
 from ..findings.finding import Finding
-from ..runtable import cost_of
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
-from .profiler_cost import unprofiled_of
+from .profiler_cost import MeasuredStep, unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
 
@@ -42,10 +40,10 @@ TEXT = {"balance": "every rank's work in each step at the lower median rank's (t
         "roofline": "every kernel whose work is known at its roofline time"}
 
 
-def replay_inputs(inputs: list, names: list[str] | None, unprofiled_ns: float | None = None) -> WhatIf | None:
+def replay_inputs(inputs: list, names: list[str] | None, measured: MeasuredStep | None = None) -> WhatIf | None:
     """The replay of the scenarios `names` (None: the defaults) over the ranks of one run
     (session.Input), when there are at most MAX_RANKS and each has its graph; else None.
-    `unprofiled_ns`: the run's step measured without the profiler, where its folder has it."""
+    `measured`: the run's step measured without the profiler (profiler_cost.measured_step), where it was."""
     if not inputs or len(inputs) > MAX_RANKS:
         return None
     graphs = {i.rank: i.digest("whatif") for i in inputs}
@@ -55,14 +53,15 @@ def replay_inputs(inputs: list, names: list[str] | None, unprofiled_ns: float | 
         g.rank = rank
     epochs = {i.rank: i.epoch_ns for i in inputs}
     key = (tuple((rank, id(g)) for rank, g in graphs.items()), tuple(sorted(epochs.items())),
-           None if names is None else tuple(names), unprofiled_ns)
+           None if names is None else tuple(names), measured)
     for known, _, result in _LAST:  # the report's findings and section, then the terminal's: one replay each
         if known == key:
             return result
     runs = key[:2]  # the same ranks' graphs: the join, the unchanged replay and the step table made once
     prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
     _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
-    result = whatif(graphs, epochs, names, prepared, unprofiled_ns)
+    result = whatif(graphs, epochs, names, prepared, measured.ns if measured else None,
+                    measured.under_none if measured else None)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
 
@@ -94,9 +93,9 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
     names = sorted({name for _, _, name in found if name})
     inputs = [i for i in ev.inputs if i.group == run]
-    unprofiled_ns = unprofiled_of(ev.runs, [i.path for i in inputs])
+    measured = unprofiled_of(ev.runs, [i.path for i in inputs])
     try:
-        w = replay_inputs(inputs, names, unprofiled_ns) if names else None
+        w = replay_inputs(inputs, names, measured) if names else None
     except ReplayError:  # a graph whose times contradict (a cycle): the findings stand without a saving
         w = None
     if w is None:
@@ -105,51 +104,10 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     rows = {_label(r): r for r in w.scenarios.itertuples(index=False) if r.name != "together"}
     whole = bool(len(w.steps)) and bool((w.steps["step"].isna() | (w.steps["step"] < 0)).all())  # no steps: the whole trace
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
-    none = _none_step(ev, inputs)
-    # the step without the profiler: the run's own (measured, or estimated from its costs); a run
-    # under none beside it, measured, is said instead of an estimate (_against_none)
-    unprofiled = w.unprofiled if none is None or w.unprofiled.get("unprofiled_source") == "measured" else None
-    return {k: _against_none(with_saving(f, None if name in unmatched else rows.get(name), whole, one, unprofiled), none)
+    # the step without the profiler: measured (by the run, or by the same job under backend none
+    # beside it), else estimated from the profiler's costs: the same figure whatif gives
+    return {k: with_saving(f, None if name in unmatched else rows.get(name), whole, one, w.unprofiled)
             for k, f, name in found}
-
-
-def _against_none(f: Finding, none: tuple[str, float] | None) -> Finding:
-    """A no-host-gaps saving, measured under a profiler that inflates the host's time, restated
-    against the same job run under backend none (`none`: _none_step, its median step) where the
-    inputs hold that run: the predicted step (the GPU's work fed without gaps) against the
-    unprofiled step, and ranked by that. Other scenarios keep the host's time as profiled:
-    their saving is not restated."""
-    w = f.evidence.get("whatif")
-    if not w or w["scenario"] != "no-host-gaps" or none is None or w.get("unprofiled_step_ns") is not None:
-        return f  # a saving already in the user's time (the run's own unprofiled step) is not restated
-    name, none_ns = none
-    predicted_ns = w["step_ns"] - w["saving_ns_per_step"]
-    gain_ns = max(0.0, none_ns - predicted_ns)
-    values = {**f.values, "none_run": name, "none_step_ns": none_ns, "saving_ns_under_none": gain_ns}
-    words = f.evidence.get("scenario_text") or TEXT["no-host-gaps"], band("no-host-gaps")
-    said = saving_words(f.values, *words)  # the clause with_saving wrote, said again from the new values
-    text = (f.text.removesuffix(said) + saving_words(values, *words) if f.text.endswith(said)
-            else f"{f.text}; {none_words(values)}")
-    return replace(f, text=text, at_stake_ns=int(gain_ns * w["steps"]),
-                   evidence={**f.evidence, "whatif": {**w, "none_run": name, "none_step_ns": none_ns,
-                                                      "saving_ns_per_step_under_none": gain_ns}}, values=values)
-
-
-def none_words(v: dict) -> str:
-    """The saving against the run under none, from a finding's values (none_run, none_step_ns, saving_ns_under_none)."""
-    gain_ns, none_ns = v["saving_ns_under_none"], v["none_step_ns"]
-    return (f"the same job under backend none ({v['none_run']}) steps in {fmt.ms(none_ns, 2)} (median): "
-            f"{fmt.ms(gain_ns, 2)} ({100 * gain_ns / none_ns:.0f}%) to gain without the profiler's own host time")
-
-
-def _none_step(ev, inputs: list) -> tuple[str, float] | None:
-    """(the run under none, its median step in ns) of the run folder `inputs` were read from,
-    where it is a profiled run whose baseline under none has per-step times
-    (reports/runtable.cost_of); None otherwise."""
-    folders = {Path(i.path).parent.name for i in inputs if i.path}
-    costs = [c for name, info in ev.runs if name in folders and info.get("backend") != "none"
-             and (c := cost_of(info, ev.runs)) is not None and c["measure"] == "step time" and c["unit"] == "ms"]
-    return (costs[0]["baseline"], 1e6 * costs[0]["theirs"]) if len(costs) == 1 and costs[0]["theirs"] else None
 
 
 def _scenario(source: str, f: Finding) -> str | None:
@@ -195,7 +153,7 @@ def _user_time(row, unprofiled: dict) -> dict:
     if step_ns is None or predicted is None or predicted != predicted:
         return {}
     return {"unprofiled_step_ns": float(step_ns), "unprofiled_source": unprofiled["unprofiled_source"],
-            "unprofiled_saving_ns": float(step_ns) - float(predicted)}
+            "unprofiled_run": unprofiled.get("unprofiled_run"), "unprofiled_saving_ns": float(step_ns) - float(predicted)}
 
 
 def gains(v: dict) -> bool:
@@ -215,18 +173,16 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
                 if v.get("unprofiled_step_ns") is not None else "")  # the step the user runs, where known
         nothing = (f"nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                    "path runs through other work; tracelab whatif)")
-        return (f"what if {scenario}: {none_words(v)}; under the profiler: {nothing}" if v.get("none_run")
-                else f"what if {scenario}: {nothing}")
+        return f"what if {scenario}: {nothing}"
     error = f"; {b.short()}" if b else ""
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
-    if v.get("none_run"):  # the same job's run under backend none beside it: its step is the user's (_against_none)
-        return f"what if {scenario}: {none_words(v)}; under the profiler it {profiled}"
     if v.get("unprofiled_saving_ns") is None:
         return f"what if {scenario}: {profiled}"
     gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
     subject = "the trace" if v["window"] != "per step" else "the step"
-    source = (f"{subject} as measured beside the trace" if v["unprofiled_source"] == "measured"
-              else "estimated with the profiler's own host cost taken out")
+    source = ("estimated with the profiler's own host cost taken out" if v["unprofiled_source"] != "measured"
+              else f"{subject} as measured beside the trace" if not v.get("unprofiled_run")
+              else f"the median step of the same job under backend none, {v['unprofiled_run']}")
     of = {"trace": f"the {fmt.ms(step_ns, 2)} trace", "one step": f"its one {fmt.ms(step_ns, 2)} step"}.get(
         v["window"], f"{fmt.ms(step_ns, 2)} per step")
     return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "

@@ -265,10 +265,40 @@ def measured_unprofiled_ns(info: dict | None) -> float | None:
     return max(per_rank) if per_rank else None
 
 
-def unprofiled_of(runs, paths: list[str]) -> float | None:
-    """measured_unprofiled_ns of the run folder the rank files `paths` were read from, from the
-    run.json infos the caller read (`runs`: (folder name, info) pairs, as Evidence.runs), None for
-    bare traces or ranks of several folders. Reads no file: reports are pure."""
+@dataclass(frozen=True)
+class MeasuredStep:
+    """The run's step without the profiler, as measured: in the run's own process with the profiler
+    off (`under_none` None), or the median step of the same job run under backend none beside it
+    (`under_none`: that run's name)."""
+
+    ns: float
+    under_none: str | None = None
+
+
+def measured_step(info: dict | None, runs) -> MeasuredStep | None:
+    """The step without the profiler of the run whose run.json is `info`: its own measurement
+    (measured_unprofiled_ns) first, the same steps; else the median step of the same job under
+    backend none among `runs` ((folder name, info) pairs: runtable.baseline finds it), where that
+    run timed its steps; None otherwise. One figure, so every command says the same user's step."""
+    own = measured_unprofiled_ns(info)
+    if own:
+        return MeasuredStep(own)
+    return _none_step(info, runs) if info else None
+
+
+def _none_step(info: dict, runs) -> MeasuredStep | None:
+    from ..runtable import cost_of
+
+    cost = cost_of(info, list(runs))
+    if cost is None or cost["measure"] != "step time" or cost["unit"] != "ms" or not cost["theirs"]:
+        return None
+    return MeasuredStep(1e6 * cost["theirs"], cost["baseline"])
+
+
+def unprofiled_of(runs, paths: list[str]) -> MeasuredStep | None:
+    """measured_step of the run folder the rank files `paths` were read from, from the run.json
+    infos the caller read (`runs`: (folder name, info) pairs, as Evidence.runs), None for bare
+    traces or ranks of several folders. Reads no file: reports are pure."""
     from pathlib import Path
 
     from ..runtable import info_beside
@@ -276,4 +306,4 @@ def unprofiled_of(runs, paths: list[str]) -> float | None:
     named = [p for p in paths if p]
     if len({Path(p).parent.name for p in named}) != 1:
         return None
-    return measured_unprofiled_ns(info_beside(named[0], runs))
+    return measured_step(info_beside(named[0], runs), runs)

@@ -80,7 +80,9 @@ def unprofiled_line(u: dict) -> str | None:
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
         model += _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns"))
-        return f"step without the profiler: {step}, measured beside the trace (the same steps, profiler off){model}"
+        where = (f"the median step of the same job under backend none ({u['unprofiled_run']})" if u.get("unprofiled_run")
+                 else "measured beside the trace (the same steps, profiler off)")
+        return f"step without the profiler: {step}, {where}{model}"
     b = u.get("error_band")
     costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
     return (f"step without the profiler: {step}, estimated: the replay less the profiler's own host cost per event "
