@@ -6,6 +6,8 @@ from one another or from conftest.py, which holds the fixtures."""
 from __future__ import annotations
 
 import gzip
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -43,6 +45,32 @@ def shared_trace(relpath: str) -> Path:
     if os.environ.get(REQUIRE_SHARED):
         pytest.fail(f"{reason} ({REQUIRE_SHARED} is set)")
     pytest.skip(reason)
+
+
+def needs(package: str):
+    """A mark that skips a test module's tests where `package` is not installed, found without
+    importing it (importorskip at module level would import it while collecting)."""
+    missing = importlib.util.find_spec(package) is None
+    return pytest.mark.skipif(missing, reason=f"{package} is not installed")
+
+
+class LazyModule:
+    """A module imported at its first attribute use, for the heavy ones (torch ~2.3 s of CPU,
+    scipy.stats ~1.3 s, the workloads): every xdist worker collects every test module, so an
+    import at module level is paid by each worker whether or not it runs those tests.
+    A private name asked before the import is not there: collection probes every module-level
+    object for private ones (pytest's `_mock_name`), and that must not import the module."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attr: str):
+        if self._module is None:
+            if attr.startswith("_"):
+                raise AttributeError(attr)
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
 
 
 def slow_beyond(cases: list, fast) -> list:

@@ -10,28 +10,36 @@ from typing import NamedTuple
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tracelab.ingest import results
+from tracelab.workloads.configs import CONFIGS, ModelArgs
 
-from tracelab.ingest import results  # noqa: E402
-from tracelab.workloads import checkpoint, decode, harness  # noqa: E402
-from tracelab.workloads.model import CONFIGS, ModelArgs, Transformer, weight_bytes  # noqa: E402
-from tracelab.workloads.tp import shard_state, unshardable  # noqa: E402
+from helpers import LazyModule, needs
+
+pytestmark = needs("torch")
+
+# imported by the first test that uses them, not at collection (helpers.LazyModule says why)
+torch = LazyModule("torch")
+checkpoint = LazyModule("tracelab.workloads.checkpoint")
+decode = LazyModule("tracelab.workloads.decode")
+harness = LazyModule("tracelab.workloads.harness")
+llama = LazyModule("tracelab.workloads.model")
+tp = LazyModule("tracelab.workloads.tp")
 
 TINY = CONFIGS["tiny"]
 
 
-def _full_model(seed: int = 0) -> Transformer:
+def _full_model(seed: int = 0) -> llama.Transformer:
     torch.manual_seed(seed)
-    model = Transformer(TINY).eval()
+    model = llama.Transformer(TINY).eval()
     model.setup_caches(2, 16)
     return model
 
 
-def _shards(full: Transformer, world_size: int) -> list[Transformer]:
+def _shards(full: llama.Transformer, world_size: int) -> list[llama.Transformer]:
     shards = []
     for rank in range(world_size):
-        shard = Transformer(TINY, world_size).eval()
-        shard.load_state_dict(shard_state(full.state_dict(), TINY, rank, world_size))
+        shard = llama.Transformer(TINY, world_size).eval()
+        shard.load_state_dict(tp.shard_state(full.state_dict(), TINY, rank, world_size))
         shard.setup_caches(2, 16)
         shards.append(shard)
     return shards
@@ -59,8 +67,8 @@ def test_shard_parameter_bytes_split_evenly():
     # every projection is split in two; norms and the output layer stay whole on every rank
     projections = sum(p.numel() for n, p in full.named_parameters() if ".attention.w" in n or ".feed_forward." in n)
     whole = sum(p.numel() for n, p in full.named_parameters() if n.endswith("norm.weight") or n == "output.weight")
-    assert weight_bytes(shards[0]) == weight_bytes(shards[1]) == 4 * (projections // 2 + whole)
-    assert weight_bytes(full) == 4 * (projections + whole)  # the embedding table is not counted
+    assert llama.weight_bytes(shards[0]) == llama.weight_bytes(shards[1]) == 4 * (projections // 2 + whole)
+    assert llama.weight_bytes(full) == 4 * (projections + whole)  # the embedding table is not counted
 
 
 @pytest.mark.parametrize("args, world_size, reason", [
@@ -71,7 +79,7 @@ def test_shard_parameter_bytes_split_evenly():
     (ModelArgs(n_head=8, dim=64, intermediate_size=100), 8, "hidden size (100) do not divide over 8 ranks"),
 ])
 def test_unshardable(args, world_size, reason):
-    assert unshardable(args, world_size) == reason
+    assert tp.unshardable(args, world_size) == reason
 
 
 @pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
@@ -164,8 +172,6 @@ def test_compiled_step_with_the_tuning_options_generates_what_eager_does():
     import torch._dynamo
     import torch._inductor.config as inductor
 
-    from tracelab.workloads.model import fuse_mlp
-
     full = _full_model()
     prompt = torch.randint(0, TINY.vocab_size, (2, 4), dtype=torch.int)
     flags = ["--top-k", "1", "--new-tokens", "6", "--fuse-mlp", "--attention", "auto"]
@@ -175,7 +181,7 @@ def test_compiled_step_with_the_tuning_options_generates_what_eager_does():
     try:
         with torch.no_grad():
             want = decode.generate(full, prompt, 6, decode.compiled_steps(eager_args), eager_args)
-            fuse_mlp(full)
+            llama.fuse_mlp(full)
             got = decode.generate(full, prompt, 6, decode.compiled_steps(compiled_args), compiled_args)
             assert inductor.split_reductions is False and inductor.coordinate_descent_tuning is True
     finally:
@@ -185,8 +191,6 @@ def test_compiled_step_with_the_tuning_options_generates_what_eager_does():
 
 
 def test_use_matvec_routes_every_projection():
-    from tracelab.workloads.model import use_matvec
-
     full = _full_model()
     calls: list[tuple[int, int]] = []
 
@@ -197,7 +201,7 @@ def test_use_matvec_routes_every_projection():
     idx, pos = torch.randint(0, TINY.vocab_size, (2, 3)), torch.arange(3)
     with torch.no_grad():
         want = full(idx, pos)
-        use_matvec(full, matvec)
+        llama.use_matvec(full, matvec)
         got = full(idx, pos)
     assert torch.linalg.norm(got - want) / torch.linalg.norm(want) < 1e-5
     # per layer wqkv, wo, w1, w3, w2, then the output projection; every call sees 2 x 3 rows
@@ -206,22 +210,20 @@ def test_use_matvec_routes_every_projection():
 
 
 def test_fuse_mlp_keeps_the_logits_and_the_bytes_and_makes_one_product():
-    from tracelab.workloads.model import fuse_mlp, use_matvec
-
     full = _full_model()
     idx, pos = torch.randint(0, TINY.vocab_size, (2, 3)), torch.arange(3)
     with torch.no_grad():
-        want, bytes_before = full(idx, pos), weight_bytes(full)
+        want, bytes_before = full(idx, pos), llama.weight_bytes(full)
         w1 = full.layers[0].feed_forward.w1.weight.clone()
-        fuse_mlp(full)
+        llama.fuse_mlp(full)
         got = full(idx, pos)
     ff = full.layers[0].feed_forward
     assert not hasattr(ff, "w1") and not hasattr(ff, "w3")
     assert ff.w13.weight.shape == (2 * TINY.hidden_dim, TINY.dim) and torch.equal(ff.w13.weight[:TINY.hidden_dim], w1)
-    assert weight_bytes(full) == bytes_before
+    assert llama.weight_bytes(full) == bytes_before
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
     calls = []
-    use_matvec(full, lambda x, w: calls.append(w.shape[0]) or x @ w.T)
+    llama.use_matvec(full, lambda x, w: calls.append(w.shape[0]) or x @ w.T)
     with torch.no_grad():
         full(idx, pos)
     # per layer wqkv, wo, w13, w2, then the output projection
@@ -386,8 +388,8 @@ def test_tp_decode_captures_agree_across_profilers_and_ranks():
     for (b, r), f in figures.items():
         assert f == json.loads((DATA / f"decode-2gpu-{b}" / "run.json").read_text())["figures"][str(r)]
     assert {tuple(f["first_tokens"]) for f in figures.values()} == {(53, 445, 121, 109, 191, 248)}
-    shard = Transformer(TINY, world_size=2).to(torch.bfloat16)
-    assert {f["weight_bytes"] for f in figures.values()} == {weight_bytes(shard)}  # made with today's tiny
+    shard = llama.Transformer(TINY, world_size=2).to(torch.bfloat16)
+    assert {f["weight_bytes"] for f in figures.values()} == {llama.weight_bytes(shard)}  # made with today's tiny
     # the one-shot kernel spins until the other rank arrives, so its time is how far apart the ranks
     # ran (0.27 to 60.6 ms a rank), not work: compare the rest
     compute_ns = [got.kernel_ns - got.symm_ns for got in (RAW[b](DATA / f"decode-2gpu-{b}", r) for b, r in figures)]
@@ -416,9 +418,7 @@ class _FakeSymmOps:
 
 def _symm_all_reduce(mode: str):
     """SymmAllReduce without a process group: a plain buffer with room for 8 tokens of dim 16."""
-    from tracelab.workloads.tp import SymmAllReduce
-
-    reduce = SymmAllReduce.__new__(SymmAllReduce)
+    reduce = tp.SymmAllReduce.__new__(tp.SymmAllReduce)
     torch.nn.Module.__init__(reduce)
     reduce.mode, reduce.group_name = mode, "0"
     reduce.register_buffer("buf", torch.zeros(8 * 16))

@@ -15,13 +15,14 @@ import fsspec
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from tracelab.reports.gate.noise import shift
 from tracelab.reports.gate.samples import RunSamples, climbed_bytes
 from tracelab.reports.gate.verdict import UNRELIABLE, Thresholds, gate
 
-from helpers import run_cli_output, strict_json
+from helpers import LazyModule, run_cli_output, strict_json
+
+stats = LazyModule("scipy.stats")  # imported by the first test that uses it (helpers.LazyModule says why)
 
 DATA = Path(__file__).parent / "data"
 NONE_RUN = DATA / "train-1gpu-steps-none"  # a run folder under none: its run.json alone, quick to gate

@@ -10,11 +10,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from tracelab.reports.gate.noise import RUN_NOISE, run_level, shift
 from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.verdict import WITHIN, Thresholds, family_level, gate
+
+from helpers import LazyModule
+
+stats = LazyModule("scipy.stats")  # imported by the first test that uses it (helpers.LazyModule says why)
 
 RNG = np.random.default_rng(41)
 

@@ -15,10 +15,13 @@ import pytest
 import tracelab
 from tracelab.ingest import provenance
 from tracelab.core.errors import TraceFormatError
-from tracelab.workloads.provenance import kernel_work
 
 from helpers import DATA, shared_trace
 from helpers import run_cli_output
+from helpers import LazyModule, needs
+
+# imports torch: imported by the tests that use it, not at collection (helpers.LazyModule says why)
+compile_time = LazyModule("tracelab.workloads.provenance")
 
 CPU_RUN = DATA / "decode-compile-cpu-torch"  # tiny Llama: dim 128, 16 heads of 8, 8 KV heads, ffn 256, fp32
 
@@ -55,15 +58,17 @@ extern "C" void kernel(float* in_out_ptr0, const float* in_ptr0) {{ }}
 """
 
 
+@needs("torch")
 def test_kernel_work_reads_inductor_meta():
-    work = kernel_work(OUTPUT_CODE)
+    work = compile_time.kernel_work(OUTPUT_CODE)
     assert work == {"triton_red_fused_mm_0": {"bytes": 33_562_624, "flops": 33_554_432, "dtype": "bf16"},
                     "triton_poi_fused_add_1": {"bytes": 1_280, "dtype": "fp32"}}  # flop 0: none counted
 
 
+@needs("torch")
 def test_kernel_work_needs_benchmark_kernel():
     """Without benchmark_kernel Inductor writes no kernel_num_gb: the kernel is left out, not zero."""
-    assert kernel_work(OUTPUT_CODE.replace("'kernel_num_gb'", "'other'")) == {}
+    assert compile_time.kernel_work(OUTPUT_CODE.replace("'kernel_num_gb'", "'other'")) == {}
 
 
 # ---- a CPU capture with a hand-checked map -----------------------------------------------------

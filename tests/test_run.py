@@ -12,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import tracelab
+from tracelab.run import backends, launch, machine, runner
+from tracelab.core.errors import RunError, ToolMissingError, UsageError
+from tracelab.run.runner import RunSpec
+from tracelab.workloads.configs import CONFIGS
 
-import tracelab  # noqa: E402
-from tracelab.run import backends, launch, machine, runner  # noqa: E402
-from tracelab.core.errors import RunError, ToolMissingError, UsageError  # noqa: E402
-from tracelab.run.runner import RunSpec  # noqa: E402
-from tracelab.workloads import decode  # noqa: E402
-from tracelab.workloads.model import CONFIGS, Transformer  # noqa: E402
+from helpers import LazyModule, needs
+
+pytestmark = needs("torch")
+
+# imported by the first test that uses them, not at collection (helpers.LazyModule says why)
+torch = LazyModule("torch")
+decode = LazyModule("tracelab.workloads.decode")
+llama = LazyModule("tracelab.workloads.model")
 
 FAST = ["--new-tokens", "4", "--samples", "2", "--top-k", "1"]
 
@@ -29,7 +35,7 @@ def tiny_ckpt(tmp_path_factory) -> dict[str, Path]:
     """A good tiny checkpoint and broken neighbours."""
     root = tmp_path_factory.mktemp("ckpt")
     torch.manual_seed(0)
-    state = Transformer(CONFIGS["tiny"]).state_dict()
+    state = llama.Transformer(CONFIGS["tiny"]).state_dict()
     paths = {"good": root / "good.pth", "shape": root / "shape.pth", "keys": root / "keys.pth",
              "int8": root / "int8.pth", "junk": root / "junk.pth"}
     torch.save(state, paths["good"])

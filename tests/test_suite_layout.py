@@ -4,8 +4,11 @@ that a change to one test module or a typer upgrade breaks only what it should."
 from __future__ import annotations
 
 import ast
+import sys
 from functools import lru_cache
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 
@@ -85,3 +88,68 @@ def test_the_check_sees_private_imports(tmp_path):
                    "def f():\n    from pandas import _libs\n")
     assert _private_imports(bad) == ["tracelab.reports.findings.findings._device", "tracelab.parsers._steps",
                                      "tracelab.parsers._kineto_json"]
+
+
+# Every xdist worker imports every test module to collect it: a heavy package imported at module
+# level is paid by each worker, whether or not it runs the tests that need it.
+HEAVY = ("torch", "scipy", "triton")
+LIGHT_WORKLOADS = ("tracelab.workloads.configs",)  # the workloads' modules that import no torch
+
+
+def _heavy(name: str) -> bool:
+    if name in LIGHT_WORKLOADS:
+        return False
+    return name.split(".")[0] in HEAVY or name.startswith("tracelab.workloads.")
+
+
+def _collection_imports(path: Path) -> list[str]:
+    """The heavy modules a module imports at its top level (`import`, `from ... import`, a
+    module-level `pytest.importorskip("...")`), i.e. while pytest collects it."""
+    found = []
+    for node in _tree(path).body:
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if _heavy(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [f"{node.module}.{a.name}" for a in node.names  # a module of the workloads by name
+                      if _heavy(node.module) or (node.module == "tracelab.workloads" and _heavy(f"{node.module}.{a.name}"))]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue  # a function body runs in its test, not at collection
+        for call in ast.walk(node):
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "importorskip"
+                    and call.args and isinstance(call.args[0], ast.Constant) and _heavy(call.args[0].value)):
+                found.append(call.args[0].value)
+    return found
+
+
+def test_collecting_the_tests_imports_no_heavy_package():
+    """Such a module uses helpers.LazyModule (imported at its first use) and helpers.needs (skips
+    where the package is missing, without importing it)."""
+    modules = [p for p in sorted(TESTS.glob("*.py")) if not p.name.startswith("make_")]  # make_*: scripts
+    found = {p.name: _collection_imports(p) for p in modules}
+    assert {name: mods for name, mods in found.items() if mods} == {}
+
+
+def test_the_check_sees_heavy_imports_at_module_level(tmp_path):
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("import torch.nn as nn\nfrom scipy import stats\nfrom tracelab.workloads import decode\n"
+                   "from tracelab.workloads.model import Transformer\nfrom tracelab.workloads.configs import CONFIGS\n"
+                   "import pytest\ntriton = pytest.importorskip('triton')\nfrom tracelab.run import runner\n"
+                   "def f():\n    import torch\n")
+    assert _collection_imports(bad) == ["torch.nn", "scipy.stats", "tracelab.workloads.decode",
+                                        "tracelab.workloads.model.Transformer", "triton"]
+
+
+def test_a_lazy_module_is_imported_at_its_first_public_name(tmp_path, monkeypatch):
+    from helpers import LazyModule
+
+    (tmp_path / "lazy_probe_mod.py").write_text("answer = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lazy = LazyModule("lazy_probe_mod")
+    try:
+        assert getattr(lazy, "_mock_name", None) is None  # what collection asks of every object
+        assert "lazy_probe_mod" not in sys.modules
+        assert lazy.answer == 42 and "lazy_probe_mod" in sys.modules
+        with pytest.raises(AttributeError):
+            lazy.question
+    finally:
+        sys.modules.pop("lazy_probe_mod", None)

@@ -9,15 +9,21 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tracelab.core.errors import UsageError
+from tracelab.run import backends
+from tracelab.run.runner import RunSpec, run
 
-from tracelab.core.errors import UsageError  # noqa: E402
-from tracelab.run import backends  # noqa: E402
-from tracelab.run.runner import RunSpec, run  # noqa: E402
-from tracelab.workloads import late, train, train_speed  # noqa: E402
-from tracelab.workloads.lm import SIZES, TrainLM, model_args  # noqa: E402
+from helpers import LazyModule, needs
 
-GPU = torch.cuda.is_available()
+pytestmark = needs("torch")
+
+# imported by the first test that uses them, not at collection (helpers.LazyModule says why)
+torch = LazyModule("torch")
+late = LazyModule("tracelab.workloads.late")
+train = LazyModule("tracelab.workloads.train")
+train_speed = LazyModule("tracelab.workloads.train_speed")
+lm = LazyModule("tracelab.workloads.lm")
+GPU = "torch.cuda.is_available()"  # a skipif condition, evaluated when the test is set up
 
 
 @pytest.mark.skipif(GPU, reason="the CPU's refusals")
@@ -94,12 +100,12 @@ def test_late_work_goes_to_the_rank_named(regions, who, rank, step, works):
 
 def test_attention_choice_keeps_the_model_and_names_its_product(regions):
     torch.manual_seed(0)
-    size = SIZES["tiny"]
+    size = lm.SIZES["tiny"]
     x = torch.randint(100, (2, 32))
-    plain = TrainLM(model_args(size, 100, 32))
+    plain = lm.TrainLM(lm.model_args(size, 100, 32))
     want = plain(x)
     for choice in train_speed.ATTENTION:
-        model = TrainLM(model_args(size, 100, 32))
+        model = lm.TrainLM(lm.model_args(size, 100, 32))
         model.load_state_dict(plain.state_dict())
         train_speed.use_attention(model, choice)
         regions.clear()
@@ -135,7 +141,7 @@ def test_scope_and_attention_end_to_end(tmp_path):
     assert (record["late"], record["attention"], record["compile"], record["cuda_graph"]) == ("rank0", "math", False, False)
     counts = _ranges(result.traces[0])
     # the profiled window's 3 steps: extra work once per step, the product once per layer and step
-    assert counts["extra_work"] == 3 and counts[train_speed.SDPA_REGION] == 3 * SIZES["tiny"].layers
+    assert counts["extra_work"] == 3 and counts[train_speed.SDPA_REGION] == 3 * lm.SIZES["tiny"].layers
 
 
 @pytest.mark.slow
@@ -145,7 +151,7 @@ def test_compile_end_to_end(tmp_path):
     assert record["compile"] is True and record["rows"][0]["unprofiled_step_ns"] > 0
 
 
-@pytest.mark.skipif(not GPU, reason="a CUDA graph needs a GPU")
+@pytest.mark.skipif(f"not {GPU}", reason="a CUDA graph needs a GPU")
 def test_graphed_step_replays_the_work():
     x = torch.ones(4, device="cuda")
     calls = []

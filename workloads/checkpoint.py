@@ -9,7 +9,8 @@ from torch import Tensor
 
 from tracelab.core.errors import UsageError
 
-from .model import ModelArgs, Transformer
+from .configs import ModelArgs
+from .model import Transformer
 from .tp import shard_state
 
 

@@ -30,7 +30,8 @@ from tracelab.core.errors import UsageError
 
 from . import checkpoint, harness, late, provenance
 from .common import Dist, device_name, env_rank, exit_now
-from .model import CONFIGS, Transformer, fuse_mlp, use_matvec, weight_bytes
+from .configs import CONFIGS
+from .model import Transformer, fuse_mlp, use_matvec, weight_bytes
 from .tp import ALLREDUCE, GROUP_ALLREDUCE, install_all_reduce, unshardable
 
 MATVECS = ("inductor", "cublas", "triton")

@@ -10,7 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import ModelArgs, RMSNorm, TransformerBlock, precompute_freqs_cis
+from .configs import ModelArgs
+from .model import RMSNorm, TransformerBlock, precompute_freqs_cis
 
 
 @dataclass(frozen=True)

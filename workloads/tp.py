@@ -14,7 +14,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
-from .model import ModelArgs, Transformer
+from .configs import ModelArgs
+from .model import Transformer
 
 GROUP_ALLREDUCE = ("nccl", "gloo")  # the process group's own, by its backend
 ALLREDUCE = (*GROUP_ALLREDUCE, "symm-one-shot", "symm-two-shot")
