@@ -25,6 +25,7 @@ import pandas as pd
 from tracelab.core.schema import kind_mask
 
 from ..stats import groups as G
+from ..stats.noise import end_spread_ns
 from .intervals import timed
 
 # NCCL's bus-bandwidth factor per collective type and rank count n (nccl-tests,
@@ -190,10 +191,9 @@ def clock_check(coll: pd.DataFrame) -> dict[str, float]:
     if coll.empty:
         return {"collectives": 0, "median_end_spread_ns": np.nan, "max_end_spread_ns": np.nan,
                 "median_transfer_ns": np.nan, "agree": True}
-    ends = coll.groupby("collective")["end_ns"]
-    spread = ends.max() - ends.min()
+    spread = end_spread_ns(coll)
     transfer = float(coll["transfer_ns"].median())
-    median_spread = float(spread.median())
+    median_spread = float(np.median(spread))
     return {"collectives": int(len(spread)), "median_end_spread_ns": median_spread,
             "max_end_spread_ns": float(spread.max()), "median_transfer_ns": transfer,
             "agree": bool(median_spread <= max(transfer / 2, 10_000))}
