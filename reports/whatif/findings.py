@@ -134,11 +134,10 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     user = _user_time(row, unprofiled or {})
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
-    if f.evidence.get("fix_text") and not gains(values):  # the fix its own what-if finds no gain in is not offered
-        text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
-        values["fix_offered"] = False
-    elif f.evidence.get("fix_text"):
-        values["fix_offered"] = True
+    if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
+        values["fix_offered"] = gains(values)
+        if not values["fix_offered"]:
+            text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
     what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
     return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
@@ -171,9 +170,8 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
         user = (f", {fmt.ms(v['unprofiled_step_ns'], 2)} without the profiler"
                 if v.get("unprofiled_step_ns") is not None else "")  # the step the user runs, where known
-        nothing = (f"nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
-                   "path runs through other work; tracelab whatif)")
-        return f"what if {scenario}: {nothing}"
+        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
+                "path runs through other work; tracelab whatif)")
     error = f"; {b.short()}" if b else ""
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
     if v.get("unprofiled_saving_ns") is None:
