@@ -40,7 +40,7 @@ from tracelab.core.regexes import matches
 
 from .autocast import BACKWARD
 from .join import Graph
-from .kinds import GPU, HOST_OP, LAUNCH
+from .kinds import LAUNCH
 from .picks import regex
 from .replay import Params
 
@@ -54,12 +54,8 @@ GENERATED = r"^(triton_|cpp_fused|CompiledFunction|Torch-Compiled Region|## Call
 def fusible(g: Graph) -> np.ndarray:
     """Per node, whether Inductor would fuse it (module docstring): a GPU op (a CPU operator in a
     CPU-only trace) of a fusible class, no copy, inside the compiled region, not generated already."""
-    node = _work(g) & np.isin(g.op_class, FUSIBLE_CLASSES) & ~g.copy & ~_outside(g)
+    node = g.work() & np.isin(g.op_class, FUSIBLE_CLASSES) & ~g.copy & ~_outside(g)
     return node & ~matches(regex(GENERATED), g.name, "--scenario")
-
-
-def _work(g: Graph) -> np.ndarray:
-    return (g.kind == HOST_OP) if g.cpu_only else (g.kind == GPU)
 
 
 def _outside(g: Graph) -> np.ndarray:
@@ -90,7 +86,7 @@ def _loss_groups(g: Graph, order: np.ndarray, f: np.ndarray, group: np.ndarray, 
     """The groups of the loss, computed outside the compiled model: a forward pass's run after its
     last extern op and a backward pass's run before its first (per chain and step); none where a
     pass has no extern op."""
-    extern = (_work(g) & ~_outside(g))[order] & ~f  # the compiled model's own extern ops (the optimizer's are not)
+    extern = (g.work() & ~_outside(g))[order] & ~f  # the compiled model's own extern ops (the optimizer's are not)
     pos = pd.DataFrame({"pos": np.arange(len(order)), "chain": g.chain[order], "step": g.step[order], "back": back,
                         "extern": extern, "group": np.where(f, group, -1)})
     key = ["chain", "step", "back"]

@@ -19,7 +19,7 @@ from ..timeline import collectives as C
 from ..timeline.intervals import clock_offsets
 from .cycles import break_cycles
 from .edges import Edges, chain_order, rank_edges
-from .kinds import COLL, NONE
+from .kinds import COLL, GPU, HOST_OP, NONE
 from .nodes import RankGraph
 
 
@@ -57,6 +57,11 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    def work(self) -> np.ndarray:
+        """Per node, whether it is the job's own work: a GPU op, or in a CPU-only trace a CPU
+        operator (there the host's operators are the work)."""
+        return (self.kind == HOST_OP) if self.cpu_only else (self.kind == GPU)
 
     def chain_order(self, chain: np.ndarray | None = None) -> np.ndarray:
         """The nodes by `chain` (the graph's own where None), then measured start, then end: the

@@ -280,7 +280,7 @@ def _roofline(g: Graph, p: Params) -> None:
 
 
 def _balance(g: Graph, p: Params) -> None:
-    work = np.flatnonzero((g.kind == HOST_OP) if g.cpu_only else (g.kind == GPU))
+    work = np.flatnonzero(g.work())
     work = work[(g.step[work] >= 0) & (g.op_class[work] != "communication")]
     if not len(work) or len(set(g.rank.tolist())) < 2:
         return
