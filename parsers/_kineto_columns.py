@@ -308,11 +308,11 @@ def _labels_of(parts: list) -> list:
 def _ints(args: list, field_of: Any) -> np.ndarray:
     """An args field per event as int64, -1 where args or the field is missing or not an integer."""
     try:
-        ints = np.array(list(map(field_of, args)))
+        values = list(map(field_of, args))
     except AttributeError:  # an event without args
-        ints = None
-    if ints is not None and ints.dtype == np.int64:  # all integers (Int64: within int64; a str, float, None: not)
-        return ints
+        values = []
+    if values and set(map(type, values)) == {int}:  # all integers (Int64: within int64): the types looked at
+        return np.fromiter(values, dtype=np.int64, count=len(values))  # once, not again by np.array's guess
     return np.array([v if a is not None and type(v := field_of(a)) is int else -1 for a in args], dtype=np.int64)
 
 

@@ -429,19 +429,34 @@ def comm_stream_strangers(events: pd.DataFrame) -> list:
     from tracelab.core.note import Note
     from tracelab.core.schema import is_kind
 
-    kernels = events[is_kind(events["kind"], ("kernel",)) & events["stream"].notna()]
-    comm = kernels["op_class"] == "communication"
+    keep = is_kind(events["kind"], ("kernel",)) & events["stream"].notna().to_numpy()
+    op_class = events["op_class"].array[keep]
+    comm = np.asarray(op_class == "communication")
     if not comm.any():
         return []
-    other = kernels["op_class"] == "other"
-    classes = kernels.assign(_comm=comm, _other=other, _known=~(comm | other))
-    per_stream = classes.groupby(["device", "stream"], observed=True)[["_comm", "_other", "_known"]].any()
-    streams = per_stream[per_stream["_comm"] & per_stream["_other"] & ~per_stream["_known"]].index
+    other = np.asarray(op_class == "other")
+    device, stream = events["device"].to_numpy()[keep], events["stream"].array[keep].to_numpy(dtype=np.int64)
+    streams, at = _pairs(device.astype(np.int64), stream)
+
+    def some(mask: np.ndarray) -> np.ndarray:  # per stream: whether any of its kernels is in the mask
+        return np.bincount(at[mask], minlength=len(streams)) > 0
+
     notes = []
-    for device, stream in streams:
-        rows = kernels[other & (kernels["device"] == device) & (kernels["stream"] == stream)]
+    for s in np.flatnonzero(some(comm) & some(other) & ~some(~(comm | other))).tolist():
+        rows = events[keep][other & (at == s)]
         time_ns = rows.groupby("kernel", observed=True)["dur_ns"].sum().sort_values(ascending=False, kind="stable")
         notes.append(Note("comm_stream_strangers", {
-            "device": int(device), "stream": int(stream), "kernels": len(time_ns),
+            "device": int(streams[s, 0]), "stream": int(streams[s, 1]), "kernels": len(time_ns),
             "names": [str(k) for k in time_ns.index[:SHOWN_NAMES]], "rows": int(rows["count"].sum()), "dur_ns": int(rows["dur_ns"].sum())}))
     return notes
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (a, b) pairs in order ([pair, 2]) and each row's pair: np.unique(axis=0)'s
+    answer by one lexsort (np.unique sorts the rows as records, ~40x slower)."""
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    at = np.empty(len(order), dtype=np.int64)
+    at[order] = np.cumsum(first) - 1
+    return np.c_[a[first], b[first]], at

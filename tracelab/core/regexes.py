@@ -61,8 +61,10 @@ def searched(regex: re.Pattern, values) -> np.ndarray:
     """Which of `values` (names, as anything pandas reads; a missing one as its text, `<NA>`)
     `regex` finds a match in, a bool array: searched once per distinct name, not per row (tracelab's
     own patterns; a user's go through matches, under its time bound)."""
-    codes, names = pd.factorize(pd.Series(values, dtype=object).astype(str), use_na_sentinel=False)
-    found = np.fromiter((regex.search(n) is not None for n in names), dtype=bool, count=len(names))
+    if not (isinstance(values, pd.Series) and isinstance(values.dtype, pd.StringDtype)):
+        values = pd.Series(values, dtype=object).astype(str)  # text already: no copy (its NA reads `<NA>` below)
+    codes, names = pd.factorize(values, use_na_sentinel=False)
+    found = np.fromiter((regex.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
     return found[codes] if len(codes) else np.zeros(0, dtype=bool)
 
 
