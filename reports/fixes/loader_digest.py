@@ -26,7 +26,9 @@ def rank_loader(rank: RankData) -> dict:
         return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0}
     loader = host[searched(LOADER, host["name"]) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
     span_ns, n_steps = steps_span(host)
-    by_name = loader.groupby(loader["name"].astype(str))["dur_ns"].sum().sort_values(ascending=False)
+    # the column grouped by an array: a frame grouped by a Series first looks the Series up among
+    # its column labels, and pandas' failed lookup formats the whole Series into its message
+    by_name = loader["dur_ns"].groupby(loader["name"].astype(str).to_numpy()).sum().sort_values(ascending=False)
     return {"loader_ns": int(_union_ns(loader)), "names": by_name.index.tolist()[:3],
             "multiprocess": bool(searched(MULTIPROCESS, loader["name"]).any()),
             "span_ns": span_ns, "steps": n_steps}
