@@ -22,6 +22,7 @@ from .join import Graph, join
 from .kinds import COLL
 from .nodes import RankGraph
 from .profiler_cost import NodeCosts, deflate, graph_costs, steady_host
+from .regions import pace, paces_of
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
@@ -134,12 +135,13 @@ def _replayed_less(b: Base, group: list[Scenario], costs: NodeCosts) -> np.ndarr
 
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
            prepared: Base | WhatIf | None = None, unprofiled_ns: float | None = None,
-           unprofiled_run: str | None = None) -> WhatIf:
+           unprofiled_run: str | None = None, unprofiled_regions: dict | None = None) -> WhatIf:
     """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
     (each alone, and all together where several), else the defaults; `prepared`: prepare() of
     these graphs, where a caller already made it (two sets of scenarios over one run);
     `unprofiled_ns`: the step without the profiler as measured, where it was: by the run itself,
-    or by the same job under backend none (`unprofiled_run`, that run's name)."""
+    or by the same job under backend none (`unprofiled_run`, that run's name); `unprofiled_regions`:
+    per rank its step and phases without the profiler, where the run timed them (regions.py)."""
     chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
     b = prepared if prepared is not None else prepare(graphs, epochs)
     if isinstance(b, WhatIf):
@@ -162,7 +164,14 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed_less(b, group, costs) for label, _, _, group in runs} if costs else {}
     base_deflated = _replayed_less(b, [], costs) if costs is not None and costs is not b.costs else b.unprofiled
-    if "cost_scale" in unprofiled:  # the replay less the calibrated cost: the measured step, where a scale met it
+    paces = paces_of(g, unprofiled_regions) if unprofiled["unprofiled_source"] == "measured" else {}
+    if paces:  # a CPU-only trace whose run timed its phases: each phase's operators at its own pace
+        paced = base.copy()
+        pace(g, paced, paces)
+        deflated = {label: _replayed(g, paced, group, win) for label, _, _, group in runs}
+        base_deflated = _replayed(g, paced, [], win)
+        unprofiled["region_factors"] = {str(r): {"step": rp.step, **rp.regions} for r, rp in paces.items()}
+    if "cost_scale" in unprofiled or paces:  # the replay less the calibrated cost: the measured step, where a scale met it
         met = base_deflated[steps["claimed"].to_numpy()]
         met = met[~np.isnan(met)]
         unprofiled["calibrated_unprofiled_ns"] = float(np.median(met)) if len(met) else None
