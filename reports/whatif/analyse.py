@@ -36,7 +36,8 @@ MAX_ERROR = 0.02
 # CPU operator, the host's own work, and the same job's profiled and unprofiled steps differ by no
 # constant per event (on a loaded CPU the host's speed between the two phases moves more than the
 # profiler's cost): the difference is taken as the host running that much slower throughout, the
-# scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler).
+# scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler);
+# where the run timed its phases, each phase's operators first at the pace measured for it (regions.py).
 # Nor where the replay at the fitted cost is at its floor, the device pacing it, below the measured
 # step: what the replay misses there is the device side's, which the anchor takes (scale 1).
 MAX_COST_SCALE = 64.0
@@ -328,15 +329,18 @@ def _user_saving(unprofiled_ns: float | None, predicted_ns: float | None) -> dic
 def _without_profiler(deflated: np.ndarray | None, base: np.ndarray | None, claimed: np.ndarray,
                       unprofiled_ns: float | None) -> float | None:
     """A scenario's predicted step without the profiler: the run's unprofiled step times what the
-    scenario leaves of the step in the replays without the profiler's cost (their means over the
-    claimed steps both replay: a measured step the model misses by some share, it misses the
-    scenario's step by the same share); None where the cost is not known."""
+    scenario leaves of the step in the replays without the profiler's cost (a measured step the
+    model misses by some share, it misses the scenario's step by the same share); their medians
+    over the claimed steps both replay, as the measured step is its steps' median: a step no
+    scenario shortens (the first profiled one, where a rank starts its profiler late and the
+    others wait for it at the first collective) weighs no more than any other, as it does there;
+    None where the cost is not known."""
     if deflated is None or base is None or unprofiled_ns is None:
         return None
     ok = claimed & ~np.isnan(deflated) & ~np.isnan(base)
-    if not ok.any() or base[ok].mean() <= 0:
+    if not ok.any() or np.median(base[ok]) <= 0:
         return None
-    return unprofiled_ns * float(deflated[ok].mean() / base[ok].mean())
+    return unprofiled_ns * float(np.median(deflated[ok]) / np.median(base[ok]))
 
 
 def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[Note]:
