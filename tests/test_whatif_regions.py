@@ -110,6 +110,7 @@ def test_the_paced_replay_meets_the_measured_step_and_balance_is_predicted_from_
     assert u["calibrated_unprofiled_ns"] == pytest.approx(m.ns, rel=0.25)
     row = w.scenarios.iloc[0]
     assert 0 < row["predicted_unprofiled_ns"] < m.ns
+    assert "phases_not_paced" not in [n.code for n in w.notes]
 
 
 def _without_regions(tmp_path: Path) -> Path:
@@ -133,6 +134,20 @@ def test_a_run_that_timed_no_phases_scales_the_whole_step_alike(tmp_path: Path) 
     scenario = w.per_step[row["name"]].to_numpy()[claimed]  # the profiled replay of each claimed step
     want = m.ns * np.median(scenario) / np.median(w.steps["replayed_ns"].to_numpy()[claimed])
     assert "region_factors" not in w.unprofiled and row["predicted_unprofiled_ns"] == pytest.approx(want, rel=1e-9)
+    said = [n.values for n in w.notes if n.code == "phases_not_paced"]
+    assert said == [{"step_measured": True}] and "scale the whole step alike" in _note_text(w)
+
+
+def _note_text(w) -> str:
+    return " ".join(n.text for n in w.notes if n.code == "phases_not_paced")
+
+
+def test_bare_traces_without_a_measured_step_say_the_fitted_cost_comes_off_alike() -> None:
+    graphs, epochs = _graphs()
+    w = whatif(graphs, epochs, ["balance"])
+    assert w.unprofiled["unprofiled_source"] == "estimated" and "region_factors" not in w.unprofiled
+    said = [n.values for n in w.notes if n.code == "phases_not_paced"]
+    assert said == [{"step_measured": False}] and "fitted cost per event" in _note_text(w)
 
 
 @pytest.mark.parametrize("regions, want", [

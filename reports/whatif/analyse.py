@@ -177,12 +177,22 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         met = met[~np.isnan(met)]
         unprofiled["calibrated_unprofiled_ns"] = float(np.median(met)) if len(met) else None
     table = _scenario_table(steps, runs, per_step, deflated, base_deflated, unprofiled.get("unprofiled_step_ns"))
-    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
-                                          if s.matched is not None and not s.matched(g)]
+    notes = g.notes + _notes(g, steps) + _pace_notes(g, unprofiled, paces)
+    notes += [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
+              if s.matched is not None and not s.matched(g)]
     for s in chosen:
         made = s.note(g) if s.note is not None else None
         notes += made if isinstance(made, list) else [made] if made else []
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
+
+
+def _pace_notes(g: Graph, unprofiled: dict, paces: dict) -> list[Note]:
+    """On a CPU-only trace with a step without the profiler (measured or estimated) whose phases
+    were not each paced: that the rule fell back to the whole step (regions.py), and why."""
+    source = unprofiled.get("unprofiled_source")
+    if not g.cpu_only or paces or source is None:
+        return []
+    return [Note("phases_not_paced", {"step_measured": source == "measured"})]
 
 
 def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None, under_none: str | None = None) -> dict:
