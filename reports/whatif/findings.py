@@ -61,7 +61,7 @@ def replay_inputs(inputs: list, names: list[str] | None, measured: MeasuredStep 
     prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
     _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
     result = whatif(graphs, epochs, names, prepared, measured.ns if measured else None,
-                    measured.under_none if measured else None)
+                    measured.under_none if measured else None, measured.regions if measured else None)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
 
