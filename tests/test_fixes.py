@@ -97,6 +97,10 @@ def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
         got = with_saving(f, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
         assert got.values["fix_offered"] is offered and ("allow TF32" in got.text) is offered
         assert ("off the path" in got.text) is not offered
+        # the clause judges by the same figure: the profiled replay's 20% is no gain to the user's step
+        assert ("nothing to gain now" in got.text) is not offered
+        saved, step = f"{(8e6 - predicted_ns) / 1e6:.2f} ms", "8.00 ms"
+        assert (f"{saved} of {step} without" if not offered else f"{saved} of {step} per step without") in got.text
     bare = Finding("stalls; prefetch", 1, "idle", {"fix_text": "prefetch", "scenario_text": "x"}, "host_stall", {"run": ""})
     row.predicted_unprofiled_ns = 9e6  # a fix without words of its own for no gain: the shared ones
     got = with_saving(bare, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})

@@ -197,6 +197,14 @@ def window_step_times(bare: list[float] | None, window: list[float], profiled: b
     return step_times(bare, window, unit_ns) if profiled else step_times(window, None, unit_ns)
 
 
+def window_region_times(bare, window, profiled: bool) -> dict[str, Any]:
+    """results.REGION_TIMES of a window's steps (backends.RegionClock) and of the same steps timed
+    before it, bare (None: not timed), as window_step_times."""
+    pair = (bare, window) if profiled else (window, None)
+    return {f"{name}_region_ns": clock.medians_ns() if clock is not None else None
+            for name, clock in zip(("unprofiled", "profiled"), pair)}
+
+
 def step_times(unprofiled: list[float] | None, profiled: list[float] | None, unit_ns: float = 1) -> dict[str, Any]:
     """The results' step fields (results.STEP_TIMES): the median of the same steps timed the
     same way with the profiler off and on (in units of unit_ns), each with its samples in

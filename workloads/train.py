@@ -197,16 +197,21 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
         torch.cuda.reset_peak_memory_stats(d.device)
     timed_steps(step, args.warmup, d.device)
     # the same steps timed the same way with the profiler off: its cost (with none, the window is that)
-    unprofiled_ms = timed_steps(step, args.steps, d.device) if prof is not None and args.unprofiled else None
+    # and each phase (region) of them, on the host's clock alone: each phase's own slowdown under the profiler
+    unprofiled_ms, bare = None, None
+    if prof is not None and args.unprofiled:
+        with backends.clocked() as bare:
+            unprofiled_ms = timed_steps(step, args.steps, d.device)
     warm_peak = torch.cuda.max_memory_allocated(d.device) if d.gpu else None
     memory = train_memory.StepMemory(d.device)
-    with prof.window() if prof is not None else contextlib.nullcontext():
+    with prof.window() if prof is not None else contextlib.nullcontext(), backends.clocked() as window:
         step_ms = timed_steps(step, args.steps - 1, d.device, memory)
         with train_memory.snapshot(args.memory_snapshot, args.out, d.rank) as snap:  # the last step
             step_ms += timed_steps(step, 1, d.device, memory, first=args.steps - 1)
     row = result_row(args, cfg, model, step_ms, d)
     row.update(memory.figures, memory_snapshot=None if snap is None else snap.name)
     row.update(harness.window_step_times(unprofiled_ms, step_ms, prof is not None, unit_ns=1e6))
+    row.update(harness.window_region_times(bare, window, prof is not None))
     if d.gpu:
         row["peak_mem_bytes"] = max([warm_peak, *memory.figures["step_peak_allocated_bytes"]])
     del model, batch, sync, optimizer, step

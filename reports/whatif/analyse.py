@@ -22,6 +22,7 @@ from .join import Graph, join
 from .kinds import COLL
 from .nodes import RankGraph
 from .profiler_cost import NodeCosts, deflate, graph_costs, steady_host
+from .regions import pace, paces_of
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
@@ -35,7 +36,8 @@ MAX_ERROR = 0.02
 # CPU operator, the host's own work, and the same job's profiled and unprofiled steps differ by no
 # constant per event (on a loaded CPU the host's speed between the two phases moves more than the
 # profiler's cost): the difference is taken as the host running that much slower throughout, the
-# scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler).
+# scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler);
+# where the run timed its phases, each phase's operators first at the pace measured for it (regions.py).
 # Nor where the replay at the fitted cost is at its floor, the device pacing it, below the measured
 # step: what the replay misses there is the device side's, which the anchor takes (scale 1).
 MAX_COST_SCALE = 64.0
@@ -134,12 +136,13 @@ def _replayed_less(b: Base, group: list[Scenario], costs: NodeCosts) -> np.ndarr
 
 def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], specs: list[str] | None = None,
            prepared: Base | WhatIf | None = None, unprofiled_ns: float | None = None,
-           unprofiled_run: str | None = None) -> WhatIf:
+           unprofiled_run: str | None = None, unprofiled_regions: dict | None = None) -> WhatIf:
     """The whole answer for one run's ranks (module docstring); `specs`: scenarios as given
     (each alone, and all together where several), else the defaults; `prepared`: prepare() of
     these graphs, where a caller already made it (two sets of scenarios over one run);
     `unprofiled_ns`: the step without the profiler as measured, where it was: by the run itself,
-    or by the same job under backend none (`unprofiled_run`, that run's name)."""
+    or by the same job under backend none (`unprofiled_run`, that run's name); `unprofiled_regions`:
+    per rank its step and phases without the profiler, where the run timed them (regions.py)."""
     chosen = [parse(s) for s in specs] if specs else None  # bad specs fail before any work
     b = prepared if prepared is not None else prepare(graphs, epochs)
     if isinstance(b, WhatIf):
@@ -162,17 +165,34 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed_less(b, group, costs) for label, _, _, group in runs} if costs else {}
     base_deflated = _replayed_less(b, [], costs) if costs is not None and costs is not b.costs else b.unprofiled
-    if "cost_scale" in unprofiled:  # the replay less the calibrated cost: the measured step, where a scale met it
+    paces = paces_of(g, unprofiled_regions) if unprofiled["unprofiled_source"] == "measured" else {}
+    if paces:  # a CPU-only trace whose run timed its phases: each phase's operators at its own pace
+        paced = base.copy()
+        pace(g, paced, paces)
+        deflated = {label: _replayed(g, paced, group, win) for label, _, _, group in runs}
+        base_deflated = _replayed(g, paced, [], win)
+        unprofiled["region_factors"] = {str(r): {"step": rp.step, **rp.regions} for r, rp in paces.items()}
+    if "cost_scale" in unprofiled or paces:  # the replay less the calibrated cost: the measured step, where a scale met it
         met = base_deflated[steps["claimed"].to_numpy()]
         met = met[~np.isnan(met)]
         unprofiled["calibrated_unprofiled_ns"] = float(np.median(met)) if len(met) else None
     table = _scenario_table(steps, runs, per_step, deflated, base_deflated, unprofiled.get("unprofiled_step_ns"))
-    notes = g.notes + _notes(g, steps) + [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
-                                          if s.matched is not None and not s.matched(g)]
+    notes = g.notes + _notes(g, steps) + _pace_notes(g, unprofiled, paces)
+    notes += [Note("scenario_unmatched", {"scenario": s.label, "what": s.what}) for s in chosen
+              if s.matched is not None and not s.matched(g)]
     for s in chosen:
         made = s.note(g) if s.note is not None else None
         notes += made if isinstance(made, list) else [made] if made else []
     return WhatIf(steps, table, pd.DataFrame(per_step, index=win["step"].to_numpy()), notes, b.r.rounds, unprofiled)
+
+
+def _pace_notes(g: Graph, unprofiled: dict, paces: dict) -> list[Note]:
+    """On a CPU-only trace with a step without the profiler (measured or estimated) whose phases
+    were not each paced: that the rule fell back to the whole step (regions.py), and why."""
+    source = unprofiled.get("unprofiled_source")
+    if not g.cpu_only or paces or source is None:
+        return []
+    return [Note("phases_not_paced", {"step_measured": source == "measured"})]
 
 
 def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None, under_none: str | None = None) -> dict:
@@ -319,15 +339,18 @@ def _user_saving(unprofiled_ns: float | None, predicted_ns: float | None) -> dic
 def _without_profiler(deflated: np.ndarray | None, base: np.ndarray | None, claimed: np.ndarray,
                       unprofiled_ns: float | None) -> float | None:
     """A scenario's predicted step without the profiler: the run's unprofiled step times what the
-    scenario leaves of the step in the replays without the profiler's cost (their means over the
-    claimed steps both replay: a measured step the model misses by some share, it misses the
-    scenario's step by the same share); None where the cost is not known."""
+    scenario leaves of the step in the replays without the profiler's cost (a measured step the
+    model misses by some share, it misses the scenario's step by the same share); their medians
+    over the claimed steps both replay, as the measured step is its steps' median: a step no
+    scenario shortens (the first profiled one, where a rank starts its profiler late and the
+    others wait for it at the first collective) weighs no more than any other, as it does there;
+    None where the cost is not known."""
     if deflated is None or base is None or unprofiled_ns is None:
         return None
     ok = claimed & ~np.isnan(deflated) & ~np.isnan(base)
-    if not ok.any() or base[ok].mean() <= 0:
+    if not ok.any() or np.median(base[ok]) <= 0:
         return None
-    return unprofiled_ns * float(deflated[ok].mean() / base[ok].mean())
+    return unprofiled_ns * float(np.median(deflated[ok]) / np.median(base[ok]))
 
 
 def _unclaimed_notes(bad: pd.DataFrame, n_steps: int, cpu_only: bool) -> list[Note]:

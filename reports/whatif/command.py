@@ -63,7 +63,8 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
         measured = measured_step(r.info, infos)  # the run's own, else the same job's under backend none
         parts.append((r.name, whatif(graphs, {p.rank: p.meta.trace_start_epoch_ns for p in r.profiles}, scenario,
                                      unprofiled_ns=measured.ns if measured else None,
-                                     unprofiled_run=measured.under_none if measured else None)))
+                                     unprofiled_run=measured.under_none if measured else None,
+                                     unprofiled_regions=measured.regions if measured else None)))
     return parts
 
 

@@ -61,7 +61,7 @@ def replay_inputs(inputs: list, names: list[str] | None, measured: MeasuredStep 
     prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
     _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
     result = whatif(graphs, epochs, names, prepared, measured.ns if measured else None,
-                    measured.under_none if measured else None)
+                    measured.under_none if measured else None, measured.regions if measured else None)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
 
@@ -167,9 +167,8 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
     its scenario's words; `b` its error band (bands.band), said beside a percentage."""
     of = _window_words(v["window"], v["step_ns"])
-    if v["saving_share"] < NOTHING_FRAC:  # the replay moves no step: say so, not "0%" with an error band
-        user = (f", {fmt.ms(v['unprofiled_step_ns'], 2)} without the profiler"
-                if v.get("unprofiled_step_ns") is not None else "")  # the step the user runs, where known
+    if not gains(v):  # the step the user runs moves by nothing: say so, not "0%" with an error band
+        user = _nothing_user_words(v)
         return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                 "path runs through other work; tracelab whatif)")
     error = f"; {b.short()}" if b else ""
@@ -186,6 +185,17 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
     return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
             f"({100 * gain_ns / step_ns:.0f}%; {source}); "
             f"under the profiler it {profiled}")
+
+
+def _nothing_user_words(v: dict) -> str:
+    """The step the user runs (without the profiler) beside a saving of nothing, where known: its
+    predicted saving where the replay predicted one, which is what gains() judged."""
+    if v.get("unprofiled_step_ns") is None:
+        return ""
+    step = fmt.ms(v["unprofiled_step_ns"], 2)
+    if v.get("unprofiled_saving_ns") is None:
+        return f", {step} without the profiler"
+    return f"; {fmt.ms(v['unprofiled_saving_ns'], 2)} of {step} without the profiler"
 
 
 def _window_words(window: str, step_ns: float) -> str:

@@ -34,6 +34,7 @@ from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
 from .profiler_cost import COUNTED, RANGE_KINDS, Config, config_of, node_counts
+from .regions import step_regions
 from ..timeline.stalls import host_stalls, shared_stalls
 
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, NONE, SYNC
@@ -72,6 +73,7 @@ class RankGraph:
     profiled_inside: np.ndarray | None = None
     profiler: Config | None = None
     stalls: pd.DataFrame | None = None  # timeline/stalls.STALL_COLUMNS: untraced host time the device idled through
+    regions: pd.DataFrame | None = None  # regions.REGION_COLUMNS: a CPU-only trace's phases per step (its ranges)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -247,7 +249,7 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
         event_row=np.arange(len(cpu), dtype=np.int64),
         launch=launch, copy=np.zeros(len(cpu), bool), chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps,
-        profiled_before=before, profiled_inside=inside)
+        profiled_before=before, profiled_inside=inside, regions=step_regions(host, steps))
 
 
 def shared_graph(rank: RankData) -> RankGraph:

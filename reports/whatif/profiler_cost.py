@@ -265,14 +265,33 @@ def measured_unprofiled_ns(info: dict | None) -> float | None:
     return max(per_rank) if per_rank else None
 
 
+def measured_regions(info: dict | None) -> dict[int, tuple[float, dict]] | None:
+    """Per rank, its step and its regions (phases) without the profiler as its run folder measured
+    them (run.json results' unprofiled_step_ns and unprofiled_region_ns: regions.py), None where no
+    rank timed its regions or a rank holds several rows (a sweep)."""
+    from tracelab.ingest.results import of_run
+
+    out = {}
+    for rank, record in (of_run(info) if info else {}).items():
+        rows = record.get("rows") or []
+        if len(rows) != 1:
+            return None
+        step, regions = rows[0].get("unprofiled_step_ns"), rows[0].get("unprofiled_region_ns")
+        if step and regions:
+            out[int(rank)] = (float(step), dict(regions))
+    return out or None
+
+
 @dataclass(frozen=True)
 class MeasuredStep:
     """The run's step without the profiler, as measured: in the run's own process with the profiler
     off (`under_none` None), or the median step of the same job run under backend none beside it
-    (`under_none`: that run's name)."""
+    (`under_none`: that run's name); `regions`: per rank its own step and phases, where the run
+    timed them (measured_regions)."""
 
     ns: float
     under_none: str | None = None
+    regions: dict[int, tuple[float, dict]] | None = None
 
 
 def measured_step(info: dict | None, runs) -> MeasuredStep | None:
@@ -282,7 +301,7 @@ def measured_step(info: dict | None, runs) -> MeasuredStep | None:
     run timed its steps; None otherwise. One figure, so every command says the same user's step."""
     own = measured_unprofiled_ns(info)
     if own:
-        return MeasuredStep(own)
+        return MeasuredStep(own, regions=measured_regions(info))
     return _none_step(info, runs) if info else None
 
 

@@ -79,7 +79,8 @@ def unprofiled_line(u: dict) -> str | None:
     replayed = u.get("replayed_unprofiled_ns")
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
-        model += _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns"))
+        model += (_paced_text(u["region_factors"], u.get("calibrated_unprofiled_ns")) if u.get("region_factors")
+                  else _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns")))
         where = (f"the median step of the same job under backend none ({u['unprofiled_run']})" if u.get("unprofiled_run")
                  else "measured beside the trace (the same steps, profiler off)")
         return f"step without the profiler: {step}, {where}{model}"
@@ -87,6 +88,15 @@ def unprofiled_line(u: dict) -> str | None:
     costs = "; ".join(sorted(set((u.get("costs") or {}).values())))
     return (f"step without the profiler: {step}, estimated: the replay less the profiler's own host cost per event "
             f"({costs}){'; ' + b.short() if b else '; no error band'}")
+
+
+def _paced_text(factors: dict, met_ns: float | None) -> str:
+    """How the predictions without the profiler paced each phase (regions.py): its factor per rank."""
+    def rank_text(f: dict) -> str:
+        return ", ".join(f"{name or 'outside them'} {v:.2f}x" for name, v in f.items() if name != "step")
+    per_rank = "; ".join(f"rank {r}: {rank_text(f)}" for r, f in factors.items())
+    return (f"; predictions take each phase's operators at its own pace without the profiler (its time measured "
+            f"beside the trace over its time in the trace: {per_rank}), at which the replay gives {ms_cell(met_ns)} ms")
 
 
 def _scale_text(scale: float | None, met_ns: float | None, measured_ns: float | None = None) -> str:
@@ -147,6 +157,7 @@ def _doc(w: WhatIf) -> dict:
                    "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
                                   "cost_scale": u.get("cost_scale"),
                                   "calibrated_unprofiled_ns": u.get("calibrated_unprofiled_ns"),
+                                  "region_factors": u.get("region_factors"),
                                   "error_band": b.doc() if b else None},
                    "notes": [n.as_json() for n in w.notes]})
 

@@ -51,6 +51,16 @@ def _edge_missing(v: dict) -> str:
             f"claimed for {_them(v['steps'])}{unknown}")
 
 
+def _phases_not_paced(v: dict) -> str:
+    how = ("the run timed its step without the profiler but not each phase of it on every rank: predictions "
+           "without the profiler scale the whole step alike" if v["step_measured"] else
+           "no step without the profiler measured beside these traces: predictions without the profiler take the "
+           "profiler's fitted cost per event off, every operator alike")
+    return (f"{how}, though the profiler slows a phase of many small operators more than one of a few large ones "
+            "(a run of `tracelab run train` times each phase without it, and each phase's operators then take "
+            "their own pace)")
+
+
 def _autocast_model(v: dict) -> str:
     scaled = ("each matrix product scaled by its own shape's factor" if v.get("per_shape")
               else "the matrix products scaled by F")
@@ -263,6 +273,7 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
     "compile_model": _compile_model,
     "cpu_only_path": ("no GPU kernel, memcpy or memset in these traces: the path runs over the host's operators "
                       "(compute is CPU operators' time, comm their collectives')"),
+    "phases_not_paced": _phases_not_paced,
     "ranks_on_one_clock": "ranks on one clock: {clock}",
     "replay_misses_steps": _replay_misses,
     "edge_missing": _edge_missing,

@@ -41,7 +41,7 @@ ADDED_ROWS = {"train": {k: None for k in ("step_start_allocated_bytes", "step_en
                                           "step_peak_allocated_bytes", "step_end_reserved_bytes",
                                           "step_peak_reserved_bytes", "memory_snapshot")},
               "allreduce": dict(_NO_STEP_TIMES), "overlap": {"step_times": None}}
-ADDED_ROWS["train"].update(_NO_STEP_TIMES)
+ADDED_ROWS["train"].update(_NO_STEP_TIMES, unprofiled_region_ns=None, profiled_region_ns=None)
 
 _EVERY = {
     "workload": Field("", "the workload's name"),
@@ -65,6 +65,13 @@ _LATE = {"late": Field("", "who was made late on purpose: none, rank0, rank1 or 
          "host_stall_unmarked": Field("", "the stall's sleep in no region, untraced (--host-stall-unmarked)"),
          "late_every": Field("steps", "the extra work and the stall happen every N-th step or token (--late-every)")}
 
+# Each phase of those steps (a region directly inside the step: forward, backward, ...) on the host's
+# clock, with the profiler off and on: its own slowdown under the profiler (reports/whatif/regions.py).
+REGION_TIMES = {
+    "unprofiled_region_ns": Field("ns", "region -> its median time a step with the profiler off, over the steps "
+                                        "that entered it; \"\": the step outside every region (null: not timed)"),
+    "profiled_region_ns": Field("ns", "the same inside the profiled window"),
+}
 RESULTS: dict[str, dict[str, Field]] = {
     "decode": {**_EVERY,
                "model": Field("", "model configuration name"), "dtype": Field("", "weights' dtype"),
@@ -115,7 +122,7 @@ ROWS: dict[str, dict[str, Field]] = {
               "step_end_reserved_bytes": Field("bytes", "memory_reserved() after each step"),
               "step_peak_reserved_bytes": Field("bytes", "max_memory_reserved() over each step"),
               "memory_snapshot": Field("", "the last step's memory snapshot file (--memory-snapshot), else None"),
-              **STEP_TIMES},
+              **STEP_TIMES, **REGION_TIMES},
     "allreduce": {"impl": Field("", "implementation"), "msg_bytes": Field("bytes", "message size"),
                   "iters": Field("", "timed calls"), "latency_us": Field("us", "slowest rank's median"),
                   "rank_latency_us": Field("us", "this rank's median"), "algbw_gb_s": Field("GB/s", "msg_bytes / latency"),

@@ -39,6 +39,7 @@ import contextlib
 import functools
 import os
 import shutil
+import statistics
 import time
 import warnings
 from dataclasses import dataclass
@@ -108,6 +109,48 @@ def _cuda_available() -> bool:
     return _torch().cuda.is_available()
 
 
+class RegionClock:
+    """The host's wall time (perf_counter, no profiler) of each region directly inside a step,
+    per step: a step is the outermost region (`step N`), its direct regions its phases. Timed
+    with and without the profiler alike, it gives each phase's own slowdown under the profiler
+    (tracelab whatif scales each phase's operators by it: reports/whatif/regions.py)."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []  # per step: region name -> ns, "" the step outside them
+        self._open: list[float] = []  # the start (ns) of each region open now, outermost first
+
+    def enter(self) -> None:
+        self._open.append(time.perf_counter_ns())
+        if len(self._open) == 1:
+            self.steps.append({})
+
+    def leave(self, name: str) -> None:
+        took = time.perf_counter_ns() - self._open.pop()
+        step = self.steps[-1]
+        if len(self._open) == 1:
+            step[name] = step.get(name, 0) + took
+        elif not self._open:
+            step[""] = took - sum(v for k, v in step.items() if k)
+
+    def medians_ns(self) -> dict[str, int] | None:
+        """Per region, its median time over the steps that entered it ("": outside every region)."""
+        names = {k for s in self.steps for k in s}
+        return {k: round(statistics.median(s[k] for s in self.steps if k in s)) for k in sorted(names)} or None
+
+
+_clock: list[RegionClock] = []  # the clock timing regions now (clocked), if any
+
+
+@contextlib.contextmanager
+def clocked() -> Iterator[RegionClock]:
+    """Regions opened inside it are timed on a RegionClock."""
+    _clock.append(RegionClock())
+    try:
+        yield _clock[-1]
+    finally:
+        _clock.pop()
+
+
 @contextlib.contextmanager
 def region(name: str, work: dict[str, float] | None = None) -> Iterator[None]:
     """Mark a phase of a workload for every profiler at once (see the module docstring).
@@ -126,6 +169,10 @@ def region(name: str, work: dict[str, float] | None = None) -> Iterator[None]:
             # proton (Triton 3.6) turns NVTX ranges into scopes itself: with both, every
             # scope would come out doubled ("a/a")
             stack.enter_context(torch.cuda.nvtx.range(name))
+        clock = _clock[-1] if _clock else None
+        if clock is not None:
+            clock.enter()
+            stack.callback(clock.leave, name)
         yield
 
 

@@ -1,0 +1,133 @@
+"""Each phase's own slowdown under the profiler, where the run timed its phases without it. Pure.
+
+A CPU-only trace's operators are the host's own work, and the profiler does not slow them alike:
+a phase of many small operators (a forward, a backward) is slowed by the records of each, a few
+large products hardly at all, and on a shared host the phases also meet other load at other
+times. One measured step cannot tell them apart: scaled alike, a scenario that removes the large
+products keeps the small operators' slowdown. `tracelab run train` times each region directly
+inside a step (forward, backward, grad_sync, optimizer, extra_work, and "" the step outside them)
+on the host's clock alone, with the profiler off (results' unprofiled_region_ns: the median over
+the steps); the trace holds the same regions as ranges, so each region's factor is measured:
+its time without the profiler over its median time a step in the trace. Each host operator takes
+its region's factor on its duration and the gap before it (`pace`); collectives keep theirs (the
+replay recomputes their waits). A region the run did not time, and every region of a run that
+timed none (a user's trace where only the step is known), take the step's factor: the measured
+step over the trace's median step, the rule of the whole step scaled alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracelab.core.schema import kind_mask
+
+from .kinds import HOST_OP
+
+OUTSIDE = ""  # the step's time outside every region, as results' unprofiled_region_ns names it
+REGION_COLUMNS = ["step", "region", "dur_ns"]
+
+
+def step_regions(host: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step (`steps`: step, start_ns, end_ns of its range) the outermost ranges inside it on
+    the step range's thread, summed by name (REGION_COLUMNS): the regions a workload opens
+    directly inside its step. Ranges of other threads (a collective's worker) are not phases."""
+    if host is None or not len(host) or not len(steps):
+        return pd.DataFrame(columns=REGION_COLUMNS)
+    rng, stp = host[kind_mask(host, ("range",))], host[kind_mask(host, ("step",))]
+    tid_at = dict(zip(stp["start_ns"].to_numpy(np.int64), stp["tid"].to_numpy(np.int64)))
+    rows = []
+    for step, begin, end in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
+        inside = rng[(rng["tid"] == tid_at.get(int(begin), -1)) & (rng["start_ns"] >= begin)
+                     & (rng["start_ns"] + rng["dur_ns"] <= end)]
+        for name, dur in _outermost(inside).items():
+            rows.append((int(step), name, int(dur)))
+    return pd.DataFrame(rows, columns=REGION_COLUMNS)
+
+
+def _outermost(ranges: pd.DataFrame) -> dict[str, int]:
+    """Name -> summed duration of the ranges that no other range of `ranges` holds."""
+    out: dict[str, int] = {}
+    reach = None  # the latest end of the outermost ranges so far (clocks may start below 0)
+    ordered = ranges.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable")
+    for name, start, dur in ordered[["name", "start_ns", "dur_ns"]].itertuples(index=False):
+        if reach is None or start >= reach:
+            out[name] = out.get(name, 0) + int(dur)
+            reach = start + dur
+    return out
+
+
+@dataclass(frozen=True)
+class RankPace:
+    """One rank's factors: region name -> unprofiled / profiled time, and the step's (`step`)."""
+
+    step: float
+    regions: dict[str, float]
+
+    def of(self, region: str) -> float:
+        return self.regions.get(region, self.step)
+
+
+def rank_pace(regions: pd.DataFrame, step_ns: pd.Series, unprofiled_step_ns: float,
+              unprofiled_region_ns: dict[str, float] | None) -> RankPace | None:
+    """A rank's factors from its trace's step_regions and step durations (`step_ns`, by step) and
+    its run's measured step and regions without the profiler; None where the step is not known."""
+    profiled_step = float(np.median(step_ns)) if len(step_ns) else 0.0
+    if not (profiled_step > 0 and unprofiled_step_ns > 0):
+        return None
+    step = unprofiled_step_ns / profiled_step
+    named = {k: v for k, v in (unprofiled_region_ns or {}).items() if k != OUTSIDE}
+    timed = {k: float(v) for k, v in named.items() if v and v > 0}
+    mine = regions[regions["region"].isin(list(timed))]
+    per = mine.groupby("region")["dur_ns"].median()
+    factors = {k: timed[k] / float(per[k]) for k in per.index if per[k] > 0}
+    # the time outside the phases is the step less all of them: comparable only where each has its factor
+    outside, outside_u = _outside_ns(mine, step_ns), (unprofiled_region_ns or {}).get(OUTSIDE) or 0
+    if named and set(factors) == set(named) and outside > 0 and outside_u > 0:
+        factors[OUTSIDE] = float(outside_u) / outside
+    return RankPace(step, factors)
+
+
+def _outside_ns(regions: pd.DataFrame, step_ns: pd.Series) -> float:
+    """The median over steps of the step's time outside the timed regions."""
+    inside = regions.groupby("step")["dur_ns"].sum().reindex(step_ns.index, fill_value=0)
+    return float(np.median(step_ns.to_numpy(np.float64) - inside.to_numpy(np.float64))) if len(step_ns) else 0.0
+
+
+def node_regions(scope: np.ndarray, named: set[str]) -> np.ndarray:
+    """Per node, the first component of its scope that is a timed region's name, else OUTSIDE."""
+    def first(s: str) -> str:
+        return next((part for part in s.split("/") if part in named), OUTSIDE)
+    return np.array([first(str(s)) for s in scope], dtype=object)
+
+
+def pace(g, p, paces: dict[int, RankPace]) -> np.ndarray:
+    """Scales each host operator's duration and the gap before it in Params `p` by its rank's
+    factor for its region (module docstring); the per-node factors applied (1: left)."""
+    factor = np.ones(len(g))
+    host = g.kind == HOST_OP
+    for r, rp in paces.items():
+        mine = np.flatnonzero(host & (g.rank == r))
+        where = node_regions(g.scope[mine], set(rp.regions))
+        factor[mine] = [rp.of(w) for w in where]
+    p.dur_ns[:] = np.rint(p.dur_ns * factor).astype(np.int64)
+    p.gap_ns[:] = np.where(p.gap_ns > 0, np.rint(p.gap_ns * factor), p.gap_ns).astype(np.int64)
+    return factor
+
+
+def paces_of(g, measured: dict[int, tuple[float, dict]] | None) -> dict[int, RankPace]:
+    """Per rank of joined graph `g` that timed its regions (`measured`: profiler_cost.measured_regions),
+    its factors; {} where none did or a rank of `g` has no measurement (the whole step scaled alike)."""
+    if not measured or not g.cpu_only or set(g.ranks) - set(measured):
+        return {}
+    out = {}
+    for r, rg in g.ranks.items():
+        steps = rg.step_ranges
+        step_ns = pd.Series((steps["end_ns"] - steps["start_ns"]).to_numpy(np.float64), index=steps["step"].to_numpy())
+        regions = rg.regions if rg.regions is not None else pd.DataFrame(columns=REGION_COLUMNS)
+        made = rank_pace(regions, step_ns, *measured[r])
+        if made is None:
+            return {}
+        out[r] = made
+    return out if any(rp.regions for rp in out.values()) else {}
