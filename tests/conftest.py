@@ -27,6 +27,33 @@ def _own_cache_dir(_session_cache_dir, monkeypatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _small_traces_cached(request, monkeypatch) -> None:
+    """Every trace's digests and events go through the run's caches, small ones too (tracelab
+    caches only files of at least cache.MIN_BYTES, where a parse costs more than a cache read):
+    the default run reads the same few dozen captures in hundreds of tests, each parse and
+    digest made once per run instead of once per test. The caches are never stale (keyed on the
+    file and tracelab's code), but a test that patches tracelab's code or its environment
+    (requests monkeypatch, itself or through a fixture) could make entries its patch decided,
+    or read entries made without it: such a test keeps tracelab's own threshold, and so does
+    every slow test (end to end, as a user's command runs)."""
+    if _patches(request) or request.node.get_closest_marker("slow"):
+        return
+    from tracelab.ingest import cache
+
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+
+
+_OWN = {"_own_cache_dir", "_one_process", "_small_traces_cached"}  # this file's autouse fixtures
+
+
+def _patches(request) -> bool:
+    """Whether the test or a fixture it uses (other than this file's) requests monkeypatch."""
+    info = request.node._fixtureinfo
+    return any("monkeypatch" in d.argnames for name, defs in info.name2fixturedefs.items() if name not in _OWN
+               for d in defs) or "monkeypatch" in info.argnames
+
+
+@pytest.fixture(autouse=True)
 def _one_process(request, monkeypatch) -> None:
     """load_many with no `workers` given parses in the test's own process, as promise.one_process
     does for the corpus: a worker pool per call forks this process (pandas, torch) and costs

@@ -314,19 +314,27 @@ def host_names(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None) ->
 def _naming_spans(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None):
     """host_names, with the start and end (ns) of the span that names each host segment (-1 where
     none does)."""
-    names = seg["name"].to_numpy(dtype=object).copy()
-    start_ns, end_ns = np.full(len(seg), -1, np.int64), np.full(len(seg), -1, np.int64)
-    host = np.flatnonzero((seg["category"] == "host").to_numpy())
-    known = sorted_spans if sorted_spans is not None else {}
-    for r in np.unique(seg["rank"].to_numpy()[host]).tolist():
+    return _span_names(g, seg["name"].to_numpy(dtype=object), (seg["category"] == "host").to_numpy(),
+                       seg["rank"].to_numpy(), seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy(),
+                       sorted_spans if sorted_spans is not None else {})
+
+
+def _span_names(g: Graph, names: np.ndarray, host_mask: np.ndarray, rank: np.ndarray, t0_ns: np.ndarray,
+                t1_ns: np.ndarray, known: dict):
+    """_naming_spans on the segments' columns: `names` the names they have (kept where no span
+    names them), `known` _sorted_spans by rank, filled as needed."""
+    names = names.copy()
+    start_ns, end_ns = np.full(len(names), -1, np.int64), np.full(len(names), -1, np.int64)
+    host = np.flatnonzero(host_mask)
+    for r in np.unique(rank[host]).tolist():
         if r not in known:
             known[r] = _sorted_spans(g, r)
         if known[r] is None:
             continue
         s0, s1, label = known[r]
-        mine = host[seg["rank"].to_numpy()[host] == r]
+        mine = host[rank[host] == r]
         names[mine] = "(no CPU op or range)"
-        mid = (seg["t0_ns"].to_numpy()[mine] + seg["t1_ns"].to_numpy()[mine]) // 2
+        mid = (t0_ns[mine] + t1_ns[mine]) // 2
         at = np.searchsorted(s0, mid, side="right") - 1
         found = np.full(len(mine), -1)
         for back in range(16):  # nested spans: the innermost holding mid is among the last begun
@@ -340,26 +348,33 @@ def _naming_spans(g: Graph, seg: pd.DataFrame, sorted_spans: dict | None = None)
 
 
 def _named_pieces(g: Graph, seg: pd.DataFrame, spans: dict, rounds: int = 8) -> pd.DataFrame:
-    """The segments with `name`, each host segment cut at the bounds of the span that names it,
-    the pieces outside named again (by the span that holds them, a parent or none): a name is
-    never given more of a segment than its span lasts."""
-    names, s0, s1 = _naming_spans(g, seg, spans)
-    seg = seg.assign(name=names)
+    """The segments (category, rank, name, t0_ns, t1_ns) with `name`, each host segment cut at the
+    bounds of the span that names it, the pieces outside named again (by the span that holds
+    them, a parent or none): a name is never given more of a segment than its span lasts.
+    On the columns' arrays, each round's pieces kept as the rows they came from: a step's
+    segments are cut in a few rounds, and a frame per round costs more than the cutting."""
+    category, rank = seg["category"].to_numpy(dtype=object), seg["rank"].to_numpy()
+    host = (seg["category"] == "host").to_numpy()
+    t0, t1 = seg["t0_ns"].to_numpy(dtype=np.int64), seg["t1_ns"].to_numpy(dtype=np.int64)
+    names, s0, s1 = _span_names(g, seg["name"].to_numpy(dtype=object), host, rank, t0, t1, spans)
+    rows = np.arange(len(seg))
     for _ in range(rounds):
-        t0, t1 = seg["t0_ns"].to_numpy(), seg["t1_ns"].to_numpy()
         over = (s0 >= 0) & (t0 < t1) & ((t0 < s0) | (t1 > s1))
         if not over.any():
             break
-        cut = seg[over]
-        inside = cut.assign(t0_ns=np.maximum(t0[over], s0[over]), t1_ns=np.minimum(t1[over], s1[over]))
-        before = cut[t0[over] < s0[over]].assign(t1_ns=s0[over][t0[over] < s0[over]])
-        after = cut[t1[over] > s1[over]].assign(t0_ns=s1[over][t1[over] > s1[over]])
-        rest = pd.concat([before, after], ignore_index=True)
-        names_rest, r0, r1 = _naming_spans(g, rest, spans)
-        seg = pd.concat([seg[~over], inside, rest.assign(name=names_rest)], ignore_index=True)
-        s0 = np.concatenate([s0[~over], s0[over], r0])
-        s1 = np.concatenate([s1[~over], s1[over], r1])
-    return seg
+        lo, hi = t0[over] < s0[over], t1[over] > s1[over]  # a piece before the span, and after it
+        rest = np.concatenate([rows[over][lo], rows[over][hi]])
+        rest_t0 = np.concatenate([t0[over][lo], s1[over][hi]])
+        rest_t1 = np.concatenate([s0[over][lo], t1[over][hi]])
+        rest_names, r0, r1 = _span_names(g, np.concatenate([names[over][lo], names[over][hi]]), host[rest],
+                                         rank[rest], rest_t0, rest_t1, spans)  # rest: rows of seg, as host and rank are
+        keep = ~over
+        rows = np.concatenate([rows[keep], rows[over], rest])
+        t0 = np.concatenate([t0[keep], np.maximum(t0[over], s0[over]), rest_t0])
+        t1 = np.concatenate([t1[keep], np.minimum(t1[over], s1[over]), rest_t1])
+        names = np.concatenate([names[keep], names[over], rest_names])
+        s0, s1 = np.concatenate([s0[keep], s0[over], r0]), np.concatenate([s1[keep], s1[over], r1])
+    return pd.DataFrame({"category": category[rows], "rank": rank[rows], "name": names, "t0_ns": t0, "t1_ns": t1})
 
 
 def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -> dict[int, list[dict]]:
@@ -368,7 +383,7 @@ def top_items(paths: dict[int, Path], win: pd.DataFrame, g: Graph, n: int = 5) -
     out, spans = {}, {}
     for step, b, e in win[["step", "begin_ns", "end_ns"]].itertuples(index=False):
         seg = _named_pieces(g, paths[int(step)].segments, spans)
-        ns = np.clip(np.minimum(seg["t1_ns"], e) - np.maximum(seg["t0_ns"], b), 0, None).to_numpy()
+        ns = np.clip(np.minimum(seg["t1_ns"].to_numpy(), e) - np.maximum(seg["t0_ns"].to_numpy(), b), 0, None)
         frame = seg.assign(ns=ns)[ns > 0]
         agg = frame.groupby(["category", "rank", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(n)
         out[int(step)] = [{"what": c, "rank": int(r), "name": str(nm), "ns": int(v)} for (c, r, nm), v in agg.items()]
