@@ -284,3 +284,21 @@ def test_sides_run_at_different_loads_are_said_with_their_loads(capsys, tmp_path
         (note,) = notes
         assert (note["values"]["baseline_load_per_cpu"], note["values"]["candidate_load_per_cpu"]) == said
         assert f"{said[0]:.2f} per CPU during the baseline" in note["text"]
+
+
+def test_a_step_timed_without_the_profiler_is_not_judged_against_a_traced_one(capsys):
+    """A run folder that timed its steps with the profiler off against its own trace alone (which
+    has only the traced span): both sides are judged on the traced span, so the same steps pass
+    unchanged, not "faster" or "slower" by the profiler's cost; the note says the sources differ."""
+    folder = DATA / "stall-1cpu-torch"
+    trace = folder / "rank0.pt.trace.json.gz"
+    status, out, _ = run_cli_output(capsys, "gate", str(folder), str(trace), "--format", "json")
+    doc = strict_json(out)
+    step = _metric(doc, "step_time")
+    spans_ns = [e["dur"] * 1000 for e in json.loads(gzip.open(trace).read())["traceEvents"]
+                if e.get("cat") == "user_annotation" and STEP.fullmatch(e.get("name", ""))]
+    unprofiled_ns = json.loads((folder / "run.json").read_text())["results"]["0"]["rows"][0]["unprofiled_step_ns"]
+    assert status == 0 and doc["passed"] and doc["step_source"] == {"baseline": "traced", "candidate": "traced"}
+    assert step["baseline"] == step["candidate"] == pytest.approx(float(np.median(spans_ns)), rel=0.01)
+    assert abs(step["baseline"] / unprofiled_ns - 1) > 0.2  # what the baseline's own step would have read
+    assert any(n["code"] == "step_time_timed_differently" for n in doc["notes"])

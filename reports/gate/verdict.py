@@ -23,6 +23,7 @@ is `unreliable`: never failed on; the peak above each step's start is the memory
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -34,7 +35,7 @@ from tracelab.core.note import Note
 
 from ..stats import INTERVAL_LEVEL, MIN_LEAD_SHARE
 from .noise import MIN_VERSIONS, RUN_NOISE, shift
-from .samples import BYTES, COUNT, STEP_TIME, TIME, RunSamples
+from .samples import BYTES, COUNT, STEP_TIME, TIME, TRACED_STEP_TIME, RunSamples
 
 DEFAULT_MAX_REGRESSION = 0.05
 MIN_FIGURE_RUNS = 2
@@ -122,7 +123,10 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
          history: list[list[RunSamples]] = ()) -> Gate:
     """Every metric both sides measured, judged (module docstring). `history`: the baseline's
     earlier versions a store kept, oldest first, each its runs."""
-    notes = []
+    timed = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
+             (("baseline", baseline), ("candidate", candidate))}
+    notes = [Note("step_time_timed_differently", dict(timed))] if len(set(timed.values())) > 1 else []
+    baseline, candidate, history = one_step_source(baseline, candidate, history)
     names = [m for m in _metrics(baseline) if m in set(_metrics(candidate))]
     missing = [m for m in _metrics(baseline) + _metrics(candidate) if m not in names]
     if missing:
@@ -140,10 +144,32 @@ def gate(baseline: list[RunSamples], candidate: list[RunSamples], thresholds: Th
     notes += _source_note(out) + _unreliable_notes(out, baseline + candidate)
     sources = {side: "/".join(sorted({r.step_source for r in runs})) for side, runs in
                (("baseline", baseline), ("candidate", candidate))}
-    if len(set(sources.values())) > 1:
-        notes.append(Note("step_time_timed_differently", dict(sources)))
     notes += _load_note(baseline, candidate)
     return Gate([r.name for r in baseline], [r.name for r in candidate], out, sources, notes)
+
+
+def one_step_source(baseline: list[RunSamples], candidate: list[RunSamples], history=()) -> tuple:
+    """The runs as given where all timed their step alike; else every run's step time is its
+    traced span, the one a profiled run always has: a step timed without the profiler against one
+    the profiler stretched would read the profiler's cost as a regression (or its absence as a
+    gain). A run with no traced span (one under backend none) then has no step time, and the
+    step is not judged (one side only)."""
+    runs = [*baseline, *candidate, *(r for version in history for r in version)]
+    if len({r.step_source for r in runs}) <= 1:
+        return baseline, candidate, history
+    return ([_traced(r) for r in baseline], [_traced(r) for r in candidate],
+            [[_traced(r) for r in version] for version in history])
+
+
+def _traced(run: RunSamples) -> RunSamples:
+    if run.step_source == "traced" or STEP_TIME not in run.steps:
+        return run
+    steps = run.steps.drop(columns=[STEP_TIME])
+    if TRACED_STEP_TIME not in steps:
+        return dataclasses.replace(run, steps=steps, step_source="none")
+    steps = steps.rename(columns={TRACED_STEP_TIME: STEP_TIME})
+    order = [STEP_TIME] + [c for c in steps.columns if c != STEP_TIME]
+    return dataclasses.replace(run, steps=steps[order], step_source="traced")
 
 
 def _load_note(baseline: list[RunSamples], candidate: list[RunSamples]) -> list[Note]:

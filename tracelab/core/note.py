@@ -308,7 +308,9 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
         f"per CPU during the baseline, {v['candidate_load_per_cpu']:.2f} during the candidate (run.json); other "
         "work slows every step by itself, so a time verdict here may be the machine's: gate runs made on a "
         "quiet machine, or several a side (tracelab run --repeat N)"),
-    "step_time_timed_differently": "step time timed differently: baseline {baseline}, candidate {candidate}",
+    "step_time_timed_differently": "step time timed differently (baseline {baseline}, candidate {candidate}): "
+                                   "judged on the traced span of each run, as a step timed without the profiler "
+                                   "is no match for one the profiler stretched",
     "gate_noise_repeats": lambda v: _gate_repeats(v) + _gate_level(v),
     "gate_noise_floor": lambda v: _gate_unmeasured(v) + _gate_level(v),
     "gate_noise_history": lambda v: _gate_history(v) + _gate_level(v),
