@@ -40,7 +40,7 @@ def check_shapes(meta) -> None:
     timed at the shapes torch.profiler records with record_shapes=True, in its Kineto JSON."""
     path = str(meta.path)
     if meta.source != "torch":
-        raise UsageError(path, f"a {meta.source} trace keeps no operator shapes: factors need a torch.profiler trace "
+        raise UsageError(path, f"this {meta.source} trace keeps no operator shapes: factors need a torch.profiler trace "
                                "recorded with record_shapes=True (tracelab run ... --backend torch)")
     if not path.endswith(KINETO_SUFFIXES):
         raise UsageError(path, "factors read the shapes from the torch.profiler trace itself (.json or .json.gz)")
@@ -52,14 +52,14 @@ def check_shapes(meta) -> None:
 def device_for(asked: str | None, cpu_only: bool):
     """The torch device to time on: `asked`, else the trace's own (cpu for a CPU-only trace, else
     cuda); UsageError where it does not fit the trace or is not here."""
-    import torch
-
     want = asked or ("cpu" if cpu_only else "cuda")
     if want not in ("cpu", "cuda"):
         raise UsageError("--device", f"{want!r} is not one of cpu, cuda")
     if (want == "cpu") != cpu_only:
         raise UsageError("--device", f"the trace is {'CPU-only' if cpu_only else 'of a GPU'} and the device {want}: "
                                      "factors must be timed on the device that runs the trace's products")
+    import torch
+
     if want == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device", "cuda: no GPU is visible here; run tracelab factors on the GPU machine")
     return torch.device(want)

@@ -57,8 +57,6 @@ def factors(
 def _measured(session, device: str | None, threads: int, max_shapes: int | None, dispatch: bool
               ) -> tuple[str, dict]:
     """The session's one run (its name) and its factors, timed with a progress bar per shape on a terminal."""
-    import torch
-
     from tracelab.reports.whatif.factor_products import cpu_only
     from tracelab.run.factors import Trace, check_shapes, device_for, measure
 
@@ -71,6 +69,8 @@ def _measured(session, device: str | None, threads: int, max_shapes: int | None,
     traces = [Trace(str(p.meta.path), p.events) for p in runs[0].profiles]
     where = device_for(device, all(cpu_only(t.events) for t in traces))
     if where.type == "cpu":
+        import torch
+
         torch.set_num_threads(threads)
     with _progress() as bar:
         task = bar.add_task("reading the products' shapes", total=None)
