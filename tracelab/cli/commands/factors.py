@@ -30,10 +30,10 @@ def factors(
     step: StepOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json: what was written, in short.")] = "table",
 ) -> None:
-    """Time each matrix product of a torch.profiler trace (record_shapes=True) at its own shapes,
-    fp32 against bf16, on this machine's device, and autocast's dispatch per CPU operator: the
-    factors file `tracelab whatif RUN --scenario autocast:bf16=@FILE` reads. Run it on the machine
-    (CPU or GPU) that will run the change; one run folder or one job's rank traces."""
+    """Measure the bf16 factors file of `whatif --scenario autocast:bf16=@FILE` on this machine.
+    Each matrix product of a torch.profiler trace (record_shapes=True) timed at its own shapes,
+    fp32 against bf16, on this machine's device, and autocast's dispatch per CPU operator. Run it on
+    the machine (CPU or GPU) that will run the change; one run folder or one job's rank traces."""
     from pathlib import Path
 
     from tracelab.ingest.inputs import check_output
