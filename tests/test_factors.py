@@ -127,6 +127,19 @@ def test_whatif_finds_every_product_of_a_gpu_traces_file(capsys, tmp_path) -> No
     assert rc == 0 and note["values"]["listed"] == note["values"]["products"] == len(found) > 0
 
 
+def test_a_trace_without_products_is_refused_before_anything_is_timed() -> None:
+    from tracelab.core.errors import UsageError
+    from tracelab.run.factors import Trace, measure
+
+    trace = TINY / "rank0.pt.trace.json.gz"
+    events = tracelab.load(str(trace)).events
+    names = events["name"].astype(str)
+    rest = events[~names.isin(set(fp.product_rows(events)["raw_name"]))]
+    assert len(rest) and fp.product_rows(rest).empty
+    with pytest.raises(UsageError, match="no matrix product with its shapes among 0 products"):
+        measure([Trace(str(trace), rest)], device=None)
+
+
 def test_an_existing_file_is_kept_without_force(capsys, tmp_path) -> None:
     out = tmp_path / "f.json"
     out.write_text("mine")

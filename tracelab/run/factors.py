@@ -69,8 +69,6 @@ def measure(traces: list[Trace], device, max_shapes: int | None = MAX_SHAPES, di
             on_progress: OnProgress | None = None) -> dict:
     """The factors file's content (bf16_factors.FORMAT) for the ranks `traces` of one job, timed
     on `device` (module docstring); shapes shared by ranks are timed once."""
-    import torch
-
     from tracelab.ingest.kineto_leaves import leaves_of_rows
     from tracelab.reports.whatif import factor_products as fp
 
@@ -79,6 +77,12 @@ def measure(traces: list[Trace], device, max_shapes: int | None = MAX_SHAPES, di
         rows = fp.product_rows(t.events)
         found += fp.products(rows, leaves_of_rows(t.path, list(rows["raw_name"]), rows["start_ns"].to_numpy(),
                                                   fp.cpu_only(t.events)))
+    if not any(p["leaves"] for p in found):
+        raise UsageError(traces[0].path if len(traces) == 1 else "factors",
+                         f"no matrix product with its shapes among {len(found)} products (aten::linear, matmul, mm, "
+                         "GEMM kernels): autocast:bf16 has nothing here to time")
+    import torch
+
     chosen = fp.shapes_to_time(found, max_shapes)
     said = on_progress or (lambda what, done, total: None)
     times = {}
