@@ -100,8 +100,8 @@ def test_the_shapes_timed_are_the_most_work_first_and_at_most_asked() -> None:
 
 
 @pytest.mark.parametrize("inputs, options, words", [
-    (["roofline-1gpu-proton/rank0.hatchet"], [], "this proton trace keeps no operator shapes"),
-    (["roofline-1gpu-nsys/rank0.sqlite"], [], "this nsys trace keeps no operator shapes"),
+    (["roofline-1gpu-proton/rank0.hatchet"], [], "a proton trace keeps no operator shapes"),
+    (["roofline-1gpu-nsys/rank0.sqlite"], [], "an nsys trace's operator sizes (emit_nvtx) are not read by factors"),
     (["gloo-2cpu-equal"], [], "recorded without shapes (torch.profiler record_shapes=False)"),
     (["roofline-1gpu-torch"], ["--device", "cpu"], "the trace is of a GPU and the device cpu"),
     (["train-tiny-cpu-torch"], ["--device", "cuda"], "the trace is CPU-only and the device cuda"),

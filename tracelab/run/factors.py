@@ -24,6 +24,8 @@ from tracelab.core.errors import UsageError
 WARMUP_CALLS, SHAPE_CALLS = 2, 5
 MAX_SHAPES = 64
 KINETO_SUFFIXES = (".json", ".json.gz")
+OTHER_SOURCES = {"proton": "a proton trace keeps no operator shapes",
+                 "nsys": "an nsys trace's operator sizes (emit_nvtx) are not read by factors"}
 OnProgress = Callable[[str, int, int], None]  # (what is measured now, shapes done, shapes in all)
 
 
@@ -40,8 +42,9 @@ def check_shapes(meta) -> None:
     timed at the shapes torch.profiler records with record_shapes=True, in its Kineto JSON."""
     path = str(meta.path)
     if meta.source != "torch":
-        raise UsageError(path, f"this {meta.source} trace keeps no operator shapes: factors need a torch.profiler trace "
-                               "recorded with record_shapes=True (tracelab run ... --backend torch)")
+        why = OTHER_SOURCES.get(meta.source, f"a {meta.source} trace")
+        raise UsageError(path, f"{why}: factors need a torch.profiler trace recorded with record_shapes=True "
+                               "(tracelab run ... --backend torch)")
     if not path.endswith(KINETO_SUFFIXES):
         raise UsageError(path, "factors read the shapes from the torch.profiler trace itself (.json or .json.gz)")
     if not meta.extras.get("record_shapes"):
