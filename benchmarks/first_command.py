@@ -6,7 +6,10 @@
 process tree's RSS is summed from /proc every 0.2 s; the command's output lines are shown
 with the second they came at (the phases), and one line of JSON ends the output: the tree's
 peak, each process's share of it at that moment and each one's own peak (by its command
-line, shortened), and the load average at the start and the end.
+line, shortened), and the load average at the start and the end. The RSS sum counts a shared
+library's pages once per process that maps them (torch's, in each of the launcher, torchrun and
+the ranks); the tree's peak proportional set size (PSS, /proc/PID/smaps_rollup: a shared page
+split between the processes that share it) is the memory the tree really took.
 """
 from __future__ import annotations
 
@@ -49,6 +52,14 @@ def label(pid: int) -> str:
     return f"{pid} " + " ".join(a for a in argv if a)[:LABEL_CHARS]
 
 
+def pss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:")), 0)
+    except OSError:
+        return 0
+
+
 def tree_rss_bytes(root: int) -> dict[int, int]:
     """pid -> resident bytes, of root and every descendant now."""
     tree, todo, rss = children_of(), [root], {}
@@ -71,7 +82,7 @@ def main() -> int:
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.Popen(args.command, cwd=args.cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = {"bytes": 0, "at_s": 0.0, "processes": {}}
+    peak = {"bytes": 0, "at_s": 0.0, "processes": {}, "pss_bytes": 0}
     own_peak_bytes: dict[str, int] = {}
 
     def sample() -> None:
@@ -80,6 +91,7 @@ def main() -> int:
             names = {pid: label(pid) for pid in rss}
             for pid, n in rss.items():
                 own_peak_bytes[names[pid]] = max(own_peak_bytes.get(names[pid], 0), n)
+            peak["pss_bytes"] = max(peak["pss_bytes"], sum(pss_bytes(pid) for pid in rss))
             if sum(rss.values()) > peak["bytes"]:
                 peak.update(bytes=sum(rss.values()), at_s=time.perf_counter() - t0,
                             processes={names[pid]: n for pid, n in rss.items()})
@@ -95,6 +107,7 @@ def main() -> int:
     print(json.dumps({"status": status, "wall_s": round(time.perf_counter() - t0, 1),
                       "peak_rss_mb": mb(peak["bytes"]), "peak_at_s": round(peak["at_s"], 1),
                       "at_peak_mb": {k: mb(v) for k, v in peak["processes"].items()},
+                      "peak_pss_mb": mb(peak["pss_bytes"]),
                       "own_peak_mb": {k: mb(v) for k, v in own_peak_bytes.items() if v >= 20e6},
                       "load_avg_start_end": [round(load_start[0], 2), round(os.getloadavg()[0], 2)]}))
     return status

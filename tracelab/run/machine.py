@@ -17,6 +17,7 @@ from tracelab.core.errors import ToolMissingError
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
 SMI_FIELDS = "uuid,name,memory.total,compute_cap"  # memory.total in MiB
 SMI_TIMEOUT_S = 20
+NEEDS_TORCH = "tracelab run needs PyTorch (pip install 'tracelab[run]')"
 
 
 def _torch():
@@ -24,7 +25,7 @@ def _torch():
     try:
         import torch
     except ImportError as e:
-        raise ToolMissingError("torch", f"tracelab run needs PyTorch (pip install 'tracelab[run]'): {e}") from None
+        raise ToolMissingError("torch", f"{NEEDS_TORCH}: {e}") from None
     return torch
 
 
@@ -42,7 +43,7 @@ def torch_build() -> dict[str, str | None]:
     found = next((d / "version.py" for d in folders if (d / "version.py").is_file()), None)
     if found is None:
         why = f"no torch/version.py in {', '.join(map(str, folders))}" if folders else "No module named 'torch'"
-        raise ToolMissingError("torch", f"tracelab run needs PyTorch (pip install 'tracelab[run]'): {why}")
+        raise ToolMissingError("torch", f"{NEEDS_TORCH}: {why}")
     values = {}
     for node in ast.parse(found.read_text()).body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
