@@ -26,6 +26,7 @@ pytestmark = needs("torch")
 # imported by the first test that uses them, not at collection (helpers.LazyModule says why)
 torch = LazyModule("torch")
 harness = LazyModule("tracelab.workloads.harness")
+shared = LazyModule("tracelab.workloads.options.shared")
 
 TINY = {"d_model": 64, "d_ff": 256, "layers": 2, "heads": 4, "vocab": 10000}
 
@@ -264,7 +265,7 @@ def test_runner_refuses_bad_workload_options_before_launch(tmp_path, monkeypatch
     ("2GB", [2 << 30]), ("64kb", [65536]),
 ])
 def test_parse_sizes(text, sizes):
-    assert harness.parse_sizes(text) == sizes
+    assert shared.parse_sizes(text) == sizes
 
 
 # -- the 2-GPU captures in tests/data (benchmarks/gpu_workloads.sh at da8b67c): regions under every profiler --
