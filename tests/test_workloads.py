@@ -156,7 +156,8 @@ def _grads_worker(rank: int, port: int, variants: list[str], out: str) -> None:
     import torch.distributed as dist
 
     from tracelab.workloads.ddp import broadcast_parameters, make_sync
-    from tracelab.workloads.lm import SIZES, TrainLM, loss_fn, model_args
+    from tracelab.workloads.configs import SIZES
+    from tracelab.workloads.lm import TrainLM, loss_fn, model_args
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

@@ -26,7 +26,8 @@ import torch
 
 from tracelab.run.factors import machine
 from tracelab.workloads.harness import synchronize, time_each_us
-from tracelab.workloads.lm import SIZES, TrainLM, loss_fn, model_args
+from tracelab.workloads.configs import SIZES
+from tracelab.workloads.lm import TrainLM, loss_fn, model_args
 
 VOCAB, BATCH, CONTEXT = 1000, 1, 16  # a few tokens: the host's work dominates
 
