@@ -33,7 +33,8 @@ def test_a_regions_counts_are_those_of_the_nodes_starting_inside_it() -> None:
     counts = rng.integers(0, 5, (300, 3)).astype(np.float64)
     spans = pd.DataFrame({"step": [1, 1, 1, 2, 2], "region": ["forward", "backward", "forward", "forward", "backward"],
                           "start_ns": [0, 1_500, 3_000, 5_000, 7_777], "end_ns": [1_000, 2_999, 3_500, 7_000, 9_999]})
-    got = region_counts(spans, starts, counts)
+    sync = rng.random(300) < 0.1
+    got = region_counts(spans, starts, counts, sync)
     for (step, region), rows in spans.groupby(["step", "region"]):
         inside = np.zeros(len(starts), bool)
         for a, b in zip(rows["start_ns"], rows["end_ns"]):
@@ -41,6 +42,7 @@ def test_a_regions_counts_are_those_of_the_nodes_starting_inside_it() -> None:
         row = got[(got["step"] == step) & (got["region"] == region)].iloc[0]
         assert row["dur_ns"] == (rows["end_ns"] - rows["start_ns"]).sum()
         assert row[COUNT_COLUMNS].to_numpy(np.float64).tolist() == counts[inside].sum(axis=0).tolist()
+        assert row["syncs"] == sync[inside].sum()
     assert len(got) == 4 and region_counts(spans.iloc[:0], starts, counts).empty
 
 
@@ -67,6 +69,18 @@ def test_the_floor_is_the_phase_that_needs_the_most_cost_off() -> None:
     # the backward needs less ((80 - 75) / its cost); a rank measured slower than its trace sets nothing
     assert (80e6 - 75e6) / (2000 * c.per_op_ns + 400 * c.per_launch_ns) < want
     assert cost_floor(g, {0: (1.0, {"forward": 40e6, "backward": 90e6})}, _costs) is None
+
+
+def test_a_phase_that_waited_for_the_device_in_the_trace_sets_nothing() -> None:
+    rows = [(1, "forward", 30e6, 1000, 200, 0), (2, "forward", 30e6, 1000, 200, 0),
+            (1, "optimizer", 50e6, 10, 10, 0), (2, "optimizer", 50e6, 10, 10, 0)]
+    waited = pd.DataFrame(rows, columns=["step", "region", "dur_ns", *COUNT_COLUMNS]).assign(syncs=[0, 0, 1, 0])
+    g = SimpleNamespace(ranks={0: SimpleNamespace(regions=waited, profiler=GPU)})
+    floor = cost_floor(g, {0: (1.0, {"forward": 20e6, "optimizer": 1e6})}, _costs)
+    c = COSTS[GPU.key]
+    # the optimizer's .item() wait would ask for (50 - 1) ms over 10 ops and 10 launches: ~600x the fit
+    assert floor.region == "forward" and floor.scale == pytest.approx(10e6 / (1000 * c.per_op_ns + 200 * c.per_launch_ns))
+    assert cost_floor(g, {0: (1.0, {"optimizer": 1e6})}, _costs) is None
 
 
 @pytest.mark.parametrize("measured", [None, {}, {5: (1.0, {"forward": 1e6})}, {0: (1.0, {OUTSIDE: 1.0})},

@@ -187,7 +187,8 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
     launched = launch_of[launch_of >= 0]
     inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
-    regions = region_counts(region_spans(host, steps), np.asarray(hn["start_ns"], dtype=np.int64), before + inside)
+    regions = region_counts(region_spans(host, steps), np.asarray(hn["start_ns"], dtype=np.int64), before + inside,
+                            hn["sync"])
     n_d = len(gpu)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),

@@ -35,6 +35,7 @@ OUTSIDE = ""  # the step's time outside every region, as results' unprofiled_reg
 REGION_COLUMNS = ["step", "region", "dur_ns"]
 SPAN_COLUMNS = ["step", "region", "start_ns", "end_ns"]
 COUNT_COLUMNS = ["cpu_ops", "launches", "ranges"]  # profiler_cost.COUNTED
+SYNCS = "syncs"  # a region's host calls that wait for the device
 
 
 def step_regions(host: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
@@ -74,19 +75,23 @@ def _outermost(ranges: pd.DataFrame) -> list[tuple[str, int, int]]:
     return out
 
 
-def region_counts(spans: pd.DataFrame, node_start_ns: np.ndarray, counts: np.ndarray) -> pd.DataFrame:
-    """Per step and region of `spans` (region_spans) its time and the profiler's records (COUNT_COLUMNS)
+def region_counts(spans: pd.DataFrame, node_start_ns: np.ndarray, counts: np.ndarray,
+                  sync: np.ndarray | None = None) -> pd.DataFrame:
+    """Per step and region of `spans` (region_spans) its time, the profiler's records (COUNT_COLUMNS)
     of the host nodes that start inside it (`counts`: per node, as profiler_cost.node_counts gives
-    them, the gap's before it and the node's own): what a cost per event takes off that region."""
+    them, the gap's before it and the node's own): what a cost per event takes off that region; and
+    its `syncs`, the nodes inside it that wait for the device (`sync`, per node)."""
+    columns = [*COUNT_COLUMNS, SYNCS]
     if not len(spans):
-        return pd.DataFrame(columns=[*REGION_COLUMNS, *COUNT_COLUMNS])
+        return pd.DataFrame(columns=[*REGION_COLUMNS, *columns])
+    per_node = np.c_[counts, np.zeros(len(counts)) if sync is None else np.asarray(sync, dtype=np.float64)]
     order = np.argsort(node_start_ns, kind="stable")
-    at, running = node_start_ns[order], np.vstack([np.zeros((1, counts.shape[1])), np.cumsum(counts[order], axis=0)])
+    at, running = node_start_ns[order], np.vstack([np.zeros((1, per_node.shape[1])), np.cumsum(per_node[order], axis=0)])
     lo = np.searchsorted(at, spans["start_ns"].to_numpy(np.int64), side="left")
     hi = np.searchsorted(at, spans["end_ns"].to_numpy(np.int64), side="left")
-    held = pd.DataFrame(running[hi] - running[lo], columns=COUNT_COLUMNS, index=spans.index)
+    held = pd.DataFrame(running[hi] - running[lo], columns=columns, index=spans.index)
     out = pd.concat([spans[["step", "region"]], (spans["end_ns"] - spans["start_ns"]).rename("dur_ns"), held], axis=1)
-    return out.groupby(["step", "region"], sort=False, as_index=False)[["dur_ns", *COUNT_COLUMNS]].sum()
+    return out.groupby(["step", "region"], sort=False, as_index=False)[["dur_ns", *columns]].sum()
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,9 @@ def cost_floor(g, measured: dict[int, tuple[float, dict]] | None, costs_of) -> C
     """On a GPU trace whose run timed its phases without the profiler (`measured`: profiler_cost.
     measured_regions), the CostFloor: a phase's host time without the profiler is at most its measured
     time (the host there may also have waited for a full launch queue, never less), so its time in
-    the trace less its records at the fitted cost times the factor must come down to it. Where the
+    the trace less its records at the fitted cost times the factor must come down to it. A phase
+    with a call that waits for the device (a sync, an .item()) in the trace sets nothing: that wait
+    is in its time, and none of it is the profiler's. Where the
     device paces the step without the profiler its time says nothing of the host's, and the phase
     that launched least ahead of the device (a forward after the step's sync) still does. `costs_of`:
     a rank's Config -> profiler_cost.Costs or None. None where no region binds (or none was timed)."""
@@ -117,7 +124,8 @@ def cost_floor(g, measured: dict[int, tuple[float, dict]] | None, costs_of) -> C
             continue
         for name, unprofiled in measured[r][1].items():
             rows = counted[counted["region"] == name]
-            if name == OUTSIDE or not unprofiled or not len(rows):
+            # a phase whose host waited for the device in the trace holds that wait, no cost of the profiler's
+            if name == OUTSIDE or not unprofiled or not len(rows) or (SYNCS in rows and (rows[SYNCS] > 0).any()):
                 continue
             profiled = float(np.median(rows["dur_ns"].to_numpy(np.float64)))
             cost = float(np.median(costs.of(rows[COUNT_COLUMNS].to_numpy(np.float64))))
