@@ -94,6 +94,13 @@ def strict_json(text: str):
 # ---- the CLI in this process ----------------------------------------------------------------------
 
 
+def stake_ns(scenario: dict) -> int:
+    """What ranks a finding with this whatif JSON scenario row's saving: over its steps, the saving
+    without the profiler where the row predicts it, else the profiled replay's."""
+    user = scenario.get("saving_unprofiled_ns")
+    return max(0, int((user if user is not None else scenario["saving_ns"]) * scenario["steps"]))
+
+
 def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
     """`tracelab ARGS` in this process (the CLI's own entry point): exit status, stderr lines."""
     status, _, err = run_cli_output(capsys, *args)

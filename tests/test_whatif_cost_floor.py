@@ -18,7 +18,7 @@ import pytest
 from tracelab.reports.whatif.profiler_cost import COSTS, Config
 from tracelab.reports.whatif.regions import COUNT_COLUMNS, OUTSIDE, cost_floor, region_counts
 
-from helpers import run_cli_output, strict_json
+from helpers import run_cli_output, stake_ns, strict_json
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "tf32-1gpu-medium-torch"
@@ -156,3 +156,25 @@ def test_an_h100_step_the_device_paces_predicts_its_tf32_twin(capsys, tmp_path) 
     doc = strict_json(out)
     assert status == 0 and doc["unprofiled"]["cost_scale"] == 1 and doc["unprofiled"]["cost_floor"] is None
     assert doc["scenarios"][0]["predicted_unprofiled_ns"] > 1.5 * tf32_ns
+
+
+@pytest.mark.slow
+def test_findings_rank_by_the_saving_without_the_profiler(capsys) -> None:
+    """The device paces this step without the profiler and the host under it: under the profiler
+    the host's gaps would save the most, without it the products' time does. Findings rank by the
+    latter, each by its own scenario's saving over its steps as whatif predicts it."""
+    from tracelab.ingest.session import Session
+
+    found = Session.open([str(BEFORE)]).findings()
+    staked = [f for f in found if "whatif" in f.evidence]
+    assert len(staked) >= 2
+    for f in staked:
+        scenario = f.evidence["whatif"]["scenario"]
+        status, out, _ = run_cli_output(capsys, "whatif", str(BEFORE), "--scenario", scenario, "--format", "json")
+        [row] = [r for r in strict_json(out)["scenarios"] if r["name"] != "together"]
+        assert status == 0 and f.at_stake_ns == stake_ns(row)
+    assert [f.at_stake_ns for f in staked] == sorted((f.at_stake_ns for f in staked), reverse=True)
+    host = next(f for f in staked if f.evidence["whatif"]["scenario"] == "no-host-gaps")
+    first = staked[0]
+    assert first.evidence["whatif"]["saving_ns_per_step"] < host.evidence["whatif"]["saving_ns_per_step"]
+    assert "TF32" in first.text and first.at_stake_ns > host.at_stake_ns
