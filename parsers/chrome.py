@@ -208,9 +208,7 @@ def _comm_launches(cols: dict[str, Any], gpu: Picked, ops: Ops, op_of_row: np.nd
     and its launch call's name."""
     collective = [None if a is None or a.collective is None else str(a.collective) for a in gpu.args]
     op = [ops.name[i] if i >= 0 else "" for i in op_of_row.tolist()]
-    judged: dict[tuple, str] = {}  # each distinct (collective, operator, scope) judged once: rows repeat them
-    context = [judged[key] if (key := (c, o, str(r))) in judged else judged.setdefault(key, classify.comm_context(*key))
-               for c, o, r in zip(collective, op, cols["scope"])]
+    context = [classify.comm_context(c, o, str(r)) for c, o, r in zip(collective, op, cols["scope"])]
     api = [launches.name[i] if i >= 0 else "" for i in launch.tolist()]
     return classify.comm_launches(cols["kind"], gpu.name, context, api, cols)
 
