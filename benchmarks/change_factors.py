@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tracelab.workloads.harness import time_each_us
-from tracelab.workloads.lm import SIZES
+from tracelab.workloads.configs import SIZES
 
 WARMUP_CALLS, TIMED_CALLS = 5, 30
 

@@ -8,7 +8,7 @@ measure: per change (CHANGES), the BEFORE config under torch.profiler (`tracelab
 --backend torch`: its results hold the same steps timed with the profiler off and on) and the
 AFTER config under `--backend none` (its steps are the measured unprofiled step after); a change
 predicted by scaling kernels runs their microbenchmark (change_factors.py) on the same device, bf16
-times the trace's own products at their shapes (shape_factors.py: DIR/bf16/factors.json).
+times the trace's own products at their shapes (`tracelab factors`: DIR/bf16/factors.json).
 Writes DIR/<change>/{before,after}/ (run folders) and DIR/changes.json (configs, commands, factors).
 
 predict: per change, `tracelab whatif DIR/<change>/before --scenario S --format json`; the
@@ -88,7 +88,7 @@ CHANGES = [
            factor="sdpa"),
     Change("bf16", "fp32 -> bf16 autocast", (), ("--dtype", "bf16"), "autocast:bf16=@{factors_file}",
            factor="bf16-shapes",
-           note="a model: each matrix product at its own shapes timed fp32 against bf16 here (shape_factors.py), "
+           note="a model: each matrix product at its own shapes timed fp32 against bf16 here (tracelab factors), "
                 "the casts autocast adds at the trace's own host and device time per op, autocast's dispatch per "
                 "CPU operator measured here (the scenario's note says what it leaves out)"),
     Change("tf32", "fp32 -> TF32 matrix products", (), ("--tf32",), f"scale:{GEMMS}={{factor}}", devices=("gpu",),
@@ -173,13 +173,16 @@ def _factor(change: Change, device: str, out: Path) -> dict | None:
 
 
 def shape_factors_of(folder: Path, device) -> dict:
-    """The factors file of the change's trace before (shape_factors.py, rank 0's trace: the ranks of
-    these runs share their shapes) written as FACTORS_FILE beside its runs; its summary."""
-    from autocast_dispatch import measure as dispatch
-    from shape_factors import factors_doc
+    """The factors file of the change's run before (`tracelab factors`, every rank: shapes the ranks
+    share are timed once) written as FACTORS_FILE beside its runs, on this process's threads; its summary."""
+    import torch
 
-    doc = factors_doc(next((folder / "before").glob("rank0.*trace.json*")), device, dispatch(device))
-    (folder / FACTORS_FILE).write_text(json.dumps(doc, indent=1, allow_nan=False))
+    cmd = [sys.executable, "-m", "tracelab", "factors", str(folder / "before"), "--out", str(folder / FACTORS_FILE),
+           "--force", "--device", device.type, "--threads", str(torch.get_num_threads())]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"changes.py: {' '.join(cmd)}: {done.stderr.strip().splitlines()[-1:]}")
+    doc = json.loads((folder / FACTORS_FILE).read_text())
     return {"name": "bf16-shapes", "file": FACTORS_FILE, "default": doc["default"], "shapes": len(doc["shapes"]),
             "dispatch_ns_per_op": doc["dispatch_ns_per_op"], "machine": doc["machine"]}
 

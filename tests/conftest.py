@@ -72,6 +72,14 @@ def _one_process(request, monkeypatch) -> None:
     monkeypatch.setattr(loading, "_parse_all", lambda files, workers, *rest: parse_all(files, workers or 1, *rest))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """helpers.shared_trace reads the running test's marks (before its fixtures, which may call it)."""
+    import helpers
+
+    helpers.RUNNING_MARKS = {mark.name for mark in item.iter_markers()}
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """The headless browser the HTML tests open reports in; the test skips, saying so, without one."""

@@ -34,13 +34,24 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"  # the full collection, beside
 REQUIRE_SHARED = "TRACELAB_REQUIRE_SHARED"  # set (CI's full run): a missing trace fails instead of skipping
 
 
+SHARED_MARK = "shared"  # a test that reads a trace only ../shared holds: CI selects it to run beside ../shared
+RUNNING_MARKS: set[str] = set()  # the marks of the test now running (conftest's pytest_runtest_setup)
+
+
 def shared_trace(relpath: str) -> Path:
     """A public trace by its path under shared/traces (e.g. "hta/cpu_only/rank-34...json.gz"):
     the copy in tests/data/public, else ../shared/traces. When neither holds it (a plain clone
-    has no ../shared) the calling test skips, naming the file. Call it inside a test."""
-    for root in (PUBLIC_TRACES, SHARED_TRACES):
-        if (root / relpath).exists():
-            return root / relpath
+    has no ../shared) the calling test skips, naming the file. Call it inside a test.
+    A test that is not slow and reads a trace tests/data/public lacks must be marked `shared`:
+    CI runs the default tests in a plain clone, where they skip, and runs `-m "slow or shared"`
+    beside ../shared; an unmarked one would run nowhere, so it fails, wherever it runs."""
+    if (PUBLIC_TRACES / relpath).exists():
+        return PUBLIC_TRACES / relpath
+    if not RUNNING_MARKS & {SHARED_MARK, "slow"}:
+        pytest.fail(f"{relpath} is not in tests/data/public: mark the test @pytest.mark.{SHARED_MARK} "
+                    "(CI runs the tests marked so beside ../shared)")
+    if (SHARED_TRACES / relpath).exists():
+        return SHARED_TRACES / relpath
     reason = f"{relpath} is neither in tests/data/public nor in {SHARED_TRACES}"
     if os.environ.get(REQUIRE_SHARED):
         pytest.fail(f"{reason} ({REQUIRE_SHARED} is set)")
@@ -73,10 +84,23 @@ class LazyModule:
         return getattr(self._module, attr)
 
 
-def slow_beyond(cases: list, fast) -> list:
+def slow_beyond(cases: list, fast, relpath=lambda case: case if isinstance(case, str) else None) -> list:
     """`cases` for pytest.mark.parametrize: those in `fast` run by default, the others marked slow,
-    so that the default run checks a rule once per kind of input and CI's slow stage on every one."""
-    return [case if case in fast else pytest.param(case, marks=pytest.mark.slow) for case in cases]
+    so that the default run checks a rule once per kind of input and CI's slow stage on every one.
+    A fast case whose public trace (`relpath(case)`, under shared/traces; None: one of ours) only
+    ../shared holds is marked shared (shared_trace says why)."""
+    return [pytest.param(case, marks=_shared_marks(relpath(case))) if case in fast
+            else pytest.param(case, marks=pytest.mark.slow) for case in cases]
+
+
+def on_shared(*values, relpath: str | None = None):
+    """A parametrize case that reads public trace `relpath` (its path under shared/traces; by
+    default the first value): marked shared where tests/data/public lacks it."""
+    return pytest.param(*values, marks=_shared_marks(relpath or values[0]))
+
+
+def _shared_marks(relpath: str | None) -> tuple:
+    return (pytest.mark.shared,) if relpath and not (PUBLIC_TRACES / relpath).exists() else ()
 
 
 # ---- strict JSON ----------------------------------------------------------------------------------
@@ -92,6 +116,13 @@ def strict_json(text: str):
 
 
 # ---- the CLI in this process ----------------------------------------------------------------------
+
+
+def stake_ns(scenario: dict) -> int:
+    """What ranks a finding with this whatif JSON scenario row's saving: over its steps, the saving
+    without the profiler where the row predicts it, else the profiled replay's."""
+    user = scenario.get("saving_unprofiled_ns")
+    return max(0, int((user if user is not None else scenario["saving_ns"]) * scenario["steps"]))
 
 
 def run_cli(capsys, *args: str) -> tuple[int, list[str]]:

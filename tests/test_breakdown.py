@@ -55,6 +55,7 @@ def test_top_keeps_the_total():
     assert top["count"].sum() == full["count"].sum()
 
 
+@pytest.mark.shared
 def test_nsys_summary_per_rank_matches_sql():
     path = shared_trace(NSYS)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:

@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 import pytest
-from helpers import shared_trace
+from helpers import on_shared, shared_trace
 
 import malformed as m
 import tracelab
@@ -34,7 +34,7 @@ def _settle() -> None:
     time.sleep(3 * RACY_S)
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", [on_shared(name) for name in FILES])
 def test_cached_load_equals_parsed_load(name, cache_dir, monkeypatch):
     path = shared_trace(name)
     first = tracelab.load_many(path)  # the nsys file holds two processes: two ranks

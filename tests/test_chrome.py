@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import shared_trace, slow_beyond
+from helpers import on_shared, shared_trace, slow_beyond
 
 import tracelab
 from tracelab.core import classify
@@ -50,7 +50,12 @@ TRAIN = "tests/data/train-2gpu-torch/rank0.pt.trace.json.gz"
 
 def _path(rel: str) -> Path:
     """Our captures are named from the repository root, the public ones from HTA's folder."""
-    return REPO / rel if rel.startswith("tests/") else shared_trace(f"hta/{rel}")
+    return REPO / rel if rel.startswith("tests/") else shared_trace(_public(rel))
+
+
+def _public(rel: str) -> str | None:
+    """A public trace's path under shared/traces; None for ours."""
+    return None if rel.startswith("tests/") else f"hta/{rel}"
 
 
 @lru_cache(maxsize=None)
@@ -73,7 +78,7 @@ def _events(rel: str, cat: str) -> list[dict]:
     return [e for e in _json(rel)["traceEvents"] if e.get("cat") == cat]
 
 
-@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES + CPU_TRACES, set(GPU_TRACES + CPU_TRACES) - TRACE_DIFF))
+@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES + CPU_TRACES, set(GPU_TRACES + CPU_TRACES) - TRACE_DIFF, _public))
 @pytest.mark.parametrize("cat", list(KIND_OF_CAT))
 def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:
     events = _events(rel, cat)
@@ -82,7 +87,7 @@ def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:
     assert int(rows["dur_ns"].sum()) == sum(round(float(e["dur"]) * 1000) for e in events)
 
 
-@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES, set(GPU_TRACES) - TRACE_DIFF))
+@pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES, set(GPU_TRACES) - TRACE_DIFF, _public))
 def test_every_row_matches_one_event_to_the_ns(rel: str) -> None:
     """Rows and JSON events agree as multisets of (kind, device, stream, absolute start, dur, name);
     the ns-resolution trace has epoch-microsecond stamps that a float cannot hold."""
@@ -98,9 +103,10 @@ def test_every_row_matches_one_event_to_the_ns(rel: str) -> None:
 
 
 @pytest.mark.parametrize("rel, epoch_from", [
-    ("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "absolute ts"),  # old format
+    on_shared("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "absolute ts",  # old format
+              relpath=_public("ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")),
     pytest.param("trace_diff/control/control.json.gz", "absolute ts", marks=pytest.mark.slow),
-    (NCCL, "baseTimeNanoseconds"),  # new format
+    on_shared(NCCL, "baseTimeNanoseconds", relpath=_public(NCCL)),  # new format
     ("amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "baseTimeNanoseconds"),
 ])
 def test_start_times_old_and_new_format(rel: str, epoch_from: str) -> None:
@@ -180,7 +186,7 @@ SCOPE_TRACES = [NCCL, "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.
                 ALLREDUCE, TRAIN]
 
 
-@pytest.mark.parametrize("rel", slow_beyond(SCOPE_TRACES, set(SCOPE_TRACES) - TRACE_DIFF - {TRAIN}))  # ours: ALLREDUCE
+@pytest.mark.parametrize("rel", slow_beyond(SCOPE_TRACES, set(SCOPE_TRACES) - TRACE_DIFF - {TRAIN}, _public))  # ours: ALLREDUCE
 def test_scope_is_the_user_regions_around_the_launch(rel: str) -> None:
     events = _json(rel)["traceEvents"]
     assert any(e.get("cat") == "user_annotation" for e in events)
@@ -232,6 +238,7 @@ def test_workload_regions_hold_the_same_rows_as_under_nsys(workload: str, rank: 
     assert torch_regions and torch_regions == regions(data / f"{workload}-2gpu-nsys" / f"rank{rank}.sqlite")
 
 
+@pytest.mark.shared
 def test_profiler_steps_are_left_out() -> None:
     """ProfilerStep#N holds nearly every launch; kept, it would split each scope step by step."""
     rel = "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
@@ -296,6 +303,7 @@ def test_launch_by_correlation(rows: list[int], launches: list[int], expected: l
     assert got.tolist() == expected
 
 
+@pytest.mark.shared
 def test_nccl_kernels_carry_msg_bytes() -> None:
     size = {"Float": 4, "Long": 8}
     expected = Counter((_ns(e["ts"]), max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"])
@@ -366,6 +374,7 @@ def test_cpu_only_trace_gives_top_level_cpu_ops(rel: str) -> None:
     assert Counter(df["name"]) == Counter(e["name"] for e in top)
 
 
+@pytest.mark.shared
 def test_rank_comes_from_the_file_or_from_elsewhere(tmp_path: Path) -> None:
     assert _profile(NCCL).meta.rank == 0 and _profile(NCCL).meta.world_size == 2
     path = _path("rank_unavailable/rank_not_found.json.gz")
@@ -381,6 +390,7 @@ def test_rank_comes_from_the_file_or_from_elsewhere(tmp_path: Path) -> None:
     assert [p.meta.rank for p in both] == [0, 1]
 
 
+@pytest.mark.shared
 def test_plain_json_reads_like_gzip(tmp_path: Path) -> None:
     (plain := tmp_path / "rank0.pt.trace.json").write_bytes(gzip.decompress(_path(NCCL).read_bytes()))
     assert tracelab.detect(plain) == "chrome"

@@ -43,7 +43,7 @@ def test_help_lists_each_command_in_one_sentence(monkeypatch, capsys):
               if line.startswith("│ ") and line.split("│")[1].strip()[:1].isalpha()
               and not line.split("│")[1].startswith("  ")}
     assert {"breakdown", "roofline", "compare", "steps", "idle", "whatif", "memory", "report", "run",
-            "export"} <= set(listed)
+            "export", "factors"} <= set(listed)
     assert "Why was the GPU idle?" in listed["idle"] and "What should I fix first" in listed["whatif"]
 
 

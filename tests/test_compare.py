@@ -6,7 +6,6 @@ import copy
 import gzip
 import io
 import json
-import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -155,6 +154,7 @@ def test_compare_text_says_what_was_timed(paths, said, not_said, summed):
 # ---- runs: the nsys-ai before/after pair --------------------------------------------
 
 
+@pytest.mark.shared
 def test_nsys_before_after_aligned_rows_match_sqlite():
     files = [shared_trace(rel) for rel in NSYS_BEFORE_AFTER]
     c = _compare(files)
@@ -165,7 +165,6 @@ def test_nsys_before_after_aligned_rows_match_sqlite():
         for kernel, time_ns in sums.items():
             assert _row(c.table, kernel)[f"time_ns[{label}]"] == time_ns, (label, kernel)
         assert c.table[f"time_ns[{label}]"].sum() >= sum(sums.values())  # plus copies
-    first = expected["mfu_2gpu_before/rank0"]
     flash = _row(c.table, "flash_fwd_kernel")
     calls = dict(zip(c.labels, nsys_sums(files[0], count=True) + nsys_sums(files[1], count=True)))
     per_call = {label: expected[label]["flash_fwd_kernel"] / calls[label]["flash_fwd_kernel"] for label in c.labels}

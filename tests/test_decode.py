@@ -24,6 +24,7 @@ decode = LazyModule("tracelab.workloads.decode")
 harness = LazyModule("tracelab.workloads.harness")
 llama = LazyModule("tracelab.workloads.model")
 tp = LazyModule("tracelab.workloads.tp")
+options = LazyModule("tracelab.workloads.options.decode")
 
 TINY = CONFIGS["tiny"]
 
@@ -79,7 +80,7 @@ def test_shard_parameter_bytes_split_evenly():
     (ModelArgs(n_head=8, dim=64, intermediate_size=100), 8, "hidden size (100) do not divide over 8 ranks"),
 ])
 def test_unshardable(args, world_size, reason):
-    assert tp.unshardable(args, world_size) == reason
+    assert options.unshardable(args, world_size) == reason
 
 
 @pytest.mark.slow  # over 1.2 s of CPU here: the default run stays under 90 s
@@ -470,7 +471,7 @@ def test_a_long_torch_window_of_a_large_model_is_announced():
     long = Namespace(backend="torch", model="llama-2-7b", profile_tokens=1000)
     note = decode.trace_size_note(long, gpu=True)
     assert note and "1,000 tokens traced (--profile-tokens)" in note and "--profile-tokens 50" in note
-    assert decode.trace_size_note(Namespace(**{**vars(long), "profile_tokens": decode.PROFILE_TOKENS}), gpu=True) is None
+    assert decode.trace_size_note(Namespace(**{**vars(long), "profile_tokens": options.PROFILE_TOKENS}), gpu=True) is None
     assert decode.trace_size_note(Namespace(**{**vars(long), "model": "tiny"}), gpu=True) is None
     assert decode.trace_size_note(Namespace(**{**vars(long), "backend": "proton"}), gpu=True) is None
     assert decode.trace_size_note(long, gpu=False) is None

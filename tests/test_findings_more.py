@@ -11,7 +11,7 @@ import pytest
 from tracelab.ingest.session import Session
 
 from helpers import DATA
-from helpers import run_cli_output
+from helpers import run_cli_output, stake_ns
 
 
 def _found(folder: str, sources=None) -> list:
@@ -37,7 +37,7 @@ def test_idle_finding_states_tracelab_idle_numbers(capsys):
     # issue 27: ranked by what no host gaps would save, as `tracelab whatif` predicts it
     scenario = next(s for s in _json(capsys, "whatif", str(DATA / "idle-1gpu-small-torch"), "--scenario",
                                      "no-host-gaps")["scenarios"] if s["name"] == "no-host-gaps")
-    assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
+    assert found[0].at_stake_ns == stake_ns(scenario)
     assert (f"saves {scenario['saving_ns'] / 1e6:,.2f} ms of {scenario['step_ns'] / 1e6:,.2f} ms per step, step end to "
             "step end" in found[0].text)
 
@@ -85,7 +85,7 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     e = found[0].evidence
     scenario = _json(capsys, "whatif", str(DATA / "train-1gpu-steps-torch"), "--scenario", e["scenario"])["scenarios"][0]
     assert e["whatif"]["saving_ns_per_step"] == pytest.approx(scenario["saving_ns"])
-    assert found[0].at_stake_ns == int(scenario["saving_ns"] * scenario["steps"])
+    assert found[0].at_stake_ns == stake_ns(scenario)
     from tracelab.reports.whatif.findings import NOTHING_FRAC
     saved = f"{scenario['saving_ns'] / 1e6:,.2f} ms"
     nothing = scenario["saving_ns"] < NOTHING_FRAC * scenario["step_ns"]

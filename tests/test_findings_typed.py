@@ -20,6 +20,8 @@ from tracelab.reports.findings import findings as F
 from tracelab.reports.findings.finding import CODES
 from tracelab.reports.fixes.host import graphs_findings
 
+from helpers import stake_ns
+
 DATA = Path(__file__).parent / "data"
 SMALL, TRAIN = DATA / "idle-1gpu-small-torch", DATA / "train-1gpu-steps-torch"  # two host-bound runs
 HOST = [F.idle_or_share, graphs_findings]  # the diagnosis and the fix of the same cause
@@ -53,7 +55,7 @@ def test_a_runs_saving_beside_another_run_is_its_whatif_saving(beside):
         (f,) = [f for f in beside if f.run == run.name]
         w = _no_host_gaps(run)
         assert f.values["saving_ns"] == pytest.approx(w["saving_ns"]) and f.values["step_ns"] == pytest.approx(w["step_ns"])
-        assert f.at_stake_ns == int(w["saving_ns"] * w["steps"])
+        assert f.at_stake_ns == stake_ns(w)
         assert f"saves {w['saving_ns'] / 1e6:,.2f} ms of {w['step_ns'] / 1e6:,.2f} ms per step" in f.text
         assert "upper bound" not in f.text and "at most" not in f.text and "bound_ns" not in f.values
 

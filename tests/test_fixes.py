@@ -218,6 +218,7 @@ def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
     assert not _by_fix(_found(DATA / folder), "gradient all-reduce")
 
 
+@pytest.mark.shared
 def test_no_ddp_finding_from_one_rank_of_the_job():
     """HTA's rank 0 of 2, DDP with 5 buckets per step, 84% exposed: how much is waiting for rank
     1 this input cannot tell, so no bucket advice."""

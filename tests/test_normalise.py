@@ -34,6 +34,7 @@ def _input(label: str, events: pd.DataFrame) -> Input:
     return Input(label, "", 0, "torch", events)
 
 
+@pytest.mark.shared
 def test_different_step_counts_compare_per_call() -> None:
     """nccl_data holds steps 4, 5, 6; its first two steps alone are the same work in fewer
     steps: per call the kernels agree (ratio 1 within the step noise), in totals they would
@@ -60,6 +61,7 @@ def test_different_step_counts_compare_per_call() -> None:
     assert (table["mean_ns[three]"] == table["time_ns[three]"] / table["count[three]"]).all()
 
 
+@pytest.mark.shared
 def test_equal_step_counts_compare_totals() -> None:
     ev = tracelab.load(shared_trace("hta/nccl_parser_config/nccl_data.json.gz")).events
     table = compare([_input("a", ev), _input("b", ev)], "kernel")
@@ -102,6 +104,7 @@ def test_three_steps_against_five_compare_per_step(monkeypatch) -> None:
     assert compute["ratio[torch]"].median() == pytest.approx(1.0, abs=0.03)
 
 
+@pytest.mark.shared
 def test_unknown_steps_compare_per_call() -> None:
     """One input without steps (its step column emptied): its totals cannot be divided by a
     step count, so the ratios are per call (time / calls, from the events here), said in the note."""
@@ -119,6 +122,7 @@ def test_unknown_steps_compare_per_call() -> None:
     assert np.allclose(table.loc[both, "ratio[two]"], want)
 
 
+@pytest.mark.shared
 def test_per_call_table_says_so() -> None:
     """The terminal table shows what the ratios divide: each input's mean per call (us), and
     its title names the basis; the JSON carries the note."""

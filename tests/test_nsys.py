@@ -171,6 +171,7 @@ _ONLY_ELSEWHERE = f"""
       AND (k.correlationId, k.globalPid >> 24) NOT IN ({_CALLS})"""
 
 
+@pytest.mark.shared
 def test_correlation_ids_are_joined_per_process(parsed) -> None:
     # In h100_2gpu_1s, 11 kernels have their launch cut from the capture but share a
     # correlation id with the other process's launch calls, inside NVTX ranges: a join
@@ -186,6 +187,7 @@ def test_correlation_ids_are_joined_per_process(parsed) -> None:
         assert row["scope"].tolist() == [""]
 
 
+@pytest.mark.shared
 def test_ranks_by_process_order_and_override() -> None:
     path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
     profiles = nsys.read(path)
@@ -200,6 +202,7 @@ def test_ranks_by_process_order_and_override() -> None:
         nsys.read(path, ranks={pids[0]: 0})
 
 
+@pytest.mark.shared
 def test_a_file_of_two_processes_is_two_ranks() -> None:
     """load() is one rank: it refuses a two-process file and names load_many, which gives one
     Profile per process whose .rank, rows and devices agree with the SQLite's pids."""
@@ -217,6 +220,7 @@ def test_a_file_of_two_processes_is_two_ranks() -> None:
         assert kernels["device"].unique().tolist() == [devices[p.meta.pid]]
 
 
+@pytest.mark.shared
 def test_read_returns_a_list_for_one_process_too() -> None:
     path = shared_trace("nsys-ai/mock.sqlite")
     profiles = nsys.read(path)
@@ -227,6 +231,7 @@ def test_read_returns_a_list_for_one_process_too() -> None:
     assert tracelab.load(path, rank=4).events["rank"].unique().tolist() == [4]
 
 
+@pytest.mark.shared
 def test_meta() -> None:
     mock = nsys.read(shared_trace("nsys-ai/mock.sqlite"))[0].meta
     gpu = mock.devices[0]
@@ -241,6 +246,7 @@ def test_meta() -> None:
     assert utc_start < h100.trace_start_epoch_ns < utc_start + 295_659 * 10**6
 
 
+@pytest.mark.shared
 def test_memcpy_names() -> None:
     profile = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0]
     events = classify.classified(profile.events)

@@ -114,6 +114,7 @@ def test_nsys_pair_counts_per_rank_and_kind(folder):
     assert _counts(doc) == want
 
 
+@pytest.mark.shared
 def test_two_process_nsys_file_counts_per_rank_and_kind():
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     doc = _export([path])

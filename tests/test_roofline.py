@@ -182,6 +182,7 @@ def test_proton_device_by_arch_and_bandwidth():
         devices.by_option("TPU v5")
 
 
+@pytest.mark.shared
 def test_a_device_the_table_lacks_is_unknown_never_its_nearest_kin():
     """A named GPU not in the table (nsys-ai's mock.sqlite: a GeForce RTX 3080, sm_86) and an unnamed
     proton device whose bandwidth is far from every entry of its architecture (Triton's triton.json:
@@ -384,6 +385,7 @@ def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
     assert strict_json(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
 
 
+@pytest.mark.shared
 def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
     """HTA's NCCL trace ran on 'NVIDIA A100-PG509-200' with 42,297,524,224 bytes (read from its
     deviceProperties): the 40 GB part, 1,555 GB/s of HBM, not the 80 GB one's 2,039 GB/s it got."""

@@ -138,7 +138,7 @@ def test_ranks_from_the_gpus_seen(tmp_path, monkeypatch, gpus, ranks, runs, note
     # every node must start the same count of ranks
     (RunSpec("decode", 2, "torch", nnodes="2", rdzv_endpoint="h:29500"), "2 ranks per node but only 1 GPU(s) are visible"),
     # tiny's 8 key/value heads do not split over 3 ranks: the fallback cannot run either
-    (RunSpec("decode", 4, "torch"), "4 ranks per node but only 3 GPU(s) are visible, and 3 cannot run either: "
+    (RunSpec("decode", 4, "torch", workload_args=["--model", "tiny"]), "4 ranks per node but only 3 GPU(s) are visible, and 3 cannot run either: "
                                     "tiny: heads (16) do not divide over 3 ranks"),
 ])
 def test_too_few_gpus_where_no_fallback_runs(tmp_path, monkeypatch, spec, words):

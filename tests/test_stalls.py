@@ -308,8 +308,9 @@ def test_an_unmarked_stall_sleeps_as_long_in_no_region(monkeypatch, unmarked):
     import torch
 
     from tracelab.workloads import late as L
+    from tracelab.workloads.options import late as late_options
     p = argparse.ArgumentParser()
-    L.add_arguments(p)
+    late_options.add_arguments(p)
     args = p.parse_args(["--host-stall-ms", "1:30"] + (["--host-stall-unmarked"] if unmarked else []))
     seen: list[str] = []
     monkeypatch.setattr(L.backends, "region", lambda name: seen.append(name) or contextlib.nullcontext())

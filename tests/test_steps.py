@@ -3,14 +3,13 @@ of the Kineto JSON and SQL straight on the nsys export, on real traces (ours in
 tests/data, public ones in ../shared/traces)."""
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import kineto_steps, per_step, shared_trace
+from helpers import kineto_steps, on_shared, per_step, shared_trace
 
 from tracelab.core.options import Options
 from tracelab.core.errors import UsageError
@@ -26,7 +25,7 @@ def _need(path: Path | str) -> Path:
 
 
 KINETO = [
-    ("hta/nccl_parser_config/nccl_data.json.gz", None, r"ProfilerStep#(\d+)"),
+    on_shared("hta/nccl_parser_config/nccl_data.json.gz", None, r"ProfilerStep#(\d+)"),
     ("hta/trace_filter/sampled_rank-0.json.gz", None, r"ProfilerStep#(\d+)"),
     (DATA / "decode-2gpu-torch/rank0.pt.trace.json.gz", "decode_one_token", "decode_one_token"),
     (DATA / "decode-2gpu-torch/rank1.pt.trace.json.gz", "decode_one_token", "decode_one_token"),
@@ -77,6 +76,7 @@ def test_nsys_steps_equal_sql(rank: int) -> None:
     assert per_step(kernels) == want
 
 
+@pytest.mark.shared
 def test_default_pattern_numbers_steps_and_leaves_them_out_of_scopes() -> None:
     df = chrome.read(_need("hta/nccl_parser_config/nccl_data.json.gz")).events
     assert set(df["step"].dropna().astype(int)) == {4, 5, 6}

@@ -146,6 +146,7 @@ def test_hta_collective_skew_against_json():
     assert skew["last_rank"].tolist() == last
 
 
+@pytest.mark.shared
 def test_nsys_busy_against_sql():
     path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:

@@ -12,6 +12,7 @@ import pytest
 from tracelab.core.errors import UsageError
 from tracelab.run import backends
 from tracelab.run.runner import RunSpec, run
+from tracelab.workloads.configs import SIZES
 
 from helpers import LazyModule, needs
 
@@ -23,6 +24,7 @@ late = LazyModule("tracelab.workloads.late")
 train = LazyModule("tracelab.workloads.train")
 train_speed = LazyModule("tracelab.workloads.train_speed")
 lm = LazyModule("tracelab.workloads.lm")
+options = LazyModule("tracelab.workloads.options.train")
 GPU = "torch.cuda.is_available()"  # a skipif condition, evaluated when the test is set up
 
 
@@ -54,16 +56,16 @@ def _graph_args(**changed) -> argparse.Namespace:
     ({"late_every": 2}, "--late-every"), ({"compile": True}, "--compile")])
 def test_a_graph_refuses_what_it_cannot_replay(changed, option):
     with pytest.raises(UsageError) as e:
-        train_speed.check(_graph_args(**changed), gpu=True)
+        options.check_speed(_graph_args(**changed), gpu=True)
     assert f"not with {option}" in str(e.value)
 
 
 def test_a_graph_takes_the_capturable_optimizer():
     args = _graph_args()
-    train_speed.check(args, gpu=True)
+    options.check_speed(args, gpu=True)
     assert args.capturable is True
     plain = _graph_args(cuda_graph=False)
-    train_speed.check(plain, gpu=True)
+    options.check_speed(plain, gpu=True)
     assert plain.capturable is False
 
 
@@ -100,17 +102,17 @@ def test_late_work_goes_to_the_rank_named(regions, who, rank, step, works):
 
 def test_attention_choice_keeps_the_model_and_names_its_product(regions):
     torch.manual_seed(0)
-    size = lm.SIZES["tiny"]
+    size = SIZES["tiny"]
     x = torch.randint(100, (2, 32))
     plain = lm.TrainLM(lm.model_args(size, 100, 32))
     want = plain(x)
-    for choice in train_speed.ATTENTION:
+    for choice in options.ATTENTION:
         model = lm.TrainLM(lm.model_args(size, 100, 32))
         model.load_state_dict(plain.state_dict())
         train_speed.use_attention(model, choice)
         regions.clear()
         torch.testing.assert_close(model(x), want, rtol=1e-4, atol=1e-5)
-        assert regions == [train_speed.SDPA_REGION] * size.layers
+        assert regions == [options.SDPA_REGION] * size.layers
 
 
 def test_precision_follows_tf32():
@@ -141,7 +143,7 @@ def test_scope_and_attention_end_to_end(tmp_path):
     assert (record["late"], record["attention"], record["compile"], record["cuda_graph"]) == ("rank0", "math", False, False)
     counts = _ranges(result.traces[0])
     # the profiled window's 3 steps: extra work once per step, the product once per layer and step
-    assert counts["extra_work"] == 3 and counts[train_speed.SDPA_REGION] == 3 * lm.SIZES["tiny"].layers
+    assert counts["extra_work"] == 3 and counts[options.SDPA_REGION] == 3 * SIZES["tiny"].layers
 
 
 @pytest.mark.slow

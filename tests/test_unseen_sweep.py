@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from tracelab.ingest.session import Session
 from tracelab.reports.idle.idle import MIN_LAUNCHED_FOR_GRAPHS
 
@@ -16,6 +18,7 @@ def _found(*paths) -> list:
     return Session.open(paths, keep_events=True).findings()
 
 
+@pytest.mark.shared
 def test_no_cuda_graph_advice_for_a_trace_of_two_kernels(capsys):
     """nsys-ai's mock.sqlite: 2 kernels, host-bound by 18 ms of launch idle (first-call set-up, not
     launch overhead): no 'capture the step in a CUDA graph', no graph hint; decode-1gpu-torch

@@ -28,7 +28,7 @@ def test_the_overlap_plot_names_its_published_source():
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_workload_help_has_no_private_reference(name):
-    module = __import__(WORKLOADS[name], fromlist=["parse"])
+    module = __import__(WORKLOADS[name].program, fromlist=["parse"])
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         module.parse(["--help"])

@@ -247,6 +247,7 @@ def test_cli_steps_json_matches_the_analysis(decode) -> None:
     assert first["gating_rank"] == 1 and first["wait_ns"]["0"] > 0 and first["wait_ns"]["1"] == 0
 
 
+@pytest.mark.shared
 def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     result = CliRunner().invoke(app, ["compare", str(path), "--format", "json"])
@@ -260,6 +261,7 @@ def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
     assert missing.exit_code != 0
 
 
+@pytest.mark.shared
 def test_no_collective_at_all_is_no_verdict_not_none_late() -> None:
     """nsys-ai's 2-H100 FSDP second has no NCCL kernel (counted in its SQLite): the line said 'no
     collective has a rank late beyond the noise' as if collectives had been weighed; it says none
@@ -363,6 +365,7 @@ def test_report_has_the_steps_section(tmp_path) -> None:
     assert section.count("more CPU work") >= 12 and "step time" in section and "wait at collectives" in section
 
 
+@pytest.mark.shared
 def test_cli_report_rank_pick(tmp_path) -> None:
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
     out = tmp_path / "r.html"
@@ -399,6 +402,7 @@ def test_bandwidth_of_the_train_all_reduce_equals_the_json() -> None:
 
 # ---- process groups ---------------------------------------------------------------------------
 
+@pytest.mark.shared
 def test_process_group_comes_from_the_kernel_args() -> None:
     path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
     trace = json.loads(gzip.open(path).read(), parse_float=Decimal)

@@ -224,10 +224,11 @@ def test_the_late_rank_stalls_and_works_on_the_steps_asked(monkeypatch, argv, st
     import torch
 
     from tracelab.workloads import late as L
+    from tracelab.workloads.options import late as late_options
     p = argparse.ArgumentParser()
-    L.add_arguments(p)
+    late_options.add_arguments(p)
     args = p.parse_args(argv)
-    L.check(args)
+    late_options.check(args)
     seen: list[tuple[str, int]] = []
     step = [0]
     monkeypatch.setattr(L.backends, "region", lambda name: seen.append((name, step[0])) or contextlib.nullcontext())
@@ -249,11 +250,11 @@ def test_bad_late_options_are_refused(argv, option) -> None:
     import argparse
 
     from tracelab.core.errors import UsageError
-    from tracelab.workloads import late as L
+    from tracelab.workloads.options import late as late_options
     p = argparse.ArgumentParser()
-    L.add_arguments(p)
+    late_options.add_arguments(p)
     with pytest.raises(UsageError) as e:
-        L.check(p.parse_args(argv))
+        late_options.check(p.parse_args(argv))
     assert e.value.where == option
 
 

@@ -9,6 +9,7 @@ import sqlite3
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import tracelab
 from tracelab.core import classify, schema
@@ -59,6 +60,7 @@ def test_a_memcpy_on_the_path_is_copy_and_its_step_is_copy_bound():
     assert rank_path_bounds(kernel, _host())["path_bound"].tolist() == ["gpu"]
 
 
+@pytest.mark.shared
 def test_the_h100_traces_input_copies_are_copy_on_its_path():
     """nsys-ai's h100_2gpu_1s: 759 ms of the path is rank 0's host-to-device copies, which
     whatif called compute. Each path segment's own row kind (events, by event_row) says

@@ -13,7 +13,7 @@ from tracelab.core.errors import UsageError
 from tracelab.run.runner import WORKLOADS
 from tracelab.run.workload_options import parse_workload_args
 
-NAMES = [n for n in WORKLOADS if importlib.util.find_spec(WORKLOADS[n]) is not None]
+NAMES = [n for n in WORKLOADS if importlib.util.find_spec(WORKLOADS[n].program) is not None]
 # an option each workload refuses on any machine, and the option the refusal names
 BAD = {"decode": ["--new-tokens", "0"], "train": ["--steps", "0"], "allreduce": ["--sizes", "0"],
        "overlap": ["--iters", "0"]}
@@ -21,7 +21,7 @@ BAD = {"decode": ["--new-tokens", "0"], "train": ["--steps", "0"], "allreduce": 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_workload_has_parse_run_main(name):
-    module = importlib.import_module(WORKLOADS[name])
+    module = importlib.import_module(WORKLOADS[name].program)
     args = module.parse([])
     assert args.timeout_s > 0 and args.backend == "none"
     assert callable(module.run) and callable(module.main)
@@ -31,20 +31,20 @@ def test_every_workload_has_parse_run_main(name):
 @pytest.mark.parametrize("name", [n for n in NAMES if BAD.get(n)])
 def test_bad_option_is_a_usage_error_for_the_runner(name):
     with pytest.raises(UsageError, match=BAD[name][0]):
-        parse_workload_args(name, importlib.import_module(WORKLOADS[name]), BAD[name], 1)
+        parse_workload_args(name, WORKLOADS[name], BAD[name], 1, gpu=False)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in NAMES if BAD.get(n)])
 def test_bad_option_is_one_line_from_the_workload_alone(name):
-    proc = subprocess.run([sys.executable, "-m", WORKLOADS[name], *BAD[name]], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", WORKLOADS[name].program, *BAD[name]], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"tracelab {name}: error: {BAD[name][0]}") and proc.stderr.count("\n") == 1
 
 
 def test_decode_reads_the_world_from_the_environment(monkeypatch):
-    decode = importlib.import_module(WORKLOADS["decode"])
+    decode = importlib.import_module(WORKLOADS["decode"].program)
     monkeypatch.setenv("WORLD_SIZE", "3")  # the tiny model's 8 key/value heads do not split 3 ways
     with pytest.raises(UsageError, match="--ranks"):
         decode.parse([])

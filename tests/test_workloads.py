@@ -26,6 +26,7 @@ pytestmark = needs("torch")
 # imported by the first test that uses them, not at collection (helpers.LazyModule says why)
 torch = LazyModule("torch")
 harness = LazyModule("tracelab.workloads.harness")
+shared = LazyModule("tracelab.workloads.options.shared")
 
 TINY = {"d_model": 64, "d_ff": 256, "layers": 2, "heads": 4, "vocab": 10000}
 
@@ -155,7 +156,8 @@ def _grads_worker(rank: int, port: int, variants: list[str], out: str) -> None:
     import torch.distributed as dist
 
     from tracelab.workloads.ddp import broadcast_parameters, make_sync
-    from tracelab.workloads.lm import SIZES, TrainLM, loss_fn, model_args
+    from tracelab.workloads.configs import SIZES
+    from tracelab.workloads.lm import TrainLM, loss_fn, model_args
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -264,7 +266,7 @@ def test_runner_refuses_bad_workload_options_before_launch(tmp_path, monkeypatch
     ("2GB", [2 << 30]), ("64kb", [65536]),
 ])
 def test_parse_sizes(text, sizes):
-    assert harness.parse_sizes(text) == sizes
+    assert shared.parse_sizes(text) == sizes
 
 
 # -- the 2-GPU captures in tests/data (benchmarks/gpu_workloads.sh at da8b67c): regions under every profiler --

@@ -20,7 +20,6 @@ the timed calls, one region allreduce_{impl}_{bytes} per size.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,67 +29,19 @@ import torch.distributed as dist
 from tracelab.run import backends
 
 from tracelab.ingest import results
-from tracelab.core.errors import RunError, UsageError
+from tracelab.core.errors import RunError
 
 from . import harness
 from .common import Dist, device_name
+from .options import allreduce as options
+from .options.shared import human_bytes
 
-IMPLS = ("nccl", "gloo", "symm-one-shot", "symm-two-shot", "triton-one-shot", "multimem")
-GPU_IMPLS = set(IMPLS) - {"gloo"}
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-VECTOR_BYTES = 16  # every rank's share of a message is whole 16-byte vectors
-MULTICAST_OFF = ("multimem needs NVLink multicast (NVLS), which is off here "
-                 "(TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NCCL_NVLS_ENABLE=0); "
-                 "choose nccl, symm-one-shot, symm-two-shot or triton-one-shot")
-
-
-def keep_multicast_off() -> None:
-    """Multicast stays off unless the user turned it on: on shared machines a program that
-    uses it can put the host's GPUs out of service."""
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-
-
-def multicast_off() -> bool:
-    return os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" or os.environ["NCCL_NVLS_ENABLE"] == "0"
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}  # options.DTYPES, as torch's types
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    keep_multicast_off()
-    gpu = harness.gpu_available()
-    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.allreduce", description=__doc__.split("\n\n")[0])
-    harness.add_arguments(p)
-    p.add_argument("--impl", default="nccl" if gpu else "gloo",
-                   help=f"comma list of {', '.join(IMPLS)} (default: nccl on a GPU, gloo on the CPU)")
-    p.add_argument("--sizes", default="4K-1G" if gpu else "4K-256K",
-                   help="message sizes: comma list of sizes (4K, 1M) or ranges LO-HI in powers of 2 "
-                        "(default: 4K-1G on a GPU, 4K-256K on the CPU)")
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default: bf16)")
-    p.add_argument("--iters", type=int, default=0, help="timed calls per size (default 0: about 50 ms' worth, 5..500)")
-    args = p.parse_args(argv)
-    return _validate(args, gpu)
-
-
-def _validate(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
-    args.impls = harness.parse_choices("--impl", args.impl, IMPLS)
-    args.msg_bytes = harness.parse_sizes(args.sizes)
-    world_size = harness.env_rank()[1]
-    if "multimem" in args.impls and multicast_off():
-        raise UsageError("--impl", MULTICAST_OFF)
-    if not gpu and GPU_IMPLS & set(args.impls):
-        raise UsageError("--impl", f"CUDA GPUs are needed for {', '.join(sorted(GPU_IMPLS & set(args.impls)))}; "
-                                   "on the CPU use gloo")
-    if "triton-one-shot" in args.impls and world_size & (world_size - 1):
-        raise UsageError("--impl", f"triton-one-shot needs a power-of-2 world size, not {world_size}")
-    share = VECTOR_BYTES * world_size
-    bad = [harness.human_bytes(n) for n in args.msg_bytes if n % share]
-    if bad:
-        raise UsageError("--sizes", f"{', '.join(bad)} do not divide over {world_size} rank(s) in "
-                                    f"{VECTOR_BYTES}-byte vectors (use multiples of {share} bytes)")
-    if args.iters < 0:
-        raise UsageError("--iters", f"must be 0 (auto) or more, not {args.iters}")
-    backends.check(args.backend, gpu)
-    return args
+    """The options (options/allreduce.py), checked for this machine as torch sees it."""
+    return options.parse(argv, torch.cuda.is_available())
 
 
 @dataclass
@@ -148,7 +99,7 @@ def check_sum(case: Case, d: Dist, dtype: torch.dtype) -> float:
     err = float((got - want).abs().max() / want.abs().max())
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
     if not err <= tol:
-        raise RunError(f"{case.impl} at {harness.human_bytes(case.msg_bytes)}",
+        raise RunError(f"{case.impl} at {human_bytes(case.msg_bytes)}",
                        f"wrong sum: max relative error {err:.3g} > {tol:g}")
     return err
 
@@ -182,7 +133,7 @@ def result_row(case: Case, times_us: list[float], rel_err: float, d: Dist) -> di
 
 def run(args: argparse.Namespace, d: Dist) -> None:
     dtype = DTYPES[args.dtype]
-    if GPU_IMPLS - {"nccl"} & set(args.impls):
+    if options.GPU_IMPLS - {"nccl"} & set(args.impls):
         harness.enable_symm_mem(d)
     cases = [make_case(impl, n, dtype, d) for impl in args.impls for n in args.msg_bytes]
     errors = [check_sum(c, d, dtype) for c in cases]
@@ -205,7 +156,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
 
 
 def _line(r: dict) -> str:
-    return (f"{r['impl']:>16} {harness.human_bytes(r['msg_bytes']):>6}  {r['latency_us']:10.1f} us  "
+    return (f"{r['impl']:>16} {human_bytes(r['msg_bytes']):>6}  {r['latency_us']:10.1f} us  "
             f"busbw {r['busbw_gb_s']:8.2f} GB/s  ({r['iters']} calls, checked)")
 
 

@@ -12,6 +12,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from .options.shared import env_rank
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -26,12 +28,6 @@ class Dist:
     @property
     def gpu(self) -> bool:
         return self.device.type == "cuda"
-
-
-def env_rank() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) as torchrun set them; (0, 1, 0) when run alone."""
-    get = os.environ.get
-    return int(get("RANK", 0)), int(get("WORLD_SIZE", 1)), int(get("LOCAL_RANK", 0))
 
 
 def join(timeout_s: float, needs_group: bool = False) -> Dist:

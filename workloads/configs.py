@@ -1,5 +1,6 @@
-"""The decoder's shapes by name (the names users pass as --model), apart from the model so that
-reading them (an argument parser, a test's parameters) imports no torch."""
+"""The decoder's shapes by name (the names users pass as --model) and the train workload's
+(--size), apart from the models so that reading them (an argument parser, a test's parameters)
+imports no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,4 +47,23 @@ CONFIGS: dict[str, ModelArgs] = {
                             intermediate_size=14336, vocab_size=128256, rope_base=500000),
     "llama-3.2-1b": ModelArgs(block_size=8192, n_layer=16, n_head=32, n_local_heads=8, dim=2048,
                               intermediate_size=8192, vocab_size=128256, rope_base=500000),
+}
+
+
+@dataclass(frozen=True)
+class Size:
+    d_model: int
+    d_ff: int
+    layers: int
+    heads: int
+
+
+# the train workload's shapes by name; the names users pass as --size
+SIZES: dict[str, Size] = {
+    "tiny": Size(64, 256, 2, 4),  # for the CPU and the tests
+    "small": Size(768, 3072, 12, 12),
+    "medium": Size(1024, 4096, 24, 16),
+    "large": Size(1280, 5120, 36, 20),
+    "xl": Size(1600, 6400, 48, 25),
+    "2.7B": Size(2560, 10240, 32, 32),
 }

@@ -17,8 +17,6 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-VARIANTS = ("naive", "flat", "overlap", "bucketed")
-
 
 def broadcast_parameters(model: nn.Module) -> None:
     """Every rank starts from rank 0's weights."""
@@ -128,5 +126,5 @@ _CLASSES = {"naive": Naive, "flat": Flat, "overlap": Overlap, "bucketed": Bucket
 
 
 def make_sync(name: str, model: nn.Module, bucket_mb: float) -> Naive:
-    """The gradient synchronisation called `name` (one of VARIANTS) for this model."""
+    """The gradient synchronisation called `name` (one of options/train.py's DDP_VARIANTS) for this model."""
     return _CLASSES[name](model, bucket_mb)

@@ -1,22 +1,21 @@
 """The one convention every workload program (decode, train, allreduce, overlap) follows:
 arguments checked before the process group exists (so every rank fails the same way, and
 none waits for a rank that already left), joining the job with a timeout, one line on
-failure; and what they share for timing and byte sizes.
+failure; and what they share for timing.
 
 A workload module offers:
 
-    def parse(argv=None) -> argparse.Namespace   # harness.add_arguments + its own; UsageError
-                                                 # on bad input, the world read from torchrun's
-                                                 # environment (tracelab run calls it too, first)
+    def parse(argv=None) -> argparse.Namespace   # its options module's parse (workloads/options/,
+                                                 # no torch: tracelab run calls it first) with gpu
+                                                 # as torch sees it; UsageError on bad input, the
+                                                 # world read from torchrun's environment
     def run(args, d: Dist) -> None               # the work; writes this rank's results
     def main(argv=None) -> int:
         return harness.main("allreduce", parse, run, argv)
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import re
 import statistics
 import sys
 import time
@@ -25,29 +24,12 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from tracelab.run import backends
 from tracelab.core.errors import RunError, TracelabError, UsageError
 
 from .common import Dist, env_rank, join, leave
 
 EXIT_FAILED = 2
-DEFAULT_TIMEOUT_S = 180.0
 RANK0_GRACE_S = 2.0  # other ranks wait this long before failing on bad input
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "G": 1 << 30, "GB": 1 << 30}
-
-
-def gpu_available() -> bool:
-    return torch.cuda.is_available()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every workload takes: --backend, --out (tracelab run sets them) and --timeout-s."""
-    backends.add_arguments(parser)
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
-                        help="a collective waiting longer fails (default: %(default)s)")
-    parser.add_argument("--no-unprofiled", dest="unprofiled", action="store_false",
-                        help="skip timing the profiled steps once more with the profiler off (by default the "
-                             "results hold both, unprofiled_step_ns and profiled_step_ns: the profiler's cost)")
 
 
 def enable_symm_mem(d: Dist) -> None:
@@ -95,47 +77,6 @@ def main(name: str, parse: Callable[[list[str] | None], Any], run: Callable[[Any
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-def parse_bytes(text: str) -> int:
-    """'4K', '64KB', '1M', '1G', '4096' -> bytes (powers of 1024)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?B?)\s*", text.upper())
-    if not m or int(m.group(1)) <= 0:
-        raise UsageError("--sizes", f"{text!r} is not a size (say 4096, 4K, 64KB, 1M or 1G)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_sizes(text: str) -> list[int]:
-    """A comma list of sizes, each a size or a range LO-HI (powers of 2 from LO to HI)."""
-    sizes: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = (parse_bytes(p) for p in part.split("-", 1))
-            if hi < lo:
-                raise UsageError("--sizes", f"range {part!r} runs backwards")
-            while lo <= hi:
-                sizes.append(lo)
-                lo *= 2
-        else:
-            sizes.append(parse_bytes(part))
-    return sorted(set(sizes))
-
-
-def parse_choices(option: str, text: str, choices: tuple[str, ...] | list[str]) -> list[str]:
-    """A comma list, each item one of choices."""
-    picked = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [t for t in picked if t not in choices]
-    if unknown or not picked:
-        raise UsageError(option, f"unknown {', '.join(unknown) or 'empty list'}; "
-                                 f"choose from {', '.join(choices)}")
-    return picked
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 def synchronize(device: torch.device) -> None:

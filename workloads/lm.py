@@ -3,34 +3,13 @@ embeddings, attention, SwiGLU feed-forward) over a whole sequence at once, no KV
 with the sizes of Stanford CS336's assignment 2 (d_model, d_ff, layers, heads; vocabulary 10000)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .configs import ModelArgs
+from .configs import ModelArgs, Size
 from .model import RMSNorm, TransformerBlock, precompute_freqs_cis
-
-
-@dataclass(frozen=True)
-class Size:
-    d_model: int
-    d_ff: int
-    layers: int
-    heads: int
-
-
-# name -> shapes; the names users pass as --size
-SIZES: dict[str, Size] = {
-    "tiny": Size(64, 256, 2, 4),  # for the CPU and the tests
-    "small": Size(768, 3072, 12, 12),
-    "medium": Size(1024, 4096, 24, 16),
-    "large": Size(1280, 5120, 36, 20),
-    "xl": Size(1600, 6400, 48, 25),
-    "2.7B": Size(2560, 10240, 32, 32),
-}
 
 
 def model_args(size: Size, vocab_size: int, context_length: int) -> ModelArgs:

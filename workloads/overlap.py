@@ -31,61 +31,20 @@ import torch.distributed as dist
 from tracelab.run import backends
 
 from tracelab.ingest import results
-from tracelab.core.errors import UsageError
 
 from . import harness
-from .allreduce import keep_multicast_off
 from .common import Dist, device_name
+from .options import overlap as options
 
-# model -> (N, K) of symm-mem-recipes' fused all-gather matmul benchmark
-MODELS = {"8B": (1792, 4096), "70B": (3584, 8192), "105B": (6656, 16384), "tiny": (64, 128)}
-OPS = ("ag-matmul", "matmul-rs")
-VARIANTS = ("unfused", "fused")
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}  # options.DTYPES, as torch's types
 REL_TOL = {"bf16": 2e-2, "fp32": 1e-4}
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    keep_multicast_off()
-    gpu = harness.gpu_available()
-    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.overlap", description=__doc__.split("\n\n")[0])
-    harness.add_arguments(p)
-    p.add_argument("--op", default=",".join(OPS), help=f"comma list of {', '.join(OPS)} (default: both)")
-    p.add_argument("--variant", default="unfused,fused" if gpu else "unfused",
-                   help="comma list of unfused, fused (default: both on a GPU, unfused on the CPU)")
-    p.add_argument("--models", default="8B,70B,105B" if gpu else "tiny",
-                   help=f"shapes (N, K) by model, comma list of {', '.join(MODELS)} "
-                        "(default: 8B,70B,105B on a GPU, tiny on the CPU)")
-    p.add_argument("--rows", default="4096,8192,16384" if gpu else "64",
-                   help="rows M (gathered), comma list (default: 4096,8192,16384 on a GPU, 64 on the CPU)")
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16" if gpu else "fp32",
-                   help="element type (default: bf16 on a GPU, fp32 on the CPU, where bf16 products are slow)")
-    p.add_argument("--iters", type=int, default=20, help="timed calls per variant and shape (default: 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls first (default: 3)")
-    return _validate(p.parse_args(argv), gpu)
-
-
-def _validate(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
-    args.ops = harness.parse_choices("--op", args.op, OPS)
-    args.variants = harness.parse_choices("--variant", args.variant, VARIANTS)
-    args.model_names = harness.parse_choices("--models", args.models, list(MODELS))
-    try:
-        args.ms = [int(m) for m in args.rows.split(",")]
-    except ValueError:
-        raise UsageError("--rows", f"{args.rows!r} is not a comma list of row counts") from None
-    world_size = harness.env_rank()[1]
-    bad = [m for m in args.ms if m <= 0 or m % world_size]
-    if bad:
-        raise UsageError("--rows", f"{', '.join(map(str, bad))} rows do not divide over {world_size} rank(s)")
-    if "fused" in args.variants and not gpu:
-        raise UsageError("--variant", "fused needs CUDA GPUs with symmetric memory (torch.ops.symm_mem); "
-                                      "on the CPU use --variant unfused")
-    if args.iters <= 0 or args.warmup < 0:
-        raise UsageError("--iters", f"need --iters > 0 and --warmup >= 0, not {args.iters} and {args.warmup}")
-    backends.check(args.backend, gpu)
-    return args
+    """The options (options/overlap.py), checked for this machine as torch sees it."""
+    return options.parse(argv, torch.cuda.is_available())
 
 
 @dataclass
@@ -146,13 +105,13 @@ def make_cases(args, d: Dist) -> list[Case]:
     if "fused" in args.variants:
         harness.enable_symm_mem(d)
     torch.manual_seed(1000 + d.rank)  # each rank its own shard
-    return [make[op](Shape(op, model, M, *MODELS[model]), DTYPES[args.dtype], d)
+    return [make[op](Shape(op, model, M, *options.MODELS[model]), DTYPES[args.dtype], d)
             for op in args.ops for model in args.model_names for M in args.ms]
 
 
 def check_fused(case: Case, args, d: Dist) -> float | None:
     """Fused against unfused (relative error by norm); None when only one variant runs."""
-    if set(args.variants) != set(VARIANTS):
+    if set(args.variants) != set(options.VARIANTS):
         return None
     want = case.calls["unfused"]().clone()
     got = case.calls["fused"]()

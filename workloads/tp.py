@@ -3,7 +3,7 @@ wqkv, w1 and w3 split by output rows (each rank keeps its heads and its slice of
 the hidden layer), wo and w2 by input columns, and a sum over ranks after the
 attention and the feed-forward.
 
-The sum is one of ALLREDUCE: "nccl" or "gloo" (a functional all-reduce through the
+The sum is one of ALLREDUCE (options/decode.py): "nccl" or "gloo" (a functional all-reduce through the
 process group, named by its backend: NCCL on GPUs, gloo on the CPU), or a symmetric-memory kernel
 (torch.ops.symm_mem one-shot or two-shot) over a buffer every rank maps.
 """
@@ -16,9 +16,7 @@ from torch import Tensor
 
 from .configs import ModelArgs
 from .model import Transformer
-
-GROUP_ALLREDUCE = ("nccl", "gloo")  # the process group's own, by its backend
-ALLREDUCE = (*GROUP_ALLREDUCE, "symm-one-shot", "symm-two-shot")
+from .options.decode import GROUP_ALLREDUCE
 
 
 # symm_mem.two_shot_all_reduce_ has no fake (Meta) kernel, so torch.compile cannot trace it
@@ -39,15 +37,6 @@ def symm_two_shot_all_reduce(symm_buffer: Tensor, x: Tensor, group_name: str) ->
 @symm_two_shot_all_reduce.register_fake
 def _(symm_buffer: Tensor, x: Tensor, group_name: str) -> Tensor:
     return torch.empty_like(x)
-
-
-def unshardable(args: ModelArgs, world_size: int) -> str | None:
-    """Why `args` cannot be split over `world_size` ranks, or None when it can."""
-    sizes = {"heads": args.n_head, "key/value heads": args.kv_heads, "hidden size": args.hidden_dim}
-    for what, n in sizes.items():
-        if n % world_size:
-            return f"{what} ({n}) do not divide over {world_size} ranks"
-    return None
 
 
 def shard_rows(w: Tensor, rank: int, world_size: int) -> Tensor:

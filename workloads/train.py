@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import os
 import statistics
 import time
 
@@ -24,16 +23,14 @@ import torch
 from tracelab.run import backends
 
 from tracelab.ingest import results
-from tracelab.core.errors import UsageError
 
 from . import harness, late, train_memory, train_speed
 from .common import Dist, device_name
-from .ddp import VARIANTS, broadcast_parameters, make_sync
-from .lm import SIZES, TrainLM, loss_fn, model_args, model_flops
+from .options import train as options
+from .ddp import broadcast_parameters, make_sync
+from .configs import SIZES
+from .lm import TrainLM, loss_fn, model_args, model_flops
 
-PHASES = ("forward", "forward-backward", "step")
-DTYPES = ("fp32", "bf16")
-DDP = ("none",) + VARIANTS
 # Dense peak TFLOP/s of an H100/H200 SXM by its datasheet: an assumption, not a measurement.
 HOPPER_PEAK_TFLOPS = {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}
 MFU_FORMULA = ("PaLM model FLOPs: (6*N + 12*L*d*S) per token for forward+backward, a third of that "
@@ -41,65 +38,8 @@ MFU_FORMULA = ("PaLM model FLOPs: (6*N + 12*L*d*S) per token for forward+backwar
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    gpu = harness.gpu_available()
-    p = argparse.ArgumentParser(prog="python -m tracelab.workloads.train", description=__doc__.split("\n\n")[0])
-    harness.add_arguments(p)
-    p.add_argument("--size", default="small" if gpu else "tiny",
-                   help=f"model size(s), comma list of {', '.join(SIZES)} (default: small on a GPU, tiny on the CPU)")
-    p.add_argument("--context-length", type=int, default=256, help="tokens per sequence (default: 256)")
-    p.add_argument("--batch-size", type=int, default=4,
-                   help="sequences per step over all ranks; each rank takes batch/ranks (default: 4)")
-    p.add_argument("--vocab-size", type=int, default=10000, help="vocabulary (default: %(default)s)")
-    p.add_argument("--phase", default="forward-backward", help=f"comma list of {', '.join(PHASES)} "
-                   "(step = forward, backward, AdamW; default: forward-backward)")
-    p.add_argument("--dtype", default="fp32", help="fp32 or bf16 (autocast), comma list (default: fp32)")
-    p.add_argument("--ddp", default=None, help=f"gradient sync over ranks, comma list of {', '.join(DDP)} "
-                   "(none: each rank steps alone; default: bucketed, as torch's DistributedDataParallel, "
-                   "on several ranks, none on one)")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for --ddp bucketed (default: 25)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first; 0 shows the cold start (default: 5)")
-    p.add_argument("--capturable", action="store_true",
-                   help="AdamW(capturable=True), the optimizer a CUDA graph of the whole step needs (GPU only): "
-                        "an eager trace of the same kernels that a CUDA graph of the whole step replays")
-    train_speed.add_arguments(p)  # --cuda-graph, --compile, --tf32, --attention
-    p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
-    late.add_arguments(p)  # before the backward, so before the gradient all-reduce
-    train_memory.add_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    return _validate(args)
-
-
-def _validate(args: argparse.Namespace) -> argparse.Namespace:
-    args.sizes = harness.parse_choices("--size", args.size, list(SIZES))
-    args.phases = harness.parse_choices("--phase", args.phase, PHASES)
-    args.dtypes = harness.parse_choices("--dtype", args.dtype, DTYPES)
-    world_size = harness.env_rank()[1]
-    args.ddp = args.ddp or ("bucketed" if world_size > 1 else "none")  # data parallel means synced gradients
-    args.ddps = harness.parse_choices("--ddp", args.ddp, DDP)
-    for option, value in (("--context-length", args.context_length), ("--batch-size", args.batch_size),
-                          ("--vocab-size", args.vocab_size), ("--steps", args.steps), ("--bucket-mb", args.bucket_mb)):
-        if value <= 0:
-            raise UsageError(option, f"must be positive, not {value}")
-    late.check(args)
-    train_speed.check(args, harness.gpu_available())
-    if args.capturable and not harness.gpu_available():
-        raise UsageError("--capturable", "AdamW(capturable=True) needs a GPU")
-    train_memory.check(args, harness.gpu_available())
-    if args.warmup < 0:
-        raise UsageError("--warmup", f"must be 0 or more, not {args.warmup}")
-    if args.batch_size % world_size:
-        raise UsageError("--batch-size", f"{args.batch_size} sequences do not divide over {world_size} ranks")
-    if args.ddps != ["none"] and "MASTER_ADDR" not in os.environ:
-        raise UsageError("--ddp", "data parallel needs ranks: run through torchrun or `tracelab run train --ranks N`")
-    configs = len(args.sizes) * len(args.phases) * len(args.dtypes) * len(args.ddps)
-    if args.backend != "none" and configs > 1:
-        raise UsageError("--backend", f"a profiled run takes one size, phase, dtype and ddp ({configs} given); "
-                                      "sweep with --backend none")
-    backends.check(args.backend, harness.gpu_available())
-    return args
+    """The options (options/train.py), checked for this machine as torch sees it."""
+    return options.parse(argv, torch.cuda.is_available())
 
 
 def peak_tflops(args: argparse.Namespace, dtype: str, d: Dist) -> tuple[float | None, str]:

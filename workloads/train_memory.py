@@ -15,7 +15,6 @@ be checked against the allocator's own counters:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 from pathlib import Path
 from typing import Callable, Iterator
@@ -23,37 +22,11 @@ from typing import Callable, Iterator
 import torch
 
 from tracelab.run import backends
-from tracelab.core.errors import UsageError
 
 SNAPSHOT_FILE = "rank{rank}.memory.pickle"
 SNAPSHOT_ENTRIES = 200_000  # trace entries the allocator keeps for the snapshot
 STEP_FIGURES = ("step_start_allocated_bytes", "step_end_allocated_bytes", "step_peak_allocated_bytes",
                 "step_end_reserved_bytes", "step_peak_reserved_bytes")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--extra-memory-mb", default="", metavar="R:MB[,R:MB]",
-                   help="rank R holds MB MiB more through each step (a rank that holds more, on purpose; default: none)")
-    p.add_argument("--memory-snapshot", action="store_true",
-                   help="write a PyTorch memory snapshot of the last timed step to rank{r}.memory.pickle (GPU only)")
-    p.add_argument("--module-scopes", action="store_true",
-                   help="a region per top-level module in the forward (activations grouped by module)")
-
-
-def check(args: argparse.Namespace, gpu: bool) -> None:
-    """Parse --extra-memory-mb into args.extra_memory ({rank: MiB}); UsageError on bad input."""
-    args.extra_memory = {}
-    for part in filter(None, (s.strip() for s in args.extra_memory_mb.split(","))):
-        rank, sep, mib = part.partition(":")
-        try:
-            r, n = int(rank), float(mib)
-        except ValueError:
-            raise UsageError("--extra-memory-mb", f"{part!r} is not RANK:MB") from None
-        if not sep or r < 0 or n <= 0:
-            raise UsageError("--extra-memory-mb", f"{part!r}: the rank must be 0 or more and the MB positive")
-        args.extra_memory[r] = n
-    if args.memory_snapshot and not gpu:
-        raise UsageError("--memory-snapshot", "a memory snapshot records the CUDA caching allocator: it needs a GPU")
 
 
 def held(mib: float | None, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:

@@ -20,53 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tracelab.core.errors import UsageError
 from tracelab.run import backends
 
 from .model import Attention
+from .options.train import SDPA_REGION
 
 GRAPH_WARMUP = 3  # eager steps on a side stream before the capture (AdamW's state, cuBLAS's workspace)
-ATTENTION = ("auto", "math")
-SDPA_REGION = "sdpa"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="capture the whole step (forward, backward, the optimizer) in one CUDA graph after the "
-                        "warm-up and replay it every step: one launch per step (GPU only; implies --capturable; "
-                        "takes --ddp none, no --host-stall-ms and --late-every 1)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the model, default mode (fused Triton kernels on a GPU, C++ on the CPU); "
-                        "it compiles during the warm-up steps")
-    p.add_argument("--tf32", action="store_true",
-                   help="fp32 matrix products on TF32 tensor cores (torch.set_float32_matmul_precision('high'); "
-                        "NVIDIA GPU only)")
-    p.add_argument("--attention", choices=ATTENTION, default=None,
-                   help=f"attention's product in an `{SDPA_REGION}` region (so its kernels can be named: whatif "
-                        f"--scenario scale:{SDPA_REGION}=F), on torch's choice of kernel (auto: a fused one where "
-                        "one fits) or the unfused math (matmul, softmax, matmul) (default: torch's choice, no region)")
-
-
-def check(args: argparse.Namespace, gpu: bool) -> None:
-    """UsageError for a speed option this machine or these other options cannot honour."""
-    if args.cuda_graph:
-        _check_graph(args, gpu)
-        args.capturable = True  # AdamW's step counts on the device: what a captured step needs
-    if args.tf32 and not gpu:
-        raise UsageError("--tf32", "TF32 is an NVIDIA GPU's tensor-core format: it needs a GPU")
-
-
-def _check_graph(args: argparse.Namespace, gpu: bool) -> None:
-    if not gpu:
-        raise UsageError("--cuda-graph", "a CUDA graph needs a GPU")
-    refused = {"--ddp": args.ddps != ["none"], "--host-stall-ms": args.host_stall_ms is not None,
-               "--late-every": args.late_every != 1, "--compile": args.compile}
-    why = {"--ddp": "this workload's gradient syncs wait on the host: take --ddp none",
-           "--host-stall-ms": "a host's sleep is not replayed by a graph", "--late-every": "a graph replays one step",
-           "--compile": "choose one of the two"}
-    for option, bad in refused.items():
-        if bad:
-            raise UsageError("--cuda-graph", f"not with {option}: {why[option]}")
 
 
 def set_precision(args: argparse.Namespace) -> None:

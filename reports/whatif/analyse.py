@@ -21,8 +21,8 @@ from .edges import MAX_UNEXPLAINED
 from .join import Graph, join
 from .kinds import COLL
 from .nodes import RankGraph
-from .profiler_cost import NodeCosts, deflate, graph_costs, steady_host
-from .regions import pace, paces_of
+from .profiler_cost import NodeCosts, costs_for, deflate, graph_costs, steady_host
+from .regions import CostFloor, cost_floor, pace, paces_of
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
 from .scenarios import DEFAULTS, Scenario, parse
@@ -39,7 +39,10 @@ MAX_ERROR = 0.02
 # scenario's profiled replay scaled by the measured step (scale 0 and the anchor in _without_profiler);
 # where the run timed its phases, each phase's operators first at the pace measured for it (regions.py).
 # Nor where the replay at the fitted cost is at its floor, the device pacing it, below the measured
-# step: what the replay misses there is the device side's, which the anchor takes (scale 1).
+# step: what the replay misses there is the device side's, which the anchor takes (scale 1); the step
+# then says nothing of the host's pace, and where the run timed its phases without the profiler the
+# scale is at least what brings each phase's host time down to its measured time (regions.cost_floor):
+# a scenario that shortens the device's work meets the host at its own pace, not the fit's.
 MAX_COST_SCALE = 64.0
 SCALE_TOL = 0.005
 SCALE_STEPS = 16
@@ -160,8 +163,11 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
     costs = b.costs
     if costs is not None and unprofiled["unprofiled_source"] == "measured":
         if unprofiled_ns not in b.scales:
-            b.scales[unprofiled_ns] = 0.0 if g.cpu_only else calibrated_scale(b, unprofiled_ns)
-        unprofiled["cost_scale"] = b.scales[unprofiled_ns]
+            b.scales[unprofiled_ns] = (0.0, None) if g.cpu_only else calibrated_scale(b, unprofiled_ns, unprofiled_regions)
+        unprofiled["cost_scale"], floor = b.scales[unprofiled_ns]
+        if floor is not None:
+            unprofiled["cost_floor"] = {"rank": floor.rank, "region": floor.region, "profiled_ns": floor.profiled_ns,
+                                        "unprofiled_ns": floor.unprofiled_ns, "cost_ns": floor.cost_ns}
         costs = costs.scaled(unprofiled["cost_scale"])
     deflated = {label: _replayed_less(b, group, costs) for label, _, _, group in runs} if costs else {}
     base_deflated = _replayed_less(b, [], costs) if costs is not None and costs is not b.costs else b.unprofiled
@@ -214,7 +220,18 @@ def unprofiled_of(steps: pd.DataFrame, b: Base, measured_ns: float | None, under
             "error_band": band if source == "estimated" else None}
 
 
-def calibrated_scale(b: Base, measured_ns: float) -> float:
+def calibrated_scale(b: Base, measured_ns: float, regions: dict | None = None) -> tuple[float, CostFloor | None]:
+    """calibrated_step_scale, and where the device paces the step at the fitted cost, at least the
+    scale the phases timed without the profiler set (`regions`: profiler_cost.measured_regions;
+    regions.cost_floor): (scale, the CostFloor where it set the scale, else None)."""
+    scale, device_paced = calibrated_step_scale(b, measured_ns)
+    floor = cost_floor(b.g, regions, lambda config: costs_for(config)[0]) if device_paced else None
+    if floor is None or floor.scale <= scale:
+        return scale, None
+    return min(floor.scale, MAX_COST_SCALE), floor
+
+
+def calibrated_step_scale(b: Base, measured_ns: float) -> tuple[float, bool]:
     """The factor on the fitted cost per event (MAX_COST_SCALE's comment) at which the median over
     the claimed steps of the replay less the cost meets `measured_ns`: 0 where the profiled replay
     is already at or below it (the profiler's cost does not explain the difference: the anchor in
@@ -222,7 +239,8 @@ def calibrated_scale(b: Base, measured_ns: float) -> float:
     at the fitted cost is already at its floor (no more cost taken off shortens it: the host paces
     nothing) and below the measured step: there the step says nothing of the host's cost, and a
     smaller one would put the host on the path of a step the device paced. The replay is monotone
-    in the factor (less cost, never a later node), so a bracketing search finds it."""
+    in the factor (less cost, never a later node), so a bracketing search finds it. With it, whether
+    the device paces the step at the fitted cost (the scale 1 that says nothing of the host)."""
     claimed = b.steps["claimed"].to_numpy()
 
     def at(k: float) -> float:
@@ -231,16 +249,16 @@ def calibrated_scale(b: Base, measured_ns: float) -> float:
 
     lo, f_lo = 0.0, at(0.0)
     if not np.isfinite(f_lo) or f_lo <= measured_ns:
-        return 0.0
+        return 0.0, False
     hi, f_hi = 1.0, at(1.0)
     if f_hi < measured_ns and f_hi <= at(MAX_COST_SCALE) * (1 + SCALE_TOL):
-        return 1.0  # at the fitted cost the host is off the path: the step above it is the device side's
+        return 1.0, True  # at the fitted cost the host is off the path: the step above it is the device side's
     while f_hi > measured_ns and hi < MAX_COST_SCALE:
         lo, f_lo, hi = hi, f_hi, min(4 * hi, MAX_COST_SCALE)
         f_hi = at(hi)
     if f_hi > measured_ns:
-        return MAX_COST_SCALE
-    return _bracketed(at, measured_ns, (lo, f_lo), (hi, f_hi))
+        return MAX_COST_SCALE, False
+    return _bracketed(at, measured_ns, (lo, f_lo), (hi, f_hi)), False
 
 
 def _bracketed(at, target: float, lo: tuple[float, float], hi: tuple[float, float]) -> float:

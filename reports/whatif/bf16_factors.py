@@ -4,7 +4,8 @@ per CPU operator measured on such a host. Read and checked here; the scenario ap
 
 A bf16 product's speed-up depends on its shape (on a CPU, bf16 products without native support
 run 5x to 100x slower by shape; on a GPU the small ones gain nothing): one factor for every
-product misses the step. The file (benchmarks/shape_factors.py writes it from the trace) holds
+product misses the step. The file (`tracelab factors TRACE|RUN --out FILE` writes it from the trace,
+tracelab/run/factors.py) holds
 
     {"format": FORMAT, "device": "cpu" | "cuda", "machine": "...", "measured_at": "...",
      "default": F,                       # the products' time-weighted factor: a product not listed
@@ -14,7 +15,7 @@ product misses the step. The file (benchmarks/shape_factors.py writes it from th
 
 A product's time in bf16 is its time times `factor` plus `added_ns` (0 where absent): a GPU kernel's
 is its own arithmetic, scaled; a CPU operator's holds the host's pace too, so its leaves' measured
-bf16 - fp32 time is added instead (benchmarks/shape_factors.py says why). A product is found by
+bf16 - fp32 time is added instead (factor_products.product_change says why). A product is found by
 its rank, its name and its place among the products of that name in its step (`index`, from 0):
 the steps of one job repeat the same products in the same order, so the file made from one trace
 of a job fits its others. Factors measured on a CPU say nothing of a GPU
@@ -56,7 +57,7 @@ class Factors:
         if self.device != trace:
             raise UsageError("--scenario", f"{self.path}: factors measured on {self.device} ({self.machine}) do not "
                                            f"fit a {'CPU-only' if cpu_only else 'GPU'} trace: measure them on the "
-                                           f"machine that runs it (benchmarks/shape_factors.py)")
+                                           f"machine that runs it (tracelab factors)")
 
     def of(self, rank: np.ndarray, name: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per product, its factor and added ns (the default and 0 where the file does not list it)

@@ -14,7 +14,7 @@ HELP = ("What should I fix first, and how much faster will the step be? Builds a
         "path's composition (compute, comm, launch, host, sync, wait, other) and the ranks it runs through; then "
         "per scenario the predicted step time and the saving, each scenario alone and all together (one joint "
         "replay, never a sum). Scenarios: no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-        "scale:REGEX=F, autocast:bf16=F or =@FILE (per-shape factors, benchmarks/shape_factors.py), compile (eager -> "
+        "scale:REGEX=F, autocast:bf16=F or =@FILE (per-shape factors: tracelab factors RUN --out FILE), compile (eager -> "
         "torch.compile: the ops between matrix products, attention and collectives fused) and compile:reduce-overhead "
         "(the same, the host off the path), roofline, balance, overlap-comm, busbw:GBPS; without --scenario the ones that apply of no-host-gaps, "
         "no-host-stalls, roofline, balance and overlap-comm. A step the unchanged replay does not reproduce within 2% claims no saving. "

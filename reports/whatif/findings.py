@@ -139,10 +139,18 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
         if not values["fix_offered"]:
             text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
     what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
-    return replace(f, text=f"{text}; {what}", at_stake_ns=max(0, int(row.saving_ns * row.steps)),
+    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user),
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
+
+
+def _at_stake_ns(row, user: dict) -> int:
+    """What ranks the finding: its saving over the steps, in the user's time (without the profiler)
+    where the replay predicts it, else as profiled. A step the profiler made host-bound can save
+    much under it and little without it, and the user runs without it."""
+    saving_ns = user["unprofiled_saving_ns"] if user.get("unprofiled_saving_ns") is not None else row.saving_ns
+    return max(0, int(saving_ns * row.steps))
 
 
 def _user_time(row, unprofiled: dict) -> dict:

@@ -34,7 +34,7 @@ from ..timeline.collectives import CPU_COLLECTIVE
 from ..roofs import least_time_ns, min_ns_of, trace_device  # the per-row least time, as roofline has it
 from ..timeline.intervals import timed
 from .profiler_cost import COUNTED, RANGE_KINDS, Config, config_of, node_counts
-from .regions import step_regions
+from .regions import region_counts, region_spans, step_regions
 from ..timeline.stalls import host_stalls, shared_stalls
 
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, NONE, SYNC
@@ -73,7 +73,9 @@ class RankGraph:
     profiled_inside: np.ndarray | None = None
     profiler: Config | None = None
     stalls: pd.DataFrame | None = None  # timeline/stalls.STALL_COLUMNS: untraced host time the device idled through
-    regions: pd.DataFrame | None = None  # regions.REGION_COLUMNS: a CPU-only trace's phases per step (its ranges)
+    # regions.REGION_COLUMNS: the phases per step (its ranges); a GPU trace's with the records its host
+    # nodes hold (regions.COUNT_COLUMNS: what the profiler's cost per event takes off each)
+    regions: pd.DataFrame | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -185,6 +187,8 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
     launched = launch_of[launch_of >= 0]
     inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
+    regions = region_counts(region_spans(host, steps), np.asarray(hn["start_ns"], dtype=np.int64), before + inside,
+                            hn["sync"])
     n_d = len(gpu)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
@@ -199,7 +203,8 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
         copy=np.r_[np.zeros(n_h, bool), gpu["kind"].isin(("memcpy", "memset")).to_numpy(dtype=bool)],
         chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap,
-        profiled_before=np.r_[before, np.zeros((n_d, 3))], profiled_inside=np.r_[inside, np.zeros((n_d, 3))])
+        profiled_before=np.r_[before, np.zeros((n_d, 3))], profiled_inside=np.r_[inside, np.zeros((n_d, 3))],
+        regions=regions)
 
 
 def _filled(n: int, value: str) -> np.ndarray:

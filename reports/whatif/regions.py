@@ -13,6 +13,12 @@ its region's factor on its duration and the gap before it (`pace`); collectives 
 replay recomputes their waits). A region the run did not time, and every region of a run that
 timed none (a user's trace where only the step is known), take the step's factor: the measured
 step over the trace's median step, the rule of the whole step scaled alike.
+
+A GPU trace's host nodes are launch calls, and the profiler's cost comes off them per event
+(profiler_cost.py) at the scale the measured step sets. Where the device paces that step the step
+says nothing of the host, and the regions do (`cost_floor`): a region's host time without the
+profiler is at most its measured time (the host may also have waited on a full launch queue), so
+its time in the trace less its records' cost must come down to it.
 """
 from __future__ import annotations
 
@@ -27,35 +33,106 @@ from .kinds import HOST_OP
 
 OUTSIDE = ""  # the step's time outside every region, as results' unprofiled_region_ns names it
 REGION_COLUMNS = ["step", "region", "dur_ns"]
+SPAN_COLUMNS = ["step", "region", "start_ns", "end_ns"]
+COUNT_COLUMNS = ["cpu_ops", "launches", "ranges"]  # profiler_cost.COUNTED
+SYNCS = "syncs"  # a region's host calls that wait for the device
 
 
 def step_regions(host: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
     """Per step (`steps`: step, start_ns, end_ns of its range) the outermost ranges inside it on
     the step range's thread, summed by name (REGION_COLUMNS): the regions a workload opens
     directly inside its step. Ranges of other threads (a collective's worker) are not phases."""
-    if host is None or not len(host) or not len(steps):
+    spans = region_spans(host, steps)
+    if not len(spans):
         return pd.DataFrame(columns=REGION_COLUMNS)
+    spans = spans.assign(dur_ns=spans["end_ns"] - spans["start_ns"])
+    return spans.groupby(["step", "region"], sort=False, as_index=False)["dur_ns"].sum()[REGION_COLUMNS]
+
+
+def region_spans(host: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
+    """step_regions' ranges one by one (SPAN_COLUMNS), in each step's order."""
+    if host is None or not len(host) or not len(steps):
+        return pd.DataFrame(columns=SPAN_COLUMNS)
     rng, stp = host[kind_mask(host, ("range",))], host[kind_mask(host, ("step",))]
     tid_at = dict(zip(stp["start_ns"].to_numpy(np.int64), stp["tid"].to_numpy(np.int64)))
     rows = []
     for step, begin, end in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
         inside = rng[(rng["tid"] == tid_at.get(int(begin), -1)) & (rng["start_ns"] >= begin)
                      & (rng["start_ns"] + rng["dur_ns"] <= end)]
-        for name, dur in _outermost(inside).items():
-            rows.append((int(step), name, int(dur)))
-    return pd.DataFrame(rows, columns=REGION_COLUMNS)
+        rows += [(int(step), name, start, start + dur) for name, start, dur in _outermost(inside)]
+    return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
 
-def _outermost(ranges: pd.DataFrame) -> dict[str, int]:
-    """Name -> summed duration of the ranges that no other range of `ranges` holds."""
-    out: dict[str, int] = {}
+def _outermost(ranges: pd.DataFrame) -> list[tuple[str, int, int]]:
+    """(name, start, duration) of the ranges that no other range of `ranges` holds, by start."""
+    out = []
     reach = None  # the latest end of the outermost ranges so far (clocks may start below 0)
     ordered = ranges.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable")
     for name, start, dur in ordered[["name", "start_ns", "dur_ns"]].itertuples(index=False):
         if reach is None or start >= reach:
-            out[name] = out.get(name, 0) + int(dur)
+            out.append((name, int(start), int(dur)))
             reach = start + dur
     return out
+
+
+def region_counts(spans: pd.DataFrame, node_start_ns: np.ndarray, counts: np.ndarray,
+                  sync: np.ndarray | None = None) -> pd.DataFrame:
+    """Per step and region of `spans` (region_spans) its time, the profiler's records (COUNT_COLUMNS)
+    of the host nodes that start inside it (`counts`: per node, as profiler_cost.node_counts gives
+    them, the gap's before it and the node's own): what a cost per event takes off that region; and
+    its `syncs`, the nodes inside it that wait for the device (`sync`, per node)."""
+    columns = [*COUNT_COLUMNS, SYNCS]
+    if not len(spans):
+        return pd.DataFrame(columns=[*REGION_COLUMNS, *columns])
+    per_node = np.c_[counts, np.zeros(len(counts)) if sync is None else np.asarray(sync, dtype=np.float64)]
+    order = np.argsort(node_start_ns, kind="stable")
+    at, running = node_start_ns[order], np.vstack([np.zeros((1, per_node.shape[1])), np.cumsum(per_node[order], axis=0)])
+    lo = np.searchsorted(at, spans["start_ns"].to_numpy(np.int64), side="left")
+    hi = np.searchsorted(at, spans["end_ns"].to_numpy(np.int64), side="left")
+    held = pd.DataFrame(running[hi] - running[lo], columns=columns, index=spans.index)
+    out = pd.concat([spans[["step", "region"]], (spans["end_ns"] - spans["start_ns"]).rename("dur_ns"), held], axis=1)
+    return out.groupby(["step", "region"], sort=False, as_index=False)[["dur_ns", *columns]].sum()
+
+
+@dataclass(frozen=True)
+class CostFloor:
+    """The least factor on the fitted cost per event that brings every timed region's host time in
+    the trace down to its time measured without the profiler, and the region that sets it."""
+
+    scale: float
+    rank: int
+    region: str
+    profiled_ns: float  # the region's median time a step in the trace
+    unprofiled_ns: float  # its time a step measured without the profiler
+    cost_ns: float  # the fitted cost of its records a step (at scale 1)
+
+
+def cost_floor(g, measured: dict[int, tuple[float, dict]] | None, costs_of) -> CostFloor | None:
+    """On a GPU trace whose run timed its phases without the profiler (`measured`: profiler_cost.
+    measured_regions), the CostFloor: a phase's host time without the profiler is at most its measured
+    time (the host there may also have waited for a full launch queue, never less), so its time in
+    the trace less its records at the fitted cost times the factor must come down to it. A phase
+    with a call that waits for the device (a sync, an .item()) in the trace sets nothing: that wait
+    is in its time, and none of it is the profiler's. Where the
+    device paces the step without the profiler its time says nothing of the host's, and the phase
+    that launched least ahead of the device (a forward after the step's sync) still does. `costs_of`:
+    a rank's Config -> profiler_cost.Costs or None. None where no region binds (or none was timed)."""
+    best = None
+    for r, rg in (g.ranks.items() if measured else ()):
+        counted, costs = rg.regions, costs_of(getattr(rg, "profiler", None))
+        if r not in measured or costs is None or counted is None or not set(COUNT_COLUMNS) <= set(counted.columns):
+            continue
+        for name, unprofiled in measured[r][1].items():
+            rows = counted[counted["region"] == name]
+            # a phase whose host waited for the device in the trace holds that wait, no cost of the profiler's
+            if name == OUTSIDE or not unprofiled or not len(rows) or (SYNCS in rows and (rows[SYNCS] > 0).any()):
+                continue
+            profiled = float(np.median(rows["dur_ns"].to_numpy(np.float64)))
+            cost = float(np.median(costs.of(rows[COUNT_COLUMNS].to_numpy(np.float64))))
+            if cost > 0 and profiled > unprofiled:
+                made = CostFloor((profiled - float(unprofiled)) / cost, int(r), str(name), profiled, float(unprofiled), cost)
+                best = made if best is None or made.scale > best.scale else best
+    return best
 
 
 @dataclass(frozen=True)

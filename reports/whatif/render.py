@@ -80,7 +80,8 @@ def unprofiled_line(u: dict) -> str | None:
     if u["unprofiled_source"] == "measured":
         model = f"; the replay less the profiler's cost gives {ms_cell(replayed)} ms" if replayed is not None else ""
         model += (_paced_text(u["region_factors"], u.get("calibrated_unprofiled_ns")) if u.get("region_factors")
-                  else _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns")))
+                  else _scale_text(u.get("cost_scale"), u.get("calibrated_unprofiled_ns"), u.get("unprofiled_step_ns"),
+                                   u.get("cost_floor")))
         where = (f"the median step of the same job under backend none ({u['unprofiled_run']})" if u.get("unprofiled_run")
                  else "measured beside the trace (the same steps, profiler off)")
         return f"step without the profiler: {step}, {where}{model}"
@@ -99,10 +100,18 @@ def _paced_text(factors: dict, met_ns: float | None) -> str:
             f"beside the trace over its time in the trace: {per_rank}), at which the replay gives {ms_cell(met_ns)} ms")
 
 
-def _scale_text(scale: float | None, met_ns: float | None, measured_ns: float | None = None) -> str:
+def _scale_text(scale: float | None, met_ns: float | None, measured_ns: float | None = None,
+                floor: dict | None = None) -> str:
     """How the predictions without the profiler met the measured step (analyse.calibrated_scale)."""
     if scale is None:
         return ""
+    if floor:  # the device paces the step; a phase timed without the profiler set the host's pace
+        name = floor["region"] or "outside the phases"
+        return (f"; the device paces that step, so the host's pace comes from its phases timed without the "
+                f"profiler: predictions take {scale:.3g}x that cost per event off, which brings rank "
+                f"{floor['rank']}'s {name} from {ms_cell(floor['profiled_ns'])} ms a step in the trace to the "
+                f"{ms_cell(floor['unprofiled_ns'])} ms measured without it (at most its host's time: it may also "
+                f"have waited on the device); at that the replay gives {ms_cell(met_ns)} ms")
     if scale == 0:
         return ("; predictions scale each scenario's profiled replay by the measured step (no cost per event "
                 "comes off: a CPU-only trace, or a run slower without the profiler than its replay)")
@@ -155,7 +164,7 @@ def _doc(w: WhatIf) -> dict:
     return strict({"steps": steps, "scenarios": scenarios,
                    "unprofiled_step_ns": u.get("unprofiled_step_ns"), "unprofiled_source": u.get("unprofiled_source"),
                    "unprofiled": {"replayed_unprofiled_ns": u.get("replayed_unprofiled_ns"), "costs": u.get("costs"),
-                                  "cost_scale": u.get("cost_scale"),
+                                  "cost_scale": u.get("cost_scale"), "cost_floor": u.get("cost_floor"),
                                   "calibrated_unprofiled_ns": u.get("calibrated_unprofiled_ns"),
                                   "region_factors": u.get("region_factors"),
                                   "error_band": b.doc() if b else None},

@@ -39,7 +39,7 @@ Graph; several given together change one Params, replayed once (never summed). P
   modelled (said in its note): inputs already in bf16 (fewer casts), the weight casts autocast
   caches, elementwise ops and attention on half the bytes, autocast's dispatch on every op.
 - `autocast:bf16=@FILE`: the same, each product by its own shape's change from a factors file
-  (bf16_factors.py: timed on the machine that runs the change, benchmarks/shape_factors.py), and
+  (bf16_factors.py: timed on the machine that runs the change, `tracelab factors`), and
   autocast's dispatch per CPU operator the profiler recorded where the file measured it on such a
   host (added to the host's time before each node); factors of another device are refused.
 - `cuda-graph`: the whole step captured as one CUDA graph: no-host-gaps, and no profiler cost

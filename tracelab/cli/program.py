@@ -9,7 +9,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from tracelab.cli.commands import files, gate, run
+from tracelab.cli.commands import factors, files, gate, run
 from tracelab.cli.commands.shared import _SESSIONS, EXIT_BAD_INPUT, said_notes
 from tracelab.core.errors import Interrupted
 
@@ -70,6 +70,7 @@ export_app = typer.Typer(help="Write the inputs for another tool.", no_args_is_h
 app.add_typer(export_app, name="export")
 export_app.command("perfetto", **_listed(files.export_perfetto))(files.export_perfetto)
 export_app.command("parquet", **_listed(files.export_parquet))(files.export_parquet)
+app.command(**_listed(factors.factors))(factors.factors)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
             **_listed(run.run))(run.run)
 

@@ -67,9 +67,12 @@ def _autocast_model(v: dict) -> str:
     left = ["inputs already in bf16", "cached weight casts", "elementwise ops and attention on half the bytes"]
     if not v.get("dispatch"):
         left.append("autocast's dispatch on every op")
+    measure = ("" if v.get("per_shape") else "; one factor for every product misses a step whose products' speed-up "
+               "differs by shape: measure each at its own shapes on the machine that runs the change with "
+               "`tracelab factors RUN --out f.json`, then `--scenario autocast:bf16=@f.json`")
     return (f"autocast:bf16 is a model: {scaled}, and {v['casts']} casts per forward product (and as many back in "
             "a training step) at this trace's median host time per issued op and device time per op; "
-            f"{', '.join(left[:-1])} and {left[-1]} are not modelled")
+            f"{', '.join(left[:-1])} and {left[-1]} are not modelled{measure}")
 
 
 def _compile_model(v: dict) -> str:

@@ -4,11 +4,12 @@
     result = runner.run(spec, on_line=print)       # on_line gets progress lines as they come
     result.run_dir                                 # runs/decode-torch-20261121-221530/
 
-Everything that can be checked is checked before anything starts (plan()): first
-what needs no torch (the workload's name, ranks, nodes, the backend's name), then
-torch itself, the rank count against the GPUs, the workload's own options (its
-parse(argv), workloads/harness.py), nsys. A workload is a module with parse, run and
-a main that takes --backend and --out (and, where its window is not all its steps,
+Everything that can be checked is checked before anything starts (plan()), and none of
+it imports torch (the ranks do): first the workload's name, ranks, nodes, the backend's
+name, then that torch is there, the rank count against the GPUs (machine.gpu_count), the
+workload's own options (its options module, workloads/options/), nsys. A workload is a
+program with parse, run and a main that takes --backend and --out, and an options module
+(parse(argv, gpu), needs_torch(args) and, where its window is not all its steps,
 profiled_steps(config) -> int for run.json); it writes rank{r}.results.json (tracelab/results.py),
 which run.json gathers under "results". The run ends
 with run.json's status: ok, failed or interrupted (SIGINT/SIGTERM, passed on to the
@@ -30,21 +31,24 @@ import zlib
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from tracelab.run import backends, machine
 
-from tracelab.ingest import results, runfolder
+from tracelab.ingest import runfolder
 from tracelab.core.errors import RunError, UsageError
 from tracelab.run.launch import OnLine, Stopped, failure_message, launch, signals_held, stop_on_signals
 from tracelab.run.workload_options import parse_workload_args, refuse_runner_options
 
-# workload name -> module (a program: python -m MODULE --help)
-WORKLOADS: dict[str, str] = {
-    "decode": "tracelab.workloads.decode",
-    "train": "tracelab.workloads.train",
-    "allreduce": "tracelab.workloads.allreduce",
-    "overlap": "tracelab.workloads.overlap",
-}
+
+class Workload(NamedTuple):
+    program: str  # the module the ranks run: python -m PROGRAM --help
+    options: str  # the module that parses its options without torch, for the launcher
+
+
+# workload name -> its modules
+WORKLOADS: dict[str, Workload] = {name: Workload(f"tracelab.workloads.{name}", f"tracelab.workloads.options.{name}")
+                                  for name in ("decode", "train", "allreduce", "overlap")}
 
 # always set for the ranks: NVLink multicast off (the machines we measure on must keep it off)
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
@@ -106,7 +110,7 @@ class RunResult:
 
 
 def available_workloads() -> list[str]:
-    return [name for name, module in WORKLOADS.items() if importlib.util.find_spec(module) is not None]
+    return [name for name, w in WORKLOADS.items() if importlib.util.find_spec(w.program) is not None]
 
 
 def plan(spec: RunSpec) -> Plan:
@@ -114,14 +118,15 @@ def plan(spec: RunSpec) -> Plan:
     otherwise. What needs no torch is checked first: a bad option is refused in an instant."""
     check_spec(spec)
     machine.require_torch()
-    module = _workload_module(spec.workload)
+    workload = _installed(spec.workload)
     gpus = machine.gpu_count()
     backend = spec.backend or machine.default_backend(gpus)
     backends.check(backend, gpus > 0)
     spec, notes = ranks_for_gpus(spec, gpus)
     world_size = spec.ranks * _nnodes(spec)
     try:
-        config = parse_workload_args(spec.workload, module, [*spec.workload_args, "--backend", backend], world_size)
+        config = parse_workload_args(spec.workload, workload, [*spec.workload_args, "--backend", backend],
+                                     world_size, gpus > 0)
     except UsageError as e:
         if notes:  # the fallback's world does not suit the workload: the request cannot run here
             raise UsageError("--ranks", f"{too_few_gpus(spec.ranks_asked, gpus)}, and {spec.ranks} cannot run "
@@ -129,8 +134,9 @@ def plan(spec: RunSpec) -> Plan:
         raise
     config.pop("out", None)  # the run folder, not known yet; run.json lies in it
     nsys = backends.find_nsys() if backend == "nsys" else None
-    steps = getattr(module, "profiled_steps", lambda config: None)(config) if backend != "none" else None
-    return Plan(spec, backend, module.__name__, config, gpus, nsys, notes, steps)
+    options = importlib.import_module(workload.options)
+    steps = getattr(options, "profiled_steps", lambda config: None)(config) if backend != "none" else None
+    return Plan(spec, backend, workload.program, config, gpus, nsys, notes, steps)
 
 
 def ranks_for_gpus(spec: RunSpec, gpus: int) -> tuple[RunSpec, list[str]]:
@@ -165,10 +171,12 @@ def check_spec(spec: RunSpec) -> None:
     refuse_runner_options(spec.workload_args)
 
 
-def _workload_module(name: str):
-    if importlib.util.find_spec(WORKLOADS[name]) is None:
-        raise UsageError("WORKLOAD", f"workload {name!r} is not installed ({WORKLOADS[name]} is missing)")
-    return importlib.import_module(WORKLOADS[name])
+def _installed(name: str) -> Workload:
+    """The workload's modules, found (not imported: the program imports torch)."""
+    for module in WORKLOADS[name]:
+        if importlib.util.find_spec(module) is None:
+            raise UsageError("WORKLOAD", f"workload {name!r} is not installed ({module} is missing)")
+    return WORKLOADS[name]
 
 
 def _nnodes(spec: RunSpec) -> int:

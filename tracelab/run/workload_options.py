@@ -1,13 +1,16 @@
 """A workload's own options, parsed and checked before anything launches.
 
 A workload is a program that torchrun starts once per rank; its options are
-checked here, in the launching process, by the workload's own parse() as
-rank 0 of the world would see them,
-so a bad option is one clear UsageError instead of N crashed ranks.
+checked here, in the launching process, by the workload's options module (the
+parse its ranks use too, workloads/options/) as rank 0 of the world would see
+them, so a bad option is one clear UsageError instead of N crashed ranks. The
+launcher imports no torch for that: only options that the options module says
+need torch to check (needs_torch) are checked by the program's own parse.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -23,13 +26,17 @@ class WorkloadHelp(Exception):
         self.text = text
 
 
-def parse_workload_args(name: str, module, argv: list[str], world_size: int) -> dict:
-    """The workload's options, parsed and checked by the workload itself, as rank 0 of
-    `world_size` would (without exiting): every workload's parse(argv) -> args reads the
-    world from the environment, as under torchrun (workloads/harness.py)."""
-    with _argparse_errors(name, module), _as_rank_zero(world_size):
-        config = vars(module.parse(argv))
-    return json.loads(json.dumps(config, default=str))
+def parse_workload_args(name: str, workload, argv: list[str], world_size: int, gpu: bool) -> dict:
+    """The workload's options, parsed and checked as rank 0 of `world_size` would (without
+    exiting) on a machine with or without a GPU: by its options module (workload.options),
+    and by its program's parse (workload.program, torch imported) where the options need
+    torch to check. Both read the world from the environment, as under torchrun."""
+    options = importlib.import_module(workload.options)
+    with _argparse_errors(name, workload.program), _as_rank_zero(world_size):
+        args = options.parse(argv, gpu)
+        if options.needs_torch(args):
+            args = importlib.import_module(workload.program).parse(argv)
+    return json.loads(json.dumps(vars(args), default=str))
 
 
 def refuse_runner_options(argv: list[str]) -> None:
@@ -40,7 +47,7 @@ def refuse_runner_options(argv: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _argparse_errors(name: str, module):
+def _argparse_errors(name: str, program: str):
     """argparse prints and exits; here its message becomes a UsageError, or its help a WorkloadHelp."""
     captured = io.StringIO()
     try:
@@ -50,7 +57,7 @@ def _argparse_errors(name: str, module):
         if e.code in (0, None):
             raise WorkloadHelp(captured.getvalue()) from None
         lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
-        reason = lines[-1].split(" error: ", 1)[-1] if lines else f"see python -m {module.__name__} --help"
+        reason = lines[-1].split(" error: ", 1)[-1] if lines else f"see python -m {program} --help"
         raise UsageError(f"{name} options", reason) from None
 
 
