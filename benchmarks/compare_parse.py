@@ -34,7 +34,8 @@ def _read_all(repo: Path, files: list[Path], out: Path) -> None:
     for f in files:
         try:
             p = chrome.read(f)
-            results[str(f)] = (classify.classified(p.events), p.host, p.memory, p.meta)
+            meta = p.meta.to_dict() if hasattr(p.meta, "to_dict") else p.meta  # Meta, or the dict it once was
+            results[str(f)] = (classify.classified(p.events), p.host, p.memory, meta)
         except TracelabError as e:
             results[str(f)] = str(e)
     out.write_bytes(pickle.dumps(results))
@@ -79,6 +80,7 @@ def main() -> None:
     p.add_argument("--new-meta", action="append", default=[], metavar="KEY",
                    help="a meta key this checkout adds: left out of the comparison (repeatable)")
     a = p.parse_args()
+    a.paths = [d.resolve() for d in a.paths]  # the children run in a directory of their own
     files = sorted(f for d in a.paths for f in ([d] if d.is_file() else d.rglob("*.json*"))
                    if f.name.endswith((".json", ".json.gz")))
     if a.child:

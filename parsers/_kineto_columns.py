@@ -61,6 +61,13 @@ class _LaunchArgs(msgspec.Struct, gc=False):
     correlation: Number = None
 
 
+class _CallArgs(_LaunchArgs, gc=False):
+    """A call's or range's args: of them, rows read only these two (each other arg is skipped
+    unread: fewer fields to look a key up among, a smaller Struct per event)."""
+
+    external_id: Number = msgspec.field(default=None, name="External id")
+
+
 class _Launch(msgspec.Struct, gc=False):
     """A launch call: only what finds it (correlation) and places it (thread, start)."""
 
@@ -68,6 +75,12 @@ class _Launch(msgspec.Struct, gc=False):
     pid: Id = None
     tid: Id = None
     args: _LaunchArgs | None = None
+
+
+class _Call(_Event, gc=False):
+    """A launch call or a range (Calls): its args' correlation and External id only."""
+
+    args: _CallArgs | None = None  # type: ignore[assignment]
 
 
 _NULL = msgspec.Raw(b"null")
@@ -250,6 +263,7 @@ class Calls(Picked):
     """Picked without the args Structs (launch calls, annotation ranges): of their args only
     "correlation" and "External id" are read."""
 
+    STRUCT: ClassVar[type] = _Call
     KEEPS_ARGS: ClassVar[bool] = False
 
 

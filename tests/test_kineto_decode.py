@@ -217,6 +217,26 @@ def test_a_bad_event_of_a_category_not_chosen_is_not_read(tmp_path):
     assert len(chrome.read(_write(tmp_path, events)).events) == 10
 
 
+@pytest.mark.parametrize("run_bytes", [None, 2000])
+def test_a_launchs_args_rows_do_not_read_are_not_checked(tmp_path, monkeypatch, run_bytes):
+    """A launch call's args other than its correlation and External id are skipped unread (a
+    wrong type there refuses nothing); its correlation still finds its kernel, and a wrong type
+    in the correlation is still named."""
+    if run_bytes:
+        monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", run_bytes)
+    odd = {"device": [1], "stream": {"s": 7}, "In msg nelems": -5, "dtype": 3, "Process Group Name": [0]}
+    kernels = [_event(i, "kernel", ts=2000 + 10 * i) for i in range(60)]
+    calls = [{**_event(i, "cuda_runtime", ts=1995 + 10 * i, name="cudaLaunchKernel"),
+              "args": {"correlation": i, "External id": i, **odd}} for i in range(60)]
+    events = chrome.read(_write(tmp_path, [e for pair in zip(calls, kernels) for e in pair])).events
+    first_ns = min(k["ts"] for k in kernels) * 1000  # the GPU rows start at 0
+    by_name = events.set_index("name")["launch_start_ns"]
+    assert [int(by_name[k["name"]]) for k in kernels] == [c["ts"] * 1000 - first_ns for c in calls]
+    calls[7]["args"]["correlation"] = [7]
+    with pytest.raises(TraceFormatError, match=r"traceEvents\[14\] \(cuda_runtime 'cudaLaunchKernel'\): .*correlation"):
+        chrome.read(_write(tmp_path, [e for pair in zip(calls, kernels) for e in pair]))
+
+
 def test_decoding_in_place_puts_every_byte_back(tmp_path, monkeypatch):
     src = DATA / "train-2gpu-torch" / "rank0.pt.trace.json.gz"
     data = read_bytes(src)
