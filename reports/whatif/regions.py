@@ -109,14 +109,14 @@ class CostFloor:
 
 def cost_floor(g, measured: dict[int, tuple[float, dict]] | None, costs_of) -> CostFloor | None:
     """On a GPU trace whose run timed its phases without the profiler (`measured`: profiler_cost.
-    measured_regions), the CostFloor: a phase's host time without the profiler is at most its measured
-    time (the host there may also have waited for a full launch queue, never less), so its time in
-    the trace less its records at the fitted cost times the factor must come down to it. A phase
-    with a call that waits for the device (a sync, an .item()) in the trace sets nothing: that wait
-    is in its time, and none of it is the profiler's. Where the
-    device paces the step without the profiler its time says nothing of the host's, and the phase
-    that launched least ahead of the device (a forward after the step's sync) still does. `costs_of`:
-    a rank's Config -> profiler_cost.Costs or None. None where no region binds (or none was timed)."""
+    measured_regions), the CostFloor. Where the device paces the step without the profiler, its time
+    says nothing of the host's; a phase's does: its host time without the profiler is at most its
+    measured time (the host there may also have waited for a full launch queue, never less), so its
+    time in the trace less its records at the fitted cost times the factor must come down to it. The
+    phase that ran least ahead of the device (a forward after the step's sync) binds. A phase with a
+    call that waits for the device in the trace (a sync, an .item()) sets nothing: that wait is in
+    its time, and none of it is the profiler's. `costs_of`: a rank's Config -> profiler_cost.Costs or
+    None. None where no phase binds (or none was timed)."""
     best = None
     for r, rg in (g.ranks.items() if measured else ()):
         counted, costs = rg.regions, costs_of(getattr(rg, "profiler", None))
