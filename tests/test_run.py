@@ -296,10 +296,13 @@ CRASHY = textwrap.dedent('''
     import argparse, os, sys
     from tracelab.run import backends
 
-    def parse(argv=None):
+    def parse(argv=None, gpu=False):
         p = argparse.ArgumentParser()
         backends.add_arguments(p)
         return p.parse_args(argv)
+
+    def needs_torch(args):
+        return False
 
     if __name__ == "__main__":
         parse()
@@ -314,7 +317,7 @@ def test_failing_rank_stops_the_run_and_shows_its_error(tmp_path, monkeypatch):
     (tmp_path / "crashy_workload.py").write_text(CRASHY)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setitem(runner.WORKLOADS, "crashy", "crashy_workload")
+    monkeypatch.setitem(runner.WORKLOADS, "crashy", runner.Workload("crashy_workload", "crashy_workload"))
     with pytest.raises(RunError) as e:
         runner.run(RunSpec("crashy", 2, "none", tmp_path / "runs"))
     message = str(e.value)

@@ -22,7 +22,7 @@ from helpers import run_cli_output, stake_ns, strict_json
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "tf32-1gpu-medium-torch"
-AFTERS = [DATA / "tf32-1gpu-medium-tf32-none", DATA / "tf32-1gpu-medium-tf32-none-2"]
+AFTERS = [DATA / "tf32-1gpu-medium-tf32-none", DATA / "tf32-1gpu-medium-tf32-2-none"]
 GPU = Config("torch", True, True, "gpu")
 
 

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from tracelab.run.factors import machine
+from tracelab.run.machine import device_words
 from tracelab.workloads.harness import synchronize, time_each_us
 from tracelab.workloads.configs import SIZES
 from tracelab.workloads.lm import TrainLM, loss_fn, model_args
@@ -75,7 +75,7 @@ def measure(device: torch.device, steps: int = 60) -> dict:
     casts_us = (casts_on - casts_off) * cast_us
     rest_us = statistics.median(pairs) - casts_us
     quartiles_ns = [(q - casts_us) * 1e3 / ops_off for q in statistics.quantiles(pairs, n=4)[::2]]
-    return {"dispatch_ns_per_op": max(rest_us, 0.0) * 1e3 / ops_off, "machine": machine(device),
+    return {"dispatch_ns_per_op": max(rest_us, 0.0) * 1e3 / ops_off, "machine": device_words(device),
             "device": device.type, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_avg_1m": os.getloadavg()[0], "torch": torch.__version__, "host": platform.node(),
             "workload": f"train tiny in bf16, vocab {VOCAB}, batch {BATCH} x {CONTEXT}, forward+backward",

@@ -13,13 +13,13 @@ are reports/whatif/factor_products.py's, pure.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from tracelab.core.errors import UsageError
+from tracelab.run.machine import device_words
 
 WARMUP_CALLS, SHAPE_CALLS = 2, 5
 MAX_SHAPES = 64
@@ -99,7 +99,7 @@ def measure(traces: list[Trace], device, max_shapes: int | None = MAX_SHAPES, di
 
         said("measuring autocast's dispatch per CPU operator", len(chosen), len(chosen))
         measured = measure_dispatch(device)
-    header = {"device": device.type, "machine": machine(device),
+    header = {"device": device.type, "machine": device_words(device),
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_1m": os.getloadavg()[0],
               "torch": torch.__version__, "threads": torch.get_num_threads(), "trace": ", ".join(t.path for t in traces),
               "dispatch_ns_per_op": measured["dispatch_ns_per_op"] if measured else None,
@@ -136,12 +136,3 @@ def _tensor(dims: tuple, strides: tuple | None, dtype, device):
     if strides is None or len(strides) != len(dims):
         return torch.randn(*dims, device=device, dtype=dtype)
     return torch.empty_strided(dims, strides, device=device, dtype=dtype).normal_()
-
-
-def machine(device) -> str:
-    """The device in words: the GPU's name, or the CPU's host and processor, and the threads used."""
-    import torch
-
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)} on {platform.node()}"
-    return f"CPU {platform.processor() or platform.machine()} on {platform.node()}, {torch.get_num_threads()} thread(s)"

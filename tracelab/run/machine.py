@@ -191,3 +191,13 @@ def versions(nsys: Path | None = None) -> dict:
     if nsys is not None:
         found["nsys"] = nsys_version(nsys)
     return found
+
+
+def device_words(device) -> str:
+    """A torch device in words, for a measurement's record: the GPU's name and the host, or the CPU's
+    processor, the host and the threads torch uses (torch imported here: only a measurement asks)."""
+    import torch
+
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} on {platform.node()}"
+    return f"CPU {platform.processor() or platform.machine()} on {platform.node()}, {torch.get_num_threads()} thread(s)"
