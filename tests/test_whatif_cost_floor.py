@@ -178,3 +178,16 @@ def test_findings_rank_by_the_saving_without_the_profiler(capsys) -> None:
     first = staked[0]
     assert first.evidence["whatif"]["saving_ns_per_step"] < host.evidence["whatif"]["saving_ns_per_step"]
     assert "TF32" in first.text and first.at_stake_ns > host.at_stake_ns
+    # host-bound is said of the trace: without the profiler the host's gaps save under half their share
+    v = host.values
+    assert v["unprofiled_saving_ns"] / v["unprofiled_step_ns"] < 0.5 * v["saving_share"]
+    assert "'s steps are host-bound under the profiler (" in host.text
+
+
+def test_a_step_host_bound_without_the_profiler_too_is_said_host_bound() -> None:
+    from tracelab.ingest.session import Session
+
+    [host] = [f for f in Session.open([str(DATA / "idle-1gpu-small-torch")]).findings() if f.code == "host_bound"]
+    v = host.values
+    assert v["unprofiled_saving_ns"] / v["unprofiled_step_ns"] >= 0.5 * v["saving_share"]
+    assert "'s steps are host-bound (" in host.text and "under the profiler (" not in host.text
