@@ -30,11 +30,12 @@ import pandas as pd
 from tracelab.core.schema import kind_mask
 
 from .kinds import HOST_OP
+from .profiler_cost import COUNTED
 
 OUTSIDE = ""  # the step's time outside every region, as results' unprofiled_region_ns names it
 REGION_COLUMNS = ["step", "region", "dur_ns"]
 SPAN_COLUMNS = ["step", "region", "start_ns", "end_ns"]
-COUNT_COLUMNS = ["cpu_ops", "launches", "ranges"]  # profiler_cost.COUNTED
+COUNT_COLUMNS = list(COUNTED)  # a region's records, in the columns a Costs prices
 SYNCS = "syncs"  # a region's host calls that wait for the device
 
 
