@@ -19,7 +19,7 @@ from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
-from .profiler_cost import MeasuredStep, unprofiled_of
+from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
 
@@ -149,11 +149,10 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
 
 
 def _profiler_made_it(v: dict) -> bool:
-    """Whether most of what the host's gaps would save is the profiler's own: their saving's share
-    of the step without the profiler under half its share under it (the device paces the user's
-    step, the profiler's host cost the traced one)."""
-    user, step = v.get("unprofiled_saving_ns"), v.get("unprofiled_step_ns")
-    return user is not None and bool(step) and user / step < 0.5 * v["saving_share"]
+    """Whether most of what the host's gaps would save is the profiler's own (unprofiled.profiler_made_it
+    on the replay's saving with and without it: the device paces the user's step, the profiler's
+    host cost the traced one)."""
+    return bool(profiler_made_it(v["saving_share"], v.get("unprofiled_saving_ns"), v.get("unprofiled_step_ns")))
 
 
 def _at_stake_ns(row, user: dict) -> int:
