@@ -69,3 +69,20 @@ def test_a_run_without_its_step_measured_says_nothing_of_the_user(capsys) -> Non
     assert any(n["code"] == "host_bound_hint" for n in doc["notes"])
     steps = pd.DataFrame(doc["steps"])
     assert "host-bound under the profiler only" not in set(user_bound_words(steps))
+
+
+def test_the_idle_finding_says_host_bound_under_the_profiler_by_the_same_rule() -> None:
+    """The idle finding's bound clause follows the CUDA-graph finding's: its replayed saving without
+    the profiler is under half its share under it, so its steps are host-bound under the profiler."""
+    from tracelab.ingest.session import Session
+    from tracelab.reports.findings.findings_more import idle_findings
+
+    [f] = Session.open([str(DATA / "tf32-1gpu-medium-torch")]).findings(sources=[idle_findings])
+    v = f.values
+    assert v["unprofiled_saving_ns"] / v["unprofiled_step_ns"] < 0.5 * v["saving_share"]
+    assert "host-bound under the profiler in " in f.text and "host-bound in " not in f.text
+    [g] = Session.open([str(DATA / "decode-1gpu-steps-torch"), str(DATA / "decode-1gpu-steps-none")]).findings(
+        sources=[idle_findings])
+    w = g.values
+    assert w["unprofiled_saving_ns"] / w["unprofiled_step_ns"] >= 0.5 * w["saving_share"]
+    assert "host-bound in " in g.text and "under the profiler in" not in g.text

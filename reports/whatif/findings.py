@@ -24,7 +24,10 @@ from .replay import ReplayError
 from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
-HOST_BOUND, HOST_BOUND_PROFILED = "'s steps are host-bound (", "'s steps are host-bound under the profiler ("
+# a host-bound step the profiler made (_profiler_made_it): the CUDA-graph finding's and the idle finding's words
+PROFILED_WORDS = {"'s steps are host-bound (": "'s steps are host-bound under the profiler (",
+                  "host-bound in ": "host-bound under the profiler in ",
+                  "host-bound over the whole trace": "host-bound under the profiler over the whole trace"}
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
@@ -136,7 +139,8 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     if row.name == "no-host-gaps" and _profiler_made_it(values):  # said of the trace, not of the user's step
-        text = text.replace(HOST_BOUND, HOST_BOUND_PROFILED, 1)
+        for trace_words, user_words in PROFILED_WORDS.items():
+            text = text.replace(trace_words, user_words, 1)
     if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
         values["fix_offered"] = gains(values)
         if not values["fix_offered"]:
