@@ -186,7 +186,7 @@ def _sync_waits(g: RankGraph, ed: Edges) -> None:
     order = np.argsort(launch_start, kind="stable")
     dev, launch_start = dev[order], launch_start[order]
     run_max = np.maximum.accumulate(g.end_ns[dev])
-    arg = running_argmax(g.end_ns[dev])
+    arg = _running_argmax(g.end_ns[dev])
     k = np.searchsorted(launch_start, g.start_ns[sync], side="right") - 1
     sync, k = sync[k >= 0], k[k >= 0]
     op = np.where(run_max[k] <= g.end_ns[sync], dev[arg[k]], NONE)
@@ -200,7 +200,7 @@ def _sync_waits(g: RankGraph, ed: Edges) -> None:
     ed.y_src[sync], ed.y_off_ns[sync] = op, g.end_ns[sync] - g.end_ns[op]
 
 
-def running_argmax(values: np.ndarray) -> np.ndarray:
+def _running_argmax(values: np.ndarray) -> np.ndarray:
     """Per position, the index of the largest value so far (the first of ties)."""
     run = np.maximum.accumulate(values)
     new = np.r_[True, values[1:] > run[:-1]]

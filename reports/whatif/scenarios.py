@@ -81,7 +81,6 @@ from ..timeline import collectives as C
 from ..timeline.intervals import covered, merge_intervals
 from . import autocast, bf16_factors, depend, fusion
 from .autocast import PRODUCTS
-from .edges import running_argmax
 from .join import Graph
 from .kinds import COLL, GPU, HOST_OP, LAUNCH, SYNC
 from .picks import changed_durations_ns, matching as _matching, regex as _regex
@@ -215,17 +214,17 @@ def _no_host_gaps(g: Graph, p: Params) -> None:
 
 def _drained_syncs_wait(g: Graph, p: Params) -> None:
     """A sync call without a sync edge found its GPU drained (edges.py) and returned at once: with
-    the host ahead of the GPU it takes none of its time, but returns no sooner than the op of its
-    rank launched before it that ended last (a stall after it begins once the GPU drained)."""
+    the host ahead of the GPU it takes none of its time, but returns no sooner than the launched op
+    of its rank that ended last before it began (a stall after it begins once the GPU drained)."""
     sync = np.flatnonzero((g.kind == SYNC) & (p.y_src < 0))
     p.dur_ns[sync] = 0
     dev = np.flatnonzero(np.isin(g.kind, (GPU, COLL)) & (g.launch >= 0))
     for r in np.unique(g.rank[sync]).tolist():
         on, calls = dev[g.rank[dev] == r], sync[g.rank[sync] == r]
-        on = on[np.argsort(g.start_ns[g.launch[on]], kind="stable")]  # by launch
-        k = np.searchsorted(g.start_ns[g.launch[on]], g.start_ns[calls], side="right") - 1
+        on = on[np.argsort(g.end_ns[on], kind="stable")]  # launched and ended before the call: no cycle
+        k = np.searchsorted(g.end_ns[on], g.start_ns[calls], side="right") - 1
         calls, k = calls[k >= 0], k[k >= 0]
-        p.y_src[calls] = on[running_argmax(g.end_ns[on])[k]]
+        p.y_src[calls] = on[k]
         p.y_off_ns[calls] = 0
 
 
