@@ -88,7 +88,7 @@ def resolve(ref: str) -> Any:
 
 
 TOPICS: tuple[Topic, ...] = (
-    Topic("breakdown", command="breakdown.command:COMMAND"),
+    Topic("breakdown", findings=("findings.findings_copy:copy_findings",), command="breakdown.command:COMMAND"),
     Topic("compare", "align.digests:DIGESTS", command="compare.command:COMMAND"),
     Topic("steps", "steps.digests:DIGESTS",
           findings=("findings.findings:straggler_findings", "findings.findings:exposed_findings",

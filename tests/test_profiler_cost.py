@@ -15,6 +15,7 @@ import pytest
 import tracelab
 from tracelab.core import classify, schema
 from tracelab.reports.whatif import analyse
+from tracelab.reports.unprofiled import measured_unprofiled_ns
 from tracelab.reports.whatif import profiler_cost as pc
 from tracelab.reports.whatif.analyse import whatif
 from tracelab.reports.whatif.nodes import rank_graph, step_counts
@@ -297,7 +298,7 @@ def test_step_counts_are_the_rows_of_each_step() -> None:
     ({}, None),
 ])
 def test_the_runs_measured_unprofiled_step(results: dict, want) -> None:
-    assert pc.measured_unprofiled_ns({"results": results}) == want
+    assert measured_unprofiled_ns({"results": results}) == want
 
 
 # ---- the fit (benchmarks/profiler_cost.py) ---------------------------------------------------------

@@ -143,6 +143,7 @@ def _breakdown_csv(folder: Path, *options: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
     pytest.importorskip("distributed")
     import tracelab
@@ -173,6 +174,7 @@ def test_a_dask_cluster_gives_what_local_processes_give(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_an_unreachable_scheduler_is_one_usage_error(monkeypatch):
     pytest.importorskip("distributed")
     import tracelab
@@ -420,6 +422,7 @@ def _die(rank):
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_a_dask_worker_that_dies_is_one_line_naming_the_file(monkeypatch):
     pytest.importorskip("distributed")
     import dask

@@ -18,7 +18,7 @@ import tracelab
 from tracelab.core.schema import RankData
 from tracelab.reports.whatif.analyse import prepare, whatif
 from tracelab.reports.whatif.nodes import shared_graph
-from tracelab.reports.whatif.profiler_cost import measured_regions, measured_step
+from tracelab.reports.unprofiled import measured_regions, measured_step
 from tracelab.reports.whatif.regions import OUTSIDE, RankPace, node_regions, pace, paces_of, rank_pace
 from tracelab.run import backends
 from helpers import slow_after

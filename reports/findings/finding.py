@@ -52,7 +52,8 @@ class Finding:
 # every finding's code: its cause, one per source (memory's three are the memory topic's)
 CODES = frozenset({"straggler", "alternating", "straggler_totals", "exposed_comm", "cpu_comm", "idle", "idle_share",
                    "roofline", "difference", "profiler_cost", "tf32", "alignment", "host_bound", "ddp_bucket",
-                   "memory_imbalance", "fragmentation", "allocator_misses", "data_loader", "busy_bound", "host_stall"})
+                   "memory_imbalance", "fragmentation", "allocator_misses", "data_loader", "busy_bound", "host_stall",
+                   "copy_bound"})
 
 
 @dataclass

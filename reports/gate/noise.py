@@ -47,9 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import INTERVAL_LEVEL, MAD_TO_SD
+from ..stats import INTERVAL_LEVEL, MAD_TO_SD, RUN_NOISE
 
-RUN_NOISE = 0.10  # relative sd of a run's level between runs of one job that its steps do not show
 MEDIAN_SE = math.sqrt(math.pi / 2)  # a median's standard error over the mean's, for normal samples
 MIN_VERSIONS = 3  # kept versions (the baseline's own among them) that measure the spread between times: 2+ degrees of freedom
 MAX_LAG1 = 0.9  # autocorrelation above this is taken as this (n_eff of a tenth of the steps)

@@ -54,13 +54,19 @@ def opening(fmt: str, top: int | None, **_) -> dict:
 
 
 def analyse(session, top: int | None, **_) -> list:
-    """Each run's ranks combined, labelled by run."""
-    from .idle import RankIdle, combine, labelled
+    """Each run's ranks combined, labelled by run; its host-bound steps said for the user where the
+    run measured its step without the profiler (idle.for_the_user)."""
+    from ..unprofiled import measured_step
+    from .idle import RankIdle, combine, for_the_user, labelled
 
     key = own_digest("idle", RankIdle(top))
-    return labelled([(r.name, combine({p.rank: p.summary[key] for p in r.profiles},
-                                      {p.rank: p.summary["path_bounds"] for p in r.profiles}))
-                     for r in session.usable("idle")])
+    infos = session.run_infos
+    parts = []
+    for r in session.usable("idle"):
+        measured = measured_step(r.info, infos)  # the run's own, else the same job's under backend none
+        one = combine({p.rank: p.summary[key] for p in r.profiles}, {p.rank: p.summary["path_bounds"] for p in r.profiles})
+        parts.append((r.name, for_the_user(one, measured.ns if measured else None)))
+    return labelled(parts)
 
 
 def render(rendered_as, parts: list, top: int | None, **_):

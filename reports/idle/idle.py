@@ -56,6 +56,7 @@ from tracelab.core.note import Note
 from tracelab.core.schema import RankData, kind_mask
 
 from ..timeline.steps import shared_step_rows, step_rows
+from ..unprofiled import profiler_made_it
 from ..timeline.causes import CAUSES, HOST_CAUSES, MIN_LAUNCHED_FOR_GRAPHS, UNCLEAR
 from ..timeline.intervals import covered, merge_intervals, run_cummax, timed
 from ..timeline.stalls import host_stalls, shared_stalls, stall_union
@@ -76,6 +77,7 @@ LAUNCH_LATENCY_NS = 20_000  # a launched op starts this long after its call retu
 HOST_BOUND_SHARE = 0.10  # host-caused idle from this share of the step makes it host-bound (step_bound)
 WHOLE = -1  # the step number of the one window of a trace without steps (NA in the result)
 HINT = Note("host_bound_hint")
+USER_COLUMNS = ["unprofiled_step_ns", "host_bound_without_profiler"]  # for_the_user's; null where not measured
 
 
 @dataclass
@@ -383,10 +385,44 @@ def combine(by_rank: dict[int, Idle], bounds: Mapping[int, pd.DataFrame | None] 
 
 
 def graphs_may_help(steps: pd.DataFrame, launches: pd.DataFrame) -> bool:
-    """Whether the CUDA-graph hint fits: some step host-bound and, on some rank, at least
+    """Whether the CUDA-graph hint fits: some step host-bound, and host-bound without the profiler
+    too where the run measured that step (for_the_user), and, on some rank, at least
     MIN_LAUNCHED_FOR_GRAPHS kernels whose launch call the trace holds."""
     launched = launches["launched"] if len(launches) else pd.Series(dtype=float)
-    return bool(len(steps)) and bool((steps["bound"] == "host").any()) and bool((launched >= MIN_LAUNCHED_FOR_GRAPHS).any())
+    host = steps["bound"] == "host" if len(steps) else pd.Series(dtype=bool)
+    if "host_bound_without_profiler" in steps.columns:  # False: the profiler's own host cost made it host-bound
+        host &= steps["host_bound_without_profiler"].map(lambda v: v is not False)
+    return bool(host.any()) and bool((launched >= MIN_LAUNCHED_FOR_GRAPHS).any())
+
+
+def for_the_user(one: Idle, unprofiled_step_ns: float | None) -> Idle:
+    """`one` with, per step, the run's step without the profiler (`unprofiled_step_ns`, as the
+    run measured it: unprofiled.measured_step; None: not measured) and whether a host-bound step is
+    host-bound for the user too (host_bound_without_profiler; null where not measured or not
+    host-bound), by the rule the CUDA-graph finding applies (unprofiled.profiler_made_it) to what
+    the host's gaps could save at most: without the profiler the GPU's work and its other idle
+    take what they took under it, so the host's gaps are at most the step left past them. The
+    hint and a note follow."""
+    steps = one.steps.copy()
+    host_ns = sum(steps[c].to_numpy(dtype=np.float64) for c in HOST_CAUSES)
+    span_ns = steps["span_ns"].to_numpy(dtype=np.float64)
+    bound = steps["bound"].to_numpy(dtype=object) == "host"
+    user = np.full(len(steps), None, dtype=object)
+    if unprofiled_step_ns:
+        saving_ns = np.maximum(0.0, unprofiled_step_ns - (span_ns - host_ns))
+        user[bound] = [not profiler_made_it(h / s if s else 0.0, g, unprofiled_step_ns)
+                       for h, s, g in zip(host_ns[bound], span_ns[bound], saving_ns[bound])]
+    steps["unprofiled_step_ns"] = float(unprofiled_step_ns) if unprofiled_step_ns else None
+    steps["host_bound_without_profiler"] = user
+    notes = [n for n in one.notes if n != HINT]
+    made = np.array([v is False for v in user], dtype=bool)
+    if made.any():
+        notes.append(Note("host_bound_profiled", {
+            "steps": int(made.sum()), "host_steps": int(bound.sum()), "unprofiled_ms": f"{unprofiled_step_ns / 1e6:.2f}",
+            "user_pct": f"{100 * np.median(saving_ns[made]) / unprofiled_step_ns:.0f}",
+            "profiled_pct": f"{100 * np.median(host_ns[made] / span_ns[made]):.0f}"}))
+    out = replace(one, steps=steps, notes=notes)
+    return replace(out, notes=out.notes + [HINT]) if graphs_may_help(steps, one.launches) else out
 
 
 def _stacked(by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame | None:

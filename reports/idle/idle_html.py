@@ -11,8 +11,9 @@ import pandas as pd
 from ..html import side_by_side
 from ..html.notes import folded
 from ..html.figures import CATEGORY_AXIS, axis_label, label
-from .idle import HINT, Idle, graphs_may_help, of_input
+from .idle import HINT, Idle, for_the_user, graphs_may_help, of_input
 from ..timeline.causes import bound_words
+from ..unprofiled import unprofiled_of
 
 SHOWN_INPUTS = 16  # inputs (ranks) that get bars; the rest are named in a note
 MAX_STEPS = 64  # steps per input drawn
@@ -44,10 +45,11 @@ def _bars(steps: pd.DataFrame) -> dict:
                                      "margin": {"l": 60, "r": 20, "t": 50, "b": 90}}}
 
 
-def _result(inputs: list) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+def _result(inputs: list, runs=()) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     steps, launches, ops, notes = [], [], [], []
+    measured = {g: unprofiled_of(runs, [i.path for i in inputs if i.group == g]) for g in {i.group for i in inputs}}
     for i in inputs:
-        one: Idle = of_input(i)  # the idle finding's, made once per input
+        one: Idle = for_the_user(of_input(i), measured[i.group].ns if measured[i.group] else None)
         name = label(i.label)
         steps.append(one.steps[one.steps["step"] < sorted(one.steps["step"])[:MAX_STEPS][-1] + 1].assign(label=i.label)
                      if len(one.steps) else one.steps)
@@ -70,12 +72,23 @@ def _stacked(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _bound_lines(steps: pd.DataFrame) -> list[str]:
     """'host-bound in 8 of 8 steps: rank0, rank1': one line per distinct count of bounds,
-    naming the inputs that have it (one line per input where each differs)."""
+    naming the inputs that have it (one line per input where each differs); a step host-bound
+    only under the profiler (idle.for_the_user) is said so."""
     said: dict[str, list[str]] = {}
     for lab, g in steps.groupby("label", sort=False):
-        text = ", ".join(f"{bound_words(bound)} in {n} of {len(g)} steps" for bound, n in g["bound"].value_counts().items())
+        text = ", ".join(f"{words} in {n} of {len(g)} steps" for words, n in user_bound_words(g).value_counts().items())
         said.setdefault(text, []).append(str(lab))
     return [f"<p>{escape(', '.join(labels))}: {escape(text)}</p>" for text, labels in said.items()]
+
+
+def user_bound_words(steps: pd.DataFrame) -> pd.Series:
+    """Each step's bound in words: 'host-bound under the profiler only' where the run measured the
+    step without the profiler and the device paces that one."""
+    words = steps["bound"].map(bound_words)
+    if "host_bound_without_profiler" not in steps.columns:
+        return words
+    made = steps["host_bound_without_profiler"].map(lambda v: v is False)
+    return words.where(~made, "host-bound under the profiler only")
 
 
 def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, comparison=None,
@@ -88,7 +101,7 @@ def sections(inputs: list, figure: Callable[[dict, str], str], table: Callable, 
         return ['<h2 id="idle">Why was the GPU idle?</h2>', f'<p class="note">{", ".join(untimed)}: no idle breakdown: '
                 "proton records no launches and no timestamps</p>"] if untimed else []
     drawn, _ = side_by_side.drawn(timed)  # above SHOWN_INPUTS: the outlier ranks, then the first
-    steps, launches, ops, notes = _result([i for i in timed if i.label in set(drawn)])
+    steps, launches, ops, notes = _result([i for i in timed if i.label in set(drawn)], runs)
     notes += [f'{", ".join(untimed)}: no idle breakdown: proton records no launches and no timestamps'] if untimed else []
     out = ['<h2 id="idle">Why was the GPU idle?</h2>',
            '<p class="note">Per step: GPU busy, then the idle time by cause. host: the host had not begun to launch '

@@ -52,8 +52,13 @@ def steps_table(steps: pd.DataFrame) -> Table:
                 "bound"])
     for _, r in steps.iterrows():
         t.add_row(*_input(r), _step(r["step"]), str(r["rank"]), ms_cell(r["span_ns"]), ms_cell(r["busy_ns"]), ms_cell(r["idle_ns"]),
-                  _pct(r["idle_ns"], r["span_ns"]), *(ms_cell(r[c]) for c in CAUSES), r["bound"])
+                  _pct(r["idle_ns"], r["span_ns"]), *(ms_cell(r[c]) for c in CAUSES), _bound(r))
     return t
+
+
+def _bound(r: pd.Series) -> str:
+    """The step's bound; 'host (profiler only)' where the device paces it without the profiler (idle.for_the_user)."""
+    return "host (profiler only)" if r.get("host_bound_without_profiler") is False else str(r["bound"])
 
 
 def _spread_table(steps: pd.DataFrame) -> Table:

@@ -1,10 +1,18 @@
 """Findings between runs (reports/findings/findings.py's SOURCES): the kernel that differs most
 between runs or profilers beyond the noise, and what each profiler cost against a run under
-backend none. Each states what compare and reports/runtable.py decided, nothing more."""
+backend none. Each states what compare and reports/runtable.py decided, nothing more.
+
+Runs of one config under one profiler (repeats: `tracelab run --repeat`, or the same command run
+twice) differ by the machine's drift, not by a change the user made: a kernel differing between
+them is said as the spread between repeats, only beyond the gate's floor of how far two runs of one
+job move by chance (RUN_NOISE per run, NOISE_SIGMAS of their difference), and ranked with the
+findings about the measurement, after those about the job."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tracelab.core.classify import classify_one
@@ -13,9 +21,13 @@ from ..ranks import Input
 from ..fmt import duration
 from ..findings.finding import SECTIONS, Finding
 from ..runtable import cost_of, same_config
+from ..stats import NOISE_SIGMAS, RUN_NOISE
 
 MIN_DIFF_SHARE = 0.01  # a kernel's difference under this share of that input's GPU time is no finding
 NAME_CHARS = 80
+# how far a kernel's time may move between two runs of one job by chance, as |log ratio|: each run's
+# level has a relative sd of RUN_NOISE (the gate's floor), their difference sqrt(2) of it
+REPEAT_FLOOR_LOG = NOISE_SIGMAS * math.sqrt(2) * RUN_NOISE
 
 
 def difference_findings(ev) -> list:
@@ -40,6 +52,8 @@ def difference_findings(ev) -> list:
     for other in others:
         stake = _stake_ns(rows, first, other, per_call)
         stake = stake[stake >= MIN_DIFF_SHARE * float(t[f"time_ns[{other}]"].sum())]
+        if _repeats(ev, first, other):  # drift between repeats: only beyond the floor between runs
+            stake = stake[_beyond_floor(rows.loc[stake.index, f"ratio[{other}]"])]
         if len(stake) and (best is None or stake.max() > best[2]):
             best = (stake.idxmax(), other, float(stake.max()))
     if best is None:
@@ -47,12 +61,39 @@ def difference_findings(ev) -> list:
     kernel, other, stake_ns = best
     row = rows.loc[kernel]
     noise = _has_noise(ev, first) and _has_noise(ev, other)
+    repeats = _repeats(ev, first, other)
     evidence = {"kernel": kernel, "against": first, "input": other, "delta_ns": float(row[f"delta_ns[{other}]"]),
-                "stake_ns": stake_ns, "basis": str(t.attrs.get("basis", ""))}
+                "stake_ns": stake_ns, "basis": str(t.attrs.get("basis", "")), "measurement": repeats}
     values = {"run": None, **evidence, "ratio": _number(row[f"ratio[{other}]"]), "per_call": per_call,
-              "beyond_noise": noise}
-    return [Finding(_difference_text(kernel, row, first, other, per_call, stake_ns, noise), int(stake_ns),
-                    SECTIONS["comparison"], evidence, "difference", values)]
+              "beyond_noise": noise, "repeats": repeats, "repeat_floor_share": _floor_share() if repeats else None}
+    text = _difference_text(kernel, row, first, other, per_call, stake_ns, noise)
+    return [Finding(_repeats_text(text) if repeats else text, int(stake_ns), SECTIONS["comparison"], evidence,
+                    "difference", values)]
+
+
+def _repeats(ev, a: str, b: str) -> bool:
+    """Whether inputs `a` and `b` are repeats: runs of one config (_same_work) under one profiler."""
+    ra, rb = ev.run_json(a), ev.run_json(b)
+    return _same_work(ev, a, b) and ra.get("backend") == rb.get("backend")
+
+
+def _beyond_floor(ratio: pd.Series) -> pd.Series:
+    """Per kernel, whether its ratio between two repeats is beyond REPEAT_FLOOR_LOG (a kernel in one
+    of them only: beyond)."""
+    r = pd.to_numeric(ratio, errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = np.abs(np.log(r)) > REPEAT_FLOOR_LOG
+    return pd.Series(far | ~np.isfinite(r) | (r <= 0), index=ratio.index)
+
+
+def _floor_share() -> float:
+    """REPEAT_FLOOR_LOG as a share (0.33: one run 33% above the other)."""
+    return math.exp(REPEAT_FLOOR_LOG) - 1
+
+
+def _repeats_text(text: str) -> str:
+    return (f"between repeats of one config, no change made: {text}; run-to-run drift beyond the "
+            f"{100 * _floor_share():.0f}% two runs of one job may differ by (tracelab gate weighs the repeats)")
 
 
 def _number(x) -> float | None:

@@ -12,6 +12,7 @@ NOISE_SIGMAS = 2.0  # a difference is beyond the noise past this many standard d
 MAD_TO_SD = 1.4826  # a normal sample's standard deviation = this x its median absolute deviation
 STRAGGLER_ALPHA = 0.05  # the straggler's signed-rank and binomial tests, and the alternation test
 BLOCK_ALPHA = 0.01  # the short captures' block t-test: stricter, as it leans on magnitudes
+RUN_NOISE = 0.10  # relative sd of a run's level between runs of one job that its steps do not show (gate/noise.py)
 INTERVAL_LEVEL = 0.95  # confidence of the shift interval between two runs' per-step samples
 MIN_LEAD_SHARE = 0.01  # a lead under this share of the time names no slowest, whatever its noise
 MIN_LEAD_NS = 1_000  # ... nor one under this many ns

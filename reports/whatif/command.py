@@ -50,7 +50,7 @@ def analyse(session, scenario: list[str] | None, **_) -> list[tuple]:
     """(run name, WhatIf) of each run, replayed on its own."""
     from .analyse import whatif
     from .nodes import RankGraphReduce
-    from .profiler_cost import measured_step
+    from ..unprofiled import measured_step
 
     key = own_digest("whatif", RankGraphReduce())
     parts = []

@@ -19,12 +19,15 @@ from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, prepare, whatif
 from .bands import band
-from .profiler_cost import MeasuredStep, unprofiled_of
+from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
-HOST_BOUND, HOST_BOUND_PROFILED = "'s steps are host-bound (", "'s steps are host-bound under the profiler ("
+# a host-bound step the profiler made (_profiler_made_it): the CUDA-graph finding's and the idle finding's words
+PROFILED_WORDS = {"'s steps are host-bound (": "'s steps are host-bound under the profiler (",
+                  "host-bound in ": "host-bound under the profiler in ",
+                  "host-bound over the whole trace": "host-bound under the profiler over the whole trace"}
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
 SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
@@ -136,7 +139,8 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values.update(user)
     text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
     if row.name == "no-host-gaps" and _profiler_made_it(values):  # said of the trace, not of the user's step
-        text = text.replace(HOST_BOUND, HOST_BOUND_PROFILED, 1)
+        for trace_words, user_words in PROFILED_WORDS.items():
+            text = text.replace(trace_words, user_words, 1)
     if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
         values["fix_offered"] = gains(values)
         if not values["fix_offered"]:
@@ -149,11 +153,10 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
 
 
 def _profiler_made_it(v: dict) -> bool:
-    """Whether most of what the host's gaps would save is the profiler's own: their saving's share
-    of the step without the profiler under half its share under it (the device paces the user's
-    step, the profiler's host cost the traced one)."""
-    user, step = v.get("unprofiled_saving_ns"), v.get("unprofiled_step_ns")
-    return user is not None and bool(step) and user / step < 0.5 * v["saving_share"]
+    """Whether most of what the host's gaps would save is the profiler's own (unprofiled.profiler_made_it
+    on the replay's saving with and without it: the device paces the user's step, the profiler's
+    host cost the traced one)."""
+    return bool(profiler_made_it(v["saving_share"], v.get("unprofiled_saving_ns"), v.get("unprofiled_step_ns")))
 
 
 def _at_stake_ns(row, user: dict) -> int:

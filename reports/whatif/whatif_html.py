@@ -22,7 +22,7 @@ from .bands import band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
-from .profiler_cost import unprofiled_of
+from ..unprofiled import unprofiled_of
 from .scenarios import label_of
 from .render import UNKNOWN_PATH, unprofiled_line
 

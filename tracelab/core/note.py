@@ -261,6 +261,9 @@ TEMPLATES: dict[str, str | Callable[[dict], str]] = {
                          "its idle is all idle_other_ns"),
     "no_host_intervals": ("no host intervals in this input (a tracelab dataset, or events without their "
                           "Profile.host): sync idle counts as host, and no CPU ops are named"),
+    "host_bound_profiled": ("host-bound under the profiler only ({steps} of {host_steps} host-bound steps): without it "
+                            "(a step of {unprofiled_ms} ms, measured) the host's gaps are at most {user_pct}% of the step "
+                            "against {profiled_pct}% under it: the device paces the step the user runs"),
     "host_bound_hint": ("hint: host-bound steps: the GPU waited for the host to launch work. CUDA graphs "
                         "(torch.cuda.graphs), torch.compile(mode=\"reduce-overhead\") or a larger batch per step "
                         "may help; this is a suggestion, not a measurement"),

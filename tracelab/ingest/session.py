@@ -122,11 +122,13 @@ class Session:
 
     @cached_property
     def run_infos(self) -> list[tuple[str, dict]]:
-        """(folder name, run.json) of every run folder given, in order (inputs.run_infos)."""
+        """(folder name, run.json) of every run folder given, in order (inputs.run_infos), and of
+        those found under a folder given that is none (run_folders: a folder of repeats), as the
+        runs were opened: a run's own figures come with it however its folder was named."""
         from tracelab.ingest.runfolder import run_infos
 
         with applied(self.options):
-            return run_infos(self.paths)
+            return run_infos([r.where for r in self.runs if r.folder] if self.runs else self.paths)
 
     def findings(self, topic: str | None = None, comparison=None, sources: list[Callable] | None = None) -> list:
         """The findings (reports/findings/findings.py) of the traced runs: every topic's sources, or

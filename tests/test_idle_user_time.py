@@ -1,0 +1,88 @@
+"""idle says whether host-bound steps are host-bound for the user (without the profiler) or only
+under it, by the rule the CUDA-graph finding applies (unprofiled.profiler_made_it), where the run
+measured its step without the profiler; null where it did not."""
+from __future__ import annotations
+
+import json
+from statistics import median
+
+import pandas as pd
+
+from tracelab.reports.idle.idle_html import user_bound_words
+from tracelab.reports.timeline.causes import HOST_CAUSES
+
+from helpers import DATA, run_cli_output
+
+
+def _idle(capsys, *names: str) -> dict:
+    status, out, _ = run_cli_output(capsys, "idle", *(str(DATA / n) for n in names), "--format", "json")
+    assert status == 0
+    return json.loads(out)
+
+
+def _host_share_without(step: dict, unprofiled_ns: float) -> tuple[float, float]:
+    """(host gaps' share of the profiled step, at most their share of the step without the profiler)."""
+    host_ns = sum(step[c] for c in HOST_CAUSES)
+    return host_ns / step["span_ns"], max(0.0, unprofiled_ns - (step["span_ns"] - host_ns)) / unprofiled_ns
+
+
+def test_a_step_the_host_paces_without_the_profiler_too_is_host_bound_for_the_user(capsys) -> None:
+    """train-1gpu-steps-torch beside the same job under backend none: its step without the profiler
+    is the none run's median step (its run.json), and the host's gaps fill most of it too."""
+    none = json.loads((DATA / "train-1gpu-steps-none" / "run.json").read_text())
+    want_ns = 1e6 * median(none["results"]["0"]["rows"][0]["step_ms"])
+    doc = _idle(capsys, "train-1gpu-steps-torch", "train-1gpu-steps-none")
+    host = [s for s in doc["steps"] if s["bound"] == "host"]
+    assert host and all(abs(s["unprofiled_step_ns"] - want_ns) < 1 for s in doc["steps"])
+    for s in host:
+        profiled, user = _host_share_without(s, want_ns)
+        assert user >= 0.5 * profiled and s["host_bound_without_profiler"] is True
+    codes = [n["code"] for n in doc["notes"]]
+    assert "host_bound_hint" in codes and "host_bound_profiled" not in codes
+
+
+def test_a_step_the_device_paces_without_the_profiler_is_host_bound_under_it_only(capsys) -> None:
+    """tf32-1gpu-medium-torch timed its steps with the profiler off (its run.json): the host's gaps
+    are most of the gap between the two, so the step the user runs is the device's."""
+    run = json.loads((DATA / "tf32-1gpu-medium-torch" / "run.json").read_text())
+    want_ns = float(run["results"]["0"]["rows"][0]["unprofiled_step_ns"])
+    doc = _idle(capsys, "tf32-1gpu-medium-torch")
+    host = [s for s in doc["steps"] if s["bound"] == "host"]
+    assert host
+    for s in host:
+        profiled, user = _host_share_without(s, want_ns)
+        assert user < 0.5 * profiled and s["host_bound_without_profiler"] is False
+        assert s["unprofiled_step_ns"] == want_ns
+    [note] = [n for n in doc["notes"] if n["code"] == "host_bound_profiled"]
+    assert note["values"]["host_steps"] == note["values"]["steps"] == len(host)
+    assert not any(n["code"] == "host_bound_hint" for n in doc["notes"])  # no CUDA-graph advice for it
+    steps = pd.DataFrame(doc["steps"])
+    assert set(user_bound_words(steps)[steps["bound"] == "host"]) == {"host-bound under the profiler only"}
+
+
+def test_a_run_without_its_step_measured_says_nothing_of_the_user(capsys) -> None:
+    run = json.loads((DATA / "idle-1gpu-small-torch" / "run.json").read_text())
+    assert not any(r.get("unprofiled_step_ns") for r in run["results"]["0"]["rows"])
+    doc = _idle(capsys, "idle-1gpu-small-torch")
+    assert doc["steps"] and all(s["unprofiled_step_ns"] is None and s["host_bound_without_profiler"] is None
+                                for s in doc["steps"])
+    assert any(n["code"] == "host_bound_hint" for n in doc["notes"])
+    steps = pd.DataFrame(doc["steps"])
+    assert "host-bound under the profiler only" not in set(user_bound_words(steps))
+
+
+def test_the_idle_finding_says_host_bound_under_the_profiler_by_the_same_rule() -> None:
+    """The idle finding's bound clause follows the CUDA-graph finding's: its replayed saving without
+    the profiler is under half its share under it, so its steps are host-bound under the profiler."""
+    from tracelab.ingest.session import Session
+    from tracelab.reports.findings.findings_more import idle_findings
+
+    [f] = Session.open([str(DATA / "tf32-1gpu-medium-torch")]).findings(sources=[idle_findings])
+    v = f.values
+    assert v["unprofiled_saving_ns"] / v["unprofiled_step_ns"] < 0.5 * v["saving_share"]
+    assert "host-bound under the profiler in " in f.text and "host-bound in " not in f.text
+    [g] = Session.open([str(DATA / "decode-1gpu-steps-torch"), str(DATA / "decode-1gpu-steps-none")]).findings(
+        sources=[idle_findings])
+    w = g.values
+    assert w["unprofiled_saving_ns"] / w["unprofiled_step_ns"] >= 0.5 * w["saving_share"]
+    assert "host-bound in " in g.text and "under the profiler in" not in g.text
