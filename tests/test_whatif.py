@@ -24,8 +24,14 @@ from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 from helpers import kernel_rows, host_rows, run_cli, run_cli_output, strict_json, slow_after
 
 DATA = Path(__file__).parent / "data"
-TIMED = sorted(d.name for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
-               and d.name not in ("public", "proton-legacy"))
+def _runs(folder: Path) -> list[Path]:
+    """The captures in `folder`: its repeats' folders (each with its run.json) where it holds
+    repeats, else itself (its ranks' traces, with or without a run.json)."""
+    return sorted(d for d in folder.iterdir() if (d / "run.json").exists()) or [folder]
+
+
+TIMED = sorted(str(r.relative_to(DATA)) for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
+               and d.name not in ("public", "proton-legacy") for r in _runs(d))
 FAST = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]
 
 
