@@ -93,6 +93,34 @@ def slow_beyond(cases: list, fast, relpath=lambda case: case if isinstance(case,
             else pytest.param(case, marks=pytest.mark.slow) for case in cases]
 
 
+_PARAM = type(pytest.param(None))  # what pytest.param makes: values, marks, id
+
+
+def slow_after(fast: int):
+    """A decorator put right above @pytest.mark.parametrize: that parametrisation's first `fast`
+    cases not already slow run by default, the others are marked slow, so that the default run
+    checks the rule on a case or two and CI's slow stage on every one (for a list already built,
+    slow_beyond marks by case)."""
+    def mark(fn):
+        made = fn.pytestmark[-1]  # the parametrize just below (decorators apply bottom-up)
+        if made.name != "parametrize":
+            raise TypeError(f"slow_after is put right above @pytest.mark.parametrize, not {made.name} ({fn.__name__})")
+        names, values = made.args[0], list(made.args[1])
+        single = len(names.split(",") if isinstance(names, str) else names) == 1
+        cases = [v if isinstance(v, _PARAM) else pytest.param(*((v,) if single else v)) for v in values]
+        kept = [c for c in cases if not any(m.name == "slow" for m in c.marks)][:fast]
+        cases = [c if any(c is k for k in kept) else _slow(c) for c in cases]
+        fn.pytestmark[-1] = pytest.mark.parametrize(names, cases, **made.kwargs).mark
+        return fn
+    return mark
+
+
+def _slow(case):
+    if any(m.name == "slow" for m in case.marks):
+        return case
+    return pytest.param(*case.values, marks=(*case.marks, pytest.mark.slow), id=case.id)
+
+
 def on_shared(*values, relpath: str | None = None):
     """A parametrize case that reads public trace `relpath` (its path under shared/traces; by
     default the first value): marked shared where tests/data/public lacks it."""

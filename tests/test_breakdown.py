@@ -34,6 +34,7 @@ def _kineto_kernel_sums(path):
     return total, count
 
 
+@pytest.mark.slow
 def test_kernel_breakdown_matches_json():
     path = shared_trace(KINETO)
     expected_ns, expected_count = _kineto_kernel_sums(path)

@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 import pytest
-from helpers import on_shared, shared_trace
+from helpers import on_shared, shared_trace, slow_after
 
 import malformed as m
 import tracelab
@@ -34,6 +34,7 @@ def _settle() -> None:
     time.sleep(3 * RACY_S)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name", [on_shared(name) for name in FILES])
 def test_cached_load_equals_parsed_load(name, cache_dir, monkeypatch):
     path = shared_trace(name)
@@ -175,6 +176,7 @@ def test_size_bound_evicts_the_least_recently_used(cache_dir, tmp_path, monkeypa
     assert sorted(metas) == sorted([str(paths[0]), str(paths[2])])
 
 
+@pytest.mark.slow
 def test_a_process_scans_the_cache_once_per_share_of_its_limit(tmp_path, monkeypatch):
     """bound(): the first write scans; later ones only once 1/SCAN_SHARE of the limit has been
     written since the last scan (a scan stats every entry: 2,048 scans of 2,048 entries cost a

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import on_shared, shared_trace, slow_beyond
+from helpers import on_shared, shared_trace, slow_beyond, slow_after
 
 import tracelab
 from tracelab.core import classify
@@ -78,6 +78,7 @@ def _events(rel: str, cat: str) -> list[dict]:
     return [e for e in _json(rel)["traceEvents"] if e.get("cat") == cat]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("rel", slow_beyond(GPU_TRACES + CPU_TRACES, set(GPU_TRACES + CPU_TRACES) - TRACE_DIFF, _public))
 @pytest.mark.parametrize("cat", list(KIND_OF_CAT))
 def test_count_and_total_ns_equal_json_sums(rel: str, cat: str) -> None:

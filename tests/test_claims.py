@@ -216,6 +216,7 @@ def _claims(path: Path) -> set[str]:
     return kinds
 
 
+@pytest.mark.slow
 def test_claims_hold_on_these_captures():
     checked = set().union(*(_claims(DATA / name) for name in FAST))
     assert checked == set(CHECKS)  # every kind of finding met and recomputed at least once

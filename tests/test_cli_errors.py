@@ -100,6 +100,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path):
     assert _digest(path) == before
 
 
+@pytest.mark.slow
 def test_two_files_claiming_one_rank(tmp_path, capsys):
     from helpers import run_cli_output
 

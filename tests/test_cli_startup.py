@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("pandas", "numpy", "plotly", "pyarrow", "scipy")
 
 # which heavy modules `import tracelab.cli.program` imported; every command's --help in the same
@@ -39,6 +41,7 @@ def _python(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow
 def test_the_program_and_every_help_import_no_analysis():
     from tracelab.reports.topics import TOPICS
 

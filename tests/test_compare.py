@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import shared_trace
+from helpers import shared_trace, slow_after
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -88,6 +88,7 @@ def hatchet_sums(path: Path) -> Counter:
 # ---- ranks of one run: HTA's two sampled ranks ------------------------------------
 
 
+@pytest.mark.slow
 def test_hta_ranks_aligned_rows_match_json():
     files = [shared_trace(rel) for rel in SAMPLED]
     c = _compare(files)
@@ -106,6 +107,7 @@ def test_hta_ranks_aligned_rows_match_json():
     assert c.totals["total_ns"].tolist() == [s[2] for s in sums]
 
 
+@pytest.mark.slow
 def test_hta_two_steps_name_no_straggler():
     """Timed ranks are judged by who arrives last at the collectives, per step (reports/timeline/waits.py),
     not by compute time: each of the two ranks gates one of the two steps, so none is named;
@@ -154,6 +156,7 @@ def test_compare_text_says_what_was_timed(paths, said, not_said, summed):
 # ---- runs: the nsys-ai before/after pair --------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_nsys_before_after_aligned_rows_match_sqlite():
     files = [shared_trace(rel) for rel in NSYS_BEFORE_AFTER]
@@ -215,6 +218,7 @@ def test_proton_two_ranks(tmp_path):
     assert (only["inputs"], only["time_ns[rank0]"], pd.isna(only["spread"])) == (1, 0, True)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("files", _captured_proton_pairs() or [pytest.param(None, marks=pytest.mark.skip(
     reason="no tests/data/*-proton/rank{0,1}.hatchet capture"))])
 def test_proton_captured_ranks(files):
@@ -379,6 +383,7 @@ def test_cli_compare_labels(args, labels):
     assert [i["label"] for i in json.loads(result.output)["inputs"]] == labels
 
 
+@pytest.mark.slow
 def test_compare_across_profilers_warns_nothing():
     """The proton run has no timestamps, so no collective skew: it adds no rows (and,
     before, an empty frame that pandas warned about concatenating)."""

@@ -14,6 +14,7 @@ import pytest
 
 import malformed as m
 from promise import assert_refused, one_process, spread
+from helpers import slow_after
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 PROTON2 = m.DATA / "decode-2gpu-proton"
@@ -156,6 +157,7 @@ ACCEPTED = {
 }
 
 
+@slow_after(1)
 @pytest.mark.parametrize("case", list(ACCEPTED))
 def test_harmless_value_loads(case, tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)

@@ -16,6 +16,7 @@ import pytest
 
 import malformed as m
 from promise import assert_refused, one_process, spread
+from helpers import slow_after
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 STEPS = m.DATA / "decode-1gpu-steps-torch"
@@ -147,6 +148,7 @@ def test_damaged_gzip_is_one_line(case, tmp_path, capsys, monkeypatch):
 
 # ---- whitespace before a trace ------------------------------------------------------------------
 
+@slow_after(1)
 @pytest.mark.parametrize("blank", [b" " * 5000, b"\n" * 70000, b"\t\r\n " * 2000])
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_trace_after_much_whitespace_is_a_trace(blank, gz, tmp_path, capsys, monkeypatch):
@@ -218,6 +220,7 @@ def test_csv_help_says_so(command, capsys):
 
 # ---- the report's links, titles and warnings; nsys in WAL mode -----------------------------------
 
+@pytest.mark.slow
 def test_report_links_stay_files(tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     out = tmp_path / "javascript:alert(1)#.html"
@@ -228,6 +231,7 @@ def test_report_links_stay_files(tmp_path, capsys, monkeypatch):
     assert 'href="javascript' not in page
 
 
+@pytest.mark.slow
 def test_roofline_title_is_escaped(tmp_path, capsys, monkeypatch):
     one_process(monkeypatch)
     runs = [Path(shutil.copytree(m.DATA / "roofline-1gpu-torch", tmp_path / name)) for name in ("<a href=x>run", "b")]
@@ -262,6 +266,7 @@ def test_wal_mode_export_leaves_nothing_beside_it(tmp_path, capsys, monkeypatch)
 
 # ---- memory: rows against the memory left ------------------------------------------------------
 
+@slow_after(1)
 @pytest.mark.parametrize("make", [lambda t: _trace(t), lambda t: str(shutil.copy(m.NSYS, t / "rank0.sqlite"))],
                          ids=["kineto", "nsys"])
 def test_rows_that_would_not_fit_are_one_line(make, tmp_path, capsys, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 
 import malformed as m
 from promise import assert_refused, one_process, spread, tree
+from helpers import slow_after
 
 TORCH2 = m.DATA / "decode-2gpu-torch"
 KINETO = m.KINETO  # decode-1gpu-torch/rank0.pt.trace.json.gz
@@ -156,6 +157,7 @@ FAULT_POINTS = {
 }
 
 
+@slow_after(1)
 @pytest.mark.parametrize("signame", list(SIGNALS))
 @pytest.mark.parametrize("point", spread(list(FAULT_POINTS), 3))
 def test_a_signal_leaves_nothing_half_written(point, signame, tmp_path, capsys, monkeypatch):

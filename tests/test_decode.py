@@ -13,7 +13,7 @@ import pytest
 from tracelab.ingest import results
 from tracelab.workloads.configs import CONFIGS, ModelArgs
 
-from helpers import LazyModule, needs
+from helpers import LazyModule, needs, slow_after
 
 pytestmark = needs("torch")
 
@@ -46,6 +46,7 @@ def _shards(full: llama.Transformer, world_size: int) -> list[llama.Transformer]
     return shards
 
 
+@slow_after(1)
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_shards_sum_to_the_full_layers(world_size):
     full = _full_model()
@@ -155,6 +156,7 @@ def test_generate_is_deterministic_per_seed_and_fills_every_position():
     assert ((first >= 0) & (first < TINY.vocab_size)).all()
 
 
+@pytest.mark.slow
 def test_fused_attention_generates_what_the_math_path_does():
     full = _full_model()
     prompt = torch.randint(0, TINY.vocab_size, (2, 4), dtype=torch.int)

@@ -16,7 +16,7 @@ from tracelab import cli
 from tracelab.core import devices
 from tracelab.reports import fmt
 
-from helpers import DATA
+from helpers import DATA, slow_after
 
 TRACE = DATA / "roofline-1gpu-torch" / "rank0.pt.trace.json.gz"
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
@@ -55,6 +55,7 @@ def _finding(capsys, monkeypatch, path) -> str | None:
 # Each case is a whole `tracelab breakdown` of a rewritten copy (~1 s): the fast run keeps a device
 # known by its arch alone and one by name; the rest run under -m slow (the V100 also fast below,
 # under the older key).
+@slow_after(1)
 @pytest.mark.parametrize("name, major, minor, says, never", [
     ("NVIDIA GeForce RTX 2070 SUPER", 7, 5, "fp16 autocast", ("TF32 (", "bf16 autocast")),  # in no table: Turing by arch
     pytest.param("NVIDIA GeForce RTX 2080 Ti", 7, 5, "fp16 autocast", ("TF32 (", "bf16 autocast"), marks=pytest.mark.slow),
@@ -87,6 +88,7 @@ def test_no_tensor_cores_no_finding(tmp_path, capsys, monkeypatch):
     assert _finding(capsys, monkeypatch, path) is None
 
 
+@pytest.mark.slow
 def test_unknown_device_gets_the_rule_not_a_feature(tmp_path, capsys, monkeypatch):
     line = _finding(capsys, monkeypatch, _as_device(tmp_path, None))
     assert line is not None and "compute capability 8.0" in line and "does not say which GPU" in line

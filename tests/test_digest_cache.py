@@ -100,6 +100,7 @@ def _fresh(folder: Path) -> dict[int, dict]:
     return out
 
 
+@pytest.mark.slow
 def test_a_hit_parses_nothing_and_its_digests_equal_fresh_ones(run, monkeypatch):
     first = _digests(run)
     assert len(_entries()) == 2
@@ -152,6 +153,7 @@ def test_a_damaged_entry_is_a_miss_and_the_trace_is_parsed(damage, run, monkeypa
     assert len(_entries()) == 2 and (entry.parent / digest_cache.FILE).exists()  # written again
 
 
+@pytest.mark.slow
 def test_a_touched_trace_is_parsed_again(run, monkeypatch):
     _digests(run, CHEAP)
     trace = run / "rank1.pt.trace.json.gz"
@@ -188,6 +190,7 @@ def _asked(monkeypatch) -> list[tuple[str, list[str]]]:
     return seen
 
 
+@pytest.mark.slow
 def test_digests_one_call_made_serve_the_next_and_only_the_missing_are_made(run, monkeypatch):
     """Entries are per trace, not per set of digests asked: a subset is a hit, a digest under
     another name is the same digest, and a call asking for more parses each rank once, making only

@@ -19,6 +19,7 @@ from tracelab.reports.stats import noise
 from tracelab.reports.timeline import steps as S
 from tracelab.reports.whatif import nodes
 from tracelab.core.schema import RankData, kind_mask
+from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 CASES = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]
@@ -39,6 +40,7 @@ def _fields_equal(a: nodes.RankGraph, b: nodes.RankGraph) -> bool:
     return True
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name", CASES)
 def test_the_graph_is_built_once_per_rank_and_equals_a_graph_of_its_own(name, monkeypatch):
     calls = []

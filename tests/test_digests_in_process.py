@@ -15,7 +15,7 @@ from tracelab.ingest.session import Session
 from tracelab.ingest.loading import expand, load_many
 from tracelab.reports.ranks import RANK_DIGESTS
 
-from helpers import DATA
+from helpers import DATA, slow_after
 
 FOLDERS = ["idle-1gpu-small-torch", "ddp-2gpu-late-torch", "graph-1gpu-torch", "train-1gpu-steps-nsys"]
 
@@ -40,6 +40,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_digests_made_in_the_parent_equal_the_workers(folder):
     path = str(DATA / folder)

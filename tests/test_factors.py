@@ -16,7 +16,7 @@ from tracelab.ingest.kineto_leaves import LEAVES, leaves_of_rows
 from tracelab.reports.whatif import factor_products as fp
 from tracelab.reports.whatif.bf16_factors import FORMAT
 
-from helpers import DATA, run_cli_output, strict_json
+from helpers import DATA, run_cli_output, strict_json, slow_after
 
 TINY = DATA / "train-tiny-cpu-torch"  # 66 products of 15 small shapes: the whole command runs in a second
 CPU_TRACES = [TINY / "rank0.pt.trace.json.gz", DATA / "train-2cpu-memory-torch" / "rank1.pt.trace.json.gz"]
@@ -43,6 +43,7 @@ def _dims(dims) -> str:
     return json.dumps([list(d) for d in dims])
 
 
+@slow_after(1)
 @pytest.mark.parametrize("trace", CPU_TRACES, ids=lambda p: p.parent.name)
 def test_every_leaf_product_of_a_cpu_trace_is_under_one_product(trace) -> None:
     found = _found(trace)

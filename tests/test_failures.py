@@ -53,6 +53,7 @@ def _run_folder_with_truncated_rank(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.pool
 def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path, capsys):
     """Parsed in worker processes: the worker's error reaches the parent as one line."""
@@ -62,6 +63,7 @@ def test_folder_with_one_truncated_gzip_beside_good_ones(tmp_path, capsys):
     assert str(run / "rank2.pt.trace.json.gz") in lines[0] and "truncated gzip" in lines[0]
 
 
+@pytest.mark.slow
 def test_no_blank_line_before_the_error(tmp_path, capsys):
     """An error after the progress bar (two files claiming rank 0) is the first and only line."""
     for name in ("a.pt.trace.json.gz", "b.pt.trace.json.gz"):
@@ -171,6 +173,7 @@ def test_report_on_a_full_or_read_only_disk_is_one_line(small_mount, options, re
     _one_line(_tracelab("report", str(ONE_RANK), "-o", str(out)), f"{out}: cannot write: {reason}")
 
 
+@pytest.mark.slow
 def test_report_gets_the_users_file_mode(tmp_path, capsys):
     out = tmp_path / "report.html"
     umask = os.umask(0o022)  # the user's usual mask, in this process (the CLI runs in it)
@@ -193,6 +196,7 @@ def test_file_name_with_escape_sequence_and_newline_stays_one_inert_line(tmp_pat
     assert "\x1b" not in lines[0] and "bad\\x1b[2Jname\\nx.json" in lines[0]
 
 
+@pytest.mark.slow
 def test_kernel_names_reach_the_table_escaped(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     hostile = "evil\x1b[2J\x1b]0;title\x07\u202ekernel"
@@ -276,6 +280,7 @@ def test_4mb_gzip_that_inflates_to_4gib_is_one_line_in_bounded_memory(tmp_path):
     assert _peak_rss_mb_of_children() < 3 * 1024  # the default limit (2 GiB) plus the interpreter
 
 
+@pytest.mark.slow
 def test_name_over_the_limit_is_one_line_and_the_limit_can_be_raised(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     monkeypatch.setenv("TRACELAB_MAX_NAME_CHARS", "100000")

@@ -18,6 +18,7 @@ from tracelab.cli import app
 from tracelab.cli.html_report import write_report
 from tracelab.ingest.session import Session
 from tracelab.reports.findings import findings as F
+from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 LATE = DATA / "ddp-2gpu-late-torch"
@@ -55,6 +56,7 @@ def late() -> list[F.Finding]:
     return _found([LATE])
 
 
+@pytest.mark.slow
 def test_the_late_rank_is_named_with_the_verdicts_numbers(late):
     (straggler,) = [f for f in late if f.section == "steps"]
     v = straggler.evidence["verdict"]
@@ -82,6 +84,7 @@ def test_idle_share_from_the_json():
     assert idle.evidence["runs"][""]["rank"] == 0 and f"is idle {100 * share:.0f}% of its {span_us / 1e3:.1f} ms span" in idle.text
 
 
+@slow_after(1)
 @pytest.mark.parametrize("run", ["ddp-2gpu-equal-nsys", "gloo-2cpu-equal", "ddp-2gpu-alternating-torch"])
 def test_no_straggler_where_the_verdict_names_none(run):
     """Equal work, and a late rank that alternates where the verdict finds no pattern: nothing is
@@ -98,6 +101,7 @@ def test_an_alternation_is_stated_with_its_counts():
     assert f"rank 0 in {v['gated_by_rank'][0]}" in alt.text and f"of {v['gated_units']})" in alt.text
 
 
+@pytest.mark.slow
 def test_profiler_cost_from_run_json():
     """One sentence for the runs against one run under none whose cost the medians' test puts
     beyond the noise (runs.cost_of's within_noise, not decided here), each change as the
@@ -118,12 +122,14 @@ def test_profiler_cost_from_run_json():
     assert order == sorted(order) and f"under none ({none:,.4g} ms, " in cost.text
 
 
+@pytest.mark.slow
 def test_no_difference_claimed_where_profilers_agree():
     """torch, nsys and proton of one job: every kernel within the step-to-step noise, so no
     difference is stated (compare's `slowest` is empty on every row)."""
     assert not [f for f in _found(TRAIN4) if f.section == "comparison"]
 
 
+@pytest.mark.slow
 def test_no_difference_claimed_between_different_workloads_or_configs():
     """A tiny fp32 model and a small bf16 one (run.json: size, dtype, batch differ): their
     kernels differ because the programs do; that is no finding about either (issue 28)."""

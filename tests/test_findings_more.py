@@ -10,7 +10,7 @@ import pytest
 
 from tracelab.ingest.session import Session
 
-from helpers import DATA
+from helpers import DATA, slow_after
 from helpers import run_cli_output, stake_ns
 
 
@@ -25,6 +25,7 @@ def _json(capsys, *args) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.slow
 def test_idle_finding_states_tracelab_idle_numbers(capsys):
     from tracelab.reports.findings.findings import idle_or_share
     found = [f for f in _found("idle-1gpu-small-torch", [idle_or_share]) if "idle_ns_per_step" in f.evidence]
@@ -42,6 +43,7 @@ def test_idle_finding_states_tracelab_idle_numbers(capsys):
             "step end" in found[0].text)
 
 
+@pytest.mark.slow
 def test_the_fix_carries_the_diagnosis_saving_once(capsys):
     """The CUDA-graphs fix (reports/fixes/host.py) and the idle finding get the same no-host-gaps
     saving: the fix alone is said, with that saving in place of its upper bound."""
@@ -55,10 +57,12 @@ def test_the_fix_carries_the_diagnosis_saving_once(capsys):
     assert "an upper bound" not in fix[0].text and "what if the host issued work" in fix[0].text
 
 
+@pytest.mark.slow
 def test_gpu_bound_capture_has_no_idle_finding():
     assert not [f for f in _found("idle-1gpu-large-torch") if f.section == "idle"]
 
 
+@pytest.mark.slow
 def test_roofline_finding_names_the_row_losing_most(capsys):
     found = [f for f in _found("decode-1b-1gpu-torch") if f.section == "roofline"]
     rows = _json(capsys, "roofline", str(DATA / "decode-1b-1gpu-torch"), "--top", "0")["rows"]
@@ -68,11 +72,13 @@ def test_roofline_finding_names_the_row_losing_most(capsys):
     assert f"loses {top['lost_ns'] / 1e6:,.3f} ms to its roofline" in found[0].text
 
 
+@pytest.mark.slow
 def test_no_roofline_finding_without_a_device_or_work():
     assert not [f for f in _found("train-cpu-torch") if f.section == "roofline"]  # CPU: no roof
     assert not [f for f in _found("decode-1gpu-proton") if f.section == "roofline"]  # no proton metrics there
 
 
+@pytest.mark.slow
 def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     """The fp32-GEMM fix carries its own what-if, the same saving `tracelab whatif --scenario
     scale:...` predicts: those kernels scaled to the TF32 roof's time where the trace gives their
@@ -95,6 +101,7 @@ def test_the_tf32_fix_says_what_the_step_would_gain(capsys):
     assert 0 <= found[0].at_stake_ns < graphs[0].at_stake_ns
 
 
+@pytest.mark.slow
 def test_the_run_under_none_is_the_step_without_the_profiler_for_every_command(capsys):
     """With the same job's run under backend none beside it (and no step of its own measured with
     the profiler off), that run's median step (from its run.json) is the step without the profiler:
@@ -125,6 +132,7 @@ def test_the_run_under_none_is_the_step_without_the_profiler_for_every_command(c
     assert "backend none" not in alone.text and alone.values.get("unprofiled_run") is None
 
 
+@slow_after(1)
 @pytest.mark.parametrize("command", [  # one reading rule: steps and whatif again under -m slow
     "breakdown", pytest.param("steps", marks=pytest.mark.slow), "idle", pytest.param("whatif", marks=pytest.mark.slow)])
 def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
@@ -135,6 +143,7 @@ def test_a_run_folder_under_none_is_taken_beside_traces(capsys, command):
     assert status == 2 and "no trace files" in err
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", ["decode-2gpu-torch", "train-1gpu-steps-nsys"])
 def test_a_saving_the_replay_does_not_see_is_said_as_none(folder):
     """A finding whose what-if moves no step (under 0.5% of it) says "nothing to gain now" and
@@ -206,6 +215,7 @@ def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
     assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance"
 
 
+@pytest.mark.slow
 def test_exposed_communication_without_steps_says_the_wait():
     """decode-2gpu-nsys has no steps: rank 1's 'exposed communication' (60.6 ms of its 66.6 ms
     span) was stated bare; it is mostly waiting at the first all-reduce for rank 0, whose trace
@@ -273,6 +283,7 @@ def _printed_findings(out: str) -> list[str]:
     return [item.split(". ", 1)[1] for item in items]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("command, section", [("roofline", "roofline"), ("idle", "idle")])
 def test_a_command_ends_on_its_sections_findings_in_the_report_s_words(capsys, command, section):
     """`tracelab roofline` ends on every finding the report proves in its roofline section (the

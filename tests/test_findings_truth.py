@@ -20,6 +20,7 @@ def _found(paths, sources=None):
     return Session.open(paths).findings(sources=sources)
 
 
+@pytest.mark.slow
 def test_a_collective_kernels_wait_is_no_difference_between_profilers():
     # one job under proton and torch: ncclDevKernel_AllReduce took 42.5 ms more under torch (its waits)
     runs = [DATA / "ddp-2gpu-equal-proton", DATA / "ddp-2gpu-equal-torch"]
@@ -56,6 +57,7 @@ def test_the_clock_line_says_whether_offsets_were_measured_or_estimated():
     assert estimated.startswith("clock: estimated from collective ends")
 
 
+@pytest.mark.slow
 def test_a_cpu_run_spending_its_time_in_communication_is_a_finding():
     """gloo on 2 CPU ranks: the share of rank 0's span with a collective in flight, the union of
     its communication operators' intervals over its threads (the caller's call and gloo's own

@@ -20,7 +20,7 @@ from tracelab.reports.findings import findings as F
 from tracelab.reports.findings.finding import CODES
 from tracelab.reports.fixes.host import graphs_findings
 
-from helpers import stake_ns
+from helpers import stake_ns, slow_after
 
 DATA = Path(__file__).parent / "data"
 SMALL, TRAIN = DATA / "idle-1gpu-small-torch", DATA / "train-1gpu-steps-torch"  # two host-bound runs
@@ -47,6 +47,7 @@ def beside() -> list[F.Finding]:
     return _found([SMALL, TRAIN], HOST)
 
 
+@pytest.mark.slow
 def test_a_runs_saving_beside_another_run_is_its_whatif_saving(beside):
     """Beside another run, each run's host finding states the replay's saving as `tracelab whatif`
     gives it for that run alone, not the upper bound it said before (the idle before and during
@@ -60,6 +61,7 @@ def test_a_runs_saving_beside_another_run_is_its_whatif_saving(beside):
         assert "upper bound" not in f.text and "at most" not in f.text and "bound_ns" not in f.values
 
 
+@pytest.mark.slow
 def test_a_run_says_the_same_alone_and_beside_another(beside):
     for run in (SMALL, TRAIN):
         (alone,) = _found([run], HOST)
@@ -162,6 +164,7 @@ TABLE = [  # (inputs, a code they must give): a finding of every kind of source,
 ]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("paths, code", [
     pytest.param(p, c, id=f"{p[0].name}-{c}", marks=[pytest.mark.slow] if c in SLOW_CODES else []) for p, c in TABLE])
 def test_every_finding_has_a_code_and_json_values(paths, code):
@@ -175,6 +178,7 @@ def test_every_finding_has_a_code_and_json_values(paths, code):
             assert f.values["rank"] == f.evidence["rank"]
 
 
+@pytest.mark.slow
 def test_the_report_carries_the_findings_as_json(tmp_path):
     """The report's findings block: the sentences on the page and, for programs, the same findings'
     code, values and text."""

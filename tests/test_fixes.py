@@ -12,7 +12,7 @@ import pytest
 from tracelab.ingest.session import Session
 from tracelab.reports import fmt
 
-from helpers import DATA, shared_trace
+from helpers import DATA, shared_trace, slow_after
 
 SIMT = re.compile(r"sgemm|simt|_ffma_", re.IGNORECASE)
 GEMV = re.compile(r"gemv", re.IGNORECASE)
@@ -52,6 +52,7 @@ def _gpu_busy_share(path) -> float:
     return sum(e["dur"] for e in inside) / (end_us - start_us)
 
 
+@pytest.mark.slow
 def test_fp32_simt_gemms_off_the_path_get_no_tf32_advice():
     """A host-bound step (its GPU busy a small share of the time): faster GEMMs save nothing, so
     neither TF32 nor bf16 autocast (which adds host work) is offered; the host's time is named."""
@@ -68,6 +69,7 @@ def test_fp32_simt_gemms_off_the_path_get_no_tf32_advice():
     assert "not on the step's path" in found.text and "host's time per step is what to cut" in found.text
 
 
+@pytest.mark.slow
 def test_fp32_simt_gemms_on_the_path_name_tf32():
     """A GPU-bound trace whose fp32 GEMMs are on the path: the fix, with its what-if's saving."""
     folder = DATA / "roofline-1gpu-torch"
@@ -120,6 +122,7 @@ def test_tf32_roof_from_the_trace_s_flops():
     assert f"would take {fmt.duration(flops / 494.7e3)}" in found[0].text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", [  # every finding of a capture each: the other two the rule again, under -m slow
     "train-small-1gpu-torch", *(pytest.param(f, marks=pytest.mark.slow) for f in ("decode-1b-1gpu-torch", "idle-1gpu-large-torch"))])
 def test_no_tf32_finding_without_fp32_simt_gemms(folder):
@@ -127,6 +130,7 @@ def test_no_tf32_finding_without_fp32_simt_gemms(folder):
     assert not _by_fix(_found(DATA / folder), "CUDA cores")
 
 
+@pytest.mark.slow
 def test_no_tf32_finding_on_cpu_operators():
     assert not _by_fix(_found(DATA / "train-cpu-torch"), "CUDA cores")
 
@@ -147,6 +151,7 @@ def test_unaligned_tensor_core_gemms_name_padding():
     assert found[0].evidence["unaligned_ns"] == _kernel_ns(path, TENSOR_CORE_ALIGN1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", [  # every finding of a capture each: the other two the rule again, under -m slow
     "roofline-1gpu-torch", *(pytest.param(f, marks=pytest.mark.slow) for f in ("train-1gpu-steps-torch", "idle-1gpu-small-torch"))])
 def test_simt_align1_kernels_are_no_alignment_finding(folder):
@@ -209,6 +214,7 @@ def test_waiting_for_a_late_rank_is_no_bucket_finding():
     assert not _ddp_found(late)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["ddp-2gpu-equal-torch",
                                     *(pytest.param(f, marks=pytest.mark.slow)  # every finding of a job each: the rule, again
                                       for f in ("tp-2gpu-late-torch", "ddp-2gpu-late-nsys", "train-2gpu-torch"))])
@@ -218,6 +224,7 @@ def test_no_ddp_finding_where_the_exposure_is_waiting(folder):
     assert not _by_fix(_found(DATA / folder), "gradient all-reduce")
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_no_ddp_finding_from_one_rank_of_the_job():
     """HTA's rank 0 of 2, DDP with 5 buckets per step, 84% exposed: how much is waiting for rank
@@ -245,6 +252,7 @@ def _short_kernels(path) -> tuple[int, int]:
                            for k in alone)
 
 
+@pytest.mark.slow
 def test_host_bound_short_kernels_name_cuda_graphs(capsys):
     from helpers import run_cli_output
     folder = DATA / "idle-1gpu-small-torch"
@@ -267,11 +275,13 @@ def test_host_bound_short_kernels_name_cuda_graphs(capsys):
     assert e["bound_text"] not in found[0].text and "what if the host issued work as fast" in found[0].text
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", ["idle-1gpu-large-torch", "idle-1gpu-large-nsys", "decode-1gpu-proton"])
 def test_no_graphs_finding_on_gpu_bound_or_untimed_steps(folder):
     assert not _by_fix(_found(DATA / folder), "reduce-overhead")
 
 
+@pytest.mark.slow
 def test_replayed_kernels_are_not_counted_as_launched_one_by_one():
     """graph-1gpu-torch: each step replays a 20-kernel graph (one cudaGraphLaunch) beside its eager
     run: the replayed kernels share their launch call and stay out of the short-kernel count."""
@@ -312,6 +322,7 @@ def test_odd_gemm_shape_names_the_dimension_and_its_padding(tmp_path):
     assert "N = 8,190 -> 8,192" in found[0].text
 
 
+@pytest.mark.slow
 def test_even_gemm_shapes_are_no_finding(tmp_path):
     run, _ = _odd_copy(tmp_path, 8192 - 64)  # a multiple of 8: aligned
     assert not _by_fix(_found(run), "no multiple of 16 bytes")

@@ -49,6 +49,7 @@ def test_sizes_rates_counts():
     assert fmt.count(np.int64(1_234_567)) == "1,234,567"
 
 
+@pytest.mark.slow
 def test_no_module_keeps_its_own_duration_formatter():
     """The six private _ms/_us formatters are gone; a new one would bring a fifth format back."""
     own = []
@@ -71,6 +72,7 @@ def test_flop_is_an_amount_of_work():
     assert fmt.flop(1.234e12) == "1.23 TFLOP" and fmt.flop(12_345_000_000) == "12.35 GFLOP"
 
 
+@pytest.mark.slow
 def test_no_module_keeps_its_own_size_or_work_formatter():
     """memory's gib and the fixes' _flop moved into fmt; text in MiB is fmt.binary_size's."""
     own = []

@@ -23,7 +23,7 @@ from tracelab.reports.gate.samples import RunSamples
 from tracelab.reports.gate.thresholds import thresholds
 from tracelab.reports.gate.verdict import TOO_FEW, WITHIN, Thresholds, gate
 
-from helpers import run_cli, run_cli_output, strict_json
+from helpers import run_cli, run_cli_output, strict_json, slow_after
 
 DATA = Path(__file__).parent / "data"
 EQUAL, LATE = DATA / "ddp-2gpu-equal-torch", DATA / "ddp-2gpu-late-torch"
@@ -72,6 +72,7 @@ def _raw_kernels(path: Path) -> tuple[Counter, Counter]:
     return count, extra_ns
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", [EQUAL, MEM_EQUAL])
 def test_the_same_run_on_both_sides_passes_with_no_change(runs, folder):
     doc = _doc(runs, folder, folder)
@@ -93,6 +94,7 @@ def test_a_late_rank_fails_the_gate_named_with_its_extra_work(runs):
     assert extra["share"] > 0.95
 
 
+@pytest.mark.slow
 def test_launches_per_step_are_the_raw_kernels_of_both_ranks(runs):
     doc = _doc(runs, EQUAL, LATE)
     for side, folder in (("baseline", EQUAL), ("candidate", LATE)):
@@ -102,6 +104,7 @@ def test_launches_per_step_are_the_raw_kernels_of_both_ranks(runs):
         assert _metric(doc, "launches")[side] == np.median(list(per_step.values()))
 
 
+@pytest.mark.slow
 def test_a_rank_holding_more_memory_fails_named_with_what_was_live(runs):
     doc = _doc(runs, MEM_EQUAL, MEM_MORE)
     peak = _metric(doc, "peak_allocated")
@@ -129,6 +132,7 @@ def _raw_above_start(path: Path) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_the_peak_above_the_steps_start_is_what_the_step_itself_allocates(runs):
     """The trace's own allocated total climbs over the steps (frees it does not see count as held);
     the peak above each step's start does not: the 16 MiB held through each step on rank 1, exactly."""

@@ -147,6 +147,7 @@ def test_metrics_that_can_be_zero_are_judged_on_their_own_scale(values):
     assert m.verdict == WITHIN and not m.regression
 
 
+@pytest.mark.slow
 def test_a_report_of_one_run_never_imports_scipy_stats():
     """The report resolves every topic's section, the gate's among them; scipy.stats (~1.4 s of
     CPU a command) is imported only where a gate is judged: then the test above still holds."""

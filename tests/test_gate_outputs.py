@@ -51,6 +51,7 @@ def _shape(root: ET.Element) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_junit_carries_only_what_pytests_own_junit_xml_carries(pytest_junit):
     ours = ET.fromstring(RENDERERS["junit"](_gate()).encode())
     reference = _shape(pytest_junit)

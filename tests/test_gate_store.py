@@ -46,6 +46,7 @@ def _numbers(doc: dict) -> list[tuple]:
     return [(m["metric"], m["baseline"], m["candidate"], m["verdict"]) for m in doc["metrics"]]
 
 
+@pytest.mark.slow
 def test_an_accepted_run_is_what_the_named_baseline_reads(capsys, store):
     version = _accept(capsys, store, "main", NONE_RUN)
     status, stored = _gate_json(capsys, "baseline:main", str(NONE_RUN), "--baseline-store", store)

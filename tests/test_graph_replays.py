@@ -143,6 +143,7 @@ def test_kineto_replay_on_two_streams_is_flagged(tmp_path):
                                      "capture's launches in start order, which may swap concurrent branches"]
 
 
+@pytest.mark.slow
 def test_cli_prints_the_note_after_the_output(capsys):
     from helpers import run_cli_output
 

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tracelab
-from helpers import strict_json
+from helpers import strict_json, slow_after
 from tracelab.ingest import cache
 from tracelab.core import classify, schema
 from tracelab.cli import app
@@ -144,6 +144,7 @@ def results() -> dict:
     return out
 
 
+@slow_after(1)
 @pytest.mark.parametrize("size,source", list(CAPTURES))
 def test_each_cause_equals_a_plain_walk_of_the_raw_trace(results, size: str, source: str) -> None:
     steps = results[size, source].steps.set_index("step")
@@ -296,6 +297,7 @@ def test_json_is_strict_and_steps_json_carries_the_idle_columns() -> None:
                                                                        for c in (*I.CAUSES, "idle_ns", "bound")}
 
 
+@pytest.mark.slow
 def test_proton_says_it_records_no_launches_in_one_line() -> None:
     result = CliRunner().invoke(app, ["idle", str(DATA / "decode-1gpu-proton"), "--format", "json"])
     doc = strict_json(result.stdout)
@@ -341,6 +343,7 @@ def test_the_host_frame_survives_the_cache(tmp_path: Path, monkeypatch) -> None:
     pd.testing.assert_frame_equal(first.events, again.events)
 
 
+@pytest.mark.slow
 def test_the_report_draws_busy_then_each_cause_per_step(results, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     result = CliRunner().invoke(app, ["report", str(DATA / "idle-1gpu-small-torch"), "-o", str(out)])
@@ -449,6 +452,7 @@ def test_launch_cpu_is_each_launch_call_once_on_a_graph_capture() -> None:
     assert row["launch_cpu_ns"] == pytest.approx(sum(round(e["dur"] * 1000) for e in calls), abs=len(calls))
 
 
+@pytest.mark.slow
 def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() -> None:
     """tp-2gpu-late-torch's rank 0, alone, waits ~10.7 ms per token for its late peer inside NCCL,
     66 us compute. It was called gpu-bound. Its collectives' wait edges now explain that delay
@@ -473,6 +477,7 @@ def test_a_rank_whose_path_is_mostly_unexplained_gaps_is_not_called_gpu_bound() 
             assert set(by_step.values()) == {"communication"} and (path["wait_ns"] > 100 * path["compute_ns"]).all()
 
 
+@pytest.mark.slow
 def test_a_step_range_that_holds_no_launch_is_not_called_absent(capsys):
     """HTA's triton_example has a ProfilerStep#1 range (read from the file) on a thread other than the
     one that launched its one kernel: 'no range matches the step pattern' was false; it says the

@@ -44,6 +44,7 @@ def _int_or_minus_one(value):
     return value if type(value) is int else -1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("by_runs", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["runs", "split"])
 def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypatch):
     monkeypatch.setattr("tracelab.parsers._kineto_json.RUN_BYTES", 50_000)

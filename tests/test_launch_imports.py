@@ -37,6 +37,7 @@ print(json.dumps({"held": held, "torch_free_rule": machine.visible_gpus() is not
 """
 
 
+@pytest.mark.slow
 def test_planning_every_workload_imports_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", PLAN_ALL, str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)

@@ -28,6 +28,7 @@ def profile():
     return tracelab.load(shared_trace(PATH))
 
 
+@pytest.mark.slow
 def test_operator_step_ranges_are_steps(raw, profile):
     steps = sorted(int(m.group(1)) for e in raw["traceEvents"]
                    if e.get("cat") == "Operator" and (m := re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", ""))))

@@ -22,7 +22,7 @@ from tracelab.core.errors import TracelabError, TraceFormatError
 from tracelab.reports.memory import across, memory as analysis
 from tracelab.reports.memory.memory_text import JSON_STEP_KEYS
 
-from helpers import (memory_digest, memory_snapshot, memory_steps, nsys_with_memory, run_cli, run_cli_output,
+from helpers import (slow_after, memory_digest, memory_snapshot, memory_steps, nsys_with_memory, run_cli, run_cli_output,
                      strict_json)
 
 DATA = Path(__file__).parent / "data"
@@ -64,6 +64,7 @@ def _live_at(memory: list[dict], peak_bytes: int) -> int:
     raise AssertionError("peak not reached")
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", [IMBALANCED, EQUAL])
 def test_memory_frame_holds_every_memory_event(folder):
     for rank in (0, 1):
@@ -107,6 +108,7 @@ def test_live_at_the_peak_against_a_replay():
     assert top.loc[top["by"] == "before_trace", "bytes"].item() == 0  # CPU totals count the profiled window only
 
 
+@pytest.mark.slow
 def test_imbalance_found_where_one_rank_holds_more_and_not_on_its_twin(capsys):
     status, out, _ = run_cli_output(capsys, "memory", str(IMBALANCED))
     assert status == 0 and "rank 1 peaks at 26.77 MiB of memory, 149% above the other ranks' median" in out
@@ -120,6 +122,7 @@ def test_every_command_ends_on_the_memory_finding(capsys):
     assert status == 0 and "rank 1 peaks at 26.77 MiB" in out
 
 
+@pytest.mark.slow
 def test_compare_of_two_runs_peaks(capsys):
     status, out, _ = run_cli_output(capsys, "memory", str(EQUAL), str(IMBALANCED), "--format", "csv")
     assert status == 0
@@ -166,6 +169,7 @@ def test_cache_keeps_the_memory_frame(tmp_path, monkeypatch):
     schema.validate_memory(cached)
 
 
+@pytest.mark.slow
 def test_traces_without_memory_say_so(capsys):
     status, out, _ = run_cli_output(capsys, "memory", str(DATA / "ddp-2gpu-equal-proton"))
     assert status == 0 and "proton records no memory events" in out
@@ -193,6 +197,7 @@ NSYS_ROWS = [(-5_000, 0x1000, 2**30, 2, 0),  # before the capture: weights' segm
              (2_000, 0x5000, 512 * 2**20, 2, 0), (3_000, 0x6000, 64 * 2**20, 2, 0), (4_000, 0x5000, 512 * 2**20, 2, 1)]
 
 
+@pytest.mark.slow
 def test_nsys_memory_is_reserved_only(tmp_path, capsys):
     path = nsys_with_memory(tmp_path, NSYS_ROWS)
     mem = tracelab.load(path).memory
@@ -347,6 +352,7 @@ def test_no_memory_events_prints_the_note_not_empty_tables(capsys):
     assert lines.startswith("note: ") and "no memory events in the trace" in lines and "peak per rank" not in lines
 
 
+@pytest.mark.slow
 def test_reserved_over_allocated_claims_the_excess_not_that_it_is_unusable(capsys):
     """Kineto's totals say how much is reserved and not allocated, not whether a later request fits
     those cached blocks: the finding states the excess, recomputed here from the JSON's CUDA samples

@@ -18,6 +18,7 @@ from tracelab.reports.align import align as compare
 from tracelab.reports.html import html
 from tracelab.reports.compare import compare_text as text
 from tracelab.reports.timeline import intervals as timeline
+from helpers import slow_after
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS = [pytest.param("train-2gpu-torch", marks=pytest.mark.slow), "train-2gpu-proton",
@@ -44,6 +45,7 @@ def test_the_analyses_warn_nothing(run: str) -> None:
 
 # Every test runs under filterwarnings=error (pyproject), so the other groupings' commands are
 # checked by their own tests as well; here they run under -m slow.
+@slow_after(1)
 @pytest.mark.parametrize("command", [["breakdown"], pytest.param(["breakdown", "--by", "op_class"], marks=pytest.mark.slow),
                                      pytest.param(["breakdown", "--by", "scope"], marks=pytest.mark.slow),
                                      ["compare", "--format", "json"]])

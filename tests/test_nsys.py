@@ -187,6 +187,7 @@ def test_correlation_ids_are_joined_per_process(parsed) -> None:
         assert row["scope"].tolist() == [""]
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_ranks_by_process_order_and_override() -> None:
     path = shared_trace("nsys-ai/mfu_2gpu_before.sqlite")
@@ -202,6 +203,7 @@ def test_ranks_by_process_order_and_override() -> None:
         nsys.read(path, ranks={pids[0]: 0})
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_a_file_of_two_processes_is_two_ranks() -> None:
     """load() is one rank: it refuses a two-process file and names load_many, which gives one
@@ -231,6 +233,7 @@ def test_read_returns_a_list_for_one_process_too() -> None:
     assert tracelab.load(path, rank=4).events["rank"].unique().tolist() == [4]
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_meta() -> None:
     mock = nsys.read(shared_trace("nsys-ai/mock.sqlite"))[0].meta
@@ -246,6 +249,7 @@ def test_meta() -> None:
     assert utc_start < h100.trace_start_epoch_ns < utc_start + 295_659 * 10**6
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_memcpy_names() -> None:
     profile = nsys.read(shared_trace("nsys-ai/h100_2gpu_1s.sqlite"))[0]

@@ -161,6 +161,7 @@ def _longest_name(path: Path) -> int:
     return max(len(e.get("name", "")) for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
 
 
+@pytest.mark.slow
 @pytest.mark.pool
 @pytest.mark.parametrize("inputs, workers, ranks", [
     ([RANK0], 1, 1),
@@ -216,6 +217,7 @@ def _entries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob("*") if p.is_dir()) if folder.exists() else []
 
 
+@pytest.mark.slow
 def test_cache_settings_given_win(settled_run, tmp_path, monkeypatch):
     env_dir, mine = tmp_path / "env-cache", tmp_path / "my-cache"
     monkeypatch.setenv("TRACELAB_CACHE_DIR", str(env_dir))

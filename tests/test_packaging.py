@@ -38,6 +38,7 @@ def _editable_root() -> subprocess.CompletedProcess:
                    "print(type(tracelab) is types.ModuleType, tracelab.__path__)", cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_subpackages_import_from_the_checkout_root_through_the_editable_install():
     done = _editable_root()
     assert done.returncode == 0, done.stderr
@@ -54,6 +55,7 @@ def test_the_checkouts_tracelab_folder_links_each_subpackage():
         assert link.resolve() == ROOT / name
 
 
+@pytest.mark.slow
 def test_subpackages_import_from_the_checkout_root_without_the_editable_finder():
     """What a plain `pip install .` leaves a user at the checkout's root: ./tracelab alone."""
     done = _python(WITHOUT_EDITABLE_FINDER + "; " + IMPORTS + "; import tracelab.reports.ranks; "

@@ -74,6 +74,7 @@ def test_names_index_and_per_name_match_the_dict_way():
     assert name_mask(Names(), verdict).dtype == bool and not len(name_mask([], verdict))
 
 
+@pytest.mark.slow
 def test_main_threads_is_the_groupby():
     def groupby_way(pid, tid, dur_ns):
         total = pd.DataFrame({"pid": pid, "tid": tid, "dur_ns": np.asarray(dur_ns, dtype=np.float64)}).groupby(

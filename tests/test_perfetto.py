@@ -26,7 +26,7 @@ from tracelab.reports.html import slices
 from tracelab.reports.ranks import Input
 from tracelab.core.schema import coerce
 
-from helpers import format_errors, run_cli_output, shared_trace
+from helpers import format_errors, run_cli_output, shared_trace, slow_after
 
 DATA = Path(__file__).resolve().parent / "data"
 KINETO_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -114,6 +114,7 @@ def test_nsys_pair_counts_per_rank_and_kind(folder):
     assert _counts(doc) == want
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_two_process_nsys_file_counts_per_rank_and_kind():
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
@@ -191,6 +192,7 @@ def test_timestamps_grow_along_each_stream():
 # ---- several runs, ranks, window, steps, proton, overlapping kernels ------------------------
 
 
+@pytest.mark.slow
 def test_several_runs_get_their_own_processes_and_clocks():
     doc = _export([DATA / "train-2gpu-torch", DATA / "train-2gpu-nsys", DATA / "train-2gpu-proton"])
     meta = doc["otherData"]["tracelab"]
@@ -253,6 +255,7 @@ def test_steps_become_slices_and_select():
         perfetto.trace([_synthetic(0, [0], [5])], steps={1})
 
 
+@pytest.mark.slow
 def test_real_steps_become_slices_and_select():
     """HTA's sampled ranks hold ProfilerStep#551 and #552: a step's slice spans its kernels
     and --steps 552 keeps exactly the rows of step 552."""
@@ -412,6 +415,7 @@ def two_runs() -> list[Input]:
     return label_inputs(paths, [load_many([p]) for p in paths])
 
 
+@slow_after(1)
 @pytest.mark.parametrize("pick", [{}, {"ranks": {1}}, {"window_ns": (0, 20_000_000)}])
 def test_the_streamed_json_is_the_trace_dict(two_runs, pick):
     """write_json hands the trace to its sink rank by rank; joined, it is trace()'s dict."""

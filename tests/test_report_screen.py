@@ -97,6 +97,7 @@ def _trace_notes(path: Path) -> list[str]:
     return [n.text for n in tracelab.load(str(path)).meta.notes]
 
 
+@pytest.mark.slow
 def test_first_screen_order(decode_page):
     body = decode_page[:decode_page.index('<script type="application/json" id="tracelab-figures">')]
     order = ['class="runline"', 'id="notes"', 'id="findings"', '<div class="plot"', 'id="runs"', 'id="run-json"']

@@ -131,6 +131,7 @@ def decode3() -> list[Input]:
     return Session.open(paths, keep_events=True).inputs
 
 
+@pytest.mark.slow
 def test_heatmap_colours_each_row_by_its_largest(decode3):
     events = figures.labelled_events(decode3)
     made = side_by_side.kernel_heatmap(events)
@@ -188,6 +189,7 @@ def test_proton_scope_tree_matches_the_hatchet_file(decode3):
                      rf'<span class="v">{calls:,}</span>.*?<span class="s"[^>]*>decode_one_token</span>', rendered)
 
 
+@pytest.mark.slow
 def test_report_has_scope_trees_a_diff_and_a_timestamps_note(tmp_path):
     text = _report([DATA / "decode-2gpu-proton" / "rank0.hatchet", DATA / "decode-2gpu-proton" / "rank1.hatchet"],
                    tmp_path)
@@ -376,6 +378,7 @@ def test_top_table_names_the_slowest_only_beyond_noise(decode3):
     assert 0 < named < len(top)
 
 
+@pytest.mark.slow
 def test_report_cli_perfetto_flag(tmp_path):
     from typer.testing import CliRunner
 

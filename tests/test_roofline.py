@@ -138,6 +138,7 @@ def test_proton_scope_metrics_spread_over_the_scope_kernels():
     assert set(events.loc[events["scope"] == "gemm_square_bf16", "dtype"]) == {"16-bit"}
 
 
+@pytest.mark.slow
 def test_decode_gb_s_from_the_trace_agrees_with_the_workload():
     """gpt-fast's 'bandwidth achieved' (weights x tokens/s) against bytes / token span from the trace."""
     folder = DATA / "decode-1b-1gpu-torch"
@@ -150,6 +151,7 @@ def test_decode_gb_s_from_the_trace_agrees_with_the_workload():
         assert token.loc[token["op_class"] == "gemm", "bytes"].sum() == pytest.approx(results["weight_bytes"], rel=0.01)
 
 
+@pytest.mark.slow
 def test_train_flops_from_the_trace_agree_with_the_workload_mfu():
     folder = DATA / "train-small-1gpu-torch"
     row = json.loads((folder / "run.json").read_text())["results"]["0"]["rows"][0]
@@ -385,6 +387,7 @@ def test_a_cpu_only_trace_says_so_with_its_rank(capsys):
     assert strict_json(out)["coverage"] == [{"rank": 34, "gpu_ns": 0, "known_ns": 0}]
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_an_a100_whose_name_gives_no_size_is_told_by_its_memory():
     """HTA's NCCL trace ran on 'NVIDIA A100-PG509-200' with 42,297,524,224 bytes (read from its

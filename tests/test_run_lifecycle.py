@@ -41,6 +41,7 @@ def _tracelab_without_torch(tmp_path: Path, *args: str) -> tuple[subprocess.Comp
     return done, time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_without_torch_run_is_one_line(tmp_path):
     done, _ = _tracelab_without_torch(tmp_path, "run", "decode", "--ranks", "2", "--out", str(tmp_path / "runs"))
     assert done.returncode == 2, done.stderr
@@ -84,6 +85,7 @@ def test_bad_options_are_refused_before_torch_is_imported(tmp_path, monkeypatch,
     assert time.perf_counter() - t0 < 0.5 and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_bad_option_from_the_command_line_is_one_line(tmp_path):
     done, _ = _tracelab_without_torch(tmp_path, "run", "decode", "--ranks", "0")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "at least 1, not 0" in done.stderr

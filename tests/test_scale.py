@@ -17,6 +17,7 @@ import pytest
 from tracelab.parsers import chrome
 from tracelab.reports import ranks as session
 from tracelab.core.schema import OnEvents
+from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -68,6 +69,7 @@ def test_a_ts_that_is_no_number_still_names_the_event(tmp_path):
         chrome.read(path)
 
 
+@pytest.mark.slow
 def test_import_tracelab_and_the_cli_leave_pandas_unimported():
     code = ("import sys, tracelab, tracelab.cli, tracelab.cli.terminal; print(sorted(m for m in ('pandas', 'numpy') "
             "if m in sys.modules)); print(tracelab.load.__module__, tracelab.COLUMNS['rank'])")
@@ -99,12 +101,14 @@ def test_the_cache_threshold_applies_to_a_gzip_files_inflated_size(tmp_path, mon
         assert (cache.key(plain, chrome.__file__) is not None) == cached, limit
 
 
+@pytest.mark.slow
 def test_tracelab_load_stays_the_function_once_its_module_is_imported():
     code = ("import tracelab, tracelab.ingest.loading, tracelab.cli; from tracelab.ingest.loading import expand; "
             "print(callable(tracelab.load), tracelab.load is tracelab.ingest.loading.load)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True True\n"
 
 
+@pytest.mark.slow
 def test_per_rank_summaries_computed_in_the_workers_equal_the_parents():
     import tracelab
     from tracelab.reports.align import align as compare
@@ -194,6 +198,7 @@ def test_start_ns_exact_when_chunks_differ(tmp_path, monkeypatch, case):
     assert got.astype("int64").tolist() == _decimal_ns(texts)
 
 
+@pytest.mark.slow
 def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypatch):
     import tracelab
     from tracelab.reports.align import align as compare
@@ -218,6 +223,7 @@ def test_the_report_analyses_who_waits_once_per_run_and_shows_the_same(monkeypat
     assert reused == again and "straggler: rank 1" in "".join(reused[0])
 
 
+@pytest.mark.slow
 def test_collective_skew_from_the_workers_comm_rows_equals_the_whole_frames():
     import pandas as pd
 
@@ -242,6 +248,7 @@ _STACKED_FOLDERS = ["train-2gpu-torch", "decode-2gpu-nsys", "decode-2gpu-proton"
 _STACKED_BY = [("kernel", 5), ("op_class", None), ("scope", 3), ("step", None)]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder,by,top", [  # each folder and each --by once in the default run, every pair in the slow one
     pytest.param(folder, by, top, marks=() if i == j else pytest.mark.slow)
     for i, folder in enumerate(_STACKED_FOLDERS) for j, (by, top) in enumerate(_STACKED_BY)])
@@ -257,6 +264,7 @@ def test_breakdown_stacked_from_the_workers_equals_the_whole_frames(folder, by, 
     assert B.stacked(reduced, "summary").equals(B.summary(whole))
 
 
+@pytest.mark.slow
 def test_n_ranks_made_from_one_give_n_times_its_breakdown(tmp_path):
     """benchmarks/make_ranks.py copies a real rank to N ranks (distributedInfo rewritten); the
     stacked per-rank breakdown of the N is one rank's, N times, each under its own rank."""
@@ -286,6 +294,7 @@ def _classified(events):
     return classify.classified(events)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", ["gloo-2cpu-late", "ddp-2gpu-late-nsys",  # Kineto's CPU ranks, nsys's GPU ranks
                                     *(pytest.param(f, marks=pytest.mark.slow)  # a worker pool each: the rule, again
                                       for f in ("train-2gpu-torch", "decode-2gpu-nsys", "tp-2gpu-late-torch"))])

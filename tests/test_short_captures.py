@@ -77,6 +77,7 @@ NOT_LATE = [("ddp-2gpu-equal-nsys", 3)] + [pytest.param(name, n, marks=SLOW) for
     "gloo-2cpu-equal", "gloo-2cpu-alternating"] for n in (3, 5) if (name, n) != ("ddp-2gpu-equal-nsys", 3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, first, n", LATE)
 def test_late_rank_named_on_three_and_five_steps(name, first, n):
     """The ddp captures' step 0 is their start-up (rank 1 began 54 ms late under nsys; under torch
@@ -95,6 +96,7 @@ def test_late_rank_named_on_three_and_five_steps(name, first, n):
     assert float(m.group(5).replace(",", "")) == pytest.approx(want, rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, n", NOT_LATE)
 def test_equal_and_alternating_are_not_named(name, n):
     events = _capture(name)
@@ -104,6 +106,7 @@ def test_equal_and_alternating_are_not_named(name, n):
         assert w.verdict["pattern"] != "straggler", (first, w.line)
 
 
+@pytest.mark.slow
 def test_the_issues_case_thirty_ms_late_in_three_steps(monkeypatch):
     """Our decode's rank 0 as two ranks of equal work, 3 steps, rank 1 made 2 ms late before each
     all-reduce of the step with 3 us of jitter on both: the old rule could not name anyone on

@@ -24,7 +24,7 @@ from tracelab.reports.whatif.nodes import COLL, rank_graph
 from tracelab.reports.whatif.replay import measured, replay
 from tracelab.reports.whatif.scenarios import parse
 
-from helpers import host_rows, kernel_rows
+from helpers import host_rows, kernel_rows, slow_after
 
 DATA = Path(__file__).parent / "data"
 SYNC = "cudaStreamSynchronize"
@@ -58,6 +58,7 @@ def _graphs(folder: Path):
 # ---- found: real captures against their JSON ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder, rank", [  # the rule once by default (the stalled rank); the others under -m slow
     pytest.param("stall-2cpu-torch", 0, marks=pytest.mark.slow), ("stall-2cpu-torch", 1),
     pytest.param("stall-1cpu-torch", 0, marks=pytest.mark.slow)])
@@ -68,6 +69,7 @@ def test_a_cpu_traces_stalls_are_its_untraced_gaps(folder, rank):
     assert stalls["stall_ns"].to_numpy() / 1e3 == pytest.approx(_untraced_gaps_us(path), abs=0.01)
 
 
+@pytest.mark.slow
 def test_the_stalled_rank_stalls_its_sleep_every_step_after_its_forward():
     p = tracelab.load(DATA / "stall-2cpu-torch" / "rank1.pt.trace.json.gz")
     record = json.loads((DATA / "stall-2cpu-torch" / "rank1.results.json").read_text())
@@ -160,6 +162,7 @@ def test_no_host_stalls_launches_the_next_work_that_much_earlier():
     assert w.scenarios.set_index("name").loc["no-host-stalls", "predicted_ns"] == 1_000_068
 
 
+@pytest.mark.slow
 def test_removing_one_ranks_stalls_shortens_the_others_wait_at_the_collective():
     graphs, epochs, profiles = _graphs(DATA / "stall-2cpu-torch")
     g = join(graphs, epochs)
@@ -280,6 +283,7 @@ def test_overlap_comm_hides_ddps_all_reduce_not_a_tensor_parallel_layers(make, h
     assert any(n.code == "overlap_dependent" and "tensor parallelism" in n.text for n in w.notes) == (hidden_ns == 0)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name, dependent", [("decode-2gpu-torch", True), ("tp-2gpu-late-torch", True),
                                              ("ddp-2gpu-late-torch", False), ("ddp-2gpu-alternating-torch", False)])
 def test_tensor_parallel_all_reduces_are_dependent_and_ddps_are_not(name, dependent):

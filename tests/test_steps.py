@@ -160,6 +160,7 @@ def test_nsys_kernels_of_the_autograd_thread_nest_in_the_main_threads_ranges(pat
     assert k["scope"].str.startswith("backward").sum() > 100
 
 
+@pytest.mark.slow
 def test_two_step_patterns_in_one_process_do_not_interfere(tmp_path, monkeypatch) -> None:
     """Options travel as values (tracelab/options.py): one trace loaded with two patterns, one
     after the other, through the Parquet cache and through worker processes, numbers its steps

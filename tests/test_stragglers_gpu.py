@@ -19,6 +19,7 @@ import pytest
 
 import tracelab
 from tracelab.reports.timeline.waits import analyse, straggler_json
+from helpers import slow_after
 
 DATA = Path(__file__).resolve().parent / "data"
 NCCL = "ncclDevKernel_AllReduce"  # the one gradient all-reduce per step (the READMEs)
@@ -95,6 +96,7 @@ def test_per_step_wait_equals_the_raw_files(variant: str, source: str) -> None:
         assert got["gating_rank"] in (None, min(want, key=want.get))  # the last to arrive waits 0
 
 
+@slow_after(1)
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_late_rank_gates_because_of_its_extra_work(source: str) -> None:
     """Every step that rank 1 gates, it gates for its extra GPU work (the products, ~10.7 ms),
@@ -113,6 +115,7 @@ def test_late_rank_gates_because_of_its_extra_work(source: str) -> None:
     assert "more GPU work" in js["line"] and EXTRA in js["line"]
 
 
+@pytest.mark.slow
 def test_late_rank_beats_the_noise_by_how_late_it_is() -> None:
     """The lateness under torch, step by step from the raw JSON: rank 1 late by ms in 6 steps,
     rank 0 by fractions of a ms in 2; what the verdict rests on."""
@@ -121,6 +124,7 @@ def test_late_rank_beats_the_noise_by_how_late_it_is() -> None:
     assert min(x for x in late_ns if x > 0) > 0.5e6 > max(-x for x in late_ns if x < 0)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_alternating_steps_are_gated_by_the_rank_with_the_work(source: str) -> None:
     """The rank of the step's parity has the extra work; where it gates, the cause is that work."""
@@ -137,6 +141,7 @@ def test_alternating_is_said_under_nsys() -> None:
     assert js["pattern"] == "alternating" and js["alternation_p"] < 0.05
 
 
+@slow_after(1)
 @pytest.mark.parametrize("source", ["torch", "nsys"])
 def test_equal_work_is_never_blamed_on_gpu_work(source: str) -> None:
     """With equal work, a rank may still be late for its host (torch: rank 1 at all 8 steps,
@@ -160,6 +165,7 @@ def _nccl_ns(variant: str, source: str) -> dict[int, int]:
     return {int(r): int(t) for r, t in comm.groupby("rank")["dur_ns"].sum().items()}
 
 
+@slow_after(1)
 @pytest.mark.parametrize("variant, source", GRID)
 def test_nccl_kernel_time_holds_the_wait(variant: str, source: str) -> None:
     """What a waiting NCCL kernel's time means: the kernel starts, then spins until the peer
@@ -265,6 +271,7 @@ def _tp(variant: str, source: str):
     return w, straggler_json(w)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("variant", ["late", "alternating", "equal"])
 def test_tp_collectives_are_the_nccl_kernels_and_their_waits_equal_the_json(variant: str) -> None:
     """Only NCCL kernels are collectives (Inductor's `..._all_reduce_mm_...` kernels are

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from helpers import strict_json
+from helpers import strict_json, slow_after
 
 from tracelab.cli import app
 from tracelab.reports.jsonout import dumps, records
@@ -37,6 +37,7 @@ def test_the_parser_refuses_nan():
         strict_json('{"a": NaN}')
 
 
+@slow_after(1)
 @pytest.mark.parametrize("command, name", [
     # one-rank steps JSON is parsed strictly by test_one_rank_steps_has_no_multi_rank_lines too; breakdown's
     # by default on one rank of each profiler and on the CPU ranks, on the rest under -m slow
@@ -46,12 +47,14 @@ def test_json_is_strict(command, name):
     strict_json(_run(command, str(DATA / name)))
 
 
+@slow_after(1)
 @pytest.mark.parametrize("names", COMPARED, ids=lambda n: "+".join(n))
 def test_compare_json_is_strict(names):
     doc = strict_json(_run("compare", *(str(DATA / n) for n in names)))
     assert doc["rows"]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name", ONE_RANK)
 def test_one_rank_steps_has_no_multi_rank_lines(name):
     result = CliRunner().invoke(app, ["steps", str(DATA / name)])
@@ -61,6 +64,7 @@ def test_one_rank_steps_has_no_multi_rank_lines(name):
     assert doc["straggler"] is None and doc["waits_from_comm_time"] is None
 
 
+@pytest.mark.slow
 def test_two_rank_steps_keeps_them():
     result = CliRunner().invoke(app, ["steps", str(DATA / "ddp-2gpu-late-nsys")])
     assert "clock:" in result.stdout and "straggler" in result.stdout

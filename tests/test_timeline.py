@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import shared_trace
+from helpers import shared_trace, slow_after
 
 import tracelab
 from tracelab.core.schema import coerce
@@ -115,6 +115,7 @@ def _kineto_gpu(path: Path) -> list[dict]:
     return [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("rank", [0, 1])
 def test_hta_busy_and_overlap_against_sweep(rank):
     path = shared_trace(SAMPLED.format(rank=rank))

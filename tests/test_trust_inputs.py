@@ -51,6 +51,7 @@ def _dicts_bomb(n: int) -> bytes:
     return b"\x80\x02](" + b"}" * n + b"e."
 
 
+@pytest.mark.slow
 def test_a_dict_bomb_is_refused_while_unpickling(tmp_path, capsys):
     path = tmp_path / "rank0.memory.pickle"
     path.write_bytes(_dicts_bomb(3_000_000))
@@ -61,6 +62,7 @@ def test_a_dict_bomb_is_refused_while_unpickling(tmp_path, capsys):
     assert read < 3_000_000 // 10 and built > read / snapshot.MIN_BYTES_PER_CONTAINER  # stopped early, as said
 
 
+@pytest.mark.slow
 def test_a_real_sized_snapshot_is_not_a_bomb(tmp_path):
     """Frames of their own per action (no memo sharing), the densest honest layout: read."""
     actions = [{"action": "alloc", "addr": 512 * i, "size": 512, "time_us": i,
@@ -145,6 +147,7 @@ def test_a_backtracking_regex_is_stopped_in_its_budget():
         regexes.matches(re.compile(r"(a+)+$"), names, "--scenario", budget_s=0.2)
 
 
+@pytest.mark.slow
 def test_whatif_remove_with_a_group_prints_no_warning(capsys):
     status, _, err = m.run_cli_output(capsys, "whatif", str(SMALL), "--scenario", "remove:(gemm|gemv)")
     assert status == 0 and "warning" not in err, err
@@ -158,6 +161,7 @@ def _long_named(tmp_path: Path) -> Path:
     return m.kineto(rename)(tmp_path)
 
 
+@pytest.mark.slow
 def test_whatif_remove_of_a_catastrophic_regex_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(regexes, "BUDGET_S", 0.3)
     status, err = m.run_cli(capsys, "whatif", str(_long_named(tmp_path)), "--scenario", "remove:(a+)+$")

@@ -57,6 +57,7 @@ def test_a_capture_without_input_dims_has_no_kernel_work():
     assert len(kernels) and kernels["bytes"].isna().all() and kernels["flops"].isna().all()
 
 
+@pytest.mark.slow
 def test_the_roofline_says_how_to_record_the_missing_work_and_names_dtypes(capsys):
     from helpers import run_cli_output
     status, out, _ = run_cli_output(capsys, "roofline", str(DATA / "ddp-2gpu-late-torch"))

@@ -28,6 +28,7 @@ def _cats(doc: dict) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_cupti_profiler_ranges_are_noted_not_taken_for_no_gpu(capsys):
     path = shared_trace(CUPTI)
     n = _cats(json.loads(gzip.decompress(path.read_bytes())))["cuda_profiler_range"]  # 77, counted from the JSON

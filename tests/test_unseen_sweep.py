@@ -18,6 +18,7 @@ def _found(*paths) -> list:
     return Session.open(paths, keep_events=True).findings()
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_no_cuda_graph_advice_for_a_trace_of_two_kernels(capsys):
     """nsys-ai's mock.sqlite: 2 kernels, host-bound by 18 ms of launch idle (first-call set-up, not
@@ -38,6 +39,7 @@ def test_no_cuda_graph_advice_for_a_trace_of_two_kernels(capsys):
     assert any(n["code"] == "host_bound_hint" and "CUDA graph" in n["text"] for n in json.loads(out)["notes"])
 
 
+@pytest.mark.slow
 def test_a_lone_rank_file_among_runs_is_named_by_its_folder():
     """A file named rank0.pt.trace.json.gz beside a run folder was the run 'rank0', its findings
     'rank0: rank 0's GPU idles ...': the run read as a rank. Its folder now comes first."""
@@ -85,6 +87,7 @@ def test_a_whole_trace_window_starts_at_its_first_op_or_launch_not_a_sync_before
     assert w.steps["step_ns"].iloc[0] == int((ev["start_ns"] + ev["dur_ns"]).max()) - (sync_ns - 1000)
 
 
+@pytest.mark.slow
 def test_a_lone_step_is_not_measured_step_end_to_step_end():
     """A trace of one step (TraceLens's HF model traces hold ProfilerStep#6 only): its window has
     no previous step's end, so its saving is not 'per step, step end to step end'."""
@@ -99,6 +102,7 @@ def test_a_lone_step_is_not_measured_step_end_to_step_end():
     assert "its one 4.27 ms step, first traced call to last op's end" in one.text and "step end to step end" not in one.text
 
 
+@pytest.mark.slow
 def test_first_call_launches_are_no_cuda_graph_saving():
     """TraceLens's MI300X normalization test: 1,068 ms of GPU idle over the trace, 980 ms of it during
     launch calls, almost all in six first-call hipLaunchKernels of 111-332 ms (module loading;

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from helpers import DATA
+from helpers import DATA, slow_after
 from helpers import run_cli_output
 
 # two ranks and one in the fast run; the third capture, a rule already met twice, under -m slow
@@ -16,6 +16,7 @@ PROTON = [DATA / "ddp-2gpu-equal-proton", DATA / "decode-1gpu-steps-proton",
           pytest.param(DATA / "allreduce-2gpu-proton", marks=pytest.mark.slow, id="allreduce-2gpu-proton")]
 
 
+@slow_after(1)
 @pytest.mark.parametrize("folder", PROTON, ids=lambda p: p.name)
 def test_proton_breakdown_says_memcpy_is_not_recorded(capsys, folder):
     status, out, _ = run_cli_output(capsys, "breakdown", str(folder))
@@ -25,6 +26,7 @@ def test_proton_breakdown_says_memcpy_is_not_recorded(capsys, folder):
     assert all(r["memcpy_ns"] is None and r["memset_ns"] is None for r in json.loads(out)["summary"])
 
 
+@pytest.mark.slow
 def test_torch_breakdown_keeps_its_memcpy_time(capsys):
     status, out, _ = run_cli_output(capsys, "breakdown", str(DATA / "ddp-2gpu-late-torch"), "--format", "json")
     assert status == 0 and all(r["memcpy_ns"] > 0 for r in json.loads(out)["summary"])

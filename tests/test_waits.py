@@ -61,6 +61,7 @@ def _plain_arrivals() -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+@pytest.mark.slow
 def test_waits_equal_a_plain_walk_of_the_json(decode) -> None:
     coll = analyse(_events(decode), _epochs(decode)).collectives
     plain = _plain_arrivals()
@@ -235,6 +236,7 @@ def test_compute_per_step_agrees_across_profilers(monkeypatch) -> None:
 
 # ---- the commands -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_steps_json_matches_the_analysis(decode) -> None:
     result = CliRunner().invoke(app, ["steps", str(DECODE), "--step", "decode_one_token", "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -247,6 +249,7 @@ def test_cli_steps_json_matches_the_analysis(decode) -> None:
     assert first["gating_rank"] == 1 and first["wait_ns"]["0"] > 0 and first["wait_ns"]["1"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
@@ -261,6 +264,7 @@ def test_cli_compare_one_file_of_two_ranks_and_rank_pick() -> None:
     assert missing.exit_code != 0
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_no_collective_at_all_is_no_verdict_not_none_late() -> None:
     """nsys-ai's 2-H100 FSDP second has no NCCL kernel (counted in its SQLite): the line said 'no
@@ -283,6 +287,7 @@ def test_no_collective_at_all_is_no_verdict_not_none_late() -> None:
     assert s["collectives"] > 0 and not s["line"].startswith("no straggler verdict")
 
 
+@pytest.mark.slow
 def test_cli_compare_json_straggler_object(decode) -> None:
     result = CliRunner().invoke(app, ["compare", str(DECODE), "--step", "decode_one_token", "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -320,6 +325,7 @@ def _plain_gloo_waits(folder: Path) -> list[dict[int, int]]:
     return [{r: max(s0, s1) - s for r, s in ((0, s0), (1, s1))} for s0, s1 in zip(starts[0], starts[1])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["late", *(pytest.param(c, marks=pytest.mark.slow)  # the rule again: -m slow
                                              for c in ("alternating", "equal"))])
 def test_gloo_waits_equal_a_plain_walk(case: str) -> None:
@@ -332,6 +338,7 @@ def test_gloo_waits_equal_a_plain_walk(case: str) -> None:
     assert sorted(w.steps["step"].unique()) == list(range(16))
 
 
+@pytest.mark.slow
 def test_gloo_late_rank_is_named_with_why() -> None:
     w = _gloo("late")
     assert w.verdict["pattern"] == "straggler" and w.verdict["rank"] == 1
@@ -342,6 +349,7 @@ def test_gloo_late_rank_is_named_with_why() -> None:
     assert all(next(iter(s)) == "extra_work" for s in w.causes["scopes"]) and "scopes: extra_work +" in w.line
 
 
+@pytest.mark.slow
 def test_gloo_alternating() -> None:
     w = _gloo("alternating")
     assert w.verdict["pattern"] == "alternating" and w.verdict["rank"] is None
@@ -355,6 +363,7 @@ def test_gloo_equal_work_no_clear_straggler() -> None:
     assert w.line.startswith("no clear straggler")
 
 
+@pytest.mark.slow
 def test_report_has_the_steps_section(tmp_path) -> None:
     from tracelab.cli.html_report import write_report
 
@@ -365,6 +374,7 @@ def test_report_has_the_steps_section(tmp_path) -> None:
     assert section.count("more CPU work") >= 12 and "step time" in section and "wait at collectives" in section
 
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_cli_report_rank_pick(tmp_path) -> None:
     path = shared_trace("nsys-ai/h100_2gpu_1s.sqlite")
@@ -375,6 +385,7 @@ def test_cli_report_rank_pick(tmp_path) -> None:
     assert "rank1" in text and "rank0" not in text
 
 
+@pytest.mark.slow
 def test_bandwidth_of_the_train_all_reduce_equals_the_json() -> None:
     """Our 2-GPU DDP train: 2 NCCL all-reduces per rank with their message size in the kernel
     args. algbw = bytes / (end - last arrival), busbw = algbw x 2(n-1)/n = algbw for 2 ranks;
@@ -402,6 +413,7 @@ def test_bandwidth_of_the_train_all_reduce_equals_the_json() -> None:
 
 # ---- process groups ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.shared
 def test_process_group_comes_from_the_kernel_args() -> None:
     path = shared_trace("hta/nccl_parser_config/nccl_data.json.gz")
@@ -442,6 +454,7 @@ def test_signed_rank_p_equals_enumerating_the_signs(x) -> None:
     assert T.signed_rank_p(np.array(x)) == pytest.approx(np.mean([t >= observed - 1e-9 for t in sums]))
 
 
+@pytest.mark.slow
 def test_lateness_with_magnitudes_names_the_late_rank_of_the_real_ddp_capture() -> None:
     """tests/data/ddp-2gpu-late-torch (2 H200s, NCCL, rank 1 given ~10.7 ms of extra GEMMs
     before each all-reduce; host-bound steps): rank 1 is last in 6 of 8 steps by ~3 ms and

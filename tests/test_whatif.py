@@ -21,11 +21,17 @@ from tracelab.reports.whatif.nodes import COLL, GPU, LAUNCH, SYNC
 from tracelab.reports.whatif.replay import measured, replay
 from tracelab.reports.whatif.scenarios import GRAPH_GAP_NS
 
-from helpers import kernel_rows, host_rows, run_cli, run_cli_output, strict_json
+from helpers import kernel_rows, host_rows, run_cli, run_cli_output, strict_json, slow_after
 
 DATA = Path(__file__).parent / "data"
-TIMED = sorted(d.name for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
-               and d.name not in ("public", "proton-legacy"))
+def _runs(folder: Path) -> list[Path]:
+    """The captures in `folder`: its repeats' folders (each with its run.json) where it holds
+    repeats, else itself (its ranks' traces, with or without a run.json)."""
+    return sorted(d for d in folder.iterdir() if (d / "run.json").exists()) or [folder]
+
+
+TIMED = sorted(str(r.relative_to(DATA)) for d in DATA.iterdir() if d.is_dir() and not d.name.endswith(("-proton", "-none"))
+               and d.name not in ("public", "proton-legacy") for r in _runs(d))
 FAST = ["train-1gpu-steps-torch", "idle-sync-1gpu-nsys", "ddp-2gpu-late-torch", "gloo-2cpu-late"]
 
 
@@ -49,6 +55,7 @@ def _reproduces(name: str) -> None:
                    for n in w.notes)
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name", FAST)
 def test_the_unchanged_replay_reproduces_the_measured_steps(name: str) -> None:
     _reproduces(name)
@@ -172,6 +179,7 @@ def test_removing_the_late_ranks_extra_work_saves_at_most_that_work() -> None:
 # ---- the command ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_json_has_the_issues_shape() -> None:
     result = CliRunner().invoke(app, ["whatif", str(DATA / "ddp-2gpu-late-torch"), "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -266,6 +274,7 @@ def test_csv_of_a_run_beside_a_proton_capture_warns_nothing(capsys) -> None:
     assert rows[0].startswith("input,name,args") and all(r.startswith(str(DATA / "decode-1gpu-torch")) for r in rows[1:])
 
 
+@pytest.mark.slow
 def test_a_scenario_that_matches_nothing_says_so() -> None:
     graphs, epochs, _ = _graphs(DATA / "gloo-2cpu-late")
     w = whatif(graphs, epochs, ["remove:extra_work@0", "remove:extra_work@1"])  # only rank 1 does extra work
@@ -344,6 +353,7 @@ def test_work_outside_every_step_range_is_one_window_not_nothing(capsys):
     assert status == 0 and "whole trace" in out, out
 
 
+@pytest.mark.slow
 def test_balance_removes_the_injected_straggler_to_its_twins_step():
     """tp-2gpu-late-torch is tp-2gpu-equal-torch with 10.7 ms of extra GEMMs per step on rank 1
     (their READMEs): 'balance' (every rank's work at the lower median rank's) must predict about
@@ -361,6 +371,7 @@ def test_balance_removes_the_injected_straggler_to_its_twins_step():
     assert late["predicted_ns"] == pytest.approx(equal_step_ns, rel=0.15)
 
 
+@pytest.mark.slow
 def test_an_op_that_waited_long_after_its_launch_returned_is_unexplained_not_launch_latency():
     """A launch-bound op that started more than UNEXPLAINED_NS after its launch call returned, with no
     other stream's op to explain it, waited on something the trace does not show: that wait is
@@ -385,6 +396,7 @@ def test_an_op_that_waited_long_after_its_launch_returned_is_unexplained_not_lau
     assert not w.steps.set_index("step").loc[step, "claimed"]
 
 
+@pytest.mark.slow
 def test_a_cpu_only_path_says_its_compute_is_cpu_operators():
     """gloo-2cpu-late has no kernel (its ranks' JSON hold CPU ops only): whatif's 'compute' column is
     its CPU operators' time, and the notes say so; a GPU capture's notes do not."""

@@ -134,6 +134,7 @@ def _row(doc: dict, label: str) -> dict:
 TWO_PRODUCTS = [(GEMM, 40), (ADD, 10), (REDUCE, 20), (ADD, 15), (SOFTMAX, 25), (ADD, 5), (GEMM, 40)]
 
 
+@pytest.mark.slow
 def test_pointwise_between_two_products_fuse_one_kernel_per_reduction(tmp_path, capsys):
     path = _gpu_trace(tmp_path / "rank0.pt.trace.json", TWO_PRODUCTS, launch_every_us=1, queued=True)
     truth = _segments_truth(path)
@@ -166,6 +167,7 @@ def test_on_a_host_bound_step_the_fused_ops_launches_and_dispatch_go(tmp_path, c
     assert gone == 2 and row["predicted_ns"] == row["step_ns"] - gone * every_us * 1000
 
 
+@pytest.mark.slow
 def test_reduce_overhead_is_the_fusion_and_the_host_off_the_path(tmp_path, capsys):
     short = [(name, max(us // 10, 1)) for name, us in TWO_PRODUCTS]  # host-bound: kernels far shorter than a launch
     path = _gpu_trace(tmp_path / "rank0.pt.trace.json", short, launch_every_us=20, queued=False)
@@ -193,6 +195,7 @@ def test_edges_of_what_fuses(tmp_path, capsys, kernels, fused):
     assert bool(unmatched) == (not truth)
 
 
+@pytest.mark.slow
 def test_the_loss_and_its_gradient_stay_eager(tmp_path, capsys):
     # forward: a product, pointwise, the head's product, the loss; backward: the loss's gradient, products
     kernels = [(GEMM, 40), (ADD, 10), (ADD, 20), (GEMM, 40), (SOFTMAX, 30), (REDUCE, 15),
@@ -208,6 +211,7 @@ def test_the_loss_and_its_gradient_stay_eager(tmp_path, capsys):
     assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
 
 
+@pytest.mark.slow
 def test_the_loss_is_told_by_the_models_extern_ops_not_the_optimizers(tmp_path, capsys):
     # no backward range: a product, pointwise, the head, the loss, then the optimizer's pointwise kernels
     kernels = [(GEMM, 40), (ADD, 10), (ADD, 20), (GEMM, 40), (SOFTMAX, 30), (ADD, 15), (ADD, 50), (ADD, 60)]
@@ -219,6 +223,7 @@ def test_the_loss_is_told_by_the_models_extern_ops_not_the_optimizers(tmp_path, 
     assert row["predicted_ns"] == row["step_ns"] - (sum(map(sum, truth)) - sum(map(max, truth)))
 
 
+@pytest.mark.slow
 def test_the_optimizers_pointwise_kernels_stay_as_they_are(tmp_path, capsys):
     path = _gpu_trace(tmp_path / "rank0.pt.trace.json", [(ADD, 10), (ADD, 30), (ADD, 20)], launch_every_us=1,
                       queued=True, scope="Optimizer.step#AdamW.step")

@@ -21,6 +21,7 @@ from tracelab.reports.whatif.nodes import shared_graph
 from tracelab.reports.unprofiled import measured_regions, measured_step
 from tracelab.reports.whatif.regions import OUTSIDE, RankPace, node_regions, pace, paces_of, rank_pace
 from tracelab.run import backends
+from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "train-2cpu-late-regions"
@@ -57,6 +58,7 @@ def _graphs(folder: Path = RUN):
         {p.rank: p.meta.trace_start_epoch_ns for p in ps}
 
 
+@slow_after(1)
 @pytest.mark.parametrize("rank", [0, 1])
 def test_each_steps_phases_are_its_outermost_ranges_on_its_thread(rank: int) -> None:
     raw, _ = _raw_regions(rank)

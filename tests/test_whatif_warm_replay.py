@@ -15,6 +15,7 @@ from tracelab.reports.whatif.nodes import rank_graph
 from tracelab.reports.whatif.bound import rank_path_bounds
 from tracelab.reports.whatif.join import join
 from tracelab.reports.whatif.replay import measured, replay
+from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 CAPTURES = ["gloo-2cpu-alternating", "ddp-2gpu-late-torch", "ddp-2gpu-late-nsys", "decode-1gpu-steps-torch",
@@ -26,6 +27,7 @@ def _graphs(name: str):
         yield p, join({0: rank_graph(p.events, p.host, 0)}, {0: None})
 
 
+@slow_after(1)
 @pytest.mark.parametrize("name", CAPTURES)
 def test_the_replay_from_measured_times_is_the_cold_one(name: str) -> None:
     for _, g in _graphs(name):
@@ -35,6 +37,7 @@ def test_the_replay_from_measured_times_is_the_cold_one(name: str) -> None:
         assert np.array_equal(cold.pred, warm.pred) and warm.rounds <= cold.rounds
 
 
+@pytest.mark.slow
 def test_the_bound_is_that_of_the_cold_replay(monkeypatch) -> None:
     """rank_path_bounds with its replay forced cold: the same table."""
     from tracelab.reports.whatif import bound

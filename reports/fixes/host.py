@@ -11,9 +11,10 @@ calls (idle_host_ns + idle_launch_ns), less its one-off launch calls (replays.ON
 a first call loading its module, which a capture pays too): what a graph replay, launched in one
 call, could take off at most. It is an upper bound, said so: the replay still runs the kernels, and the host's own
 work between steps stays. Host stalls (idle_stall_ns: untraced host time after a sync or between steps) are not in
-it: no graph removes them (fixes/stall.py names their fix); where they or the data loader hold a finding's share of
-the steps, the what-if's no-host-gaps (which removes every host gap) is no measure of a graph's saving and the
-bound stands.
+it: no graph removes them, and the what-if's no-host-gaps keeps them, so its saving is a graph's; where they hold a
+finding's share of the steps, the finding says so with their own fix (fixes/stall.py) beside the graph's. Where the
+data loader does, no-host-gaps (which removes the loader's waits with the other host gaps) is no measure of a
+graph's saving and the bound stands.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch i
 from ..timeline.causes import MIN_LAUNCHED_FOR_GRAPHS
 from ..topics import result_of
 from .loader import waits_on_loader
+from ..timeline.stalls import BETWEEN_STEPS
+from .stall import fix_of, stall_figures
 from .stall_digest import stalls_matter
 
 GRAPHS_FIX = ("capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
@@ -89,16 +92,30 @@ def graphs_findings(ev) -> list[Finding]:
                  "idle before and during launches, an upper bound)")
         bound_where = (" is host-bound over the whole trace, which has no steps," if f["whole_trace"] else
                        f"'s steps are host-bound ({f['host_bound']} of {f['steps']})")
+        stalls = _stall_words(i.digest("stalls"))
         text = (f"{group + ': ' if several and group else ''}rank {i.rank}{bound_where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
-                f"run shorter than their own launch call: {GRAPHS_FIX}" + bound)
+                f"run shorter than their own launch call: {GRAPHS_FIX}" + (stalls[0] if stalls else "") + bound)
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
-        values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"]}
+        values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"], **(stalls[1] if stalls else {})}
         evidence = {"rank": i.rank, **f, "bound_text": bound, "fix_text": GRAPHS_FIX}  # said where its what-if saves
-        if _waits_on_its_loader(i) or stalls_matter(i.digest("stalls")):
-            # the host's gaps hold the loader's or the stalls' time, which no graph takes off: its bound stands
+        if stalls:  # no-host-gaps keeps them, as a graph does: say so beside its saving
+            evidence["scenario_text"] = "the host issued work as fast as the GPU takes it (no host gaps; its stalls kept)"
+        if _waits_on_its_loader(i):  # the host's gaps hold the loader's time, which no graph takes off: its bound stands
             evidence["scenario"] = None
         out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values))
     return out
+
+
+def _stall_words(stalls: dict) -> tuple[str, dict] | None:
+    """Where a rank's host stalls (stall_digest.rank_stalls) hold a finding's share of its steps: the
+    clause that says they stay under a graph, with their own fix (fixes/stall.py), and its values."""
+    if not stalls_matter(stalls):
+        return None
+    stall_ns, after = stall_figures(stalls)
+    per_ns = stall_ns / max(stalls["steps"], 1)
+    where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
+    return (f"; its host's stalls ({ms(per_ns)} per step, most {where}) stay under a graph: {fix_of(after)}",
+            {"stall_ns_per_step": per_ns, "stall_after": after})
 
 
 def _waits_on_its_loader(i) -> bool:

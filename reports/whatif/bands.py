@@ -33,8 +33,8 @@ class Band:
 
 
 BANDS = {
-    # whatif-step-1gpu-torch: 1.124 ms predicted, 1.140 ms timed under one whole-step CUDA graph (H100)
-    "no-host-gaps": Band(-0.014, -0.014, "one H100 training step against the same step under one whole-step CUDA "
+    # whatif-step-1gpu-torch: 1.149 ms predicted, 1.140 ms timed under one whole-step CUDA graph (H100)
+    "no-host-gaps": Band(0.007, 0.007, "one H100 training step against the same step under one whole-step CUDA "
                                          "graph; torch.compile's reduce-overhead, several graphs, ran 2.2x slower "
                                          "than that", "H100 step pair, eager against captured"),
     # three 2-rank gloo runs, late every other step: -5.6%, -8.9%, -15.3%; gloo-2cpu-equal: 13% claimed, no straggler

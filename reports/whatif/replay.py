@@ -43,9 +43,12 @@ class Params(EdgeArrays):
     dur_ns: np.ndarray
     chain: np.ndarray
     group: np.ndarray
+    # per host node, the host stalls' time its gap still holds (scenarios.py: no-host-gaps keeps it,
+    # no-host-stalls takes it off); None until a scenario first needs it
+    stall_ns: np.ndarray | None = None
 
     def copy(self) -> "Params":
-        return replace(self, **{k: v.copy() for k, v in self.__dict__.items()})
+        return replace(self, **{k: None if v is None else v.copy() for k, v in self.__dict__.items()})
 
 
 def measured(g: Graph) -> Params:

@@ -2,10 +2,12 @@
 Graph; several given together change one Params, replayed once (never summed). Pure.
 
 - `no-host-gaps`: the host issues work as fast as the device takes it (a whole-step CUDA
-  graph, torch.compile's reduce-overhead): no time between host calls, launch calls take none
+  graph, torch.compile's reduce-overhead): no time between host calls but the host's stalls
+  (timeline/stalls.py: the Python between replays still runs, so the sleep, the data loader's
+  batch or the `.item()` after a sync stay; `no-host-stalls` takes them off), launch calls take none
   but the first of each step and rank (a graph launch's cost), every launched op starts its
   rank's least launch-to-start delay after its launch, syncs keep their return latency and
-  still wait for the GPU, and ops queued on a stream follow each other by a graph replay's
+  still wait for the GPU (one that found it drained takes none but waits all the same), and ops queued on a stream follow each other by a graph replay's
   gap between kernels (the trace's own, between the kernels of one graph launch, where it
   has graph launches; else GRAPH_GAP_NS), not by the eager queue's (about 1.2 us on H100:
   each kernel a launch of its own). In a CPU-only trace, no time between a thread's CPU ops.
@@ -195,12 +197,12 @@ def _count(g: Graph, regex: re.Pattern, rank: int | None, spans: bool) -> int:
 
 def _no_host_gaps(g: Graph, p: Params) -> None:
     host = np.isin(g.kind, (LAUNCH, SYNC, HOST_OP))
-    p.gap_ns[host] = 0
+    p.gap_ns[host] = np.minimum(np.maximum(p.gap_ns[host], 0), _standing_stalls(g, p)[host])
     if g.cpu_only:
         return
     keep = _first_launch_of_steps(g)
     p.dur_ns[(g.kind == LAUNCH) & ~keep] = 0
-    p.dur_ns[(g.kind == SYNC) & (p.y_src < 0)] = 0
+    _drained_syncs_wait(g, p)
     launched = p.xs_src >= 0
     p.xs_off_ns[launched] = np.minimum(p.xs_off_ns[launched], g.edges.launch_floor_ns[launched])
     device = np.isin(g.kind, (GPU, COLL))
@@ -208,6 +210,22 @@ def _no_host_gaps(g: Graph, p: Params) -> None:
         gap = getattr(rg, "graph_gap_ns", float("nan"))
         on = device & (g.rank == r)
         p.gap_ns[on] = np.minimum(p.gap_ns[on], int(gap) if np.isfinite(gap) else GRAPH_GAP_NS)
+
+
+def _drained_syncs_wait(g: Graph, p: Params) -> None:
+    """A sync call without a sync edge found its GPU drained (edges.py) and returned at once: with
+    the host ahead of the GPU it takes none of its time, but returns no sooner than the launched op
+    of its rank that ended last before it began (a stall after it begins once the GPU drained)."""
+    sync = np.flatnonzero((g.kind == SYNC) & (p.y_src < 0))
+    p.dur_ns[sync] = 0
+    dev = np.flatnonzero(np.isin(g.kind, (GPU, COLL)) & (g.launch >= 0))
+    for r in np.unique(g.rank[sync]).tolist():
+        on, calls = dev[g.rank[dev] == r], sync[g.rank[sync] == r]
+        on = on[np.argsort(g.end_ns[on], kind="stable")]  # launched and ended before the call: no cycle
+        k = np.searchsorted(g.end_ns[on], g.start_ns[calls], side="right") - 1
+        calls, k = calls[k >= 0], k[k >= 0]
+        p.y_src[calls] = on[k]
+        p.y_off_ns[calls] = 0
 
 
 def _first_launch_of_steps(g: Graph) -> np.ndarray:
@@ -235,22 +253,46 @@ def _remove(g: Graph, p: Params, regex: re.Pattern, rank: int | None) -> None:
             _drop_host_time(g, p, r, spans["start_ns"].to_numpy(np.int64) + off, spans["end_ns"].to_numpy(np.int64) + off)
 
 
-def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.ndarray) -> None:
-    """The host's time inside [start, end) spans of one rank: gaps shrink by what they cover,
-    calls inside take none and wait for nothing."""
-    u0, u1 = merge_intervals(start, end)
+def _host_gaps(g: Graph, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the rank's host nodes by chain and start, where each one's measured gap begins)."""
     host = np.flatnonzero(np.isin(g.kind, (LAUNCH, SYNC, HOST_OP)) & (g.rank == rank))
-    if not len(host):
-        return
     order = host[np.lexsort((g.start_ns[host], g.chain[host]))]
+    if not len(order):
+        return order, order
     prev_end = np.r_[g.start_ns[order[0]], g.end_ns[order[:-1]]]
     first = np.r_[True, g.chain[order][1:] != g.chain[order][:-1]]
-    gap_lo = np.where(first, g.start_ns[order], np.minimum(prev_end, g.start_ns[order]))
-    p.gap_ns[order] -= np.minimum(covered(gap_lo, g.start_ns[order], u0, u1), np.maximum(p.gap_ns[order], 0))
-    inside = covered(g.start_ns[host], g.end_ns[host], u0, u1) >= (g.end_ns[host] - g.start_ns[host])
-    calls = host[inside & (g.kind[host] != HOST_OP)]
+    return order, np.where(first, g.start_ns[order], np.minimum(prev_end, g.start_ns[order]))
+
+
+def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The host's time inside [start, end) spans of one rank: gaps shrink by what they cover,
+    calls inside take none and wait for nothing. Returns (host nodes, ns taken off each one's gap)."""
+    u0, u1 = merge_intervals(start, end)
+    order, gap_lo = _host_gaps(g, rank)
+    if not len(order):
+        return order, order
+    dropped = np.minimum(covered(gap_lo, g.start_ns[order], u0, u1), np.maximum(p.gap_ns[order], 0))
+    p.gap_ns[order] -= dropped
+    held = _standing_stalls(g, p)
+    held[order] = np.minimum(held[order], np.maximum(p.gap_ns[order], 0))  # a stall in a dropped range goes with it
+    inside = covered(g.start_ns[order], g.end_ns[order], u0, u1) >= (g.end_ns[order] - g.start_ns[order])
+    calls = order[inside & (g.kind[order] != HOST_OP)]
     p.dur_ns[calls] = 0
     p.y_src[calls] = -1
+    return order, dropped
+
+
+def _standing_stalls(g: Graph, p: Params) -> np.ndarray:
+    """p.stall_ns, made from the graph's stalls where no scenario has yet: per host node, the
+    stalls' time inside its measured gap (at most the gap as it stands)."""
+    if p.stall_ns is None:
+        p.stall_ns = np.zeros(len(g), np.int64)
+        for r, start, end in _stalls(g, None):
+            order, gap_lo = _host_gaps(g, r)
+            u0, u1 = merge_intervals(start, end)
+            inside = covered(gap_lo, g.start_ns[order], u0, u1).astype(np.int64)
+            p.stall_ns[order] = np.minimum(inside, np.maximum(p.gap_ns[order], 0))
+    return p.stall_ns
 
 
 def _stalls(g: Graph, rank: int | None) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -266,7 +308,7 @@ def _stalls(g: Graph, rank: int | None) -> list[tuple[int, np.ndarray, np.ndarra
 
 def _no_host_stalls(g: Graph, p: Params, rank: int | None) -> None:
     for r, start, end in _stalls(g, rank):
-        _drop_host_time(g, p, r, start, end)
+        _standing_stalls(g, p)[_drop_host_time(g, p, r, start, end)[0]] = 0  # what no-host-gaps keeps: gone too
 
 
 def _scale(g: Graph, p: Params, regex: re.Pattern, factor: float) -> None:

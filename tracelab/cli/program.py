@@ -38,7 +38,29 @@ def _topic_commands() -> dict:
     return made
 
 
-app = typer.Typer(
+class _App(typer.Typer):
+    """The typer app whose click command is made once per process and set of topics: making it reads
+    every command's options from its function's signature (~40 ms), which a process that runs
+    several commands (a notebook, a test run) would otherwise pay for each. Typer's own call only
+    adds its pretty tracebacks, which this app turns off."""
+
+    def __call__(self, *args, **kwargs):
+        return _click_command(self)(*args, **kwargs)
+
+
+def _click_command(made: typer.Typer):
+    """`made`'s click command, remade where reports/topics.TOPICS changed (a topic registered since)."""
+    from tracelab.reports.topics import TOPICS
+
+    key = (id(made), TOPICS)
+    if _MADE.get("key") != key:
+        _MADE.update(key=key, command=typer.main.get_command(made))
+    return _MADE["command"]
+
+
+_MADE: dict = {}  # key: (the app's id, TOPICS) the command was made for; command: the click command
+
+app = _App(
     cls=_Commands,
     help="tracelab: where did the GPU time go, on each rank? Reads proton (.hatchet), "
          "torch.profiler (Kineto JSON) and nsys (SQLite) traces into one schema.",
