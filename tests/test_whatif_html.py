@@ -102,3 +102,32 @@ def test_whatif_section_numbers(report):
 def test_whatif_section_in_chromium(chromium, report):  # noqa: F811
     got = check_rendered(chromium, report)
     assert 'id="whatif"' in got["dom"]
+
+
+@pytest.mark.parametrize("replays", [True, False])
+def test_a_report_prepares_its_runs_whatif_once(replays, tmp_path, monkeypatch):
+    """The findings' savings and the section replay one run: its join and unchanged replay made
+    once, also where they fail (a graph left with a cycle: both say so, neither makes it again)."""
+    from tracelab.reports.whatif import analyse, findings, join
+    from tracelab.reports.whatif.cycles import ReplayError
+
+    calls = []
+
+    def counted(graphs, epochs):
+        calls.append(sorted(graphs))
+        return analyse.prepare(graphs, epochs)
+
+    def left_a_cycle(g):
+        raise ReplayError(None, "more than 1000 cycles in the dependency graph")
+
+    monkeypatch.setattr(findings, "prepare", counted)
+    monkeypatch.setattr(findings, "_PREPARED", [])
+    monkeypatch.setattr(findings, "_LAST", [])
+    if not replays:
+        monkeypatch.setattr(join, "break_cycles", left_a_cycle)
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", str(DATA / "whatif-step-1gpu-torch"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert calls == [[0]]
+    section = _section(out.read_text())
+    assert ("no what-if: more than 1000 cycles" in section) != replays

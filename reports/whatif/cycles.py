@@ -13,7 +13,9 @@ chain order (S0 E0 S1 E1 ...); the cross edges are launch (start -> start), wait
 start), sync (end -> end) and collective (each member's start -> every member's end). A chain
 advances while its next vertex's cross edges come from vertices already done; when no chain
 advances and some are not done, each stuck chain's head waits on another stuck chain: walking
-those waits gives the cycle. As many rounds as the replay's, each one pass over the edges.
+those waits gives the cycle. A chain is looked at again only when the chain it waits on moves
+past its head's source, so the order costs about one pass over the edges, however many cycles
+break_cycles drops on the way (each drop frees one chain; the rest stay where they are).
 
 `break_cycles` (join.py) drops, per cycle, its least certain cross edge (an inferred wait
 first, then a collective's match, a sync, a launch) and says so; `check` (replay.py) raises
@@ -130,63 +132,83 @@ def check(g, p) -> None:
 
 class _Search:
     """The chain-by-chain topological order, resumable after an edge is dropped (the chains'
-    progress only grows as edges go)."""
+    progress only grows as edges go). Each chain's head is its first live cross edge whose source
+    is not done; a chain moves on only when the chain its head waits on passes that source, so
+    a drop re-walks the chains it frees, never the whole graph. The order settles where it
+    would by rounds over every edge: the same least fixed point, reached in any order."""
 
     def __init__(self, g, edges, chain: np.ndarray, group: np.ndarray):
-        self.cidx, pos, self.length = _positions(g, chain)
+        self.cidx, self.pos, self.length = _positions(g, chain)
         self.x = _cross(edges, group)
-        self.vsrc = 2 * pos[self.x.src] + self.x.src_end
-        self.vdst = 2 * pos[self.x.dst] + self.x.dst_end
-        by = np.lexsort((self.vdst, self.cidx[self.x.dst]))  # edges by target chain, then place
-        self.live = by
-        # the live edges' target chain, source chain, source and target places, kept beside `live`
-        self.at = (self.cidx[self.x.dst[by]], self.cidx[self.x.src[by]], self.vsrc[by], self.vdst[by])
-        self.ptr = np.zeros(len(self.length), np.int64)
-
-    def _keep(self, keep: np.ndarray) -> None:
-        if not keep.all():
-            self.live = self.live[keep]
-            self.at = tuple(a[keep] for a in self.at)
+        vsrc = 2 * self.pos[self.x.src] + self.x.src_end
+        vdst = 2 * self.pos[self.x.dst] + self.x.dst_end
+        dchain = self.cidx[self.x.dst]
+        self.by = np.lexsort((vdst, dchain))  # edges by target chain, then place, then index (a stable sort)
+        # beside `by`: each edge's source chain, source and target places, and whether it is live
+        self.schain, self.vsrc, self.vdst = self.cidx[self.x.src][self.by], vsrc[self.by], vdst[self.by]
+        self.live = np.ones(len(self.by), bool)
+        chains = np.arange(len(self.length))
+        self.first = np.searchsorted(dchain[self.by], chains)  # per chain, its edges: first:end of `by`
+        self.end = np.searchsorted(dchain[self.by], chains, side="right")
+        self.head = self.first.copy()  # per chain, its first edge not known to be done
+        self.ptr = np.zeros(len(self.length), np.int64)  # per chain, the vertices done (its head's target)
+        self.todo = dict.fromkeys(chains.tolist())  # the chains whose head may move
 
     def drop(self, src: int, dst: int, kind: str) -> None:
-        k = EDGE_KINDS.index(kind)
-        x = self.x
-        self._keep(~((x.kind[self.live] == k) & (x.dst[self.live] == dst) & (x.src[self.live] == src)))
+        c = int(self.cidx[dst])
+        lo = self.first[c] + np.searchsorted(self.vdst[self.first[c]:self.end[c]], 2 * self.pos[dst])
+        hi = self.first[c] + np.searchsorted(self.vdst[self.first[c]:self.end[c]], 2 * self.pos[dst] + 1, "right")
+        k = self.by[lo:hi]  # the edges into dst's two vertices
+        hit = (self.x.kind[k] == EDGE_KINDS.index(kind)) & (self.x.dst[k] == dst) & (self.x.src[k] == src)
+        self.live[lo + np.flatnonzero(hit)] = False
+        self.todo[c] = None
 
     def next_cycle(self) -> Cycle | None:
-        while True:
-            dchain, schain, vsrc, vdst = self.at
-            new = self.length.copy()
-            idx = np.flatnonzero(~(self.ptr[schain] > vsrc))
-            if len(idx):
-                first = idx[np.r_[True, dchain[idx][1:] != dchain[idx][:-1]]]
-                new[dchain[first]] = vdst[first]
-            self._keep(vdst >= new[dchain])
-            if np.array_equal(new, self.ptr):
-                break
-            self.ptr = new
-        if np.array_equal(self.ptr, self.length):
-            return None
-        return self._walk()
+        while self.todo:
+            c = next(iter(self.todo))
+            del self.todo[c]
+            if self._advance(c):
+                self.todo.update(dict.fromkeys(self._waiting_on(c).tolist()))
+        stuck = np.flatnonzero(self.ptr < self.length)
+        return self._walk(int(stuck[0])) if len(stuck) else None
 
-    def _walk(self) -> Cycle:
-        """From a stuck chain, follow each head's blocking edge to the chain it waits on until one repeats."""
-        e = self.live
-        dchain = self.cidx[self.x.dst[e]]
-        at_head = self.vdst[e] == self.ptr[dchain]
-        blocked = at_head & ~(self.ptr[self.cidx[self.x.src[e]]] > self.vsrc[e])
-        edge_of = {}
-        for k in e[blocked].tolist():
-            edge_of.setdefault(int(self.cidx[self.x.dst[k]]), k)
-        c = next(iter(edge_of))
+    def _advance(self, c: int) -> bool:
+        """Moves chain c's head to its first live edge whose source is not done, looking at
+        ever longer runs of its edges; whether its place moved. An edge within one chain is done
+        where its source comes before its target: the chain passes it on its way."""
+        i, end, step = int(self.head[c]), int(self.end[c]), 64
+        while i < end:
+            j = min(i + step, end)
+            src, vsrc = self.schain[i:j], self.vsrc[i:j]
+            done = ~self.live[i:j] | np.where(src == c, vsrc < self.vdst[i:j], self.ptr[src] > vsrc)
+            waits = np.flatnonzero(~done)
+            if len(waits):
+                i += int(waits[0])
+                break
+            i, step = j, 4 * step
+        self.head[c] = i
+        place = self.vdst[i] if i < end else self.length[c]
+        moved = place != self.ptr[c]
+        self.ptr[c] = place
+        return bool(moved)
+
+    def _waiting_on(self, c: int) -> np.ndarray:
+        """The chains whose head waits on a vertex of chain c that is now done."""
+        w = np.flatnonzero(self.head < self.end)
+        h = self.head[w]
+        return w[(self.schain[h] == c) & (self.vsrc[h] < self.ptr[c])]
+
+    def _walk(self, c: int) -> Cycle:
+        """From stuck chain c, follow each head's edge to the chain it waits on until one repeats."""
         seen: list[int] = []
         while c not in seen:
             seen.append(c)
-            c = int(self.cidx[self.x.src[edge_of[c]]])
-        loop = seen[seen.index(c):]
-        hops = [(int(self.x.dst[edge_of[c]]), int(self.x.src[edge_of[c]]), EDGE_KINDS[self.x.kind[edge_of[c]]])
-                for c in loop]
+            c = int(self.schain[self.head[c]])
+        hops = [self._hop(int(self.by[self.head[c]])) for c in seen[seen.index(c):]]
         return Cycle(hops[::-1])
+
+    def _hop(self, k: int) -> tuple[int, int, str]:
+        return int(self.x.dst[k]), int(self.x.src[k]), EDGE_KINDS[self.x.kind[k]]
 
 
 def _within(g, p) -> bool:
@@ -212,14 +234,15 @@ def break_cycles(g) -> list[Note]:
     """Drops, per cycle of the joined graph `g` (measured edges), its least certain edge, and
     says which (module docstring); raises nothing: the graph is acyclic after."""
     search = _Search(g, g.edges, g.chain, g.group)
-    notes = []
+    notes, members = [], None
     for _ in range(MAX_BREAKS):
         cycle = search.next_cycle()
         if cycle is None:
             g.acyclic = True
             return _summary(notes)
         dst, src, kind = cycle.weakest()
-        _drop(g, src, dst, kind)
+        members = members or _members(g.group)
+        _drop(g, src, dst, kind, members)
         search.drop(src, dst, kind)
         notes.append(Note("dependency_cycle", {"cycle": cycle.text(g), "edge_kind": kind, "node": _node(g, dst)}))
     raise ReplayError(None, f"more than {MAX_BREAKS} cycles in the dependency graph, e.g. {cycle.text(g)}")
@@ -231,7 +254,16 @@ def _summary(notes: list[Note]) -> list[Note]:
     return notes[:3] + [Note("more_cycles", {"cycles": len(notes) - 3})]
 
 
-def _drop(g, src: int, dst: int, kind: str) -> None:
+def _members(group: np.ndarray):
+    """gid -> the nodes of that collective, looked up without a pass over every node (a
+    collective loses its match whole, so the lookup stays true as they go)."""
+    at = np.flatnonzero(group >= 0)
+    at = at[np.argsort(group[at], kind="stable")]
+    ids = group[at]
+    return lambda gid: at[np.searchsorted(ids, gid):np.searchsorted(ids, gid, "right")]
+
+
+def _drop(g, src: int, dst: int, kind: str, members) -> None:
     ed = g.edges
     if kind in ("launch", "wait"):  # the node keeps its measured start as its least
         src_arr, off_arr = (ed.xs_src, ed.xs_off_ns) if kind == "launch" else (ed.xe_src, ed.xe_off_ns)
@@ -241,5 +273,6 @@ def _drop(g, src: int, dst: int, kind: str) -> None:
         ed.y_src[dst] = -1
         ed.y_off_ns[dst] = 0
     else:  # the collective's match: each member ends as measured
-        gid = g.group[dst]
-        g.group[g.group == gid] = -1
+        gid = int(g.group[dst])
+        if gid >= 0:  # else a cycle through another of its members took its match already
+            g.group[members(gid)] = -1

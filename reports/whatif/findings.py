@@ -62,12 +62,24 @@ def replay_inputs(inputs: list, names: list[str] | None, measured: MeasuredStep 
         if known == key:
             return result
     runs = key[:2]  # the same ranks' graphs: the join, the unchanged replay and the step table made once
-    prepared = next((b for known, _, b in _PREPARED if known == runs), None) or prepare(graphs, epochs)
+    prepared = next((b for known, _, b in _PREPARED if known == runs), None) or _prepared(graphs, epochs)
     _PREPARED[:] = [(runs, list(graphs.values()), prepared), *[e for e in _PREPARED if e[0] != runs][:KEPT - 1]]
+    if isinstance(prepared, ReplayError):
+        raise prepared
     result = whatif(graphs, epochs, names, prepared, measured.ns if measured else None,
                     measured.under_none if measured else None, measured.regions if measured else None)
     _LAST[:] = [(key, list(graphs.values()), result), *_LAST[:KEPT - 1]]  # the graphs held: their ids stay theirs
     return result
+
+
+def _prepared(graphs: dict, epochs: dict):
+    """prepare()'s result, or the ReplayError it raised: a graph it cannot replay (more cycles
+    than break_cycles drops) is kept as such, so that the report's findings and its section
+    find that out once."""
+    try:
+        return prepare(graphs, epochs)
+    except ReplayError as e:
+        return e
 
 
 # the last KEPT replays of replay_inputs: (key, the graphs, its WhatIf). `tracelab run` prints the
