@@ -104,7 +104,7 @@ def test_whatif_section_in_chromium(chromium, report):  # noqa: F811
     assert 'id="whatif"' in got["dom"]
 
 
-@pytest.mark.parametrize("replays", [True, False])
+@pytest.mark.parametrize("replays", [pytest.param(True, marks=pytest.mark.slow), False])  # the replaying run: ~8 s
 def test_a_report_prepares_its_runs_whatif_once(replays, tmp_path, monkeypatch):
     """The findings' savings and the section replay one run: its join and unchanged replay made
     once, also where they fail (a graph left with a cycle: both say so, neither makes it again)."""
