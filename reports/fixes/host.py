@@ -111,7 +111,8 @@ def _stall_words(stalls: dict) -> tuple[str, dict] | None:
     clause that says they stay under a graph, with their own fix (fixes/stall.py), and its values."""
     if not stalls_matter(stalls):
         return None
-    stall_ns, after = stall_figures(stalls)
+    stall_ns, by_after = stall_figures(stalls)
+    after = str(by_after.index[0])
     per_ns = stall_ns / max(stalls["steps"], 1)
     where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
     return (f"; its host's stalls ({ms(per_ns)} per step, most {where}) stay under a graph: {fix_of(after)}",

@@ -49,17 +49,18 @@ def stall_findings(ev) -> list[Finding]:
     return [_finding(group if several else "", i, f) for group, (i, f) in best.items()]
 
 
-def stall_figures(f: dict) -> tuple[int, str]:
-    """(the stalls' total ns, what most of their time follows) of a stall digest (stall_digest.rank_stalls)."""
+def stall_figures(f: dict) -> tuple[int, pd.Series]:
+    """(the stalls' total ns, their ns by what precedes them, most first: its first index is what most
+    of their time follows) of a stall digest (stall_digest.rank_stalls)."""
     stalls: pd.DataFrame = f["stalls"]
     by_after = stalls.groupby("after")["stall_ns"].sum().sort_values(ascending=False, kind="stable")
-    return int(stalls["stall_ns"].sum()), str(by_after.index[0])
+    return int(stalls["stall_ns"].sum()), by_after
 
 
 def _finding(group: str, i, f: dict) -> Finding:
     stalls: pd.DataFrame = f["stalls"]
-    by_after = stalls.groupby("after")["stall_ns"].sum().sort_values(ascending=False, kind="stable")
-    total_ns, after = stall_figures(f)
+    total_ns, by_after = stall_figures(f)
+    after = str(by_after.index[0])
     steps = f["steps"]
     per = f"{ms(total_ns / steps)} per step of {ms(f['span_ns'] / steps)}" if steps else \
         f"{ms(total_ns)} of the {ms(f['span_ns'])} trace"
