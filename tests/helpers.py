@@ -38,6 +38,14 @@ SHARED_MARK = "shared"  # a test that reads a trace only ../shared holds: CI sel
 RUNNING_MARKS: set[str] = set()  # the marks of the test now running (conftest's pytest_runtest_setup)
 
 
+def benchmark(name: str):
+    """The module benchmarks/NAME.py (scripts, not a package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shared_trace(relpath: str) -> Path:
     """A public trace by its path under shared/traces (e.g. "hta/cpu_only/rank-34...json.gz"):
     the copy in tests/data/public, else ../shared/traces. When neither holds it (a plain clone
