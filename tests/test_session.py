@@ -62,6 +62,16 @@ def test_one_grouping(mixes, mix):
     assert len(ranks) == len(labels)
 
 
+def test_a_snapshot_given_twice_is_noted_once(mixes):
+    """A run folder's own snapshot, also given as a file (its path spelled another way): one note."""
+    run = mixes["run with snapshot"][0]
+    session = Session.open([run + "/", run + "//rank0.memory.pickle"], digests=())
+    assert [r.kind for r in session.runs].count(SNAPSHOT) == 2
+    session.usable("whatif")
+    where = [n.where for n in session.notes if n.code == "snapshot_not_read"]
+    assert where == [(str(Path(run) / "rank0.memory.pickle"),)]
+
+
 def test_none_run_read_for_its_run_json(mixes):
     session = Session.open(mixes["runs and none"], digests=())
     none = session.of_kind(NONE)[0]

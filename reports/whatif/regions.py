@@ -191,16 +191,23 @@ def node_regions(scope: np.ndarray, named: set[str]) -> np.ndarray:
 
 
 def pace(g, p, paces: dict[int, RankPace]) -> np.ndarray:
-    """Scales each host operator's duration and the gap before it in Params `p` by its rank's
-    factor for its region (module docstring); the per-node factors applied (1: left)."""
-    factor = np.ones(len(g))
+    """Scales each host operator's duration in Params `p` by its rank's factor for its region
+    (module docstring), and the gap before it by the factor of the region the gap lies in: the
+    operator's own where the one before it on its thread is in the same region, else the time
+    outside the regions (a stall between two phases is no phase's work, and a phase's records do
+    not slow it). The per-node factors on the durations (1: left)."""
+    factor, gap_factor = np.ones(len(g)), np.ones(len(g))
     host = g.kind == HOST_OP
     for r, rp in paces.items():
         mine = np.flatnonzero(host & (g.rank == r))
+        mine = mine[np.lexsort((g.start_ns[mine], g.chain[mine]))]
         where = node_regions(g.scope[mine], set(rp.regions))
         factor[mine] = [rp.of(w) for w in where]
+        within = np.zeros(len(mine), dtype=bool)  # the chain predecessor in the same region
+        within[1:] = (g.chain[mine[1:]] == g.chain[mine[:-1]]) & (where[1:] == where[:-1])
+        gap_factor[mine] = np.where(within, factor[mine], rp.of(OUTSIDE))
     p.dur_ns[:] = np.rint(p.dur_ns * factor).astype(np.int64)
-    p.gap_ns[:] = np.where(p.gap_ns > 0, np.rint(p.gap_ns * factor), p.gap_ns).astype(np.int64)
+    p.gap_ns[:] = np.where(p.gap_ns > 0, np.rint(p.gap_ns * gap_factor), p.gap_ns).astype(np.int64)
     return factor
 
 
