@@ -147,7 +147,7 @@ def _evidence(r, median, pred: float) -> str:
             line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
     if r.name == "together":
         return line + "; a joint replay: each scenario's measured error is on its own row"
-    b = band(r.name)
+    b = band(r.name, r.args)
     return line + (f"; {b.text()}" if b else "; not yet measured against a run without its cause")
 
 
