@@ -135,7 +135,8 @@ def _or_nan(value) -> float:
 def _evidence(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
     together = "every other scenario of this table, replayed together"
-    what = TEXT.get(r.name, together if r.name == "together" else label_of(r.name, r.args))
+    label = label_of(r.name, r.args)  # a form of its own (balance:share) has its own words
+    what = TEXT.get(label, TEXT.get(r.name, together if r.name == "together" else label))
     if not r.steps or r.saving_ns is None or pd.isna(r.saving_ns):
         return f"what if {what}: no step claims a saving (the unchanged replay does not reproduce them)"
     whole = median is not None and _step_text(median["step"]) == "whole trace"
