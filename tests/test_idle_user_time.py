@@ -7,11 +7,12 @@ import json
 from statistics import median
 
 import pandas as pd
+import pytest
 
 from tracelab.reports.idle.idle_html import user_bound_words
 from tracelab.reports.timeline.causes import HOST_CAUSES
 
-from helpers import DATA, run_cli_output
+from helpers import DATA, run_cli_output, strict_json
 
 
 def _idle(capsys, *names: str) -> dict:
@@ -86,3 +87,62 @@ def test_the_idle_finding_says_host_bound_under_the_profiler_by_the_same_rule() 
     w = g.values
     assert w["unprofiled_saving_ns"] / w["unprofiled_step_ns"] >= 0.5 * w["saving_share"]
     assert "host-bound in " in g.text and "under the profiler in" not in g.text
+
+
+def _steps(capsys, *names: str) -> dict:
+    status, out, _ = run_cli_output(capsys, "steps", *(str(DATA / n) for n in names), "--format", "json")
+    assert status == 0
+    return strict_json(out)
+
+
+def test_steps_json_says_the_step_without_the_profiler_by_idles_rule(capsys) -> None:
+    """`tracelab steps` carries idle's two per-step columns (idle.for_the_user): the run's own step
+    timed with the profiler off (its run.json) and, per host-bound step, whether the host paces it
+    without the profiler too, by the rule worked out here on the row's own causes and span."""
+    run = json.loads((DATA / "tf32-1gpu-medium-torch" / "run.json").read_text())
+    want_ns = float(run["results"]["0"]["rows"][0]["unprofiled_step_ns"])
+    rows = _steps(capsys, "tf32-1gpu-medium-torch")["steps"]
+    assert rows and all(r["unprofiled_step_ns"] == want_ns for r in rows)
+    for r in rows:
+        profiled, user = _host_share_without(r, want_ns)
+        assert r["bound"] == "host" and user < 0.5 * profiled and r["host_bound_without_profiler"] is False
+
+
+@pytest.mark.slow  # about 2 s of CPU: the columns' lines are the test's above
+def test_steps_json_says_the_same_jobs_step_under_backend_none_as_idle_does(capsys) -> None:
+    """Beside the same job under backend none: its median step, and the verdict idle's JSON gives."""
+    none = json.loads((DATA / "train-1gpu-steps-none" / "run.json").read_text())
+    none_ns = 1e6 * median(none["results"]["0"]["rows"][0]["step_ms"])
+    rows = _steps(capsys, "train-1gpu-steps-torch", "train-1gpu-steps-none")["steps"]
+    idle = {(s["step"], s["rank"]): s for s in _idle(capsys, "train-1gpu-steps-torch", "train-1gpu-steps-none")["steps"]}
+    assert rows and all(abs(r["unprofiled_step_ns"] - none_ns) < 1 for r in rows)
+    assert [r["host_bound_without_profiler"] for r in rows] == [idle[r["step"], r["rank"]]["host_bound_without_profiler"]
+                                                                for r in rows]
+    assert any(r["host_bound_without_profiler"] is True for r in rows)
+
+
+@pytest.mark.slow  # about 1.5 s of CPU
+def test_steps_json_holds_nulls_where_the_run_did_not_time_its_step(capsys) -> None:
+    """idle-1gpu-small-torch timed no step without the profiler: both columns null on every row
+    (strict JSON: no NaN), and the table adds no line about it."""
+    run = json.loads((DATA / "idle-1gpu-small-torch" / "run.json").read_text())
+    assert not any(r.get("unprofiled_step_ns") for r in run["results"]["0"]["rows"])
+    rows = _steps(capsys, "idle-1gpu-small-torch")["steps"]
+    assert rows and all(r["unprofiled_step_ns"] is None and r["host_bound_without_profiler"] is None for r in rows)
+    status, out, _ = run_cli_output(capsys, "steps", str(DATA / "idle-1gpu-small-torch"))
+    assert status == 0 and "without the profiler (measured)" not in out
+
+
+@pytest.mark.parametrize("verdicts, said", [
+    ([False, False, None], "140.437 ms; 2 of the 2 host-bound step rows host-bound under the profiler only"),
+    ([True, False, None], "140.437 ms; 1 of the 2 host-bound step rows host-bound under the profiler only"),
+    ([None, None, None], "140.437 ms"),  # no host-bound row: the step alone
+])
+def test_the_steps_table_line_counts_the_rows_the_profiler_made_host_bound(verdicts, said) -> None:
+    from tracelab.reports.steps.steps_text import unprofiled_line
+
+    steps = pd.DataFrame({"unprofiled_step_ns": [140_436_768.0] * 3, "host_bound_without_profiler": verdicts})
+    line = unprofiled_line(steps)
+    assert line.startswith(f"step without the profiler (measured): {said}")
+    assert line.endswith("(measured): 140.437 ms") == (said == "140.437 ms")
+    assert unprofiled_line(steps.assign(unprofiled_step_ns=None)) == ""
