@@ -146,3 +146,55 @@ def test_the_steps_table_line_counts_the_rows_the_profiler_made_host_bound(verdi
     assert line.startswith(f"step without the profiler (measured): {said}")
     assert line.endswith("(measured): 140.437 ms") == (said == "140.437 ms")
     assert unprofiled_line(steps.assign(unprofiled_step_ns=None)) == ""
+
+
+def _graphs_figures(whole_trace: bool) -> dict:
+    return {"whole_trace": whole_trace, "host_bound": 3, "steps": 4, "short_kernels": 900, "launched": 1000,
+            "kernels_per_step": 250.0}
+
+
+@pytest.mark.parametrize("under, whole, said", [
+    (False, False, "rank 0's steps are host-bound (3 of 4) and 900 of the 1,000 kernels"),
+    (True, False, "rank 0's steps are host-bound under the profiler (3 of 4) and 900 of the 1,000 kernels"),
+    (False, True, "rank 0 is host-bound over the whole trace, which has no steps, and 900 of the 1,000"),
+    (True, True, "rank 0 is host-bound under the profiler over the whole trace, which has no steps, and 900"),
+])
+def test_the_cuda_graph_finding_writes_its_bound_from_the_verdict(under, whole, said) -> None:
+    from tracelab.reports.fixes.host import GRAPHS_FIX, _graphs_sentence
+
+    text = _graphs_sentence("rank 0", _graphs_figures(whole), "; tail", under)
+    assert text.startswith(said) and text.endswith(f"{GRAPHS_FIX}; tail")
+
+
+@pytest.mark.parametrize("under, step, said", [
+    (False, [0, 1, 2], "(by its critical path: host-bound in 2 of 3, gpu-bound in 1 of 3 steps)"),
+    (True, [0, 1, 2], "(by its critical path: host-bound under the profiler in 2 of 3, gpu-bound in 1 of 3 steps)"),
+    (True, [None], "(by its critical path: host-bound under the profiler over the whole trace, which has no steps)"),
+])
+def test_the_idle_finding_writes_its_bounds_from_the_verdict(under, step, said) -> None:
+    from tracelab.reports.findings.findings_more import _idle_sentence
+
+    bounds = ["host", "host", "gpu"][:len(step)]
+    steps = pd.DataFrame({"step": pd.array(step, dtype="Int64"), "bound": bounds, "bound_from": "path"})
+    assert _idle_sentence("rank 0's GPU idles ", steps, under) == f"rank 0's GPU idles {said}"
+
+
+def test_the_verdict_reaches_the_writer_only_from_the_host_gaps_replay() -> None:
+    """with_saving asks a finding's writer for its words under the verdict where the no-host-gaps
+    replay says the profiler made the step host-bound (its saving's share without the profiler under
+    half its share under it); otherwise, or for another scenario, the text stays as written."""
+    from types import SimpleNamespace
+
+    from tracelab.reports.findings.finding import Finding
+    from tracelab.reports.whatif.findings import with_saving
+
+    f = Finding("written for False", 1, "idle", {}, "idle", {"run": ""},
+                text_for=lambda under: "written for True" if under else "written for False")
+    user = {"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"}
+    for name, predicted_ns, said in (("no-host-gaps", 7.9e6, "written for True"),  # 1% of 8 ms against 40%
+                                     ("no-host-gaps", 5e6, "written for False"),  # 38% against 40%
+                                     ("no-host-stalls", 7.9e6, "written for False")):
+        row = SimpleNamespace(name=name, args="", saving_ns=4e6, step_ns=10e6, steps=4, saving_frac=0.4,
+                              predicted_unprofiled_ns=predicted_ns)
+        got = with_saving(f, row, unprofiled=user)
+        assert got.text.startswith(f"{said}; what if ") and got.text_for is None

@@ -24,10 +24,6 @@ from .replay import ReplayError
 from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
-# a host-bound step the profiler made (_profiler_made_it): the CUDA-graph finding's and the idle finding's words
-PROFILED_WORDS = {"'s steps are host-bound (": "'s steps are host-bound under the profiler (",
-                  "host-bound in ": "host-bound under the profiler in ",
-                  "host-bound over the whole trace": "host-bound under the profiler over the whole trace"}
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
 SCENARIO_OF = {"straggler_findings": "balance:share", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
@@ -155,10 +151,10 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values = {k: v for k, v in f.values.items() if k != "bound_ns"}
     user = _user_time(row, unprofiled or {})
     values.update(_row_values(row, whole, one, unprofiled or {}))
-    text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
-    if row.name == "no-host-gaps" and _profiler_made_it(values):  # said of the trace, not of the user's step
-        for trace_words, user_words in PROFILED_WORDS.items():
-            text = text.replace(trace_words, user_words, 1)
+    # a step the profiler made host-bound is said so by the finding's own writer: of the trace, not the user's step
+    under_profiler_only = row.name == "no-host-gaps" and _profiler_made_it(values)
+    text = f.text_for(under_profiler_only) if f.text_for is not None and under_profiler_only else f.text
+    text = text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else text
     if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
         values["fix_offered"] = gains(values)
         if not values["fix_offered"]:
@@ -170,7 +166,7 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
         values["also"] = other
         what = (f"{saving_words(other, TEXT[other['scenario']], band(also.name, also.args))}; "
                 f"{saving_words(values, words, b, lead='if')}")
-    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user),
+    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), text_for=None,
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
