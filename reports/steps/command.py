@@ -78,10 +78,9 @@ def _steps_of(run, n_steps: int | None, infos: list[tuple[str, dict]]) -> tuple:
     folders' (name, run.json), where the same job's run under backend none may have timed its step."""
     import pandas as pd
 
-    from ..unprofiled import measured_step
-
     from ..timeline.steps import per_step_totals, recorded_steps
     from ..timeline.waits import analyse_digests
+    from ..unprofiled import measured_step
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
