@@ -160,9 +160,9 @@ def _graphs_figures(whole_trace: bool) -> dict:
     (True, True, "rank 0 is host-bound under the profiler over the whole trace, which has no steps, and 900"),
 ])
 def test_the_cuda_graph_finding_writes_its_bound_from_the_verdict(under, whole, said) -> None:
-    from tracelab.reports.fixes.host import GRAPHS_FIX, _graphs_sentence
+    from tracelab.reports.fixes.host import GRAPHS_FIX, graphs_sentence
 
-    text = _graphs_sentence("rank 0", _graphs_figures(whole), "; tail", under)
+    text = graphs_sentence("rank 0", _graphs_figures(whole), "; tail", under)
     assert text.startswith(said) and text.endswith(f"{GRAPHS_FIX}; tail")
 
 
@@ -172,11 +172,11 @@ def test_the_cuda_graph_finding_writes_its_bound_from_the_verdict(under, whole, 
     (True, [None], "(by its critical path: host-bound under the profiler over the whole trace, which has no steps)"),
 ])
 def test_the_idle_finding_writes_its_bounds_from_the_verdict(under, step, said) -> None:
-    from tracelab.reports.findings.findings_more import _idle_sentence
+    from tracelab.reports.findings.findings_more import idle_sentence
 
     bounds = ["host", "host", "gpu"][:len(step)]
     steps = pd.DataFrame({"step": pd.array(step, dtype="Int64"), "bound": bounds, "bound_from": "path"})
-    assert _idle_sentence("rank 0's GPU idles ", steps, under) == f"rank 0's GPU idles {said}"
+    assert idle_sentence("rank 0's GPU idles ", steps, under) == f"rank 0's GPU idles {said}"
 
 
 def test_the_verdict_reaches_the_writer_only_from_the_host_gaps_replay() -> None:

@@ -150,9 +150,10 @@ def test_a_straggler_whose_two_forms_agree_states_one(capsys) -> None:
 def test_the_reports_what_if_section_says_each_form_in_its_own_words() -> None:
     """The report's scenario table: each form's evidence line in its words, the shared one with no
     band ("not yet measured"), the removal with balance's."""
-    from tracelab.reports.whatif.whatif_html import _evidence
+    from tracelab.reports.whatif.whatif_html import evidence_line
 
-    share, removed = _evidence(_row("share", 4e6, None), None, float("nan")), _evidence(_row("", 8e6, None), None, float("nan"))
+    share = evidence_line(_row("share", 4e6, None), None, float("nan"))
+    removed = evidence_line(_row("", 8e6, None), None, float("nan"))
     assert share.startswith("what if the late rank's extra work were shared evenly (each rank's work between two "
                             "collectives at the ranks' mean): 4.000 ms of 10.000 ms per step (40%)")
     assert share.endswith("; not yet measured against a run without its cause")

@@ -52,7 +52,7 @@ def idle_findings(ev) -> list:
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]}"
                 f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} ")
-        text_for = partial(_idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
+        text_for = partial(idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
         evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                     **{c: float(steps[c].mean()) for c in CAUSES}}
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
@@ -66,7 +66,7 @@ def idle_findings(ev) -> list:
     return out
 
 
-def _idle_sentence(head: str, steps, under_profiler_only: bool = False) -> str:
+def idle_sentence(head: str, steps, under_profiler_only: bool = False) -> str:
     """The idle finding's sentence: its `head` (the idle and its largest cause), then what most of
     each step's path is, beside the idle; a host-bound step said 'host-bound under the profiler'
     where `under_profiler_only` (bound_words)."""

@@ -92,7 +92,7 @@ def graphs_findings(ev) -> list[Finding]:
                  "idle before and during launches, an upper bound)")
         stalls = _stall_words(i.digest("stalls"))
         # the replay says later whether the profiler made these steps host-bound
-        text_for = partial(_graphs_sentence, f"{group + ': ' if several and group else ''}rank {i.rank}", f,
+        text_for = partial(graphs_sentence, f"{group + ': ' if several and group else ''}rank {i.rank}", f,
                            (stalls[0] if stalls else "") + bound)
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
         values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"], **(stalls[1] if stalls else {})}
@@ -105,7 +105,7 @@ def graphs_findings(ev) -> list[Finding]:
     return out
 
 
-def _graphs_sentence(who: str, f: dict, tail: str, under_profiler_only: bool = False) -> str:
+def graphs_sentence(who: str, f: dict, tail: str, under_profiler_only: bool = False) -> str:
     """The CUDA-graph finding's sentence for rank `who` of figures `f` (graphs_figures), ending on
     `tail`; its steps said 'host-bound under the profiler' where `under_profiler_only` (bound_words)."""
     per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \

@@ -124,7 +124,7 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
                      **{k: _or_nan(getattr(r, k)) for k in ("predicted_unprofiled_ns", "saving_unprofiled_ns",
                                                               "saving_unprofiled_frac")},
                      "unprofiled_step_ns": _or_nan((w.unprofiled or {}).get("unprofiled_step_ns")),
-                     "evidence": _evidence(r, median, pred)})
+                     "evidence": evidence_line(r, median, pred)})
     return pd.DataFrame(rows, columns=list(SCENARIO_COLUMNS))
 
 
@@ -132,7 +132,7 @@ def _or_nan(value) -> float:
     return np.nan if value is None else float(value)
 
 
-def _evidence(r, median, pred: float) -> str:
+def evidence_line(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
     together = "every other scenario of this table, replayed together"
     label = label_of(r.name, r.args)  # a form of its own (balance:share) has its own words
