@@ -307,10 +307,11 @@ def _ns(us) -> int:
     return round(float(us) * 1000)
 
 
-def kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
+def kineto_steps(path: Path, pattern: str, leave_out: str | None = None) -> dict[int, tuple[int, int]]:
     """step -> (GPU rows, their summed dur ns): each GPU event's launch call (same
     correlation), then the step range on any thread of the launch's pid holding its start;
-    a pattern without a number counts its ranges in start order per pid."""
+    a pattern without a number counts its ranges in start order per pid. `leave_out`: a
+    pattern of the GPU events' names not counted (searched, any case)."""
     events = json.loads(gzip.open(path).read())["traceEvents"]
     regex = re.compile(pattern, re.IGNORECASE)
     ranges = defaultdict(list)
@@ -327,8 +328,9 @@ def kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
         if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
             launch.setdefault(e["args"]["correlation"], e)
     out = Counter(), Counter()
+    skip = re.compile(leave_out, re.IGNORECASE) if leave_out else None
     for e in events:
-        if e.get("cat") not in GPU_CATS:
+        if e.get("cat") not in GPU_CATS or (skip and skip.search(e["name"])):
             continue
         call = launch.get(e["args"].get("correlation"))
         if call is None:

@@ -22,7 +22,13 @@ Graph; several given together change one Params, replayed once (never summed). P
 - `roofline`: every GPU op whose work the trace gives takes its roofline time (never longer
   than measured); the rest as measured.
 - `balance`: per step, each rank's work (its GPU ops but collectives, or its CPU ops in a
-  CPU-only trace) above the lower median rank's is scaled down to it: the straggler removed.
+  CPU-only trace) above the lower median rank's is scaled down to it: the late rank's extra work
+  removed, right where that work is waste (a slow device, a redundant computation).
+- `balance:share`: per step and segment (between two of the rank's collectives: where ranks wait
+  for one another), each rank's work at the ranks' mean there: the late rank's extra work moved
+  onto the others, as re-partitioning the work does. The total is kept (a rank of no work there
+  takes none) and each rank's ops grow or shrink in proportion, so the moved work sits where the
+  late rank did it, not spread over the other ranks' whole step.
 - `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
   their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
   arrival); in a CPU-only trace, host threads no longer block on collectives. The trace does
@@ -127,6 +133,8 @@ def parse(spec: str) -> Scenario:
         name, arg = "no-host-stalls", name.removeprefix("no-host-stalls")
     if name == "overlap-comm" and not arg:
         return Scenario(name, "", _overlap_comm, note=lambda g: depend.note(g, depend.dependent(g)))
+    if name == "balance" and arg == "share":
+        return Scenario(name, arg, lambda g, p: _balance(g, p, share=True))
     if name in ("no-host-gaps", "cuda-graph", "roofline", "balance") and not arg:
         return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "cuda-graph": _no_host_gaps, "roofline": _roofline,
                                    "balance": _balance}[name], host_free=name == "cuda-graph")
@@ -160,7 +168,7 @@ def parse(spec: str) -> Scenario:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-                                   "scale:REGEX=F, autocast:bf16=F|@FILE, compile[:reduce-overhead], roofline, balance, overlap-comm, busbw:GBPS")
+                                   "scale:REGEX=F, autocast:bf16=F|@FILE, compile[:reduce-overhead], roofline, balance[:share], overlap-comm, busbw:GBPS")
 
 
 def _number(text: str, spec: str, low: float, high: float) -> float:
@@ -321,17 +329,44 @@ def _roofline(g: Graph, p: Params) -> None:
     p.dur_ns[known] = np.minimum(p.dur_ns[known], np.rint(g.roof_ns[known]).astype(np.int64))
 
 
-def _balance(g: Graph, p: Params) -> None:
+def _balance(g: Graph, p: Params, share: bool = False) -> None:
+    """Per step, each rank's work at the lower median rank's where above it (`balance`); or
+    (`share`) per step and segment, each rank's work at the mean of the ranks that have work there."""
     work = np.flatnonzero(g.work())
     work = work[(g.step[work] >= 0) & (g.op_class[work] != "communication")]
     if not len(work) or len(set(g.rank.tolist())) < 2:
         return
     frame = pd.DataFrame({"i": work, "r": g.rank[work], "s": g.step[work], "d": p.dur_ns[work]})
+    if share:
+        frame["s"] = list(zip(frame["s"], _segments(g, work)))
     per = frame.groupby(["s", "r"])["d"].sum()
-    target = per.groupby(level="s").transform(lambda v: np.sort(v.to_numpy())[(len(v) - 1) // 2])
-    factor = (target / per.where(per > 0)).clip(upper=1.0).fillna(1.0)  # a rank of no work this step: unchanged
+    target = per.groupby(level="s").transform(_shared_ns if share else _lower_median_ns)
+    factor = target / per.where(per > 0)
+    factor = (factor if share else factor.clip(upper=1.0)).fillna(1.0)  # a rank of no work there: unchanged
     f = factor.reindex(pd.MultiIndex.from_frame(frame[["s", "r"]])).to_numpy()
-    p.dur_ns[work] = np.rint(p.dur_ns[work] * f).astype(np.int64)
+    p.dur_ns[work] = changed_durations_ns(p.dur_ns[work] * f)
+
+
+def _lower_median_ns(per_rank_ns: pd.Series) -> float:
+    return float(np.sort(per_rank_ns.to_numpy())[(len(per_rank_ns) - 1) // 2])
+
+
+def _shared_ns(per_rank_ns: pd.Series) -> float:
+    """The mean of the ranks that have work: none is lost or made (a rank of none cannot take any)."""
+    busy = per_rank_ns[per_rank_ns > 0]
+    return float(busy.mean()) if len(busy) else 0.0
+
+
+def _segments(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """Per node, how many collectives of its rank and step began before it: its segment. Work moved
+    between ranks stays between the same collectives, where the ranks wait for one another: spread
+    over the whole step it would lengthen every segment of the rank that takes it."""
+    coll = np.flatnonzero((g.kind == COLL) & (g.step >= 0))
+    ops = pd.DataFrame({"k": np.arange(len(nodes)), "r": g.rank[nodes], "s": g.step[nodes], "t": g.start_ns[nodes]})
+    colls = pd.DataFrame({"r": g.rank[coll], "s": g.step[coll], "t": g.start_ns[coll]}).sort_values("t", kind="stable")
+    colls["n"] = colls.groupby(["r", "s"]).cumcount() + 1
+    found = pd.merge_asof(ops.sort_values("t", kind="stable"), colls, on="t", by=["r", "s"], allow_exact_matches=False)
+    return found.sort_values("k")["n"].fillna(0).to_numpy(dtype=np.int64)
 
 
 def _overlap_comm(g: Graph, p: Params) -> None:
