@@ -29,13 +29,22 @@ Graph; several given together change one Params, replayed once (never summed). P
   onto the others, as re-partitioning the work does. The total is kept (a rank of no work there
   takes none) and each rank's ops grow or shrink in proportion, so the moved work sits where the
   late rank did it, not spread over the other ranks' whole step.
-- `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
-  their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
-  arrival); in a CPU-only trace, host threads no longer block on collectives. The trace does
-  not say which later op reads a collective's result: a collective that sits between the compute
-  feeding it and the compute reading it, layer after layer (tensor parallelism: depend.py), stays
-  where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel, said in a note); for the rest
-  (DDP's gradient all-reduces) it is an upper bound.
+- `overlap-comm`: collectives that share a stream with compute run on a chain of their own, so
+  compute queued behind them no longer waits (still: waits inferred between streams, syncs, the
+  last rank's arrival); in a CPU-only trace, host threads no longer block on them (the host's
+  stalls after such a wait stay: its own time). Each is issued as its rank's step's work begins
+  (the trace may issue them all after the backward; bucketing issues each as its gradients are ready)
+  and still runs in order on its chain, so their transfers never run at once. It hides transfers
+  behind compute, never the wait for a rank that has not arrived: each rank's step reads its
+  collectives' results before it ends (the optimizer, the next step), so the collective that
+  ended last in each rank's step stays where it is (on its stream, issued where it was; in a
+  CPU-only trace what waited on it still waits), and it ends no sooner than its last rank arrives
+  (depend.py). The trace does not say which later op reads a collective's result: a collective
+  that sits between the compute feeding it and the compute reading it, layer after layer (tensor
+  parallelism: depend.py), stays where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel,
+  said in a note); for the rest (DDP's per-bucket or per-parameter all-reduces before the step's
+  last) it is an upper bound: what bucketing achieves, each gradient taken as ready from the start
+  of its step.
 - `autocast:bf16=F`: a model of fp32 -> bf16 autocast. Its matrix products (PRODUCTS: aten's
   linear/matmul/mm/addmm/bmm and their backward, GPU GEMM kernels but attention's fused ones) take
   F times as long (a microbenchmark's bf16/fp32 ratio at the trace's shapes, or the roofline's);
@@ -370,20 +379,70 @@ def _segments(g: Graph, nodes: np.ndarray) -> np.ndarray:
 
 
 def _overlap_comm(g: Graph, p: Params) -> None:
-    if g.cpu_only:
+    hidden = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
+    hidden &= ~depend.last_of_steps(g, hidden)  # so does each rank's step's last: the step reads its result
+    if g.cpu_only:  # the host threads that blocked on a hidden collective go on
         waits = (p.xe_src >= 0) & (g.kind == HOST_OP)
-        waits &= g.kind[np.maximum(p.xe_src, 0)] == COLL
-        p.xe_src[waits] = -1
+        _stop_waiting(g, p, np.flatnonzero(waits & hidden[np.maximum(p.xe_src, 0)]))
+    _off_compute_chains(g, p, hidden)
+    _issued_at_step_start(g, p, hidden)
+
+
+def _stop_waiting(g: Graph, p: Params, nodes: np.ndarray) -> None:
+    """Host ops that waited on a collective no longer do; the host's stalls between its end and
+    theirs (untraced time of its own: a sleep after the wait returned) stay, as time before them."""
+    kept = np.zeros(len(nodes), np.int64)
+    src = p.xe_src[nodes]
+    for r, start, end in _stalls(g, None):
+        on = g.rank[nodes] == r
+        u0, u1 = merge_intervals(start, end)
+        after = g.end_ns[src[on]]
+        until = np.minimum(after + np.maximum(p.xe_off_ns[nodes[on]], 0), g.start_ns[nodes[on]])
+        kept[on] = covered(after, until, u0, u1)
+    p.gap_ns[nodes] = np.maximum(p.gap_ns[nodes], kept)
+    if p.stall_ns is not None:  # no-host-gaps, where it comes later, keeps them too
+        p.stall_ns[nodes] = np.maximum(p.stall_ns[nodes], kept)
+    p.xe_src[nodes] = -1
+
+
+def _issued_at_step_start(g: Graph, p: Params, hidden: np.ndarray) -> None:
+    """Hidden collectives launched by a host call (or CPU op) are issued as their rank's step's
+    work begins instead (its first GPU op; in a CPU-only trace its first CPU operator): bucketing
+    issues each all-reduce as its gradients are ready, during the backward, where the trace may
+    issue them all after it; which gradient is ready when, it does not say (an upper bound). Their
+    chain still runs them in order, so their transfers add up behind each other, never at once."""
+    idx = np.flatnonzero(hidden & (p.xs_src >= 0))
+    work = np.flatnonzero(g.work() | (g.kind == COLL) if not g.cpu_only else g.work())
+    if not len(idx) or not len(work):
         return
-    comm = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
-    order = np.lexsort((g.start_ns, g.chain))
-    pred_comm = np.zeros(len(g), bool)
-    same = g.chain[order[1:]] == g.chain[order[:-1]]
-    pred_comm[order[1:][same]] = comm[order[:-1][same]]
-    p.gap_ns[pred_comm & ~comm] = np.minimum(p.gap_ns[pred_comm & ~comm], 0)
-    p.gap_ns[comm] = np.minimum(p.gap_ns[comm], 0)
-    p.chain[comm] = p.chain[comm] + int(g.chain.max()) + 1
-    p.pinned[comm & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
+    work = work[np.lexsort((g.start_ns[work], g.step[work], g.rank[work]))]
+    new = np.r_[True, (g.rank[work][1:] != g.rank[work][:-1]) | (g.step[work][1:] != g.step[work][:-1])]
+    first = work[new]  # per rank and step, its work's first node
+    at = pd.Series(first, index=pd.MultiIndex.from_arrays([g.rank[first], g.step[first]]))
+    src = at.reindex(pd.MultiIndex.from_arrays([g.rank[idx], g.step[idx]])).to_numpy()
+    ok = ~np.isnan(src)
+    idx, src = idx[ok], src[ok].astype(np.int64)
+    # only earlier than its launch and its start as measured: every edge still runs forward in time, no cycle
+    ok = (src != idx) & (g.start_ns[src] <= np.minimum(g.start_ns[p.xs_src[idx]], g.start_ns[idx]))
+    idx, src = idx[ok], src[ok]
+    p.xs_src[idx] = src
+    p.xs_off_ns[idx] = 0
+
+
+def _off_compute_chains(g: Graph, p: Params, hidden: np.ndarray) -> None:
+    """Hidden collectives queued on a chain with compute move to a chain of their own (one per
+    chain they leave, so they still run in order), and what was queued behind them no longer
+    waits; a chain of collectives alone (NCCL's stream, gloo's worker thread) keeps them."""
+    order = g.chain_order(p.chain)
+    mixed = np.unique(p.chain[(g.kind != COLL)])
+    moved = hidden & np.isin(p.chain, mixed)
+    behind = np.zeros(len(g), bool)
+    same = p.chain[order[1:]] == p.chain[order[:-1]]
+    behind[order[1:][same]] = moved[order[:-1][same]]
+    p.gap_ns[behind & ~moved] = np.minimum(p.gap_ns[behind & ~moved], 0)
+    p.gap_ns[hidden] = np.minimum(p.gap_ns[hidden], 0)
+    p.chain[moved] = p.chain[moved] + max(int(p.chain.max()), int(g.chain.max())) + 1
+    p.pinned[moved & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
 
 
 def _busbw(g: Graph, p: Params, gb_s: float) -> None:
