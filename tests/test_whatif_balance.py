@@ -101,11 +101,12 @@ def test_the_replayed_savings_are_the_mean_and_min_arithmetic(name: str, capsys)
     rows = {s["name"] + (f":{s['args']}" if s["args"] else ""): s for s in strict_json(out)["scenarios"]}
     share, removed = rows["balance:share"], rows["balance"]
     assert status == 0 and share["steps"] == removed["steps"] == len(work) == 16
-    assert share["step_ns"] == pytest.approx(most.mean(), rel=0.02)  # work-bound: the late rank's work is the step
-    assert share["saving_ns"] == pytest.approx((most - mean).mean(), rel=0.02)
+    # per step, medians over the steps (as the step without the profiler is)
+    assert share["step_ns"] == pytest.approx(np.median(most), rel=0.02)  # work-bound: the late rank's work is the step
+    assert share["saving_ns"] == pytest.approx(np.median(most) - np.median(mean), rel=0.02)
     assert share["error_band"] is None and removed["error_band"] is not None
-    assert removed["saving_ns"] <= (most - least).mean()
-    assert removed["predicted_ns"] >= least.mean() and removed["saving_ns"] > 1.8 * share["saving_ns"]
+    assert removed["saving_ns"] <= np.median(most) - np.median(least)
+    assert removed["predicted_ns"] >= np.median(least) and removed["saving_ns"] > 1.8 * share["saving_ns"]
 
 
 @pytest.mark.slow  # about 3 s of CPU each

@@ -108,13 +108,14 @@ def gating_device(causes: pd.DataFrame, rank: int) -> str:
 
 def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str] | None = None) -> str:
     """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
-    (the mean over the units it gates), or ''. More idle is said in the words of the rank's
+    (the median over the units it gates: the first unit's window opens at the run's first activity,
+    so it holds the ranks' profiler start skew, which a mean spreads over the rest), or ''. More idle is said in the words of the rank's
     largest idle cause (`idle_cause`, reports/idle.py), so this never says "the host launched
     late" where the idle view blames something else."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
     if not len(mine):
         return ""
-    work, idle = mine["extra_work_ns"].mean(), mine["extra_idle_ns"].mean()
+    work, idle = mine["extra_work_ns"].median(), mine["extra_idle_ns"].median()
     device = gating_device(causes, rank)
     if work < idle:
         return f"; its {device} sits idle {duration(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
@@ -128,7 +129,7 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
 def _late_by_idle(causes: pd.DataFrame, rank: int) -> bool:
     """Whether the straggler's units it gates show more idle than extra work before them (_why)."""
     mine = causes[causes["gating_rank"] == rank] if len(causes) else causes
-    return bool(len(mine)) and mine["extra_work_ns"].mean() < mine["extra_idle_ns"].mean()
+    return bool(len(mine)) and mine["extra_work_ns"].median() < mine["extra_idle_ns"].median()
 
 
 def _idle_words(device: str, idle_cause: tuple[str, str] | None) -> str:
@@ -209,7 +210,7 @@ def _wait_text(w, rank: int) -> str:
     if not len(mine) or not mine["wait_ns"].sum():
         return ""
     kind = coll.groupby("kernel")["wait_ns"].sum().idxmax()
-    return f"waits {duration(mine['wait_ns'].mean())} per step at {collective_type(str(kind)) or kind}, "
+    return f"waits {duration(mine['wait_ns'].median())} per step at {collective_type(str(kind)) or kind}, "
 
 
 def _stepless_wait_text(coll: pd.DataFrame) -> str:

@@ -41,20 +41,21 @@ def idle_findings(ev) -> list:
         steps = result.steps
         if not len(steps) or not steps["span_ns"].sum():
             continue
-        idle, span = steps["idle_ns"].mean(), steps["span_ns"].mean()
+        # per step: medians over the steps (timeline/steps.median_per_step), each cause's too; the total is a sum
+        idle, span = steps["idle_ns"].median(), steps["span_ns"].median()
         if idle >= MIN_IDLE_SHARE_OF_STEP * span and (i.group not in best or idle > best[i.group][1]):
             best[i.group] = (i, idle, span, steps, result.waits)
     out = []
     for group, (i, idle, span, steps, waits) in best.items():
-        cause = max(CAUSES, key=lambda c: steps[c].mean())
+        cause = max(CAUSES, key=lambda c: steps[c].median())
         stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
         head = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
-                f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]}"
+                f"({100 * idle / span:.0f}%), {ms(steps[cause].median())} of it {CAUSE_TEXT[cause]}"
                 f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} ")
         text_for = partial(idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
         evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
-                    **{c: float(steps[c].mean()) for c in CAUSES}}
+                    **{c: float(steps[c].median()) for c in CAUSES}}
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
                   "steps": len(steps), "stepless": bool(stepless),
                   "bound_steps": {str(b): int(n) for b, n in steps["bound"].value_counts().items()}}

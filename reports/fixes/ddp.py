@@ -57,12 +57,14 @@ def _rank_figures(ev, i) -> dict | None:
     wait = np.array([waits[int(s)] for s in steps["step"]] if waits is not None else np.zeros(len(steps)),
                     dtype=np.int64)
     fixable = np.maximum(steps["exposed_ns"].to_numpy(dtype=np.int64) - wait, 0)
+    # times per step are medians over the steps (timeline/steps.median_per_step: one step of the ranks'
+    # profiler start skew moves a mean); the counts and bytes a step issues are means; totals are sums
     return {"steps": len(steps), "allreduces": float(steps["allreduces"].mean()),
             "msg_bytes": float(steps["msg_bytes"].mean()) if steps["msg_bytes"].notna().all() else None,
-            "comm_ns": float(steps["comm_ns"].mean()), "exposed_ns": float(steps["exposed_ns"].mean()),
-            "tail_ns": float(steps["tail_ns"].mean()),
-            "wait_ns": float(wait.mean()) if waits is not None else None, "fixable_ns": float(fixable.mean()),
-            "fixable_total_ns": int(fixable.sum()), "span_ns": float(steps["span_ns"].mean())}
+            "comm_ns": float(steps["comm_ns"].median()), "exposed_ns": float(steps["exposed_ns"].median()),
+            "tail_ns": float(steps["tail_ns"].median()),
+            "wait_ns": float(np.median(wait)) if waits is not None else None, "fixable_ns": float(np.median(fixable)),
+            "fixable_total_ns": int(fixable.sum()), "span_ns": float(steps["span_ns"].median())}
 
 
 def ddp_findings(ev) -> list[Finding]:

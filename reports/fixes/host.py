@@ -30,7 +30,7 @@ from ..topics import result_of
 from .loader import waits_on_loader
 from ..timeline.stalls import BETWEEN_STEPS
 from .stall import fix_of, stall_figures
-from .stall_digest import stalls_matter
+from .stall_digest import stall_ns_per_step, stalls_matter
 
 GRAPHS_FIX = ("capture the step in a CUDA graph (torch.cuda.graph) or compile it with "
               "torch.compile(mode=\"reduce-overhead\"), which launches it in one call")
@@ -60,8 +60,9 @@ def graphs_figures(ev, i) -> dict | None:
     return {"steps": len(steps), "host_bound": len(host), "launched": launched,
             "short_kernels": replays["short"], "short_gpu_ns": replays["short_gpu_ns"],
             "kernels_per_step": launch["kernels_per_step"],
-            "stake_ns_per_step": float(stake.mean()), "stake_ns": int(stake.sum()),
-            "span_ns_per_step": float(host["span_ns"].mean()), "replayed": replays["replayed"],
+            # per step: medians over the host-bound steps (timeline/steps.median_per_step); totals are sums
+            "stake_ns_per_step": float(np.median(stake)), "stake_ns": int(stake.sum()),
+            "span_ns_per_step": float(host["span_ns"].median()), "replayed": replays["replayed"],
             "whole_trace": bool(steps["step"].isna().all())}  # no steps: the one window is the trace
 
 
@@ -124,7 +125,7 @@ def _stall_words(stalls: dict) -> tuple[str, dict] | None:
         return None
     stall_ns, by_after = stall_figures(stalls)
     after = str(by_after.index[0])
-    per_ns = stall_ns / max(stalls["steps"], 1)
+    per_ns = stall_ns_per_step(stalls) if stalls["steps"] else stall_ns
     where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
     return (f"; its host's stalls ({ms(per_ns)} per step, most {where}) stay under a graph: {fix_of(after)}",
             {"stall_ns_per_step": per_ns, "stall_after": after})

@@ -31,14 +31,14 @@ def loader_findings(ev) -> list[Finding]:
 
 
 def _finding(group: str, i, f: dict) -> Finding:
-    steps = f["steps"] or 1
-    per = f"{ms(f['loader_ns'] / steps)} per step of {ms(f['span_ns'] / steps)}" if f["steps"] else \
-        f"{ms(f['loader_ns'])} of the {ms(f['span_ns'])} trace"
+    # per step: medians over the steps (loader_digest), the share theirs; totals are sums
+    loader_ns, span_ns = (f["loader_ns_per_step"], f["span_ns_per_step"]) if f["steps"] else (f["loader_ns"], f["span_ns"])
+    per = f"{ms(loader_ns)} per step of {ms(span_ns)}" if f["steps"] else f"{ms(loader_ns)} of the {ms(span_ns)} trace"
     fix = ("raise num_workers or prefetch_factor, or make the dataset's __getitem__ cheaper: its workers do not keep up"
            if f["multiprocess"] else
            "load batches in worker processes: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True)")
     text = (f"{group + ': ' if group else ''}rank {i.rank}'s host spends {per} "
-            f"({100 * f['loader_ns'] / f['span_ns']:.0f}%) in the data loader ({f['names'][0]}), time the GPU has no "
+            f"({100 * loader_ns / span_ns:.0f}%) in the data loader ({f['names'][0]}), time the GPU has no "
             f"batch to work on: {fix}")
     scenario = "remove:" + "|".join(re.escape(n) for n in f["names"]) + f"@{i.rank}"
     evidence = {"rank": i.rank, **f, "scenario": scenario, "scenario_text": "the data loader took no time",

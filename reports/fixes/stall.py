@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..timeline.stalls import BETWEEN_STEPS, READS
-from .stall_digest import stalls_matter
+from .stall_digest import stall_in_most_steps, stall_ns_per_step, stalls_matter
 
 SYNCS = ("Synchronize", "Memcpy", "memcpy")  # names of a sync call (CUDA, HIP): a wait for the device
 FIXES = {
@@ -62,16 +62,23 @@ def _finding(group: str, i, f: dict) -> Finding:
     total_ns, by_after = stall_figures(f)
     after = str(by_after.index[0])
     steps = f["steps"]
-    per = f"{ms(total_ns / steps)} per step of {ms(f['span_ns'] / steps)}" if steps else \
-        f"{ms(total_ns)} of the {ms(f['span_ns'])} trace"
+    # per step: medians over the steps (timeline/steps.median_per_step), the share theirs; where most
+    # steps stall too little for that (a stall every N-th step), the total over the steps that stall
+    per_step = stall_in_most_steps(f)
+    stall_ns, span_ns = (stall_ns_per_step(f), f["span_ns_per_step"]) if per_step else (total_ns, f["span_ns"])
+    stalled = stalls.loc[stalls["step"] >= 0, "step"].nunique()
+    per = (f"{ms(stall_ns)} per step of {ms(span_ns)}" if per_step else
+           f"{ms(total_ns)} in {stalled} of its {steps} steps ({ms(span_ns)})" if steps else
+           f"{ms(total_ns)} of the {ms(span_ns)} trace")
     where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
     more = f" ({len(by_after) - 1} other kinds: {ms(total_ns - by_after.iloc[0])})" if len(by_after) > 1 else ""
-    text = (f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * total_ns / f['span_ns']:.0f}%), "
+    text = (f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * stall_ns / span_ns:.0f}%), "
             f"most {where}{more}: {len(stalls)} stretch{'' if len(stalls) == 1 else 'es'} of untraced host time while "
             f"{'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: "
             f"{fix_of(after)}")  # the fix said only where its what-if saves time (whatif/findings.with_saving)
     values = {"run": group, "rank": i.rank, "stall_ns": total_ns, "span_ns": f["span_ns"], "steps": steps,
-              "share": total_ns / f["span_ns"], "after": after, "stalls": len(stalls)}
+              "share": total_ns / f["span_ns"], "stall_ns_per_step": stall_ns_per_step(f) if steps else None,
+              "span_ns_per_step": f["span_ns_per_step"] if steps else None, "after": after, "stalls": len(stalls)}
     evidence = {**values, "by_after_ns": {str(k): int(v) for k, v in by_after.items()},
                 "scenario": f"no-host-stalls@{i.rank}", "scenario_text": "the host's stalls took no time",
                 "fix_text": fix_of(after)}

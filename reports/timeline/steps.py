@@ -123,6 +123,17 @@ def by_step(df: pd.DataFrame, by: str = "kernel", top: int | None = None) -> pd.
     return g[["rank", "step", by, "total_ns", "count", "mean_ns"]].reset_index(drop=True)
 
 
+def median_per_step(ns_by_step, n_steps: int) -> float:
+    """The median over `n_steps` steps of a figure given for the steps that have it (a step not
+    among them had none: 0): a finding's "X per step", as whatif's profiled step is a median over
+    steps. One step far from the rest (the first profiled step of a job whose ranks started their
+    profilers apart waits at its first collective for the last of them, up to seconds) moves a
+    mean by its excess over the count of steps, a median not at all. Totals stay sums."""
+    values = np.asarray(ns_by_step, dtype=np.float64)
+    values = np.r_[values, np.zeros(max(n_steps - len(values), 0))]
+    return float(np.median(values)) if len(values) else 0.0
+
+
 def recorded_steps(run: dict | None) -> int | None:
     """Profiled steps a run.json records: `profiled_steps` where the workload wrote it, else
     train's `steps`, else decode's tokens after prefill (samples x (new_tokens - 1))."""

@@ -5,7 +5,11 @@ composition; per scenario, the predicted step time and the saving. Pure: ranks' 
 A step's time is its window (path.windows): from the previous step's end to its own, over
 all ranks. A step claims a saving only where the unchanged replay reproduces it within
 MAX_ERROR and its unexplained delays (edges.py) stay under edges.MAX_UNEXPLAINED of it;
-a scenario's figures are the means over those steps of the measured and predicted times.
+a scenario's figures are the medians over those steps of the measured and predicted times, as
+its figures without the profiler are (_without_profiler): one step far from the rest (the
+first profiled one of a job whose ranks started their profilers apart waits for the last of
+them at its first collective, up to seconds) moves a mean by its excess over the count of steps,
+a median not at all.
 """
 from __future__ import annotations
 
@@ -336,7 +340,7 @@ def _scenario_table(steps: pd.DataFrame, runs: list, per_step: dict[str, np.ndar
                          "saving_ns": None, "saving_frac": None, "predicted_unprofiled_ns": None,
                          "saving_unprofiled_ns": None, "saving_unprofiled_frac": None})
             continue
-        step_ns, predicted = float(meas[ok].mean()), float(pred[ok].mean())
+        step_ns, predicted = float(np.median(meas[ok])), float(np.median(pred[ok]))
         user = (predicted if all(s.host_free for s in group) and unprofiled_ns
                 else _without_profiler(deflated.get(label), base_deflated, claimed, unprofiled_ns))
         rows.append({"name": name, "args": arg, "steps": int(ok.sum()), "step_ns": step_ns, "predicted_ns": predicted,

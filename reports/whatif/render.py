@@ -50,7 +50,7 @@ def _scenario_table(label: str, w: WhatIf) -> Table:
     the prediction and the saving without the profiler), the profiled replay's after it."""
     user = (w.unprofiled or {}).get("unprofiled_step_ns") is not None and w.scenarios["predicted_unprofiled_ns"].notna().any()
     what = "without the profiler first, then the profiled replay" if user else "under the profiler"
-    t = Table(title=f"{label}what if (ms per step, mean over the steps that claim a saving; joint replays, never sums): "
+    t = Table(title=f"{label}what if (ms per step, median over the steps that claim a saving; joint replays, never sums): "
                     f"{what}", title_justify="left", show_edge=False)
     columns = ["scenario", "steps", "step", "predicted", "saving", "saving %", "profiled step", "profiled predicted",
                "profiled saving", "profiled %"] if user else ["scenario", "steps", "measured", "predicted", "saving", "saving %", "without profiler"]

@@ -35,8 +35,8 @@ STEP_COLUMNS = {"step_text": "step", "step_ns": "measured (ms)", "replayed_ns": 
 SCENARIO_COLUMNS = {"scenario": "scenario", "steps": "steps", "unprofiled_step_ns": "step without the profiler (ms)",
                     "predicted_unprofiled_ns": "predicted without the profiler (ms)",
                     "saving_unprofiled_ns": "saving without the profiler (ms)",
-                    "saving_unprofiled_frac": "saving without the profiler %", "step_ns": "profiled: measured, mean (ms)",
-                    "predicted_ns": "profiled: predicted, mean (ms)", "saving_ns": "profiled: saving (ms)",
+                    "saving_unprofiled_frac": "saving without the profiler %", "step_ns": "profiled: measured, median (ms)",
+                    "predicted_ns": "profiled: predicted, median (ms)", "saving_ns": "profiled: saving (ms)",
                     "saving_frac": "profiled: saving %", "median_pred_ns": "median step, predicted (ms)",
                     "median_gain_ns": "median step, gain (ms)", "evidence": "evidence"}
 HEAD = ('<h2 id="whatif">What should I fix first? The critical path and what-if replays</h2>'
@@ -143,7 +143,7 @@ def evidence_line(r, median, pred: float) -> str:
     of = f"the {fmt.ms(r.step_ns)} trace" if whole else f"{fmt.ms(r.step_ns)} per step"
     line = f"what if {what}: {fmt.ms(r.saving_ns)} of {of} ({100 * r.saving_frac:.0f}%)"
     if not whole:
-        line += f", the mean over {r.steps} step{'s' if r.steps != 1 else ''} replayed within {100 * MAX_ERROR:.0f}%"
+        line += f", the median over {r.steps} step{'s' if r.steps != 1 else ''} replayed within {100 * MAX_ERROR:.0f}%"
         if median is not None and not np.isnan(pred):
             line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
     if r.name == "together":
