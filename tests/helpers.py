@@ -343,6 +343,36 @@ def kineto_steps(path: Path, pattern: str, leave_out: str | None = None) -> dict
     return {s: (out[0][s], out[1][s]) for s in out[0]}
 
 
+def kineto_step_ranges(path: Path) -> dict[int, tuple[float, float]]:
+    """step number -> (start, end) in us of a CPU trace's `step N` range (tracelab run's)."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    return {int(e["name"].split()[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+            if e.get("ph") == "X" and e.get("cat") == "user_annotation" and re.fullmatch(r"step \d+", e["name"])}
+
+
+def kineto_cpu_stalls_us(path: Path, min_us: float = 1000.0) -> dict[int, float]:
+    """step -> us of a CPU-only trace's untraced stretches of at least `min_us` while no CPU
+    operator (a gloo collective's range on its thread included) ran on any thread, each in the step
+    whose range holds its end, from the first step's start on: timeline/stalls.py's rule, straight
+    from the JSON."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    ranges = kineto_step_ranges(path)
+    ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                 if e.get("ph") == "X" and (e.get("cat") == "cpu_op" or e["name"].startswith("gloo:")))
+    merged = [list(ops[0])]
+    for b, e in ops[1:]:
+        if b > merged[-1][1]:
+            merged.append([b, e])
+        else:
+            merged[-1][1] = max(merged[-1][1], e)
+    per = dict.fromkeys(ranges, 0.0)
+    for (_, g0), (g1, _) in zip(merged[:-1], merged[1:]):
+        step = next((k for k, (b, e) in ranges.items() if b < g1 <= e), None)
+        if g1 - g0 >= min_us and step is not None and g0 >= ranges[min(ranges)][0]:
+            per[step] += g1 - g0
+    return per
+
+
 def per_step(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
     g = events.dropna(subset=["step"]).groupby("step")["dur_ns"].agg(["size", "sum"])
     return {int(s): (int(n), int(t)) for s, (n, t) in g.iterrows()}

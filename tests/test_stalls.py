@@ -332,3 +332,27 @@ def test_an_unmarked_stall_sleeps_as_long_in_no_region(monkeypatch, unmarked):
     extra(0), extra(1)
     assert time.perf_counter() - t0 >= 2 * 0.030
     assert seen == ([] if unmarked else ["host_stall", "host_stall"])
+
+
+def test_a_stall_before_the_sync_sleeps_there_and_not_before_the_backward(monkeypatch):
+    import argparse
+    import time
+
+    import torch
+
+    from tracelab.core.errors import UsageError
+    from tracelab.workloads import late as L
+    from tracelab.workloads.options import train as train_options
+    args = train_options.parse(["--host-stall-ms", "1:30", "--host-stall-unmarked", "--host-stall-before-sync",
+                                "--late-every", "2"], gpu=False)
+    assert args.host_stall_before_sync
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    L.extra(args, 1, torch.device("cpu"))(0)
+    assert sleeps == []  # not before the backward
+    before = L.stall_before_sync(args, 1, torch.device("cpu"))
+    before(0), before(1), before(2)
+    assert sleeps == [0.030, 0.030]  # every other step, from the first
+    assert L.stall_before_sync(args, 0, torch.device("cpu")) is None  # another rank's stall
+    with pytest.raises(UsageError, match="needs --host-stall-ms"):
+        train_options.parse(["--host-stall-before-sync"], gpu=False)

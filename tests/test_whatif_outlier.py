@@ -16,51 +16,19 @@ import pytest
 from tracelab.ingest.session import Session
 from tracelab.reports.fmt import duration
 
-from helpers import DATA, run_cli_output, strict_json
+from helpers import DATA, kineto_cpu_stalls_us, kineto_step_ranges, run_cli_output, strict_json
 
 FOLDER = DATA / "stall-ddp-16cpu-torch"
-MIN_STALL_US = 1000  # timeline/stalls.MIN_STALL_NS
-
-
-def _events(folder: Path, rank: int) -> list[dict]:
-    with gzip.open(folder / f"rank{rank}.pt.trace.json.gz") as f:
-        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-
-
-def _step_ranges(events: list[dict]) -> dict[int, tuple[float, float]]:
-    """step number -> (start, end) in us of its `step N` range."""
-    return {int(e["name"].split()[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
-            if e.get("cat") == "user_annotation" and e["name"].startswith("step ")}
 
 
 def _windows_us(folder: Path) -> list[float]:
     """Each step's time over both ranks, from the previous step's end (the latest rank's) to its
     own; the first from its earliest start (shorter than the replay's first window, which begins
     at the first traced call: both far above the rest)."""
-    ranges = [_step_ranges(_events(folder, r)) for r in (0, 1)]
+    ranges = [kineto_step_ranges(folder / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
     end = {k: max(r[k][1] for r in ranges) for k in ranges[0]}
     first = min(r[0][0] for r in ranges)
     return [end[k] - (end[k - 1] if k else first) for k in sorted(end)]
-
-
-def _stalls_us(events: list[dict], ranges: dict[int, tuple[float, float]]) -> list[float]:
-    """Per step, the untraced stretches of at least MIN_STALL_US while no CPU operator (a gloo
-    collective's range on its thread included) ran on any thread, each in the step whose range
-    holds its end: timeline/stalls.py's rule on a CPU-only trace, from the JSON."""
-    ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                 if e.get("cat") == "cpu_op" or e["name"].startswith("gloo:"))
-    merged = [list(ops[0])]
-    for b, e in ops[1:]:
-        if b > merged[-1][1]:
-            merged.append([b, e])
-        else:
-            merged[-1][1] = max(merged[-1][1], e)
-    per = dict.fromkeys(ranges, 0.0)
-    for (_, g0), (g1, _) in zip(merged[:-1], merged[1:]):
-        step = next((k for k, (b, e) in ranges.items() if b < g1 <= e), None)
-        if g1 - g0 >= MIN_STALL_US and step is not None and g0 >= ranges[min(ranges)][0]:
-            per[step] += g1 - g0
-    return list(per.values())
 
 
 def _whatif(capsys, folder: Path) -> dict:
@@ -92,9 +60,8 @@ def test_the_profiled_step_and_its_prediction_are_medians_over_the_steps(capsys)
 
 
 def test_the_stall_finding_says_medians_per_step_and_keeps_its_total(capsys):
-    events = _events(FOLDER, 1)
-    ranges = _step_ranges(events)
-    stalls = _stalls_us(events, ranges)
+    ranges = kineto_step_ranges(FOLDER / "rank1.pt.trace.json.gz")
+    stalls = list(kineto_cpu_stalls_us(FOLDER / "rank1.pt.trace.json.gz").values())
     found = _stall_finding(FOLDER)
     v = found.values
     assert v["rank"] == 1 and v["steps"] == len(ranges) == 20
@@ -114,7 +81,7 @@ def _stretched(folder: Path, out: Path, extra_us: float) -> Path:
     moment inside rank 0's first step on is shifted by it (one clock for both ranks), and an
     event running across that moment lasts that much longer (the job paused there)."""
     out.mkdir()
-    at = _step_ranges(_events(folder, 0))[0][0] + 1000.0
+    at = kineto_step_ranges(folder / "rank0.pt.trace.json.gz")[0][0] + 1000.0
     for rank in (0, 1):
         with gzip.open(folder / f"rank{rank}.pt.trace.json.gz") as f:
             trace = json.load(f)

@@ -21,23 +21,46 @@ from .options.late import stall_of
 
 def extra(args: argparse.Namespace, rank: int, device: torch.device) -> Callable[[int], None]:
     """A function of the step's index doing this rank's extra work (late_work) and host stall
-    (--host-stall-ms), in that order."""
+    (--host-stall-ms), in that order; the stall left to stall_before_sync where it comes before the
+    gradient sync (train's --host-stall-before-sync)."""
     work = late_work(args.late, args.late_work, rank, device)
-    stall = stall_of(getattr(args, "host_stall_ms", None))
     every = getattr(args, "late_every", 1)
-    unmarked = getattr(args, "host_stall_unmarked", False)
+    stall = host_stall(args, rank, device) if not getattr(args, "host_stall_before_sync", False) else None
 
     def both(i: int) -> None:
         if i % every:
             return
         work(i)
-        if stall is not None and stall[0] == rank:
-            with contextlib.nullcontext() if unmarked else backends.region("host_stall"):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                time.sleep(stall[1] / 1e3)
+        if stall is not None:
+            stall()
 
     return both
+
+
+def stall_before_sync(args: argparse.Namespace, rank: int, device: torch.device) -> Callable[[int], None] | None:
+    """A function of the step's index doing this rank's host stall after the backward, before the
+    gradient sync waits (train's --host-stall-before-sync, every --late-every-th step); None where
+    there is none."""
+    stall = host_stall(args, rank, device) if getattr(args, "host_stall_before_sync", False) else None
+    every = getattr(args, "late_every", 1)
+    return None if stall is None else lambda i: None if i % every else stall()
+
+
+def host_stall(args: argparse.Namespace, rank: int, device: torch.device) -> Callable[[], None] | None:
+    """This rank's --host-stall-ms: its device synchronised, then its host asleep MS ms, in a
+    `host_stall` region or in none (--host-stall-unmarked); None where it is not this rank's."""
+    stall = stall_of(getattr(args, "host_stall_ms", None))
+    unmarked = getattr(args, "host_stall_unmarked", False)
+    if stall is None or stall[0] != rank:
+        return None
+
+    def sleep() -> None:
+        with contextlib.nullcontext() if unmarked else backends.region("host_stall"):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            time.sleep(stall[1] / 1e3)
+
+    return sleep
 
 
 def late_work(late: str, n_products: int, rank: int, device: torch.device) -> Callable[[int], None]:

@@ -53,9 +53,11 @@ def peak_tflops(args: argparse.Namespace, dtype: str, d: Dist) -> tuple[float | 
     return HOPPER_PEAK_TFLOPS[key], f"assumed: H100/H200 SXM datasheet dense {key} peak"
 
 
-def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device, extra=None, hold=None):
+def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: torch.device, extra=None, hold=None,
+              before_sync=None):
     """One training step of `phase`, its phases marked as regions; `extra(i)` (late_work)
-    runs before the backward of the i-th call; `hold()` (train_memory.held) is open through it."""
+    runs before the backward of the i-th call, `before_sync(i)` (late.stall_before_sync) after it,
+    before its gradient sync; `hold()` (train_memory.held) is open through it."""
     x, y = batch  # [B, S] token ids and next-token targets
     cast = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
     calls = [0]
@@ -80,6 +82,8 @@ def make_step(model, batch, phase: str, dtype: str, sync, optimizer, device: tor
             sync.before_backward()
         with backends.region("backward"):
             loss.backward()
+        if before_sync is not None:
+            before_sync(calls[0] - 1)
         if sync is not None:
             with backends.region("grad_sync"):
                 sync.finish()
@@ -130,7 +134,8 @@ def run_config(args, cfg: dict, d: Dist, prof) -> dict:
         train_memory.module_scopes(model)
     extra = late.extra(args, d.rank, d.device)
     step = make_step(train_speed.prepare(model, args), batch, cfg["phase"], cfg["dtype"], sync, optimizer,
-                     d.device, extra, train_memory.held(args.extra_memory.get(d.rank), d.device))
+                     d.device, extra, train_memory.held(args.extra_memory.get(d.rank), d.device),
+                     late.stall_before_sync(args, d.rank, d.device))
     if args.cuda_graph:
         step = train_speed.graphed(step, d.device)
     if d.gpu:
@@ -195,7 +200,7 @@ def run(args: argparse.Namespace, d: Dist) -> None:
         "workload": "train", "rank": d.rank, "world_size": d.world_size, "device": device_name(d.device),
         "torch": torch.__version__, "mfu_formula": MFU_FORMULA, "bucket_mb": args.bucket_mb,
         "late": args.late, "late_work": args.late_work, "host_stall_ms": args.host_stall_ms,
-        "host_stall_unmarked": args.host_stall_unmarked,
+        "host_stall_unmarked": args.host_stall_unmarked, "host_stall_before_sync": args.host_stall_before_sync,
         "late_every": args.late_every,
         "capturable": args.capturable, "cuda_graph": args.cuda_graph, "compile": args.compile, "tf32": args.tf32,
         "attention": args.attention, "rows": rows,

@@ -15,6 +15,10 @@ Graph; several given together change one Params, replayed once (never summed). P
   a sync or between steps while the device idled) take no time, on RANK only: the host gaps
   they sit in shrink by them, so the work after each is issued that much earlier, and the
   other ranks' waits at the next collective shorten with it (its last arrival comes earlier).
+  In a CPU-only trace a host op whose thread sat idle across a collective's end waits on it
+  (edges.py), its chain gap none: a stall between that end and the op (after the wait returned,
+  or while the collective was in flight, so the wait returned at once) is in the wait's offset,
+  which shrinks by it instead; the same holds for `remove:`'s host ranges.
 - `remove:REGEX[@RANK]`: GPU ops (CPU ops in a CPU-only trace) whose name or scope matches
   take no time, the launch calls of only such ops too, and so does the host's time inside
   ranges, CPU ops and OS calls of a matching name (a host stall in a named range); on RANK only.
@@ -290,6 +294,7 @@ def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.n
         return order, order
     dropped = np.minimum(covered(gap_lo, g.start_ns[order], u0, u1), np.maximum(p.gap_ns[order], 0))
     p.gap_ns[order] -= dropped
+    _drop_after_waits(g, p, order, u0, u1)
     held = _standing_stalls(g, p)
     held[order] = np.minimum(held[order], np.maximum(p.gap_ns[order], 0))  # a stall in a dropped range goes with it
     inside = covered(g.start_ns[order], g.end_ns[order], u0, u1) >= (g.end_ns[order] - g.start_ns[order])
@@ -297,6 +302,20 @@ def _drop_host_time(g: Graph, p: Params, rank: int, start: np.ndarray, end: np.n
     p.dur_ns[calls] = 0
     p.y_src[calls] = -1
     return order, dropped
+
+
+def _drop_after_waits(g: Graph, p: Params, order: np.ndarray, u0: np.ndarray, u1: np.ndarray) -> None:
+    """Host ops that waited on a collective (a CPU-only trace: edges._cpu_waits) begin their wait
+    edge's offset after its end, and their chain gap is none: the host's time in the spans [u0, u1)
+    between that end and the op (a stall after the wait returned, or while the collective was still
+    in flight: the wait then returned at once) is in that offset, which shrinks by it, never below 0.
+    Where the gap holds it (no such edge) the gap shrinks instead (_drop_host_time): either way the
+    time comes off whichever delay bound the op as measured."""
+    waited = order[(p.xe_src[order] >= 0) & (g.kind[order] == HOST_OP)]
+    if not len(waited):
+        return
+    inside = covered(g.end_ns[p.xe_src[waited]], g.start_ns[waited], u0, u1)
+    p.xe_off_ns[waited] -= np.minimum(inside, np.maximum(p.xe_off_ns[waited], 0))
 
 
 def _standing_stalls(g: Graph, p: Params) -> np.ndarray:

@@ -29,7 +29,7 @@ RUN_KEY, OLD_RUN_KEY = "results", "figures"
 OLD_NAMES = {"busbw_gbps": "busbw_gb_s", "algbw_gbps": "algbw_gb_s"}  # old name -> name
 # fields added after run folders were made, and what those runs did: nobody was made late
 ADDED = {"train": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "capturable": False,
-                   "host_stall_unmarked": False},
+                   "host_stall_unmarked": False, "host_stall_before_sync": False},
          "decode": {"late": "none", "late_work": 0, "host_stall_ms": None, "late_every": 1, "host_stall_unmarked": False}}
 ADDED["train"]["extra_memory_mb"] = {}  # no rank held extra memory before the option existed
 ADDED["train"].update(cuda_graph=False, compile=False, tf32=False, attention=None)  # eager, as before the options
@@ -91,6 +91,8 @@ RESULTS: dict[str, dict[str, Field]] = {
                "first_tokens": Field("", "first 16 generated ids of the first sequence")},
     "train": {**_SWEEP, "mfu_formula": Field("", "how mfu is computed"),
               "bucket_mb": Field("MB", "bucketed data parallel's bucket size"), **_LATE,
+              "host_stall_before_sync": Field("", "the stall's sleep after the backward, before the gradient "
+                                                  "sync waits, not before the backward (--host-stall-before-sync)"),
               "capturable": Field("", "AdamW(capturable=True) (--capturable)"),
               "cuda_graph": Field("", "the whole step replayed as one CUDA graph (--cuda-graph)"),
               "compile": Field("", "the model torch.compiled, default mode (--compile)"),

@@ -50,6 +50,11 @@ def parse(argv: list[str] | None, gpu: bool) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's peak for MFU (default: H100/H200 datasheet dense peak for the dtype)")
     late.add_arguments(p)  # before the backward, so before the gradient all-reduce
+    p.add_argument("--host-stall-before-sync", action="store_true",
+                   help="the --host-stall-ms sleep after the backward, before the gradient sync (grad_sync) waits "
+                        "for its all-reduces, instead of before the backward: with --ddp overlap or bucketed they are "
+                        "in flight meanwhile, so the host's wait on them returns at once and the stall sits between "
+                        "their end and its next operator")
     add_memory_arguments(p)  # --extra-memory-mb, --memory-snapshot, --module-scopes
     p.add_argument("--seed", type=int, default=0)
     return _validate(p.parse_args(argv), gpu)
@@ -71,6 +76,8 @@ def _validate(args: argparse.Namespace, gpu: bool) -> argparse.Namespace:
         if value <= 0:
             raise UsageError(option, f"must be positive, not {value}")
     late.check(args)
+    if args.host_stall_before_sync and args.host_stall_ms is None:
+        raise UsageError("--host-stall-before-sync", "needs --host-stall-ms R:MS (whose sleep it places)")
     check_speed(args, gpu)
     if args.capturable and not gpu:
         raise UsageError("--capturable", "AdamW(capturable=True) needs a GPU")
