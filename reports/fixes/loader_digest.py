@@ -12,7 +12,7 @@ import pandas as pd
 from tracelab.core.regexes import searched
 from tracelab.core.schema import RankData
 
-from ..timeline.stalls import LOADER  # the loader's names, as the stalls leave them to it
+from ..timeline.stalls import shared_loader_rows  # the loader's rows, as the stalls leave them to it
 
 MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)
 
@@ -24,7 +24,7 @@ def rank_loader(rank: RankData) -> dict:
     host = rank.host
     if host is None or not len(host):
         return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0}
-    loader = host[searched(LOADER, host["name"]) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
+    loader = host[shared_loader_rows(rank)]  # the stalls' loader rows: the host's names searched once a rank
     span_ns, n_steps = steps_span(host)
     # the column grouped by an array: a frame grouped by a Series first looks the Series up among
     # its column labels, and pandas' failed lookup formats the whole Series into its message
