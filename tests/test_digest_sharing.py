@@ -14,7 +14,7 @@ import pytest
 import tracelab
 from tracelab.reports.whatif.profiler_cost import config_of
 from tracelab.reports import verdicts
-from tracelab.reports.align.digests import BY
+from tracelab.reports.align.digests import BY, SUM_KEYS, rank_sums
 from tracelab.reports.roofs import trace_device
 from tracelab.reports.ranks import RANK_DIGESTS
 from tracelab.reports.stats import noise
@@ -137,6 +137,36 @@ def test_names_per_window_equal_the_string_categorical_with_a_missing_name():
         want = pd.Categorical(column.astype(str).to_numpy()[mask].astype(object))
         got = verdicts._as_str_categorical(column, mask)
         assert list(got.categories) == list(want.categories) and got.codes.tolist() == want.codes.tolist()
+
+
+def _sums_row_by_row(events: pd.DataFrame) -> list[tuple]:
+    """(kind, scope, kernel, op_class, dur_ns, count) per key tuple, in order of first appearance, row by row
+    (a missing key: None)."""
+    def value(v):
+        return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
+    sums: dict[tuple, list[int]] = {}
+    for row in zip(*(events[k].tolist() for k in SUM_KEYS), events["dur_ns"].tolist(), events["count"].tolist()):
+        total = sums.setdefault(tuple(map(value, row[:4])), [0, 0])
+        total[0], total[1] = total[0] + int(row[4]), total[1] + int(row[5])
+    return [(*k, *v) for k, v in sums.items()]
+
+
+def test_rank_sums_by_codes_equal_the_groupby_and_a_row_by_row_sum():
+    events = tracelab.load_many(DATA / "ddp-2gpu-late-torch", workers=1)[0].events
+    odd = events.head(40).copy()
+    odd["kernel"] = odd["kernel"].cat.add_categories(["never used"])
+    odd.loc[odd.index[:5], "scope"] = pd.NA
+    odd.loc[odd.index[3:12], "kernel"] = np.nan
+    odd.loc[odd.index[10:14], "op_class"] = np.nan
+    plain = odd.astype({"kind": object, "kernel": object, "op_class": object})  # not the schema's types: the groupby
+    for frame in (events, odd, plain, events.iloc[:0]):
+        got = rank_sums(frame)
+        want = frame.groupby(SUM_KEYS, observed=True, sort=False, dropna=False)[["dur_ns", "count"]].sum().reset_index()
+        assert got.equals(want) and list(got.dtypes) == list(want.dtypes)
+        rows = list(zip(*(got[k].tolist() for k in SUM_KEYS), got["dur_ns"].tolist(), got["count"].tolist()))
+        assert [(*(None if v is None or v is pd.NA or v != v else str(v) for v in r[:4]), *r[4:]) for r in rows] \
+            == _sums_row_by_row(frame)
+    assert len(rank_sums(odd)) > len(rank_sums(odd.dropna(subset=["scope"])))  # the missing scope is a group of its own
 
 
 LOADER_CASES = ["public/kineto/resnet50_num_workers_0", "train-1gpu-steps-torch", "stall-1cpu-torch"]
