@@ -20,7 +20,7 @@ from tracelab.reports.ranks import RANK_DIGESTS
 from tracelab.reports.stats import noise
 from tracelab.reports.timeline import stalls, steps as S
 from tracelab.reports.timeline.intervals import timed
-from tracelab.reports.whatif import bound, nodes
+from tracelab.reports.whatif import bound, nodes, regions
 from tracelab.core.schema import RankData, kind_mask
 from helpers import slow_after
 
@@ -167,6 +167,28 @@ def test_rank_sums_by_codes_equal_the_groupby_and_a_row_by_row_sum():
         assert [(*(None if v is None or v is pd.NA or v != v else str(v) for v in r[:4]), *r[4:]) for r in rows] \
             == _sums_row_by_row(frame)
     assert len(rank_sums(odd)) > len(rank_sums(odd.dropna(subset=["scope"])))  # the missing scope is a group of its own
+
+
+def test_phases_summed_by_region_equal_the_groupby_with_repeats_and_a_missing_region():
+    spans = pd.DataFrame({"step": np.array([3, 3, 4, 3, 4, 3], dtype=np.int64),
+                          "region": np.array(["fwd", "bwd", "fwd", "fwd", "opt", "bwd"], dtype=object),
+                          "start_ns": np.array([0, 5, 20, 9, 30, 12], dtype=np.int64),
+                          "end_ns": np.array([4, 9, 26, 11, 38, 19], dtype=np.int64)})
+    counts = np.array([[1.0, 2.0, 0.0], [0.0, 5.0, 1.0], [7.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    starts = np.array([1, 6, 13, 21], dtype=np.int64)  # host nodes: two in step 3's fwd and bwd, one in step 4's fwd
+    for frame in (spans, spans.assign(region=spans["region"].where(spans.index != 2, None))):  # a missing region
+        got = regions.region_counts(frame, starts, counts, np.array([0, 1, 0, 0]))
+        held = {c: [] for c in (*regions.COUNT_COLUMNS, regions.SYNCS)}
+        for s, e in zip(frame["start_ns"], frame["end_ns"]):  # span by span: the records of the nodes starting inside
+            inside = (starts >= s) & (starts < e)
+            for i, c in enumerate(regions.COUNT_COLUMNS):
+                held[c].append(float(counts[inside, i].sum()))
+            held[regions.SYNCS].append(float(np.array([0, 1, 0, 0])[inside].sum()))
+        plain = frame.assign(dur_ns=frame["end_ns"] - frame["start_ns"], **held).groupby(
+            ["step", "region"], sort=False, as_index=False)[["dur_ns", *held]].sum()
+        assert got.equals(plain) and list(got.dtypes) == list(plain.dtypes)
+        assert got[["step", "region"]].values.tolist()[:2] == [[3, "fwd"], [3, "bwd"]]  # first appearance first
+    assert regions.region_counts(spans, starts, counts).loc[0, "dur_ns"] == 4 + 2  # step 3's fwd: two spans summed
 
 
 LOADER_CASES = ["public/kineto/resnet50_num_workers_0", "train-1gpu-steps-torch", "stall-1cpu-torch"]
