@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stages import use_checkout  # noqa: E402
+from bench_stages import inflated, use_checkout  # noqa: E402
 
 
 class _Split(msgspec.Struct):
@@ -65,17 +65,29 @@ def main() -> None:
     if a.heap and not limits.reuse_freed_memory(Options.from_environment()):
         sys.exit("--heap: this C library or environment declines the setting")
     raw, split = a.trace.read_bytes(), msgspec.json.Decoder(_Split)
-    floors = {"zlib": warm_least(lambda: split.decode(zlib.decompress(raw, 31)), a.runs)}
+    inflaters = {"zlib": zlib}
     try:
         from isal import isal_zlib
-        floors["isal"] = warm_least(lambda: split.decode(isal_zlib.decompress(raw, 31)), a.runs)
+        inflaters["isal"] = isal_zlib
     except ImportError:
         pass
+    text_bytes = _same_text_bytes(a.trace, raw, inflaters, len(limits.read_trace_bytes(a.trace)))
+    floors = {name: warm_least(lambda z=z: split.decode(inflated(raw, z)), a.runs) for name, z in inflaters.items()}
     parse_s = warm_least(lambda: classify.classified(chrome.read(a.trace).events), a.runs)
     against = ", ".join(f"floor ({name}) {s:.4f} s: {parse_s / s:.2f}x" for name, s in floors.items())
     print(f"{a.trace.name}: {Path(chrome.__file__).parents[1]}: parse {parse_s:.4f} s (gunzip by "
           f"{'isal' if getattr(limits, '_isal_zlib', None) is not None else 'zlib'}); {against} "
-          f"(least of {a.runs}{', heap reused' if a.heap else ''}; load {os.getloadavg()[0]:.1f})")
+          f"(least of {a.runs}{', heap reused' if a.heap else ''}; {text_bytes:,} bytes of JSON; "
+          f"load {os.getloadavg()[0]:.1f})")
+
+
+def _same_text_bytes(path: Path, raw: bytes, inflaters: dict, parsed_bytes: int) -> int:
+    """The bytes each floor's gunzip makes of the file, which must all be the parse's own
+    (`parsed_bytes`, every gzip member), else the floor measures another text; exits naming them."""
+    made = {name: len(inflated(raw, z)) for name, z in inflaters.items()}
+    if set(made.values()) != {parsed_bytes}:
+        sys.exit(f"{path}: the floors' gunzips make {made} bytes, the parse reads {parsed_bytes:,}")
+    return parsed_bytes
 
 
 if __name__ == "__main__":

@@ -2,11 +2,9 @@
 tracelab.load, in the caller's process, after the Parquet cache, never in a parser."""
 from __future__ import annotations
 
-import functools
 import importlib
 import multiprocessing
 import re
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,8 +59,8 @@ def test_a_pattern_added_after_caching_applies_to_the_cached_trace(tmp_path, mon
 
 @pytest.mark.slow  # about 1 s of CPU here: the default run stays under 90 s
 def test_a_pattern_applies_in_load_many_with_spawned_workers(monkeypatch) -> None:
-    spawn = functools.partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("spawn"))
-    monkeypatch.setattr(importlib.import_module("tracelab.ingest.loading"), "ProcessPoolExecutor", spawn)
+    monkeypatch.setattr(importlib.import_module("tracelab.ingest.loading"), "pool_context",
+                        lambda: multiprocessing.get_context("spawn"))
     monkeypatch.setenv("TRACELAB_CACHE", "0")
     kernel, cls, _ = _most_common(RANKS[0])
     new = _other_class(cls)

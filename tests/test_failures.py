@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import multiprocessing
 import os
 import pickle
 import resource
@@ -299,7 +298,7 @@ def test_100mb_kernel_name_is_refused_quickly(tmp_path):
     _one_line(_tracelab("breakdown", str(path)), "name: a name of 104,857,600 characters")
 
 
-@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the patched parser must reach the workers")
+@pytest.mark.skipif(load.pool_context().get_start_method() != "fork", reason="the patched parser must reach the workers")
 def test_a_warning_in_a_worker_is_raised_in_the_caller(tmp_path, monkeypatch):
     """Not printed by the worker (as several lines, or lost): raised again in the caller's
     process, where the CLI prints it as one line, naming the file."""

@@ -13,7 +13,7 @@ from tracelab.core.regexes import searched
 from tracelab.core.schema import RankData
 
 from ..timeline.intervals import covered, merge_intervals
-from ..timeline.stalls import LOADER  # the loader's names, as the stalls leave them to it
+from ..timeline.stalls import shared_loader_rows  # the loader's rows, as the stalls leave them to it
 from ..timeline.steps import median_per_step
 
 MULTIPROCESS = re.compile(r"MultiProcessingDataLoaderIter", re.IGNORECASE)
@@ -28,7 +28,7 @@ def rank_loader(rank: RankData) -> dict:
     if host is None or not len(host):
         return {"loader_ns": 0, "names": [], "multiprocess": False, "span_ns": 0, "steps": 0, "span_ns_per_step": 0.0,
                 "loader_ns_per_step": 0.0}
-    loader = host[searched(LOADER, host["name"]) & host["kind"].isin(["cpu_op", "range"]).to_numpy()]
+    loader = host[shared_loader_rows(rank)]  # the stalls' loader rows: the host's names searched once a rank
     span_ns, n_steps = steps_span(host)
     windows = step_windows(host)
     # the column grouped by an array: a frame grouped by a Series first looks the Series up among

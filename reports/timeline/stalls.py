@@ -32,6 +32,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracelab.core.regexes import searched
 from tracelab.core.schema import RankData, kind_mask
 
 from .intervals import covered, merge_intervals, timed
@@ -48,18 +49,33 @@ _STEP_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 def shared_stalls(rank: RankData) -> pd.DataFrame:
     """host_stalls of one rank, made once for the digests that read them (idle, whatif, fixes)."""
-    return rank.shared("timeline.stalls", lambda: host_stalls(rank.events, rank.host))
+    return rank.shared("timeline.stalls", lambda: host_stalls(rank.events, rank.host, shared_loader_rows(rank)))
 
 
-def host_stalls(events: pd.DataFrame, host: pd.DataFrame | None) -> pd.DataFrame:
-    """The stalls of one rank (module docstring), by start, on the rank's own clock."""
+def shared_loader_rows(rank: RankData) -> np.ndarray:
+    """loader_rows of the rank's host frame, made once for the stalls and the loader digest."""
+    return rank.shared("timeline.loader_rows", lambda: loader_rows(rank.host))
+
+
+def loader_rows(host: pd.DataFrame | None) -> np.ndarray:
+    """Per row of the host frame, whether it is a data loader's range or operator (LOADER in its
+    name): each distinct name searched once (bool array; empty where there is no host frame)."""
+    if host is None or not len(host):
+        return np.zeros(0, dtype=bool)
+    return searched(LOADER, host["name"]) & kind_mask(host, ("cpu_op", "range"))
+
+
+def host_stalls(events: pd.DataFrame, host: pd.DataFrame | None, loader: np.ndarray | None = None) -> pd.DataFrame:
+    """The stalls of one rank (module docstring), by start, on the rank's own clock; `loader`: the
+    host frame's loader_rows where the caller made them (made here otherwise)."""
     if host is None or not len(host):
         return _empty()
+    loader = loader_rows(host) if loader is None else loader
     gpu = timed(events)
     if len(gpu) and gpu["start_ns"].notna().any():
-        return _gpu_stalls(gpu, host)
+        return _gpu_stalls(gpu, host, loader)
     cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()]
-    return _cpu_stalls(cpu, host)
+    return _cpu_stalls(cpu, host, loader)
 
 
 def _empty() -> pd.DataFrame:
@@ -75,11 +91,10 @@ def _rows(host: pd.DataFrame, kinds: tuple[str, ...]) -> tuple[np.ndarray, np.nd
     return start, start + host["dur_ns"].to_numpy(dtype=np.int64)[on], np.asarray(host["name"].array, dtype=object)[on]
 
 
-def _loader(host: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    start, end, name = _rows(host, ("cpu_op", "range"))
-    code, names = pd.factorize(name)  # a trace has few distinct names: each searched once
-    hit = np.array([bool(LOADER.search(str(n))) for n in names], dtype=bool)[code] if len(name) else np.zeros(0, bool)
-    return start[hit], end[hit]
+def _loader(host: pd.DataFrame, loader: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of the host rows `loader` marks (loader_rows)."""
+    start = host["start_ns"].to_numpy(dtype=np.int64)[loader]
+    return start, start + host["dur_ns"].to_numpy(dtype=np.int64)[loader]
 
 
 def _free(busy: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +141,7 @@ def _frame(host: pd.DataFrame, g0: np.ndarray, g1: np.ndarray, after: np.ndarray
                          "stall_ns": (g1 - g0).astype(np.int64), "after": after.astype(object)})
 
 
-def _gpu_stalls(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+def _gpu_stalls(gpu: pd.DataFrame, host: pd.DataFrame, loader: np.ndarray) -> pd.DataFrame:
     g_start = gpu["start_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
     ok = ~np.isnan(g_start)
     g_start = g_start[ok].astype(np.int64)
@@ -136,7 +151,7 @@ def _gpu_stalls(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     l_end = l_start + gpu["launch_dur_ns"].to_numpy(dtype=np.float64, na_value=0.0)[known].astype(np.int64)
     o_start, o_end, o_name = _rows(host, ("cpu_op",))
     y_start, y_end, y_name = _rows(host, ("sync",))
-    g0, g1 = _free([(o_start, o_end), (y_start, y_end), (l_start, l_end), _loader(host), (g_start, g_end)])
+    g0, g1 = _free([(o_start, o_end), (y_start, y_end), (l_start, l_end), _loader(host, loader), (g_start, g_end)])
     return _frame(host, g0, g1, _after_sync(g0, y_end, y_name, l_start, (o_start, o_end, o_name)), int(g_start.min()))
 
 
@@ -166,12 +181,12 @@ def _read_around(end_ns: int, sync: str, ops: tuple[np.ndarray, np.ndarray, np.n
     return f"{name[holding[0]]} ({sync})" if holding else sync
 
 
-def _cpu_stalls(cpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+def _cpu_stalls(cpu: pd.DataFrame, host: pd.DataFrame, loader: np.ndarray) -> pd.DataFrame:
     start = cpu["start_ns"].to_numpy(dtype=np.int64)
     end = start + cpu["dur_ns"].to_numpy(dtype=np.int64)
     if not len(start):
         return _empty()
-    g0, g1 = _free([(start, end), _loader(host)])
+    g0, g1 = _free([(start, end), _loader(host, loader)])
     order = np.argsort(end, kind="stable")  # the operator that ended last before each gap
     k = np.searchsorted(end[order], g0, side="right") - 1
     names = cpu["name"].astype(str).to_numpy(dtype=object)[order]

@@ -54,7 +54,7 @@ def rank_path_bounds(events: pd.DataFrame, host: pd.DataFrame | None,
     as analyse.path_steps has them, without the rest of its step table (no one reads it here).
     `graph_of`: gives the rank's graph where the caller has one (nodes.shared_graph: its rank
     number and roofline times change no step's bound), else it is made from the frames."""
-    g = join({0: graph_of() if graph_of else rank_graph(events, host, 0)}, {0: None})
+    g = join({0: graph_of() if graph_of else rank_graph(events, host, 0, counts=False)}, {0: None})
     if not len(g):
         return pd.DataFrame(columns=COLUMNS)
     base = measured(g)
@@ -83,7 +83,7 @@ def path_bounds(rank: RankData) -> pd.DataFrame:
     if not len(timed(rank.events)):
         return pd.DataFrame(columns=COLUMNS)
     try:
-        return rank_path_bounds(rank.events, rank.host, lambda: shared_graph(rank))
+        return rank_path_bounds(rank.events, rank.host, lambda: shared_graph(rank, counts=False))
     except ReplayError:
         return pd.DataFrame(columns=COLUMNS)
 

@@ -82,17 +82,19 @@ class RankGraph:
 
 
 def rank_graph(events: pd.DataFrame, host: pd.DataFrame | None, rank: int | None = None,
-               device: Device | None = None, stalls: pd.DataFrame | None = None) -> RankGraph:
+               device: Device | None = None, stalls: pd.DataFrame | None = None, counts: bool = True) -> RankGraph:
     """The nodes of one rank (module docstring); `rank` overrides the events' own; `device`
     gives the GPU ops' roofline times; `stalls` the rank's host stalls where the caller made them
-    (timeline/stalls.host_stalls, made here otherwise)."""
+    (timeline/stalls.host_stalls, made here otherwise); `counts`: with the profiler's records per
+    node and per phase (profiled_before, profiled_inside, regions: what the replay's profiler cost
+    reads), else those stay None (a caller that only walks the critical path)."""
     rank = int(events["rank"].iloc[0]) if rank is None and len(events) else int(rank or 0)
     stalls = host_stalls(events, host) if stalls is None else stalls
     gpu = timed(events)
     if len(gpu):
-        return replace(_gpu_graph(_positional(gpu), host, rank, device), stalls=stalls)
+        return replace(_gpu_graph(_positional(gpu), host, rank, device, counts), stalls=stalls)
     cpu = events[(events["kind"] == "cpu_op") & events["start_ns"].notna()].reset_index(drop=True)
-    return replace(_cpu_graph(cpu, host, rank), stalls=stalls)
+    return replace(_cpu_graph(cpu, host, rank, counts), stalls=stalls)
 
 
 def _positional(frame: pd.DataFrame) -> pd.DataFrame:
@@ -164,7 +166,8 @@ def _step_of(start_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(inside, num[np.maximum(i, 0)], NONE)
 
 
-def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: Device | None) -> RankGraph:
+def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: Device | None,
+               counts: bool = True) -> RankGraph:
     hn, launch_of = _host_nodes(gpu, host)
     spans, steps = _spans(host)
     known = gpu["launch_start_ns"].notna()
@@ -183,13 +186,6 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
     names = np.r_[hn["name"], str_array(gpu["kernel"])]
     notes = [] if known.any() else [Note("launches_unknown")]
     graph_gap = _graph_gap_ns(g_start, g_end, launch_of, streams)
-    before, inside = node_counts(hn["start_ns"], hn["end_ns"], np.ones(n_h, bool), host)
-    # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
-    launched = launch_of[launch_of >= 0]
-    inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
-    regions = region_counts(region_spans(host, steps), np.asarray(hn["start_ns"], dtype=np.int64), before + inside,
-                            hn["sync"])
-    n_d = len(gpu)
     return RankGraph(
         rank=rank, kind=np.r_[np.where(hn["sync"], SYNC, LAUNCH), np.where(comm, COLL, GPU)].astype(np.int8),
         chain=chain, start_ns=np.r_[hn["start_ns"], g_start], end_ns=np.r_[hn["end_ns"], g_end], step=np.r_[h_step, g_step],
@@ -203,8 +199,22 @@ def _gpu_graph(gpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, device: 
         launch=np.r_[np.full(n_h, NONE, np.int64), np.where(launch_of >= 0, launch_of, NONE)],
         copy=np.r_[np.zeros(n_h, bool), gpu["kind"].isin(("memcpy", "memset")).to_numpy(dtype=bool)],
         chain_labels=labels, cpu_only=False, host_spans=spans, step_ranges=steps, notes=notes, graph_gap_ns=graph_gap,
-        profiled_before=np.r_[before, np.zeros((n_d, 3))], profiled_inside=np.r_[inside, np.zeros((n_d, 3))],
-        regions=regions)
+        **(_gpu_counts(hn, launch_of, len(gpu), host, steps) if counts else {}))
+
+
+def _gpu_counts(hn: dict[str, np.ndarray], launch_of: np.ndarray, n_gpu: int, host: pd.DataFrame | None,
+                steps: pd.DataFrame) -> dict:
+    """RankGraph's profiled_before, profiled_inside and regions of a GPU trace's graph: the host
+    nodes' (`hn`) records, none on its `n_gpu` GPU nodes (after them)."""
+    n_h = len(hn["start_ns"])
+    before, inside = node_counts(hn["start_ns"], hn["end_ns"], np.ones(n_h, bool), host)
+    # a launch call's records: one per GPU op it launched (a graph launch's every kernel: CUPTI records each)
+    launched = launch_of[launch_of >= 0]
+    inside[:, 1] = np.bincount(launched, minlength=n_h)[:n_h] if len(launched) else 0
+    regions = region_counts(region_spans(host, steps), np.asarray(hn["start_ns"], dtype=np.int64), before + inside,
+                            hn["sync"])
+    return {"profiled_before": np.r_[before, np.zeros((n_gpu, 3))],
+            "profiled_inside": np.r_[inside, np.zeros((n_gpu, 3))], "regions": regions}
 
 
 def _filled(n: int, value: str) -> np.ndarray:
@@ -228,7 +238,7 @@ def _graph_gap_ns(start: np.ndarray, end: np.ndarray, launch_of: np.ndarray, str
     return float(np.median(gaps)) if len(gaps) else float("nan")
 
 
-def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankGraph:
+def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int, counts: bool = True) -> RankGraph:
     """CPU-only trace: the CPU operators are the host's work, the gloo ranges the collectives."""
     spans, steps = _spans(host)
     names = cpu["name"].astype(str).to_numpy(dtype=object)
@@ -245,7 +255,10 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         order = host_rows[np.argsort(start[host_rows], kind="stable")]
         at = np.searchsorted(start[order], start[coll], side="right") - 1
         launch[coll] = np.where(at >= 0, order[np.maximum(at, 0)], NONE)
-    before, inside = node_counts(start, end, ~coll, host, tids)
+    counted = {}
+    if counts:
+        before, inside = node_counts(start, end, ~coll, host, tids)
+        counted = {"profiled_before": before, "profiled_inside": inside, "regions": step_regions(host, steps)}
     return RankGraph(
         rank=rank, kind=np.where(coll, COLL, HOST_OP).astype(np.int8), chain=chain, start_ns=start, end_ns=end,
         step=cpu["step"].fillna(NONE).to_numpy(dtype=np.int64), name=names,
@@ -254,14 +267,22 @@ def _cpu_graph(cpu: pd.DataFrame, host: pd.DataFrame | None, rank: int) -> RankG
         process_group=cpu["process_group"].astype(str).to_numpy(dtype=object), roof_ns=np.full(len(cpu), np.nan),
         event_row=np.arange(len(cpu), dtype=np.int64),
         launch=launch, copy=np.zeros(len(cpu), bool), chain_labels=labels, cpu_only=True, host_spans=spans, step_ranges=steps,
-        profiled_before=before, profiled_inside=inside, regions=step_regions(host, steps))
+        **counted)
 
 
-def shared_graph(rank: RankData) -> RankGraph:
+def shared_graph(rank: RankData, counts: bool = True) -> RankGraph:
     """The rank's graph without roofline times, made once per rank (RankData.shared): the
-    path_bounds digest (whatif/bound.py) and the whatif digest read the same one."""
-    meta = rank.meta
-    return rank.shared("whatif.graph", lambda: _profiled(rank_graph(rank.events, rank.host, meta.rank, stalls=shared_stalls(rank)), rank))
+    path_bounds digest (whatif/bound.py) and the whatif digest read the same one. `counts`: with
+    the profiler's records (rank_graph), which only the whatif digest's replays read: path_bounds
+    takes the graph with them where the whatif digest made it (a job of up to 16 ranks), else one
+    without them (a third of the graph's time); a later ask with `counts` makes the counted one."""
+    def made(with_counts: bool) -> RankGraph:
+        return _profiled(rank_graph(rank.events, rank.host, rank.meta.rank, stalls=shared_stalls(rank),
+                                    counts=with_counts), rank)
+
+    if counts or "whatif.graph" in rank.memo:
+        return rank.shared("whatif.graph", lambda: made(True))
+    return rank.shared("whatif.graph.uncounted", lambda: made(False))
 
 
 def _profiled(graph: RankGraph, rank: RankData) -> RankGraph:
