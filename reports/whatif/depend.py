@@ -3,15 +3,19 @@ inferred from the pattern tensor parallelism leaves. Pure.
 
 A collective is *sandwiched* where, on its rank, no compute runs while it does (nothing
 independent was there to hide it behind), the device op that ended last before it began is
-compute of the same step (what made its input) and the first device op to start after it
-ended is compute of the same step (what reads its result). A step of a rank with at least
+compute of the same step (what made its input), the first device op to start after it
+ended is compute of the same step (what reads its result), and at least two compute ops began
+since the rank's collective before it ended (a layer: what read that one's result and what made
+this one's input). In a CPU-only trace the compute is the rank's CPU operators, less the one that
+issues each collective to gloo's worker thread. A step of a rank with at least
 MIN_LAYERED sandwiched collectives repeats compute -> collective -> compute layer after layer:
 tensor parallelism's all-reduces (or all-gathers, reduce-scatters) between layers, whose
 result the next layer's matmul reads. Hiding those takes a fused or chunked kernel (AG-GEMM /
 GEMM-RS), not a second stream: overlap-comm (scenarios.py) leaves them where they are.
 
 DDP's gradient all-reduces are not sandwiched: they run beside the rest of the backward, or
-one after another after it, once or a few times a step; overlap-comm hides them (an upper
+one after another after it (a loop over the gradients, each all-reduce followed by its division:
+one op between two, no layer), once or a few times a step; overlap-comm hides them (an upper
 bound: that the gradients could be reduced earlier is what bucketing achieves), all but the
 last of each rank's step (`last_of_steps`): the step consumes every result before it ends (the
 optimizer reads the reduced gradients), so what waited on its last collective still waits. That
@@ -26,7 +30,7 @@ import numpy as np
 from tracelab.core.note import Note
 
 from .join import Graph
-from .kinds import COLL, GPU
+from .kinds import COLL, GPU, HOST_OP
 
 MIN_LAYERED = 3  # sandwiched collectives per step and rank from which the step is layered (TP)
 FUSED_WORDS = ("hiding them takes a fused or chunked kernel (AG-GEMM / GEMM-RS: the overlap workload), which our "
@@ -36,10 +40,9 @@ FUSED_WORDS = ("hiding them takes a fused or chunked kernel (AG-GEMM / GEMM-RS: 
 def dependent(g: Graph) -> np.ndarray:
     """Per node, whether it is a sandwiched collective of a layered step (module docstring)."""
     out = np.zeros(len(g), bool)
-    if g.cpu_only:
-        return out
+    compute = _compute(g)
     for r in np.unique(g.rank[g.kind == COLL]).tolist():
-        out |= _of_rank(g, r)
+        out |= _of_rank(g, r, compute)
     return out
 
 
@@ -57,13 +60,27 @@ def last_of_steps(g: Graph, among: np.ndarray) -> np.ndarray:
     return out
 
 
-def _of_rank(g: Graph, rank: int) -> np.ndarray:
+def _compute(g: Graph) -> np.ndarray:
+    """Per node, whether it is compute that can make or read a collective's data: a GPU kernel
+    (not a copy); in a CPU-only trace a CPU operator, less those that issue a collective (gloo's
+    `c10d::allreduce_` returns as its worker thread starts the transfer: it is the collective's
+    launch, not work beside it)."""
+    if not g.cpu_only:
+        return (g.kind == GPU) & ~g.copy
+    out = g.kind == HOST_OP
+    launches = g.edges.xs_src[g.kind == COLL]
+    out[launches[launches >= 0]] = False
+    return out
+
+
+def _of_rank(g: Graph, rank: int, is_compute: np.ndarray) -> np.ndarray:
     out = np.zeros(len(g), bool)
-    dev = np.flatnonzero(np.isin(g.kind, (GPU, COLL)) & (g.rank == rank))
-    compute = dev[(g.kind[dev] == GPU) & ~g.copy[dev]]
+    mine = g.rank == rank
+    compute = np.flatnonzero(mine & is_compute)
     if not len(compute):
         return out
-    coll = dev[g.kind[dev] == COLL]
+    coll = np.flatnonzero(mine & (g.kind == COLL))
+    dev = np.union1d(compute, coll)
     by_end = compute[np.argsort(g.end_ns[compute], kind="stable")]
     by_start = compute[np.argsort(g.start_ns[compute], kind="stable")]
     before = np.searchsorted(g.end_ns[by_end], g.start_ns[coll], side="right") - 1  # compute that ended before it
@@ -73,10 +90,27 @@ def _of_rank(g: Graph, rank: int) -> np.ndarray:
     ok &= (g.step[prev] == g.step[coll]) & (g.step[nxt] == g.step[coll])
     # nothing else of the rank's device work between the producer's end and the consumer's start
     ok &= _alone(g, dev, g.end_ns[prev], g.start_ns[nxt], coll)
+    ok &= _layer_before(g, coll, g.start_ns[by_start])
     sandwiched = coll[ok]
     steps, counts = np.unique(g.step[sandwiched], return_counts=True)
     layered = steps[counts >= MIN_LAYERED]
     out[sandwiched[np.isin(g.step[sandwiched], layered)]] = True
+    return out
+
+
+def _layer_before(g: Graph, coll: np.ndarray, compute_starts_ns: np.ndarray) -> np.ndarray:
+    """Per collective of one rank, whether at least two compute ops began between the end of the
+    rank's collective before it and its own start: one that reads the earlier result and one that
+    makes this input, as a layer between tensor parallelism's collectives does. A loop of
+    collectives with one op between (per-gradient all-reduces, each followed by its division) is
+    one compute -> collective -> compute pattern too, but each input was ready before the loop
+    began, so bucketing hides them: they are not a layer's."""
+    order = coll[np.argsort(g.start_ns[coll], kind="stable")]
+    prev_end = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(g.end_ns[order])[:-1]]
+    between = (np.searchsorted(compute_starts_ns, g.start_ns[order], side="left")
+               - np.searchsorted(compute_starts_ns, prev_end, side="left"))
+    out = np.zeros(len(coll), bool)
+    out[np.argsort(g.start_ns[coll], kind="stable")] = between >= 2
     return out
 
 
