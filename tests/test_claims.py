@@ -69,8 +69,9 @@ def _timed(events: pd.DataFrame, kinds=GPU_KINDS) -> pd.DataFrame:
 
 
 def _idle_per_step(events: pd.DataFrame) -> tuple[float, float]:
-    """(mean idle, mean span) per step: span from the step's first GPU start to its last end,
-    idle = span less the union of its GPU rows; a trace without steps is one window."""
+    """(median idle, median span) over the steps, as findings state a per-step figure: span from
+    the step's first GPU start to its last end, idle = span less the union of its GPU rows; a
+    trace without steps is one window."""
     rows = _timed(events)
     steps = rows["step"] if rows["step"].notna().any() else pd.Series(0, index=rows.index)
     rows = rows[steps.notna()]
@@ -80,7 +81,7 @@ def _idle_per_step(events: pd.DataFrame) -> tuple[float, float]:
         end = start + g["dur_ns"].to_numpy(dtype=np.int64)
         span.append(int(end.max() - start.min()))
         idle.append(span[-1] - _union_ns(start, end))
-    return float(np.mean(idle)), float(np.mean(span))
+    return float(np.median(idle)), float(np.median(span))
 
 
 def _exposed(events: pd.DataFrame) -> tuple[int, int]:
