@@ -18,7 +18,7 @@ from dataclasses import replace
 from .. import fmt
 from ..findings.finding import Finding
 from .analyse import WhatIf, prepare, whatif
-from .bands import band
+from .bands import NO_BAND, PROFILED, band
 from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
@@ -165,7 +165,7 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     if other is not None and _differ(values, other):  # the other first, then this one, which ranks the finding
         values["also"] = other
         what = (f"{saving_words(other, TEXT[other['scenario']], band(also.name, also.args))}; "
-                f"{saving_words(values, words, b, lead='if')}")
+                f"{saving_words(values, words, b, lead='if', unbanded=True)}")
     return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), text_for=None,
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
@@ -243,16 +243,17 @@ def gains(v: dict) -> bool:
     return v["saving_share"] >= NOTHING_FRAC
 
 
-def saving_words(v: dict, scenario: str, b=None, lead: str = "what if") -> str:
+def saving_words(v: dict, scenario: str, b=None, lead: str = "what if", unbanded: bool = False) -> str:
     """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
-    its scenario's words; `b` its error band (bands.band), said beside a percentage; `lead` its first
-    words ("if" for a second scenario after a first)."""
+    its scenario's words; `b` its error band (bands.band), said beside the percentage of its column;
+    `lead` its first words ("if" for a second scenario after a first); `unbanded`: say that none was
+    measured (a scenario said beside another's band, which it must not seem to share)."""
     of = _window_words(v["window"], v["step_ns"])
     if not gains(v):  # the step the user runs moves by nothing: say so, not "0%" with an error band
         user = _nothing_user_words(v)
         return (f"{lead} {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                 "path runs through other work; tracelab whatif)")
-    error = f"; {b.short()}" if b else ""
+    error, user_error = _band_words(v, b, unbanded)
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
     if v.get("unprofiled_saving_ns") is None:
         return f"{lead} {scenario}: {profiled}"
@@ -266,8 +267,20 @@ def saving_words(v: dict, scenario: str, b=None, lead: str = "what if") -> str:
     rests = ("; more than the profiled replay's, only because the estimated cost moves the step's pacer to the GPU: "
              "time the step without the profiler to confirm it" if _above_profiled(v, v["saving_ns"]) else "")
     return (f"{lead} {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
-            f"({100 * gain_ns / step_ns:.0f}%; {source}{rests}); "
+            f"({100 * gain_ns / step_ns:.0f}%{user_error}; {source}{rests}); "
             f"under the profiler it {profiled}")
+
+
+def _band_words(v: dict, b, unbanded: bool) -> tuple[str, str]:
+    """(beside the profiled percentage, beside the user's): a band beside the column it was measured
+    on (bands.py), none where that column is not said; NO_BAND where `unbanded`, beside the first."""
+    user = v.get("unprofiled_saving_ns") is not None
+    if b is None:
+        said = f"; {NO_BAND}" if unbanded else ""
+        return ("", said) if user else (said, "")
+    if b.column == PROFILED:
+        return f"; {b.short()}", ""
+    return "", f"; {b.short()}" if user else ""
 
 
 def _nothing_user_words(v: dict) -> str:

@@ -35,7 +35,7 @@ import pandas as pd
 
 from tracelab.core.schema import kind_mask
 
-from .bands import Band
+from .bands import ESTIMATED_STEP, Band
 from .kinds import HOST_OP, LAUNCH, SYNC
 
 MIN_STEADY_STEPS = 3  # steps sharing one host sequence before a median of them is a steady pace
@@ -93,7 +93,7 @@ def _left_out(low_frac: float, high_frac: float) -> Band:
     """The count model's band: the profiled step less the cost per event against the step timed
     without the profiler, each of 4 H100 pairs left out of the fit in turn."""
     return Band(low_frac, high_frac, "the profiled step less this cost per event against the step timed without it, "
-                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")
+                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out", ESTIMATED_STEP)
 
 
 COSTS: dict[str, Costs] = {
