@@ -6,8 +6,9 @@ steps. Findings across runs, of runs without graphs, or without a scenario keep 
 stake. A run's findings read the same alone or beside other runs.
 
 A finding that names a fix may carry its own scenario in its evidence (`scenario`, with
-`scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and its upper-bound clause
-(`bound_text`), dropped once the replay gives the saving. Where a fix and a diagnosis of one
+`scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and the fix's words (`fix`); its writer
+(Finding.write) words what the replay decided: the fix offered only where it gains, an upper-bound
+clause dropped once the replay gives the saving. Where a fix and a diagnosis of one
 run answer to the same scenario (CUDA graphs and the idle GPU: no-host-gaps; the DDP bucket and
 the exposed communication: overlap-comm), the fix alone is kept, replayed or not: one finding
 per cause and run, and one number (its saving, else its bound)."""
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import fmt
-from ..findings.finding import Finding
+from ..findings.finding import NO_GAIN, Finding, Said  # noqa: F401  NO_GAIN: what a fix says where it gains nothing
 from .analyse import WhatIf, prepare, whatif
 from .bands import NO_BAND, PROFILED, band
 from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of
@@ -34,9 +35,6 @@ SCENARIO_OF = {"straggler_findings": "balance:share", "exposed_findings": "overl
 ALSO = {"balance:share": "balance"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
                    "stall_findings"})  # name the change
-# what a fix's finding says instead of the fix (its evidence's fix_text) where the replay of that fix
-# gains nothing; a finding may carry its own (no_gain_text)
-NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
 TEXT = {"balance": "the late rank's extra work were removed (every rank's work in each step at the lower median rank's)",
         "balance:share": "the late rank's extra work were shared evenly (each rank's work between two collectives "
                          "at the ranks' mean)",
@@ -151,14 +149,13 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values = {k: v for k, v in f.values.items() if k != "bound_ns"}
     user = _user_time(row, unprofiled or {})
     values.update(_row_values(row, whole, one, unprofiled or {}))
-    # a step the profiler made host-bound is said so by the finding's own writer: of the trace, not the user's step
-    under_profiler_only = row.name == "no-host-gaps" and _profiler_made_it(values)
-    text = f.text_for(under_profiler_only) if f.text_for is not None and under_profiler_only else f.text
-    text = text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else text
-    if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
-        values["fix_offered"] = gains(values)
-        if not values["fix_offered"]:
-            text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
+    # the finding's own writer words what the replay decided: its bound gone, its fix offered where it
+    # gains, a step the profiler made host-bound said so (of the trace, not the user's step)
+    said = Said(replayed=True, fix_offered=gains(values),
+                under_profiler_only=row.name == "no-host-gaps" and _profiler_made_it(values))
+    if "fix" in f.evidence:  # the fix its own what-if finds no gain in is not offered
+        values["fix_offered"] = said.fix_offered
+    text = f.write(said) if f.write is not None else f.text
     words = f.evidence.get("scenario_text") or TEXT.get(label) or TEXT[row.name]
     what = saving_words(values, words, b)
     other = _row_values(also, whole, one, unprofiled or {}) if _replayed(also) else None
@@ -166,7 +163,7 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
         values["also"] = other
         what = (f"{saving_words(other, TEXT[other['scenario']], band(also.name, also.args))}; "
                 f"{saving_words(values, words, b, lead='if', unbanded=True)}")
-    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), text_for=None,
+    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), write=None,
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
