@@ -33,8 +33,8 @@ class Band:
     low_frac: float
     high_frac: float
     measured: str  # on what, against what
-    pair: str = ""  # the runs it was measured on, in a few words: never the user's trace
-    column: str = PROFILED  # the answer's column whose error it is (module docstring)
+    pair: str  # the runs it was measured on, in a few words: never the user's trace
+    column: str  # the answer's column whose error it is (module docstring): said, never assumed
 
     def short(self) -> str:
         """'error -15% to -6% on our gloo CPU pairs': where the error was measured, so that nobody
@@ -58,29 +58,31 @@ def _percent(frac: float) -> str:
 
 
 BANDS = {
-    # whatif-step-1gpu-torch: the profiled replay's median step 1.146 ms (+0.5%; 1.149 ms as the
-    # mean over its steps, +0.7%, when the band was set), against 1.140 ms timed without the profiler
-    # under one whole-step CUDA graph (H100). The profiler cannot slow a step whose host is off the
-    # path, so the profiled replay is the prediction measured; the user-time column gives 1.140 ms there.
+    # whatif-step-1gpu-torch: the profiled replay, 1.149 ms over its steps (its median step 1.146 ms,
+    # +0.5%), against 1.140 ms timed without the profiler under one whole-step CUDA graph (H100). The
+    # profiler cannot slow a step whose host is off the path, so the profiled replay is the prediction
+    # measured against a step without it; the user-time column gives 1.140 ms on that trace.
     "no-host-gaps": Band(0.007, 0.007, "one H100 training step against the same step under one whole-step CUDA "
                                          "graph timed without the profiler; torch.compile's reduce-overhead, several "
-                                         "graphs, ran 2.2x slower than that", "H100 step pair, eager against captured"),
+                                         "graphs, ran 2.2x slower than that",
+                         "H100 step pair, eager against captured", PROFILED),
     # three 2-rank gloo runs late every other step, under the profiler: each run's steps with the late
     # work replayed by balance against its steps without it (the same trace): -5.6%, -8.9%, -15.3%;
     # gloo-2cpu-equal: 13% claimed, no straggler
     "balance": Band(-0.153, -0.056, "2 gloo CPU ranks, 3 profiled runs, against their own steps without the late "
                                     "rank's work; it leans low because it evens the ranks' own noise too: on a CPU "
                                     "job without a straggler it still claimed 13%, on two 2-GPU jobs without one 0%",
-                    "gloo CPU runs with a late rank"),
+                    "gloo CPU runs with a late rank", PROFILED),
     # whatif-stall-2gpu-torch, each stall step's profiled replay against its slowest rank's own step
     # range in the trace less the stall
     "remove": Band(-0.013, 0.010, "a host stall on one of 2 H100 DDP ranks, each profiled step against the slowest "
                                   "rank's own step range less the stall; removing 10 ms of GPU work from a host-bound "
-                                  "rank: 0.2 ms predicted, -0.6 ms measured", "2-H100 DDP runs with a host stall"),
+                                  "rank: 0.2 ms predicted, -0.6 ms measured",
+                   "2-H100 DDP runs with a host stall", PROFILED),
     # the same capture and reference, the stall found as untraced host time after its sync (not by its range)
     "no-host-stalls": Band(-0.013, 0.010, "a host stall after a sync on one of 2 H100 DDP ranks, each profiled step "
                                           "against the slowest rank's own step range less the stall",
-                           "2-H100 DDP runs with a host stall"),
+                           "2-H100 DDP runs with a host stall", PROFILED),
     # ddp-naive-16cpu-torch (17 per-parameter all-reduces a step, waited for after the backward) against
     # ddp-naive-16cpu-after-none (--ddp bucketed, run for real with the profiler off): predicted
     # 12.77 ms without the profiler against 10.65 ms measured, the median of three runs of the change
