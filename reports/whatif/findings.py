@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import fmt
-from ..findings.finding import NO_GAIN, Finding, Said  # noqa: F401  NO_GAIN: what a fix says where it gains nothing
+from ..findings.finding import Finding, Said
 from .analyse import WhatIf, prepare, whatif
 from .bands import NO_BAND, PROFILED, band
 from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of

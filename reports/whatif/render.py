@@ -143,8 +143,8 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
 
 def band_lines(scenarios: pd.DataFrame) -> list[str]:
     """Each scenario name's measured band, once per name, in the rows' order, each naming the column
-    it is of (the table shows both); then the rows without one (a form of a banded scenario that
-    models another change among them: bands.band) in one line, so that none reads another's as its own."""
+    it is of (the table shows both); then the rows without one (roofline, balance:share, the joint
+    replay: bands.band) in one line, so that none reads a neighbour's band as its own."""
     banded, bare = {}, []
     for name, arg in zip(scenarios["name"], scenarios["args"]):
         b = band(name, arg) if name != "together" else None
