@@ -86,11 +86,12 @@ def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
     where the step without the profiler gains under 0.5%, though the profiled replay gains more."""
     from types import SimpleNamespace
 
-    from tracelab.reports.findings.finding import Finding
-    from tracelab.reports.whatif.findings import NO_GAIN, with_saving
+    from tracelab.reports.findings.finding import NO_GAIN, Finding, fix_writer
+    from tracelab.reports.whatif.findings import with_saving
 
-    f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix_text": "allow TF32", "no_gain_text": "off the path",
-                                                     "scenario_text": "x"}, "tf32", {"run": ""})
+    write = fix_writer("GEMMs; ", "allow TF32", "off the path")
+    f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix": "allow TF32", "scenario_text": "x"}, "tf32", {"run": ""},
+                write)
     row = SimpleNamespace(name="scale", args="k=0.5", saving_ns=2e6, step_ns=10e6, steps=4, saving_frac=0.2,
                           predicted_unprofiled_ns=None)
     offered = with_saving(f, row)
@@ -104,7 +105,8 @@ def test_a_fix_without_gain_in_the_user_s_time_is_not_offered():
         assert ("nothing to gain now" in got.text) is not offered
         saved, step = f"{(8e6 - predicted_ns) / 1e6:.2f} ms", "8.00 ms"
         assert (f"{saved} of {step} without" if not offered else f"{saved} of {step} per step without") in got.text
-    bare = Finding("stalls; prefetch", 1, "idle", {"fix_text": "prefetch", "scenario_text": "x"}, "host_stall", {"run": ""})
+    bare = Finding("stalls; prefetch", 1, "idle", {"fix": "prefetch", "scenario_text": "x"}, "host_stall", {"run": ""},
+                   fix_writer("stalls; ", "prefetch"))
     row.predicted_unprofiled_ns = 9e6  # a fix without words of its own for no gain: the shared ones
     got = with_saving(bare, row, unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"})
     assert got.text.startswith(f"stalls; {NO_GAIN};") and "prefetch" not in got.text

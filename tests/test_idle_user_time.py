@@ -160,10 +160,15 @@ def _graphs_figures(whole_trace: bool) -> dict:
     (True, True, "rank 0 is host-bound under the profiler over the whole trace, which has no steps, and 900"),
 ])
 def test_the_cuda_graph_finding_writes_its_bound_from_the_verdict(under, whole, said) -> None:
+    from tracelab.reports.findings.finding import NO_GAIN, Said
     from tracelab.reports.fixes.host import GRAPHS_FIX, graphs_sentence
 
-    text = graphs_sentence("rank 0", _graphs_figures(whole), "; tail", under)
-    assert text.startswith(said) and text.endswith(f"{GRAPHS_FIX}; tail")
+    text = graphs_sentence("rank 0", _graphs_figures(whole), "; stalls", "; bound", Said(under_profiler_only=under))
+    assert text.startswith(said) and text.endswith(f"{GRAPHS_FIX}; stalls; bound")
+    # replayed: the bound gives way to the replay's saving; a fix that gains nothing is not offered
+    replayed = graphs_sentence("rank 0", _graphs_figures(whole), "; stalls", "; bound",
+                               Said(replayed=True, fix_offered=False, under_profiler_only=under))
+    assert replayed.startswith(said) and replayed.endswith(f"{NO_GAIN}; stalls") and GRAPHS_FIX not in replayed
 
 
 @pytest.mark.parametrize("under, step, said", [
@@ -172,11 +177,12 @@ def test_the_cuda_graph_finding_writes_its_bound_from_the_verdict(under, whole, 
     (True, [None], "(by its critical path: host-bound under the profiler over the whole trace, which has no steps)"),
 ])
 def test_the_idle_finding_writes_its_bounds_from_the_verdict(under, step, said) -> None:
+    from tracelab.reports.findings.finding import Said
     from tracelab.reports.findings.findings_more import idle_sentence
 
     bounds = ["host", "host", "gpu"][:len(step)]
     steps = pd.DataFrame({"step": pd.array(step, dtype="Int64"), "bound": bounds, "bound_from": "path"})
-    assert idle_sentence("rank 0's GPU idles ", steps, under) == f"rank 0's GPU idles {said}"
+    assert idle_sentence("rank 0's GPU idles ", steps, Said(under_profiler_only=under)) == f"rank 0's GPU idles {said}"
 
 
 def test_the_verdict_reaches_the_writer_only_from_the_host_gaps_replay() -> None:
@@ -189,7 +195,7 @@ def test_the_verdict_reaches_the_writer_only_from_the_host_gaps_replay() -> None
     from tracelab.reports.whatif.findings import with_saving
 
     f = Finding("written for False", 1, "idle", {}, "idle", {"run": ""},
-                text_for=lambda under: "written for True" if under else "written for False")
+                write=lambda said: f"written for {said.under_profiler_only}")
     user = {"unprofiled_step_ns": 8e6, "unprofiled_source": "measured"}
     for name, predicted_ns, said in (("no-host-gaps", 7.9e6, "written for True"),  # 1% of 8 ms against 40%
                                      ("no-host-gaps", 5e6, "written for False"),  # 38% against 40%
@@ -197,4 +203,4 @@ def test_the_verdict_reaches_the_writer_only_from_the_host_gaps_replay() -> None
         row = SimpleNamespace(name=name, args="", saving_ns=4e6, step_ns=10e6, steps=4, saving_frac=0.4,
                               predicted_unprofiled_ns=predicted_ns)
         got = with_saving(f, row, unprofiled=user)
-        assert got.text.startswith(f"{said}; what if ") and got.text_for is None
+        assert got.text.startswith(f"{said}; what if ") and got.write is None

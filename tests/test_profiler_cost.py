@@ -244,7 +244,7 @@ def test_without_known_costs_nothing_is_predicted_without_the_profiler(monkeypat
 
 
 def test_an_unfitted_configuration_takes_the_nearest_fit_without_its_band(monkeypatch) -> None:
-    band = pc.Band(-0.1, 0.1, "hand-made", "pairs")
+    band = pc.Band(-0.1, 0.1, "hand-made", "pairs", "unprofiled_step_ns")
     monkeypatch.setattr(pc, "COSTS", {GPU_KEY: pc.Costs(1.0, 2.0, 3.0, "gpu pairs", band),
                                       CPU_KEY: pc.Costs(10.0, 0.0, 30.0, "cpu pairs", band)})
     assert pc.costs_for(pc.Config("torch", True, False, "gpu")) == (pc.COSTS[GPU_KEY], "gpu pairs")

@@ -364,7 +364,7 @@ def test_balance_removes_the_injected_straggler_to_its_twins_step():
     def doc(name):
         result = CliRunner().invoke(app, ["whatif", str(DATA / name), "--format", "json"])
         assert result.exit_code == 0, result.output
-        return {s["name"]: s for s in json.loads(result.stdout)["scenarios"]}
+        return {s["name"] + (f":{s['args']}" if s["args"] else ""): s for s in json.loads(result.stdout)["scenarios"]}
 
     equal_step_ns = doc("tp-2gpu-equal-torch")["balance"]["step_ns"]
     late = doc("tp-2gpu-late-torch")["balance"]

@@ -38,6 +38,28 @@ def test_sharing_keeps_the_moved_work_between_the_same_collectives() -> None:
     assert out["balance"] == 193
 
 
+def _rows(r0, r1, scenarios: list[str]) -> dict[str, tuple[str, float]]:
+    host = host_rows([("step", "step 0", 0, 1000)])
+    w = whatif({0: rank_graph(r0, host, 0), 1: rank_graph(r1, host, 1)}, {0: 0, 1: 0}, scenarios)
+    return {r.name + (f":{r.args}" if r.args and r.name != "together" else ""): (r.args, r.predicted_ns)
+            for r in w.scenarios.itertuples()}
+
+
+def test_together_replays_one_form_of_balance() -> None:
+    """Removing the late rank's work and sharing it are rival changes to the same work: `together`
+    takes the shared form alone (the removal, applied first, would leave nothing to share). The
+    ranks of test_sharing_keeps_the_moved_work_between_the_same_collectives, and overlap-comm, whose
+    one collective is its step's last (kept): together is the shared form's 225 ns, not the
+    removal's 193; given the two forms alone, no joint replay."""
+    r0 = kernel_rows([("a", 7, 10, 10, 0, 1), (COLL, 7, 20, 200, 2, 1), ("b", 7, 220, 100, 4, 1)], rank=0)
+    r1 = kernel_rows([("a", 7, 10, 200, 0, 1), (COLL, 7, 210, 10, 2, 1), ("b", 7, 220, 100, 4, 1)], rank=1)
+    got = _rows(r0, r1, ["balance", "balance:share", "overlap-comm"])
+    assert got["together"] == ("balance:share+overlap-comm", 225) and got["balance"][1] == 193
+    assert "together" not in _rows(r0, r1, ["balance", "balance:share"])
+    both = _rows(r0, r1, ["balance", "overlap-comm"])["together"]  # one form given: it is the one replayed
+    assert both == ("balance+overlap-comm", 193)
+
+
 def test_sharing_moves_no_work_onto_a_rank_with_none_there() -> None:
     """A segment where one rank has no work (0 ns kernels) keeps both ranks as they are: its ops
     cannot take any, and the work is neither lost nor made, so nothing is saved there."""
@@ -71,12 +93,12 @@ def test_the_finding_states_removal_then_sharing_where_they_differ_by_a_saving()
     assert got.text.startswith("rank 1 is the straggler; what if the late rank's extra work were removed (")
     assert "saves 7.00 ms of 8.00 ms per step without the profiler (88%" in got.text
     assert got.text.index("error -15% to -6%") < got.text.index("; if the late rank's extra work were shared evenly (")
-    assert got.text.endswith("saves 3.00 ms of 8.00 ms per step without the profiler (38%; the step as measured beside "
-                             "the trace); under the profiler it saves 4.00 ms of 10.00 ms per step, step end to step "
+    assert got.text.endswith("saves 3.00 ms of 8.00 ms per step without the profiler (38%; no band measured; the step "
+                             "as measured beside the trace); under the profiler it saves 4.00 ms of 10.00 ms per step, step end to step "
                              "end (40%; tracelab whatif)")
     near = with_saving(f, share, unprofiled=user, also=_row("", 8e6, 5e6 - 39e3))  # 39 us more: the same saving
     assert "also" not in near.values and "were removed" not in near.text and near.text.count("what if") == 1
-    assert near.text == with_saving(f, share, unprofiled=user).text
+    assert near.text == with_saving(f, share, unprofiled=user).text and "band" not in near.text  # nothing to borrow from
 
 
 def _raw_work_ns(folder: Path) -> np.ndarray:
@@ -157,5 +179,5 @@ def test_the_reports_what_if_section_says_each_form_in_its_own_words() -> None:
     removed = evidence_line(_row("", 8e6, None), None, float("nan"))
     assert share.startswith("what if the late rank's extra work were shared evenly (each rank's work between two "
                             "collectives at the ranks' mean): 4.000 ms of 10.000 ms per step (40%)")
-    assert share.endswith("; not yet measured against a run without its cause")
+    assert share.endswith("; no band measured (not yet timed against a run without its cause)")
     assert removed.startswith("what if the late rank's extra work were removed (") and "error -15% to -6%" in removed

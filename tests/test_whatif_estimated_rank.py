@@ -31,7 +31,7 @@ def _row(saving_ns: float, predicted_unprofiled_ns: float):
     ("estimated", 4e6, 5e6, 3e6, False),  # lower than the profiled replay's: the estimate lowers it
     ("estimated", 2.99e6, 5e6, 3e6, False)])  # above by under 0.5% of the step: the same figure
 def test_an_estimated_step_never_raises_a_saving(source, profiled_ns, predicted_ns, rank_ns, says) -> None:
-    f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix_text": "allow TF32", "scenario_text": "x"}, "tf32", {"run": ""})
+    f = Finding("GEMMs; allow TF32", 1, "roofline", {"fix": "allow TF32", "scenario_text": "x"}, "tf32", {"run": ""})
     got = with_saving(f, _row(profiled_ns, predicted_ns), unprofiled={"unprofiled_step_ns": 8e6, "unprofiled_source": source})
     assert got.at_stake_ns == int(rank_ns * 4)
     assert "3.00 ms of 8.00 ms per step without the profiler" in got.text

@@ -23,6 +23,27 @@ SECTIONS = {"steps": "steps", "overlap": "overlap", "comparison": "comparison", 
             "memory": "memory"}
 
 
+# what a finding that names a fix says instead where the replay of that fix gains nothing (fix_writer)
+NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
+
+
+@dataclass(frozen=True)
+class Said:
+    """What the what-if replay decided about a finding after its source wrote it, for its writer to
+    word: `replayed`, a replay gave its saving (an upper bound it states then goes: one number per
+    cause); `fix_offered`, the replay of the fix it names gains time (else it says why not, never
+    the fix); `under_profiler_only`, the profiler's own host cost made its steps host-bound."""
+    replayed: bool = False
+    fix_offered: bool = True
+    under_profiler_only: bool = False
+
+
+def fix_writer(head: str, fix: str, no_gain: str = NO_GAIN, tail: str = "") -> Callable[[Said], str]:
+    """The writer of a sentence `head` + the fix + `tail`, the fix replaced by `no_gain` (why it
+    gains nothing) where its replay says so."""
+    return lambda said: f"{head}{fix if said.fix_offered else no_gain}{tail}"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One sentence with its number; `at_stake_ns` ranks it (the time it is about, over the
@@ -31,17 +52,17 @@ class Finding:
     "straggler", ...: CODES) and `values` its numbers, units in their names (`saving_ns`,
     `bound_ns`, `share`), with `run` (its run's name, "" for the one unnamed run, None for a
     finding across runs) and `rank` where it is about one: what a program reads instead of
-    parsing `text`, which is the sentence rendered from them. `text_for`: where the sentence
-    says a step is host-bound, its writer, called with the verdict the what-if replay gives after
-    the sources ran (under_profiler_only: the profiler's own host cost made it host-bound; `text`
-    is what it writes for False)."""
+    parsing `text`, which is the sentence rendered from them. `write`: where the sentence depends on
+    what the what-if replay decides after the sources ran (a fix said only where it gains, an upper
+    bound dropped once replayed, a step host-bound only under the profiler), its writer, called with
+    that decision (Said); `text` is what it writes for Said()."""
     text: str
     at_stake_ns: int
     section: str
     evidence: dict[str, Any] = field(default_factory=dict)
     code: str = ""
     values: dict[str, Any] = field(default_factory=dict)
-    text_for: Callable[[bool], str] | None = field(default=None, compare=False, repr=False)
+    write: Callable[[Said], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def run(self) -> str | None:

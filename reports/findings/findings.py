@@ -74,18 +74,20 @@ def _verdict_finding(group: str, w, idle_cause: tuple[str, str] | None = None) -
     if v["pattern"] == "straggler":
         r = v["rank"]
         skew = int(gated.loc[gated["gating_rank"] == r, "gating_skew_ns"].sum())
-        of_which = (f"the {v['gated_units']} {unit}s where a rank was late beyond the noise"
+        of_which = (f"the {v['gated_units']} {unit}s with a rank late beyond the noise"
                     if v.get("units") and v["gated_units"] < v["units"] else f"{v['gated_units']} {unit}s")
-        text = (f"{_run(group)}rank {r} is the straggler: the last to arrive in {v['gated_by_rank'][r]} of "
-                f"{of_which}, {duration(v['lateness_ns'])} later than the other ranks per {unit} on average"
-                + _why(w.causes, r, unit, idle_cause))
         evidence = {"verdict": v, "line": w.line, "gated_skew_ns": skew}
         values = {"run": group, "rank": int(r), "last_units": int(v["gated_by_rank"][r]),
                   "gated_units": int(v["gated_units"]), "unit": unit, "lateness_ns": float(v["lateness_ns"]),
                   "skew_ns": skew, "late_by_idle": _late_by_idle(w.causes, r)}
-        if values["late_by_idle"]:  # 'balance' evens the ranks' work: it cannot move a rank its host held back
-            text += f"; evening the ranks' {gating_device(w.causes, r)} work would not move it: its delay is idle time, not work"
+        # 'balance' evens the ranks' work: it cannot move a rank its host held back, which is said
+        # before why (its idle); a rank late with more work gets balance's what-if after why instead
+        move = f"; evening the ranks' {gating_device(w.causes, r)} work would not move it" if values["late_by_idle"] else ""
+        if move:
             evidence["scenario"] = None
+        # the number first, then one clause per fact: how often it was last, what would move it, why
+        text = (f"{_run(group)}rank {r} is the straggler, {duration(v['lateness_ns'])} late per {unit} on average "
+                f"(last in {v['gated_by_rank'][r]} of {of_which}){move}" + _why(w.causes, r, unit, idle_cause))
         return Finding(text, skew, SECTIONS["steps"], evidence, "straggler", values)
     if v["pattern"] == "alternating":
         skew = int(gated["gating_skew_ns"].sum())
@@ -107,7 +109,7 @@ def gating_device(causes: pd.DataFrame, rank: int) -> str:
 
 
 def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str] | None = None) -> str:
-    """'; its GPU does 10.7 ms more work before them per step (extra_work)' from verdicts.why
+    """': its GPU does 10.7 ms more work per step before its collectives (extra_work)' from verdicts.why
     (the median over the units it gates: the first unit's window opens at the run's first activity,
     so it holds the ranks' profiler start skew, which a mean spreads over the rest), or ''. More idle is said in the words of the rank's
     largest idle cause (`idle_cause`, reports/idle.py), so this never says "the host launched
@@ -118,12 +120,12 @@ def _why(causes: pd.DataFrame, rank: int, unit: str, idle_cause: tuple[str, str]
     work, idle = mine["extra_work_ns"].median(), mine["extra_idle_ns"].median()
     device = gating_device(causes, rank)
     if work < idle:
-        return f"; its {device} sits idle {duration(idle)} longer before them per {unit} ({_idle_words(device, idle_cause)})"
+        return f": its {device} idles {duration(idle)} more per {unit} before its collectives ({_idle_words(device, idle_cause)})"
     names = pd.Series(dtype="float64")
     for extra in mine["scopes"].tolist() + mine["kernels"].tolist():
         names = names.add(pd.Series(extra, dtype="float64"), fill_value=0)
     top = f" ({names.idxmax()})" if len(names) else ""
-    return f"; its {device} does {duration(work)} more work before them per {unit}{top}"
+    return f": its {device} does {duration(work)} more work per {unit} before its collectives{top}"
 
 
 def _late_by_idle(causes: pd.DataFrame, rank: int) -> bool:

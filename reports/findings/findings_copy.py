@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..fmt import duration
-from .finding import SECTIONS, Finding
+from .finding import SECTIONS, Finding, Said, fix_writer
 
 COPY_BOUND_SHARE = 0.5  # copies over this share of the GPU's span, and more than its kernels: paced by the copies
 FIX_TEXT = ("move less data per step (keep it on the GPU, a smaller dtype) or overlap the copies with compute "
@@ -49,9 +49,9 @@ def _finding(group: str, c: dict, several: bool) -> Finding:
     copies: pd.DataFrame = c["copies"]
     named = ", ".join(f"{name} {duration(r['dur_ns'])} over {int(r['count']):,} copies"
                       for name, r in copies.head(2).iterrows())
-    text = (f"{group + ': ' if several and group else ''}rank {c['rank']}'s GPU copies "
-            f"{100 * c['copy_ns'] / c['span_ns']:.0f}% of its {duration(c['span_ns'])} span ({named}) and runs "
-            f"kernels {duration(c['kernel_ns'])}: the transfers pace it; {FIX_TEXT}")
+    write = fix_writer(f"{group + ': ' if several and group else ''}rank {c['rank']}'s GPU copies "
+                       f"{100 * c['copy_ns'] / c['span_ns']:.0f}% of its {duration(c['span_ns'])} span ({named}) and "
+                       f"runs kernels {duration(c['kernel_ns'])}: the transfers pace it; ", FIX_TEXT)
     values = {"run": group or None, "rank": int(c["rank"]), "copy_ns": c["copy_ns"], "kernel_ns": c["kernel_ns"],
               "span_ns": c["span_ns"], "copies": {str(k): float(v) for k, v in copies["dur_ns"].head(4).items()}}
-    return Finding(text, int(c["copy_ns"]), SECTIONS["totals"], {"fix_text": FIX_TEXT}, "copy_bound", values)
+    return Finding(write(Said()), int(c["copy_ns"]), SECTIONS["totals"], {"fix": FIX_TEXT}, "copy_bound", values, write)

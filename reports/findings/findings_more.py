@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..fmt import distinct_name, ms, rate_gb_s, tflops
-from .finding import SECTIONS, Finding
+from .finding import SECTIONS, Finding, Said
 from ..timeline.causes import CAUSES, UNCLEAR, UNCLEAR_CAUSES_WHY, UNCLEAR_WHY, bound_words
 from ..topics import result_of
 
@@ -53,7 +53,7 @@ def idle_findings(ev) -> list:
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].median())} of it {CAUSE_TEXT[cause]}"
                 f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} ")
-        text_for = partial(idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
+        write = partial(idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
         evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                     **{c: float(steps[c].median()) for c in CAUSES}}
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
@@ -63,14 +63,15 @@ def idle_findings(ev) -> list:
             values["waited_on"] = {k: _plain(waits.iloc[0][k]) for k in waits.columns if k != "input"}
         if cause == "idle_stall_ns":  # the host's stalls: their scenario, not the launches' (no-host-gaps)
             evidence.update(scenario=f"no-host-stalls@{i.rank}", scenario_text="the host's stalls took no time")
-        out.append(Finding(text_for(False), int(steps["idle_ns"].sum()), "idle", evidence, "idle", values, text_for))
+        out.append(Finding(write(Said()), int(steps["idle_ns"].sum()), "idle", evidence, "idle", values, write))
     return out
 
 
-def idle_sentence(head: str, steps, under_profiler_only: bool = False) -> str:
+def idle_sentence(head: str, steps, said: Said) -> str:
     """The idle finding's sentence: its `head` (the idle and its largest cause), then what most of
     each step's path is, beside the idle; a host-bound step said 'host-bound under the profiler'
-    where `under_profiler_only` (bound_words)."""
+    where the replay says the profiler made it so (bound_words)."""
+    under_profiler_only = said.under_profiler_only
     words = (f"{bound_words(steps['bound'].iloc[0], under_profiler_only)} over the whole trace, which has no steps"
              if not steps["step"].notna().any() else
              ", ".join(f"{bound_words(b, under_profiler_only)} in {n} of {len(steps)}"

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ..fmt import binary_size
-from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, Said, fix_writer, ms
 from .ddp_steps import WHOLE
 
 MIN_EXPOSED_SHARE = 0.05  # exposed gradient all-reduce (less waiting) under this share of the step is no finding
@@ -84,13 +84,13 @@ def ddp_findings(ev) -> list[Finding]:
     out = []
     for group, (i, f) in best.items():
         waited = f"{ms(f['wait_ns'])} of it waiting for the last rank"
-        text = (f"{group + ': ' if several and group else ''}rank {i.rank}'s gradient all-reduce is exposed "
-                f"{ms(f['fixable_ns'])} per step of {ms(f['span_ns'])}{' beyond its waits' if f['wait_ns'] else ''} "
-                f"({_count(f)}, {ms(f['comm_ns'])}, {_share(f['exposed_ns'], f['comm_ns'])} of it beside no compute "
-                f"kernel; {waited}): " + _fix(f))
         # the fix said only where its what-if (overlap-comm) saves time (whatif/findings.with_saving)
-        out.append(Finding(text, f["fixable_total_ns"], SECTIONS["overlap"], {"rank": i.rank, **f, "fix_text": _fix(f)}, "ddp_bucket",
-                           {"run": group, "rank": i.rank, **f}))
+        write = fix_writer(f"{group + ': ' if several and group else ''}rank {i.rank}'s gradient all-reduce is exposed "
+                           f"{ms(f['fixable_ns'])} per step of {ms(f['span_ns'])}{' beyond its waits' if f['wait_ns'] else ''} "
+                           f"({_count(f)}, {ms(f['comm_ns'])}, {_share(f['exposed_ns'], f['comm_ns'])} of it beside no "
+                           f"compute kernel; {waited}): ", _fix(f))
+        out.append(Finding(write(Said()), f["fixable_total_ns"], SECTIONS["overlap"], {"rank": i.rank, **f, "fix": _fix(f)},
+                           "ddp_bucket", {"run": group, "rank": i.rank, **f}, write))
     return out
 
 

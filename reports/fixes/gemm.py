@@ -22,7 +22,7 @@ import pandas as pd
 from tracelab.core.devices import meta_tensor_dtypes
 
 from ..fmt import flop, tflops
-from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, Said, fix_writer, ms
 from ..timeline.causes import bound_words
 from ..topics import result_of
 
@@ -146,16 +146,15 @@ def tf32_findings(ev) -> list[Finding]:
         if dtypes is not None and "fp16" not in dtypes:
             continue  # a GPU without tensor cores runs every GEMM on CUDA cores: nothing to move
         fix = _fix(device, dtypes)
-        text = (f"{_run(group, several)}rank {i.rank} runs fp32 GEMMs on CUDA cores, not tensor cores: {_names(simt)} "
-                f"{ms(time)}, {_share(time, total)} of its GPU time"
-                + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "")
-                + "; " + fix + _roof_text(work, device))
         # the fix is said only where the run's what-if of it saves time (whatif/findings.with_saving)
+        write = fix_writer(f"{_run(group, several)}rank {i.rank} runs fp32 GEMMs on CUDA cores, not tensor cores: "
+                           f"{_names(simt)} {ms(time)}, {_share(time, total)} of its GPU time"
+                           + (f" ({_share(tc_ns, gemm_ns)} of its GEMM time is on tensor cores)" if tc_ns else "") + "; ",
+                           fix, off_path_words(i), _roof_text(work, device))
         evidence = {"rank": i.rank, "kernels": simt["kernel"].astype(str).tolist(), "simt_ns": time, "gpu_ns": total,
-                    "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work),
-                    "fix_text": fix, "no_gain_text": off_path_words(i)}
-        out.append(Finding(text, time, SECTIONS["roofline"], {**evidence, **_tf32_scenario(work)}, "tf32",
-                           {"run": group, **evidence, "share": time / total}))
+                    "gemm_ns": gemm_ns, "tensor_core_ns": tc_ns, **_roof_evidence(work), "fix": fix}
+        out.append(Finding(write(Said()), time, SECTIONS["roofline"], {**evidence, **_tf32_scenario(work)}, "tf32",
+                           {"run": group, **evidence, "share": time / total}, write))
     return out
 
 

@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.finding import NO_GAIN, SECTIONS, Finding, Said, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
 from ..timeline.causes import MIN_LAUNCHED_FOR_GRAPHS, bound_words
 from ..topics import result_of
@@ -92,30 +92,35 @@ def graphs_findings(ev) -> list[Finding]:
         bound = (f"; at most {ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's "
                  "idle before and during launches, an upper bound)")
         stalls = _stall_words(i.digest("stalls"))
-        # the replay says later whether the profiler made these steps host-bound
-        text_for = partial(graphs_sentence, f"{group + ': ' if several and group else ''}rank {i.rank}", f,
-                           (stalls[0] if stalls else "") + bound)
+        # the replay says later whether the profiler made these steps host-bound, whether the fix gains
+        # (else why not instead) and its saving (which replaces the bound)
+        write = partial(graphs_sentence, f"{group + ': ' if several and group else ''}rank {i.rank}", f,
+                        stalls[0] if stalls else "", bound)
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
         values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"], **(stalls[1] if stalls else {})}
-        evidence = {"rank": i.rank, **f, "bound_text": bound, "fix_text": GRAPHS_FIX}  # said where its what-if saves
+        evidence = {"rank": i.rank, **f, "bound_text": bound, "fix": GRAPHS_FIX}
         if stalls:  # no-host-gaps keeps them, as a graph does: say so beside its saving
             evidence["scenario_text"] = "the host issued work as fast as the GPU takes it (no host gaps; its stalls kept)"
         if _waits_on_its_loader(i):  # the host's gaps hold the loader's time, which no graph takes off: its bound stands
             evidence["scenario"] = None
-        out.append(Finding(text_for(False), f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values, text_for))
+        out.append(Finding(write(Said()), f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values, write))
     return out
 
 
-def graphs_sentence(who: str, f: dict, tail: str, under_profiler_only: bool = False) -> str:
-    """The CUDA-graph finding's sentence for rank `who` of figures `f` (graphs_figures), ending on
-    `tail`; its steps said 'host-bound under the profiler' where `under_profiler_only` (bound_words)."""
+def graphs_sentence(who: str, f: dict, stalls: str, bound: str, said: Said) -> str:
+    """The CUDA-graph finding's sentence for rank `who` of figures `f` (graphs_figures), then its
+    host's `stalls` and the upper `bound` (gone once a replay gives the saving: said.replayed); its
+    steps said 'host-bound under the profiler' where the replay says the profiler made them so
+    (bound_words), and the fix said only where its replay gains."""
     per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \
         f" ({f['kernels_per_step']:,.0f} kernels per step)"
-    host = bound_words("host", under_profiler_only)
+    host = bound_words("host", said.under_profiler_only)
+    fix = GRAPHS_FIX if said.fix_offered else NO_GAIN
+    tail = stalls + ("" if said.replayed else bound)
     where = (f" is {host} over the whole trace, which has no steps," if f["whole_trace"] else
              f"'s steps are {host} ({f['host_bound']} of {f['steps']})")
     return (f"{who}{where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
-            f"run shorter than their own launch call: {GRAPHS_FIX}{tail}")
+            f"run shorter than their own launch call: {fix}{tail}")
 
 
 def _stall_words(stalls: dict) -> tuple[str, dict] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, Said, fix_writer, ms
 
 MIN_LOADER_SHARE = 0.10  # the loader's host time from this share of the steps' time: a finding
 
@@ -37,12 +37,13 @@ def _finding(group: str, i, f: dict) -> Finding:
     fix = ("raise num_workers or prefetch_factor, or make the dataset's __getitem__ cheaper: its workers do not keep up"
            if f["multiprocess"] else
            "load batches in worker processes: DataLoader(num_workers=N, pin_memory=True, persistent_workers=True)")
-    text = (f"{group + ': ' if group else ''}rank {i.rank}'s host spends {per} "
-            f"({100 * loader_ns / span_ns:.0f}%) in the data loader ({f['names'][0]}), time the GPU has no "
-            f"batch to work on: {fix}")
+    # the fix said only where its what-if saves time (whatif/findings.with_saving)
+    write = fix_writer(f"{group + ': ' if group else ''}rank {i.rank}'s host spends {per} "
+                       f"({100 * loader_ns / span_ns:.0f}%) in the data loader ({f['names'][0]}), time the GPU has no "
+                       "batch to work on: ", fix)
     scenario = "remove:" + "|".join(re.escape(n) for n in f["names"]) + f"@{i.rank}"
-    evidence = {"rank": i.rank, **f, "scenario": scenario, "scenario_text": "the data loader took no time",
-                "fix_text": fix}  # said only where its what-if saves time (whatif/findings.with_saving)
-    return Finding(text, f["loader_ns"], SECTIONS["idle"], evidence, "data_loader",
+    evidence = {"rank": i.rank, **f, "scenario": scenario, "scenario_text": "the data loader took no time", "fix": fix}
+    return Finding(write(Said()), f["loader_ns"], SECTIONS["idle"], evidence, "data_loader",
                    {"run": group, "rank": i.rank, "loader_ns": f["loader_ns"], "span_ns": f["span_ns"],
-                    "steps": f["steps"], "share": f["loader_ns"] / f["span_ns"], "multiprocess": f["multiprocess"]})
+                    "steps": f["steps"], "share": f["loader_ns"] / f["span_ns"], "multiprocess": f["multiprocess"]},
+                   write)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..findings.finding import SECTIONS, Finding, ms
+from ..findings.finding import SECTIONS, Finding, Said, fix_writer, ms
 from ..timeline.stalls import BETWEEN_STEPS, READS
 from .stall_digest import stall_in_most_steps, stall_ns_per_step, stalls_matter
 
@@ -72,14 +72,15 @@ def _finding(group: str, i, f: dict) -> Finding:
            f"{ms(total_ns)} of the {ms(span_ns)} trace")
     where = "between steps" if after == BETWEEN_STEPS else f"after {after}"
     more = f" ({len(by_after) - 1} other kinds: {ms(total_ns - by_after.iloc[0])})" if len(by_after) > 1 else ""
-    text = (f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * stall_ns / span_ns:.0f}%), "
-            f"most {where}{more}: {len(stalls)} stretch{'' if len(stalls) == 1 else 'es'} of untraced host time while "
-            f"{'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: "
-            f"{fix_of(after)}")  # the fix said only where its what-if saves time (whatif/findings.with_saving)
+    # the fix said only where its what-if saves time (whatif/findings.with_saving)
+    write = fix_writer(f"{group + ': ' if group else ''}rank {i.rank}'s host stalls {per} ({100 * stall_ns / span_ns:.0f}%), "
+                       f"most {where}{more}: {len(stalls)} stretch{'' if len(stalls) == 1 else 'es'} of untraced host time "
+                       f"while {'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: ",
+                       fix_of(after))
     values = {"run": group, "rank": i.rank, "stall_ns": total_ns, "span_ns": f["span_ns"], "steps": steps,
               "share": total_ns / f["span_ns"], "stall_ns_per_step": stall_ns_per_step(f) if steps else None,
               "span_ns_per_step": f["span_ns_per_step"] if steps else None, "after": after, "stalls": len(stalls)}
     evidence = {**values, "by_after_ns": {str(k): int(v) for k, v in by_after.items()},
                 "scenario": f"no-host-stalls@{i.rank}", "scenario_text": "the host's stalls took no time",
-                "fix_text": fix_of(after)}
-    return Finding(text, total_ns, SECTIONS["idle"], evidence, "host_stall", values)
+                "fix": fix_of(after)}
+    return Finding(write(Said()), total_ns, SECTIONS["idle"], evidence, "host_stall", values, write)

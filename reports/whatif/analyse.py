@@ -29,7 +29,7 @@ from .profiler_cost import NodeCosts, costs_for, deflate, graph_costs, steady_ho
 from .regions import CostFloor, cost_floor, pace, paces_of
 from .path import CATEGORIES, composition, step_paths, top_items, wait_estimate, windows
 from .replay import measured, replay
-from .scenarios import DEFAULTS, Scenario, parse
+from .scenarios import DEFAULTS, Scenario, joint, parse
 
 MAX_ERROR = 0.02
 # The fitted cost per event (profiler_cost.COSTS) is that of the machines it was fitted on; a run
@@ -73,7 +73,7 @@ def default_scenarios(g: Graph) -> list[Scenario]:
     applies = {"no-host-gaps": True, "no-host-stalls": any(getattr(rg, "stalls", None) is not None and len(rg.stalls)
                                                            for rg in g.ranks.values()), "roofline": bool((~np.isnan(g.roof_ns)).any()),
                "balance": len(g.ranks) > 1, "overlap-comm": bool((g.kind == COLL).any())}
-    return [parse(name) for name in DEFAULTS if applies[name]]
+    return [parse(spec) for spec in DEFAULTS if applies[spec.partition(":")[0]]]
 
 
 def path_steps(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None]) -> pd.DataFrame:
@@ -160,8 +160,8 @@ def whatif(graphs: Mapping[int, RankGraph], epochs: Mapping[int, int | None], sp
         if s.check is not None:
             s.check(g)
     runs = [(s.label, s.name, s.arg, [s]) for s in chosen]
-    if len(chosen) > 1:
-        runs.append(("together", "together", "+".join(s.label for s in chosen), chosen))
+    if len(together := joint(chosen)) > 1:
+        runs.append(("together", "together", "+".join(s.label for s in together), together))
     per_step = {label: _replayed(g, base, group, win) for label, _, _, group in runs}
     unprofiled = unprofiled_of(steps, b, unprofiled_ns, unprofiled_run)
     costs = b.costs

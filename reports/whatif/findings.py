@@ -6,8 +6,9 @@ steps. Findings across runs, of runs without graphs, or without a scenario keep 
 stake. A run's findings read the same alone or beside other runs.
 
 A finding that names a fix may carry its own scenario in its evidence (`scenario`, with
-`scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and its upper-bound clause
-(`bound_text`), dropped once the replay gives the saving. Where a fix and a diagnosis of one
+`scenario_text`: the fp32 GEMMs scaled to the TF32 roof), and the fix's words (`fix`); its writer
+(Finding.write) words what the replay decided: the fix offered only where it gains, an upper-bound
+clause dropped once the replay gives the saving. Where a fix and a diagnosis of one
 run answer to the same scenario (CUDA graphs and the idle GPU: no-host-gaps; the DDP bucket and
 the exposed communication: overlap-comm), the fix alone is kept, replayed or not: one finding
 per cause and run, and one number (its saving, else its bound)."""
@@ -16,9 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import fmt
-from ..findings.finding import Finding
+from ..findings.finding import Finding, Said
 from .analyse import WhatIf, prepare, whatif
-from .bands import band
+from .bands import NO_BAND, PROFILED, band
 from ..unprofiled import MeasuredStep, profiler_made_it, unprofiled_of
 from .replay import ReplayError
 from .scenarios import label_of
@@ -34,9 +35,6 @@ SCENARIO_OF = {"straggler_findings": "balance:share", "exposed_findings": "overl
 ALSO = {"balance:share": "balance"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
                    "stall_findings"})  # name the change
-# what a fix's finding says instead of the fix (its evidence's fix_text) where the replay of that fix
-# gains nothing; a finding may carry its own (no_gain_text)
-NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
 TEXT = {"balance": "the late rank's extra work were removed (every rank's work in each step at the lower median rank's)",
         "balance:share": "the late rank's extra work were shared evenly (each rank's work between two collectives "
                          "at the ranks' mean)",
@@ -151,22 +149,21 @@ def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofi
     values = {k: v for k, v in f.values.items() if k != "bound_ns"}
     user = _user_time(row, unprofiled or {})
     values.update(_row_values(row, whole, one, unprofiled or {}))
-    # a step the profiler made host-bound is said so by the finding's own writer: of the trace, not the user's step
-    under_profiler_only = row.name == "no-host-gaps" and _profiler_made_it(values)
-    text = f.text_for(under_profiler_only) if f.text_for is not None and under_profiler_only else f.text
-    text = text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else text
-    if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
-        values["fix_offered"] = gains(values)
-        if not values["fix_offered"]:
-            text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
+    # the finding's own writer words what the replay decided: its bound gone, its fix offered where it
+    # gains, a step the profiler made host-bound said so (of the trace, not the user's step)
+    said = Said(replayed=True, fix_offered=gains(values),
+                under_profiler_only=row.name == "no-host-gaps" and _profiler_made_it(values))
+    if "fix" in f.evidence:  # the fix its own what-if finds no gain in is not offered
+        values["fix_offered"] = said.fix_offered
+    text = f.write(said) if f.write is not None else f.text
     words = f.evidence.get("scenario_text") or TEXT.get(label) or TEXT[row.name]
     what = saving_words(values, words, b)
     other = _row_values(also, whole, one, unprofiled or {}) if _replayed(also) else None
     if other is not None and _differ(values, other):  # the other first, then this one, which ranks the finding
         values["also"] = other
         what = (f"{saving_words(other, TEXT[other['scenario']], band(also.name, also.args))}; "
-                f"{saving_words(values, words, b, lead='if')}")
-    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), text_for=None,
+                f"{saving_words(values, words, b, lead='if', unbanded=True)}")
+    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), write=None,
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
@@ -243,16 +240,17 @@ def gains(v: dict) -> bool:
     return v["saving_share"] >= NOTHING_FRAC
 
 
-def saving_words(v: dict, scenario: str, b=None, lead: str = "what if") -> str:
+def saving_words(v: dict, scenario: str, b=None, lead: str = "what if", unbanded: bool = False) -> str:
     """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
-    its scenario's words; `b` its error band (bands.band), said beside a percentage; `lead` its first
-    words ("if" for a second scenario after a first)."""
+    its scenario's words; `b` its error band (bands.band), said beside the percentage of its column;
+    `lead` its first words ("if" for a second scenario after a first); `unbanded`: say that none was
+    measured (a scenario said beside another's band, which it must not seem to share)."""
     of = _window_words(v["window"], v["step_ns"])
     if not gains(v):  # the step the user runs moves by nothing: say so, not "0%" with an error band
         user = _nothing_user_words(v)
         return (f"{lead} {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                 "path runs through other work; tracelab whatif)")
-    error = f"; {b.short()}" if b else ""
+    error, user_error = _band_words(v, b, unbanded)
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
     if v.get("unprofiled_saving_ns") is None:
         return f"{lead} {scenario}: {profiled}"
@@ -266,8 +264,20 @@ def saving_words(v: dict, scenario: str, b=None, lead: str = "what if") -> str:
     rests = ("; more than the profiled replay's, only because the estimated cost moves the step's pacer to the GPU: "
              "time the step without the profiler to confirm it" if _above_profiled(v, v["saving_ns"]) else "")
     return (f"{lead} {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
-            f"({100 * gain_ns / step_ns:.0f}%; {source}{rests}); "
+            f"({100 * gain_ns / step_ns:.0f}%{user_error}; {source}{rests}); "
             f"under the profiler it {profiled}")
+
+
+def _band_words(v: dict, b, unbanded: bool) -> tuple[str, str]:
+    """(beside the profiled percentage, beside the user's): a band beside the column it was measured
+    on (bands.py), none where that column is not said; NO_BAND where `unbanded`, beside the first."""
+    user = v.get("unprofiled_saving_ns") is not None
+    if b is None:
+        said = f"; {NO_BAND}" if unbanded else ""
+        return ("", said) if user else (said, "")
+    if b.column == PROFILED:
+        return f"; {b.short()}", ""
+    return "", f"; {b.short()}" if user else ""
 
 
 def _nothing_user_words(v: dict) -> str:

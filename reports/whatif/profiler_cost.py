@@ -35,7 +35,7 @@ import pandas as pd
 
 from tracelab.core.schema import kind_mask
 
-from .bands import Band
+from .bands import ESTIMATED_STEP, Band
 from .kinds import HOST_OP, LAUNCH, SYNC
 
 MIN_STEADY_STEPS = 3  # steps sharing one host sequence before a median of them is a steady pace
@@ -93,7 +93,7 @@ def _left_out(low_frac: float, high_frac: float) -> Band:
     """The count model's band: the profiled step less the cost per event against the step timed
     without the profiler, each of 4 H100 pairs left out of the fit in turn."""
     return Band(low_frac, high_frac, "the profiled step less this cost per event against the step timed without it, "
-                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out")
+                "each of 4 H100 pairs left out of the fit in turn", "H100 pairs, one left out", ESTIMATED_STEP)
 
 
 COSTS: dict[str, Costs] = {
@@ -101,11 +101,11 @@ COSTS: dict[str, Costs] = {
     # it on 7 other torch-profiled H100 training runs against their unprofiled steps: -16% to +89%
     "torch shapes memory gpu": Costs(2065.2, 6049.3, 0.0, f"2 {_GPU_JOBS}", Band(
         -0.16, 0.89, "the replay less this cost against the step timed without the profiler, on 7 torch-profiled "
-                     "H100 training runs not in the fit", "H100 training runs, profiled and not")),
+                     "H100 training runs not in the fit", "H100 training runs, profiled and not", ESTIMATED_STEP)),
     # 4 pairs (train tiny, small, small with scopes, decode tiny); the replay less it on them: -16% to +57%
     "torch noshapes nomemory gpu": Costs(2444.0, 0.0, 0.0, f"4 {_GPU_JOBS}", Band(
         -0.16, 0.57, "the replay less this cost against the step timed without the profiler, on the 4 H100 "
-                     "pairs it was fitted on", "H100 pairs the cost was fitted on")),
+                     "pairs it was fitted on", "H100 pairs the cost was fitted on", ESTIMATED_STEP)),
     # 4 pairs; count model, one left out: -48% to +51%
     "nsys gpu": Costs(0.0, 7872.0, 0.0, f"4 {_GPU_JOBS}", _left_out(-0.48, 0.51)),
     # 4 pairs; count model, one left out: -8% to +12% (proton has no timeline to replay)

@@ -12,7 +12,7 @@ from ..fmt import ms_cell
 from ..jsonout import dumps, strict
 from ..many_steps import largest_steps
 from .analyse import MAX_ERROR, SCALE_TOL, SCENARIO_COLUMNS, WhatIf
-from .bands import band
+from .bands import NO_BAND, band
 from .path import CATEGORIES
 from .scenarios import label_of
 
@@ -130,7 +130,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             shown, line = _shown(w)
             items += [_steps_table(label, shown), *([Text(f"{label}{line}")] if line else []), Text(""),
                       _scenario_table(label, w)]
-            items += [Text(f"{label}{name}: {b.text()}") for name, b in _bands(w.scenarios).items()]
+            items += [Text(f"{label}{line}") for line in band_lines(w.scenarios)]
             items += [Text(f"{label}{line}")] if (line := unprofiled_line(w.unprofiled)) else []
         items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
@@ -141,14 +141,21 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
     return Group(*items)
 
 
-def _bands(scenarios: pd.DataFrame) -> dict:
-    """Each scenario name's measured band, once per name, in the rows' order (a form of it that
-    models another change has none: bands.band)."""
-    out = {}
+def band_lines(scenarios: pd.DataFrame) -> list[str]:
+    """Each scenario name's measured band, once per name, in the rows' order, each naming the column
+    it is of (the table shows both); then the rows without one (roofline, balance:share, the joint
+    replay: bands.band) in one line, so that none reads a neighbour's band as its own."""
+    banded, bare = {}, []
     for name, arg in zip(scenarios["name"], scenarios["args"]):
-        if name not in out and (b := band(name, arg)):
-            out[name] = b
-    return out
+        b = band(name, arg) if name != "together" else None
+        if b is not None:
+            banded.setdefault(name, b)
+        elif (label := "together" if name == "together" else label_of(name, arg)) not in bare:
+            bare.append(label)
+    bare.sort(key=lambda label: label == "together")  # the joint replay last
+    lines = [f"{name}: {b.text()}" for name, b in banded.items()]
+    return lines + ([f"{NO_BAND}: {', '.join(bare)} (not yet timed against a run without the cause"
+                     f"{'; together is a joint replay' if 'together' in bare else ''})"] if bare else [])
 
 
 def to_csv(parts: list[tuple[str, WhatIf]]) -> str:

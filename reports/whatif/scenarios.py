@@ -109,7 +109,13 @@ from .replay import Params
 # torch.profiler on H100 (tests/data graph-1gpu-torch, graph-outside-1gpu-torch,
 # decode-compile-1gpu-torch: 256 ns in each; eager kernels queued behind another: 1.2-1.5 us).
 GRAPH_GAP_NS = 256
-DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "overlap-comm")
+# balance:share beside balance: the finding of a straggler ranks by the shared form (the work moved, as
+# re-partitioning does), right where the extra work is needed; the removal only where it is waste
+DEFAULTS = ("no-host-gaps", "no-host-stalls", "roofline", "balance", "balance:share", "overlap-comm")
+# forms of one scenario that change the same work two rival ways: `together` replays one of them,
+# the first one given of each tuple (balance:share: the work moved, which keeps the job's work, where
+# removing it would both claim the waste gone and, applied after, even what was left)
+RIVALS = (("balance:share", "balance"),)
 NAMES = ("no-host-gaps", "cuda-graph", "no-host-stalls", "remove", "scale", "autocast", "compile", "roofline",
          "balance", "overlap-comm", "busbw")
 MAX_SCALE = 1000.0  # a kernel 1000x slower; beyond that the replay says nothing a step can mean
@@ -132,6 +138,14 @@ class Scenario:
     @property
     def label(self) -> str:
         return label_of(self.name, self.arg)
+
+
+def joint(chosen: list[Scenario]) -> list[Scenario]:
+    """The scenarios `together` replays at once: all of `chosen` but, of rival forms of one scenario
+    (RIVALS), the first in each tuple that was chosen."""
+    labels = {s.label for s in chosen}
+    dropped = {later for forms in RIVALS for k, form in enumerate(forms) if form in labels for later in forms[k + 1:]}
+    return [s for s in chosen if s.label not in dropped]
 
 
 def label_of(name: str, arg: str) -> str:

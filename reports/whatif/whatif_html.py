@@ -18,7 +18,7 @@ from .. import fmt
 from ..html import notes
 from ..html.figures import CATEGORY_AXIS, label
 from .analyse import MAX_ERROR, WhatIf
-from .bands import band
+from .bands import NO_BAND, band
 from .cycles import ReplayError
 from .findings import MAX_RANKS, TEXT, replay_inputs
 from .path import CATEGORIES
@@ -149,7 +149,7 @@ def evidence_line(r, median, pred: float) -> str:
     if r.name == "together":
         return line + "; a joint replay: each scenario's measured error is on its own row"
     b = band(r.name, r.args)
-    return line + (f"; {b.text()}" if b else "; not yet measured against a run without its cause")
+    return line + (f"; {b.text()}" if b else f"; {NO_BAND} (not yet timed against a run without its cause)")
 
 
 def _step_rows(steps: pd.DataFrame) -> pd.DataFrame:
