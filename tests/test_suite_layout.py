@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import import_statements
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -21,7 +23,7 @@ def _tree(path: Path) -> ast.Module:
 
 def _imported(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(_tree(path)):
+    for node in import_statements(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -45,6 +47,42 @@ def test_the_check_sees_such_an_import(tmp_path):
     assert {m for m in _imported(bad) if _is_test_module(m)} == {"tests.test_steps"}
 
 
+NESTED = """
+import a
+def f():
+    import b
+    class C:
+        from c import x
+try:
+    import d
+except ImportError:
+    import e
+else:
+    import f
+finally:
+    import g
+with open("x") as h:
+    for i in range(2):
+        while True:
+            if i:
+                import h
+            else:
+                import i
+match y:
+    case 1:
+        import j
+lambda: __import__("not_a_statement")
+"""
+
+
+def test_the_statement_walk_finds_every_import_ast_walk_finds():
+    """helpers.import_statements, which the layout checks use, against ast.walk: imports at every depth."""
+    tree = ast.parse(NESTED)
+    want = [ast.dump(n) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    got = [ast.dump(n) for n in import_statements(tree)]
+    assert sorted(got) == sorted(want) and len(got) == 10
+
+
 def test_nothing_patches_typer():
     """typer's public testing API (typer.testing.CliRunner) or tracelab.cli.main, nothing under it."""
     private = ("typer.main", "typer.testing._", "_get_command", "typer._")
@@ -65,7 +103,7 @@ def _private_imports(path: Path) -> list[str]:
     tracelab.parsers._steps as s`). A helper module's public names (`from tracelab.parsers._steps
     import assign`) are public to the tests, as they are to the rest of the package."""
     found = []
-    for node in ast.walk(_tree(path)):
+    for node in import_statements(_tree(path)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in OURS:
             found += [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
         elif isinstance(node, ast.Import):
