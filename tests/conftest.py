@@ -164,3 +164,29 @@ def _selects_alone(markexpr: str) -> bool:
     except ImportError:
         return "not alone" not in markexpr and "not slow" not in markexpr
     return bool(Expression.compile(markexpr).evaluate(lambda name, **_: name in ("slow", "alone")))
+
+
+# the test modules whose tests import torch (the workloads, their options' checks, the model), run
+# by one xdist worker: a module missing here only costs its worker torch's import, one here that
+# needs none only runs beside these (tests/test_suite_layout.py checks the obvious importers are here)
+TORCH_MODULES = frozenset({
+    "test_decode.py", "test_imports_resolve.py", "test_launch_imports.py", "test_provenance.py",
+    "test_provenance_work.py", "test_run.py", "test_run_lifecycle.py", "test_stalls.py", "test_stragglers_gpu.py",
+    "test_train_speed.py", "test_user_text.py", "test_whatif.py", "test_workload_convention.py", "test_workloads.py"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (pyproject's addopts), but TORCH_MODULES are one unit of work, run by one worker:
+    every worker that imports torch and Inductor's settings pays ~3.3 s of CPU for them
+    (~3% of the default run on 2 cores), whichever of its tests needs them. Another --dist is xdist's own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TorchTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "torch" if module.rpartition("/")[2] in TORCH_MODULES else module
+
+    return TorchTogether(config, log)

@@ -177,6 +177,47 @@ def test_the_check_sees_heavy_imports_at_module_level(tmp_path):
                                         "tracelab.workloads.model.Transformer", "triton"]
 
 
+LIGHT_OPTIONS = "tracelab.workloads.options"  # the workloads' options: parsed without torch
+
+
+def _imports_torch_anywhere(path: Path) -> list[str]:
+    """torch, its modules and the workloads' (which import it) that a module imports anywhere: in
+    its tests too, or as helpers.LazyModule("...")."""
+    names = set()
+    for node in import_statements(_tree(path)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names if node.module == "tracelab.workloads")}
+    names |= {call.args[0].value for call in ast.walk(_tree(path)) if isinstance(call, ast.Call)
+              and getattr(call.func, "id", None) == "LazyModule" and call.args and isinstance(call.args[0], ast.Constant)}
+    return sorted(n for n in names if n.split(".")[0] == "torch" or (
+        n.startswith("tracelab.workloads.") and not n.startswith((LIGHT_OPTIONS, *LIGHT_WORKLOADS))))
+
+
+def _torch_modules() -> set[str]:
+    """conftest.TORCH_MODULES, read from its syntax tree (no test module imports conftest)."""
+    (value,) = [node.value for node in _tree(TESTS / "conftest.py").body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["TORCH_MODULES"]]
+    return set(ast.literal_eval(value.args[0]))
+
+
+def test_the_modules_that_import_torch_are_one_workers():
+    """conftest runs TORCH_MODULES in one xdist worker (torch's import paid once): every module
+    that imports torch or a workload in its text is there, and each name there is a test module."""
+    modules = sorted(TESTS.glob("test_*.py"))
+    assert _torch_modules() <= {p.name for p in modules}
+    assert {p.name: found for p in modules if (found := _imports_torch_anywhere(p)) and p.name not in _torch_modules()} == {}
+
+
+def test_the_torch_check_sees_each_form(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import pytest\nfrom helpers import LazyModule\nlm = LazyModule('tracelab.workloads.lm')\n"
+                     "def test_x():\n    import torch.nn\n    from tracelab.workloads import late, configs\n"
+                     "    from tracelab.workloads.options import decode\n")
+    assert _imports_torch_anywhere(probe) == ["torch.nn", "tracelab.workloads.late", "tracelab.workloads.lm"]
+
+
 def test_a_lazy_module_is_imported_at_its_first_public_name(tmp_path, monkeypatch):
     from helpers import LazyModule
 
