@@ -1,7 +1,8 @@
 """Size and open time of the HTML report for a big synthetic run (default 8 ranks x 125k
 GPU events = 1M): python benchmarks/report_html.py [--ranks 8] [--events 1000000] [-o out.html]
 
-Rank 3 is made 15% slower in compute, so the report has a straggler to show.
+Rank 3 is made 15% slower in compute, so the report has a straggler to show; every rank issues
+the same collectives in one order, so the what-if replays the job (its critical path is plotted).
 Opening is timed in headless Chromium: the report stamps data-render-ms on <body>
 (performance.now() when every plot has rendered).
 """
@@ -45,7 +46,7 @@ def rank_events(rank: int, n_events: int, seed: int = 0) -> pd.DataFrame:
     gap = rng.integers(200, 3000, n_compute)
     start = np.cumsum(np.r_[0, (dur + gap)[:-1]])
     comm_at = start[19::20][:n_comm] + dur[19::20][:n_comm]
-    comm_names = np.array(COMM)[rng.integers(0, len(COMM), len(comm_at))]
+    comm_names = collective_order(len(comm_at), seed)
     comm_dur = rng.lognormal(10.0, 0.5, len(comm_at)).astype(np.int64) + 2000
     name = np.r_[names, comm_names]
     kernel = pd.Series(name).map(classify.canonical)
@@ -54,6 +55,13 @@ def rank_events(rank: int, n_events: int, seed: int = 0) -> pd.DataFrame:
         "op_class": classify.op_classes(kernel), "scope": "", "device": rank,
         "stream": np.r_[np.full(n_compute, 7), np.full(len(comm_at), 13)],
         "start_ns": np.r_[start, comm_at], "dur_ns": np.r_[dur, comm_dur], "count": 1})
+
+
+def collective_order(n_comm: int, seed: int = 0) -> np.ndarray:
+    """The collectives' names in the order every rank issues them: one order for all ranks, as
+    in a real NCCL job, where ranks that issued different collectives at one position would hang
+    (and the what-if would find the ranks waiting on each other in a cycle, with nothing to replay)."""
+    return np.array(COMM)[np.random.default_rng(seed).integers(0, len(COMM), n_comm)]
 
 
 def synthetic_inputs(ranks: int, events: int) -> list[Input]:

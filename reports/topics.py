@@ -16,7 +16,8 @@ that read it (no import cycle), and the workers never import plotly.
               (the CLI imports it when it runs, never a worker; its module imports the analysis only
               when the command runs)
     result:   fn(input) -> the topic's result for one input, which others read by result_of(name, input)
-    step_columns: fn(step rows, ranks) -> `tracelab steps`' rows with the topic's columns beside them
+    step_columns: fn(step rows, ranks, the run's step without the profiler as measured or None) ->
+              `tracelab steps`' rows with the topic's columns beside them
     min_runs: the runs its digests need (the gate's section judges a later run against the first: 2);
               where every digest is asked for (the report), inputs of fewer runs go without them
     savings:  fn(ev, [(source name, findings)]) -> every finding with its saving (with_savings)
@@ -41,7 +42,7 @@ class Topic:
     command: str | None = None  # "module:NAME" under tracelab.reports
     result: str | None = None  # "module:function" under tracelab.reports: fn(input) -> its result for one input
     savings: str | None = None  # "module:function": fn(ev, [(source name, findings)]) -> findings, each with its saving
-    step_columns: str | None = None  # "module:function": fn(step rows, ranks) -> the rows with its columns beside
+    step_columns: str | None = None  # "module:function": fn(step rows, ranks, unprofiled ns) -> the rows, its columns beside
     min_runs: int = 1  # where all digests are asked for, its own are made only of inputs holding this many runs
 
     def digest_fns(self) -> dict[str, Callable[[Any], Any]]:
@@ -75,10 +76,11 @@ def with_savings(ev, found: list[tuple[str, list]]) -> list:
     return weigh(ev, found)
 
 
-def step_columns(name: str, rows, ranks: list) -> Any:
+def step_columns(name: str, rows, ranks: list, unprofiled_step_ns: float | None = None) -> Any:
     """`tracelab steps`' step rows (one per step and rank) with topic `name`'s columns beside them,
-    from the ranks' (schema.Profile) digests of that topic."""
-    return resolve(named(name).step_columns)(rows, ranks)
+    from the ranks' (schema.Profile) digests of that topic and the run's step without the profiler
+    (`unprofiled_step_ns`, as measured: unprofiled.measured_step; None where not)."""
+    return resolve(named(name).step_columns)(rows, ranks, unprofiled_step_ns)
 
 
 def resolve(ref: str) -> Any:

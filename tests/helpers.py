@@ -39,6 +39,14 @@ SHARED_MARK = "shared"  # a test that reads a trace only ../shared holds: CI sel
 RUNNING_MARKS: set[str] = set()  # the marks of the test now running (conftest's pytest_runtest_setup)
 
 
+def benchmark(name: str):
+    """The module benchmarks/NAME.py (scripts, not a package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shared_trace(relpath: str) -> Path:
     """A public trace by its path under shared/traces (e.g. "hta/cpu_only/rank-34...json.gz"):
     the copy in tests/data/public, else ../shared/traces. When neither holds it (a plain clone
@@ -322,10 +330,11 @@ def _ns(us) -> int:
     return round(float(us) * 1000)
 
 
-def kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
+def kineto_steps(path: Path, pattern: str, leave_out: str | None = None) -> dict[int, tuple[int, int]]:
     """step -> (GPU rows, their summed dur ns): each GPU event's launch call (same
     correlation), then the step range on any thread of the launch's pid holding its start;
-    a pattern without a number counts its ranges in start order per pid."""
+    a pattern without a number counts its ranges in start order per pid. `leave_out`: a
+    pattern of the GPU events' names not counted (searched, any case)."""
     events = json.loads(gzip.open(path).read())["traceEvents"]
     regex = re.compile(pattern, re.IGNORECASE)
     ranges = defaultdict(list)
@@ -342,8 +351,9 @@ def kineto_steps(path: Path, pattern: str) -> dict[int, tuple[int, int]]:
         if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
             launch.setdefault(e["args"]["correlation"], e)
     out = Counter(), Counter()
+    skip = re.compile(leave_out, re.IGNORECASE) if leave_out else None
     for e in events:
-        if e.get("cat") not in GPU_CATS:
+        if e.get("cat") not in GPU_CATS or (skip and skip.search(e["name"])):
             continue
         call = launch.get(e["args"].get("correlation"))
         if call is None:

@@ -12,15 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("change_table", ROOT / "benchmarks" / "change_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("change_table")
 
 
 def _run(folder: Path, unprofiled_ns: list[float | None], profiled_ns: list[float | None] | None = None) -> None:

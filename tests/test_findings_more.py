@@ -212,7 +212,7 @@ def test_a_straggler_held_back_by_its_host_gets_no_balance_what_if(capsys):
     assert "sits idle" in stall.text and "evening the ranks' GPU work would not move it: its delay is idle time" in stall.text
     assert "what if" not in stall.text and "whatif" not in stall.evidence
     late, = _found("tp-2gpu-late-torch", [straggler_findings])
-    assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance"
+    assert "more work before them" in late.text and late.evidence["whatif"]["scenario"] == "balance:share"
 
 
 @pytest.mark.slow

@@ -180,12 +180,29 @@ def test_8_ranks_1m_events_small_and_fast(chromium, tmp_path):
     assert sum(len(i.events) for i in inputs) == 1_000_000
     out = write(tmp_path / "big.html", html.render(inputs, ["synthetic"]))
     assert out.stat().st_size < 10e6
+    _replayed(out.read_text(), inputs)
     _, render_ms, plots = bench.open_in_chromium(out, chromium)
     # the plots' own render time in headless Chromium on a 2-core machine: 1.1 s on 2026-11-23's, 4.7-6.2 s
     # on 2026-12-07's (the same file, old and new trees alike); the limit catches a render that grows with
-    # the events, an order of magnitude, not the machine's speed of the day
-    assert plots == 4 and 0 < render_ms < 10_000
+    # the events, an order of magnitude, not the machine's speed of the day. Five plots: the what-if's
+    # critical path beside the four others, since every rank issues its collectives in one order
+    assert plots == 5 and 0 < render_ms < 10_000
     print(f"\n8 ranks x 125k events: {out.stat().st_size / 1e6:.2f} MB, plots rendered at {render_ms} ms")
+
+
+def _replayed(page: str, inputs: list[Input]) -> None:
+    """The page's what-if replays the job (its ranks issue their collectives in one order): the
+    no-host-gaps row predicts a step shorter than the measured one by its saving, and no shorter
+    than the busiest stream's work (a stream's ops run one after another in any replay)."""
+    section = page[page.index('<h2 id="whatif">'):page.index("<h2", page.index('<h2 id="whatif">') + 10)]
+    assert "no what-if" not in section
+    heads = [re.sub("<[^>]+>", "", h) for h in re.findall(r"<th[^>]*>(.*?)</th>", section.split("</thead>")[0], re.S)]
+    row = re.search(r'<tr><td class="t">no-host-gaps</td>.*?</tr>', section, re.S).group(0)
+    ns = dict(zip(heads, (v for v, _ in re.findall(r'<td(?: class="t")?(?: data-v="([^"]*)")?>(.*?)</td>', row, re.S))))
+    measured_ns, predicted_ns = float(ns["profiled: measured, mean (ms)"]), float(ns["profiled: predicted, mean (ms)"])
+    busiest_ns = max(i.events.groupby("stream")["dur_ns"].sum().max() for i in inputs)
+    assert busiest_ns <= predicted_ns < measured_ns
+    assert abs(float(ns["profiled: saving (ms)"]) - (measured_ns - predicted_ns)) <= 1
 
 
 @pytest.mark.parametrize("trace, heading, rows", [

@@ -363,3 +363,27 @@ def test_torch_sessions_hide_the_spurious_cycle_warning(tmp_path, monkeypatch):
         warnings.simplefilter("always")
         backends.TorchSession("torch", tmp_path, 0)._start()
     assert [str(w.message) for w in seen] == ["something else"]
+
+
+@pytest.mark.parametrize("available, initialized, world, barriers", [
+    (True, True, 2, 1),  # ranks of one job: they leave start() together
+    (True, True, 1, 0),  # one rank: nothing to wait for
+    (True, False, 4, 0),  # no process group (a single process without one)
+    (False, False, 4, 0),  # torch built without distributed
+])
+def test_a_profiled_window_starts_on_every_rank_together(monkeypatch, tmp_path, available, initialized, world,
+                                                        barriers):
+    from types import SimpleNamespace
+
+    calls = []
+    dist = SimpleNamespace(is_available=lambda: available, is_initialized=lambda: initialized,
+                           get_world_size=lambda: world, barrier=lambda: calls.append("barrier"))
+    monkeypatch.setattr(backends, "_torch", lambda: SimpleNamespace(distributed=dist))
+    monkeypatch.setattr(backends, "_cuda_available", lambda: False)
+
+    class Started(backends.Session):
+        def _start(self):
+            calls.append("start")
+
+    Started("torch", tmp_path, 0).start()
+    assert calls == ["start"] + ["barrier"] * barriers  # after the profiler started, never before

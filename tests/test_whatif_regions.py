@@ -17,14 +17,16 @@ import pytest
 import tracelab
 from tracelab.core.schema import RankData
 from tracelab.reports.whatif.analyse import prepare, whatif
+from tracelab.reports.whatif.kinds import HOST_OP
 from tracelab.reports.whatif.nodes import shared_graph
 from tracelab.reports.unprofiled import measured_regions, measured_step
-from tracelab.reports.whatif.regions import OUTSIDE, RankPace, node_regions, pace, paces_of, rank_pace
+from tracelab.reports.whatif.regions import OUTSIDE, RankPace, node_regions, pace, paces_of, rank_pace, region_spans
 from tracelab.run import backends
 from helpers import slow_after
 
 DATA = Path(__file__).parent / "data"
 RUN = DATA / "train-2cpu-late-regions"
+STALL, STALL_GONE = DATA / "stall-ddp-16cpu-torch", DATA / "stall-ddp-16cpu-after-none"
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +52,7 @@ def _row(rank: int) -> dict:
     return json.loads((RUN / "run.json").read_text())["results"][str(rank)]["rows"][0]
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=2)
 def _graphs(folder: Path = RUN):
     """The ranks' graphs and epochs, read once (the tests only read them)."""
     ps = tracelab.load_many(folder)
@@ -100,6 +102,44 @@ def test_each_operator_takes_its_phases_factor_on_its_time_and_gap() -> None:
     assert extra.any() and np.allclose(p.dur_ns[extra], b.base.dur_ns[extra] * want, atol=1)
     plain = host & np.array([str(s) == "" for s in b.g.scope])
     assert np.allclose(factor[plain], [paces[r].of(OUTSIDE) for r in b.g.rank[plain]])
+
+
+def test_a_gap_takes_the_factor_of_the_phase_it_lies_in() -> None:
+    """A gap between two operators of one phase is that phase's; one that ends a phase or opens one
+    (an operator whose predecessor on its thread is in another phase) lies outside them."""
+    graphs, epochs = _graphs()
+    b = prepare(graphs, epochs)
+    paces = paces_of(b.g, measured_regions(json.loads((RUN / "run.json").read_text())))
+    p = b.base.copy()
+    pace(b.g, p, paces)
+    checked = {"inside": 0, "between": 0}
+    for r, rp in paces.items():
+        mine = np.flatnonzero((b.g.kind == HOST_OP) & (b.g.rank == r))
+        mine = mine[np.lexsort((b.g.start_ns[mine], b.g.chain[mine]))]
+        phase = [next((part for part in str(s).split("/") if part in rp.regions), OUTSIDE) for s in b.g.scope[mine]]
+        for k in range(1, len(mine)):
+            i, before = mine[k], b.base.gap_ns[mine[k]]
+            if before <= 0 or b.g.chain[i] != b.g.chain[mine[k - 1]]:
+                continue
+            same = phase[k] == phase[k - 1]
+            want = rp.of(phase[k]) if same else rp.of(OUTSIDE)
+            assert p.gap_ns[i] == pytest.approx(before * want, abs=1)
+            checked["inside" if same else "between"] += 1
+    assert checked["inside"] > 100 and checked["between"] > 10
+
+
+@pytest.mark.slow
+def test_a_stall_between_phases_is_kept_at_its_own_pace_and_its_removal_predicted() -> None:
+    """A 30 ms sleep outside every phase on rank 1 of a DDP job (a quiet 16-core host): paced as the
+    time outside the phases, the replay meets the step measured beside the trace; without the stall
+    it meets the step measured with the stall removed for real (its own run.json)."""
+    graphs, epochs = _graphs(STALL)
+    m = measured_step(json.loads((STALL / "run.json").read_text()), [])
+    w = whatif(graphs, epochs, ["no-host-stalls"], unprofiled_ns=m.ns, unprofiled_regions=m.regions)
+    assert w.unprofiled["calibrated_unprofiled_ns"] == pytest.approx(m.ns, rel=0.05)
+    gone = json.loads((STALL_GONE / "run.json").read_text())["results"]
+    measured_after_ns = max(rec["rows"][0]["unprofiled_step_ns"] for rec in gone.values())
+    assert w.scenarios.iloc[0]["predicted_unprofiled_ns"] == pytest.approx(measured_after_ns, rel=0.20)
 
 
 def test_the_paced_replay_meets_the_measured_step_and_balance_is_predicted_from_it() -> None:
@@ -202,3 +242,50 @@ def test_the_region_clock_times_each_phase_directly_inside_a_step(monkeypatch) -
     assert clock.medians_ns() == {"": 30, "backward": 10, "forward": 30}
     with backends.region("after"):  # no clock open: nothing timed
         pass
+
+
+def _held_by_another(ranges: list[tuple], i: int) -> bool:
+    """Whether range i (name, tid, start, end) lies within another of `ranges` (of equal extent: the
+    one listed first holds the other)."""
+    _, _, s, e = ranges[i]
+    return any(j != i and o[2] <= s and e <= o[3] and (o[2], o[3]) != (s, e) or (j < i and (o[2], o[3]) == (s, e))
+               for j, o in enumerate(ranges))
+
+
+def test_region_spans_are_the_outermost_ranges_on_the_step_ranges_thread() -> None:
+    # step 1 on thread 7: nested ranges, two starting together (the longer holds the shorter), twins of
+    # one extent, a range of another thread, one straddling the step's end; step 2 on thread 8
+    steps_raw = [("ProfilerStep#1", 7, 0, 1_000), ("ProfilerStep#2", 8, 2_000, 3_000)]
+    ranges = [("forward", 7, 10, 400), ("inner", 7, 10, 200), ("deeper", 7, 50, 60), ("backward", 7, 400, 900),
+              ("twin", 7, 905, 950), ("twin2", 7, 905, 950), ("other thread", 9, 0, 1_000), ("late", 7, 990, 1_100),
+              ("optimizer", 8, 2_100, 2_500), ("held", 8, 2_200, 2_300), ("left of step", 8, 1_900, 2_100)]
+    rows = [("step", t, s, e) for _, t, s, e in steps_raw] + [("range", t, s, e) for _, t, s, e in ranges]
+    names = [n for n, *_ in steps_raw] + [n for n, *_ in ranges]
+    order = np.random.default_rng(3).permutation(len(rows))  # the host frame in no particular order
+    host = pd.DataFrame({"kind": pd.Categorical([rows[i][0] for i in order], categories=["sync", "range", "step"]),
+                         "name": pd.array([names[i] for i in order], dtype="string"),
+                         "tid": np.array([rows[i][1] for i in order], np.int64),
+                         "start_ns": np.array([rows[i][2] for i in order], np.int64),
+                         "dur_ns": np.array([rows[i][3] - rows[i][2] for i in order], np.int64)})
+    steps = pd.DataFrame({"step": [1, 2, 3], "start_ns": [0, 2_000, 5_000], "end_ns": [1_000, 3_000, 6_000]})
+    got = region_spans(host, steps)
+    listed = [ranges[i - len(steps_raw)] for i in order if i >= len(steps_raw)]  # the ranges in the frame's order
+    want = []
+    for step, (_, tid, t0, t1) in enumerate(steps_raw, start=1):
+        inside = [r for r in listed if r[1] == tid and t0 <= r[2] and r[3] <= t1]
+        want += sorted(((step, n, s, e) for i, (n, _, s, e) in enumerate(inside) if not _held_by_another(inside, i)),
+                       key=lambda r: r[2])
+    assert list(got.itertuples(index=False, name=None)) == want
+    assert [n for _, n, _, _ in want] == ["forward", "backward", want[2][1], "optimizer"]  # one twin; step 3 has no range
+    assert got.dtypes.tolist() == [np.dtype(np.int64), np.dtype(object), np.dtype(np.int64), np.dtype(np.int64)]
+    assert region_spans(host, steps.iloc[:0]).empty and region_spans(host.iloc[:0], steps).empty
+
+
+def test_a_range_overlapping_the_last_kept_one_is_no_region_of_its_own() -> None:
+    # a range that starts inside the kept one and ends after it is not held, yet no region either:
+    # the regions of a step never overlap
+    host = pd.DataFrame({"kind": pd.Categorical(["step", "range", "range", "range"], categories=["range", "step"]),
+                         "name": pd.array(["s", "a", "b", "c"], dtype="string"), "tid": np.full(4, 1, np.int64),
+                         "start_ns": np.array([0, 10, 50, 120], np.int64), "dur_ns": np.array([200, 90, 60, 30], np.int64)})
+    got = region_spans(host, pd.DataFrame({"step": [4], "start_ns": [0], "end_ns": [200]}))
+    assert list(got.itertuples(index=False, name=None)) == [(4, "a", 10, 100), (4, "c", 120, 150)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -31,13 +31,17 @@ class Finding:
     "straggler", ...: CODES) and `values` its numbers, units in their names (`saving_ns`,
     `bound_ns`, `share`), with `run` (its run's name, "" for the one unnamed run, None for a
     finding across runs) and `rank` where it is about one: what a program reads instead of
-    parsing `text`, which is the sentence rendered from them."""
+    parsing `text`, which is the sentence rendered from them. `text_for`: where the sentence
+    says a step is host-bound, its writer, called with the verdict the what-if replay gives after
+    the sources ran (under_profiler_only: the profiler's own host cost made it host-bound; `text`
+    is what it writes for False)."""
     text: str
     at_stake_ns: int
     section: str
     evidence: dict[str, Any] = field(default_factory=dict)
     code: str = ""
     values: dict[str, Any] = field(default_factory=dict)
+    text_for: Callable[[bool], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def run(self) -> str | None:

@@ -4,6 +4,8 @@
 states only what they decided; below its threshold a source says nothing."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
@@ -46,15 +48,11 @@ def idle_findings(ev) -> list:
     for group, (i, idle, span, steps, waits) in best.items():
         cause = max(CAUSES, key=lambda c: steps[c].mean())
         stepless = not steps["step"].notna().any()  # the whole trace is one window: no "per step"
-        bounds = (f"{bound_words(steps['bound'].iloc[0])} over the whole trace, which has no steps" if stepless else
-                  ", ".join(f"{bound_words(b)} in {n} of {len(steps)}" for b, n in steps["bound"].value_counts().items())
-                  + " steps")
-        basis, tail = bound_basis(steps)
-        text = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
+        head = (f"{_run(group, len(groups) > 1)}rank {i.rank}'s GPU idles {ms(idle)} "
                 f"{'of its' if stepless else 'per step of'} {ms(span)}{' span' if stepless else ''} "
                 f"({100 * idle / span:.0f}%), {ms(steps[cause].mean())} of it {CAUSE_TEXT[cause]}"
-                f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} "
-                f"({basis}: {bounds}{_unclear_why(steps)}{tail})")  # what most of the path is, beside the idle
+                f"{_waited_on(waits) if cause == 'idle_dependency_ns' else ''} ")
+        text_for = partial(idle_sentence, head, steps)  # the replay says later whether the profiler made it host-bound
         evidence = {"rank": i.rank, "idle_ns_per_step": float(idle), "span_ns_per_step": float(span),
                     **{c: float(steps[c].mean()) for c in CAUSES}}
         values = {"run": group, **evidence, "share": float(idle / span), "cause": cause.removesuffix("_ns"),
@@ -64,8 +62,20 @@ def idle_findings(ev) -> list:
             values["waited_on"] = {k: _plain(waits.iloc[0][k]) for k in waits.columns if k != "input"}
         if cause == "idle_stall_ns":  # the host's stalls: their scenario, not the launches' (no-host-gaps)
             evidence.update(scenario=f"no-host-stalls@{i.rank}", scenario_text="the host's stalls took no time")
-        out.append(Finding(text, int(steps["idle_ns"].sum()), "idle", evidence, "idle", values))
+        out.append(Finding(text_for(False), int(steps["idle_ns"].sum()), "idle", evidence, "idle", values, text_for))
     return out
+
+
+def idle_sentence(head: str, steps, under_profiler_only: bool = False) -> str:
+    """The idle finding's sentence: its `head` (the idle and its largest cause), then what most of
+    each step's path is, beside the idle; a host-bound step said 'host-bound under the profiler'
+    where `under_profiler_only` (bound_words)."""
+    words = (f"{bound_words(steps['bound'].iloc[0], under_profiler_only)} over the whole trace, which has no steps"
+             if not steps["step"].notna().any() else
+             ", ".join(f"{bound_words(b, under_profiler_only)} in {n} of {len(steps)}"
+                       for b, n in steps["bound"].value_counts().items()) + " steps")
+    basis, tail = bound_basis(steps)
+    return f"{head}({basis}: {words}{_unclear_why(steps)}{tail})"
 
 
 def _waited_on(waits) -> str:

@@ -18,12 +18,14 @@ graph's saving and the bound stands.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
 from ..findings.finding import SECTIONS, Finding, ms
 from ..findings.findings_more import MIN_IDLE_SHARE_OF_STEP  # host and launch idle under it: no finding
-from ..timeline.causes import MIN_LAUNCHED_FOR_GRAPHS
+from ..timeline.causes import MIN_LAUNCHED_FOR_GRAPHS, bound_words
 from ..topics import result_of
 from .loader import waits_on_loader
 from ..timeline.stalls import BETWEEN_STEPS
@@ -86,15 +88,12 @@ def graphs_findings(ev) -> list[Finding]:
             best[i.group] = (i, f)
     out = []
     for group, (i, f) in best.items():
-        per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \
-            f" ({f['kernels_per_step']:,.0f} kernels per step)"
         bound = (f"; at most {ms(f['stake_ns_per_step'])} per step of {ms(f['span_ns_per_step'])} to gain (the GPU's "
                  "idle before and during launches, an upper bound)")
-        bound_where = (" is host-bound over the whole trace, which has no steps," if f["whole_trace"] else
-                       f"'s steps are host-bound ({f['host_bound']} of {f['steps']})")
         stalls = _stall_words(i.digest("stalls"))
-        text = (f"{group + ': ' if several and group else ''}rank {i.rank}{bound_where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
-                f"run shorter than their own launch call: {GRAPHS_FIX}" + (stalls[0] if stalls else "") + bound)
+        # the replay says later whether the profiler made these steps host-bound
+        text_for = partial(graphs_sentence, f"{group + ': ' if several and group else ''}rank {i.rank}", f,
+                           (stalls[0] if stalls else "") + bound)
         # bound_ns: the upper bound the sentence states, dropped with its words where the replay gives the saving
         values = {"run": group, "rank": i.rank, **f, "bound_ns": f["stake_ns_per_step"], **(stalls[1] if stalls else {})}
         evidence = {"rank": i.rank, **f, "bound_text": bound, "fix_text": GRAPHS_FIX}  # said where its what-if saves
@@ -102,8 +101,20 @@ def graphs_findings(ev) -> list[Finding]:
             evidence["scenario_text"] = "the host issued work as fast as the GPU takes it (no host gaps; its stalls kept)"
         if _waits_on_its_loader(i):  # the host's gaps hold the loader's time, which no graph takes off: its bound stands
             evidence["scenario"] = None
-        out.append(Finding(text, f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values))
+        out.append(Finding(text_for(False), f["stake_ns"], SECTIONS["idle"], evidence, "host_bound", values, text_for))
     return out
+
+
+def graphs_sentence(who: str, f: dict, tail: str, under_profiler_only: bool = False) -> str:
+    """The CUDA-graph finding's sentence for rank `who` of figures `f` (graphs_figures), ending on
+    `tail`; its steps said 'host-bound under the profiler' where `under_profiler_only` (bound_words)."""
+    per_step = "" if f["kernels_per_step"] is None or pd.isna(f["kernels_per_step"]) else \
+        f" ({f['kernels_per_step']:,.0f} kernels per step)"
+    host = bound_words("host", under_profiler_only)
+    where = (f" is {host} over the whole trace, which has no steps," if f["whole_trace"] else
+             f"'s steps are {host} ({f['host_bound']} of {f['steps']})")
+    return (f"{who}{where} and {f['short_kernels']:,} of the {f['launched']:,} kernels it launched one by one{per_step} "
+            f"run shorter than their own launch call: {GRAPHS_FIX}{tail}")
 
 
 def _stall_words(stalls: dict) -> tuple[str, dict] | None:

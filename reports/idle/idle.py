@@ -451,19 +451,23 @@ def idle(events: pd.DataFrame, hosts: dict[int, pd.DataFrame | None] | None = No
 
 
 def idle_columns(step_table: pd.DataFrame, by_rank: dict[int, Idle],
-                 bounds: Mapping[int, pd.DataFrame | None] | None) -> pd.DataFrame:
-    """`tracelab steps`' step rows with idle_ns, CAUSES and bound (RankIdle summaries by rank,
-    bound by combine's `bounds`) beside them; NA where a rank has none."""
-    idle_steps = combine(by_rank, bounds).steps[["step", "rank", "idle_ns", *CAUSES, "bound"]]
+                 bounds: Mapping[int, pd.DataFrame | None] | None, unprofiled_step_ns: float | None = None) -> pd.DataFrame:
+    """`tracelab steps`' step rows with idle_ns, CAUSES, bound (RankIdle summaries by rank, bound by
+    combine's `bounds`) and USER_COLUMNS (for_the_user of the run's step without the profiler,
+    `unprofiled_step_ns`: null where not measured) beside them; NA where a rank has none."""
+    one = for_the_user(combine(by_rank, bounds), unprofiled_step_ns)
+    idle_steps = one.steps[["step", "rank", "idle_ns", *CAUSES, "bound", *USER_COLUMNS]]
     out = step_table.merge(idle_steps.astype({c: "Int64" for c in ("idle_ns", *CAUSES)}), on=["step", "rank"],
                            how="left")
     return out
 
 
-def step_columns(rows: pd.DataFrame, ranks: list) -> pd.DataFrame:
-    """idle_columns from the ranks' (schema.Profile) idle and path_bounds digests: how `tracelab
-    steps` shows each step's idle (reports/topics.step_columns)."""
-    return idle_columns(rows, {p.rank: p.summary["idle"] for p in ranks}, {p.rank: p.summary["path_bounds"] for p in ranks})
+def step_columns(rows: pd.DataFrame, ranks: list, unprofiled_step_ns: float | None = None) -> pd.DataFrame:
+    """idle_columns from the ranks' (schema.Profile) idle and path_bounds digests and the run's step
+    without the profiler where measured: how `tracelab steps` shows each step's idle
+    (reports/topics.step_columns)."""
+    return idle_columns(rows, {p.rank: p.summary["idle"] for p in ranks}, {p.rank: p.summary["path_bounds"] for p in ranks},
+                        unprofiled_step_ns)
 
 
 def labelled(parts: list[tuple[str, Idle]]) -> Idle:

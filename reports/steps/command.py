@@ -48,7 +48,8 @@ def opening(fmt: str, **_) -> dict:
 
 def analyse(session, n_steps: int | None, **_) -> list[tuple]:
     """(run name, the renderer's arguments) of each run of one job."""
-    return [(r.name, _steps_of(r, n_steps)) for r in _one_job_runs(session)]
+    infos = session.run_infos
+    return [(r.name, _steps_of(r, n_steps, infos)) for r in _one_job_runs(session)]
 
 
 def render(rendered_as, parts: list[tuple], fmt: str, **_):
@@ -71,13 +72,15 @@ def _one_job_runs(session) -> list:
     return kept
 
 
-def _steps_of(run, n_steps: int | None) -> tuple:
+def _steps_of(run, n_steps: int | None, infos: list[tuple[str, dict]]) -> tuple:
     """The steps renderer's arguments for one run: its who-waits, per-step totals of an untimed
-    run (proton) where the steps are known, and whether it is untimed."""
+    run (proton) where the steps are known, and whether it is untimed. `infos`: the session's run
+    folders' (name, run.json), where the same job's run under backend none may have timed its step."""
     import pandas as pd
 
     from ..timeline.steps import per_step_totals, recorded_steps
     from ..timeline.waits import analyse_digests
+    from ..unprofiled import measured_step
 
     profiles = run.profiles
     w = analyse_digests({p.rank: p.summary["waits"] for p in profiles},
@@ -86,8 +89,9 @@ def _steps_of(run, n_steps: int | None) -> tuple:
     untimed = not any(p.summary["timed"] for p in profiles)
     sums = pd.concat([p.summary["kernel_totals"].assign(rank=p.rank) for p in profiles], ignore_index=True)
     totals = per_step_totals(profiles[0].events, n_steps, sums) if untimed and n_steps else None
-    if len(w.steps):  # the idle topic's columns beside each step row
-        w.steps = step_columns("idle", w.steps, profiles)
+    if len(w.steps):  # the idle topic's columns beside each step row; the step without the profiler as idle says it
+        measured = measured_step(run.info, infos)
+        w.steps = step_columns("idle", w.steps, profiles, measured.ns if measured else None)
     return w, totals, untimed
 
 

@@ -41,6 +41,20 @@ def step_rank_table(steps: pd.DataFrame, device: str = "GPU") -> Table:
     return t
 
 
+def unprofiled_line(steps: pd.DataFrame) -> str:
+    """The run's step without the profiler where it was measured (the idle topic's columns), and
+    how many host-bound step rows the profiler alone made host-bound; "" where not measured."""
+    if "unprofiled_step_ns" not in steps.columns or not steps["unprofiled_step_ns"].notna().any():
+        return ""
+    line = f"step without the profiler (measured): {ms_cell(steps['unprofiled_step_ns'].dropna().iloc[0])} ms"
+    verdicts = steps["host_bound_without_profiler"].dropna()
+    made = int((verdicts == False).sum())  # noqa: E712  False, not a missing verdict
+    if not len(verdicts):
+        return line
+    return (f"{line}; {made} of the {len(verdicts)} host-bound step rows host-bound under the profiler only "
+            "(without it the device paces the step: tracelab idle)")
+
+
 def _most(g: pd.DataFrame, column: str) -> str:
     top = g.loc[g[column].idxmax()]
     return f"{ms_cell(top[column])} (rank {int(top['rank'])})"
@@ -141,7 +155,7 @@ def steps_tables(w: Waits, totals: pd.DataFrame | None = None, untimed: bool = F
     untimed = untimed or (totals is not None and len(totals) > 0)
     if len(w.steps):
         shown, line = largest_steps(w.steps, "span_ns", "step time", lambda ns: f"{ms_cell(ns)} ms")
-        parts += [step_rank_table(shown, w.device), *([Text(line)] if line else [])]
+        parts += [step_rank_table(shown, w.device), *(Text(t) for t in (line, unprofiled_line(w.steps)) if t)]
     elif untimed:  # untimed inputs: steps are summed away, not absent
         parts.append(Text(UNTIMED_STEPS))
     else:

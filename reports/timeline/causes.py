@@ -17,6 +17,10 @@ UNCLEAR_CAUSES_WHY = "waits and gaps the trace does not explain make most of its
 MIN_LAUNCHED_FOR_GRAPHS = 32
 
 
-def bound_words(bound: str) -> str:
-    """'host-bound', or 'no clear bound' for UNCLEAR (UNCLEAR_WHY says why)."""
-    return "no clear bound" if bound == UNCLEAR else f"{bound}-bound"
+def bound_words(bound: str, under_profiler_only: bool = False) -> str:
+    """'host-bound', or 'no clear bound' for UNCLEAR (UNCLEAR_WHY says why); 'host-bound under the
+    profiler' where `under_profiler_only`: the what-if's replay without the profiler says its own
+    host cost made the step host-bound (the device paces the step the user runs)."""
+    if bound == UNCLEAR:
+        return "no clear bound"
+    return f"{bound}-bound under the profiler" if under_profiler_only and bound == "host" else f"{bound}-bound"

@@ -53,6 +53,13 @@ BANDS = {
 }
 
 
-def band(name: str) -> Band | None:
-    """The measured band of a scenario (by name: `remove`, not `remove:X`), None where none was measured."""
-    return BANDS.get(name)
+# forms of a scenario that model another change than the one its band was measured on: no band
+# (balance's was measured on runs without the late rank's extra work, which `balance` removes;
+# `balance:share` moves that work onto the other ranks)
+OTHER_CHANGE = frozenset({("balance", "share")})
+
+
+def band(name: str, arg: str = "") -> Band | None:
+    """The measured band of a scenario (by name: `remove` for `remove:X`, its argument a pattern),
+    None where none was measured, for that change (OTHER_CHANGE)."""
+    return None if (name, arg) in OTHER_CHANGE else BANDS.get(name)

@@ -16,7 +16,9 @@ HELP = ("What should I fix first, and how much faster will the step be? Builds a
         "replay, never a sum). Scenarios: no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
         "scale:REGEX=F, autocast:bf16=F or =@FILE (per-shape factors: tracelab factors RUN --out FILE), compile (eager -> "
         "torch.compile: the ops between matrix products, attention and collectives fused) and compile:reduce-overhead "
-        "(the same, the host off the path), roofline, balance, overlap-comm, busbw:GBPS; without --scenario the ones that apply of no-host-gaps, "
+        "(the same, the host off the path), roofline, balance (each rank's work per step at the lower median rank's: "
+        "the late rank's extra work removed), balance:share (each rank's work between two collectives at the ranks' "
+        "mean: that work moved onto the others), overlap-comm, busbw:GBPS; without --scenario the ones that apply of no-host-gaps, "
         "no-host-stalls, roofline, balance and overlap-comm. A step the unchanged replay does not reproduce within 2% claims no saving. "
         "torch.profiler and nsys traces; proton has no timeline.")
 

@@ -11,8 +11,13 @@ result the next layer's matmul reads. Hiding those takes a fused or chunked kern
 GEMM-RS), not a second stream: overlap-comm (scenarios.py) leaves them where they are.
 
 DDP's gradient all-reduces are not sandwiched: they run beside the rest of the backward, or
-one after another after it, once or a few times a step; overlap-comm still hides them (an
-upper bound: that the gradients could be reduced earlier is what bucketing achieves).
+one after another after it, once or a few times a step; overlap-comm hides them (an upper
+bound: that the gradients could be reduced earlier is what bucketing achieves), all but the
+last of each rank's step (`last_of_steps`): the step consumes every result before it ends (the
+optimizer reads the reduced gradients), so what waited on its last collective still waits. That
+collective ends no sooner than its last rank arrives (the replay's collective edge, join.py):
+overlap hides transfers behind compute, never the wait for a rank that has not arrived, and a
+step cannot get shorter by hiding more than its collectives' transfers.
 """
 from __future__ import annotations
 
@@ -35,6 +40,20 @@ def dependent(g: Graph) -> np.ndarray:
         return out
     for r in np.unique(g.rank[g.kind == COLL]).tolist():
         out |= _of_rank(g, r)
+    return out
+
+
+def last_of_steps(g: Graph, among: np.ndarray) -> np.ndarray:
+    """Per node, whether it is the collective of `among` that ended last on its rank in its step
+    (module docstring): one per rank and step, the nodes outside every step counted as one step."""
+    idx = np.flatnonzero(among & (g.kind == COLL))
+    out = np.zeros(len(g), bool)
+    if not len(idx):
+        return out
+    idx = idx[np.lexsort((g.end_ns[idx], g.step[idx], g.rank[idx]))]  # by rank, step, then end: the last wins
+    key_rank, key_step = g.rank[idx], g.step[idx]
+    last = np.r_[(key_rank[1:] != key_rank[:-1]) | (key_step[1:] != key_step[:-1]), True]
+    out[idx[last]] = True
     return out
 
 

@@ -24,20 +24,22 @@ from .replay import ReplayError
 from .scenarios import label_of
 
 MAX_RANKS = 16  # more ranks: no graphs are kept (nodes.RankGraphReduce), no replay here
-# a host-bound step the profiler made (_profiler_made_it): the CUDA-graph finding's and the idle finding's words
-PROFILED_WORDS = {"'s steps are host-bound (": "'s steps are host-bound under the profiler (",
-                  "host-bound in ": "host-bound under the profiler in ",
-                  "host-bound over the whole trace": "host-bound under the profiler over the whole trace"}
 NOTHING_FRAC = 0.005  # a replayed saving under 0.5% of the step: "nothing to gain now", no percentage
-SCENARIO_OF = {"straggler_findings": "balance", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
+SCENARIO_OF = {"straggler_findings": "balance:share", "exposed_findings": "overlap-comm", "idle_or_share": "no-host-gaps",
                "idle_findings": "no-host-gaps", "idle_share_findings": "no-host-gaps", "roofline_findings": "roofline",
                "graphs_findings": "no-host-gaps", "ddp_findings": "overlap-comm"}
+# a scenario whose finding also states another's saving, where the two differ by a saving's worth
+# (NOTHING_FRAC of the step): moving the late rank's extra work onto the others (what ranks the
+# finding) and removing it, which is right only where that work is waste
+ALSO = {"balance:share": "balance"}
 FIXES = frozenset({"graphs_findings", "ddp_findings", "tf32_findings", "alignment_findings",
                    "stall_findings"})  # name the change
 # what a fix's finding says instead of the fix (its evidence's fix_text) where the replay of that fix
 # gains nothing; a finding may carry its own (no_gain_text)
 NO_GAIN = "it is not on the critical path (that runs through other work): this change gains nothing now"
-TEXT = {"balance": "every rank's work in each step at the lower median rank's (the late rank's extra work removed)",
+TEXT = {"balance": "the late rank's extra work were removed (every rank's work in each step at the lower median rank's)",
+        "balance:share": "the late rank's extra work were shared evenly (each rank's work between two collectives "
+                         "at the ranks' mean)",
         "overlap-comm": "communication hidden behind compute",
         "no-host-gaps": "the host issued work as fast as the GPU takes it (no host gaps)",
         "no-host-stalls": "the host's stalls took no time (untraced host time after a sync or between steps)",
@@ -107,7 +109,7 @@ def with_savings(ev, by_source: list[tuple[str, list[Finding]]]) -> list[Finding
 
 def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) -> dict[int, Finding]:
     """The findings of run `run` (by position), each with the saving of its scenario in that run's replay."""
-    names = sorted({name for _, _, name in found if name})
+    names = sorted({also for _, _, name in found if name for also in (name, ALSO.get(name)) if also})
     inputs = [i for i in ev.inputs if i.group == run]
     measured = unprofiled_of(ev.runs, [i.path for i in inputs])
     try:
@@ -122,7 +124,8 @@ def _saved_in_run(ev, run: str, found: list[tuple[int, Finding, str | None]]) ->
     one = len(w.steps) == 1  # a lone step: its window is a first one, as the whole trace's
     # the step without the profiler: measured (by the run, or by the same job under backend none
     # beside it), else estimated from the profiler's costs: the same figure whatif gives
-    return {k: with_saving(f, None if name in unmatched else rows.get(name), whole, one, w.unprofiled)
+    return {k: with_saving(f, None if name in unmatched else rows.get(name), whole, one, w.unprofiled,
+                           rows.get(ALSO.get(name, "")))
             for k, f, name in found}
 
 
@@ -134,34 +137,62 @@ def _label(row) -> str:
     return label_of(row.name, row.args)
 
 
-def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None) -> Finding:
+def with_saving(f: Finding, row, whole: bool = False, one: bool = False, unprofiled: dict | None = None,
+                also=None) -> Finding:
     """`f` with the replay's saving of its scenario (`row`): in its values, then in its words;
     in the user's time first (without the profiler) where `unprofiled` (WhatIf.unprofiled) gives
-    the step without it and the row its prediction."""
-    if row is None or row.saving_ns is None or not row.steps or row.saving_ns != row.saving_ns:
+    the step without it and the row its prediction. `also`: the row of the scenario ALSO names
+    beside it, stated first where the two savings differ by a saving's worth (_differ)."""
+    if not _replayed(row):
         return f
     label = _label(row)
-    b = band(row.name)
+    b = band(row.name, row.args)
     # the replay's saving replaces the sentence's upper bound (bound_ns): one number per cause and run
     values = {k: v for k, v in f.values.items() if k != "bound_ns"}
-    values.update(scenario=label, saving_ns=float(row.saving_ns), step_ns=float(row.step_ns), steps=int(row.steps),
-                  saving_share=float(row.saving_frac), window="trace" if whole else "one step" if one else "per step",
-                  error_band=b.doc() if b else None)
     user = _user_time(row, unprofiled or {})
-    values.update(user)
-    text = f.text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else f.text
-    if row.name == "no-host-gaps" and _profiler_made_it(values):  # said of the trace, not of the user's step
-        for trace_words, user_words in PROFILED_WORDS.items():
-            text = text.replace(trace_words, user_words, 1)
+    values.update(_row_values(row, whole, one, unprofiled or {}))
+    # a step the profiler made host-bound is said so by the finding's own writer: of the trace, not the user's step
+    under_profiler_only = row.name == "no-host-gaps" and _profiler_made_it(values)
+    text = f.text_for(under_profiler_only) if f.text_for is not None and under_profiler_only else f.text
+    text = text.removesuffix(f.evidence.get("bound_text", "")) if f.evidence.get("bound_text") else text
     if f.evidence.get("fix_text"):  # the fix its own what-if finds no gain in is not offered
         values["fix_offered"] = gains(values)
         if not values["fix_offered"]:
             text = text.replace(f.evidence["fix_text"], f.evidence.get("no_gain_text") or NO_GAIN, 1)
-    what = saving_words(values, f.evidence.get("scenario_text") or TEXT[row.name], b)
-    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user),
+    words = f.evidence.get("scenario_text") or TEXT.get(label) or TEXT[row.name]
+    what = saving_words(values, words, b)
+    other = _row_values(also, whole, one, unprofiled or {}) if _replayed(also) else None
+    if other is not None and _differ(values, other):  # the other first, then this one, which ranks the finding
+        values["also"] = other
+        what = (f"{saving_words(other, TEXT[other['scenario']], band(also.name, also.args))}; "
+                f"{saving_words(values, words, b, lead='if')}")
+    return replace(f, text=f"{text}; {what}", at_stake_ns=_at_stake_ns(row, user), text_for=None,
                    evidence={**f.evidence, "whatif": {"scenario": label, "saving_ns_per_step": row.saving_ns,
                                                       "step_ns": row.step_ns, "steps": int(row.steps),
                                                       "error_band": b.doc() if b else None, **user}}, values=values)
+
+
+def _replayed(row) -> bool:
+    """Whether a scenario's row (None: not replayed) claims a saving over some step."""
+    return row is not None and row.saving_ns is not None and bool(row.steps) and row.saving_ns == row.saving_ns
+
+
+def _row_values(row, whole: bool, one: bool, unprofiled: dict) -> dict:
+    """A replayed scenario's figures as a finding's values: its saving per step as profiled, and
+    without the profiler where the replay predicts it (_user_time)."""
+    b = band(row.name, row.args)
+    return {"scenario": _label(row), "saving_ns": float(row.saving_ns), "step_ns": float(row.step_ns),
+            "steps": int(row.steps), "saving_share": float(row.saving_frac),
+            "window": "trace" if whole else "one step" if one else "per step",
+            "error_band": b.doc() if b else None, **_user_time(row, unprofiled)}
+
+
+def _differ(a: dict, b: dict) -> bool:
+    """Whether two scenarios' savings (_row_values) differ by NOTHING_FRAC of the step or more: in
+    the user's time where both were predicted without the profiler, else as profiled."""
+    if a.get("unprofiled_saving_ns") is not None and b.get("unprofiled_saving_ns") is not None:
+        return abs(a["unprofiled_saving_ns"] - b["unprofiled_saving_ns"]) >= NOTHING_FRAC * a["unprofiled_step_ns"]
+    return abs(a["saving_ns"] - b["saving_ns"]) >= NOTHING_FRAC * a["step_ns"]
 
 
 def _profiler_made_it(v: dict) -> bool:
@@ -212,18 +243,19 @@ def gains(v: dict) -> bool:
     return v["saving_share"] >= NOTHING_FRAC
 
 
-def saving_words(v: dict, scenario: str, b=None) -> str:
+def saving_words(v: dict, scenario: str, b=None, lead: str = "what if") -> str:
     """The what-if clause of a finding from its values (saving_ns, step_ns, saving_share, window) and
-    its scenario's words; `b` its error band (bands.band), said beside a percentage."""
+    its scenario's words; `b` its error band (bands.band), said beside a percentage; `lead` its first
+    words ("if" for a second scenario after a first)."""
     of = _window_words(v["window"], v["step_ns"])
     if not gains(v):  # the step the user runs moves by nothing: say so, not "0%" with an error band
         user = _nothing_user_words(v)
-        return (f"what if {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
+        return (f"{lead} {scenario}: nothing to gain now ({fmt.ms(v['saving_ns'], 2)} of {of}{user}: the critical "
                 "path runs through other work; tracelab whatif)")
     error = f"; {b.short()}" if b else ""
     profiled = f"saves {fmt.ms(v['saving_ns'], 2)} of {of} ({100 * v['saving_share']:.0f}%{error}; tracelab whatif)"
     if v.get("unprofiled_saving_ns") is None:
-        return f"what if {scenario}: {profiled}"
+        return f"{lead} {scenario}: {profiled}"
     gain_ns, step_ns = v["unprofiled_saving_ns"], v["unprofiled_step_ns"]
     subject = "the trace" if v["window"] != "per step" else "the step"
     source = ("estimated with the profiler's own host cost taken out" if v["unprofiled_source"] != "measured"
@@ -233,7 +265,7 @@ def saving_words(v: dict, scenario: str, b=None) -> str:
         v["window"], f"{fmt.ms(step_ns, 2)} per step")
     rests = ("; more than the profiled replay's, only because the estimated cost moves the step's pacer to the GPU: "
              "time the step without the profiler to confirm it" if _above_profiled(v, v["saving_ns"]) else "")
-    return (f"what if {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
+    return (f"{lead} {scenario}: saves {fmt.ms(gain_ns, 2)} of {of} without the profiler "
             f"({100 * gain_ns / step_ns:.0f}%; {source}{rests}); "
             f"under the profiler it {profiled}")
 

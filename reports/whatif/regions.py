@@ -54,25 +54,35 @@ def region_spans(host: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame
     """step_regions' ranges one by one (SPAN_COLUMNS), in each step's order."""
     if host is None or not len(host) or not len(steps):
         return pd.DataFrame(columns=SPAN_COLUMNS)
-    rng, stp = host[kind_mask(host, ("range",))], host[kind_mask(host, ("step",))]
-    tid_at = dict(zip(stp["start_ns"].to_numpy(np.int64), stp["tid"].to_numpy(np.int64)))
+    start = host["start_ns"].to_numpy(np.int64)
+    tid, end = host["tid"].to_numpy(np.int64), start + host["dur_ns"].to_numpy(np.int64)
+    at = np.flatnonzero(kind_mask(host, ("step",)))
+    tid_at = dict(zip(start[at].tolist(), tid[at].tolist()))  # a step range's thread by its start
+    ranges = _by_start(np.flatnonzero(kind_mask(host, ("range",))), start, end)
+    name = np.asarray(host["name"].array, dtype=object)[ranges]
+    start, tid, end = start[ranges], tid[ranges], end[ranges]
     rows = []
-    for step, begin, end in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
-        inside = rng[(rng["tid"] == tid_at.get(int(begin), -1)) & (rng["start_ns"] >= begin)
-                     & (rng["start_ns"] + rng["dur_ns"] <= end)]
-        rows += [(int(step), name, start, start + dur) for name, start, dur in _outermost(inside)]
+    for step, begin, until in zip(*(steps[c].tolist() for c in ("step", "start_ns", "end_ns"))):
+        inside = np.flatnonzero((tid == tid_at.get(int(begin), -1)) & (start >= begin) & (end <= until))
+        rows += [(int(step), name[i], s, e) for i, s, e in _outermost(inside, start[inside].tolist(), end[inside].tolist())]
     return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
 
-def _outermost(ranges: pd.DataFrame) -> list[tuple[str, int, int]]:
-    """(name, start, duration) of the ranges that no other range of `ranges` holds, by start."""
+def _by_start(rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`rows` by start, the longest first where several start together (a range before those it
+    holds), else in the order given."""
+    return rows[np.lexsort((start[rows] - end[rows], start[rows]))]
+
+
+def _outermost(rows: np.ndarray, start: list[int], end: list[int]) -> list[tuple[int, int, int]]:
+    """(row, start, end) of the ranges (by start, the longest first) that no earlier one holds:
+    each starts at or after the latest end of those kept before it."""
     out = []
     reach = None  # the latest end of the outermost ranges so far (clocks may start below 0)
-    ordered = ranges.sort_values(["start_ns", "dur_ns"], ascending=[True, False], kind="stable")
-    for name, start, dur in ordered[["name", "start_ns", "dur_ns"]].itertuples(index=False):
-        if reach is None or start >= reach:
-            out.append((name, int(start), int(dur)))
-            reach = start + dur
+    for row, s, e in zip(rows.tolist(), start, end):
+        if reach is None or s >= reach:
+            out.append((row, s, e))
+            reach = e
     return out
 
 
@@ -181,16 +191,23 @@ def node_regions(scope: np.ndarray, named: set[str]) -> np.ndarray:
 
 
 def pace(g, p, paces: dict[int, RankPace]) -> np.ndarray:
-    """Scales each host operator's duration and the gap before it in Params `p` by its rank's
-    factor for its region (module docstring); the per-node factors applied (1: left)."""
-    factor = np.ones(len(g))
+    """Scales each host operator's duration in Params `p` by its rank's factor for its region
+    (module docstring), and the gap before it by the factor of the region the gap lies in: the
+    operator's own where the one before it on its thread is in the same region, else the time
+    outside the regions (a stall between two phases is no phase's work, and a phase's records do
+    not slow it). The per-node factors on the durations (1: left)."""
+    factor, gap_factor = np.ones(len(g)), np.ones(len(g))
     host = g.kind == HOST_OP
     for r, rp in paces.items():
         mine = np.flatnonzero(host & (g.rank == r))
+        mine = mine[np.lexsort((g.start_ns[mine], g.chain[mine]))]
         where = node_regions(g.scope[mine], set(rp.regions))
         factor[mine] = [rp.of(w) for w in where]
+        within = np.zeros(len(mine), dtype=bool)  # the chain predecessor in the same region
+        within[1:] = (g.chain[mine[1:]] == g.chain[mine[:-1]]) & (where[1:] == where[:-1])
+        gap_factor[mine] = np.where(within, factor[mine], rp.of(OUTSIDE))
     p.dur_ns[:] = np.rint(p.dur_ns * factor).astype(np.int64)
-    p.gap_ns[:] = np.where(p.gap_ns > 0, np.rint(p.gap_ns * factor), p.gap_ns).astype(np.int64)
+    p.gap_ns[:] = np.where(p.gap_ns > 0, np.rint(p.gap_ns * gap_factor), p.gap_ns).astype(np.int64)
     return factor
 
 

@@ -130,8 +130,7 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             shown, line = _shown(w)
             items += [_steps_table(label, shown), *([Text(f"{label}{line}")] if line else []), Text(""),
                       _scenario_table(label, w)]
-            items += [Text(f"{label}{name}: {b.text()}") for name in dict.fromkeys(w.scenarios["name"])
-                      if (b := band(name))]
+            items += [Text(f"{label}{name}: {b.text()}") for name, b in _bands(w.scenarios).items()]
             items += [Text(f"{label}{line}")] if (line := unprofiled_line(w.unprofiled)) else []
         items += [Text(f"{label}{n.text}") for n in w.notes]
         if not len(w.steps) and not w.notes:
@@ -140,6 +139,16 @@ def to_table(parts: list[tuple[str, WhatIf]]) -> Group:
             items.append(Text("* no saving is claimed for this step: the unchanged replay misses it by more than "
                               f"{100 * MAX_ERROR:.0f}% or an edge is missing (starts it cannot explain; the notes say which)"))
     return Group(*items)
+
+
+def _bands(scenarios: pd.DataFrame) -> dict:
+    """Each scenario name's measured band, once per name, in the rows' order (a form of it that
+    models another change has none: bands.band)."""
+    out = {}
+    for name, arg in zip(scenarios["name"], scenarios["args"]):
+        if name not in out and (b := band(name, arg)):
+            out[name] = b
+    return out
 
 
 def to_csv(parts: list[tuple[str, WhatIf]]) -> str:
@@ -155,7 +164,7 @@ def _doc(w: WhatIf) -> dict:
                                                                    "top")))} for s in w.steps.itertuples(index=False)]
     scenarios = [{"name": r.name, "args": r.args, "steps": int(r.steps), "step_ns": r.step_ns,
                   "predicted_ns": r.predicted_ns, "saving_ns": r.saving_ns, "saving_frac": r.saving_frac,
-                  "error_band": b.doc() if (b := band(r.name)) else None,
+                  "error_band": b.doc() if (b := band(r.name, r.args)) else None,
                   "predicted_unprofiled_ns": r.predicted_unprofiled_ns, "saving_unprofiled_ns": r.saving_unprofiled_ns,
                   "saving_unprofiled_frac": r.saving_unprofiled_frac}
                  for r in w.scenarios.itertuples(index=False)]

@@ -22,14 +22,29 @@ Graph; several given together change one Params, replayed once (never summed). P
 - `roofline`: every GPU op whose work the trace gives takes its roofline time (never longer
   than measured); the rest as measured.
 - `balance`: per step, each rank's work (its GPU ops but collectives, or its CPU ops in a
-  CPU-only trace) above the lower median rank's is scaled down to it: the straggler removed.
-- `overlap-comm`: collectives run on a chain of their own, so compute queued behind them on
-  their stream no longer waits (still: waits inferred between streams, syncs, the last rank's
-  arrival); in a CPU-only trace, host threads no longer block on collectives. The trace does
-  not say which later op reads a collective's result: a collective that sits between the compute
-  feeding it and the compute reading it, layer after layer (tensor parallelism: depend.py), stays
-  where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel, said in a note); for the rest
-  (DDP's gradient all-reduces) it is an upper bound.
+  CPU-only trace) above the lower median rank's is scaled down to it: the late rank's extra work
+  removed, right where that work is waste (a slow device, a redundant computation).
+- `balance:share`: per step and segment (between two of the rank's collectives: where ranks wait
+  for one another), each rank's work at the ranks' mean there: the late rank's extra work moved
+  onto the others, as re-partitioning the work does. The total is kept (a rank of no work there
+  takes none) and each rank's ops grow or shrink in proportion, so the moved work sits where the
+  late rank did it, not spread over the other ranks' whole step.
+- `overlap-comm`: collectives that share a stream with compute run on a chain of their own, so
+  compute queued behind them no longer waits (still: waits inferred between streams, syncs, the
+  last rank's arrival); in a CPU-only trace, host threads no longer block on them (the host's
+  stalls after such a wait stay: its own time). Each is issued as its rank's step's work begins
+  (the trace may issue them all after the backward; bucketing issues each as its gradients are ready)
+  and still runs in order on its chain, so their transfers never run at once. It hides transfers
+  behind compute, never the wait for a rank that has not arrived: each rank's step reads its
+  collectives' results before it ends (the optimizer, the next step), so the collective that
+  ended last in each rank's step stays where it is (on its stream, issued where it was; in a
+  CPU-only trace what waited on it still waits), and it ends no sooner than its last rank arrives
+  (depend.py). The trace does not say which later op reads a collective's result: a collective
+  that sits between the compute feeding it and the compute reading it, layer after layer (tensor
+  parallelism: depend.py), stays where it is (hiding it takes a fused AG-GEMM / GEMM-RS kernel,
+  said in a note); for the rest (DDP's per-bucket or per-parameter all-reduces before the step's
+  last) it is an upper bound: what bucketing achieves, each gradient taken as ready from the start
+  of its step.
 - `autocast:bf16=F`: a model of fp32 -> bf16 autocast. Its matrix products (PRODUCTS: aten's
   linear/matmul/mm/addmm/bmm and their backward, GPU GEMM kernels but attention's fused ones) take
   F times as long (a microbenchmark's bf16/fp32 ratio at the trace's shapes, or the roofline's);
@@ -127,6 +142,8 @@ def parse(spec: str) -> Scenario:
         name, arg = "no-host-stalls", name.removeprefix("no-host-stalls")
     if name == "overlap-comm" and not arg:
         return Scenario(name, "", _overlap_comm, note=lambda g: depend.note(g, depend.dependent(g)))
+    if name == "balance" and arg == "share":
+        return Scenario(name, arg, lambda g, p: _balance(g, p, share=True))
     if name in ("no-host-gaps", "cuda-graph", "roofline", "balance") and not arg:
         return Scenario(name, "", {"no-host-gaps": _no_host_gaps, "cuda-graph": _no_host_gaps, "roofline": _roofline,
                                    "balance": _balance}[name], host_free=name == "cuda-graph")
@@ -160,7 +177,7 @@ def parse(spec: str) -> Scenario:
         gb_s = _number(arg, spec, MIN_BUS_GB_S, MAX_BUS_GB_S)
         return Scenario(name, arg, lambda g, p: _busbw(g, p, gb_s))
     raise UsageError("--scenario", f"{spec!r} is not one of no-host-gaps, cuda-graph, no-host-stalls[@RANK], remove:REGEX[@RANK], "
-                                   "scale:REGEX=F, autocast:bf16=F|@FILE, compile[:reduce-overhead], roofline, balance, overlap-comm, busbw:GBPS")
+                                   "scale:REGEX=F, autocast:bf16=F|@FILE, compile[:reduce-overhead], roofline, balance[:share], overlap-comm, busbw:GBPS")
 
 
 def _number(text: str, spec: str, low: float, high: float) -> float:
@@ -321,34 +338,111 @@ def _roofline(g: Graph, p: Params) -> None:
     p.dur_ns[known] = np.minimum(p.dur_ns[known], np.rint(g.roof_ns[known]).astype(np.int64))
 
 
-def _balance(g: Graph, p: Params) -> None:
+def _balance(g: Graph, p: Params, share: bool = False) -> None:
+    """Per step, each rank's work at the lower median rank's where above it (`balance`); or
+    (`share`) per step and segment, each rank's work at the mean of the ranks that have work there."""
     work = np.flatnonzero(g.work())
     work = work[(g.step[work] >= 0) & (g.op_class[work] != "communication")]
     if not len(work) or len(set(g.rank.tolist())) < 2:
         return
     frame = pd.DataFrame({"i": work, "r": g.rank[work], "s": g.step[work], "d": p.dur_ns[work]})
+    if share:
+        frame["s"] = list(zip(frame["s"], _segments(g, work)))
     per = frame.groupby(["s", "r"])["d"].sum()
-    target = per.groupby(level="s").transform(lambda v: np.sort(v.to_numpy())[(len(v) - 1) // 2])
-    factor = (target / per.where(per > 0)).clip(upper=1.0).fillna(1.0)  # a rank of no work this step: unchanged
+    target = per.groupby(level="s").transform(_shared_ns if share else _lower_median_ns)
+    factor = target / per.where(per > 0)
+    factor = (factor if share else factor.clip(upper=1.0)).fillna(1.0)  # a rank of no work there: unchanged
     f = factor.reindex(pd.MultiIndex.from_frame(frame[["s", "r"]])).to_numpy()
-    p.dur_ns[work] = np.rint(p.dur_ns[work] * f).astype(np.int64)
+    p.dur_ns[work] = changed_durations_ns(p.dur_ns[work] * f)
+
+
+def _lower_median_ns(per_rank_ns: pd.Series) -> float:
+    return float(np.sort(per_rank_ns.to_numpy())[(len(per_rank_ns) - 1) // 2])
+
+
+def _shared_ns(per_rank_ns: pd.Series) -> float:
+    """The mean of the ranks that have work: none is lost or made (a rank of none cannot take any)."""
+    busy = per_rank_ns[per_rank_ns > 0]
+    return float(busy.mean()) if len(busy) else 0.0
+
+
+def _segments(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """Per node, how many collectives of its rank and step began before it: its segment. Work moved
+    between ranks stays between the same collectives, where the ranks wait for one another: spread
+    over the whole step it would lengthen every segment of the rank that takes it."""
+    coll = np.flatnonzero((g.kind == COLL) & (g.step >= 0))
+    ops = pd.DataFrame({"k": np.arange(len(nodes)), "r": g.rank[nodes], "s": g.step[nodes], "t": g.start_ns[nodes]})
+    colls = pd.DataFrame({"r": g.rank[coll], "s": g.step[coll], "t": g.start_ns[coll]}).sort_values("t", kind="stable")
+    colls["n"] = colls.groupby(["r", "s"]).cumcount() + 1
+    found = pd.merge_asof(ops.sort_values("t", kind="stable"), colls, on="t", by=["r", "s"], allow_exact_matches=False)
+    return found.sort_values("k")["n"].fillna(0).to_numpy(dtype=np.int64)
 
 
 def _overlap_comm(g: Graph, p: Params) -> None:
-    if g.cpu_only:
+    hidden = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
+    hidden &= ~depend.last_of_steps(g, hidden)  # so does each rank's step's last: the step reads its result
+    if g.cpu_only:  # the host threads that blocked on a hidden collective go on
         waits = (p.xe_src >= 0) & (g.kind == HOST_OP)
-        waits &= g.kind[np.maximum(p.xe_src, 0)] == COLL
-        p.xe_src[waits] = -1
+        _stop_waiting(g, p, np.flatnonzero(waits & hidden[np.maximum(p.xe_src, 0)]))
+    _off_compute_chains(g, p, hidden)
+    _issued_at_step_start(g, p, hidden)
+
+
+def _stop_waiting(g: Graph, p: Params, nodes: np.ndarray) -> None:
+    """Host ops that waited on a collective no longer do; the host's stalls between its end and
+    theirs (untraced time of its own: a sleep after the wait returned) stay, as time before them."""
+    kept = np.zeros(len(nodes), np.int64)
+    src = p.xe_src[nodes]
+    for r, start, end in _stalls(g, None):
+        on = g.rank[nodes] == r
+        u0, u1 = merge_intervals(start, end)
+        after = g.end_ns[src[on]]
+        until = np.minimum(after + np.maximum(p.xe_off_ns[nodes[on]], 0), g.start_ns[nodes[on]])
+        kept[on] = covered(after, until, u0, u1)
+    p.gap_ns[nodes] = np.maximum(p.gap_ns[nodes], kept)
+    if p.stall_ns is not None:  # no-host-gaps, where it comes later, keeps them too
+        p.stall_ns[nodes] = np.maximum(p.stall_ns[nodes], kept)
+    p.xe_src[nodes] = -1
+
+
+def _issued_at_step_start(g: Graph, p: Params, hidden: np.ndarray) -> None:
+    """Hidden collectives launched by a host call (or CPU op) are issued as their rank's step's
+    work begins instead (its first GPU op; in a CPU-only trace its first CPU operator): bucketing
+    issues each all-reduce as its gradients are ready, during the backward, where the trace may
+    issue them all after it; which gradient is ready when, it does not say (an upper bound). Their
+    chain still runs them in order, so their transfers add up behind each other, never at once."""
+    idx = np.flatnonzero(hidden & (p.xs_src >= 0))
+    work = np.flatnonzero(g.work() | (g.kind == COLL) if not g.cpu_only else g.work())
+    if not len(idx) or not len(work):
         return
-    comm = (g.kind == COLL) & ~depend.dependent(g)  # a layer's collective whose result the next layer reads stays
-    order = np.lexsort((g.start_ns, g.chain))
-    pred_comm = np.zeros(len(g), bool)
-    same = g.chain[order[1:]] == g.chain[order[:-1]]
-    pred_comm[order[1:][same]] = comm[order[:-1][same]]
-    p.gap_ns[pred_comm & ~comm] = np.minimum(p.gap_ns[pred_comm & ~comm], 0)
-    p.gap_ns[comm] = np.minimum(p.gap_ns[comm], 0)
-    p.chain[comm] = p.chain[comm] + int(g.chain.max()) + 1
-    p.pinned[comm & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
+    work = work[np.lexsort((g.start_ns[work], g.step[work], g.rank[work]))]
+    new = np.r_[True, (g.rank[work][1:] != g.rank[work][:-1]) | (g.step[work][1:] != g.step[work][:-1])]
+    first = work[new]  # per rank and step, its work's first node
+    at = pd.Series(first, index=pd.MultiIndex.from_arrays([g.rank[first], g.step[first]]))
+    src = at.reindex(pd.MultiIndex.from_arrays([g.rank[idx], g.step[idx]])).to_numpy()
+    ok = ~np.isnan(src)
+    idx, src = idx[ok], src[ok].astype(np.int64)
+    # only earlier than its launch and its start as measured: every edge still runs forward in time, no cycle
+    ok = (src != idx) & (g.start_ns[src] <= np.minimum(g.start_ns[p.xs_src[idx]], g.start_ns[idx]))
+    idx, src = idx[ok], src[ok]
+    p.xs_src[idx] = src
+    p.xs_off_ns[idx] = 0
+
+
+def _off_compute_chains(g: Graph, p: Params, hidden: np.ndarray) -> None:
+    """Hidden collectives queued on a chain with compute move to a chain of their own (one per
+    chain they leave, so they still run in order), and what was queued behind them no longer
+    waits; a chain of collectives alone (NCCL's stream, gloo's worker thread) keeps them."""
+    order = g.chain_order(p.chain)
+    mixed = np.unique(p.chain[(g.kind != COLL)])
+    moved = hidden & np.isin(p.chain, mixed)
+    behind = np.zeros(len(g), bool)
+    same = p.chain[order[1:]] == p.chain[order[:-1]]
+    behind[order[1:][same]] = moved[order[:-1][same]]
+    p.gap_ns[behind & ~moved] = np.minimum(p.gap_ns[behind & ~moved], 0)
+    p.gap_ns[hidden] = np.minimum(p.gap_ns[hidden], 0)
+    p.chain[moved] = p.chain[moved] + max(int(p.chain.max()), int(g.chain.max())) + 1
+    p.pinned[moved & (p.xs_src < 0) & (p.xe_src < 0)] = True  # one without a launch call starts as measured
 
 
 def _busbw(g: Graph, p: Params, gb_s: float) -> None:

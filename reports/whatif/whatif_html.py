@@ -124,7 +124,7 @@ def _scenario_rows(w: WhatIf) -> pd.DataFrame:
                      **{k: _or_nan(getattr(r, k)) for k in ("predicted_unprofiled_ns", "saving_unprofiled_ns",
                                                               "saving_unprofiled_frac")},
                      "unprofiled_step_ns": _or_nan((w.unprofiled or {}).get("unprofiled_step_ns")),
-                     "evidence": _evidence(r, median, pred)})
+                     "evidence": evidence_line(r, median, pred)})
     return pd.DataFrame(rows, columns=list(SCENARIO_COLUMNS))
 
 
@@ -132,10 +132,11 @@ def _or_nan(value) -> float:
     return np.nan if value is None else float(value)
 
 
-def _evidence(r, median, pred: float) -> str:
+def evidence_line(r, median, pred: float) -> str:
     """One line: what the scenario means, its saving over how many steps, the median step's."""
     together = "every other scenario of this table, replayed together"
-    what = TEXT.get(r.name, together if r.name == "together" else label_of(r.name, r.args))
+    label = label_of(r.name, r.args)  # a form of its own (balance:share) has its own words
+    what = TEXT.get(label, TEXT.get(r.name, together if r.name == "together" else label))
     if not r.steps or r.saving_ns is None or pd.isna(r.saving_ns):
         return f"what if {what}: no step claims a saving (the unchanged replay does not reproduce them)"
     whole = median is not None and _step_text(median["step"]) == "whole trace"
@@ -147,7 +148,7 @@ def _evidence(r, median, pred: float) -> str:
             line += f"; the median step ({_step_text(median['step'])}): {fmt.ms(median['step_ns'])} -> {fmt.ms(pred)}"
     if r.name == "together":
         return line + "; a joint replay: each scenario's measured error is on its own row"
-    b = band(r.name)
+    b = band(r.name, r.args)
     return line + (f"; {b.text()}" if b else "; not yet measured against a run without its cause")
 
 

@@ -99,7 +99,8 @@ class Session:
         kept = [r for r in self.runs if r.kind in kinds and r.profiles]
         for r in self.runs:
             if r.kind == SNAPSHOT and SNAPSHOT not in kinds:
-                self.note(Note("snapshot_not_read", {"command": command}, where=(r.name,)))
+                # one note per file, however its path was spelled (a folder's own and the file given too)
+                self.note(Note("snapshot_not_read", {"command": command}, where=(os.path.normpath(r.name),)))
         if kept:
             return kept
         if all(r.kind == NONE for r in self.runs):

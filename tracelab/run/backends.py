@@ -176,6 +176,16 @@ def region(name: str, work: dict[str, float] | None = None) -> Iterator[None]:
         yield
 
 
+def _align_ranks() -> None:
+    """Every rank of a process group leaves start() together: each rank's profiler takes its own
+    time to start (up to a second on a CPU), and a rank that entered its first step early would
+    wait for the others at its first collective, a wait of the profiler's own making in the
+    window's first step."""
+    dist = getattr(_torch(), "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 class Session:
     """One rank's profiling session: one window, opened by start() and closed by stop()."""
 
@@ -193,6 +203,7 @@ class Session:
             raise RunError(self.backend, "a session has one profiled window; start() was called twice")
         self.started = True
         self._start()
+        _align_ranks()
 
     def stop(self) -> None:
         if self.started and not self.stopped:
