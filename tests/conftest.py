@@ -51,12 +51,12 @@ def _one_process() -> Iterator[None]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
     """helpers.shared_trace reads the running test's marks (before its fixtures, which may call it);
-    the caches' threshold follows them from here on (_cache_small_traces), a module fixture that
-    this test makes included."""
+    small traces go through the run's caches from here on (_cache_small_traces), in a module fixture
+    that this test makes too."""
     import helpers
 
     helpers.RUNNING_MARKS = {mark.name for mark in item.iter_markers()}
-    _cache_small_traces("slow" not in helpers.RUNNING_MARKS)
+    _cache_small_traces(True)
 
 
 @pytest.hookimpl(trylast=True)
@@ -78,7 +78,11 @@ def _cache_small_traces(small: bool) -> None:
     one that sets a limit (TRACELAB_MAX_*) asks for a parse a cache hit would skip: from its
     first such patch (monkeypatch, below) the test keeps tracelab's own threshold. Setting other
     variables (a step pattern, the cache's folder, the terminal's) changes no entry it reads or
-    makes. Every slow test keeps tracelab's threshold throughout (end to end, as a user's command runs)."""
+    makes. Slow tests cache them too (CI's slow stage reads the same captures in hundreds of
+    end-to-end tests): a capture's first read in a test process is the parse a user's command
+    makes (in a worker pool where it has several ranks: _one_process), its later reads are cache
+    hits, as a user's second command on a large trace is; tests/test_cache.py and
+    test_digest_cache.py check that a hit gives what the parse gave."""
     from tracelab.ingest import cache
 
     default = _CACHING_SMALL.pop() if _CACHING_SMALL else cache.MIN_BYTES

@@ -46,3 +46,9 @@ def test_a_limit_set_by_the_test_is_enforced_on_a_cached_trace(tmp_path, monkeyp
     monkeypatch.setenv(variable, value)
     with pytest.raises(tracelab.TracelabError):
         tracelab.load(TRACE)
+
+
+@pytest.mark.slow
+def test_a_slow_test_caches_small_traces_too(tmp_path, monkeypatch):
+    """CI's slow stage reads the same captures in hundreds of end-to-end tests: each parsed once per process."""
+    assert cache.MIN_BYTES == 0 and _cached_here(tmp_path, monkeypatch) > 0
