@@ -141,6 +141,19 @@ def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
 
 
 @pytest.fixture(scope="session")
+def twenty_late_ranks(tmp_path_factory) -> Path:
+    """20 gz ranks of the late DDP capture, its late rank as rank 7 (benchmarks/make_ranks.py), made
+    once per test process for the many-rank tests of every module, which only read it: a trace
+    read again is read from the run's caches, as tracelab reads a large one again."""
+    import helpers
+
+    late = helpers.DATA / "ddp-2gpu-late-torch"
+    run = tmp_path_factory.mktemp("twenty-late-ranks") / "run"
+    helpers.benchmark("make_ranks").make(run, 20, [late / "rank0.pt.trace.json.gz"], {7: late / "rank1.pt.trace.json.gz"})
+    return run
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     """The headless browser the HTML tests open reports in; the test skips, saying so, without one."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
