@@ -1,4 +1,4 @@
-"""The default run's caching of small traces (conftest.py) never hands a test an entry its own patch
+"""The test run's caching of small traces (conftest.py) never hands a test an entry its own patch
 would not have made: a test that patches tracelab's code, or sets a limit the caches' key leaves
 out, gets a fresh parse from that patch on; one that sets a variable the key holds keeps caching."""
 from __future__ import annotations
