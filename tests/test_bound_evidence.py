@@ -4,15 +4,13 @@ a busy GPU sits on the critical path without bounding the step."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from tracelab.reports.idle.idle import HOST_BOUND_SHARE, HOST_CAUSES, host_needs_host_idle
 
-from helpers import DATA, shared_trace
+from helpers import DATA, run_cli_output, shared_trace
 
 
 def _rows(**over) -> pd.DataFrame:
@@ -33,26 +31,28 @@ def test_host_late_for_enough_of_the_step_stays_host_bound():
     assert out["bound"].tolist() == ["host"] and out["bound_from"].tolist() == ["path"]
 
 
-def _idle_steps(path) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "tracelab", "idle", str(path), "--format", "json"],
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["steps"]
+def _idle_steps(capsys, path) -> list[dict]:
+    """The steps of `tracelab idle PATH --format json`, run in this process (the rule is the command's
+    output; tests/test_cli_errors.py runs the CLI as its own process)."""
+    status, out, err = run_cli_output(capsys, "idle", str(path), "--format", "json")
+    assert status == 0, err
+    return json.loads(out)["steps"]
 
 
-@pytest.mark.slow  # a CLI process per capture, ~1.3 s each
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [DATA / "train-small-1gpu-torch", DATA / "idle-1gpu-large-torch",
                                   DATA / "whatif-stall-2gpu-torch"])
-def test_no_host_bound_step_without_host_idle(path):
-    for s in _idle_steps(path):
+def test_no_host_bound_step_without_host_idle(capsys, path):
+    for s in _idle_steps(capsys, path):
         host_ns = sum(s[c] for c in HOST_CAUSES)
         assert s["bound"] != "host" or host_ns >= HOST_BOUND_SHARE * s["span_ns"], s
 
 
 @pytest.mark.slow
-def test_hta_step_with_a_busy_gpu_is_not_host_bound():
+def test_hta_step_with_a_busy_gpu_is_not_host_bound(capsys):
     """HTA's trace_diff rank 1, step 1012: the GPU busy 95.9% of the step and never waiting on the host;
     its critical path had called it host-bound."""
-    steps = {(s["rank"], s["step"]): s for s in _idle_steps(shared_trace("hta/trace_diff"))}
+    steps = {(s["rank"], s["step"]): s for s in _idle_steps(capsys, shared_trace("hta/trace_diff"))}
     s = steps[(1, 1012)]
     assert sum(s[c] for c in HOST_CAUSES) < HOST_BOUND_SHARE * s["span_ns"]
     assert s["busy_ns"] > 0.95 * s["span_ns"] and s["bound"] == "gpu"

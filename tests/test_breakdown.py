@@ -4,8 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -71,11 +69,11 @@ def test_nsys_summary_per_rank_matches_sql():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("by", ["kernel", "op_class", "scope"])
-def test_cli_json_totals(by):
+def test_cli_json_totals(by, capsys):
     path = shared_trace(KINETO)
-    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(path), "--by", by,
-                          "--format", "json", "--top", "3"], capture_output=True, text=True, check=True)
-    doc = json.loads(out.stdout)
+    status, out, err = run_cli_output(capsys, "breakdown", str(path), "--by", by, "--format", "json", "--top", "3")
+    assert status == 0, err
+    doc = json.loads(out)
     df = tracelab.load(path).events
     assert sum(r["total_ns"] for r in doc["breakdown"]) == int(df["dur_ns"].sum())
     assert doc["summary"][0]["rank"] == 1

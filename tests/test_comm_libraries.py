@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tracelab.core.classify import canonical, classify_one
 
-from helpers import DATA
+from helpers import DATA, run_cli_output
 
 TRACE = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
 RENAMED = {"void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)": "deep_ep::dispatch",
@@ -40,19 +38,20 @@ def renamed(tmp_path_factory):
     return path, ns
 
 
-def _json(*args) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tracelab", *args, "--format", "json"], capture_output=True,
-                          text=True, check=True)
-    return json.loads(done.stdout)
+def _json(capsys, *args) -> dict:
+    """`tracelab ARGS --format json` in this process, its document."""
+    status, out, err = run_cli_output(capsys, *args, "--format", "json")
+    assert status == 0, err
+    return json.loads(out)
 
 
-@pytest.mark.slow  # two CLI processes, ~2 s
-def test_library_kernels_are_communication_under_their_library(renamed):
+@pytest.mark.slow
+def test_library_kernels_are_communication_under_their_library(renamed, capsys):
     path, ns = renamed
-    rows = {r["kernel"]: r for r in _json("breakdown", str(path), "--top", "0")["breakdown"]}
+    rows = {r["kernel"]: r for r in _json(capsys, "breakdown", str(path), "--top", "0")["breakdown"]}
     for name, total_ns in ns.items():
         assert rows[name]["total_ns"] == total_ns
-    by_class = {r["op_class"]: r["total_ns"] for r in _json("breakdown", str(path), "--by", "op_class")["breakdown"]}
+    by_class = {r["op_class"]: r["total_ns"] for r in _json(capsys, "breakdown", str(path), "--by", "op_class")["breakdown"]}
     assert by_class["communication"] == sum(ns.values())
 
 

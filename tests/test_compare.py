@@ -294,15 +294,13 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
 @pytest.mark.parametrize("case", ["one input", "missing file", "not a trace", "empty folder", "bad --by",
                                   "bad --format", "--tree on nsys"])
 @pytest.mark.slow
-def test_bad_input_one_line_exit_2(tmp_path, case):
-    import subprocess
-    import sys
-
+def test_bad_input_one_line_exit_2(tmp_path, capsys, case):
+    """In this process, through the CLI's entry point (tests/test_cli_errors.py runs it as a process)."""
     args, words = _bad_inputs(tmp_path)[case]
-    proc = subprocess.run([sys.executable, "-m", "tracelab", "compare", *args], capture_output=True, text=True)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tracelab: error:") and words in lines[0], proc.stderr
+    status, _, err = run_cli_output(capsys, "compare", *args)
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracelab: error:") and words in lines[0], err
 
 
 # ---- across profilers: one workload under proton, torch and nsys ---------------------------

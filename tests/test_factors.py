@@ -5,6 +5,7 @@ ones, and the command end to end on a tiny CPU trace, its file read back by what
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -27,7 +28,9 @@ def _raw(path: Path) -> list[dict]:
     return json.load(gzip.open(path))["traceEvents"]
 
 
+@functools.lru_cache(maxsize=None)
 def _found(path: Path) -> list[dict]:
+    """The trace's products with their leaves, once per test process (the tests only read them)."""
     profile = tracelab.load(str(path))
     rows = fp.product_rows(profile.events)
     return fp.products(rows, leaves_of_rows(path, list(rows["raw_name"]), rows["start_ns"].to_numpy(),

@@ -85,7 +85,7 @@ def test_idle_share_from_the_json():
 
 
 @slow_after(1)
-@pytest.mark.parametrize("run", ["ddp-2gpu-equal-nsys", "gloo-2cpu-equal", "ddp-2gpu-alternating-torch"])
+@pytest.mark.parametrize("run", ["gloo-2cpu-equal", "ddp-2gpu-equal-nsys", "ddp-2gpu-alternating-torch"])
 def test_no_straggler_where_the_verdict_names_none(run):
     """Equal work, and a late rank that alternates where the verdict finds no pattern: nothing is
     said of a straggler or an alternation (left out, not hedged)."""
@@ -233,17 +233,11 @@ def test_findings_on_top_linked_and_rendered_in_chromium(paths, command, chromiu
 
 
 @pytest.mark.slow
-def test_charts_of_many_ranks_draw_the_late_rank_beside_the_first(tmp_path):
+def test_charts_of_many_ranks_draw_the_late_rank_beside_the_first(tmp_path, twenty_late_ranks):
     """20 ranks (the late DDP capture's waiting rank, its late rank as rank 7): every chart with a
     bar, column or box per rank draws at most 16 of them, rank 7 among them, and says so; the
     findings name rank 7."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
-    make_ranks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_ranks)
-    make_ranks.make(tmp_path / "run", 20, [LATE / "rank0.pt.trace.json.gz"], {7: LATE / "rank1.pt.trace.json.gz"})
-    text = write_report([str(tmp_path / "run")], tmp_path / "r.html").read_text()
+    text = write_report([str(twenty_late_ranks)], tmp_path / "r.html").read_text()
     figs = json.loads(text.split('id="tracelab-figures">', 1)[1].split("</script>", 1)[0])
     per_rank = 0
     for fig in figs.values():

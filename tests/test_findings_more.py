@@ -260,13 +260,14 @@ def test_a_long_kernel_name_is_cut_where_it_still_names_one_kernel(tmp_path, cap
     import re
     import shutil
 
-    shutil.copytree(DATA / "decode-1b-1gpu-torch", tmp_path / "run")
+    shutil.copytree(DATA / "decode-compile-1gpu-torch", tmp_path / "run")  # recorded shapes; both kinds of kernel
     path = tmp_path / "run" / "rank0.pt.trace.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))
     stem = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x64x128_MI16x16x1_SN_LDSB1_AFC"
     for e in doc["traceEvents"]:
         if e.get("cat") == "kernel" and "elementwise_kernel" in e["name"]:
             e["name"] = stem + ("0_AG0_ASEM1" if "unrolled" in e["name"] else "1_AG0_ASEM1")
+    assert len({e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith(stem)}) == 2
     path.write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
     status, out, _ = run_cli_output(capsys, "roofline", str(tmp_path / "run"))
     shown, calls, ms_ = re.search(r"1\. (\S+) loses [\d.,]+ ms to its roofline on rank 0 \(([\d,]+) calls, ([\d.,]+) ms",

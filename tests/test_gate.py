@@ -294,7 +294,7 @@ def test_a_step_timed_without_the_profiler_is_not_judged_against_a_traced_one(ca
     """A run folder that timed its steps with the profiler off against its own trace alone (which
     has only the traced span): both sides are judged on the traced span, so the same steps pass
     unchanged, not "faster" or "slower" by the profiler's cost; the note says the sources differ."""
-    folder = DATA / "stall-1cpu-torch"
+    folder = DATA / "train-tiny-cpu-torch"
     trace = folder / "rank0.pt.trace.json.gz"
     status, out, _ = run_cli_output(capsys, "gate", str(folder), str(trace), "--format", "json")
     doc = strict_json(out)

@@ -309,7 +309,7 @@ def test_proton_says_it_records_no_launches_in_one_line() -> None:
 
 
 def test_a_trace_without_launch_calls_is_all_other_and_says_so(tmp_path: Path) -> None:
-    doc = json.load(gzip.open(_trace("small", "torch")))
+    doc = json.load(gzip.open(DATA / "train-1gpu-steps-torch" / "rank0.pt.trace.json.gz"))  # steps, as launched
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cuda_runtime", "cuda_driver")]
     broken = tmp_path / "rank0.pt.trace.json"
     broken.write_text(json.dumps(doc))

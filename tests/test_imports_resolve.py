@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import import_statements
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tracelab"
 SOURCES = sorted({*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")})
@@ -26,7 +28,7 @@ def _imports(path: Path, text: str | None = None) -> list[tuple[str, str, int]]:
     """(module, name, line) of each `from tracelab... import name` of `path` (or of `text`, as if it
     were that file's), relative ones resolved."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text() if text is None else text, str(path))):
+    for node in import_statements(ast.parse(path.read_text() if text is None else text, str(path))):
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:

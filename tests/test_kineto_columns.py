@@ -19,6 +19,7 @@ from tracelab.parsers._kineto import to_ints
 from helpers import DATA
 
 SHAPED = DATA / "train-small-1gpu-torch" / "rank0.pt.trace.json.gz"  # record_shapes=True
+LAUNCHED = DATA / "train-1gpu-steps-torch" / "rank0.pt.trace.json.gz"  # 1,308 launch calls, a sixth the bytes
 
 
 def _picked(path, groups, by_runs: bool = True):
@@ -67,8 +68,8 @@ def test_operators_shapes_ids_and_durations_equal_a_json_walk(by_runs, monkeypat
 
 
 def test_launch_calls_keep_no_args_but_their_correlation_and_external_id():
-    calls = _picked(SHAPED, [(chrome.LAUNCHES, Calls)])[0]
-    want = _walk(SHAPED, chrome.LAUNCHES)
+    calls = _picked(LAUNCHED, [(chrome.LAUNCHES, Calls)])[0]
+    want = _walk(LAUNCHED, chrome.LAUNCHES)
     assert calls.size == len(want) > 1000 and calls.args == []
     assert calls.correlation.tolist() == [_int_or_minus_one(e["args"].get("correlation")) for e in want]
     assert calls.external_id.tolist() == [_int_or_minus_one(e["args"].get("External id")) for e in want]

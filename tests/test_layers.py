@@ -16,6 +16,8 @@ import pytest
 
 from tracelab.reports.topics import TOPICS
 
+from helpers import import_statements
+
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 SHARED_FOLDERS = {"timeline", "align", "findings", "html", "stats"}
 REGISTRY = "topics.py"
@@ -56,9 +58,8 @@ def imports_between_layers(root: Path = REPORTS) -> set[tuple[str, str]]:
         rel = path.relative_to(root)
         if str(rel) == REGISTRY:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                out |= {(str(rel), t) for t in _reached(node, rel) if t in topics and t != _layer(rel)}
+        for node in import_statements(ast.parse(path.read_text(), str(path))):
+            out |= {(str(rel), t) for t in _reached(node, rel) if t in topics and t != _layer(rel)}
     return out
 
 
@@ -120,10 +121,9 @@ def renderer_imports(folder: Path) -> set[tuple[str, str]]:
     """(module, imported) for each import under `folder` of a report renderer or a rendering library."""
     out = set()
     for path in sorted(folder.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                out |= {(path.name, m) for m in _imported(node)
-                        if (m.startswith("tracelab.reports.") and is_renderer(m)) or m.split(".")[0] in RENDER_LIBRARIES}
+        for node in import_statements(ast.parse(path.read_text(), str(path))):
+            out |= {(path.name, m) for m in _imported(node)
+                    if (m.startswith("tracelab.reports.") and is_renderer(m)) or m.split(".")[0] in RENDER_LIBRARIES}
     return out
 
 

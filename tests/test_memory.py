@@ -9,6 +9,7 @@ import itertools
 import json
 import pickle
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,14 @@ IMBALANCED = DATA / "train-2cpu-memory-torch"
 EQUAL = DATA / "train-2cpu-memory-equal-torch"
 
 
+@lru_cache(maxsize=None)
+def _doc(path: Path) -> dict:
+    """The trace's JSON, once per test process: the walks only read it, _edited copies what it changes."""
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
 def _raw(path: Path) -> list[dict]:
-    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return _doc(path)["traceEvents"]
 
 
 def _walk(path: Path) -> dict:
@@ -136,11 +143,14 @@ def test_compare_of_two_runs_peaks(capsys):
 
 
 def _edited(tmp_path: Path, edit) -> Path:
-    doc = json.loads(gzip.decompress((IMBALANCED / "rank0.pt.trace.json.gz").read_bytes()))
-    first = next(e for e in doc["traceEvents"] if e.get("name") == "[memory]")
+    """The imbalanced run's rank 0 with edit() applied to its first memory event's args (a copy of that event)."""
+    doc = _doc(IMBALANCED / "rank0.pt.trace.json.gz")
+    events = doc["traceEvents"]
+    at = next(i for i, e in enumerate(events) if e.get("name") == "[memory]")
+    first = {**events[at], "args": dict(events[at]["args"])}
     edit(first["args"])
     out = tmp_path / "rank0.pt.trace.json"
-    out.write_text(json.dumps(doc))
+    out.write_text(json.dumps({**doc, "traceEvents": [*events[:at], first, *events[at + 1:]]}))
     return out
 
 

@@ -16,6 +16,8 @@ import pytest
 
 import tracelab
 
+from helpers import import_statements
+
 ROOT = Path(__file__).resolve().parents[1]
 # every subpackage, and one module of each, imported by name
 IMPORTS = "import tracelab.parsers.chrome, tracelab.reports.breakdown.breakdown, tracelab.workloads; import tracelab.reports"
@@ -151,15 +153,13 @@ def _imported_modules(name: str, path: Path, known: set[str], packages: set[str]
     __init__ is not counted: every module runs its package's first, that is no choice of its own."""
     base = name if path.stem == "__init__" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in import_statements(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             parent = ".".join(base.split(".")[: len(base.split(".")) - node.level + 1]) if node.level else ""
             module = ".".join(filter(None, [parent, node.module]))
             targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
         found |= {t for t in targets if t in known and t != name and t not in packages}
     return found
 

@@ -308,29 +308,18 @@ def test_rank_lists():
 
 
 @pytest.mark.slow
-def test_cli_writes_gzip_and_refuses_to_overwrite(tmp_path):
+def test_cli_writes_gzip_and_refuses_to_overwrite(tmp_path, capsys):
+    """Through the CLI's entry point in this process (tests/test_cli_errors.py runs it as a process)."""
     out = tmp_path / "merged.json.gz"
-    cmd = [sys.executable, "-m", "tracelab", "export", "perfetto", str(DATA / "decode-2gpu-torch"), "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    cmd = ["export", "perfetto", str(DATA / "decode-2gpu-torch"), "-o", str(out)]
+    status, _, err = run_cli_output(capsys, *cmd)
+    assert status == 0, err
     doc = json.loads(gzip.decompress(out.read_bytes()))
     assert format_errors(doc) == [] and _counts(doc)[1]["kernel"] == 325
-    again = subprocess.run(cmd, capture_output=True, text=True)
-    assert again.returncode == 2 and "--force" in again.stderr and again.stderr.count("\n") == 1
-    bad = subprocess.run(cmd + ["--force", "--window", "9"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--window" in bad.stderr and bad.stderr.count("\n") == 1
-
-
-def _twenty_ranks(tmp_path: Path) -> Path:
-    """20 gz ranks of the late DDP capture (its late rank as rank 7), benchmarks/make_ranks.py."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
-    make_ranks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_ranks)
-    late = Path(__file__).parent / "data" / "ddp-2gpu-late-torch"
-    make_ranks.make(tmp_path / "run", 20, [late / "rank0.pt.trace.json.gz"], {7: late / "rank1.pt.trace.json.gz"})
-    return tmp_path / "run"
+    status, _, err = run_cli_output(capsys, *cmd)
+    assert status == 2 and "--force" in err and err.count("\n") == 1
+    status, _, err = run_cli_output(capsys, *cmd, "--force", "--window", "9")
+    assert status == 2 and "--window" in err and err.count("\n") == 1
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -347,8 +336,8 @@ def cached(monkeypatch) -> None:
 
 
 @pytest.mark.slow
-def test_an_export_past_max_events_is_refused_naming_ranks_to_pick(tmp_path, capsys, cached):
-    run = _twenty_ranks(tmp_path)
+def test_an_export_past_max_events_is_refused_naming_ranks_to_pick(tmp_path, capsys, cached, twenty_late_ranks):
+    run = twenty_late_ranks
     rows = sum(len(p.events) for p in load_many(run))  # every row is timed here (Kineto)
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(run), "-o", str(tmp_path / "all.json"),
                                     "--max-events", str(rows // 5))
@@ -365,10 +354,10 @@ def test_an_export_past_max_events_is_refused_naming_ranks_to_pick(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path, capsys, cached):
+def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path, capsys, cached, twenty_late_ranks):
     """Of more than 16 traces the export reads each rank's rows of the picked steps in its
     worker; the file equals the trace made from every rank's events, as before."""
-    run = _twenty_ranks(tmp_path)
+    run = twenty_late_ranks
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(run), "-o", str(tmp_path / "s.json"),
                                     "--steps", "2-3")
     assert status == 0, err
@@ -387,12 +376,12 @@ def test_steps_of_many_ranks_kept_in_the_workers_give_the_same_trace(tmp_path, c
 
 
 @pytest.mark.slow
-def test_report_perfetto_of_many_ranks_reads_them_again_or_is_refused(tmp_path, monkeypatch, cached):
+def test_report_perfetto_of_many_ranks_reads_them_again_or_is_refused(tmp_path, monkeypatch, cached, twenty_late_ranks):
     from typer.testing import CliRunner
 
     from tracelab.cli import app
 
-    run = _twenty_ranks(tmp_path)
+    run = twenty_late_ranks
     runner = CliRunner()
     done = runner.invoke(app, ["report", str(run), "-o", str(tmp_path / "r.html"), "--perfetto"])
     assert done.exit_code == 0, done.output

@@ -270,10 +270,12 @@ def test_the_trace_says_how_it_was_profiled(folder: str, key: str) -> None:
     assert pc.config_of(p.meta, p.memory, bool((p.events["kind"] != "cpu_op").any())).key == key
 
 
-def test_kineto_meta_says_whether_shapes_were_recorded() -> None:
-    raw = json.loads(__import__("gzip").open(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz").read())
+@pytest.mark.parametrize("folder", ["roofline-1gpu-torch", "decode-1gpu-torch"])  # shapes recorded, and not
+def test_kineto_meta_says_whether_shapes_were_recorded(folder: str) -> None:
+    path = DATA / folder / "rank0.pt.trace.json.gz"
+    raw = json.loads(__import__("gzip").open(path).read())
     dims = any("Input Dims" in e.get("args", {}) for e in raw["traceEvents"] if e.get("cat") == "cpu_op")
-    assert tracelab.load(DATA / "train-cpu-pair-torch/rank0.pt.trace.json.gz").meta.extras["record_shapes"] is dims
+    assert tracelab.load(path).meta.extras["record_shapes"] is dims
 
 
 def test_step_counts_are_the_rows_of_each_step() -> None:

@@ -2,6 +2,7 @@
 shapes the capture script knew and against raw walks of the files; the device's roofs."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -271,10 +272,18 @@ def test_report_has_the_roofline_section_with_a_log_log_plot(tmp_path, capsys):
     assert any(d.get("name", "").startswith("roof bf16/fp16: 989") for d in roof[0]["data"])
 
 
+@functools.lru_cache(maxsize=None)
 def _proton_scope(folder, by="scope"):
+    """The capture's roofline rows by `by`, and its profile: once per test process (the tests only read them)."""
     profile = tracelab.load(DATA / folder / "rank0.hatchet")
     events = with_scope_work(profile.events, profile.meta.scope_metrics)
     return roofline(events, devices.detect(profile.meta.devices[0]), by).rows.set_index("key"), profile
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_scope_rows() -> pd.DataFrame:
+    """The same script's roofline rows by scope under torch, once per test process."""
+    return roofline(tracelab.load(SHAPES / "rank0.pt.trace.json.gz").events, H100, "scope").rows.set_index("key")
 
 
 @pytest.mark.parametrize("region", ["gemm_square_bf16", "gemm_square_fp32", "linear_bf16", "bmm_bf16", "sdpa_bf16",
@@ -293,7 +302,7 @@ def test_proton_known_shapes_rates_over_raw_kernel_time(region):
         assert rows.loc[region, "tflop_s"] == pytest.approx(expected["flops"] * expected["calls"] / kernel_ns / 1e3,
                                                             rel=0.01)
     assert rows.loc[region, "gb_s"] == pytest.approx(expected["bytes"] * expected["calls"] / kernel_ns, rel=0.01)
-    torch_rows = roofline(tracelab.load(SHAPES / "rank0.pt.trace.json.gz").events, H100, "scope").rows.set_index("key")
+    torch_rows = _torch_scope_rows()
     if region.startswith(("gemm", "linear", "bmm", "sdpa")):  # the same kernels, another run: within 5%
         assert rows.loc[region, "tflop_s"] == pytest.approx(torch_rows.loc[region, "tflop_s"], rel=0.05)
         assert rows.loc[region, "bound"] == torch_rows.loc[region, "bound"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from decimal import Decimal
@@ -17,7 +16,7 @@ import pytest
 from tracelab.parsers import chrome
 from tracelab.reports import ranks as session
 from tracelab.core.schema import OnEvents
-from helpers import slow_after
+from helpers import run_cli_output, slow_after
 
 DATA = Path(__file__).parent / "data"
 RANK_TRACE = DATA / "decode-2gpu-torch" / "rank0.pt.trace.json.gz"
@@ -503,23 +502,17 @@ def test_compare_of_many_ranks_prints_spreads_not_a_column_per_rank(tmp_path):
 
 
 @pytest.mark.slow
-def test_breakdown_of_many_ranks_prints_spreads_not_a_table_per_rank(tmp_path):
+def test_breakdown_of_many_ranks_prints_spreads_not_a_table_per_rank(twenty_late_ranks, capsys, monkeypatch):
     """20 gz ranks (the late DDP capture's waiting rank nineteen times, its late rank as rank 7):
     `tracelab breakdown` prints each measure's spread over the ranks and one row per kernel with
     its least, median and most time, the numbers a pandas groupby of all the events gives."""
-    import importlib.util
-
     import tracelab
 
-    spec = importlib.util.spec_from_file_location("make_ranks", Path(__file__).parents[1] / "benchmarks/make_ranks.py")
-    make_ranks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_ranks)
-    late = DATA / "ddp-2gpu-late-torch"
-    make_ranks.make(tmp_path / "run", 20, [late / "rank0.pt.trace.json.gz"], {7: late / "rank1.pt.trace.json.gz"})
-    out = subprocess.run([sys.executable, "-m", "tracelab", "breakdown", str(tmp_path / "run"), "--top", "5"],
-                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, check=True).stdout
+    monkeypatch.setenv("COLUMNS", "250")
+    status, out, err = run_cli_output(capsys, "breakdown", str(twenty_late_ranks), "--top", "5")
+    assert status == 0, err
     assert "20 ranks" in out and "over the 20 ranks" in out and out.count("rank 19 (torch") == 0
-    df = tracelab.events(tracelab.load_many(tmp_path / "run", workers=1))
+    df = tracelab.events(tracelab.load_many(twenty_late_ranks, workers=1))
     per_rank = df[df["kind"] == "kernel"].groupby(["kernel", "rank"], observed=True)["dur_ns"].sum().unstack()
     first = per_rank.sum(axis=1).idxmax()
     times = per_rank.loc[first].dropna()
@@ -555,8 +548,6 @@ def test_export_perfetto_of_some_ranks_reads_only_their_events_and_writes_the_sa
     real = I.with_events
     monkeypatch.setattr(I, "with_events", lambda inputs, ranks, *a, **k: read.append(ranks) or real(inputs, ranks, *a, **k))
     lean = tmp_path / "lean.json"
-    from helpers import run_cli_output
-
     status, _, err = run_cli_output(capsys, "export", "perfetto", str(DATA / folder), "-o", str(lean), *options)
     assert status == 0, err
     from tracelab.ingest.session import Session

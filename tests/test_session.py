@@ -79,6 +79,16 @@ def test_none_run_read_for_its_run_json(mixes):
     assert [name for name, _ in session.run_infos] == [TORCH.name, NSYS.name, NONE_RUN.name]
 
 
+@pytest.mark.pool
+def test_each_rank_parsed_in_a_worker_pool_is_announced_in_order():
+    """on_loaded (the command's progress bar) hears of each file as its rank comes back from the
+    worker processes that parse the ranks (one per rank where the cores allow), in the files' order."""
+    files = sorted((DATA / "gloo-2cpu-equal").glob("rank*.pt.trace.json.gz"))
+    loaded: list[str] = []
+    session = Session.open([str(f) for f in files], digests=(), on_loaded=lambda f: loaded.append(str(f)))
+    assert loaded == [str(f) for f in files] and [p.rank for p in session.profiles] == [0, 1]
+
+
 # command -> its arguments besides the paths; what it writes goes under the test's folder
 COMMANDS = {
     "breakdown": [], "roofline": [], "compare": [], "steps": [], "idle": [], "whatif": [], "memory": [],

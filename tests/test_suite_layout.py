@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import import_statements
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -21,7 +23,7 @@ def _tree(path: Path) -> ast.Module:
 
 def _imported(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(_tree(path)):
+    for node in import_statements(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -45,6 +47,42 @@ def test_the_check_sees_such_an_import(tmp_path):
     assert {m for m in _imported(bad) if _is_test_module(m)} == {"tests.test_steps"}
 
 
+NESTED = """
+import a
+def f():
+    import b
+    class C:
+        from c import x
+try:
+    import d
+except ImportError:
+    import e
+else:
+    import f
+finally:
+    import g
+with open("x") as h:
+    for i in range(2):
+        while True:
+            if i:
+                import h
+            else:
+                import i
+match y:
+    case 1:
+        import j
+lambda: __import__("not_a_statement")
+"""
+
+
+def test_the_statement_walk_finds_every_import_ast_walk_finds():
+    """helpers.import_statements, which the layout checks use, against ast.walk: imports at every depth."""
+    tree = ast.parse(NESTED)
+    want = [ast.dump(n) for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    got = [ast.dump(n) for n in import_statements(tree)]
+    assert sorted(got) == sorted(want) and len(got) == 10
+
+
 def test_nothing_patches_typer():
     """typer's public testing API (typer.testing.CliRunner) or tracelab.cli.main, nothing under it."""
     private = ("typer.main", "typer.testing._", "_get_command", "typer._")
@@ -65,7 +103,7 @@ def _private_imports(path: Path) -> list[str]:
     tracelab.parsers._steps as s`). A helper module's public names (`from tracelab.parsers._steps
     import assign`) are public to the tests, as they are to the rest of the package."""
     found = []
-    for node in ast.walk(_tree(path)):
+    for node in import_statements(_tree(path)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in OURS:
             found += [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
         elif isinstance(node, ast.Import):
@@ -137,6 +175,47 @@ def test_the_check_sees_heavy_imports_at_module_level(tmp_path):
                    "def f():\n    import torch\n")
     assert _collection_imports(bad) == ["torch.nn", "scipy.stats", "tracelab.workloads.decode",
                                         "tracelab.workloads.model.Transformer", "triton"]
+
+
+LIGHT_OPTIONS = "tracelab.workloads.options"  # the workloads' options: parsed without torch
+
+
+def _imports_torch_anywhere(path: Path) -> list[str]:
+    """torch, its modules and the workloads' (which import it) that a module imports anywhere: in
+    its tests too, or as helpers.LazyModule("...")."""
+    names = set()
+    for node in import_statements(_tree(path)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names if node.module == "tracelab.workloads")}
+    names |= {call.args[0].value for call in ast.walk(_tree(path)) if isinstance(call, ast.Call)
+              and getattr(call.func, "id", None) == "LazyModule" and call.args and isinstance(call.args[0], ast.Constant)}
+    return sorted(n for n in names if n.split(".")[0] == "torch" or (
+        n.startswith("tracelab.workloads.") and not n.startswith((LIGHT_OPTIONS, *LIGHT_WORKLOADS))))
+
+
+def _torch_modules() -> set[str]:
+    """conftest.TORCH_MODULES, read from its syntax tree (no test module imports conftest)."""
+    (value,) = [node.value for node in _tree(TESTS / "conftest.py").body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["TORCH_MODULES"]]
+    return set(ast.literal_eval(value.args[0]))
+
+
+def test_the_modules_that_import_torch_are_one_workers():
+    """conftest runs TORCH_MODULES in one xdist worker (torch's import paid once): every module
+    that imports torch or a workload in its text is there, and each name there is a test module."""
+    modules = sorted(TESTS.glob("test_*.py"))
+    assert _torch_modules() <= {p.name for p in modules}
+    assert {p.name: found for p in modules if (found := _imports_torch_anywhere(p)) and p.name not in _torch_modules()} == {}
+
+
+def test_the_torch_check_sees_each_form(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import pytest\nfrom helpers import LazyModule\nlm = LazyModule('tracelab.workloads.lm')\n"
+                     "def test_x():\n    import torch.nn\n    from tracelab.workloads import late, configs\n"
+                     "    from tracelab.workloads.options import decode\n")
+    assert _imports_torch_anywhere(probe) == ["torch.nn", "tracelab.workloads.late", "tracelab.workloads.lm"]
 
 
 def test_a_lazy_module_is_imported_at_its_first_public_name(tmp_path, monkeypatch):

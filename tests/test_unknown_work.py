@@ -48,7 +48,7 @@ def test_an_operator_with_shapes_has_its_bytes(name, dims, types, concrete, want
 
 
 def test_a_capture_without_input_dims_has_no_kernel_work():
-    path = DATA / "ddp-2gpu-late-torch" / "rank0.pt.trace.json.gz"
+    path = DATA / "decode-1gpu-torch" / "rank0.pt.trace.json.gz"
     ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"] if e.get("cat") == "cpu_op"]
     assert ops and not any((e.get("args") or {}).get("Input Dims") for e in ops)  # record_shapes=False
     assert not any((e.get("args") or {}).get("flops") for e in ops)  # nor with_flops
