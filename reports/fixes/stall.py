@@ -64,8 +64,9 @@ def _finding(group: str, i, f: dict) -> Finding:
     steps = f["steps"]
     # per step: medians over the steps (timeline/steps.median_per_step), the share theirs; where most
     # steps stall too little for that (a stall every N-th step), the total over the steps that stall
+    median_ns = stall_ns_per_step(f) if steps else None
     per_step = stall_in_most_steps(f)
-    stall_ns, span_ns = (stall_ns_per_step(f), f["span_ns_per_step"]) if per_step else (total_ns, f["span_ns"])
+    stall_ns, span_ns = (median_ns, f["span_ns_per_step"]) if per_step else (total_ns, f["span_ns"])
     stalled = stalls.loc[stalls["step"] >= 0, "step"].nunique()
     per = (f"{ms(stall_ns)} per step of {ms(span_ns)}" if per_step else
            f"{ms(total_ns)} in {stalled} of its {steps} steps ({ms(span_ns)})" if steps else
@@ -78,7 +79,7 @@ def _finding(group: str, i, f: dict) -> Finding:
                        f"while {'no CPU operator ran' if f['cpu_only'] else 'its GPU idled, which faster launching does not remove'}: ",
                        fix_of(after))
     values = {"run": group, "rank": i.rank, "stall_ns": total_ns, "span_ns": f["span_ns"], "steps": steps,
-              "share": total_ns / f["span_ns"], "stall_ns_per_step": stall_ns_per_step(f) if steps else None,
+              "share": total_ns / f["span_ns"], "stall_ns_per_step": median_ns,
               "span_ns_per_step": f["span_ns_per_step"] if steps else None, "after": after, "stalls": len(stalls)}
     evidence = {**values, "by_after_ns": {str(k): int(v) for k, v in by_after.items()},
                 "scenario": f"no-host-stalls@{i.rank}", "scenario_text": "the host's stalls took no time",

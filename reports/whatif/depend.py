@@ -105,12 +105,13 @@ def _layer_before(g: Graph, coll: np.ndarray, compute_starts_ns: np.ndarray) -> 
     collectives with one op between (per-gradient all-reduces, each followed by its division) is
     one compute -> collective -> compute pattern too, but each input was ready before the loop
     began, so bucketing hides them: they are not a layer's."""
-    order = coll[np.argsort(g.start_ns[coll], kind="stable")]
+    by_start = np.argsort(g.start_ns[coll], kind="stable")
+    order = coll[by_start]
     prev_end = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(g.end_ns[order])[:-1]]
     between = (np.searchsorted(compute_starts_ns, g.start_ns[order], side="left")
                - np.searchsorted(compute_starts_ns, prev_end, side="left"))
     out = np.zeros(len(coll), bool)
-    out[np.argsort(g.start_ns[coll], kind="stable")] = between >= 2
+    out[by_start] = between >= 2
     return out
 
 
